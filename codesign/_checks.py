@@ -1,0 +1,51 @@
+"""Input checks that name the field and its value (shared by every module)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def concrete(value) -> np.ndarray | None:
+    """The value as a NumPy array, or None when it is traced (checks are skipped)."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return None
+
+
+def _fmt(value: np.ndarray) -> str:
+    return f"{value.item():g}" if value.size == 1 else np.array2string(value)
+
+
+def check(name: str, value, ok, requirement: str) -> None:
+    """Raise `ValueError("{name}={value} {requirement}")` unless `ok(value)` holds."""
+    v = concrete(value)
+    if v is None:
+        return
+    if not np.all(np.isfinite(v)) or not np.all(ok(v)):
+        raise ValueError(f"{name}={_fmt(v)} {requirement}")
+
+
+def positive(name: str, value) -> None:
+    check(name, value, lambda v: v > 0, "must be positive")
+
+
+def non_negative(name: str, value) -> None:
+    check(name, value, lambda v: v >= 0, "must be non-negative")
+
+
+def at_least_one(name: str, value) -> None:
+    check(name, value, lambda v: v >= 1, "must be at least 1")
+
+
+def fraction(name: str, value) -> None:
+    check(name, value, lambda v: (v >= 0) & (v <= 1), "must lie in [0, 1]")
+
+
+def as_float(value) -> jax.Array:
+    """A float leaf: knobs are floats so they are differentiable (exact at integers)."""
+    return jnp.asarray(value, dtype=float)

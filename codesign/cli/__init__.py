@@ -1,0 +1,69 @@
+"""The `codesign` command: one sub-module per sub-command, loaded on demand.
+
+Each sub-module defines `add_arguments(parser)` and `run(args) -> int`. Bad input
+is a one-line `error: ...` on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command -> (module under codesign.cli, one-line help)
+COMMANDS = {
+    "estimate": ("estimate", "step time, memory, MFU of a scenario (default: GPT-3 175B on 1024 A100s)"),
+    "traffic": ("estimate", "the traffic table of a scenario: one row per collective"),
+    "roofline": ("estimate", "FLOP per byte achieved per tier against what the hardware needs"),
+    "collective": ("collective", "cost of one collective: time, algbw, busbw, algorithm"),
+    "presets": ("presets", "list hardware and model presets with their numbers and sources"),
+    "reliability": ("reliability", "stragglers, failures, checkpoints and goodput of a scenario"),
+    "optimize": ("optimize", "gradient or grid co-design of hardware and plan knobs"),
+    "sensitivity": ("optimize", "elasticity of step time to every knob"),
+    "bench": ("bench", "nccl-tests-style benchmark of the real shard_map collectives"),
+    "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs"),
+    "audit": ("audit", "compile a sharded training step and compare its HLO with the traffic table"),
+    "sweep": ("sweep", "run a design sweep spec (resumable, sharded)"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="codesign", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    return parser
+
+
+def _module(name: str):
+    return importlib.import_module(f"codesign.cli.{COMMANDS[name][0]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        parser = _parser()
+        if argv and argv[0] not in ("-h", "--help"):
+            parser.print_usage(sys.stderr)
+            print(f"codesign: error: unknown command {argv[0]!r}; choose one of "
+                  f"{', '.join(COMMANDS)}", file=sys.stderr)
+            return 2
+        parser.print_help()
+        return 0
+    name, rest = argv[0], argv[1:]
+    module = _module(name)
+    parser = argparse.ArgumentParser(prog=f"codesign {name}", description=COMMANDS[name][1])
+    module.add_arguments(parser, name)
+    args = parser.parse_args(rest)  # argparse exits 2 with a one-line error
+    try:
+        return int(module.run(args, name) or 0)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"codesign {name}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""Where every collective is costed: alpha-beta-gamma forms, `auto`, busbw.
+
+A collective over p ranks on n bytes on one `Tier` costs
+
+    time = L(p) alpha + W(p) n beta + C(p) n gamma
+
+with alpha = tier.latency_s, beta = 1 / tier.effective_Bps, gamma = 1 /
+tier.reduction_Bps. `_TERMS` holds (L, W, C) for every (op, algorithm) pair,
+so the table below is the whole model:
+
+| op             | algorithm          | L             | W            | C          |
+|----------------|--------------------|---------------|--------------|------------|
+| all_reduce     | ring               | 2(p-1)        | 2(p-1)/p     | (p-1)/p    |
+| all_reduce     | recursive_doubling | log2 p        | log2 p       | log2 p     |
+| all_reduce     | halving_doubling   | 2 log2 p      | 2(p-1)/p     | (p-1)/p    |
+| all_reduce     | tree (double, pipelined) | 2 log2 p | 2         | 1          |
+| all_reduce     | in_network (NVLS/SHARP) | 2        | 1 (in-network bw) | 0     |
+| reduce_scatter | ring, direct       | p-1           | (p-1)/p      | (p-1)/p    |
+| reduce_scatter | recursive_doubling (halving) | log2 p | (p-1)/p   | (p-1)/p    |
+| all_gather     | ring, direct       | p-1           | (p-1)/p      | 0          |
+| all_gather     | recursive_doubling | log2 p        | (p-1)/p      | 0          |
+| all_to_all     | direct (pairwise)  | p-1           | (p-1)/p      | 0          |
+| all_to_all     | recursive_doubling (Bruck) | log2 p | log2(p)/2  | 0          |
+| broadcast      | ring (pipelined chain) | p-1       | 1            | 0          |
+| broadcast      | tree (pipelined)   | log2 p        | 1            | 0          |
+| broadcast      | recursive_doubling (binomial) | log2 p | log2 p  | 0          |
+| broadcast      | halving_doubling (scatter+all-gather) | log2 p + p-1 | 2(p-1)/p | 0 |
+| broadcast      | in_network (multicast) | 1         | 1 (in-network bw) | 0     |
+| reduce         | as broadcast, with C = W for the reducing algorithms       |||
+| send_recv      | direct             | 1             | 1            | 0          |
+
+n is the nccl-tests "size": the buffer of all-reduce, broadcast, reduce and
+send/recv; the whole output of all-gather; the whole input of reduce-scatter;
+the whole send buffer of all-to-all. Constants 1 and 2 become min(log2 p, 1)
+and 2 min(log2 p, 1) so that every cost vanishes at p = 1. The log2 p of the
+discrete algorithms is ceil(log2 p) in reality; we use log2 p (exact at powers
+of two, smooth in between).
+
+`hierarchical` spans two tiers: `local_ranks` = G ranks share the fast tier,
+p / G groups are joined by the slow `outer` tier with one rail per GPU, so G
+slow-tier collectives run in parallel on n / G bytes each. All-reduce is
+reduce-scatter inside, all-reduce of n/G across, all-gather inside;
+reduce-scatter and all-gather are the two halves; all-to-all is an exchange
+inside followed by one across (each rank forwards n bytes over each); broadcast
+and reduce cross once then fan out inside.
+
+`auto` weighs every candidate by softmin(-log time / temperature) and returns
+the weighted cost: the exact minimum as the temperature goes to 0, smooth for
+gradients above it. `AUTO_TEMPERATURE` = 0.05: two algorithms whose times
+differ by 5% get weights in the ratio e : 1.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import _checks as C
+from .hardware import Tier
+from .relax import log2_ranks, softmin_weights
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
+       "reduce", "send_recv")
+AUTO_TEMPERATURE = 0.05
+_UNSUPPORTED_S = 1e30  # the time of an in-network algorithm on a tier without it
+
+
+class Cost(eqx.Module):
+    """The three terms of a collective's time, in seconds."""
+
+    latency_s: jax.Array
+    bandwidth_s: jax.Array
+    reduction_s: jax.Array
+
+    @property
+    def time_s(self) -> jax.Array:
+        return self.latency_s + self.bandwidth_s + self.reduction_s
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return jax.tree.map(jnp.add, self, other)
+
+    def scale(self, factor) -> "Cost":
+        return jax.tree.map(lambda x: x * factor, self)
+
+
+Terms = Callable[[jax.Array], tuple]  # p -> (L, W, C); W/C multiply n
+
+
+def _one(p):
+    return jnp.minimum(log2_ranks(p), 1.0)
+
+
+def _f(p):
+    return (p - 1.0) / p
+
+
+_BCAST = {
+    "ring": lambda p: (p - 1.0, _one(p), 0.0),
+    "tree": lambda p: (log2_ranks(p), _one(p), 0.0),
+    "recursive_doubling": lambda p: (log2_ranks(p), log2_ranks(p), 0.0),
+    "halving_doubling": lambda p: (log2_ranks(p) + p - 1.0, 2 * _f(p), 0.0),
+}
+
+
+def _with_reduction(terms: Terms, share: Callable) -> Terms:
+    return lambda p: terms(p)[:2] + (share(p),)
+
+
+_TERMS: dict[str, dict[str, Terms]] = {
+    "all_reduce": {
+        "ring": lambda p: (2 * (p - 1.0), 2 * _f(p), _f(p)),
+        "recursive_doubling": lambda p: (log2_ranks(p),) * 3,
+        "halving_doubling": lambda p: (2 * log2_ranks(p), 2 * _f(p), _f(p)),
+        "tree": lambda p: (2 * log2_ranks(p), 2 * _one(p), _one(p)),
+        "in_network": lambda p: (2 * _one(p), _one(p), 0.0),
+    },
+    "reduce_scatter": {
+        "ring": lambda p: (p - 1.0, _f(p), _f(p)),
+        "direct": lambda p: (p - 1.0, _f(p), _f(p)),
+        "recursive_doubling": lambda p: (log2_ranks(p), _f(p), _f(p)),
+    },
+    "all_gather": {
+        "ring": lambda p: (p - 1.0, _f(p), 0.0),
+        "direct": lambda p: (p - 1.0, _f(p), 0.0),
+        "recursive_doubling": lambda p: (log2_ranks(p), _f(p), 0.0),
+    },
+    "all_to_all": {
+        "direct": lambda p: (p - 1.0, _f(p), 0.0),
+        "recursive_doubling": lambda p: (log2_ranks(p), log2_ranks(p) / 2, 0.0),
+    },
+    "broadcast": {**_BCAST, "in_network": lambda p: (_one(p), _one(p), 0.0)},
+    "reduce": {
+        "ring": _with_reduction(_BCAST["ring"], _one),
+        "tree": _with_reduction(_BCAST["tree"], _one),
+        "recursive_doubling": _with_reduction(_BCAST["recursive_doubling"], log2_ranks),
+        "halving_doubling": _with_reduction(_BCAST["halving_doubling"], _f),
+        "in_network": lambda p: (_one(p), _one(p), 0.0),
+    },
+    "send_recv": {"direct": lambda p: (_one(p), _one(p), 0.0)},
+}
+_HIERARCHICAL_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                     "broadcast", "reduce")
+
+
+def algorithms(op: str, *, hierarchical: bool = False) -> tuple[str, ...]:
+    """The algorithms defined for `op` (plus `hierarchical` when asked)."""
+    op = _check_op(op)
+    names = tuple(_TERMS[op])
+    return names + ("hierarchical",) if hierarchical and op in _HIERARCHICAL_OPS else names
+
+
+def _check_op(op: str) -> str:
+    name = str(op).replace("-", "_")
+    if name not in OPS:
+        raise ValueError(f"op={op!r} is unknown; choose one of {', '.join(OPS)}")
+    return name
+
+
+def _check_algorithm(op: str, algorithm: str) -> None:
+    valid = algorithms(op, hierarchical=True) + ("auto",)
+    if algorithm not in valid:
+        raise ValueError(f"algorithm={algorithm!r} is not defined for op={op!r}; "
+                         f"choose one of {', '.join(valid)}")
+
+
+def _flat(op: str, algorithm: str, n_bytes, ranks, tier: Tier) -> Cost:
+    L, W, Cr = _TERMS[op][algorithm](ranks)
+    if algorithm == "in_network":
+        eff = tier.in_network_efficiency
+        ok = eff > 0
+        bandwidth_s = jnp.where(
+            ok, W * n_bytes / (tier.bandwidth_Bps * jnp.where(ok, eff, 1.0)), _UNSUPPORTED_S)
+    else:
+        bandwidth_s = W * n_bytes / tier.effective_Bps
+    return Cost(L * tier.latency_s + 0.0 * n_bytes, bandwidth_s + 0.0 * ranks,
+                Cr * n_bytes / tier.reduction_Bps)
+
+
+def _hierarchical(op: str, n_bytes, ranks, tier: Tier, outer: Tier, local_ranks) -> Cost:
+    g = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
+    across = ranks / g
+    inside = lambda o, n: _flat(o, "ring", n, g, tier)  # noqa: E731
+    out = lambda o, n: _flat(o, "ring", n, across, outer)  # noqa: E731
+    if op == "all_reduce":
+        return (inside("reduce_scatter", n_bytes) + out("all_reduce", n_bytes / g)
+                + inside("all_gather", n_bytes))
+    if op == "reduce_scatter":
+        return inside("reduce_scatter", n_bytes) + out("reduce_scatter", n_bytes / g)
+    if op == "all_gather":
+        return out("all_gather", n_bytes / g) + inside("all_gather", n_bytes)
+    if op == "all_to_all":
+        return (_flat(op, "direct", n_bytes, g, tier)
+                + _flat(op, "direct", n_bytes, across, outer))
+    # broadcast / reduce: cross once, fan out inside (pipelined trees)
+    return _flat(op, "tree", n_bytes, across, outer) + _flat(op, "tree", n_bytes, g, tier)
+
+
+def _candidates(op, n_bytes, ranks, tier, outer, local_ranks):
+    names = algorithms(op, hierarchical=outer is not None and local_ranks is not None)
+    costs = [_one_algorithm(op, a, n_bytes, ranks, tier, outer, local_ranks) for a in names]
+    return names, costs
+
+
+def _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks) -> Cost:
+    if algorithm == "hierarchical":
+        if outer is None or local_ranks is None:
+            raise ValueError("algorithm='hierarchical' needs an outer tier and local_ranks")
+        return _hierarchical(op, n_bytes, ranks, tier, outer, local_ranks)
+    return _flat(op, algorithm, n_bytes, ranks, tier)
+
+
+def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
+           local_ranks=None, temperature=AUTO_TEMPERATURE):
+    """`auto`: (weighted Cost, weights over algorithms, algorithm names).
+
+    The winner is `names[argmax(weights)]`.
+    """
+    op = _check_op(op)
+    names, costs = _candidates(op, n_bytes, ranks, tier, outer, local_ranks)
+    times = jnp.stack([c.time_s for c in costs])
+    # floor at 1 ps so a p = 1 (all zero) collective has well-defined weights
+    weights = softmin_weights(jnp.maximum(times, 1e-12), temperature, axis=0)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *costs)
+    weighted = jax.tree.map(lambda x: jnp.sum(weights * x, axis=0), stacked)
+    return weighted, weights, names
+
+
+def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
+         local_ranks=None, temperature=AUTO_TEMPERATURE) -> Cost:
+    """The Cost of one collective: `op` by `algorithm` on `n_bytes` over `ranks`.
+
+    Jits, vmaps and differentiates in n_bytes, ranks (a float: exact at
+    integers) and every leaf of the tiers; finite for p >= 1 and any n >= 0.
+    """
+    op = _check_op(op)
+    _check_algorithm(op, algorithm)
+    C.non_negative("bytes", n_bytes)
+    C.at_least_one("ranks", ranks)
+    n_bytes, ranks = C.as_float(n_bytes), C.as_float(ranks)
+    if algorithm == "auto":
+        return choose(op, n_bytes, ranks, tier, outer=outer, local_ranks=local_ranks,
+                      temperature=temperature)[0]
+    if algorithm == "in_network":
+        C.check("in_network_efficiency", tier.in_network_efficiency, lambda v: v > 0,
+                "is 0: this tier has no in-network reduction (NVLS/SHARP)")
+    return _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks)
+
+
+def bus_factor(op: str, ranks) -> jax.Array:
+    """nccl-tests' busbw / algbw: 2(p-1)/p for all-reduce; (p-1)/p for all-gather,
+    reduce-scatter and all-to-all; 1 for broadcast, reduce and send/recv.
+
+    nccl-tests applies the same factor whatever the algorithm, so an in-network
+    (NVLS) all-reduce reports busbw = 2(p-1)/p x algbw although each GPU's link
+    carries only about n in each direction: its busbw may exceed the link.
+    """
+    op = _check_op(op)
+    p = C.as_float(ranks)
+    if op == "all_reduce":
+        return 2 * (p - 1) / p
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (p - 1) / p
+    return jnp.ones_like(p)
+
+
+def algbw_Bps(n_bytes, time_s) -> jax.Array:
+    """nccl-tests' algbw = size / time (0 when time is 0)."""
+    t = C.as_float(time_s)
+    return jnp.where(t > 0, n_bytes / jnp.where(t > 0, t, 1.0), 0.0)
+
+
+def busbw_Bps(op: str, n_bytes, time_s, ranks) -> jax.Array:
+    return algbw_Bps(n_bytes, time_s) * bus_factor(op, ranks)

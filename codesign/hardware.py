@@ -1,0 +1,355 @@
+"""Hardware as pytrees: a chip, a tier of the network, a system, and cited presets.
+
+Every number is a float leaf, so a cost is differentiable with respect to it.
+Bandwidths are bytes per second per GPU in ONE direction (vendors quote NVLink
+bidirectionally: we halve it). Peaks are vendor peaks; what is achievable is a
+separate efficiency factor, calibrated where the reference gives a measurement
+(see `_calibrated_efficiency`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+
+from . import _checks as C
+from .units import GB, Gbps, KiB, us
+
+TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
+
+
+class Chip(eqx.Module):
+    """One accelerator.
+
+    `matmul_efficiency` is the fraction of peak a large, well-shaped GEMM
+    achieves; `step.py` lowers it for small GEMMs (see `matmul_efficiency`).
+    """
+
+    peak_flops_per_s: jax.Array  # dense 16-bit (bf16/fp16) tensor peak, vendor figure
+    peak_fp8_flops_per_s: jax.Array  # dense 8-bit peak (fp8, or int8 where no fp8)
+    hbm_bytes: jax.Array
+    hbm_Bps: jax.Array
+    matmul_efficiency: jax.Array  # large-GEMM fraction of peak, calibrated
+    name: str = eqx.field(static=True, default="chip")
+
+    def __init__(self, peak_flops_per_s, peak_fp8_flops_per_s, hbm_bytes, hbm_Bps,
+                 matmul_efficiency=0.8, name="chip"):
+        self.peak_flops_per_s = C.as_float(peak_flops_per_s)
+        self.peak_fp8_flops_per_s = C.as_float(peak_fp8_flops_per_s)
+        self.hbm_bytes = C.as_float(hbm_bytes)
+        self.hbm_Bps = C.as_float(hbm_Bps)
+        self.matmul_efficiency = C.as_float(matmul_efficiency)
+        self.name = name
+
+    def __check_init__(self):
+        for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "hbm_bytes", "hbm_Bps"):
+            C.positive(f"chip.{f}", getattr(self, f))
+        C.check("chip.matmul_efficiency", self.matmul_efficiency,
+                lambda v: (v > 0) & (v <= 1), "must lie in (0, 1]")
+
+
+class Tier(eqx.Module):
+    """One level of the network, seen from one GPU.
+
+    The alpha-beta-gamma parameters of a collective on this tier are
+    alpha = `latency_s`, beta = 1 / (`bandwidth_Bps` x `efficiency`),
+    gamma = 1 / `reduction_Bps`. `in_network_efficiency` > 0 means the switches
+    reduce in the network (NVLink SHARP / IB SHARP) at that fraction of
+    `bandwidth_Bps`; 0 means they cannot.
+    """
+
+    bandwidth_Bps: jax.Array  # per GPU, per direction, vendor peak
+    latency_s: jax.Array  # per message (alpha)
+    efficiency: jax.Array  # achievable fraction of bandwidth_Bps for ring-like algorithms
+    reduction_Bps: jax.Array  # bytes reduced per second by the GPU (1 / gamma)
+    in_network_efficiency: jax.Array  # 0 = no in-network reduction
+
+    def __init__(self, bandwidth_Bps, latency_s, efficiency=1.0, reduction_Bps=1e12,
+                 in_network_efficiency=0.0):
+        self.bandwidth_Bps = C.as_float(bandwidth_Bps)
+        self.latency_s = C.as_float(latency_s)
+        self.efficiency = C.as_float(efficiency)
+        self.reduction_Bps = C.as_float(reduction_Bps)
+        self.in_network_efficiency = C.as_float(in_network_efficiency)
+
+    def __check_init__(self):
+        C.positive("bandwidth_Bps", self.bandwidth_Bps)
+        C.non_negative("latency_s", self.latency_s)
+        C.check("efficiency", self.efficiency, lambda v: (v > 0) & (v <= 1),
+                "must lie in (0, 1]")
+        C.positive("reduction_Bps", self.reduction_Bps)
+        C.fraction("in_network_efficiency", self.in_network_efficiency)
+
+    @property
+    def effective_Bps(self) -> jax.Array:
+        return self.bandwidth_Bps * self.efficiency
+
+
+class System(eqx.Module):
+    """A training machine: chips, a scale-up domain, a scale-out fabric, pods.
+
+    `scale_up_domain` GPUs share the fast tier (an NVLink domain, a TPU slice);
+    the `scale_out` tier joins domains, one NIC (rail) per GPU. Above
+    `pod_size` GPUs the scale-out fabric is oversubscribed `oversubscription`:1.
+    """
+
+    chip: Chip
+    gpus: jax.Array
+    scale_up_domain: jax.Array
+    scale_up: Tier
+    scale_out: Tier
+    gpus_per_node: jax.Array
+    pod_size: jax.Array
+    oversubscription: jax.Array
+    topology: str = eqx.field(static=True, default="two_tier")
+    name: str = eqx.field(static=True, default="custom")
+
+    def __init__(self, chip, gpus, scale_up_domain, scale_up, scale_out, gpus_per_node,
+                 pod_size=1e9, oversubscription=1.0, topology="two_tier", name="custom"):
+        self.chip = chip
+        self.gpus = C.as_float(gpus)
+        self.scale_up_domain = C.as_float(scale_up_domain)
+        self.scale_up = scale_up
+        self.scale_out = scale_out
+        self.gpus_per_node = C.as_float(gpus_per_node)
+        self.pod_size = C.as_float(pod_size)
+        self.oversubscription = C.as_float(oversubscription)
+        self.topology = topology
+        self.name = name
+
+    def __check_init__(self):
+        C.at_least_one("system.gpus", self.gpus)
+        C.at_least_one("system.scale_up_domain", self.scale_up_domain)
+        C.at_least_one("system.gpus_per_node", self.gpus_per_node)
+        C.at_least_one("system.pod_size", self.pod_size)
+        C.at_least_one("system.oversubscription", self.oversubscription)
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(
+                f"system.topology={self.topology!r} is not one of {', '.join(TOPOLOGIES)}"
+            )
+
+
+def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
+                           reduction_Bps: float) -> float:
+    """Efficiency that makes a large-message ring all-reduce report `target_busbw_Bps`.
+
+    For large n the ring costs t = 2(p-1)/p n / (B e) + (p-1)/p n / R, and
+    busbw = n/t x 2(p-1)/p, so 1/busbw = 1/(B e) + 1/(2R): solve for e.
+    """
+    return 1.0 / (bandwidth_Bps * (1.0 / target_busbw_Bps - 0.5 / reduction_Bps))
+
+
+# --------------------------------------------------------------------------- presets
+# Sources (R = ../shared/reference/hardware.md, which collects vendor datasheets and
+# the operator figures quoted in the seeds; S0/S4 = seeds 000 and 004):
+# - Latency: S4 quotes "2 us per-hop latency" for the scale-out network and
+#   "roughly 20x less bandwidth at 3-5x the latency" leaving the chassis; we take
+#   2 us out and 2/4 = 0.5 us inside (the middle of 3-5x). Assumption, calibrate
+#   with `codesign calibrate` on a real machine.
+# - Reduction speed: the incoming chunk arrives over the link into the reduction
+#   kernel, which reads the local operand from HBM and writes the sum: two HBM
+#   passes per byte, reduction_Bps = hbm_Bps / 2 (model assumption).
+# - Efficiency: R's nccl-tests figures where they exist (calibrated by
+#   `_calibrated_efficiency`); else borrowed from the same link generation and
+#   labelled as such.
+# - matmul_efficiency: set in step.py's calibration against Megatron-LM 2019 and
+#   Narayanan et al. 2021 (the only throughput figures in the seeds); see
+#   `codesign/step.py` CALIBRATION for which figure set which constant.
+
+SCALE_UP_LATENCY_S = 0.5 * us  # S4: 3-5x below the 2 us network hop
+SCALE_OUT_LATENCY_S = 2.0 * us  # S4: "2 us per-hop latency"
+NDR_NIC_BUSBW_Bps = 47 * GB  # R: one 400 Gb/s NDR NIC achieves about 46-48 GB/s
+NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC generation
+
+
+def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency):
+    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, name=name)
+
+
+def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
+    return Tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps / 2, in_network_efficiency)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    system: System
+    description: str
+    sources: dict  # field -> where its number comes from
+
+
+def _dgx_v100() -> Preset:
+    hbm_Bps = 0.9e12  # R: V100 SXM3 HBM2 0.9 TB/s
+    chip = _gpu_chip("V100-SXM3-32GB",
+                     125e12,  # R: V100 tensor-core peak 125 TFLOP/s
+                     125e12,  # no 8-bit tensor-core path on V100: same as fp16
+                     32 * GB, hbm_Bps, 0.31)  # R: 32 GB; efficiency: step.py CALIBRATION
+    up_bw = 300 * GB / 2  # R: NVLink2 via NVSwitch 300 GB/s bidir
+    # No nccl-tests figure for DGX-2H in R: borrow DGX A100's calibrated factor.
+    up_eff = _calibrated_efficiency(230 * GB, 300 * GB, 2.0e12 / 2)
+    return Preset(
+        System(chip, 512, 16, _tier(up_bw, SCALE_UP_LATENCY_S, up_eff, hbm_Bps),
+               # R: 8x 100 Gb/s IB per 16-GPU node ("100 GB/s between servers")
+               _tier(8 * 100 * Gbps / 16, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
+               16, topology="two_tier", name="dgx-v100"),
+        "DGX-2H: 16x V100 32 GB on NVSwitch, 8x 100 Gb/s IB per node (Megatron-LM 2019)",
+        {"chip": "R V100 row", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
+         "scale_out": "R: 8x100 Gb/s per 16 GPUs", "latency": "S4 (assumption)"},
+    )
+
+
+def _dgx_a100() -> Preset:
+    hbm_Bps = 2.0e12  # R: A100 80 GB HBM2e 2.0 TB/s
+    chip = _gpu_chip("A100-SXM4-80GB", 312e12,  # R: 312 TFLOP/s bf16 dense
+                     624e12,  # vendor datasheet: int8 dense 624 TOPS (no fp8)
+                     80 * GB, hbm_Bps, 0.75)  # efficiency: step.py CALIBRATION
+    up_bw = 600 * GB / 2  # R: NVLink3 600 GB/s bidir
+    return Preset(
+        System(chip, 1024, 8,
+               _tier(up_bw, SCALE_UP_LATENCY_S,
+                     _calibrated_efficiency(230 * GB, up_bw, hbm_Bps / 2), hbm_Bps),
+               # R: 8x HDR 200 Gb/s per node, one per GPU
+               _tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
+               8, topology="two_tier", name="dgx-a100"),
+        "DGX A100 80 GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s per node",
+        {"chip": "R A100 row", "scale_up.efficiency": "R: nccl-tests 8x A100 busbw ~230 GB/s",
+         "scale_out.efficiency": "R: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
+         "latency": "S4 (assumption)"},
+    )
+
+
+def _h100_chip(name: str) -> Chip:
+    return _gpu_chip(name, 989e12,  # R: H100 SXM 989 TFLOP/s bf16 dense
+                     1979e12,  # vendor datasheet: fp8 dense 1,979 TFLOP/s
+                     80 * GB, 3.35e12, 0.75)  # R: 80 GB, 3.35 TB/s
+
+
+def _dgx_h100() -> Preset:
+    hbm_Bps = 3.35e12
+    up_bw = 900 * GB / 2  # R: NVLink4 900 GB/s bidir
+    nvls_eff = 480 * GB / (2 * 7 / 8) / up_bw  # R: NVLS all-reduce busbw ~480 GB/s
+    return Preset(
+        System(_h100_chip("H100-SXM5-80GB"), 1024, 8,
+               _tier(up_bw, SCALE_UP_LATENCY_S,
+                     _calibrated_efficiency(370 * GB, up_bw, hbm_Bps / 2), hbm_Bps,
+                     nvls_eff),
+               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # R: NDR
+               8, topology="two_tier", name="dgx-h100"),
+        "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
+        {"chip": "R H100 row", "scale_up.efficiency": "R: nccl-tests ring busbw ~370 GB/s",
+         "scale_up.in_network_efficiency": "R: NVLS busbw ~480 GB/s",
+         "scale_out.efficiency": "R: NDR NIC 46-48 GB/s", "latency": "S4 (assumption)"},
+    )
+
+
+def _h800() -> Preset:
+    hbm_Bps = 3.35e12
+    up_bw = 400 * GB / 2  # R: H800 NVLink 400 GB/s bidir nominal
+    return Preset(
+        System(_h100_chip("H800"), 2048, 8,
+               # R / DeepSeek-V3: ~160 GB/s achieved over NVLink
+               _tier(up_bw, SCALE_UP_LATENCY_S, 160 * GB / up_bw, hbm_Bps),
+               # R / DeepSeek-V3: IB 50 GB/s per GPU (taken as achieved: ratio 3.2x)
+               _tier(50 * GB, SCALE_OUT_LATENCY_S, 1.0, hbm_Bps),
+               8, topology="two_tier", name="h800"),
+        "H800 nodes as DeepSeek-V3 describes them: NVLink ~160 GB/s, IB 50 GB/s per GPU",
+        {"chip": "R H800 row", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
+         "scale_out": "DeepSeek-V3: 50 GB/s", "latency": "S4 (assumption)"},
+    )
+
+
+def _b200_chip(name, bf16, fp8, hbm_bytes) -> Chip:
+    return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12, 0.75)  # R: HBM3e 8 TB/s
+
+
+def _nvlink5_tier(hbm_Bps: float) -> Tier:
+    up_bw = 1800 * GB / 2  # R: NVLink5 1.8 TB/s bidir
+    # No nccl-tests figure for NVLink5 in R: borrow DGX H100's ring factor.
+    eff = _calibrated_efficiency(370 * GB, 450 * GB, 3.35e12 / 2)
+    nvls = 480 * GB / (2 * 7 / 8) / (450 * GB)  # likewise from DGX H100 NVLS
+    return _tier(up_bw, SCALE_UP_LATENCY_S, eff, hbm_Bps, nvls)
+
+
+def _dgx_b200() -> Preset:
+    chip = _b200_chip("B200", 2.25e15,  # R: ~2.25 PFLOP/s dense 16-bit
+                      4.5e15,  # vendor datasheet: fp8 dense ~4.5 PFLOP/s
+                      180 * GB)  # R: 180-192 GB
+    return Preset(
+        System(chip, 1024, 8, _nvlink5_tier(8e12),
+               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # R
+               8, topology="two_tier", name="dgx-b200"),
+        "DGX B200: NVLink5, 8x 400 Gb/s per node",
+        {"chip": "R B200 row", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
+         "scale_out": "R: 8x 400 Gb/s", "latency": "S4 (assumption)"},
+    )
+
+
+def _gb200_nvl72() -> Preset:
+    chip = _b200_chip("GB200", 2.5e15,  # R: ~2.5 PFLOP/s dense 16-bit
+                      5e15,  # vendor datasheet: fp8 dense ~5 PFLOP/s
+                      186 * GB)  # R: ~186 GB
+    return Preset(
+        System(chip, 1152, 72, _nvlink5_tier(8e12),
+               # R: 400-800 Gb/s per GPU; we take 400 Gb/s (ConnectX-7 class)
+               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
+               4, topology="two_tier", name="gb200-nvl72"),  # 4 GPUs per compute tray
+        "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
+        {"chip": "R GB200 row", "scale_up_domain": "R: 72 GPUs",
+         "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
+         "latency": "S4 (assumption)"},
+    )
+
+
+def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, pod_chips) -> System:
+    # A 3D torus: 6 nearest-neighbour ICI links per chip; a collective on the
+    # torus drives all of them, so the per-chip bandwidth is 6 x per-link.
+    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, 0.75)
+    ici = _tier(6 * link_Bps, SCALE_UP_LATENCY_S, 1.0, hbm_Bps)
+    # The data-centre network beside the torus is not in R: assumption of
+    # 200 Gb/s per 4-chip host, labelled as such.
+    dcn = _tier(200 * Gbps / 4, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
+    return System(chip, pod_chips, pod_chips, ici, dcn, 4, topology="torus", name=name)
+
+
+def _tpu_v4() -> Preset:
+    return Preset(
+        _tpu("tpu-v4", 275e12, 275e12,  # R: 275 TFLOP/s bf16; int8 peak is the same
+             32 * KiB**3, 1.2e12,  # R: 32 GiB, 1.2 TB/s
+             4.5e10, 4096),  # R: ICI ~4.5e10 B/s per link one way; 4096 chips (OCS)
+        "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
+        {"chip": "R TPU v4 row", "scale_up": "R: 6 links x 4.5e10 B/s",
+         "scale_out": "assumption: 200 Gb/s per host", "latency": "S4 (assumption)"},
+    )
+
+
+def _tpu_v5p() -> Preset:
+    return Preset(
+        _tpu("tpu-v5p", 459e12, 918e12,  # R: 459 TFLOP/s bf16; datasheet int8 918 TOPS
+             95 * GB, 2.76e12,  # R: 95 GB, 2.76 TB/s
+             9e10, 8960),  # R: ICI ~9e10 B/s per link one way; 8960 chips per pod
+        "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
+        {"chip": "R TPU v5p row", "scale_up": "R: 6 links x 9e10 B/s",
+         "scale_out": "assumption: 200 Gb/s per host", "latency": "S4 (assumption)"},
+    )
+
+
+_PRESETS = {
+    "dgx-v100": _dgx_v100, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100,
+    "h800": _h800, "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
+    "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p,
+}
+PRESET_NAMES = tuple(_PRESETS)
+
+
+def preset(name: str) -> Preset:
+    """The preset `name` (see `PRESET_NAMES`) with its description and sources."""
+    if name not in _PRESETS:
+        raise ValueError(f"system preset {name!r} is unknown; choose one of "
+                         f"{', '.join(PRESET_NAMES)}")
+    return _PRESETS[name]()
+
+
+def system(name: str) -> System:
+    """The `System` of preset `name`."""
+    return preset(name).system

@@ -1,0 +1,74 @@
+"""Smooth surrogates for the non-smooth pieces of the cost models.
+
+Each takes a temperature `t`; at t = 0 it is the exact function, so the relaxed
+model equals the exact model at integer points as t anneals to zero. All are
+NaN-free everywhere (double-`where` on every log and divide).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
+    """log(x) for x > 0; a finite value (and a zero gradient) elsewhere."""
+    ok = x > tiny
+    return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), jnp.log(tiny))
+
+
+def safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a / b with 0 where b == 0 (and no NaN in the gradient)."""
+    ok = b != 0
+    return jnp.where(ok, a / jnp.where(ok, b, 1.0), 0.0)
+
+
+def log2_ranks(p: jax.Array) -> jax.Array:
+    """log2 of a rank count, 0 at p <= 1 (exact for every p >= 1).
+
+    The discrete algorithms take ceil(log2 p) rounds; we use log2 p, which is
+    exact at powers of two and smooth in between (documented approximation).
+    """
+    return safe_log(jnp.maximum(p, 1.0)) / jnp.log(2.0)
+
+
+def smooth_max(a: jax.Array, b: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
+    """max(a, b) smoothed by softplus with width t (exact at t = 0)."""
+    if isinstance(t, (int, float)) and t == 0:
+        return jnp.maximum(a, b)
+    t = jnp.maximum(t, 1e-12)
+    return b + t * jax.nn.softplus((a - b) / t)
+
+
+def smooth_min(a: jax.Array, b: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
+    return -smooth_max(-a, -b, t)
+
+
+def smooth_clip(x: jax.Array, lo, hi, t: float | jax.Array = 0.0) -> jax.Array:
+    return smooth_min(smooth_max(x, lo, t), hi, t)
+
+
+def smooth_ceil(x: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
+    """ceil(x), relaxed: x + (1 - frac) (1 - exp(-frac / t)), frac = x - floor(x).
+
+    Exact at integer x for every t; the identity as t -> inf and ceil(x) as
+    t -> 0, continuous in x for every t (the optimiser anneals t downwards).
+    """
+    if isinstance(t, (int, float)) and t == 0:
+        return jnp.ceil(x)
+    frac = x - jax.lax.stop_gradient(jnp.floor(x))
+    return x + (1.0 - frac) * (1.0 - jnp.exp(-frac / jnp.maximum(t, 1e-6)))
+
+
+def softmin_weights(values: jax.Array, t: float | jax.Array, axis: int = 0) -> jax.Array:
+    """Weights of a soft argmin over `values` (positive times) in log space.
+
+    w_i = softmax(-log v_i / t): a ratio of e between two candidates whose times
+    differ by a factor exp(t). At t -> 0 it is the one-hot argmin.
+    """
+    return jax.nn.softmax(-safe_log(values) / jnp.maximum(t, 1e-6), axis=axis)
+
+
+def straight_through_round(x: jax.Array) -> jax.Array:
+    """round(x) in the forward pass, identity in the backward pass."""
+    return x + jax.lax.stop_gradient(jnp.round(x) - x)

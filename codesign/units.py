@@ -1,0 +1,80 @@
+"""SI constants and parsers for sizes, bandwidths and times.
+
+GB = 1e9 bytes and GiB = 2**30 bytes; the two are never mixed. Bandwidths are
+bytes per second in one direction unless a name says otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+
+B = 1.0
+KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
+KiB, MiB, GiB, TiB = 2.0**10, 2.0**20, 2.0**30, 2.0**40
+Gbps = 1e9 / 8  # one gigabit per second, in bytes per second
+ns, us, ms, s = 1e-9, 1e-6, 1e-3, 1.0
+minute, hour, day = 60.0, 3600.0, 86400.0
+
+_BYTE_UNITS = {
+    "B": B, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
+    "KIB": KiB, "MIB": MiB, "GIB": GiB, "TIB": TiB,
+    "K": KiB, "M": MiB, "G": GiB, "T": TiB,
+}
+_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
+
+
+def parse_bytes(text: str | float | int, *, name: str = "size") -> float:
+    """`"64KiB"` -> 65536.0, `"1GB"` -> 1e9, `"8B"` -> 8.0; plain numbers are bytes."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", str(text).strip())
+        unit = m.group(2).upper() if m else None
+        if m is None or (unit and unit not in _BYTE_UNITS):
+            raise ValueError(
+                f"{name}={text!r} is not a size; write e.g. 8B, 64KiB, 1GiB or 1GB"
+            )
+        value = float(m.group(1)) * _BYTE_UNITS[unit or "B"]
+    if not value >= 0:
+        raise ValueError(f"{name}={text!r} must be a non-negative number of bytes")
+    return value
+
+
+def parse_bandwidth(text: str | float | int, *, name: str = "bandwidth") -> float:
+    """`"50GB/s"` -> 5e10 bytes/s, `"400Gb/s"` -> 5e10; plain numbers are bytes/s."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(_NUMBER + r"\s*([KMGT]?)(B|b)(?:ps|/s)", str(text).strip())
+        if m is None:
+            raise ValueError(
+                f"{name}={text!r} is not a bandwidth; write e.g. 50GB/s or 400Gb/s"
+            )
+        scale = {"": 1.0, "K": KB, "M": MB, "G": GB, "T": TB}[m.group(2)]
+        value = float(m.group(1)) * scale / (8.0 if m.group(3) == "b" else 1.0)
+    if not value > 0:
+        raise ValueError(f"{name}={text!r} must be a positive bandwidth")
+    return value
+
+
+def parse_size_range(text: str, *, name: str = "sizes") -> list[float]:
+    """`"4KiB:64MiB"` -> every power of two from 4 KiB to 64 MiB inclusive."""
+    parts = str(text).split(":")
+    if len(parts) != 2:
+        raise ValueError(f"{name}={text!r} must be MIN:MAX, e.g. 4KiB:64MiB")
+    lo, hi = (parse_bytes(p, name=name) for p in parts)
+    if lo < 1 or hi < lo:
+        raise ValueError(f"{name}={text!r} needs 1 <= MIN <= MAX")
+    sizes, size = [], lo
+    while size <= hi * (1 + 1e-12):
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def format_bytes(n: float) -> str:
+    """Binary-prefixed human form: 65536 -> '64KiB'."""
+    for unit, scale in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return f"{n:.4g}B"
