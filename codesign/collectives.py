@@ -44,6 +44,12 @@ reduce-scatter and all-gather are the two halves; all-to-all is an exchange
 inside followed by one across (each rank forwards n bytes over each); broadcast
 and reduce cross once then fan out inside.
 
+When `outer` and `local_ranks` are given, the flat algorithms run over all p
+ranks as one ring / tree / exchange. Once p > local_ranks that ring crosses the
+slow tier, and every step waits for its slowest link, so a flat algorithm is
+costed on `outer` then (on `tier` while p <= local_ranks). This is where a
+flat ring over 1024 GPUs loses to `hierarchical` for large messages.
+
 `auto` weighs every candidate by softmin(-log time / temperature) and returns
 the weighted cost: the exact minimum as the temperature goes to 0, smooth for
 gradients above it. `AUTO_TEMPERATURE` = 0.05: two algorithms whose times
@@ -52,7 +58,7 @@ differ by 5% get weights in the ratio e : 1.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -79,10 +85,10 @@ class Cost(eqx.Module):
     def time_s(self) -> jax.Array:
         return self.latency_s + self.bandwidth_s + self.reduction_s
 
-    def __add__(self, other: "Cost") -> "Cost":
+    def __add__(self, other: Cost) -> Cost:
         return jax.tree.map(jnp.add, self, other)
 
-    def scale(self, factor) -> "Cost":
+    def scale(self, factor) -> Cost:
         return jax.tree.map(lambda x: x * factor, self)
 
 
@@ -175,8 +181,19 @@ def _flat(op: str, algorithm: str, n_bytes, ranks, tier: Tier) -> Cost:
             ok, W * n_bytes / (tier.bandwidth_Bps * jnp.where(ok, eff, 1.0)), _UNSUPPORTED_S)
     else:
         bandwidth_s = W * n_bytes / tier.effective_Bps
-    return Cost(L * tier.latency_s + 0.0 * n_bytes, bandwidth_s + 0.0 * ranks,
-                Cr * n_bytes / tier.reduction_Bps)
+    # every term gets the common shape of (n, p, tier) so candidates stack in `choose`
+    zero = jnp.zeros(jnp.broadcast_shapes(jnp.shape(n_bytes), jnp.shape(ranks)))
+    terms = jnp.broadcast_arrays(L * tier.latency_s, bandwidth_s,
+                                 Cr * n_bytes / tier.reduction_Bps, zero)
+    return Cost(*terms[:3])
+
+
+def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
+    """The tier a flat algorithm over `ranks` runs on: `outer` once it leaves the domain."""
+    if outer is None:
+        return tier
+    inside = ranks <= local_ranks
+    return jax.tree.map(lambda a, b: jnp.where(inside, a, b), tier, outer)
 
 
 def _hierarchical(op: str, n_bytes, ranks, tier: Tier, outer: Tier, local_ranks) -> Cost:
@@ -206,10 +223,20 @@ def _candidates(op, n_bytes, ranks, tier, outer, local_ranks):
 
 def _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks) -> Cost:
     if algorithm == "hierarchical":
-        if outer is None or local_ranks is None:
+        if outer is None:
             raise ValueError("algorithm='hierarchical' needs an outer tier and local_ranks")
         return _hierarchical(op, n_bytes, ranks, tier, outer, local_ranks)
-    return _flat(op, algorithm, n_bytes, ranks, tier)
+    return _flat(op, algorithm, n_bytes, ranks, _flat_tier(tier, outer, ranks, local_ranks))
+
+
+def _check_tiers(outer, local_ranks):
+    if (outer is None) != (local_ranks is None):
+        raise ValueError(f"outer and local_ranks go together; got outer="
+                         f"{'a Tier' if outer is not None else None}, {local_ranks=}")
+    if local_ranks is not None:
+        C.at_least_one("local_ranks", local_ranks)
+        local_ranks = C.as_float(local_ranks)
+    return local_ranks
 
 
 def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
@@ -219,6 +246,7 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     The winner is `names[argmax(weights)]`.
     """
     op = _check_op(op)
+    local_ranks = _check_tiers(outer, local_ranks)
     names, costs = _candidates(op, n_bytes, ranks, tier, outer, local_ranks)
     times = jnp.stack([c.time_s for c in costs])
     # floor at 1 ps so a p = 1 (all zero) collective has well-defined weights
@@ -240,12 +268,15 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     C.non_negative("bytes", n_bytes)
     C.at_least_one("ranks", ranks)
     n_bytes, ranks = C.as_float(n_bytes), C.as_float(ranks)
+    local_ranks = _check_tiers(outer, local_ranks)
     if algorithm == "auto":
         return choose(op, n_bytes, ranks, tier, outer=outer, local_ranks=local_ranks,
                       temperature=temperature)[0]
     if algorithm == "in_network":
-        C.check("in_network_efficiency", tier.in_network_efficiency, lambda v: v > 0,
-                "is 0: this tier has no in-network reduction (NVLS/SHARP)")
+        C.check("in_network_efficiency",
+                _flat_tier(tier, outer, ranks, local_ranks).in_network_efficiency,
+                lambda v: v > 0,
+                "must be positive: this tier has no in-network reduction (NVLS/SHARP)")
     return _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks)
 
 
