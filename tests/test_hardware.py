@@ -1,0 +1,130 @@
+"""Hardware pytrees and presets: reference numbers, calibration, checks, `codesign presets`."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from codesign import collectives as co
+from codesign import hardware as hw
+from codesign.cli import main
+from codesign.units import GB, GiB
+
+LARGE_BYTES = 64 * GiB  # large enough that latency is < 0.1% of an 8-GPU all-reduce
+
+
+def _busbw(op, algorithm, n_bytes, ranks, tier):
+    return float(co.busbw_Bps(op, n_bytes, co.cost(op, algorithm, n_bytes, ranks, tier).time_s,
+                              ranks))
+
+
+@pytest.mark.parametrize("name", hw.PRESET_NAMES)
+def test_every_preset_is_a_float_pytree_with_sources(name):
+    p = hw.preset(name)
+    assert p.system.name == name and p.description and p.sources
+    leaves = jax.tree.leaves(p.system)
+    assert len(leaves) == 5 + 5 + 2 * 5  # chip, system scalars, two tiers
+    assert all(leaf.dtype == jnp.float64 and leaf.shape == () for leaf in leaves)
+    for tier in (p.system.scale_up, p.system.scale_out):
+        assert 0 < float(tier.efficiency) <= 1
+        assert 0 <= float(tier.in_network_efficiency) <= 1
+    assert float(p.system.scale_up.effective_Bps) > float(p.system.scale_out.effective_Bps)
+
+
+def test_preset_numbers_match_the_reference():
+    h100 = hw.system("dgx-h100")
+    assert float(h100.chip.peak_flops_per_s) == 989e12
+    assert float(h100.chip.hbm_Bps) == 3.35e12
+    assert float(h100.scale_up.bandwidth_Bps) == 450 * GB  # 900 GB/s bidir, halved
+    assert float(h100.scale_out.bandwidth_Bps) == 50 * GB  # NDR 400 Gb/s
+    assert float(h100.scale_up_domain) == 8 and float(h100.gpus_per_node) == 8
+    assert float(hw.system("dgx-a100").scale_up.bandwidth_Bps) == 300 * GB
+    assert float(hw.system("dgx-a100").scale_out.bandwidth_Bps) == 25 * GB  # HDR 200 Gb/s
+    h800 = hw.system("h800")
+    assert float(h800.scale_up.effective_Bps) == pytest.approx(160 * GB)
+    assert float(h800.scale_up.effective_Bps) / float(h800.scale_out.effective_Bps) == \
+        pytest.approx(3.2)  # DeepSeek-V3: "roughly 3.2 times"
+    assert float(hw.system("gb200-nvl72").scale_up_domain) == 72
+    assert float(hw.system("dgx-v100").scale_up_domain) == 16
+    assert hw.system("tpu-v4").topology == "torus"
+    assert float(hw.system("tpu-v5p").scale_up.bandwidth_Bps) == 6 * 9e10
+
+
+@pytest.mark.parametrize("name, algorithm, target_GBps", [
+    ("dgx-h100", "ring", 370), ("dgx-h100", "in_network", 480), ("dgx-a100", "ring", 230),
+])
+def test_efficiency_is_calibrated_to_nccl_tests_8_gpu_all_reduce(name, algorithm, target_GBps):
+    tier = hw.system(name).scale_up
+    assert _busbw("all_reduce", algorithm, LARGE_BYTES, 8, tier) == \
+        pytest.approx(target_GBps * GB, rel=2e-3)
+
+
+def test_one_ndr_nic_reaches_about_47_GBps():
+    nic = hw.system("dgx-h100").scale_out
+    assert _busbw("send_recv", "direct", LARGE_BYTES, 2, nic) == pytest.approx(47 * GB, rel=1e-3)
+    ring = _busbw("all_reduce", "ring", LARGE_BYTES, 16, nic)
+    assert 46 * GB <= ring <= 48 * GB  # the NIC's 47 GB/s less the reduction's share
+
+
+def test_unknown_preset_names_the_value():
+    with pytest.raises(ValueError, match="'dgx-z9'.*dgx-h100"):
+        hw.preset("dgx-z9")
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: hw.Tier(-1.0, 1e-6), "bandwidth_Bps=-1 must be positive"),
+    (lambda: hw.Tier(1e9, -1e-6), "latency_s=-1e-06 must be non-negative"),
+    (lambda: hw.Tier(1e9, 1e-6, efficiency=1.5), "efficiency=1.5 must lie in"),
+    (lambda: hw.Tier(1e9, 1e-6, in_network_efficiency=2.0), "in_network_efficiency=2"),
+    (lambda: hw.Chip(1e15, 2e15, 8e10, 3e12, matmul_efficiency=0.0),
+     "chip.matmul_efficiency=0"),
+    (lambda: hw.Chip(float("nan"), 2e15, 8e10, 3e12), "chip.peak_flops_per_s=nan"),
+])
+def test_bad_hardware_numbers_raise_naming_field_and_value(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_bad_system_raises_naming_field_and_value():
+    s = hw.system("dgx-h100")
+    with pytest.raises(ValueError, match="system.scale_up_domain=0 must be at least 1"):
+        hw.System(s.chip, 8, 0, s.scale_up, s.scale_out, 8)
+    with pytest.raises(ValueError, match="system.topology='ring'"):
+        hw.System(s.chip, 8, 8, s.scale_up, s.scale_out, 8, topology="ring")
+
+
+def test_gradient_flows_into_preset_leaves():
+    s = hw.system("dgx-h100")
+    grad = jax.grad(lambda t: co.cost("all_reduce", "ring", 1 * GiB, 8, t).time_s)(s.scale_up)
+    assert float(grad.bandwidth_Bps) < 0 and float(grad.efficiency) < 0
+    assert float(grad.latency_s) == pytest.approx(14.0)  # 2(p-1) messages
+    assert float(grad.reduction_Bps) < 0 and float(grad.in_network_efficiency) == 0
+
+
+def test_presets_cli_lists_every_preset_with_numbers(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    for name in hw.PRESET_NAMES:
+        assert f"\n{name}: " in out
+    assert "989 TFLOP/s" in out and "450 GB/s per direction" in out
+    assert "in-network reduction" in out and "sources" in out and "torus" in out
+
+
+def test_presets_cli_json(capsys):
+    assert main(["presets", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["hardware"]) == set(hw.PRESET_NAMES)
+    h100 = data["hardware"]["dgx-h100"]
+    assert h100["system"]["chip"]["peak_flops_per_s"] == 989e12
+    assert h100["system"]["scale_up"]["bandwidth_Bps"] == 450e9
+    assert h100["system"]["scale_up_domain"] == 8 and h100["system"]["topology"] == "two_tier"
+    assert "nccl-tests" in h100["sources"]["scale_up.efficiency"]
+    try:
+        from codesign import workload
+    except ImportError:
+        assert data["models"] == {}
+    else:
+        assert set(data["models"]) == set(getattr(workload, "PRESET_NAMES", ()))
+        for entry in data["models"].values():
+            assert entry["description"] and entry["model"]
