@@ -1,0 +1,14 @@
+"""The real execution path: collectives written with jax.shard_map, measured and
+used to calibrate the cost models (see DESIGN.md, "The real execution path")."""
+
+from .algorithms import OPS as OPS
+from .algorithms import algorithm_names as algorithm_names
+from .algorithms import all_gather as all_gather
+from .algorithms import all_reduce as all_reduce
+from .algorithms import all_to_all as all_to_all
+from .algorithms import collective as collective
+from .algorithms import moe_dispatch_combine as moe_dispatch_combine
+from .algorithms import node_limited_routing as node_limited_routing
+from .algorithms import pipeline as pipeline
+from .algorithms import reduce_scatter as reduce_scatter
+from .algorithms import send_recv as send_recv
