@@ -40,3 +40,180 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
     if path is not None:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig
+
+
+# ------------------------------------------------------------ sweeps (codesign.sweep)
+# A sweep table is a dict column -> array (float, or object for categories).
+
+
+def _sweep_tick(name: str, value: float) -> str:
+    from .units import GB, format_bytes
+
+    if name.endswith("_bytes"):
+        return format_bytes(value)
+    if name.endswith("_Bps"):
+        return f"{value / GB:.3g} GB/s"
+    return f"{value:.3g}"
+
+
+def _sweep_axis_formatter(ax_axis, name: str, log: bool) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    if name.endswith("_bytes") and log:  # powers of 2 (1KiB, 32KiB, 1MiB, ...)
+        ax_axis.set_major_locator(LogLocator(base=32.0, numticks=12))
+        ax_axis.set_minor_formatter(NullFormatter())
+    if name.endswith(("_bytes", "_Bps")):
+        ax_axis.set_major_formatter(FuncFormatter(lambda v, _: _sweep_tick(name, v)))
+
+
+def _sweep_panels(table: dict, facet, n_extra_rows: int = 0):
+    import numpy as np
+
+    n = len(next(iter(table.values()))) if table else 0
+    if facet is None:
+        keys, masks = [None], [np.ones(n, dtype=bool)]
+    else:
+        col = table[facet]
+        keys = list(dict.fromkeys(col.tolist()))
+        masks = [col == k for k in keys]
+    ncols = min(len(keys), 4)
+    nrows = -(-len(keys) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.5 * nrows + n_extra_rows),
+                             squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    titles = [None if k is None
+              else f"{facet}={_sweep_tick(facet, k) if isinstance(k, float) else k}"
+              for k in keys]
+    return fig, list(zip(axes.flat, titles, masks, strict=False))
+
+
+def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.12 if legend_below else 0, 1, 1))
+    if path is not None:
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+    return fig
+
+
+def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, logy=False,
+                title="", xlabel=None, ylabel=None, hlines=(), path=None):
+    """Lines of each `ys` column against `x`, one per `series` group, a panel per `facet`."""
+    import numpy as np
+
+    fig, panels = _sweep_panels(table, facet)
+    for ax, panel_title, m in panels:
+        groups = {}
+        for i in np.flatnonzero(m):
+            groups.setdefault(tuple(table[s][i] for s in series), []).append(i)
+        for key, rows in groups.items():
+            rows = np.array(rows)
+            rows = rows[np.argsort(table[x][rows], kind="stable")]
+            name = ", ".join(str(_sweep_tick(s, k) if isinstance(k, float) else k)
+                             for s, k in zip(series, key, strict=True))
+            for y in ys:
+                label = ", ".join(p for p in (name, y if len(ys) > 1 else "") if p) or y
+                ax.plot(table[x][rows], table[y][rows], marker=".", ms=3, lw=1.4, label=label)
+        for value, label in hlines:
+            ax.axhline(value, color="gray", ls=":", lw=1.2)
+            ax.annotate(label, (0.02, value), xycoords=("axes fraction", "data"), fontsize=7,
+                        color="gray", va="bottom")
+        ax.set_xscale("log" if logx else "linear")
+        ax.set_yscale("log" if logy else "linear")
+        _sweep_axis_formatter(ax.xaxis, x, logx)
+        _sweep_axis_formatter(ax.yaxis, ys[0], logy)
+        ax.set_xlabel(xlabel or x)
+        ax.set_ylabel(ylabel or (ys[0] if len(ys) == 1 else ""))
+        if panel_title:
+            ax.set_title(panel_title, fontsize=9)
+        ax.grid(True, which="major", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _sweep_save(fig, title, path)
+
+
+def _sweep_grid(table: dict, rows, x: str, y: str):
+    import numpy as np
+
+    xs = np.unique(table[x][rows])
+    ys = np.unique(table[y][rows])
+    return xs, ys, np.searchsorted(xs, table[x][rows]), np.searchsorted(ys, table[y][rows])
+
+
+def _sweep_ticks(ax, xs, ys, x, y):
+    import numpy as np
+
+    for values, name, set_ticks, set_labels in ((xs, x, ax.set_xticks, ax.set_xticklabels),
+                                                (ys, y, ax.set_yticks, ax.set_yticklabels)):
+        step = max(1, -(-len(values) // 7))
+        idx = np.arange(0, len(values), step)
+        set_ticks(idx)
+        set_labels([_sweep_tick(name, float(values[i])) for i in idx], fontsize=7)
+
+
+def sweep_heatmap(table: dict, *, x: str, y: str, value: str, facet=None, logx=False,
+                  logy=False, title="", xlabel=None, ylabel=None, path=None):
+    """`value` on the x-by-y grid of distinct values (cells in rank order), a panel per facet.
+
+    Values of both signs get a diverging map centred on 0 (elasticities); positive
+    values spanning more than 100x get a log colour scale.
+    """
+    import numpy as np
+    from matplotlib.colors import LogNorm, TwoSlopeNorm
+
+    fig, panels = _sweep_panels(table, facet)
+    for ax, panel_title, m in panels:
+        rows = np.flatnonzero(m)
+        xs, ys, xi, yi = _sweep_grid(table, rows, x, y)
+        grid = np.full((len(ys), len(xs)), np.nan)
+        grid[yi, xi] = table[value][rows]
+        finite = grid[np.isfinite(grid)]
+        lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+        if lo < 0 < hi:
+            norm, cmap = TwoSlopeNorm(0.0, lo, hi), "RdBu_r"
+        elif lo > 0 and hi / lo > 100:
+            norm, cmap = LogNorm(lo, hi), "viridis"
+        else:
+            norm, cmap = None, "viridis"
+        image = ax.imshow(grid, origin="lower", aspect="auto", norm=norm, cmap=cmap,
+                          interpolation="nearest")
+        fig.colorbar(image, ax=ax, shrink=0.85).set_label(value, fontsize=8)
+        _sweep_ticks(ax, xs, ys, x, y)
+        ax.set_xlabel((xlabel or x) + (" (log grid)" if logx else ""))
+        ax.set_ylabel((ylabel or y) + (" (log grid)" if logy else ""))
+        if panel_title:
+            ax.set_title(panel_title, fontsize=9)
+    return _sweep_save(fig, title, path)
+
+
+def sweep_best(table: dict, *, x: str, y: str, value: str, over: str, goal="min", facet=None,
+               logx=False, logy=False, title="", xlabel=None, ylabel=None, path=None):
+    """Which category of `over` minimises (or maximises) `value` in each x-by-y cell."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    names = list(dict.fromkeys(table[over].tolist()))
+    colors = plt.get_cmap("tab10").colors[:len(names)]
+    fig, panels = _sweep_panels(table, facet)
+    for ax, panel_title, m in panels:
+        rows = np.flatnonzero(m)
+        xs, ys, xi, yi = _sweep_grid(table, rows, x, y)
+        best = np.full((len(ys), len(xs)), np.inf if goal == "min" else -np.inf)
+        winner = np.full((len(ys), len(xs)), np.nan)
+        for r, i, j in zip(rows, yi, xi, strict=True):
+            v = table[value][r]
+            if (v < best[i, j]) if goal == "min" else (v > best[i, j]):
+                best[i, j], winner[i, j] = v, names.index(table[over][r])
+        ax.imshow(winner, origin="lower", aspect="auto", cmap=ListedColormap(colors),
+                  vmin=-0.5, vmax=len(names) - 0.5, interpolation="nearest")
+        _sweep_ticks(ax, xs, ys, x, y)
+        ax.set_xlabel((xlabel or x) + (" (log grid)" if logx else ""))
+        ax.set_ylabel((ylabel or y) + (" (log grid)" if logy else ""))
+        if panel_title:
+            ax.set_title(panel_title, fontsize=9)
+    fig.legend(handles=[Patch(color=c, label=n) for c, n in zip(colors, names, strict=True)],
+               fontsize=8, loc="lower center", ncol=min(len(names), 5), title=over,
+               title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    return _sweep_save(fig, title, path, legend_below=True)

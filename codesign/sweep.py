@@ -1,0 +1,1420 @@
+"""Design sweeps: a TOML spec -> points -> vmapped, sharded, resumable evaluation.
+
+A spec (format in `sweeps/README.md`) names a *target* -- a pure jnp function
+of float knob values returning a dict of scalar outputs (`TARGETS`) -- a *base*
+configuration, the *knobs* with their ranges, the *outputs*, and the *plots*
+and *summaries* drawn from the results.
+
+Points. Categorical knobs (algorithm names, presets, schedules) form an outer
+Python loop of *combos*, each compiled once; float knobs form a grid (Cartesian
+product in declaration order, the last knob fastest) crossed with `samples`
+random draws (seeded). Point index = combo x n_float + float index.
+
+Evaluation. Each combo's points are cut into chunks of `chunk_size`; a chunk is
+padded to a multiple of the local device count, placed with a `NamedSharding`
+over a 1D ("batch",) mesh of the local devices, and evaluated by one jitted
+`vmap`. Under `jax.distributed` every process lists the chunks still missing
+and takes every P-th one. Each chunk is written atomically (temp + fsync +
+`os.replace`) as JSON (the record, exact floats) and CSV, so `resume` skips
+what is on disk and recomputes nothing. The merged `results.csv` and
+`results.json` are sorted by point index, formatted with 12 significant
+digits and carry nothing run-dependent: a killed-then-resumed sweep and a 1-
+or 2-process sweep give byte-identical files.
+
+Gradients. With `grad`, every point also carries the elasticities
+d log y / d log x of the chosen outputs with respect to every float knob
+(forward-mode Jacobian), named `dlog(y)/dlog(x)`: a sensitivity map.
+"""
+
+from __future__ import annotations
+
+import abc
+import csv
+import dataclasses
+import hashlib
+import io
+import itertools
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from . import collectives, hardware, units
+from .relax import safe_div
+
+DEFAULT_CHUNK_SIZE = 256
+SIGNIFICANT_DIGITS = 12  # merged results: fixed formatting, robust to last-ulp noise
+_FORMAT_VERSION = 1
+_SPEC_KEYS = ("name", "title", "description", "target", "base", "knobs", "samples", "seed",
+              "outputs", "grad", "chunk_size", "plots", "summary")
+_KNOB_KINDS = ("values", "grid", "log_grid", "random", "categories")
+
+
+# =========================================================================== values
+
+
+def round_significant(value: float) -> float:
+    """`value` rounded to `SIGNIFICANT_DIGITS` (grids and draws survive a CSV round trip)."""
+    return float(format(float(value), f".{SIGNIFICANT_DIGITS}g"))
+
+
+def parse_value(name: str, value: Any, *, field: str) -> float:
+    """A float knob value; strings follow the unit of the name (`*_bytes`, `*_Bps`)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} is not a number")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        if name.endswith("_bytes"):
+            return units.parse_bytes(value, name=field)
+        if name.endswith("_Bps"):
+            return units.parse_bandwidth(value, name=field)
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise ValueError(f"{field}={value!r} is not a number")
+
+
+def human(name: str, value: Any) -> str:
+    """A value for people: bytes binary-prefixed, bandwidths in GB/s, times in s/ms/us."""
+    if not isinstance(value, float):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if name.endswith("_bytes"):
+        return units.format_bytes(value)
+    if name.endswith("_Bps"):
+        return f"{value / units.GB:.4g} GB/s"
+    if name.endswith("_s") and value != 0:
+        for unit, scale in (("s", 1.0), ("ms", units.ms), ("us", units.us), ("ns", units.ns)):
+            if abs(value) >= scale:
+                return f"{value / scale:.4g} {unit}"
+    return f"{value:.4g}"
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return format(value, f".{SIGNIFICANT_DIGITS}g")
+    return str(value)
+
+
+# =========================================================================== spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One swept knob: a list of float `values`, a `random` range, or `categories`."""
+
+    name: str
+    kind: str  # "values" | "random" | "categories"
+    values: tuple = ()
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PlotSpec:
+    """One figure. kind: "line" (y against x per series), "heatmap" (value on an
+    x-by-y grid) or "best" (which `over` category minimises/maximises `value`
+    on an x-by-y grid)."""
+
+    file: str
+    kind: str
+    x: str
+    y: tuple[str, ...]
+    value: str | None
+    series: tuple[str, ...]
+    facet: str | None
+    over: str | None
+    goal: str
+    where: dict
+    logx: bool
+    logy: bool
+    title: str
+    xlabel: str | None
+    ylabel: str | None
+    hlines: tuple[tuple[float, str], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class SummarySpec:
+    """One line group of `summary.txt`. kind: "table" (the selected rows),
+    "best" (the winning `over` category per group, as runs along `x`),
+    "ratio" (`value` where `numerator` over `value` where `denominator`, per
+    `by` group), "spread" (min, max and max/min of `value` per `by` group)."""
+
+    kind: str
+    label: str
+    where: dict
+    columns: tuple[str, ...]
+    by: tuple[str, ...]
+    x: str | None
+    over: str | None
+    value: str | None
+    goal: str
+    numerator: dict
+    denominator: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    title: str
+    description: str
+    target: str
+    base: dict
+    knobs: tuple[Knob, ...]
+    samples: int
+    seed: int
+    outputs: tuple[str, ...]
+    grad_outputs: tuple[str, ...]
+    chunk_size: int
+    plots: tuple[PlotSpec, ...]
+    summaries: tuple[SummarySpec, ...]
+    directory: Path  # where relative paths in `base` are resolved
+
+    @property
+    def categorical(self) -> tuple[Knob, ...]:
+        return tuple(k for k in self.knobs if k.kind == "categories")
+
+    @property
+    def floats(self) -> tuple[Knob, ...]:
+        return tuple(k for k in self.knobs if k.kind != "categories")
+
+
+def _table(value, field: str) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{field}={value!r} must be a table")
+    return value
+
+
+def _strings(value, field: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{field}={value!r} must be a name or a list of names")
+    return tuple(value)
+
+
+def _int(value, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{field}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def _bool(value, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} must be true or false")
+    return value
+
+
+def _only(table: dict, allowed: tuple[str, ...], field: str) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ValueError(f"{field}.{key} is not a known key; use {', '.join(allowed)}")
+
+
+def _range(name: str, value, field: str, size: bool) -> tuple[float, float, int]:
+    n_items = 3 if size else 2
+    if not isinstance(value, list) or len(value) != n_items:
+        shape = "[low, high, points]" if size else "[low, high]"
+        raise ValueError(f"{field}={value!r} must be {shape}")
+    low = parse_value(name, value[0], field=field)
+    high = parse_value(name, value[1], field=field)
+    n = _int(value[2], field, 1) if size else 0
+    if not low <= high:
+        raise ValueError(f"{field}={value!r} needs low <= high")
+    return low, high, n
+
+
+def _parse_knob(name: str, raw) -> Knob:
+    field = f"knobs.{name}"
+    if isinstance(raw, list):
+        raw = {"values": raw}
+    raw = _table(raw, field)
+    kinds = [k for k in _KNOB_KINDS if k in raw]
+    if len(kinds) != 1:
+        raise ValueError(f"{field} needs exactly one of {', '.join(_KNOB_KINDS)}; "
+                         f"got {sorted(raw)}")
+    kind = kinds[0]
+    _only(raw, (kind, "log") if kind == "random" else (kind,), field)
+    value, where = raw[kind], f"{field}.{kind}"
+    if kind == "categories":
+        if (not isinstance(value, list) or not value
+                or not all(isinstance(v, (str, int, float)) for v in value)):
+            raise ValueError(f"{where}={value!r} must be a non-empty list")
+        if len({str(v) for v in value}) != len(value):
+            raise ValueError(f"{where}={value!r} has repeated categories")
+        return Knob(name, "categories", tuple(value))
+    if kind == "values":
+        if not isinstance(value, list) or not value:
+            raise ValueError(f"{where}={value!r} must be a non-empty list")
+        return Knob(name, "values", tuple(parse_value(name, v, field=where) for v in value))
+    if kind == "random":
+        low, high, _ = _range(name, value, where, size=False)
+        log = _bool(raw.get("log", False), f"{field}.log")
+        if log and not low > 0:
+            raise ValueError(f"{where}={value!r} must be positive with log = true")
+        return Knob(name, "random", low=low, high=high, log=log)
+    low, high, n = _range(name, value, where, size=True)
+    if kind == "log_grid":
+        if not low > 0:
+            raise ValueError(f"{where}={value!r} must be positive for a log grid")
+        grid = np.geomspace(low, high, n) if n > 1 else np.array([low])
+    else:
+        grid = np.linspace(low, high, n)
+    return Knob(name, "values", tuple(round_significant(v) for v in grid))
+
+
+def _where(raw, field: str) -> dict:
+    raw = _table(raw, field)
+    return {k: tuple(v) if isinstance(v, list) else (v,) for k, v in raw.items()}
+
+
+_PLOT_KEYS = ("file", "kind", "x", "y", "value", "series", "facet", "over", "goal", "where",
+              "logx", "logy", "title", "xlabel", "ylabel", "hlines")
+
+
+def _parse_plot(raw, i: int, name: str) -> PlotSpec:
+    field = f"plots[{i}]"
+    raw = _table(raw, field)
+    _only(raw, _PLOT_KEYS, field)
+    kind = raw.get("kind", "line")
+    if kind not in ("line", "heatmap", "best"):
+        raise ValueError(f"{field}.kind={kind!r} must be line, heatmap or best")
+    for key in ("x", "y") + (("value",) if kind != "line" else ()) + (
+            ("over",) if kind == "best" else ()):
+        if key not in raw:
+            raise ValueError(f"{field}.{key} is required for kind={kind!r}")
+    goal = raw.get("goal", "min")
+    if goal not in ("min", "max"):
+        raise ValueError(f"{field}.goal={goal!r} must be min or max")
+    hlines = []
+    for j, line in enumerate(raw.get("hlines", [])):
+        if not (isinstance(line, list) and len(line) == 2 and isinstance(line[1], str)):
+            raise ValueError(f"{field}.hlines[{j}]={line!r} must be [value, \"label\"]")
+        hlines.append((parse_value(raw["y"] if isinstance(raw["y"], str) else "",
+                                   line[0], field=f"{field}.hlines[{j}]"), line[1]))
+    facet = raw.get("facet")
+    if facet is not None and not isinstance(facet, str):
+        raise ValueError(f"{field}.facet={facet!r} must be a column name")
+    return PlotSpec(
+        file=str(raw.get("file", f"{name}-{i}.png")), kind=kind,
+        x=_strings(raw["x"], f"{field}.x")[0],
+        y=_strings(raw["y"], f"{field}.y"), value=raw.get("value"),
+        series=_strings(raw.get("series", []), f"{field}.series"), facet=facet,
+        over=raw.get("over"), goal=goal, where=_where(raw.get("where", {}), f"{field}.where"),
+        logx=_bool(raw.get("logx", False), f"{field}.logx"),
+        logy=_bool(raw.get("logy", False), f"{field}.logy"),
+        title=str(raw.get("title", "")), xlabel=raw.get("xlabel"), ylabel=raw.get("ylabel"),
+        hlines=tuple(hlines))
+
+
+_SUMMARY_KEYS = ("kind", "label", "where", "columns", "by", "x", "over", "value", "goal",
+                 "numerator", "denominator")
+_SUMMARY_NEEDS = {"table": (), "best": ("over", "value"), "ratio": ("value", "numerator",
+                                                                     "denominator"),
+                  "spread": ("value",)}
+
+
+def _parse_summary(raw, i: int) -> SummarySpec:
+    field = f"summary[{i}]"
+    raw = _table(raw, field)
+    _only(raw, _SUMMARY_KEYS, field)
+    kind = raw.get("kind", "table")
+    if kind not in _SUMMARY_NEEDS:
+        raise ValueError(f"{field}.kind={kind!r} must be one of {', '.join(_SUMMARY_NEEDS)}")
+    for key in _SUMMARY_NEEDS[kind]:
+        if key not in raw:
+            raise ValueError(f"{field}.{key} is required for kind={kind!r}")
+    goal = raw.get("goal", "min")
+    if goal not in ("min", "max"):
+        raise ValueError(f"{field}.goal={goal!r} must be min or max")
+    return SummarySpec(
+        kind=kind, label=str(raw.get("label", kind)),
+        where=_where(raw.get("where", {}), f"{field}.where"),
+        columns=_strings(raw.get("columns", []), f"{field}.columns"),
+        by=_strings(raw.get("by", []), f"{field}.by"), x=raw.get("x"), over=raw.get("over"),
+        value=raw.get("value"), goal=goal,
+        numerator=_where(raw.get("numerator", {}), f"{field}.numerator"),
+        denominator=_where(raw.get("denominator", {}), f"{field}.denominator"))
+
+
+def parse_spec(raw: dict, *, name: str = "sweep", directory: Path | str = ".") -> Spec:
+    """A validated `Spec` from the parsed TOML `raw`; errors name the key."""
+    _only(raw, _SPEC_KEYS, "spec")
+    target_name = raw.get("target")
+    if target_name not in TARGETS:
+        raise ValueError(f"target={target_name!r} is unknown; choose one of "
+                         f"{', '.join(TARGETS)}")
+    target = TARGETS[target_name]
+    base = _table(raw.get("base", {}), "base")
+    knobs_raw = _table(raw.get("knobs", {}), "knobs")
+    knobs = tuple(_parse_knob(k, v) for k, v in knobs_raw.items())
+    directory = Path(directory)
+    target.check(base, knobs, directory)
+    random_knobs = [k for k in knobs if k.kind == "random"]
+    samples = _int(raw.get("samples", 0), "samples", 1 if random_knobs else 0)
+    if samples and not random_knobs:
+        raise ValueError(f"samples={samples} needs at least one knob with random = [low, high]")
+    available = target.outputs(base, directory)
+    outputs = _strings(raw.get("outputs", list(available)), "outputs")
+    for o in outputs:
+        if o not in available:
+            raise ValueError(f"outputs: {o!r} is not an output of target {target_name!r}; "
+                             f"choose from {', '.join(available)}")
+    grad = _table(raw.get("grad", {}), "grad")
+    _only(grad, ("outputs",), "grad")
+    grad_outputs = _strings(grad.get("outputs", list(outputs)), "grad.outputs")
+    for o in grad_outputs:
+        if o not in outputs:
+            raise ValueError(f"grad.outputs: {o!r} is not one of outputs ({', '.join(outputs)})")
+    plots_raw = raw.get("plots", [])
+    summary_raw = raw.get("summary", [])
+    if not isinstance(plots_raw, list) or not isinstance(summary_raw, list):
+        raise ValueError("plots and summary must be arrays of tables ([[plots]], [[summary]])")
+    spec_name = str(raw.get("name", name))
+    spec = Spec(
+        name=spec_name, title=str(raw.get("title", spec_name)),
+        description=str(raw.get("description", "")), target=target_name, base=base,
+        knobs=knobs, samples=samples, seed=_int(raw.get("seed", 0), "seed", 0),
+        outputs=outputs, grad_outputs=grad_outputs,
+        chunk_size=_int(raw.get("chunk_size", DEFAULT_CHUNK_SIZE), "chunk_size", 1),
+        plots=tuple(_parse_plot(p, i, spec_name) for i, p in enumerate(plots_raw)),
+        summaries=tuple(_parse_summary(s, i) for i, s in enumerate(summary_raw)),
+        directory=directory)
+    _check_columns(spec)
+    return spec
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate the spec at `path` (relative paths in it resolve next to it)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"spec {str(path)!r} does not exist")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"spec {str(path)!r} is not valid TOML: {e}") from None
+    return parse_spec(raw, name=path.stem, directory=path.parent)
+
+
+def elasticity_column(output: str, knob: str) -> str:
+    return f"dlog({output})/dlog({knob})"
+
+
+def columns(spec: Spec, grad_outputs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The result columns: index, categorical knobs, float knobs, outputs, elasticities."""
+    floats = tuple(k.name for k in spec.floats)
+    grads = tuple(elasticity_column(o, k) for o in grad_outputs for k in floats)
+    return ("index",) + tuple(k.name for k in spec.categorical) + floats + spec.outputs + grads
+
+
+def _check_columns(spec: Spec) -> None:
+    known = set(columns(spec))
+    elastic = set(columns(spec, spec.outputs)) - known
+
+    def need(name, field):
+        if name is not None and name not in known and name not in elastic:
+            raise ValueError(f"{field}={name!r} is not a result column; choose from "
+                             f"{', '.join(sorted(known))} (or dlog(y)/dlog(x) with --grad)")
+
+    for i, p in enumerate(spec.plots):
+        for key in ("x", "value", "facet", "over"):
+            need(getattr(p, key), f"plots[{i}].{key}")
+        for name in p.y + p.series + tuple(p.where):
+            need(name, f"plots[{i}]")
+    for i, s in enumerate(spec.summaries):
+        for key in ("x", "over", "value"):
+            need(getattr(s, key), f"summary[{i}].{key}")
+        for name in (s.columns + s.by + tuple(s.where) + tuple(s.numerator)
+                     + tuple(s.denominator)):
+            need(name, f"summary[{i}]")
+
+
+# =========================================================================== points
+
+
+@dataclasses.dataclass(frozen=True)
+class Points:
+    """Every point of a spec: `combos` (categorical) x `floats` rows."""
+
+    categorical: tuple[str, ...]
+    combos: tuple[tuple, ...]
+    float_names: tuple[str, ...]
+    floats: np.ndarray  # (n_float, len(float_names)) float64
+
+    @property
+    def size(self) -> int:
+        return len(self.combos) * len(self.floats)
+
+
+def _draw(rng: np.random.Generator, knob: Knob, n: int) -> np.ndarray:
+    if knob.log:
+        u = rng.uniform(np.log(knob.low), np.log(knob.high), n)
+        return np.array([round_significant(v) for v in np.exp(u)])
+    return np.array([round_significant(v) for v in rng.uniform(knob.low, knob.high, n)])
+
+
+def make_points(spec: Spec) -> Points:
+    cats = spec.categorical
+    combos = tuple(itertools.product(*(k.values for k in cats)))
+    grid = [k for k in spec.floats if k.kind == "values"]
+    rand = [k for k in spec.floats if k.kind == "random"]
+    g = np.array(list(itertools.product(*(k.values for k in grid))), float).reshape(-1, len(grid))
+    if rand:
+        rng = np.random.default_rng(spec.seed)
+        draws = np.stack([_draw(rng, k, spec.samples) for k in rand], axis=1)
+        floats = np.concatenate([np.repeat(g, len(draws), axis=0),
+                                 np.tile(draws, (len(g), 1))], axis=1)
+    else:
+        floats = g
+    order = [k.name for k in grid + rand]
+    names = tuple(k.name for k in spec.floats)
+    floats = floats[:, [order.index(n) for n in names]] if names else floats
+    return Points(tuple(k.name for k in cats), combos, names, np.ascontiguousarray(floats))
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    id: int
+    combo: int
+    start: int  # float-point range [start, stop) within the combo
+    stop: int
+
+
+def make_chunks(points: Points, chunk_size: int) -> tuple[Chunk, ...]:
+    n = len(points.floats)
+    ranges = [(s, min(s + chunk_size, n)) for s in range(0, n, chunk_size)]
+    pairs = itertools.product(range(len(points.combos)), ranges)
+    return tuple(Chunk(i, c, s, e) for i, (c, (s, e)) in enumerate(pairs))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A spec made concrete: its points, chunks, columns and fingerprint."""
+
+    spec: Spec
+    grad_outputs: tuple[str, ...]
+    points: Points
+    chunks: tuple[Chunk, ...]
+    columns: tuple[str, ...]
+    fingerprint: str  # of everything the chunk files depend on (chunk_size included)
+    results_id: str  # of everything the merged results depend on (not chunking, not processes)
+
+
+def make_plan(spec: Spec, grad: bool | str | None = None) -> Plan:
+    """`grad`: None/False = values only; True = elasticities of `spec.grad_outputs`;
+    an output name = elasticities of that output only."""
+    if grad in (None, False):
+        grad_outputs: tuple[str, ...] = ()
+    elif grad is True:
+        grad_outputs = spec.grad_outputs
+    elif grad in spec.outputs:
+        grad_outputs = (grad,)
+    else:
+        raise ValueError(f"--grad {grad!r} is not one of outputs ({', '.join(spec.outputs)})")
+    points = make_points(spec)
+    record = {
+        "version": _FORMAT_VERSION, "target": spec.target, "base": spec.base,
+        "knobs": [dataclasses.asdict(k) for k in spec.knobs], "samples": spec.samples,
+        "seed": spec.seed, "outputs": spec.outputs, "grad": grad_outputs,
+        "extra": TARGETS[spec.target].fingerprint(spec.base, spec.directory),
+    }
+    return Plan(spec, grad_outputs, points, make_chunks(points, spec.chunk_size),
+                columns(spec, grad_outputs),
+                _digest({**record, "chunk_size": spec.chunk_size}), _digest(record))
+
+
+def _digest(record: dict) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# =========================================================================== targets
+
+
+PointFn = Callable[[dict], dict]  # float knob values (jnp scalars) -> outputs (jnp scalars)
+
+
+class Target(abc.ABC):
+    """A pure jnp function of knob values, configured by a spec's `base`."""
+
+    name: str
+    description: str
+
+    @abc.abstractmethod
+    def float_knobs(self, base: dict, directory: Path) -> tuple[str, ...]:
+        """The names a float knob may take."""
+
+    @abc.abstractmethod
+    def categorical_knobs(self, base: dict, directory: Path) -> tuple[str, ...]:
+        """The names a categorical knob may take."""
+
+    @abc.abstractmethod
+    def outputs(self, base: dict, directory: Path) -> tuple[str, ...]:
+        """The outputs the point function returns."""
+
+    @abc.abstractmethod
+    def build(self, settings: dict, directory: Path) -> PointFn:
+        """The point function for `settings` (base with the combo's categories)."""
+
+    def base_keys(self, base: dict, directory: Path) -> tuple[str, ...]:
+        return self.float_knobs(base, directory) + self.categorical_knobs(base, directory)
+
+    def fingerprint(self, base: dict, directory: Path) -> str:
+        """Anything outside the spec the results depend on (e.g. a scenario file)."""
+        return ""
+
+    def check(self, base: dict, knobs: tuple[Knob, ...], directory: Path) -> None:
+        _only(base, self.base_keys(base, directory), "base")
+        floats, cats = self.float_knobs(base, directory), self.categorical_knobs(base, directory)
+        for k in knobs:
+            allowed = cats if k.kind == "categories" else floats
+            if k.name not in allowed:
+                what = "categorical" if k.kind == "categories" else "float"
+                raise ValueError(f"knobs.{k.name} is not a {what} knob of target {self.name!r}; "
+                                 f"choose from {', '.join(allowed)}")
+
+
+def _settings(base: dict, names: tuple[str, ...], combo: tuple) -> dict:
+    return {**base, **dict(zip(names, combo, strict=True))}
+
+
+def _tier_leaf(system: hardware.System, knob: str, value) -> hardware.System:
+    tier_name, leaf = knob.split(".")
+    return eqx.tree_at(lambda s: getattr(getattr(s, tier_name), leaf), system,
+                       jnp.asarray(value, dtype=float))
+
+
+class CollectiveTarget(Target):
+    """One collective on a preset system (`collectives.cost`).
+
+    base/categories: `system` (preset), `op`, `algorithm` (or "auto"), `tier`:
+    "system" (flat algorithms on the fast tier while ranks fit the scale-up
+    domain, on the scale-out tier beyond; `hierarchical` spans both with
+    `local_ranks` per domain), "scale_up" or "scale_out" (one tier alone).
+    Float knobs: `n_bytes`, `ranks`, `local_ranks` (default: the system's
+    scale-up domain) and the tiers' `bandwidth_Bps`, `latency_s`, `efficiency`.
+    """
+
+    name = "collective"
+    description = "time, algbw and busbw of one collective (op, algorithm, bytes, ranks, tier)"
+    _TIER_KNOBS = tuple(f"{t}.{leaf}" for t in ("scale_up", "scale_out")
+                        for leaf in ("bandwidth_Bps", "latency_s", "efficiency"))
+    _FLOATS = ("n_bytes", "ranks", "local_ranks") + _TIER_KNOBS
+    _CATEGORIES = ("system", "op", "algorithm", "tier")
+    _OUTPUTS = ("time_s", "latency_s", "bandwidth_s", "reduction_s", "algbw_Bps", "busbw_Bps",
+                "bus_factor", "latency_share")
+    _DEFAULTS = {"system": "dgx-h100", "op": "all_reduce", "algorithm": "ring",
+                 "tier": "system", "n_bytes": units.GiB, "ranks": 8.0}
+
+    def float_knobs(self, base, directory):
+        return self._FLOATS
+
+    def categorical_knobs(self, base, directory):
+        return self._CATEGORIES
+
+    def outputs(self, base, directory):
+        return self._OUTPUTS
+
+    def check(self, base, knobs, directory):
+        super().check(base, knobs, directory)
+        combos = itertools.product(*(k.values for k in knobs if k.kind == "categories"))
+        names = tuple(k.name for k in knobs if k.kind == "categories")
+        for combo in combos:  # fail on a bad op/algorithm/system before any compile
+            self._static(_settings(base, names, combo))
+
+    def _static(self, settings: dict):
+        s = {**self._DEFAULTS, **settings}
+        system = hardware.system(str(s["system"]))
+        op = str(s["op"])
+        if s["tier"] not in ("system", "scale_up", "scale_out"):
+            raise ValueError(f"tier={s['tier']!r} must be system, scale_up or scale_out")
+        names = collectives.algorithms(op, hierarchical=s["tier"] == "system") + ("auto",)
+        if s["algorithm"] not in names:
+            raise ValueError(f"algorithm={s['algorithm']!r} is not defined for op={op!r} on "
+                             f"tier={s['tier']!r}; choose one of {', '.join(names)}")
+        floats = {k: parse_value(k, s[k], field=f"base.{k}") for k in self._FLOATS if k in s}
+        return system, op, str(s["algorithm"]), s["tier"], floats
+
+    def build(self, settings, directory):
+        system0, op, algorithm, tier_mode, constants = self._static(settings)
+        local_default = float(system0.scale_up_domain)
+
+        def point(knobs: dict) -> dict:
+            v = {**constants, **knobs}
+            system = system0
+            for k in self._TIER_KNOBS:
+                if k in v:
+                    system = _tier_leaf(system, k, v[k])
+            n, p = jnp.asarray(v["n_bytes"], float), jnp.asarray(v["ranks"], float)
+            if tier_mode == "system":
+                c = collectives.cost(op, algorithm, n, p, system.scale_up, outer=system.scale_out,
+                                     local_ranks=v.get("local_ranks", local_default))
+            else:
+                c = collectives.cost(op, algorithm, n, p, getattr(system, tier_mode))
+            return {"time_s": c.time_s, "latency_s": c.latency_s, "bandwidth_s": c.bandwidth_s,
+                    "reduction_s": c.reduction_s,
+                    "algbw_Bps": collectives.algbw_Bps(n, c.time_s),
+                    "busbw_Bps": collectives.busbw_Bps(op, n, c.time_s, p),
+                    "bus_factor": collectives.bus_factor(op, p),
+                    "latency_share": safe_div(c.latency_s, c.time_s)}
+
+        return point
+
+
+def _replace(module, values: dict, names: tuple[str, ...]):
+    """`module` with the float leaves `names` found in `values` replaced (traced or not)."""
+    for name in names:
+        if name in values:
+            module = eqx.tree_at(lambda m, n=name: getattr(m, n), module,
+                                 jnp.asarray(values[name], dtype=float))
+    return module
+
+
+def _constants(settings: dict, floats: tuple[str, ...]) -> dict:
+    return {k: parse_value(k, settings[k], field=f"base.{k}") for k in floats if k in settings}
+
+
+class ReliabilityTarget(Target):
+    """Stragglers, failures and checkpoints of a job (`reliability.report`).
+
+    Float knobs: `step_time_s` (the healthy median step), `gpus`,
+    `participants` (ranks the step waits for; default `gpus`),
+    `checkpoint_bytes`, and every field of `reliability.Reliability`
+    (straggler_q, straggler_slowdown, straggler_sigma, gpu_mtbf_s, restart_s,
+    checkpoint_write_s, ...). Defaults: 10 s steps, 16,384 GPUs, a 6 TB
+    checkpoint (a Llama-3-405B-like run) and the `Reliability` defaults.
+    """
+
+    name = "reliability"
+    description = "stragglers (1-(1-q)^p, max of p draws), failures, checkpoints, goodput"
+    _DEFAULTS = {"step_time_s": 10.0, "gpus": 16384.0, "checkpoint_bytes": 6e12}
+    _OUTPUTS = ("p_step_delayed", "expected_step_time_s", "step_time_p50_s", "step_time_p99_s",
+                "straggler_slowdown_factor", "mtbf_s", "checkpoint_write_s",
+                "checkpoint_interval_s", "young_interval_s", "restart_downtime_s",
+                "effective_training_time_fraction", "goodput")
+
+    def _fields(self) -> tuple[str, ...]:
+        from .reliability import Reliability
+
+        return tuple(f.name for f in dataclasses.fields(Reliability))
+
+    def float_knobs(self, base, directory):
+        return ("step_time_s", "gpus", "participants", "checkpoint_bytes") + self._fields()
+
+    def categorical_knobs(self, base, directory):
+        return ()
+
+    def outputs(self, base, directory):
+        return self._OUTPUTS
+
+    def build(self, settings, directory):
+        from . import reliability as R
+
+        constants = {**self._DEFAULTS, **_constants(settings, self.float_knobs({}, None))}
+        fields = self._fields()
+
+        def point(knobs: dict) -> dict:
+            v = {**constants, **knobs}
+            rel = _replace(R.Reliability(), v, fields)
+            rep = R.report(v["step_time_s"], v["gpus"], v["checkpoint_bytes"], rel,
+                           participants=v.get("participants"))
+            return {"p_step_delayed": rep.p_step_delayed,
+                    "expected_step_time_s": rep.expected_step_time_s,
+                    "step_time_p50_s": rep.step_time_p50_s,
+                    "step_time_p99_s": rep.step_time_p99_s,
+                    "straggler_slowdown_factor": rep.expected_step_time_s / v["step_time_s"],
+                    "mtbf_s": rep.mtbf_s, "checkpoint_write_s": rep.checkpoint_write_s,
+                    "checkpoint_interval_s": rep.checkpoint_interval_s,
+                    "young_interval_s": R.young_interval_s(rep.checkpoint_write_s, rep.mtbf_s),
+                    "restart_downtime_s": rep.restart_downtime_s,
+                    "effective_training_time_fraction": rep.effective_training_time_fraction,
+                    "goodput": rep.goodput}
+
+        return point
+
+
+class EcmpTarget(Target):
+    """k elephant flows hashed onto m equal-cost links (`fabric.flow_slowdown`).
+
+    Float knobs: `k_flows`, `m_links`, `overhead` (of spraying/adaptive
+    routing); categorical: `routing` (ecmp, spray, adaptive). Under vmap the
+    expected maximum load is `fabric`'s differentiable Poisson form (within
+    ~1% of the exact balls-into-bins value for the sizes swept here).
+    """
+
+    name = "ecmp"
+    description = "ECMP hash collisions: busiest-link load and slowdown of k flows on m links"
+    _FLOATS = ("k_flows", "m_links", "overhead")
+    _OUTPUTS = ("expected_max_load", "ideal_load", "slowdown", "bandwidth_fraction")
+    _DEFAULTS = {"k_flows": 8.0, "m_links": 8.0, "overhead": 0.0, "routing": "ecmp"}
+
+    def float_knobs(self, base, directory):
+        return self._FLOATS
+
+    def categorical_knobs(self, base, directory):
+        return ("routing",)
+
+    def outputs(self, base, directory):
+        return self._OUTPUTS
+
+    def check(self, base, knobs, directory):
+        from .fabric import ROUTINGS
+
+        super().check(base, knobs, directory)
+        routings = [base.get("routing", "ecmp")] + [
+            r for k in knobs if k.kind == "categories" for r in k.values]
+        for r in routings:
+            if r not in ROUTINGS:
+                raise ValueError(f"routing={r!r} is not one of {', '.join(ROUTINGS)}")
+
+    def build(self, settings, directory):
+        from . import fabric
+
+        routing = settings.get("routing", self._DEFAULTS["routing"])
+        constants = {**self._DEFAULTS, **_constants(settings, self._FLOATS)}
+
+        def point(knobs: dict) -> dict:
+            v = {**constants, **knobs}
+            k, m = jnp.asarray(v["k_flows"], float), jnp.asarray(v["m_links"], float)
+            slow = fabric.flow_slowdown(k, m, routing, v["overhead"])
+            ideal = jnp.maximum(k / m, 1.0)
+            return {"expected_max_load": slow * ideal, "ideal_load": ideal, "slowdown": slow,
+                    "bandwidth_fraction": 1.0 / slow}
+
+        return point
+
+
+class FabricTarget(Target):
+    """Parts, cost and power of a scale-out fabric (`fabric.inventory`), with the
+    rail-only savings and MoE all-to-all penalty (`fabric.rail_only_*`), and the
+    scale-up bandwidth a group sees on a torus or a switch (`fabric.scale_up_tier`).
+
+    Categorical: `system` (preset), `topology` (two_tier, clos, rail_only, torus).
+    Float knobs: `gpus`, `scale_up_domain`, `pod_size`, `oversubscription`, every
+    `fabric.Prices` field (switch_radix, switch_usd, ...), `n_bytes` and `ranks`
+    of the all-to-all, `group_size` and `stride` of the scale-up group.
+    """
+
+    name = "fabric"
+    description = "fabric inventory (switches, optics, cost, power) per topology; rail-only penalty"
+    _SYSTEM = ("gpus", "scale_up_domain", "pod_size", "oversubscription")
+    _OUTPUTS = ("switches", "transceivers", "cables", "network_cost_usd", "network_power_w",
+                "cost_usd", "power_w", "cost_per_gpu_usd", "power_per_gpu_w",
+                "rail_only_cost_saving", "rail_only_power_saving", "all_to_all_penalty",
+                "scale_up_group_Bps")
+    _DEFAULTS = {"system": "dgx-h100", "n_bytes": 64 * units.MiB, "ranks": 256.0,
+                 "group_size": 8.0, "stride": 1.0}
+
+    def _prices(self) -> tuple[str, ...]:
+        from .fabric import Prices
+
+        return tuple(f.name for f in dataclasses.fields(Prices))
+
+    def float_knobs(self, base, directory):
+        return self._SYSTEM + self._prices() + ("n_bytes", "ranks", "group_size", "stride")
+
+    def categorical_knobs(self, base, directory):
+        return ("system", "topology")
+
+    def outputs(self, base, directory):
+        return self._OUTPUTS
+
+    def check(self, base, knobs, directory):
+        super().check(base, knobs, directory)
+        names = tuple(k.name for k in knobs if k.kind == "categories")
+        for combo in itertools.product(*(k.values for k in knobs if k.kind == "categories")):
+            self._system(_settings(base, names, combo))
+
+    def _system(self, settings) -> hardware.System:
+        from .fabric import with_topology
+
+        system = hardware.system(str(settings.get("system", self._DEFAULTS["system"])))
+        topology = settings.get("topology", system.topology)
+        if topology not in hardware.TOPOLOGIES:
+            raise ValueError(f"topology={topology!r} is not one of "
+                             f"{', '.join(hardware.TOPOLOGIES)}")
+        return with_topology(system, topology)
+
+    def build(self, settings, directory):
+        from . import fabric
+
+        system0 = self._system(settings)
+        constants = {**self._DEFAULTS, **_constants(settings, self.float_knobs({}, None))}
+        prices_fields = self._prices()
+        shape = fabric.system_torus_shape(system0) if system0.topology == "torus" else None
+
+        def point(knobs: dict) -> dict:
+            v = {**constants, **knobs}
+            system = _replace(system0, v, self._SYSTEM)
+            prices = _replace(fabric.DEFAULT_PRICES, v, prices_fields)
+            inv = fabric.inventory(system, prices)
+            cost_saving, power_saving = fabric.rail_only_saving(system, prices)
+            n, p = jnp.asarray(v["n_bytes"], float), jnp.asarray(v["ranks"], float)
+            group = fabric.scale_up_tier(system, v["group_size"], v["stride"], shape=shape)
+            return {"switches": inv.leaf_switches + inv.spine_switches + inv.core_switches
+                    + inv.ocs_switches, "transceivers": inv.transceivers, "cables": inv.cables,
+                    "network_cost_usd": inv.network_cost_usd,
+                    "network_power_w": inv.network_power_w, "cost_usd": inv.cost_usd,
+                    "power_w": inv.power_w, "cost_per_gpu_usd": inv.cost_per_gpu_usd,
+                    "power_per_gpu_w": inv.power_per_gpu_w,
+                    "rail_only_cost_saving": cost_saving, "rail_only_power_saving": power_saving,
+                    "all_to_all_penalty": fabric.rail_only_all_to_all_penalty(system, n, p),
+                    "scale_up_group_Bps": group.bandwidth_Bps}
+
+        return point
+
+
+TARGETS: dict[str, Target] = {t.name: t for t in (CollectiveTarget(), ReliabilityTarget(),
+                                                  EcmpTarget(), FabricTarget())}
+
+
+# =========================================================================== evaluation
+
+
+def point_function(plan: Plan, combo: int) -> Callable[[jax.Array], jax.Array]:
+    """x (n_float_knobs,) -> [outputs..., elasticities...] for one combo of `plan`."""
+    spec, pts = plan.spec, plan.points
+    settings = _settings(spec.base, pts.categorical, pts.combos[combo])
+    fn = TARGETS[spec.target].build(settings, spec.directory)
+    names, outputs = pts.float_names, spec.outputs
+
+    def values(x):
+        out = fn({n: x[i] for i, n in enumerate(names)})
+        return jnp.stack([jnp.reshape(jnp.asarray(out[o], dtype=float), ()) for o in outputs])
+
+    if not plan.grad_outputs or not names:
+        return values
+    rows = np.array([outputs.index(o) for o in plan.grad_outputs])
+
+    def with_elasticities(x):
+        jac, y = jax.jacfwd(lambda x: (values(x), values(x)), has_aux=True)(x)
+        elasticity = safe_div(jac[rows, :] * x[None, :], y[rows, None])
+        return jnp.concatenate([y, elasticity.reshape(-1)])
+
+    return with_elasticities
+
+
+class _Evaluator:
+    """Jitted vmaps over a 1D ("batch",) mesh of the local devices, one per combo."""
+
+    def __init__(self, plan: Plan, devices=None):
+        self.plan = plan
+        self.devices = list(devices if devices is not None else jax.local_devices())
+        self.sharding = NamedSharding(Mesh(np.array(self.devices), ("batch",)),
+                                      PartitionSpec("batch"))
+        n_float, d = len(plan.points.floats), len(self.devices)
+        self.padded = -(-min(plan.spec.chunk_size, n_float) // d) * d
+        self._compiled: dict[int, Callable] = {}
+
+    def __call__(self, chunk: Chunk) -> np.ndarray:
+        if chunk.combo not in self._compiled:
+            fn = jax.vmap(point_function(self.plan, chunk.combo))
+            self._compiled[chunk.combo] = jax.jit(fn, in_shardings=self.sharding,
+                                                  out_shardings=self.sharding)
+        x = self.plan.points.floats[chunk.start:chunk.stop]
+        pad = self.padded - len(x)  # repeat the last point: finite, then dropped
+        x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)]) if pad else x
+        out = self._compiled[chunk.combo](jax.device_put(x, self.sharding))
+        return np.asarray(jax.device_get(out))[:chunk.stop - chunk.start]
+
+
+def chunk_rows(plan: Plan, chunk: Chunk, values: np.ndarray) -> list[list]:
+    pts = plan.points
+    combo = list(pts.combos[chunk.combo])
+    base = chunk.combo * len(pts.floats)
+    return [[base + i] + combo + [float(v) for v in pts.floats[i]] + [float(v) for v in row]
+            for i, row in zip(range(chunk.start, chunk.stop), values, strict=True)]
+
+
+# =========================================================================== files
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _csv_text(header, rows) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([[_format(v) for v in row] for row in rows])
+    return buf.getvalue()
+
+
+def chunk_path(out_dir: Path, chunk: Chunk) -> Path:
+    return Path(out_dir) / "chunks" / f"{chunk.id:06d}.json"
+
+
+def write_chunk(plan: Plan, out_dir: Path, chunk: Chunk, rows: list[list]) -> None:
+    """CSV first, then the JSON record whose presence marks the chunk done."""
+    path = chunk_path(out_dir, chunk)
+    _atomic_write(path.with_suffix(".csv"), _csv_text(plan.columns, rows))
+    record = {"fingerprint": plan.fingerprint, "chunk": chunk.id, "columns": plan.columns,
+              "rows": rows}
+    _atomic_write(path, json.dumps(record))
+
+
+def read_chunk(plan: Plan, out_dir: Path, chunk: Chunk) -> list[list] | None:
+    """The rows of `chunk` on disk, or None when absent or not this plan's."""
+    try:
+        record = json.loads(chunk_path(out_dir, chunk).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = (record.get("fingerprint") == plan.fingerprint and record.get("chunk") == chunk.id
+          and len(record.get("rows", ())) == chunk.stop - chunk.start)
+    return record["rows"] if ok else None
+
+
+def prepare_out_dir(plan: Plan, out_dir: Path, resume: bool) -> None:
+    """Create `out_dir`; without `resume` drop old chunks; with it, insist on the same plan."""
+    out_dir = Path(out_dir)
+    chunks_dir = out_dir / "chunks"
+    chunks_dir.mkdir(parents=True, exist_ok=True)
+    manifest = out_dir / "manifest.json"
+    if resume and manifest.exists():
+        old = json.loads(manifest.read_text()).get("fingerprint")
+        if old != plan.fingerprint:
+            raise ValueError(f"--out {str(out_dir)!r} holds a sweep with another spec or --grad "
+                             f"(fingerprint {old} != {plan.fingerprint}); rerun without "
+                             f"--resume or choose another --out")
+    for path in chunks_dir.iterdir():
+        if path.name.startswith(".") or not resume:
+            path.unlink()
+    if not resume:
+        for name in ("results.csv", "results.json", "summary.txt"):
+            (out_dir / name).unlink(missing_ok=True)
+    info = {"name": plan.spec.name, "target": plan.spec.target, "fingerprint": plan.fingerprint,
+            "points": plan.points.size, "chunks": len(plan.chunks), "columns": plan.columns}
+    _atomic_write(manifest, json.dumps(info, indent=1) + "\n")
+
+
+# =========================================================================== progress
+
+
+class Progress:
+    """`name [#####.....] 12/40 chunks 3,072/10,240 points 1.2e+03 points/s ETA 0:07`."""
+
+    def __init__(self, name: str, chunks: int, points: int, *, enabled: bool = True,
+                 stream=None):
+        self.name, self.total_chunks, self.total_points = name, chunks, points
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.start = time.perf_counter()
+        self.chunks = self.points = self.skipped_points = 0
+        self._last = -math.inf
+
+    def skip(self, chunks: int, points: int) -> None:
+        self.chunks += chunks
+        self.points += points
+        self.skipped_points += points
+
+    def update(self, chunks: int, points: int) -> None:
+        self.chunks += chunks
+        self.points += points
+        self._draw(final=False)
+
+    def set(self, chunks: int, points: int) -> None:
+        self.chunks, self.points = chunks, points
+        self._draw(final=False)
+
+    def line(self) -> str:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        rate = (self.points - self.skipped_points) / elapsed
+        left = self.total_points - self.points
+        eta = f"{int(left / rate) // 60}:{int(left / rate) % 60:02d}" if rate > 0 else "?"
+        filled = int(20 * self.chunks / max(self.total_chunks, 1))
+        return (f"{self.name} [{'#' * filled}{'.' * (20 - filled)}] "
+                f"{self.chunks}/{self.total_chunks} chunks {self.points:,}/{self.total_points:,}"
+                f" points {rate:,.0f} points/s ETA {eta}")
+
+    def _draw(self, final: bool) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if not final and now - self._last < (0.1 if self.tty else 10.0):
+            return
+        self._last = now
+        end = "\n" if final or not self.tty else ""
+        print(("\r" if self.tty else "") + self.line(), end=end, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        self._draw(final=True)
+
+
+# =========================================================================== run
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    out_dir: Path
+    computed_chunks: int  # evaluated by this process in this run
+    skipped_chunks: int  # found on disk (resume)
+    points: int  # all points of the sweep
+    seconds: float
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
+def run(plan: Plan, out_dir: str | Path, *, resume: bool = False, progress: bool = True,
+        write: bool = True) -> RunResult:
+    """Evaluate the chunks of `plan` this process owns and write them; returns once every
+    process is done (then process 0 calls `finish_sweep`).
+
+    `write=False` evaluates without touching the disk (benchmarks the checkpoint cost).
+    """
+    out_dir = Path(out_dir)
+    start = time.perf_counter()
+    index, count = jax.process_index(), jax.process_count()
+    if write and index == 0:
+        prepare_out_dir(plan, out_dir, resume)
+    _barrier(f"codesign-sweep-prepare-{plan.fingerprint}")
+    on_disk = {c.id for c in plan.chunks
+               if write and resume and read_chunk(plan, out_dir, c) is not None}
+    missing = [c for c in plan.chunks if c.id not in on_disk]
+    mine = missing[index::count]
+    bar = Progress(plan.spec.name, len(plan.chunks) - len(missing) + len(mine),
+                   sum(c.stop - c.start for c in plan.chunks if c.id in on_disk)
+                   + sum(c.stop - c.start for c in mine), enabled=progress)
+    bar.skip(len(on_disk), sum(c.stop - c.start for c in plan.chunks if c.id in on_disk))
+    evaluate = _Evaluator(plan)
+    for chunk in mine:
+        rows = chunk_rows(plan, chunk, evaluate(chunk))
+        if write:
+            write_chunk(plan, out_dir, chunk, rows)
+        bar.update(1, len(rows))
+    bar.close()
+    _barrier(f"codesign-sweep-done-{plan.fingerprint}")
+    return RunResult(out_dir, len(mine), len(on_disk), plan.points.size,
+                     time.perf_counter() - start)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def run_local_processes(plan: Plan, spec_path: str | Path, out_dir: str | Path, *,
+                        processes: int, resume: bool = False, progress: bool = True,
+                        cpu_devices: int | None = None, timeout_s: float | None = None,
+                        write: bool = True) -> RunResult:
+    """Run `plan` on `processes` local processes joined by `jax.distributed` on
+    127.0.0.1 (gloo CPU collectives); the caller merges with `finish_sweep`.
+
+    The workers run `python -m codesign sweep ... --coordinator`; their output
+    goes to OUT/logs/process-I.log. A failed worker stops the others; so does
+    `timeout_s`. Progress is read from the chunk files as they land.
+    """
+    if processes < 1:
+        raise ValueError(f"processes={processes} must be at least 1")
+    out_dir = Path(out_dir)
+    start = time.perf_counter()
+    prepare_out_dir(plan, out_dir, resume)
+    skipped = [c.id for c in plan.chunks if resume and read_chunk(plan, out_dir, c) is not None]
+    logs = out_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    address = f"127.0.0.1:{free_port()}"
+    env = {**os.environ}
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    grad = plan.grad_outputs
+    grad_args = [] if not grad else (["--grad"] if grad == plan.spec.grad_outputs
+                                     else ["--grad", grad[0]])
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(processes):
+            cmd = [sys.executable, "-m", "codesign", "sweep", str(spec_path), "--out",
+                   str(out_dir), "--resume", "--no-progress", "--no-finish",
+                   "--coordinator", address, "--num-processes", str(processes),
+                   "--process-id", str(i), *grad_args]
+            if cpu_devices is not None:
+                cmd += ["--cpu-devices", str(cpu_devices)]
+            if not write:
+                cmd += ["--no-write"]
+            with open(logs / f"process-{i}.log", "w") as log:
+                procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                              env=env, stdin=subprocess.DEVNULL))
+        bar = Progress(plan.spec.name, len(plan.chunks), plan.points.size, enabled=progress)
+        sizes = {c.id: c.stop - c.start for c in plan.chunks}
+        bar.skip(len(skipped), sum(sizes[i] for i in skipped))
+        while any(p.poll() is None for p in procs):
+            failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+            if failed:
+                _stop(procs)
+                i = failed[0]
+                raise RuntimeError(f"sweep process {i} exited with code {procs[i].returncode}; "
+                                   f"last lines of {logs / f'process-{i}.log'}:\n"
+                                   f"{_tail(logs / f'process-{i}.log')}")
+            if timeout_s is not None and time.perf_counter() - start > timeout_s:
+                _stop(procs)
+                raise RuntimeError(f"sweep processes exceeded timeout_s={timeout_s}")
+            done = [int(p.stem) for p in (out_dir / "chunks").glob("*.json")]
+            bar.set(len(done), sum(sizes.get(i, 0) for i in done))
+            time.sleep(0.1)
+        bar.close()
+    finally:
+        _stop(procs)
+    bad = [i for i, p in enumerate(procs) if p.returncode != 0]
+    if bad:
+        i = bad[0]
+        raise RuntimeError(f"sweep process {i} exited with code {procs[i].returncode}; last "
+                           f"lines of its log:\n{_tail(logs / f'process-{i}.log')}")
+    return RunResult(out_dir, len(plan.chunks) - len(skipped), len(skipped), plan.points.size,
+                     time.perf_counter() - start)
+
+
+# =========================================================================== merge
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """Merged results: column name -> array (float64, or object for categories)."""
+
+    columns: tuple[str, ...]
+    data: dict
+
+    def __len__(self) -> int:
+        return len(self.data["index"]) if self.columns else 0
+
+    def select(self, mask: np.ndarray) -> Table:
+        return Table(self.columns, {k: v[mask] for k, v in self.data.items()})
+
+    def rows(self) -> list[list]:
+        return [[_item(self.data[c][i]) for c in self.columns] for i in range(len(self))]
+
+
+def _item(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _table_from_rows(plan: Plan, rows: list[list]) -> Table:
+    cats = set(plan.points.categorical)
+    data = {}
+    for j, name in enumerate(plan.columns):
+        col = [r[j] for r in rows]
+        data[name] = np.array(col, dtype=object) if name in cats else np.array(col, dtype=float)
+    return Table(plan.columns, data)
+
+
+def merge(plan: Plan, out_dir: str | Path) -> Table:
+    """All chunk rows of `plan` in point order, rounded to `SIGNIFICANT_DIGITS`."""
+    rows = []
+    for chunk in plan.chunks:
+        got = read_chunk(plan, Path(out_dir), chunk)
+        if got is None:
+            raise ValueError(f"chunk {chunk.id} of sweep {plan.spec.name!r} is missing in "
+                             f"{str(out_dir)!r}; rerun with --resume")
+        rows.extend(got)
+    rows.sort(key=lambda r: r[0])
+    cats = len(plan.points.categorical)
+    rows = [[int(r[0])] + r[1:1 + cats] + [round_significant(v) for v in r[1 + cats:]]
+            for r in rows]
+    return _table_from_rows(plan, rows)
+
+
+def _json_value(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def results_json(plan: Plan, table: Table) -> str:
+    lines = ["{", f' "name": {json.dumps(plan.spec.name)},',
+             f' "target": {json.dumps(plan.spec.target)},',
+             f' "results_id": {json.dumps(plan.results_id)},',
+             f' "columns": {json.dumps(list(table.columns))},', ' "rows": [']
+    rows = table.rows()
+    lines += [" " + json.dumps([_json_value(v) for v in r]) + ("," if i < len(rows) - 1 else "")
+              for i, r in enumerate(rows)]
+    return "\n".join(lines + [" ]", "}"]) + "\n"
+
+
+def finish_sweep(plan: Plan, out_dir: str | Path, *, figures_dir: str | Path | None = None,
+                 plots: bool = True) -> dict:
+    """Merge the chunks into results.csv/json, write summary.txt and the figures."""
+    out_dir = Path(out_dir)
+    table = merge(plan, out_dir)
+    _atomic_write(out_dir / "results.csv", _csv_text(table.columns, table.rows()))
+    _atomic_write(out_dir / "results.json", results_json(plan, table))
+    summary = summarize(plan, table)
+    _atomic_write(out_dir / "summary.txt", summary)
+    figures = []
+    if plots:
+        figures = draw_plots(plan, table, Path(figures_dir) if figures_dir else out_dir / "figures")
+    return {"results_csv": out_dir / "results.csv", "results_json": out_dir / "results.json",
+            "summary": summary, "figures": figures, "table": table}
+
+
+# =========================================================================== summaries
+
+
+def mask(table: Table, where: dict, field: str) -> np.ndarray:
+    """Rows whose columns equal the `where` values (numbers to 1e-9 relative)."""
+    keep = np.ones(len(table), dtype=bool)
+    for name, wanted in where.items():
+        if name not in table.data:
+            raise ValueError(f"{field}.where names {name!r}, not a result column")
+        col = table.data[name]
+        if col.dtype == object:
+            keep &= np.isin(col.astype(str), [str(w) for w in wanted])
+        else:
+            values = [parse_value(name, w, field=f"{field}.where.{name}") for w in wanted]
+            keep &= np.any([np.isclose(col, v, rtol=1e-9, atol=0) for v in values], axis=0)
+    return keep
+
+
+def _groups(table: Table, by: tuple[str, ...]) -> list[tuple[tuple, np.ndarray]]:
+    """(key, row indices) in order of first appearance."""
+    keys: dict[tuple, list[int]] = {}
+    for i in range(len(table)):
+        keys.setdefault(tuple(_item(table.data[b][i]) for b in by), []).append(i)
+    return [(k, np.array(v)) for k, v in keys.items()]
+
+
+def _label(names: tuple[str, ...], key: tuple) -> str:
+    return ", ".join(f"{n}={human(n, v)}" for n, v in zip(names, key, strict=True)) or "all"
+
+
+def _best_lines(s: SummarySpec, t: Table) -> list[str]:
+    by = tuple(b for b in s.by if b != s.x)
+    pick = np.argmin if s.goal == "min" else np.argmax
+    lines = []
+    for key, rows in _groups(t, by):
+        sub = t.select(rows)
+        along = (s.x,) if s.x else ()
+        runs: list[list] = []
+        for xkey, idx in _groups(sub, along):
+            j = idx[pick(sub.data[s.value][idx])]
+            winner = str(sub.data[s.over][j])
+            if runs and runs[-1][0] == winner:
+                runs[-1][2] = xkey
+            else:
+                runs.append([winner, xkey, xkey])
+        if s.x:
+            parts = [f"{w} for {s.x} {human(s.x, a[0])}..{human(s.x, b[0])}" if a != b
+                     else f"{w} at {s.x}={human(s.x, a[0])}" for w, a, b in runs]
+        else:
+            parts = [runs[0][0]] if runs else []
+        lines.append(f"{_label(by, key)}: " + " | ".join(parts))
+    return lines
+
+
+def _one(t: Table, rows: np.ndarray, where: dict, field: str, value: str) -> float:
+    sub = t.select(rows)
+    hit = np.flatnonzero(mask(sub, where, field))
+    if len(hit) != 1:
+        raise ValueError(f"{field} selects {len(hit)} rows in a group; it must select exactly "
+                         f"one (add columns to `by` or `where`)")
+    return float(sub.data[value][hit[0]])
+
+
+def summarize(plan: Plan, table: Table) -> str:
+    """summary.txt: one block per [[summary]] of the spec."""
+    out = [f"# {plan.spec.title}", f"# {plan.points.size} points, target {plan.spec.target}"]
+    known = set(table.columns)
+    for i, s in enumerate(plan.spec.summaries):
+        field = f"summary[{i}]"
+        used = {s.x, s.over, s.value, *s.by, *s.columns}
+        if not used <= known | {None}:
+            out += ["", f"## {s.label}", "(needs --grad)"]
+            continue
+        t = table.select(mask(table, s.where, field))
+        out += ["", f"## {s.label}"]
+        if s.kind == "table":
+            cols = s.columns or table.columns
+            out += [", ".join(f"{c}={human(c, _item(t.data[c][i]))}" for c in cols)
+                    for i in range(len(t))]
+        elif s.kind == "best":
+            out += _best_lines(s, t)
+        elif s.kind == "ratio":
+            for key, rows in _groups(t, s.by):
+                num = _one(t, rows, s.numerator, f"{field}.numerator", s.value)
+                den = _one(t, rows, s.denominator, f"{field}.denominator", s.value)
+                out.append(f"{_label(s.by, key)}: {human(s.value, num)} / "
+                           f"{human(s.value, den)} = {safe_ratio(num, den):.4g}")
+        else:  # spread
+            for key, rows in _groups(t, s.by):
+                v = t.data[s.value][rows]
+                lo, hi = float(np.min(v)), float(np.max(v))
+                out.append(f"{_label(s.by, key)}: min {human(s.value, lo)}, max "
+                           f"{human(s.value, hi)}, max/min {safe_ratio(hi, lo):.4g}")
+    return "\n".join(out) + "\n"
+
+
+def safe_ratio(a: float, b: float) -> float:
+    return a / b if b != 0 else math.inf
+
+
+# =========================================================================== plots
+
+
+def draw_plots(plan: Plan, table: Table, figures_dir: Path) -> list[Path]:
+    """Every [[plots]] of the spec whose columns exist (elasticities need --grad)."""
+    from . import plots
+
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    known = set(table.columns)
+    for i, p in enumerate(plan.spec.plots):
+        used = {p.x, p.value, p.facet, p.over, *p.y, *p.series, *p.where} - {None}
+        if not used <= known:
+            continue
+        t = table.select(mask(table, p.where, f"plots[{i}]"))
+        path = figures_dir / p.file
+        common = dict(facet=p.facet, logx=p.logx, logy=p.logy, title=p.title or plan.spec.title,
+                      xlabel=p.xlabel, ylabel=p.ylabel, path=path)
+        if p.kind == "line":
+            plots.sweep_lines(t.data, x=p.x, ys=p.y, series=p.series, hlines=p.hlines, **common)
+        elif p.kind == "heatmap":
+            plots.sweep_heatmap(t.data, x=p.x, y=p.y[0], value=p.value, **common)
+        else:
+            plots.sweep_best(t.data, x=p.x, y=p.y[0], value=p.value, over=p.over, goal=p.goal,
+                             **common)
+        written.append(path)
+    return written
