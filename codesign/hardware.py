@@ -154,14 +154,18 @@ def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
 # - Efficiency: R's nccl-tests figures where they exist (calibrated by
 #   `_calibrated_efficiency`); else borrowed from the same link generation and
 #   labelled as such.
-# - matmul_efficiency: set in step.py's calibration against Megatron-LM 2019 and
-#   Narayanan et al. 2021 (the only throughput figures in the seeds); see
-#   `codesign/step.py` CALIBRATION for which figure set which constant.
+# - matmul_efficiency: fitted to Megatron-LM 2019 and Narayanan et al. 2021 (the
+#   only throughput figures in the seeds); see A100_MATMUL_EFFICIENCY below.
 
 SCALE_UP_LATENCY_S = 0.5 * us  # S4: 3-5x below the 2 us network hop
 SCALE_OUT_LATENCY_S = 2.0 * us  # S4: "2 us per-hop latency"
 NDR_NIC_BUSBW_Bps = 47 * GB  # R: one 400 Gb/s NDR NIC achieves about 46-48 GB/s
 NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC generation
+# Large-GEMM efficiency, fitted by step.calibrate_matmul_efficiency (rerun in
+# tests/test_step.py) to the seeds' two throughput figures:
+A100_MATMUL_EFFICIENCY = 0.778  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
+V100_MATMUL_EFFICIENCY = 0.488  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
+# H100, H800, B200, GB200 and TPUs have no figure in the seeds: they borrow A100's.
 
 
 def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency):
@@ -184,7 +188,7 @@ def _dgx_v100() -> Preset:
     chip = _gpu_chip("V100-SXM3-32GB",
                      125e12,  # R: V100 tensor-core peak 125 TFLOP/s
                      125e12,  # no 8-bit tensor-core path on V100: same as fp16
-                     32 * GB, hbm_Bps, 0.31)  # R: 32 GB; efficiency: step.py CALIBRATION
+                     32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY)  # R: 32 GB
     up_bw = 300 * GB / 2  # R: NVLink2 via NVSwitch 300 GB/s bidir
     # No nccl-tests figure for DGX-2H in R: borrow DGX A100's calibrated factor.
     up_eff = _calibrated_efficiency(230 * GB, 300 * GB, 2.0e12 / 2)
@@ -203,7 +207,7 @@ def _dgx_a100() -> Preset:
     hbm_Bps = 2.0e12  # R: A100 80 GB HBM2e 2.0 TB/s
     chip = _gpu_chip("A100-SXM4-80GB", 312e12,  # R: 312 TFLOP/s bf16 dense
                      624e12,  # vendor datasheet: int8 dense 624 TOPS (no fp8)
-                     80 * GB, hbm_Bps, 0.75)  # efficiency: step.py CALIBRATION
+                     80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY)
     up_bw = 600 * GB / 2  # R: NVLink3 600 GB/s bidir
     return Preset(
         System(chip, 1024, 8,
@@ -222,7 +226,7 @@ def _dgx_a100() -> Preset:
 def _h100_chip(name: str) -> Chip:
     return _gpu_chip(name, 989e12,  # R: H100 SXM 989 TFLOP/s bf16 dense
                      1979e12,  # vendor datasheet: fp8 dense 1,979 TFLOP/s
-                     80 * GB, 3.35e12, 0.75)  # R: 80 GB, 3.35 TB/s
+                     80 * GB, 3.35e12, A100_MATMUL_EFFICIENCY)  # R: 80 GB, 3.35 TB/s (borrowed)
 
 
 def _dgx_h100() -> Preset:
@@ -260,7 +264,7 @@ def _h800() -> Preset:
 
 
 def _b200_chip(name, bf16, fp8, hbm_bytes) -> Chip:
-    return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12, 0.75)  # R: HBM3e 8 TB/s
+    return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12, A100_MATMUL_EFFICIENCY)  # R: 8 TB/s
 
 
 def _nvlink5_tier(hbm_Bps: float) -> Tier:
@@ -304,7 +308,7 @@ def _gb200_nvl72() -> Preset:
 def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, pod_chips) -> System:
     # A 3D torus: 6 nearest-neighbour ICI links per chip; a collective on the
     # torus drives all of them, so the per-chip bandwidth is 6 x per-link.
-    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, 0.75)
+    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY)
     ici = _tier(6 * link_Bps, SCALE_UP_LATENCY_S, 1.0, hbm_Bps)
     # The data-centre network beside the torus is not in R: assumption of
     # 200 Gb/s per 4-chip host, labelled as such.

@@ -217,3 +217,22 @@ def sweep_best(table: dict, *, x: str, y: str, value: str, over: str, goal="min"
                fontsize=8, loc="lower center", ncol=min(len(names), 5), title=over,
                title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
     return _sweep_save(fig, title, path, legend_below=True)
+
+
+def roofline(rows, path=None, title="network roofline"):
+    """Bars of FLOP per byte achieved per dimension, against the tiers' needs."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    names = [f"{r['dimension']} ({r['tier']})" for r in rows]
+    ax.bar(names, [r["flop_per_byte"] for r in rows], color="tab:blue", label="achieved")
+    for tier, style in (("scale_up", "--"), ("scale_out", ":")):
+        need = [r["needed_flop_per_byte"] for r in rows if r["tier"] == tier]
+        if need:
+            ax.axhline(need[0], ls=style, color="k", label=f"needed on {tier}")
+    ax.set_yscale("log")
+    ax.set_ylabel("FLOP per byte on the wire")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=90)
+    return fig

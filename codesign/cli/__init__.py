@@ -12,7 +12,7 @@ import sys
 
 # sub-command -> (module under codesign.cli, one-line help)
 COMMANDS = {
-    "estimate": ("estimate", "step time, memory, MFU of a scenario (default: GPT-3 175B on 1024 A100s)"),
+    "estimate": ("estimate", "step time, memory, MFU of a scenario (default GPT-3 175B)"),
     "traffic": ("estimate", "the traffic table of a scenario: one row per collective"),
     "roofline": ("estimate", "FLOP per byte achieved per tier against what the hardware needs"),
     "collective": ("collective", "cost of one collective: time, algbw, busbw, algorithm"),
@@ -22,7 +22,7 @@ COMMANDS = {
     "sensitivity": ("optimize", "elasticity of step time to every knob"),
     "bench": ("bench", "nccl-tests-style benchmark of the real shard_map collectives"),
     "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs"),
-    "audit": ("audit", "compile a sharded training step and compare its HLO with the traffic table"),
+    "audit": ("audit", "compare the HLO of a compiled sharded step with the traffic table"),
     "sweep": ("sweep", "run a design sweep spec (resumable, sharded)"),
 }
 

@@ -1,0 +1,139 @@
+"""`codesign estimate`, `codesign traffic` and `codesign roofline`."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+
+from .. import scenario as sc
+from .. import step as S
+from ..units import format_bytes
+
+
+def add_arguments(parser, name):
+    parser.add_argument("scenario", nargs="?" if name == "estimate" else None,
+                        help="TOML file or built-in name " + ", ".join(sc.BUILTIN)
+                        + (" (default: default)" if name == "estimate" else ""))
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a scenario key (repeatable)")
+    parser.add_argument("--system", help="system preset name or system TOML (e.g. from "
+                        "`codesign calibrate --out`)")
+    if name == "roofline":
+        parser.add_argument("--plot", metavar="FILE.png", help="draw the roofline")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _evaluate(args):
+    scn = sc.load(args.scenario, args.set, system=args.system)
+    est = jax.jit(S.estimate)(scn)
+    return scn, est
+
+
+def traffic_rows(est: S.Estimate) -> list[dict]:
+    rows = []
+    for r in est.step.traffic:
+        if float(r.count_per_step) == 0 or float(r.ranks) <= 1:
+            continue
+        rows.append({"dimension": r.dimension, "collective": r.collective,
+                     "algorithm": r.algorithm, "tier": r.tier,
+                     "ranks": float(r.ranks), "message_bytes": float(r.message_bytes),
+                     "count_per_step": float(r.count_per_step),
+                     "critical_path": r.critical_path, "time_s": float(r.time_s),
+                     "exposed_s": float(r.exposed_s)})
+    return rows
+
+
+def estimate_json(est: S.Estimate) -> dict:
+    out = {k: float(v) for k, v in S.outputs(est).items()}
+    out["fits_memory"] = bool(out["fits_memory"])
+    out["breakdown_s"] = {k: float(v) for k, v in est.step.breakdown_s().items()}
+    for k in list(out):
+        if k.startswith("breakdown_") and k != "breakdown_s":
+            del out[k]
+    if float(est.tokens) <= 0:
+        del out["time_to_train_s"], out["gpu_hours"]
+    out["traffic"] = traffic_rows(est)
+    return out
+
+
+def _print_traffic(rows):
+    print(f"{'dim':<4} {'collective':<15} {'tier':<19} {'ranks':>5} {'message':>10} "
+          f"{'count':>9} {'crit':>4} {'time_s':>9} {'exposed_s':>9}")
+    for r in rows:
+        print(f"{r['dimension']:<4} {r['collective']:<15} {r['tier']:<19} {r['ranks']:>5.0f} "
+              f"{format_bytes(r['message_bytes']):>10} {r['count_per_step']:>9.0f} "
+              f"{'yes' if r['critical_path'] else 'no':>4} {r['time_s']:>9.3f} "
+              f"{r['exposed_s']:>9.3f}")
+
+
+def _print_estimate(scn, out):
+    p = scn.plan
+    print(f"scenario {scn.name}: {scn.model.name} on {float(scn.system.gpus):.0f} x "
+          f"{scn.system.chip.name} ({scn.system.name})")
+    print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
+          f"cp {float(p.cp):g}  ep {float(p.ep):g}  micro-batches {float(p.micro_batches):g}  "
+          f"schedule {p.schedule}  zero {p.zero}  recompute {p.recompute}  {p.dtype}")
+    print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
+    for k, v in out["breakdown_s"].items():
+        share = v / out["step_time_s"] if out["step_time_s"] else 0.0
+        print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
+    print(f"MFU {out['mfu']:.1%}   HFU {out['hfu']:.1%}   model {out['model_tflops_per_gpu']:.1f} "
+          f"/ hardware {out['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU")
+    print(f"memory           {format_bytes(out['memory_bytes_per_gpu'])} of "
+          f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
+          f"({'fits' if out['fits_memory'] else 'DOES NOT FIT'})")
+    print(f"expected step    {out['expected_step_time_s']:.3f} s (p99 "
+          f"{out['step_time_p99_s']:.3f} s), goodput {out['goodput']:.1%}, effective "
+          f"training time {out['effective_training_time_fraction']:.1%}, job MTBF "
+          f"{out['mtbf_s'] / 3600:.1f} h")
+    print(f"fabric           ${out['fabric_cost_usd'] / 1e6:,.1f}M, "
+          f"{out['fabric_power_w'] / 1e3:,.0f} kW")
+    if "time_to_train_s" in out:
+        print(f"time to train    {out['time_to_train_s'] / 86400:.1f} days, "
+              f"{out['gpu_hours'] / 1e6:.2f}M GPU-hours")
+
+
+def _roofline_rows(scn, est):
+    rows = []
+    for dim, d in S.roofline(est.step, scn.system, scn.plan.dtype).items():
+        if float(d["bytes"]) <= 0:
+            continue
+        rows.append({"dimension": dim, "tier": d["tier"],
+                     "wire_bytes_per_gpu": float(d["bytes"]),
+                     "flop_per_byte": float(d["flop_per_byte"]),
+                     "needed_flop_per_byte": float(d["needed_flop_per_byte"]),
+                     "compute_bound": bool(d["flop_per_byte"] >= d["needed_flop_per_byte"])})
+    return rows
+
+
+def run(args, name) -> int:
+    scn, est = _evaluate(args)
+    if name == "traffic":
+        rows = traffic_rows(est)
+        print(json.dumps(rows, indent=1)) if args.json else _print_traffic(rows)
+        return 0
+    if name == "roofline":
+        rows = _roofline_rows(scn, est)
+        if args.plot:
+            from .. import plots
+            plots.roofline(rows, args.plot, title=f"{scn.name}: network roofline")
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        else:
+            print(f"{'dim':<4} {'tier':<10} {'bytes/GPU/step':>15} {'FLOP/byte':>11} "
+                  f"{'needed':>9}  bound")
+            for r in rows:
+                print(f"{r['dimension']:<4} {r['tier']:<10} "
+                      f"{format_bytes(r['wire_bytes_per_gpu']):>15} {r['flop_per_byte']:>11,.0f}"
+                      f" {r['needed_flop_per_byte']:>9,.0f}  "
+                      f"{'compute' if r['compute_bound'] else 'NETWORK'}")
+        return 0
+    out = estimate_json(est)
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        _print_estimate(scn, out)
+        print()
+        _print_traffic(out["traffic"])
+    return 0

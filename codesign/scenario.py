@@ -1,0 +1,287 @@
+"""Scenario files (TOML) <-> pytrees, with validation that names the key.
+
+A scenario has five tables; explicit keys override a preset:
+
+    [model]       preset, layers, hidden, heads, kv_heads, ffn_hidden, seq_len, vocab,
+                  moe_layers, experts, shared_experts, top_k, expert_ffn_hidden,
+                  gated, tied_embeddings
+    [training]    global_batch, micro_batch, recompute, dtype, tokens
+    [parallel]    tp, pp, dp, cp, ep, interleave, schedule, zero, sequence_parallel,
+                  moe_node_limit, dp_bucket_bytes, reshard_after_forward
+    [system]      preset, gpus, scale_up_domain, gpus_per_node, pod_size, oversubscription,
+                  matmul_efficiency, topology, placement, and for each tier
+                  (scale_up_, scale_out_): bandwidth_Bps, latency_s, efficiency, reduction_Bps
+    [reliability] every field of `reliability.Reliability`
+
+`system.gpus` and `parallel.dp` determine each other (gpus = dp tp pp cp): give
+either. Built-in scenarios (`BUILTIN`) are TOML files shipped in
+codesign/scenarios/; `load(None)` is the default (GPT-3 175B on 1024 A100s).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import _checks as C
+from . import hardware, workload
+from .hardware import System, Tier
+from .plan import DEFAULT_PLACEMENT, Plan, validate
+from .reliability import Reliability
+from .units import parse_bandwidth, parse_bytes
+from .workload import Transformer
+
+_MODEL_FLOATS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
+                 "moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden")
+_PLAN_FLOATS_KEYS = ("tp", "pp", "dp", "cp", "ep", "interleave", "moe_node_limit",
+                     "dp_bucket_bytes")
+_TIER_FIELDS = ("bandwidth_Bps", "latency_s", "efficiency", "reduction_Bps")
+_RELIABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(Reliability))
+
+SCHEMA: dict[str, dict[str, type | tuple]] = {
+    "model": {"preset": str, **dict.fromkeys(_MODEL_FLOATS, float), "gated": bool,
+              "tied_embeddings": bool},
+    "training": {"global_batch": float, "micro_batch": float, "recompute": str, "dtype": str,
+                 "tokens": float},
+    "parallel": {**dict.fromkeys(_PLAN_FLOATS_KEYS, float),
+                 "schedule": str, "zero": int, "sequence_parallel": bool,
+                 "reshard_after_forward": bool},
+    "system": {"preset": str, **dict.fromkeys(
+        ("gpus", "scale_up_domain", "gpus_per_node", "pod_size", "oversubscription",
+         "matmul_efficiency"), float),
+        **{f"{tier}_{f}": float for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
+        "topology": str, "placement": str},
+    "reliability": dict.fromkeys(_RELIABILITY_FIELDS, float),
+}
+
+BUILTIN = ("default", "megatron-8.3b", "megatron-1t", "llama3-405b", "deepseek-v3")
+
+
+class Scenario(eqx.Module):
+    model: Transformer
+    plan: Plan
+    system: System
+    reliability: Reliability
+    tokens: jax.Array  # tokens to train on (0 = not set)
+    name: str = eqx.field(static=True, default="scenario")
+
+
+# ----------------------------------------------------------------- knobs
+def _path(*names):
+    """A getter of the leaf at `scn.<names[0]>.<names[1]>...`."""
+    return lambda scn: functools.reduce(getattr, names, scn)
+
+
+_SYSTEM_FLOATS = ("gpus", "scale_up_domain", "gpus_per_node", "pod_size", "oversubscription")
+_GETTERS = {
+    **{f"model.{k}": _path("model", k) for k in _MODEL_FLOATS},
+    "training.global_batch": _path("plan", "global_batch"),
+    "training.micro_batch": _path("plan", "micro_batch"),
+    "training.tokens": _path("tokens"),
+    **{f"parallel.{k}": _path("plan", k) for k in _PLAN_FLOATS_KEYS},
+    **{f"system.{k}": _path("system", k) for k in _SYSTEM_FLOATS},
+    "system.matmul_efficiency": _path("system", "chip", "matmul_efficiency"),
+    **{f"system.{tier}_{f}": _path("system", tier, f)
+       for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
+    **{f"reliability.{k}": _path("reliability", k) for k in _RELIABILITY_FIELDS},
+}
+KNOBS = tuple(_GETTERS)  # every float knob, by its scenario key
+
+
+def get_knob(scn: Scenario, name: str) -> jax.Array:
+    if name not in _GETTERS:
+        raise ValueError(f"knob {name!r} is unknown; knobs are scenario keys such as "
+                         "system.scale_out_bandwidth_Bps, parallel.tp, training.micro_batch")
+    return _GETTERS[name](scn)
+
+
+def set_knobs(scn: Scenario, values: dict) -> Scenario:
+    """A copy of `scn` with the float knobs in `values` replaced (jit/vmap/grad safe).
+
+    Unless `parallel.dp` is among them, dp follows as system.gpus / (tp pp cp);
+    if it is, system.gpus follows as dp tp pp cp.
+    """
+    for name, value in values.items():
+        get_knob(scn, name)
+        scn = eqx.tree_at(_GETTERS[name], scn, jnp.asarray(value, dtype=float))
+    p = scn.plan
+    if "parallel.dp" in values:
+        scn = eqx.tree_at(lambda s: s.system.gpus, scn, p.dp * p.tp * p.pp * p.cp)
+    else:
+        scn = eqx.tree_at(lambda s: s.plan.dp, scn, scn.system.gpus / (p.tp * p.pp * p.cp))
+    return scn
+
+
+# ----------------------------------------------------------------- loading
+def _builtin_path(name: str):
+    return resources.files("codesign") / "scenarios" / f"{name}.toml"
+
+
+def read(source: str | Path | None) -> dict:
+    """The raw tables of a scenario: a path, a built-in name, or None (default)."""
+    name = "default" if source is None else str(source)
+    if name in BUILTIN:
+        return tomllib.loads(_builtin_path(name).read_text())
+    path = Path(name)
+    if not path.exists():
+        raise FileNotFoundError(f"scenario {name!r} is neither a file nor a built-in "
+                                f"scenario ({', '.join(BUILTIN)})")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"scenario {name!r} is not valid TOML: {e}") from None
+
+
+def parse_override(text: str) -> tuple[str, str, object]:
+    """`"parallel.tp=8"` -> ("parallel", "tp", 8)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ValueError(f"--set {text!r} must look like section.key=value")
+    key, raw = text.split("=", 1)
+    section, name = key.strip().split(".", 1)
+    raw = raw.strip()
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = {"true": True, "false": False}.get(raw.lower(), raw)
+    return section, name, value
+
+
+def _coerce(section: str, key: str, value):
+    if section not in SCHEMA:
+        raise ValueError(f"[{section}] is not a scenario table; tables are "
+                         f"{', '.join(SCHEMA)}")
+    if key not in SCHEMA[section]:
+        raise ValueError(f"{section}.{key} is not a known key of [{section}]")
+    kind = SCHEMA[section][key]
+    if kind is float:
+        if isinstance(value, str) and key.endswith("_bytes"):
+            return parse_bytes(value, name=f"{section}.{key}")
+        if isinstance(value, str) and key.endswith("_Bps"):
+            return parse_bandwidth(value, name=f"{section}.{key}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{section}.{key}={value!r} must be a number")
+        return float(value)
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{section}.{key}={value!r} must be an integer")
+        return value
+    if not isinstance(value, kind):
+        raise ValueError(f"{section}.{key}={value!r} must be a {kind.__name__}")
+    return value
+
+
+def _merge(tables: dict, overrides) -> dict:
+    out = {s: {} for s in SCHEMA}
+    for section, body in tables.items():
+        if not isinstance(body, dict):
+            raise ValueError(f"{section}={body!r} must be a table ([{section}])")
+        for key, value in body.items():
+            out.setdefault(section, {})[key] = _coerce(section, key, value)
+    for item in overrides or ():
+        section, key, value = parse_override(item) if isinstance(item, str) else item
+        out.setdefault(section, {})[key] = _coerce(section, key, value)
+    return out
+
+
+def _system(t: dict) -> System:
+    if "preset" in t and Path(str(t["preset"])).suffix == ".toml":
+        raise ValueError(f"system.preset={t['preset']!r}: pass a system file with --system")
+    base = hardware.system(t.get("preset", "dgx-a100"))
+    tiers = {}
+    for tier in ("scale_up", "scale_out"):
+        old: Tier = getattr(base, tier)
+        kw = {f: t.get(f"{tier}_{f}", getattr(old, f)) for f in _TIER_FIELDS}
+        tiers[tier] = Tier(**kw, in_network_efficiency=old.in_network_efficiency)
+    chip = base.chip
+    if "matmul_efficiency" in t:
+        chip = eqx.tree_at(lambda c: c.matmul_efficiency, chip, C.as_float(t["matmul_efficiency"]))
+    return System(chip, t.get("gpus", base.gpus), t.get("scale_up_domain", base.scale_up_domain),
+                  tiers["scale_up"], tiers["scale_out"],
+                  t.get("gpus_per_node", base.gpus_per_node), t.get("pod_size", base.pod_size),
+                  t.get("oversubscription", base.oversubscription),
+                  topology=t.get("topology", base.topology), name=base.name)
+
+
+def _model(t: dict) -> Transformer:
+    base = workload.model(t["preset"]) if "preset" in t else None
+    if base is None:
+        missing = [k for k in ("layers", "hidden", "heads", "seq_len", "vocab") if k not in t]
+        if missing:
+            keys = ", ".join("model." + k for k in missing)
+            raise ValueError(f"[model] needs a preset or {keys}")
+    get = lambda k: t.get(k, getattr(base, k) if base is not None else None)  # noqa: E731
+    return Transformer(
+        get("layers"), get("hidden"), get("heads"), get("seq_len"), get("vocab"),
+        kv_heads=get("kv_heads"), ffn_hidden=get("ffn_hidden"),
+        moe_layers=get("moe_layers") or 0, experts=get("experts") or 0,
+        shared_experts=get("shared_experts") or 0, top_k=get("top_k") or 0,
+        expert_ffn_hidden=get("expert_ffn_hidden") or 0,
+        gated=t.get("gated", base.gated if base is not None else False),
+        tied_embeddings=t.get("tied_embeddings",
+                              base.tied_embeddings if base is not None else True),
+        name=base.name if base is not None else "custom")
+
+
+def _plan(tr: dict, pa: dict, system: System, placement: str | None) -> Plan:
+    tp, pp, cp = pa.get("tp", 1.0), pa.get("pp", 1.0), pa.get("cp", 1.0)
+    if "dp" in pa:
+        dp = pa["dp"]
+    else:
+        dp = float(system.gpus) / (tp * pp * cp)
+        if dp != int(dp) or dp < 1:
+            raise ValueError(f"system.gpus={float(system.gpus):g} is not a multiple of "
+                             f"tp*pp*cp={tp * pp * cp:g}; set parallel.dp or system.gpus")
+    micro = tr.get("micro_batch", 1.0)
+    order = tuple(s.strip() for s in placement.split(",")) if placement else DEFAULT_PLACEMENT
+    return Plan(dp, tp, pp, cp, pa.get("ep", 1.0), micro, tr.get("global_batch", dp * micro),
+                pa.get("interleave", 1.0), pa.get("moe_node_limit", 0.0),
+                pa.get("dp_bucket_bytes", 25 * 2.0**20),
+                schedule=pa.get("schedule", "interleaved" if pa.get("interleave", 1) > 1
+                                else "1f1b"),
+                zero=pa.get("zero", 0), sequence_parallel=pa.get("sequence_parallel", False),
+                recompute=tr.get("recompute", "none"),
+                reshard_after_forward=pa.get("reshard_after_forward", True),
+                dtype=tr.get("dtype", "bf16"), placement=order)
+
+
+def from_tables(tables: dict, overrides=(), name: str = "scenario") -> Scenario:
+    """Build and validate a Scenario from raw TOML tables plus `section.key=value` overrides."""
+    t = _merge(tables, overrides)
+    system = _system(t["system"])
+    if "dp" in t["parallel"] and "gpus" not in t["system"]:
+        pa = t["parallel"]
+        gpus = pa["dp"] * pa.get("tp", 1.0) * pa.get("pp", 1.0) * pa.get("cp", 1.0)
+        system = eqx.tree_at(lambda s: s.gpus, system, C.as_float(gpus))
+        System.__check_init__(system)
+    model = _model(t["model"])
+    plan = _plan(t["training"], t["parallel"], system, t["system"].get("placement"))
+    validate(plan, model, system.gpus)
+    reliability = Reliability(**t["reliability"])
+    tokens = t["training"].get("tokens", 0.0)
+    C.non_negative("training.tokens", tokens)
+    return Scenario(model, plan, system, reliability, C.as_float(tokens), name)
+
+
+def load(source: str | Path | None = None, overrides=(), system: str | None = None) -> Scenario:
+    """A scenario from a path or built-in name (None: the default), with
+    `section.key=value` overrides and an optional `system` preset name or
+    system TOML file (e.g. written by `codesign calibrate --out`)."""
+    tables = read(source)
+    if system is not None:
+        if Path(system).suffix == ".toml":
+            if not Path(system).exists():
+                raise FileNotFoundError(f"system file {system!r} does not exist")
+            extra = tomllib.loads(Path(system).read_text()).get("system", {})
+            tables = {**tables, "system": {**tables.get("system", {}), **extra}}
+        else:
+            tables = {**tables, "system": {**tables.get("system", {}), "preset": system}}
+    name = "default" if source is None else Path(str(source)).stem
+    return from_tables(tables, overrides, name)

@@ -1,0 +1,289 @@
+"""The traffic table: (workload, plan, system) -> one row per collective.
+
+"Budget the traffic, not the FLOPs": each parallelism dimension contributes
+rows through one function (`_tp_rows`, `_cp_rows`, `_ep_rows`, `_dp_rows`,
+`_pp_rows`), each row a message size, a count per step, the time those
+collectives take and the part of it that is exposed (not hidden under
+compute). Counts are for the slowest pipeline stage, which sets the pace.
+
+Placement: ranks are numbered with the dimensions of `plan.placement`
+innermost first (default tp, cp, ep, dp, pp; ep is the inner part of dp, and
+"dp" in the order is the dp / ep replicas of each expert shard). A group of
+dimension d has stride = product of the sizes placed inside it; the ranks of
+one group that share a scale-up domain of D GPUs number
+prod_d clip(D / stride_d, 1, size_d). A group that fits is costed on the fast
+tier; one that does not runs hierarchically (`collectives.cost(...,
+"hierarchical")`: inside, then across on the slow tier with one rail per GPU),
+which degrades continuously to a flat slow-tier collective when no two of its
+ranks share a domain. The slow tier a group sees depends on how many GPUs its
+members span (pods and oversubscription, `fabric.scale_out_tier`).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import collectives, fabric
+from .hardware import System
+from .plan import Plan
+from .relax import smooth_ceil, smooth_clip, smooth_max, smooth_min
+from .workload import Transformer
+
+ACTIVATION_BYTES = {"bf16": 2.0, "fp8": 1.0}  # bytes per element moved for activations
+GRADIENT_BYTES = 2.0  # 16-bit gradients and parameters on the wire (Megatron default)
+
+
+class Row(eqx.Module):
+    """One collective of the step: `count_per_step` of them, `message_bytes` each."""
+
+    message_bytes: jax.Array
+    count_per_step: jax.Array
+    ranks: jax.Array  # participants of one collective
+    ranks_inside: jax.Array  # of them, how many share one scale-up domain
+    time_s: jax.Array  # all `count_per_step` collectives, per step
+    exposed_s: jax.Array  # the part not hidden under compute
+    dimension: str = eqx.field(static=True)
+    collective: str = eqx.field(static=True)
+    algorithm: str = eqx.field(static=True)
+    critical_path: bool = eqx.field(static=True)
+
+    @property
+    def tier(self) -> str:
+        """scale_up, scale_out or both (from concrete values; for reports)."""
+        inside, ranks = float(self.ranks_inside), float(self.ranks)
+        if inside >= ranks - 1e-9:
+            return "scale_up"
+        return "scale_out" if inside <= 1 + 1e-9 else "scale_up+scale_out"
+
+
+class Shape(eqx.Module):
+    """Per-micro-batch quantities of the slowest stage that the rows need."""
+
+    layers_on_stage: jax.Array
+    moe_layers_on_stage: jax.Array
+    micro_batches: jax.Array
+    tokens: jax.Array  # tokens per micro-batch per data-parallel rank (b s / cp)
+
+
+def shape(model: Transformer, plan: Plan, t=0.0) -> Shape:
+    virtual = plan.pp * plan.interleave
+    layers = smooth_ceil(model.layers / virtual, t) * plan.interleave
+    return Shape(layers, layers * model.moe_layers / model.layers, plan.micro_batches,
+                 plan.micro_batch * model.seq_len / plan.cp)
+
+
+# ------------------------------------------------------------------ placement
+def _sizes(plan: Plan) -> dict:
+    return {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "dp": plan.dp / plan.ep,
+            "pp": plan.pp}
+
+
+def _strides(plan: Plan) -> dict:
+    sizes, strides, acc = _sizes(plan), {}, jnp.ones(())
+    for d in plan.placement:
+        strides[d] = acc
+        acc = acc * sizes[d]
+    return strides
+
+
+def group(plan: Plan, dims: tuple[str, ...], system: System, t=0.0):
+    """(ranks, ranks inside one scale-up domain, GPUs spanned, innermost stride)."""
+    sizes, strides = _sizes(plan), _strides(plan)
+    ranks = jnp.prod(jnp.stack([sizes[d] for d in dims]))
+    inside = jnp.prod(jnp.stack([
+        smooth_clip(system.scale_up_domain / strides[d], 1.0, sizes[d], t) for d in dims]))
+    span = jnp.max(jnp.stack([strides[d] * sizes[d] for d in dims]))
+    stride = jnp.min(jnp.stack([strides[d] for d in dims]))
+    return ranks, inside, span, stride
+
+
+def group_cost(op: str, n_bytes, plan: Plan, dims, system: System, t=0.0):
+    """(Cost of one `op` on `n_bytes` over the group of `dims`, ranks, ranks inside)."""
+    ranks, inside, span, stride = group(plan, dims, system, t)
+    inner = fabric.scale_up_tier(system, inside, stride, t)
+    outer = fabric.scale_out_tier(system, span, t)
+    c = collectives.cost(op, "hierarchical", n_bytes, ranks, inner, outer=outer,
+                         local_ranks=inside)
+    return c, ranks, inside
+
+
+def _row(dimension, op, algorithm, n_bytes, count, one, ranks, inside, exposed=None,
+         critical=True) -> Row:
+    time = count * one.time_s
+    return Row(n_bytes, count, ranks, inside, time, time if exposed is None else exposed,
+               dimension, op, algorithm, critical)
+
+
+# ---------------------------------------------------------------- dimensions
+def _tp_rows(model, plan, system, sh, t):
+    """Megatron: 2 all-reduces per layer forward and 2 backward, per micro-batch
+    (+2 when the forward is recomputed); reduce-scatter + all-gather each with
+    sequence parallelism. On the critical path."""
+    n = sh.tokens * model.hidden * ACTIVATION_BYTES[plan.dtype]
+    per_layer = 4.0 + (2.0 if plan.recompute == "full" else 0.0)
+    count = per_layer * sh.layers_on_stage * sh.micro_batches
+    ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
+    rows = []
+    for op in ops:
+        one, ranks, inside = group_cost(op, n, plan, ("tp",), system, t)
+        rows.append(_row("tp", op, "hierarchical", n, count, one, ranks, inside))
+    return rows
+
+
+def _cp_rows(model, plan, system, sh, attention_s, t):
+    """Ring attention: all-gather K and V in forward (again when recomputed),
+    reduce-scatter dK and dV in backward, per layer and micro-batch; overlapped
+    with the attention-score compute, only the excess is exposed."""
+    n = 2 * plan.micro_batch * model.seq_len * model.kv_hidden / plan.tp * 2.0
+    fwd = (2.0 if plan.recompute == "full" else 1.0) * sh.layers_on_stage * sh.micro_batches
+    bwd = sh.layers_on_stage * sh.micro_batches
+    ag, ranks, inside = group_cost("all_gather", n, plan, ("cp",), system, t)
+    rs, _, _ = group_cost("reduce_scatter", n, plan, ("cp",), system, t)
+    total = fwd * ag.time_s + bwd * rs.time_s
+    exposed = smooth_max(total - attention_s, 0.0, t)
+    share = jnp.where(total > 0, exposed / jnp.where(total > 0, total, 1.0), 0.0)
+    return [_row("cp", "all_gather", "ring", n, fwd, ag, ranks, inside,
+                 exposed=share * fwd * ag.time_s),
+            _row("cp", "reduce_scatter", "ring", n, bwd, rs, ranks, inside,
+                 exposed=share * bwd * rs.time_s)]
+
+
+def expected_remote_nodes(nodes, top_k):
+    """Distinct nodes other than its own among a token's top_k experts, with
+    experts spread evenly over `nodes` nodes: (N-1)(1 - (1-1/N)^k)."""
+    nodes = jnp.maximum(nodes, 1.0)
+    return (nodes - 1.0) * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
+
+
+def ep_slow_tier_copies(model, plan, nodes, t=0.0):
+    """Copies of one token that cross the slow tier in one dispatch.
+
+    Unlimited routing (moe_node_limit = 0): a plain all-to-all sends each of the
+    top_k expert copies separately, k (N-1)/N of them cross. Node-limited
+    (DeepSeek-V3): one copy per destination node, at most M nodes:
+    min(expected distinct remote nodes, M (N-1)/N), then forwarded inside.
+    """
+    k, limit = model.top_k, plan.moe_node_limit
+    plain = k * (nodes - 1.0) / jnp.maximum(nodes, 1.0)
+    limited = smooth_min(expected_remote_nodes(nodes, k),
+                         limit * (nodes - 1.0) / jnp.maximum(nodes, 1.0), t)
+    return jnp.where(limit > 0, limited, plain)
+
+
+def _ep_rows(model, plan, system, sh, overlap_s, t):
+    """Dispatch and combine all-to-alls, forward and backward, per MoE layer and
+    micro-batch (+2 when the forward is recomputed).
+
+    Inside a scale-up domain the exchange is a direct all-to-all. Across
+    domains (N = ep / inside nodes), the slow tier carries
+    `ep_slow_tier_copies` copies of each token while the fast tier forwards the
+    k copies to their experts; the two run pipelined, so a dispatch costs the
+    larger of the two (DeepSeek-V3: NVLink forwards ~3.2 copies per IB copy
+    for free). Critical path, except that DualPipe overlaps it with the other
+    micro-batch's compute (`overlap_s`).
+    """
+    per_token = model.hidden * ACTIVATION_BYTES[plan.dtype]
+    tokens = sh.tokens / plan.tp
+    n = tokens * model.top_k * per_token
+    ranks, inside, span, stride = group(plan, ("ep",), system, t)
+    nodes = ranks / inside
+    inner = fabric.scale_up_tier(system, inside, stride, t)
+    outer = fabric.scale_out_tier(system, span, t)
+    fast = collectives.cost("all_to_all", "direct", n, inside, inner)
+    cross_bytes = tokens * ep_slow_tier_copies(model, plan, nodes, t) * per_token
+    slow = collectives.Cost(jnp.maximum(nodes - 1.0, 0.0) * outer.latency_s,
+                            cross_bytes / outer.effective_Bps, jnp.zeros(()))
+    one_s = smooth_max(fast.time_s, slow.time_s, t) * (model.moe_layers > 0)
+    one = collectives.Cost(one_s, jnp.zeros(()), jnp.zeros(()))
+    count = (4.0 + (2.0 if plan.recompute == "full" else 0.0)) * sh.moe_layers_on_stage \
+        * sh.micro_batches
+    time = count * one_s
+    exposed = smooth_max(time - overlap_s, 0.0, t) if plan.schedule == "dualpipe" else time
+    return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one, ranks, inside,
+                 exposed=exposed)]
+
+
+def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
+    """Exposed time of `buckets` back-to-back collectives overlapped with a
+    compute phase of `hide_s` that produces their inputs at an even rate.
+
+    Bucket i is ready at i hide_s / buckets; the last one finishes at
+    max(hide_s + c, hide_s / buckets + buckets c) with c = one bucket's cost,
+    so exposed = max(c, hide_s / buckets + buckets c - hide_s): small buckets
+    pay latency `buckets` times, large ones start late.
+    """
+    return smooth_max(bucket_cost_s, hide_s / buckets + buckets * bucket_cost_s - hide_s, t)
+
+
+def _dp_rows(model, plan, system, sh, backward_s, forward_s, t):
+    """Data parallelism: gradients reduced over the dp group (dense weights) and
+    over the dp / ep replicas (routed experts), bucketed and overlapped with the
+    last micro-batch's backward. ZeRO-1/2: reduce-scatter + all-gather of the
+    same bytes (the all-gather of updated weights overlapped with the next
+    forward); ZeRO-3 also all-gathers the weights for each micro-batch's forward
+    and, with reshard_after_forward, again for its backward."""
+    expert = model.routed_expert_params() / (plan.ep * plan.tp * plan.pp)
+    dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
+    rows = []
+    for label, params, dims in (("dense", dense, ("ep", "dp")), ("experts", expert, ("dp",))):
+        grad_bytes = params * GRADIENT_BYTES
+        present = grad_bytes > 0  # no routed experts: the experts rows are empty
+        buckets = jnp.maximum(grad_bytes / plan.dp_bucket_bytes, 1.0)
+        bucket = grad_bytes / buckets
+        ops = ("all_reduce",) if plan.zero == 0 else ("reduce_scatter", "all_gather")
+        for op in ops:
+            one, ranks, inside = group_cost(op, bucket, plan, dims, system, t)
+            hide = backward_s if op != "all_gather" else forward_s
+            exposed = bucketed_exposed_s(one.time_s, buckets, hide, t) * present
+            rows.append(_row("dp", op, f"hierarchical/{label}", bucket, buckets * present, one,
+                             ranks, inside, exposed=exposed, critical=False))
+        if plan.zero == 3:
+            count = sh.micro_batches * (2.0 if plan.reshard_after_forward else 1.0) * present
+            one, ranks, inside = group_cost("all_gather", grad_bytes, plan, dims, system, t)
+            exposed = smooth_max(count * one.time_s - sh.micro_batches * forward_s, 0.0, t)
+            rows.append(_row("dp", "all_gather", f"zero3-params/{label}", grad_bytes, count,
+                             one, ranks, inside, exposed=exposed, critical=False))
+    return rows
+
+
+def _pp_rows(model, plan, system, sh, t):
+    """Point-to-point activations forward and gradients backward between
+    neighbouring stages, per micro-batch and virtual stage; on the critical path.
+    Each tensor-parallel rank sends 1/tp of the activation (Narayanan et al.
+    2021's scatter/gather optimisation; the all-gather inside the domain that
+    reassembles it is neglected)."""
+    n = sh.tokens * model.hidden * ACTIVATION_BYTES[plan.dtype] / plan.tp
+    count = 2.0 * sh.micro_batches * plan.interleave * (plan.pp > 1)
+    ranks, inside, span, stride = group(plan, ("pp",), system, t)
+    # a neighbour shares the domain when the stage stride fits inside it
+    neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t)
+    up = collectives.cost("send_recv", "direct", n, 2.0,
+                          fabric.scale_up_tier(system, 2.0, stride, t))
+    out = collectives.cost("send_recv", "direct", n, 2.0,
+                           fabric.scale_out_tier(system, 2.0 * stride, t))
+    one = jax.tree.map(lambda a, b: neighbour_inside * a + (1 - neighbour_inside) * b, up, out)
+    return [_row("pp", "send_recv", "direct", n, count, one, jnp.minimum(ranks, 2.0),
+                 1.0 + neighbour_inside)]
+
+
+def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tuple[Row, ...]:
+    """Every collective of one step. `timing` (from step.py) gives the compute
+    the overlappable rows hide under: .attention_s, .backward_s, .forward_s,
+    .overlap_s (per step, slowest stage)."""
+    sh = shape(model, plan, t)
+    return tuple(
+        _tp_rows(model, plan, system, sh, t)
+        + _cp_rows(model, plan, system, sh, timing.attention_s, t)
+        + _ep_rows(model, plan, system, sh, timing.overlap_s, t)
+        + _dp_rows(model, plan, system, sh, timing.backward_s, timing.forward_s, t)
+        + _pp_rows(model, plan, system, sh, t)
+    )
+
+
+def exposed_by_dimension(rows) -> dict:
+    out = {d: jnp.zeros(()) for d in ("tp", "cp", "ep", "dp", "pp")}
+    for r in rows:
+        out[r.dimension] = out[r.dimension] + r.exposed_s
+    return out
