@@ -32,19 +32,21 @@ class Chip(eqx.Module):
     hbm_bytes: jax.Array
     hbm_Bps: jax.Array
     matmul_efficiency: jax.Array  # large-GEMM fraction of peak, calibrated
+    tdp_w: jax.Array  # board power, vendor figure
     name: str = eqx.field(static=True, default="chip")
 
     def __init__(self, peak_flops_per_s, peak_fp8_flops_per_s, hbm_bytes, hbm_Bps,
-                 matmul_efficiency=0.8, name="chip"):
+                 matmul_efficiency=0.8, name="chip", tdp_w=700.0):
         self.peak_flops_per_s = C.as_float(peak_flops_per_s)
         self.peak_fp8_flops_per_s = C.as_float(peak_fp8_flops_per_s)
         self.hbm_bytes = C.as_float(hbm_bytes)
         self.hbm_Bps = C.as_float(hbm_Bps)
         self.matmul_efficiency = C.as_float(matmul_efficiency)
+        self.tdp_w = C.as_float(tdp_w)
         self.name = name
 
     def __check_init__(self):
-        for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "hbm_bytes", "hbm_Bps"):
+        for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "hbm_bytes", "hbm_Bps", "tdp_w"):
             C.positive(f"chip.{f}", getattr(self, f))
         C.check("chip.matmul_efficiency", self.matmul_efficiency,
                 lambda v: (v > 0) & (v <= 1), "must lie in (0, 1]")
@@ -168,8 +170,16 @@ V100_MATMUL_EFFICIENCY = 0.488  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLO
 # H100, H800, B200, GB200 and TPUs have no figure in the seeds: they borrow A100's.
 
 
+# Board power (vendor datasheets): V100 SXM3 450 W (DGX-2H), A100 SXM4 400 W,
+# H100/H800 SXM5 700 W, B200 1000 W (DGX B200), GB200 1200 W per GPU (a 2,700 W
+# superchip less its CPU: assumption), TPU v4 192 W (Jouppi et al. 2023, peak),
+# TPU v5p 350 W (not published: assumption).
+TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
+         "H800": 700.0, "B200": 1000.0, "GB200": 1200.0, "tpu-v4": 192.0, "tpu-v5p": 350.0}
+
+
 def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency):
-    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, name=name)
+    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, name=name, tdp_w=TDP_W[name])
 
 
 def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
