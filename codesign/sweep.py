@@ -121,10 +121,11 @@ class Knob:
 
     name: str
     kind: str  # "values" | "random" | "categories"
-    values: tuple = ()
+    values: tuple = ()  # floats, categories, or the labels of `bundles`
     low: float = 0.0
     high: float = 0.0
     log: bool = False
+    bundles: tuple = ()  # categories that set several keys: one dict per label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,10 +255,14 @@ def _parse_knob(name: str, raw) -> Knob:
     kind = kinds[0]
     _only(raw, (kind, "log") if kind == "random" else (kind,), field)
     value, where = raw[kind], f"{field}.{kind}"
+    if kind == "categories" and isinstance(value, list) and value and all(
+            isinstance(v, dict) for v in value):
+        return _bundle_knob(name, value, where)
     if kind == "categories":
         if (not isinstance(value, list) or not value
                 or not all(isinstance(v, (str, int, float)) for v in value)):
-            raise ValueError(f"{where}={value!r} must be a non-empty list")
+            raise ValueError(f"{where}={value!r} must be a non-empty list of values, or of "
+                             f"tables {{ label = \"...\", key = value, ... }}")
         if len({str(v) for v in value}) != len(value):
             raise ValueError(f"{where}={value!r} has repeated categories")
         return Knob(name, "categories", tuple(value))
@@ -281,9 +286,55 @@ def _parse_knob(name: str, raw) -> Knob:
     return Knob(name, "values", tuple(round_significant(v) for v in grid))
 
 
-def _where(raw, field: str) -> dict:
-    raw = _table(raw, field)
-    return {k: tuple(v) if isinstance(v, list) else (v,) for k, v in raw.items()}
+def _bundle_knob(name: str, tables: list, where: str) -> Knob:
+    """Categories that each set several keys: `[{ label = "1f1b", parallel.schedule = "1f1b",
+    parallel.interleave = 1 }, ...]`; the result column `name` holds the label."""
+    labels, bundles = [], []
+    for i, table in enumerate(tables):
+        label = table.get("label")
+        if not isinstance(label, str):
+            raise ValueError(f"{where}[{i}].label={label!r} must be a string")
+        flat = _flatten({k: v for k, v in table.items() if k != "label"})
+        if not flat:
+            raise ValueError(f"{where}[{i}] sets no key besides its label")
+        labels.append(label)
+        bundles.append(flat)
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"{where} has repeated labels {labels}")
+    return Knob(name, "categories", tuple(labels), bundles=tuple(bundles))
+
+
+def _flatten(raw: dict, prefix: str = "") -> dict:
+    """Nested tables -> dotted keys: `{"parallel": {"tp": 8}}` -> `{"parallel.tp": 8}`."""
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _flatten_knobs(raw: dict, prefix: str = "") -> dict:
+    """`{"parallel": {"tp": [1, 2]}}` (TOML `parallel.tp = [1, 2]`) -> `{"parallel.tp": ...}`."""
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, dict) and not any(k in value for k in _KNOB_KINDS + ("log",)):
+            out.update(_flatten_knobs(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _where(raw, field: str, prefix: str = "") -> dict:
+    """`{column: value or [values]}`; nested tables are dotted keys (`parallel.tp = 8`)."""
+    out = {}
+    for k, v in _table(raw, field).items():
+        if isinstance(v, dict):
+            out.update(_where(v, f"{field}.{k}", f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = tuple(v) if isinstance(v, list) else (v,)
+    return out
 
 
 _PLOT_KEYS = ("file", "kind", "x", "y", "value", "series", "facet", "over", "goal", "where",
@@ -364,7 +415,7 @@ def parse_spec(raw: dict, *, name: str = "sweep", directory: Path | str = ".") -
                          f"{', '.join(TARGETS)}")
     target = TARGETS[target_name]
     base = _table(raw.get("base", {}), "base")
-    knobs_raw = _table(raw.get("knobs", {}), "knobs")
+    knobs_raw = _flatten_knobs(_table(raw.get("knobs", {}), "knobs"))
     knobs = tuple(_parse_knob(k, v) for k, v in knobs_raw.items())
     directory = Path(directory)
     target.check(base, knobs, directory)
@@ -585,14 +636,33 @@ class Target(abc.ABC):
         floats, cats = self.float_knobs(base, directory), self.categorical_knobs(base, directory)
         for k in knobs:
             allowed = cats if k.kind == "categories" else floats
-            if k.name not in allowed:
+            for key in {key for bundle in k.bundles for key in bundle}:
+                if key not in cats:
+                    raise ValueError(f"knobs.{k.name}.categories: {key!r} is not a categorical "
+                                     f"knob of target {self.name!r}; choose from "
+                                     f"{', '.join(cats)}")
+            if k.name not in allowed and not k.bundles:
                 what = "categorical" if k.kind == "categories" else "float"
                 raise ValueError(f"knobs.{k.name} is not a {what} knob of target {self.name!r}; "
                                  f"choose from {', '.join(allowed)}")
 
 
-def _settings(base: dict, names: tuple[str, ...], combo: tuple) -> dict:
-    return {**base, **dict(zip(names, combo, strict=True))}
+def _settings(base: dict, knobs: tuple[Knob, ...], combo: tuple) -> dict:
+    """`base` with one combo of the categorical `knobs` (a bundle sets all its keys)."""
+    out = dict(base)
+    for knob, value in zip(knobs, combo, strict=True):
+        if knob.bundles:
+            out.update(knob.bundles[knob.values.index(value)])
+        else:
+            out[knob.name] = value
+    return out
+
+
+def all_settings(base: dict, knobs: tuple[Knob, ...]):
+    """The settings of every combo of the categorical knobs among `knobs`."""
+    cats = tuple(k for k in knobs if k.kind == "categories")
+    for combo in itertools.product(*(k.values for k in cats)):
+        yield _settings(base, cats, combo)
 
 
 def _tier_leaf(system: hardware.System, knob: str, value) -> hardware.System:
@@ -634,10 +704,8 @@ class CollectiveTarget(Target):
 
     def check(self, base, knobs, directory):
         super().check(base, knobs, directory)
-        combos = itertools.product(*(k.values for k in knobs if k.kind == "categories"))
-        names = tuple(k.name for k in knobs if k.kind == "categories")
-        for combo in combos:  # fail on a bad op/algorithm/system before any compile
-            self._static(_settings(base, names, combo))
+        for settings in all_settings(base, knobs):  # fail before any compile
+            self._static(settings)
 
     def _static(self, settings: dict):
         s = {**self._DEFAULTS, **settings}
@@ -838,9 +906,8 @@ class FabricTarget(Target):
 
     def check(self, base, knobs, directory):
         super().check(base, knobs, directory)
-        names = tuple(k.name for k in knobs if k.kind == "categories")
-        for combo in itertools.product(*(k.values for k in knobs if k.kind == "categories")):
-            self._system(_settings(base, names, combo))
+        for settings in all_settings(base, knobs):
+            self._system(settings)
 
     def _system(self, settings) -> hardware.System:
         from .fabric import with_topology
@@ -881,8 +948,122 @@ class FabricTarget(Target):
         return point
 
 
+class EstimateTarget(Target):
+    """The whole step model of a scenario (`step.outputs(step.estimate(scn))`).
+
+    base: `scenario` (a built-in name or a TOML path, relative to the spec;
+    default: the default scenario), `overrides` (["section.key=value", ...]),
+    and scenario tables ([base.parallel] tp = 8, ...). Float knobs are the
+    scenario's float keys (`scenario.KNOBS`: parallel.tp, training.global_batch,
+    system.scale_out_bandwidth_Bps, ...), set by `scenario.set_knobs` under
+    vmap, unvalidated (relaxed); categorical knobs are any scenario key
+    (system.preset, parallel.schedule, or a validated integer like parallel.tp),
+    loaded and validated once per combo. Outputs: `step.outputs` plus
+    `bubble_fraction` (bubble / (compute + bubble)), `exposed_comm_fraction`
+    (exposed communication / step time), `micro_batches`, and the network
+    roofline of `step.roofline` in traceable form: per dimension the bytes one
+    GPU puts on its link per step (`wire_bytes_tp`, ...) and the hardware FLOPs
+    per such byte (`flop_per_byte_tp`, ...; 0 = no traffic), against the FLOP
+    per byte each tier needs to stay compute-bound (peak / bandwidth per
+    direction: `scale_up_needed_flop_per_byte`, `scale_out_needed_flop_per_byte`).
+    """
+
+    name = "estimate"
+    description = "the step model of a scenario: step time, MFU, memory, breakdown, goodput"
+    _DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
+    _EXTRA = (("bubble_fraction", "exposed_comm_fraction", "micro_batches",
+               "scale_up_needed_flop_per_byte", "scale_out_needed_flop_per_byte")
+              + tuple(f"wire_bytes_{d}" for d in _DIMENSIONS)
+              + tuple(f"flop_per_byte_{d}" for d in _DIMENSIONS))
+
+    def float_knobs(self, base, directory):
+        from .scenario import KNOBS
+
+        return KNOBS
+
+    def categorical_knobs(self, base, directory):
+        from .scenario import SCHEMA
+
+        return tuple(f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys)
+
+    def base_keys(self, base, directory):
+        from .scenario import SCHEMA
+
+        return ("scenario", "overrides") + tuple(SCHEMA)
+
+    def _source(self, base: dict, directory: Path) -> str | None:
+        from .scenario import BUILTIN
+
+        source = base.get("scenario")
+        if source is None or source in BUILTIN:
+            return source
+        return str(Path(directory) / str(source))
+
+    def fingerprint(self, base, directory):
+        source = self._source(base, directory)
+        if source is None or not Path(source).is_file():
+            return ""
+        return hashlib.sha256(Path(source).read_bytes()).hexdigest()
+
+    def _scenario(self, settings: dict, directory: Path):
+        from . import scenario
+
+        overrides = settings.get("overrides", [])
+        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+            raise ValueError(f"base.overrides={overrides!r} must be a list of "
+                             f"\"section.key=value\" strings")
+        items = list(overrides)
+        for section in scenario.SCHEMA:
+            for key, value in _table(settings.get(section, {}), f"base.{section}").items():
+                items.append((section, key, value))
+        for name, value in settings.items():
+            if "." in name:  # a categorical knob: section.key
+                section, key = name.split(".", 1)
+                items.append((section, key, value))
+        return scenario.load(self._source(settings, directory), items)
+
+    def outputs(self, base, directory):
+        from . import step
+
+        scn = self._scenario(base, directory)
+        keys = jax.eval_shape(lambda s: step.outputs(step.estimate(s)), scn)
+        return tuple(keys) + self._EXTRA
+
+    def check(self, base, knobs, directory):
+        super().check(base, knobs, directory)
+        for settings in all_settings(base, knobs):
+            self._scenario(settings, directory)
+
+    def build(self, settings, directory):
+        from . import scenario, step
+
+        scn0 = self._scenario(settings, directory)
+
+        def point(knobs: dict) -> dict:
+            scn = scenario.set_knobs(scn0, knobs) if knobs else scn0
+            est = step.estimate(scn)
+            s = est.step
+            comm = sum(s.exposed_s.values())
+            peak = step.peak_flops_per_s(scn.system, scn.plan.dtype)
+            flops = s.hardware_flops_per_step / s.gpus
+            wire = {d: jnp.zeros(()) for d in self._DIMENSIONS}
+            for row in s.traffic:
+                wire[row.dimension] = wire[row.dimension] + step.wire_bytes_per_gpu(row)
+            return {**step.outputs(est),
+                    "bubble_fraction": safe_div(s.bubble_s, s.bubble_s + s.compute_s),
+                    "exposed_comm_fraction": safe_div(comm, s.step_time_s),
+                    "micro_batches": scn.plan.micro_batches,
+                    "scale_up_needed_flop_per_byte": peak / scn.system.scale_up.bandwidth_Bps,
+                    "scale_out_needed_flop_per_byte": peak / scn.system.scale_out.bandwidth_Bps,
+                    **{f"wire_bytes_{d}": b for d, b in wire.items()},
+                    **{f"flop_per_byte_{d}": safe_div(flops, b) for d, b in wire.items()}}
+
+        return point
+
+
 TARGETS: dict[str, Target] = {t.name: t for t in (CollectiveTarget(), ReliabilityTarget(),
-                                                  EcmpTarget(), FabricTarget())}
+                                                  EcmpTarget(), FabricTarget(),
+                                                  EstimateTarget())}
 
 
 # =========================================================================== evaluation
@@ -891,7 +1072,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (CollectiveTarget(), Reliabilit
 def point_function(plan: Plan, combo: int) -> Callable[[jax.Array], jax.Array]:
     """x (n_float_knobs,) -> [outputs..., elasticities...] for one combo of `plan`."""
     spec, pts = plan.spec, plan.points
-    settings = _settings(spec.base, pts.categorical, pts.combos[combo])
+    settings = _settings(spec.base, spec.categorical, pts.combos[combo])
     fn = TARGETS[spec.target].build(settings, spec.directory)
     names, outputs = pts.float_names, spec.outputs
 
@@ -1083,11 +1264,12 @@ def _barrier(name: str) -> None:
 
 
 def run(plan: Plan, out_dir: str | Path, *, resume: bool = False, progress: bool = True,
-        write: bool = True) -> RunResult:
+        write: bool = True, devices=None) -> RunResult:
     """Evaluate the chunks of `plan` this process owns and write them; returns once every
     process is done (then process 0 calls `finish_sweep`).
 
-    `write=False` evaluates without touching the disk (benchmarks the checkpoint cost).
+    `write=False` evaluates without touching the disk (benchmarks the checkpoint cost);
+    `devices` (default: all local devices) is the mesh the batch is sharded over.
     """
     out_dir = Path(out_dir)
     start = time.perf_counter()
@@ -1103,7 +1285,7 @@ def run(plan: Plan, out_dir: str | Path, *, resume: bool = False, progress: bool
                    sum(c.stop - c.start for c in plan.chunks if c.id in on_disk)
                    + sum(c.stop - c.start for c in mine), enabled=progress)
     bar.skip(len(on_disk), sum(c.stop - c.start for c in plan.chunks if c.id in on_disk))
-    evaluate = _Evaluator(plan)
+    evaluate = _Evaluator(plan, devices)
     for chunk in mine:
         rows = chunk_rows(plan, chunk, evaluate(chunk))
         if write:

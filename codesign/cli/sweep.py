@@ -98,6 +98,9 @@ def run(args, name: str) -> int:
                                    progress=progress and jax.process_index() == 0,
                                    write=not args.no_write)
                 lead = jax.process_index() == 0
+                print(f"process {jax.process_index()} of {jax.process_count()} "
+                      f"({jax.local_device_count()} local devices): "
+                      f"{result.computed_chunks} chunks computed", flush=True)
             finally:
                 jax.distributed.shutdown()
             if not lead or args.no_finish:
