@@ -1,0 +1,524 @@
+"""The fabric above the chip: topologies, pods and oversubscription, cost and power, ECMP.
+
+Where a collective's bandwidth depends on *where* its group sits, this module
+says which tier it sees:
+
+- `scale_out_tier(system, span_gpus)`: the slow tier seen by a group whose
+  members spread over `span_gpus` consecutive GPU indices (`span_gpus` =
+  group size x stride for a group of every stride-th rank, see `span_gpus`).
+  A three-layer Clos (`clos`) has pods of `pod_size` GPUs at full bisection and
+  `oversubscription`:1 above them (Llama 3: 3,072-GPU pods at 1:7). A group that
+  spans more than a pod is slowed by the full factor: every GPU of the job runs
+  its copy of the collective at the same time (one group per tp/pp/... rank), so
+  the pod's uplinks carry 1/k of what its GPUs inject, and a ring, whose every
+  step waits for its slowest link, runs at the cross-pod rate throughout. This
+  is the conservative choice (a pod-aware hierarchical algorithm could keep
+  part of the bytes inside the pod); groups that fit in a pod are assumed to be
+  placed inside one (pod-aligned placement, as a network-aware scheduler does).
+- `two_tier` and `rail_only` leave the scale-out tier unchanged. Rail-only has
+  no spine: GPU i of every scale-up domain hangs off rail switch i only, so
+  traffic between different rails is forwarded through the scale-up domain
+  first (`forwards_through_scale_up`): the traffic model must cost such groups
+  with hierarchical algorithms.
+- `torus`: the whole pod is the scale-up domain (ICI); the scale-out tier is
+  the data-centre network between pods, unchanged.
+- `scale_up_tier(system, group_size, stride)`: switched scale-up domains
+  (NVLink/NVSwitch) give every group the full per-GPU bandwidth; on a 3D torus a
+  group drives only the links of the dimensions it spans (a ring along one
+  dimension uses 2 of the 6 links), so the bandwidth is scaled by
+  (dimensions spanned) / 3. Ranks are laid out x fastest (`torus_shape`).
+
+`inventory` counts switches, NICs, transceivers and cables per topology and
+prices them (`Prices`); `rail_only_saving` and `rail_only_all_to_all_penalty`
+compare a rail-only fabric with a full-bisection Clos (Wang et al.: 38-77% lower
+cost, 37-75% lower power, 8.2-11.2% longer MoE all-to-all).
+
+ECMP: k elephant flows hashed onto m equal-cost links is balls into bins; a
+collective waits for its slowest flow, so the slowdown is the expected maximum
+load over the ideal (`ecmp_expected_max_load`, exact; `ecmp_slowdown`).
+Packet spraying / adaptive routing spreads every flow over all links
+(`flow_slowdown(..., routing="spray")`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _checks as C
+from . import collectives as co
+from .hardware import System, Tier
+from .relax import safe_log, smooth_ceil, smooth_min
+
+# ----------------------------------------------------------------------- placement
+
+
+def span_gpus(group_size, stride) -> jax.Array:
+    """GPU indices covered by a group of `group_size` ranks `stride` apart.
+
+    A group of every stride-th rank starting at an aligned offset covers
+    `group_size x stride` consecutive indices (the block it is aligned to).
+    """
+    return C.as_float(group_size) * C.as_float(stride)
+
+
+def crosses_pod(span, pod_size, t=0.0) -> jax.Array:
+    """1 when a group spanning `span` GPUs leaves its pod, else 0.
+
+    Exact step at t = 0; for t > 0 the logistic sigmoid(log(span / pod) / t),
+    smooth in span and pod size (1/2 at span = pod).
+    """
+    span, pod_size = C.as_float(span), C.as_float(pod_size)
+    if isinstance(t, (int, float)) and t == 0:
+        return (span > pod_size).astype(span.dtype) + 0.0 * pod_size
+    x = (safe_log(span) - safe_log(pod_size)) / jnp.maximum(t, 1e-12)
+    return jax.nn.sigmoid(x)
+
+
+def oversubscription_factor(system: System, span, t=0.0) -> jax.Array:
+    """The factor (>= 1) by which a group spanning `span` GPUs divides its scale-out bandwidth.
+
+    clos: 1 + (k - 1) x crosses_pod: k when the group leaves its pod, 1 inside.
+    Other topologies: 1.
+    """
+    if system.topology != "clos":
+        return jnp.ones_like(C.as_float(span))
+    return 1.0 + (system.oversubscription - 1.0) * crosses_pod(span, system.pod_size, t)
+
+
+def _with_bandwidth(tier: Tier, bandwidth_Bps) -> Tier:
+    return eqx.tree_at(lambda x: x.bandwidth_Bps, tier, bandwidth_Bps)
+
+
+def scale_out_tier(system: System, span_gpus, t=0.0) -> Tier:
+    """The slow tier seen by a collective whose group spans `span_gpus` GPU indices.
+
+    clos: bandwidth / oversubscription when the span exceeds `pod_size` (see the
+    module docstring for why the whole group slows); smooth in span, pod size
+    and oversubscription with temperature t (exact at t = 0). Other topologies:
+    `system.scale_out` unchanged.
+    """
+    tier = system.scale_out
+    if system.topology != "clos":
+        return tier
+    factor = oversubscription_factor(system, span_gpus, t)
+    return _with_bandwidth(tier, tier.bandwidth_Bps / factor)
+
+
+def forwards_through_scale_up(system: System) -> bool:
+    """True on rail-only fabrics: cross-rail traffic hops through the scale-up domain."""
+    return system.topology == "rail_only"
+
+
+# -------------------------------------------------------------------------- torus
+
+# Full-pod torus shapes (x, y, z), ranks laid out x fastest.
+# TPU v4: 64 cubes of 4x4x4 chips joined by optical circuit switches into a
+# 16x16x16 pod (Jouppi et al., ISCA 2023). TPU v5p: the largest slice, 16x20x28
+# = 8,960 chips (Google Cloud TPU v5p documentation).
+TORUS_SHAPES = {"tpu-v4": (16, 16, 16), "tpu-v5p": (16, 20, 28)}
+TORUS_DIMS = 3  # the presets' scale_up.bandwidth_Bps is 2 links x 3 dimensions
+
+
+def torus_shape(chips: int) -> tuple[int, int, int]:
+    """The most cube-like (x <= y <= z, x y z = chips) shape: smallest z, then largest x.
+
+    Reproduces both presets: 4096 -> (16, 16, 16), 8960 -> (16, 20, 28). A
+    prime count gives (1, 1, chips): a ring.
+    """
+    n = int(round(float(chips)))
+    if n < 1 or abs(n - float(chips)) > 1e-9:
+        raise ValueError(f"torus chips={chips} must be a positive integer")
+    best = (1, 1, n)
+    for x in range(1, round(n ** (1 / 3)) + 2):
+        if n % x:
+            continue
+        for y in range(x, math.isqrt(n // x) + 1):
+            if (n // x) % y:
+                continue
+            z = n // x // y
+            if z >= y and (z, -x) < (best[2], -best[0]):
+                best = (x, y, z)
+    return best
+
+
+def system_torus_shape(system: System) -> tuple[int, int, int]:
+    """The torus shape of `system`: the preset's (`TORUS_SHAPES`) or `torus_shape` of its domain."""
+    if system.name in TORUS_SHAPES:
+        return TORUS_SHAPES[system.name]
+    chips = C.concrete(system.scale_up_domain)
+    if chips is None:
+        raise ValueError("the torus shape needs a concrete system.scale_up_domain; "
+                         "pass shape=(x, y, z) to scale_up_tier under jit")
+    return torus_shape(float(chips))
+
+
+def torus_dims_spanned(group_size, stride, shape, t=0.0) -> jax.Array:
+    """How many torus dimensions a group of `group_size` ranks `stride` apart spans.
+
+    Along dimension d (size n_d, c_d ranks per step along it) the group's
+    coordinates step by lo = clip(stride / c_d, 1, n_d) up to
+    hi = clip(stride x group_size / c_d, 1, n_d); it spans d when hi / lo >= 2.
+    Each dimension counts min(log2(hi / lo), 1) (smooth_min with temperature
+    t): exact 0 or 1 at aligned integer layouts, continuous in between.
+    """
+    g, s = C.as_float(group_size), C.as_float(stride)
+    total, c = 0.0, 1.0
+    for n in shape:
+        lo = jnp.clip(s / c, 1.0, float(n))
+        hi = jnp.clip(s * g / c, 1.0, float(n))
+        extent = hi / lo
+        total = total + smooth_min(safe_log(extent) / jnp.log(2.0), 1.0, t)
+        c *= n
+    return total
+
+
+def scale_up_tier(system: System, group_size, stride, t=0.0, shape=None) -> Tier:
+    """The fast tier seen by a group of `group_size` ranks `stride` apart.
+
+    Switched domains: `system.scale_up` unchanged. Torus: bandwidth x
+    max(dims spanned, 1) / 3 (a group of one moves no bytes, so the floor only
+    keeps the tier valid). `shape` defaults to `system_torus_shape(system)`.
+    """
+    tier = system.scale_up
+    if system.topology != "torus":
+        return tier
+    shape = system_torus_shape(system) if shape is None else tuple(shape)
+    dims = torus_dims_spanned(group_size, stride, shape, t)
+    return _with_bandwidth(tier, tier.bandwidth_Bps * jnp.maximum(dims, 1.0) / TORUS_DIMS)
+
+
+# ---------------------------------------------------------------- cost and power
+
+
+class Prices(eqx.Module):
+    """Price (USD) and power (W) per fabric part. Every number is an ASSUMPTION
+    (list-price order of magnitude for 400 Gb/s-generation parts, 2023-24) except
+    where a source is given; replace them with quotes for a real design.
+    """
+
+    switch_radix: jax.Array  # ports per switch
+    switch_usd: jax.Array
+    switch_w: jax.Array  # without optics
+    nic_usd: jax.Array
+    nic_w: jax.Array
+    transceiver_usd: jax.Array
+    transceiver_w: jax.Array
+    cable_usd: jax.Array
+    ocs_radix: jax.Array  # optical circuit switch ports
+    ocs_usd: jax.Array
+    ocs_w: jax.Array
+
+    def __init__(self, switch_radix=64.0, switch_usd=25_000.0, switch_w=750.0,
+                 nic_usd=2_000.0, nic_w=25.0, transceiver_usd=800.0, transceiver_w=12.0,
+                 cable_usd=100.0, ocs_radix=128.0, ocs_usd=50_000.0, ocs_w=108.0):
+        # switch_radix: 64 x 400 Gb/s ports, as NVIDIA Quantum-2 (QM9700) and
+        #   Broadcom Tomahawk 4 (25.6 Tb/s) switches have (vendor datasheets).
+        # switch_usd, switch_w: assumption (a 25.6 Tb/s box without optics).
+        # nic_usd, nic_w: assumption (a 400 Gb/s ConnectX-7-class NIC).
+        # transceiver_usd, transceiver_w: assumption (a 400 Gb/s optical module).
+        # cable_usd: assumption (a fibre patch cable); cables draw no power.
+        # ocs_radix: 128 ports in use per OCS: TPU v4 joins 64 cubes (6 faces x 16
+        #   = 96 optical ports each, 6,144 in all) through 48 OCSes (Jouppi et al.
+        #   2023). ocs_usd, ocs_w: assumption.
+        self.switch_radix = C.as_float(switch_radix)
+        self.switch_usd = C.as_float(switch_usd)
+        self.switch_w = C.as_float(switch_w)
+        self.nic_usd = C.as_float(nic_usd)
+        self.nic_w = C.as_float(nic_w)
+        self.transceiver_usd = C.as_float(transceiver_usd)
+        self.transceiver_w = C.as_float(transceiver_w)
+        self.cable_usd = C.as_float(cable_usd)
+        self.ocs_radix = C.as_float(ocs_radix)
+        self.ocs_usd = C.as_float(ocs_usd)
+        self.ocs_w = C.as_float(ocs_w)
+
+    def __check_init__(self):
+        C.check("prices.switch_radix", self.switch_radix, lambda v: v >= 4, "must be at least 4")
+        C.positive("prices.ocs_radix", self.ocs_radix)
+        for f in ("switch_usd", "switch_w", "nic_usd", "nic_w", "transceiver_usd",
+                  "transceiver_w", "cable_usd", "ocs_usd", "ocs_w"):
+            C.non_negative(f"prices.{f}", getattr(self, f))
+
+
+DEFAULT_PRICES = Prices()
+
+# TPU v4 (Jouppi et al. 2023): the faces of each 4x4x4 cube (96 of its 384 link
+# ends) go optical through the OCSes: 1.5 optical link ends per chip.
+TORUS_OPTICAL_ENDS_PER_CHIP = 96 / 64
+
+
+class Inventory(eqx.Module):
+    """Parts of a fabric and what they cost. Counts are floats (exact integers at t = 0).
+
+    Every link is optical with a transceiver at each end and one cable (an
+    assumption: copper inside a rack would save transceivers). The scale-up
+    domain (NVLink, ICI copper) is not counted except the torus's own links.
+    """
+
+    leaf_switches: jax.Array  # first switch level (ToR / rail / leaf)
+    spine_switches: jax.Array  # levels above the leaf inside a pod (or a rail)
+    core_switches: jax.Array  # above the pods (clos) / top of a 3+-level fat tree
+    ocs_switches: jax.Array  # optical circuit switches (torus)
+    nics: jax.Array
+    transceivers: jax.Array
+    cables: jax.Array
+    network_cost_usd: jax.Array  # switches + optics + cables (NICs excluded)
+    network_power_w: jax.Array
+    cost_usd: jax.Array  # everything, NICs included
+    power_w: jax.Array
+    cost_per_gpu_usd: jax.Array
+    power_per_gpu_w: jax.Array
+
+
+def fat_tree_levels(endpoints, radix) -> jax.Array:
+    """Levels of a non-blocking folded Clos (fat tree) of radix-R switches for E endpoints.
+
+    L levels hold up to 2 (R/2)^L endpoints (one switch holds R): L = max(1,
+    ceil(log(E/2) / log(R/2))).
+    """
+    e, r = C.as_float(endpoints), C.as_float(radix)
+    levels = jnp.ceil(safe_log(e / 2.0) / jnp.log(r / 2.0) - 1e-9)
+    return jax.lax.stop_gradient(jnp.maximum(levels, 1.0))
+
+
+def _fat_tree_ports(endpoints, radix):
+    """(leaf ports, ports of the levels above the leaf) of a fat tree over `endpoints`.
+
+    Every level below the top has E ports down and E up; the top has E down.
+    """
+    levels = fat_tree_levels(endpoints, radix)
+    leaf = jnp.where(levels > 1, 2.0, 1.0) * endpoints
+    upper = jnp.where(levels > 1, 2.0 * levels - 3.0, 0.0) * endpoints
+    return leaf, upper, levels
+
+
+def _switch_ports(system: System, radix, t):
+    """(leaf, spine, core) switch ports of the scale-out fabric of `system`."""
+    n = system.gpus
+    if system.topology == "torus":
+        z = jnp.zeros_like(n)
+        return z, z, z
+    if system.topology == "rail_only":
+        # one fat tree per rail over the N / G GPUs of that rail
+        leaf, upper, _ = _fat_tree_ports(n / system.scale_up_domain, radix)
+        g = system.scale_up_domain
+        return leaf * g, upper * g, jnp.zeros_like(n)
+    if system.topology == "two_tier":
+        leaf, upper, levels = _fat_tree_ports(n, radix)
+        top = jnp.where(levels > 2, n, 0.0)  # a 3+-level tree's top level is its "core"
+        return leaf, upper - top, top
+    # clos: pods are fat trees over min(N, P); their top level sends N/k up to a
+    # single aggregation ("core") layer when the job spans more than one pod.
+    pod = jnp.minimum(n, system.pod_size)
+    pods = n / pod
+    leaf, upper, _ = _fat_tree_ports(pod, radix)
+    cross = crosses_pod(n, system.pod_size, t)
+    uplinks = cross * n / system.oversubscription
+    return leaf * pods, upper * pods + uplinks, uplinks
+
+
+def inventory(system: System, prices: Prices = DEFAULT_PRICES, t=0.0) -> Inventory:
+    """Count and price the scale-out fabric (and the torus's links) of `system`.
+
+    - two_tier: a non-blocking fat tree over all GPUs (one NIC per GPU).
+    - clos: pods of `pod_size` GPUs as non-blocking fat trees, N/k uplinks from
+      the pods into one aggregation layer of N/k ports.
+    - rail_only: `scale_up_domain` rails, each a non-blocking fat tree over the
+      N / G GPUs of that rail; no spine joining the rails.
+    - torus: 3 links per chip (6 ends), 1.5 optical ends per chip through OCSes
+      (TPU v4's cube faces), one data-centre NIC per host (the data-centre
+      network itself is shared and not counted).
+    Switch counts are ports / radix rounded up with `smooth_ceil` (exact at t = 0).
+    """
+    r = prices.switch_radix
+    n = system.gpus
+    leaf_p, spine_p, core_p = _switch_ports(system, r, t)
+    leaf, spine, core = (smooth_ceil(p / r, t) for p in (leaf_p, spine_p, core_p))
+    if system.topology == "torus":
+        nics = n / system.gpus_per_node
+        optical_ends = TORUS_OPTICAL_ENDS_PER_CHIP * n
+        ocs = smooth_ceil(optical_ends / prices.ocs_radix, t)
+        links = 3.0 * n + nics  # ICI links + host-to-network links
+        transceivers = optical_ends + 2.0 * nics
+    else:
+        nics = n
+        ocs = jnp.zeros_like(n)
+        links = (nics + leaf_p + spine_p + core_p) / 2.0
+        transceivers = 2.0 * links
+    switches = leaf + spine + core
+    network_cost = (switches * prices.switch_usd + ocs * prices.ocs_usd
+                    + transceivers * prices.transceiver_usd + links * prices.cable_usd)
+    network_power = (switches * prices.switch_w + ocs * prices.ocs_w
+                     + transceivers * prices.transceiver_w)
+    cost = network_cost + nics * prices.nic_usd
+    power = network_power + nics * prices.nic_w
+    return Inventory(leaf, spine, core, ocs, nics, transceivers, links, network_cost,
+                     network_power, cost, power, cost / n, power / n)
+
+
+def with_topology(system: System, topology: str) -> System:
+    """`system` with another topology (same GPUs, domain, tiers)."""
+    return System(system.chip, system.gpus, system.scale_up_domain, system.scale_up,
+                  system.scale_out, system.gpus_per_node, system.pod_size,
+                  system.oversubscription, topology=topology, name=system.name)
+
+
+def rail_only_saving(system: System, prices: Prices = DEFAULT_PRICES):
+    """(cost saving, power saving) of rail-only against a full-bisection Clos.
+
+    Both fabrics serve the same GPUs with one NIC each; the NICs are identical
+    and excluded, so the fractions are of switches + optics + cables
+    (`network_cost_usd`, `network_power_w`). Wang et al. report 38-77% (cost)
+    and 37-75% (power) across their cluster sizes.
+    """
+    rail = inventory(with_topology(system, "rail_only"), prices)
+    full = inventory(with_topology(system, "two_tier"), prices)
+    return (1.0 - rail.network_cost_usd / full.network_cost_usd,
+            1.0 - rail.network_power_w / full.network_power_w)
+
+
+def rail_only_all_to_all_penalty(system: System, n_bytes, ranks) -> jax.Array:
+    """Relative extra time of an all-to-all over `ranks` GPUs on rail-only vs a full Clos.
+
+    Full Clos: each GPU sends the bytes bound for other scale-up domains
+    straight over its NIC (the rest moves over the scale-up tier at the same
+    time), i.e. the cross-domain exchange `all_to_all direct` over ranks / G
+    groups on the scale-out tier, G rails in parallel. Rail-only: a GPU reaches
+    only its own rail, so the bytes are first regrouped inside the domain
+    (`all_to_all hierarchical`: an exchange over the scale-up tier, then the
+    same cross-domain exchange). The penalty is that extra forwarding hop;
+    Wang et al. report 8.2-11.2%.
+    """
+    g = jnp.minimum(system.scale_up_domain, C.as_float(ranks))
+    rail = co.cost("all_to_all", "hierarchical", n_bytes, ranks, system.scale_up,
+                   outer=system.scale_out, local_ranks=g).time_s
+    clos = co.cost("all_to_all", "direct", n_bytes, C.as_float(ranks) / g,
+                   system.scale_out).time_s
+    return rail / clos - 1.0
+
+
+# --------------------------------------------------------------------------- ECMP
+
+
+def _max_load_exact(k: int, m: int) -> float:
+    """E[max load] of k balls thrown uniformly into m bins, exactly (float64).
+
+    P(max <= c) = P(Poisson(l)^m truncated at c sums to k) / P(Poisson(k) = k)
+    with l = k/m (Poissonisation: m independent Poisson(l) bins conditioned on
+    their sum k are the multinomial). The numerator is the coefficient of z^k in
+    (sum_{i<=c} pois(i; l) z^i)^m, a probability, computed by repeated squaring
+    with the polynomial truncated at degree k: no overflow. Then
+    E[max] = sum_{c>=0} (1 - P(max <= c)), stopping once the term is below 1e-15.
+    """
+    if k == 0:
+        return 0.0
+    lam = k / m
+    i = np.arange(k + 1)
+    log_pmf = i * math.log(lam) - lam - np.array([math.lgamma(j + 1) for j in i])
+    pmf = np.exp(log_pmf)
+    log_pk = k * math.log(k) - k - math.lgamma(k + 1)  # log P(Poisson(k) = k)
+    total = float(-(-k // m))  # P(max <= c) = 0 for c < ceil(k/m) (pigeonhole)
+    for c in range(-(-k // m), k):
+        base = np.where(i <= c, pmf, 0.0)
+        result, power, e = np.zeros(k + 1), base, m
+        result[0] = 1.0
+        while e:
+            if e & 1:
+                result = np.convolve(result, power)[: k + 1]
+            e >>= 1
+            if e:
+                power = np.convolve(power, power)[: k + 1]
+        p_le = min(1.0, result[k] / math.exp(log_pk))
+        term = 1.0 - p_le
+        total += term
+        if term < 1e-15:
+            break
+    return total
+
+
+def _max_load_poisson(k, m, window=512) -> jax.Array:
+    """E[max] of m independent Poisson(k/m) loads: a smooth approximation in float k, m.
+
+    Sums P(max > c) = 1 - P(Poisson <= c)^m over a window of `window` values of
+    c starting 10 standard deviations below the mean (terms below it are 1).
+    Accurate to a few percent against the exact multinomial for k/m up to ~600.
+    """
+    k, m = C.as_float(k), C.as_float(m)
+    lam = k / jnp.maximum(m, 1.0)
+    start = jax.lax.stop_gradient(jnp.maximum(jnp.floor(lam - 10.0 * jnp.sqrt(lam)) - 1.0, 0.0))
+    c = start + jnp.arange(window, dtype=lam.dtype)
+    cdf = jax.scipy.special.gammaincc(c + 1.0, lam)  # P(Poisson(lam) <= c)
+    term = -jnp.expm1(m * safe_log(cdf))
+    return jnp.where(k > 0, start + jnp.sum(term), 0.0)
+
+
+def _concrete_int(value):
+    v = C.concrete(value)
+    if v is None or v.size != 1 or not float(v).is_integer():
+        return None
+    return int(v)
+
+
+def ecmp_expected_max_load(k_flows, m_links, exact: bool | None = None) -> jax.Array:
+    """Expected load (in flows) of the busiest of `m_links` links with `k_flows` hashed uniformly.
+
+    `exact=None`: the exact balls-into-bins expectation when k and m are
+    concrete integers, else the differentiable Poisson approximation
+    (`_max_load_poisson`, for traced or fractional k, m). `exact=True` insists
+    on the exact value; `exact=False` always approximates.
+    """
+    C.non_negative("k_flows", k_flows)
+    C.at_least_one("m_links", m_links)
+    k, m = _concrete_int(k_flows), _concrete_int(m_links)
+    if exact is None:
+        exact = k is not None and m is not None
+    if exact:
+        if k is None or m is None:
+            raise ValueError(f"exact ECMP load needs concrete integer k_flows={k_flows} "
+                             f"and m_links={m_links}")
+        return jnp.asarray(_max_load_exact(k, m))
+    return _max_load_poisson(k_flows, m_links)
+
+
+def ecmp_slowdown(k_flows, m_links, exact: bool | None = None) -> jax.Array:
+    """How much longer a collective waits for its slowest of `k_flows` ECMP-hashed flows.
+
+    expected max load / max(k/m, 1): with perfect spreading the busiest link
+    carries k/m flows, and a flow never runs faster than its own line rate, so
+    with k < m the ideal is 1 flow per link.
+    """
+    k, m = C.as_float(k_flows), C.as_float(m_links)
+    ideal = jnp.maximum(k / m, 1.0)
+    return ecmp_expected_max_load(k_flows, m_links, exact) / ideal
+
+
+ROUTINGS = ("ecmp", "spray", "adaptive")
+# Packet spraying and adaptive routing spread each flow over every link, so the
+# busiest link carries k/m flows (slowdown 1). ASSUMPTION: 0 extra cost; a real
+# deployment pays reordering/probe overhead, pass `overhead` to model it.
+
+
+def flow_slowdown(k_flows, m_links, routing: str = "ecmp", overhead=0.0) -> jax.Array:
+    """Slowdown of a collective of `k_flows` elephant flows over `m_links` equal-cost links.
+
+    `ecmp`: `ecmp_slowdown`; `spray` / `adaptive`: 1 + `overhead`.
+    """
+    if routing not in ROUTINGS:
+        raise ValueError(f"routing={routing!r} is not one of {', '.join(ROUTINGS)}")
+    C.non_negative("overhead", overhead)
+    if routing == "ecmp":
+        return ecmp_slowdown(k_flows, m_links)
+    return 1.0 + C.as_float(overhead) + 0.0 * C.as_float(k_flows)
+
+
+def ecmp_monte_carlo(key: jax.Array, k_flows: int, m_links: int, trials: int = 20_000):
+    """(mean, standard error) of the max load over `trials` random hashings (jax.random)."""
+    links = jax.random.randint(key, (trials, int(k_flows)), 0, int(m_links))
+    loads = jax.vmap(lambda a: jnp.bincount(a, length=int(m_links)))(links)
+    peak = jnp.max(loads, axis=1).astype(float)
+    return jnp.mean(peak), jnp.std(peak) / jnp.sqrt(trials)

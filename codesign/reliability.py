@@ -1,0 +1,408 @@
+"""Stragglers, failures, checkpoints and goodput.
+
+Stragglers. A synchronous step finishes with its slowest participant. Each of p
+participants takes base x J x S, where J is lognormal (median 1, log-sd
+`straggler_sigma`: the jitter of a healthy GPU) and S = `straggler_slowdown`
+with probability `straggler_q` (a slow participant: a throttling GPU, a
+congested link), else 1. With F the per-participant CDF, the step is the
+maximum of p draws, with CDF F^p:
+
+    E[step] = base x int_0^inf (1 - F(x)^p) dx,   P(step delayed) = 1 - (1 - q)^p,
+
+evaluated by quadrature on a log grid (to ~1e-5, differentiable in q, p, s,
+sigma); quantiles solve F(x)^p = u. One synchronisation per step is modelled
+(the step as a whole waits for the slowest participant).
+
+Failures. A job of N GPUs stops every M = `gpu_mtbf_s` / N seconds on average
+(exponential failures). It checkpoints every tau seconds of work, each write
+stalls it delta seconds, and each failure costs a restart R plus the work since
+the last checkpoint. Daly (2006) gives the expected wall time of T of work,
+
+    T_wall = M e^{R/M} (e^{(tau + delta)/M} - 1) T / tau,
+
+whose first order is the familiar waste delta/tau + tau/(2M) + R/M (half an
+interval lost per failure on average); its optimum is Young's tau = sqrt(2
+delta M) to first order and Daly's higher-order form below. The effective
+training time fraction is T / T_wall (Meta's "effective training time").
+
+Defaults (a Llama-3-like run: 16,384 H100s, a ~6 TB 405B checkpoint, ~10 s
+steps) give M = 3.1 h, delta = 3 s, tau = 4.3 min, and an effective training
+time of about 92% (Llama 3 reports "higher than 90%"): the restart time
+`restart_s` = 10 min is the assumption that sets it (see `Reliability`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import log_ndtr
+
+from . import _checks as C
+from .relax import safe_log
+from .units import day
+
+# --------------------------------------------------------------- default rates
+# Llama 3 (Dubey et al. 2024, quoted in seed 000 and reference/hardware.md):
+# 419 unexpected interruptions in a 54-day snapshot on up to 16,384 H100s.
+LLAMA3_GPUS = 16_384
+LLAMA3_SNAPSHOT_S = 54 * day
+LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
+LLAMA3_GPU_MTBF_S = LLAMA3_GPUS * LLAMA3_SNAPSHOT_S / LLAMA3_UNEXPECTED_INTERRUPTIONS
+# = 1.82e8 s (5.8 years) per GPU's share; the job's MTBF is 3.09 h.
+
+# Shares of the job-stopping interruptions by component (they sum to 1):
+# - 78% confirmed hardware, GPU issues 58.7% (Llama 3, seed 000);
+# - HBM3 17.2% (72 of 419), network switch and cable 8.4% (35), NIC 1.7% (7)
+#   (Llama 3, Table 5: root causes of unexpected interruptions);
+# - gpu = 58.7% - 17.2% (HBM) = the rest of the GPU category;
+# - host = 78% - 58.7% - 8.4% - 1.7%: the remaining hardware (CPU, DRAM, power
+#   supply, SSD, chassis) by difference;
+# - software = 22% = 1 - 78%: software bugs, NCCL timeouts, dependencies,
+#   unplanned host maintenance and unconfirmed causes.
+COMPONENT_SHARES = {"gpu": 0.587 - 0.172, "hbm": 0.172, "nic": 0.017, "switch_cable": 0.084,
+                    "host": 0.78 - 0.587 - 0.084 - 0.017, "software": 0.22}
+COMPONENTS = tuple(COMPONENT_SHARES)
+
+STORAGE_BPS = 2e12  # Llama 3: Tectonic storage sustains 2 TB/s (7 TB/s peak)
+
+_SHARE_FIELDS = tuple(f"share_{c}" for c in COMPONENTS)
+
+
+class Reliability(eqx.Module):
+    """Straggler, failure and checkpoint parameters; every number is a float leaf.
+
+    Defaults and their sources:
+    - straggler_q = 0 (no slow participants unless asked; the seed's 1% is an
+      illustration), straggler_slowdown = 2 (ASSUMPTION: a slow participant
+      takes twice as long), straggler_sigma = 0.01 (ASSUMPTION: 1% log-sd
+      step-to-step jitter of a healthy GPU; it costs ~4% at 16K participants).
+    - gpu_mtbf_s = Llama 3's 54 days x 16,384 GPUs / 419 interruptions; the
+      `share_*` split it by component (`COMPONENT_SHARES`).
+    - checkpoint_write_s = 0: derive it as checkpoint bytes / storage_Bps;
+      storage_Bps = 2 TB/s (Llama 3's Tectonic, sustained).
+    - restart_s = 600 (ASSUMPTION: detect, drain, reschedule on spares, rebuild
+      communicators and reload the checkpoint in 10 minutes), the time from a
+      failure to training again, work since the last checkpoint excluded.
+    - checkpoint_interval_s = 0: Daly's optimum.
+    - spare_fraction = 1 (ASSUMPTION: spares are kept in the same pod, so a node
+      failure is repaired by a swap); without a spare, a hardware failure also
+      waits `replacement_s` = 1 h (ASSUMPTION) for a repair or a re-placement.
+    - dual_homed = 0 (single-homed hosts, as a plain Clos): the fraction of
+      hosts with two ToR uplinks (Alibaba HPN); dual-homing makes the
+      `tor_share` = 0.5 (ASSUMPTION: half of the network interruptions are a
+      ToR or a host's link) of switch and cable failures non-fatal.
+    """
+
+    straggler_q: jax.Array
+    straggler_slowdown: jax.Array
+    straggler_sigma: jax.Array
+    gpu_mtbf_s: jax.Array
+    share_gpu: jax.Array
+    share_hbm: jax.Array
+    share_nic: jax.Array
+    share_switch_cable: jax.Array
+    share_host: jax.Array
+    share_software: jax.Array
+    checkpoint_write_s: jax.Array
+    storage_Bps: jax.Array
+    restart_s: jax.Array
+    checkpoint_interval_s: jax.Array
+    spare_fraction: jax.Array
+    replacement_s: jax.Array
+    dual_homed: jax.Array
+    tor_share: jax.Array
+
+    def __init__(self, straggler_q=0.0, straggler_slowdown=2.0, straggler_sigma=0.01,
+                 gpu_mtbf_s=LLAMA3_GPU_MTBF_S, share_gpu=COMPONENT_SHARES["gpu"],
+                 share_hbm=COMPONENT_SHARES["hbm"], share_nic=COMPONENT_SHARES["nic"],
+                 share_switch_cable=COMPONENT_SHARES["switch_cable"],
+                 share_host=COMPONENT_SHARES["host"],
+                 share_software=COMPONENT_SHARES["software"], checkpoint_write_s=0.0,
+                 storage_Bps=STORAGE_BPS, restart_s=600.0, checkpoint_interval_s=0.0,
+                 spare_fraction=1.0, replacement_s=3600.0, dual_homed=0.0, tor_share=0.5):
+        self.straggler_q = C.as_float(straggler_q)
+        self.straggler_slowdown = C.as_float(straggler_slowdown)
+        self.straggler_sigma = C.as_float(straggler_sigma)
+        self.gpu_mtbf_s = C.as_float(gpu_mtbf_s)
+        self.share_gpu = C.as_float(share_gpu)
+        self.share_hbm = C.as_float(share_hbm)
+        self.share_nic = C.as_float(share_nic)
+        self.share_switch_cable = C.as_float(share_switch_cable)
+        self.share_host = C.as_float(share_host)
+        self.share_software = C.as_float(share_software)
+        self.checkpoint_write_s = C.as_float(checkpoint_write_s)
+        self.storage_Bps = C.as_float(storage_Bps)
+        self.restart_s = C.as_float(restart_s)
+        self.checkpoint_interval_s = C.as_float(checkpoint_interval_s)
+        self.spare_fraction = C.as_float(spare_fraction)
+        self.replacement_s = C.as_float(replacement_s)
+        self.dual_homed = C.as_float(dual_homed)
+        self.tor_share = C.as_float(tor_share)
+
+    def __check_init__(self):
+        for f in ("straggler_q", "spare_fraction", "dual_homed", "tor_share") + _SHARE_FIELDS:
+            C.fraction(f"reliability.{f}", getattr(self, f))
+        C.check("reliability.straggler_slowdown", self.straggler_slowdown, lambda v: v >= 1,
+                "must be at least 1 (a slow participant's time over a healthy one's)")
+        for f in ("straggler_sigma", "checkpoint_write_s", "restart_s",
+                  "checkpoint_interval_s", "replacement_s"):
+            C.non_negative(f"reliability.{f}", getattr(self, f))
+        C.positive("reliability.gpu_mtbf_s", self.gpu_mtbf_s)
+        C.positive("reliability.storage_Bps", self.storage_Bps)
+        shares = [C.concrete(getattr(self, f)) for f in _SHARE_FIELDS]
+        if all(s is not None for s in shares) and abs(sum(float(s) for s in shares) - 1) > 1e-6:
+            raise ValueError(f"reliability.share_*={sum(float(s) for s in shares):g} "
+                             f"({'+'.join(_SHARE_FIELDS)}) must sum to 1")
+
+
+# ------------------------------------------------------------------- stragglers
+
+
+def p_step_delayed(q, p) -> jax.Array:
+    """P(at least one of p participants is slow) = 1 - (1 - q)^p, stably.
+
+    -expm1(p log1p(-q)); q is capped at 1 - 1e-15 so the gradient stays finite at q = 1.
+    """
+    q = jnp.minimum(C.as_float(q), 1.0 - 1e-15)
+    return -jnp.expm1(C.as_float(p) * jnp.log1p(-q))
+
+
+_K_SIGMA = 10.0  # grid half-width in log-sds: F^p ~ 1 beyond it for p up to ~1e20
+_N_PEAK = 400  # grid points around each mode (healthy, slow)
+_N_GAP = 128  # grid points between them
+_MIN_SIGMA = 1e-6  # sigma = 0 is evaluated as this (a step function to ~1e-6)
+
+
+def _log_cdf(u, q, s, sigma):
+    """log F(e^u): the per-participant step-time CDF (units of the base time), log space."""
+    healthy = safe_log(1.0 - q) + log_ndtr(u / sigma)
+    slow = safe_log(q) + log_ndtr((u - safe_log(s)) / sigma)
+    return jnp.logaddexp(healthy, slow)
+
+
+def _log_pdf_u(u, q, s, sigma):
+    """log dF/du at e^u."""
+    log_phi = lambda z: -0.5 * z * z - 0.5 * jnp.log(2 * jnp.pi)  # noqa: E731
+    healthy = safe_log(1.0 - q) + log_phi(u / sigma)
+    slow = safe_log(q) + log_phi((u - safe_log(s)) / sigma)
+    return jnp.logaddexp(healthy, slow) - jnp.log(sigma)
+
+
+def _params(rel: Reliability):
+    sigma = jnp.maximum(rel.straggler_sigma, _MIN_SIGMA)
+    return rel.straggler_q, rel.straggler_slowdown, sigma
+
+
+def _grid(s, sigma):
+    """A monotone log-time grid: dense within 10 sigma of log 1 and of log s, sparse between.
+
+    When the two modes overlap (log s < 20 sigma) the gap collapses to a point
+    at log(s)/2 and the dense parts meet there.
+    """
+    w = _K_SIGMA * sigma
+    ls = safe_log(s)
+    m1, m2 = jnp.minimum(w, ls / 2), jnp.maximum(ls - w, ls / 2)
+    a = jnp.linspace(0.0, 1.0, _N_PEAK)
+    gap = jnp.linspace(0.0, 1.0, _N_GAP)[1:]
+    return jnp.concatenate([-w + (m1 + w) * a, m1 + (m2 - m1) * gap, m2 + (ls + w - m2) * a[1:]])
+
+
+@jax.jit
+def _max_stats(participants, rel: Reliability, levels):
+    """(E[max], quantiles at `levels`) of max over p participants of J x S, in base times.
+
+    E[max] = int_0^inf (1 - F(x)^p) dx on the log grid (x = e^u): below the
+    grid 1 - F^p = 1 (contributes e^{u_min}), above it < 1e-17 for p < 1e6.
+    A quantile solves p log F(e^u) = log(level): interpolated on the grid, then
+    one Newton step, which also carries the gradient (the implicit-function
+    derivative at the root).
+    """
+    q, s, sigma = _params(rel)
+    p = C.as_float(participants)
+    sg = jax.lax.stop_gradient
+    u = _grid(s, sigma)
+    log_cdf_max = p * _log_cdf(u, q, s, sigma)  # log of F^p on the grid
+    y = -jnp.expm1(log_cdf_max) * jnp.exp(u)
+    mean = jnp.exp(u[0]) + jnp.sum(0.5 * (y[1:] + y[:-1]) * jnp.diff(u))
+    target = jnp.log(levels)
+    u0 = sg(jnp.interp(target, log_cdf_max, u))
+    slope = p * jnp.exp(_log_pdf_u(u0, q, s, sigma) - _log_cdf(u0, q, s, sigma))
+    u1 = u0 - (p * _log_cdf(u0, q, s, sigma) - target) / jnp.maximum(sg(slope), 1e-300)
+    return mean, jnp.exp(u1)
+
+
+def expected_max_factor(participants, rel: Reliability) -> jax.Array:
+    """E[max over p participants of J x S]: the synchronous step over the base step time."""
+    return _max_stats(C.as_float(participants), rel, C.as_float([0.5]))[0]
+
+
+def max_quantile_factor(level, participants, rel: Reliability) -> jax.Array:
+    """The `level` quantile of max over p participants of J x S: F(x)^p = level."""
+    return _max_stats(C.as_float(participants), rel, C.as_float(level)[None])[1][0]
+
+
+def step_time_stats(step_time_s, participants, rel: Reliability):
+    """(mean, p50, p99) of a synchronous step whose healthy median time is `step_time_s`."""
+    base = C.as_float(step_time_s)
+    mean, (p50, p99) = _max_stats(C.as_float(participants), rel, C.as_float([0.5, 0.99]))
+    return base * mean, base * p50, base * p99
+
+
+def straggler_monte_carlo(key: jax.Array, participants, rel: Reliability, trials: int = 4000,
+                          width: int | None = None) -> jax.Array:
+    """`trials` samples of max over `participants` of J x S (jax.random), for tests and plots.
+
+    Draws a (trials, width) array (width defaults to the participant count)
+    and keeps the first `participants` columns, so one compilation serves every
+    participant count up to `width`.
+    """
+    width = int(round(float(participants))) if width is None else int(width)
+    return _monte_carlo(key, C.as_float(participants), rel, int(trials), width)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _monte_carlo(key, participants, rel, trials, width):
+    k1, k2 = jax.random.split(key)
+    shape = (trials, width)
+    log_j = rel.straggler_sigma * jax.random.normal(k1, shape)
+    slow = jax.random.uniform(k2, shape) < rel.straggler_q
+    log_t = log_j + jnp.where(slow, jnp.log(rel.straggler_slowdown), 0.0)
+    log_t = jnp.where(jnp.arange(width) < participants, log_t, -jnp.inf)
+    return jnp.exp(jnp.max(log_t, axis=1))
+
+
+# --------------------------------------------------------------------- failures
+
+
+def failure_rate_per_gpu(rel: Reliability) -> jax.Array:
+    """Job-stopping failures per second per GPU, after dual-homing removes ToR/link failures."""
+    survivable = rel.dual_homed * rel.tor_share * rel.share_switch_cable
+    return (1.0 - survivable) / rel.gpu_mtbf_s
+
+
+def job_mtbf_s(gpus, rel: Reliability) -> jax.Array:
+    """Mean time between job-stopping failures of a job on `gpus` GPUs: gpu_mtbf_s / gpus.
+
+    (Divided further by 1 - dual_homed x tor_share x share_switch_cable.)
+    """
+    return 1.0 / (C.as_float(gpus) * failure_rate_per_gpu(rel))
+
+
+def component_mtbf_s(gpus, rel: Reliability) -> dict[str, jax.Array]:
+    """The job's MTBF from each component alone: gpu_mtbf_s / (gpus x share).
+
+    Rates add: 1 / job_mtbf_s = sum of 1 / component_mtbf_s (before dual-homing).
+    """
+    n = C.as_float(gpus)
+    return {c: rel.gpu_mtbf_s / (n * jnp.maximum(getattr(rel, f"share_{c}"), 1e-300))
+            for c in COMPONENTS}
+
+
+def restart_downtime_s(rel: Reliability) -> jax.Array:
+    """Mean downtime per failure: restart_s, plus replacement_s for hardware failures
+    that find no spare in the pod (a re-placement or a wait for repair)."""
+    hardware = 1.0 - rel.share_software
+    return rel.restart_s + hardware * (1.0 - rel.spare_fraction) * rel.replacement_s
+
+
+def checkpoint_write_time_s(checkpoint_bytes, rel: Reliability) -> jax.Array:
+    """delta: rel.checkpoint_write_s if set (> 0), else checkpoint bytes / storage bandwidth."""
+    derived = C.as_float(checkpoint_bytes) / rel.storage_Bps
+    return jnp.where(rel.checkpoint_write_s > 0, rel.checkpoint_write_s, derived)
+
+
+def young_interval_s(delta, mtbf) -> jax.Array:
+    """Young (1974): tau = sqrt(2 delta M), the minimiser of delta/tau + tau/(2M)."""
+    x = 2.0 * C.as_float(delta) * C.as_float(mtbf)
+    return jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x, 1.0)), 0.0)
+
+
+def daly_interval_s(delta, mtbf) -> jax.Array:
+    """Daly (2006) higher-order optimum of the checkpoint interval (work between checkpoints).
+
+    tau = sqrt(2 delta M) [1 + (1/3) sqrt(delta/(2M)) + (1/9) delta/(2M)] - delta
+    for delta < 2M, else M.
+    """
+    d, m = C.as_float(delta), C.as_float(mtbf)
+    r = d / (2.0 * m)
+    ok = r < 1.0
+    rs = jnp.where(ok & (r > 0), r, 1.0)
+    tau = young_interval_s(d, m) * (1.0 + jnp.sqrt(rs) / 3.0 + rs / 9.0) - d
+    return jnp.where(ok, jnp.where(r > 0, tau, 0.0), m)
+
+
+def first_order_waste(interval_s, delta, mtbf, restart_s=0.0) -> jax.Array:
+    """delta/tau + tau/(2M) + R/M: checkpoint stalls, half an interval lost, restarts."""
+    tau, m = C.as_float(interval_s), C.as_float(mtbf)
+    return C.as_float(delta) / tau + tau / (2.0 * m) + C.as_float(restart_s) / m
+
+
+def effective_training_time_fraction(interval_s, delta, mtbf, restart_s) -> jax.Array:
+    """Useful work over wall time under exponential failures (Daly 2006):
+    tau / (M e^{R/M} (e^{(tau + delta)/M} - 1)), failures during checkpoints and restarts included.
+    """
+    tau, d = C.as_float(interval_s), C.as_float(delta)
+    m, r = C.as_float(mtbf), C.as_float(restart_s)
+    return tau / (m * jnp.exp(r / m) * jnp.expm1((tau + d) / m))
+
+
+def checkpoint_interval_s(delta, mtbf, rel: Reliability) -> jax.Array:
+    """rel.checkpoint_interval_s if set (> 0), else Daly's optimum (at least 1 ms)."""
+    optimal = jnp.maximum(daly_interval_s(delta, mtbf), 1e-3)
+    return jnp.where(rel.checkpoint_interval_s > 0, rel.checkpoint_interval_s, optimal)
+
+
+def wall_time_s(useful_time_s, fraction) -> jax.Array:
+    """Wall-clock time to do `useful_time_s` of training at an effective fraction `fraction`."""
+    return C.as_float(useful_time_s) / fraction
+
+
+# ----------------------------------------------------------------------- report
+
+
+class ReliabilityReport(eqx.Module):
+    """The reliability part of an estimate (seconds, probabilities, fractions)."""
+
+    expected_step_time_s: jax.Array  # mean of the synchronous step (stragglers included)
+    step_time_p50_s: jax.Array
+    step_time_p99_s: jax.Array
+    p_step_delayed: jax.Array  # 1 - (1 - q)^p
+    mtbf_s: jax.Array  # the job's mean time between failures
+    checkpoint_write_s: jax.Array  # delta
+    checkpoint_interval_s: jax.Array  # tau, work between checkpoints
+    restart_downtime_s: jax.Array  # R, per failure
+    effective_training_time_fraction: jax.Array  # useful / wall time (failures, checkpoints)
+    goodput: jax.Array  # effective fraction x step_time_s / expected_step_time_s
+
+    def time_to_train_s(self, ideal_time_s) -> jax.Array:
+        """Wall time of a run that would take `ideal_time_s` at the straggler-free step time."""
+        return C.as_float(ideal_time_s) / self.goodput
+
+
+def report(step_time_s, gpus, checkpoint_bytes, rel: Reliability,
+           participants=None) -> ReliabilityReport:
+    """Stragglers, failures and checkpoints of a job of `gpus` GPUs stepping in `step_time_s`.
+
+    `participants` (default `gpus`) is the number of ranks the step waits for.
+    `goodput` is the fraction of the straggler-free throughput delivered over
+    wall time: time_to_train_s = tokens / (tokens_per_step / step_time_s) / goodput.
+    """
+    p = gpus if participants is None else participants
+    return _report(C.as_float(step_time_s), C.as_float(gpus), C.as_float(checkpoint_bytes),
+                   rel, C.as_float(p))
+
+
+@jax.jit
+def _report(base, gpus, checkpoint_bytes, rel: Reliability, p) -> ReliabilityReport:
+    mean, p50, p99 = step_time_stats(base, p, rel)
+    mtbf = job_mtbf_s(gpus, rel)
+    delta = checkpoint_write_time_s(checkpoint_bytes, rel)
+    tau = checkpoint_interval_s(delta, mtbf, rel)
+    downtime = restart_downtime_s(rel)
+    effective = effective_training_time_fraction(tau, delta, mtbf, downtime)
+    goodput = effective * base / mean
+    return ReliabilityReport(mean, p50, p99, p_step_delayed(rel.straggler_q, p), mtbf, delta,
+                             tau, downtime, effective, goodput)
