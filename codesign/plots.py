@@ -49,11 +49,11 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
 def _sweep_tick(name: str, value: float) -> str:
     from .units import GB, format_bytes
 
-    if name.endswith("_bytes"):
+    if name.endswith("_bytes") or "_bytes_per_" in name:
         return format_bytes(value)
     if name.endswith("_Bps"):
         return f"{value / GB:.3g} GB/s"
-    return f"{value:.3g}"
+    return f"{value:.6g}"
 
 
 def _sweep_axis_formatter(ax_axis, name: str, log: bool) -> None:
@@ -62,7 +62,7 @@ def _sweep_axis_formatter(ax_axis, name: str, log: bool) -> None:
     if name.endswith("_bytes") and log:  # powers of 2 (1KiB, 32KiB, 1MiB, ...)
         ax_axis.set_major_locator(LogLocator(base=32.0, numticks=12))
         ax_axis.set_minor_formatter(NullFormatter())
-    if name.endswith(("_bytes", "_Bps")):
+    if name.endswith(("_bytes", "_Bps")) or "_bytes_per_" in name:
         ax_axis.set_major_formatter(FuncFormatter(lambda v, _: _sweep_tick(name, v)))
 
 
@@ -76,7 +76,7 @@ def _sweep_panels(table: dict, facet, n_extra_rows: int = 0):
         col = table[facet]
         keys = list(dict.fromkeys(col.tolist()))
         masks = [col == k for k in keys]
-    ncols = min(len(keys), 4)
+    ncols = 2 if len(keys) == 4 else min(len(keys), 3)
     nrows = -(-len(keys) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.5 * nrows + n_extra_rows),
                              squeeze=False)
@@ -89,7 +89,10 @@ def _sweep_panels(table: dict, facet, n_extra_rows: int = 0):
 
 
 def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
-    fig.suptitle(title, fontsize=11)
+    import textwrap
+
+    width = int(fig.get_figwidth() * 11)  # characters that fit at 10 pt
+    fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=10)
     fig.tight_layout(rect=(0, 0.12 if legend_below else 0, 1, 1))
     if path is not None:
         fig.savefig(path, dpi=90)
@@ -99,22 +102,33 @@ def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
 
 def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, logy=False,
                 title="", xlabel=None, ylabel=None, hlines=(), path=None):
-    """Lines of each `ys` column against `x`, one per `series` group, a panel per `facet`."""
+    """Lines of each `ys` column against `x`: a colour per `series` group, a line
+    style per y column, a panel per `facet` value."""
     import numpy as np
+    from matplotlib.lines import Line2D
 
+    styles = ("-", "--", ":", "-.")
     fig, panels = _sweep_panels(table, facet)
     for ax, panel_title, m in panels:
         groups = {}
         for i in np.flatnonzero(m):
             groups.setdefault(tuple(table[s][i] for s in series), []).append(i)
-        for key, rows in groups.items():
+        handles = []
+        for g, (key, rows) in enumerate(groups.items()):
             rows = np.array(rows)
             rows = rows[np.argsort(table[x][rows], kind="stable")]
-            name = ", ".join(str(_sweep_tick(s, k) if isinstance(k, float) else k)
-                             for s, k in zip(series, key, strict=True))
-            for y in ys:
-                label = ", ".join(p for p in (name, y if len(ys) > 1 else "") if p) or y
-                ax.plot(table[x][rows], table[y][rows], marker=".", ms=3, lw=1.4, label=label)
+            name = ", ".join(f"{s}={_sweep_tick(s, k)}" if isinstance(k, float) else str(k)
+                             for s, k in zip(series, key, strict=True)) or ys[0]
+            color = f"C{g % 10}"
+            for j, y in enumerate(ys):
+                ax.plot(table[x][rows], table[y][rows], marker=".", ms=3, lw=1.4, color=color,
+                        ls=styles[j % len(styles)])
+            handles.append(Line2D([], [], color=color, lw=1.4, label=name))
+        if len(ys) > 1:
+            handles += [Line2D([], [], color="k", lw=1.2, ls=styles[j % len(styles)], label=y)
+                        for j, y in enumerate(ys)]
+        if len(handles) > 1:
+            ax.legend(handles=handles, fontsize=7)
         for value, label in hlines:
             ax.axhline(value, color="gray", ls=":", lw=1.2)
             ax.annotate(label, (0.02, value), xycoords=("axes fraction", "data"), fontsize=7,
@@ -128,8 +142,6 @@ def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, l
         if panel_title:
             ax.set_title(panel_title, fontsize=9)
         ax.grid(True, which="major", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
     return _sweep_save(fig, title, path)
 
 

@@ -95,11 +95,11 @@ def human(name: str, value: Any) -> str:
         return str(value)
     if not math.isfinite(value):
         return str(value)
-    if name.endswith("_bytes"):
+    if name.endswith("_bytes") or "_bytes_per_" in name:
         return units.format_bytes(value)
     if name.endswith("_Bps"):
         return f"{value / units.GB:.4g} GB/s"
-    if name.endswith("_s") and value != 0:
+    if name.endswith("_s") and not name.endswith("_per_s") and value != 0:
         for unit, scale in (("s", 1.0), ("ms", units.ms), ("us", units.us), ("ns", units.ns)):
             if abs(value) >= scale:
                 return f"{value / scale:.4g} {unit}"
