@@ -1,0 +1,261 @@
+"""`codesign bench` (nccl-tests-style timing of the executed collectives) and
+`codesign calibrate` (fit alpha, beta, gamma per tier from measurements).
+
+On CPU the bench fakes `--devices` (default 8) CPU devices unless XLA_FLAGS
+already sets --xla_force_host_platform_device_count; on a GPU or TPU host it
+runs on the accelerators JAX sees. `--processes N` runs N local processes
+joined by jax.distributed (gloo on CPU), each with devices / N devices; on a
+cluster each host runs `--coordinator HOST:PORT --num-processes N
+--process-id I`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..units import parse_size_range
+
+DEFAULT_SIZES = "4KiB:4MiB"
+DEFAULT_DEVICES = 8
+DEFAULT_JOIN_TIMEOUT_S = 60
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    if name == "calibrate":
+        _calibrate_arguments(parser)
+        return
+    parser.add_argument("--op", default="all_reduce",
+                        help="all_reduce, reduce_scatter, all_gather, all_to_all or send_recv")
+    parser.add_argument("--algorithm", default=None,
+                        help="an algorithm of the op (ring, recursive_doubling, halving_doubling, "
+                             "tree, hierarchical, direct, lax = the jax.lax built-in) or 'all'; "
+                             "default: the op's first (ring, or direct for all_to_all/send_recv)")
+    parser.add_argument("--sizes", default=DEFAULT_SIZES,
+                        help=f"MIN:MAX, every power of two between (default {DEFAULT_SIZES})")
+    parser.add_argument("--mesh", default=None,
+                        help="RANKS (e.g. 8) or NODESxLOCAL (e.g. 2x4, needed by hierarchical); "
+                             "default: every device, 1D")
+    parser.add_argument("--iters", type=int, default=20, help="timed calls per size")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls first")
+    parser.add_argument("--dtype", default="float32",
+                        help="float32, bfloat16, float16, int32 or float64")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per size and line instead of the table")
+    parser.add_argument("--out", default=None, help="also write the JSON lines to this file")
+    parser.add_argument("--devices", type=int, default=DEFAULT_DEVICES,
+                        help="fake CPU devices (per host) when JAX runs on CPU "
+                             f"(default {DEFAULT_DEVICES}; ignored if XLA_FLAGS sets a count)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="run over N local processes joined by jax.distributed on 127.0.0.1")
+    parser.add_argument("--coordinator", default=None,
+                        help="HOST:PORT of process 0 on a cluster (with --num-processes, "
+                             "--process-id)")
+    parser.add_argument("--num-processes", type=int, default=None)
+    parser.add_argument("--process-id", type=int, default=None)
+    parser.add_argument("--join-timeout", type=int, default=DEFAULT_JOIN_TIMEOUT_S,
+                        help=f"seconds to wait for every process to join (default "
+                             f"{DEFAULT_JOIN_TIMEOUT_S})")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--worker-output", default=None, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace, name: str) -> int:
+    if name == "calibrate":
+        return _run_calibrate(args)
+    sizes = parse_size_range(args.sizes, name="sizes")
+    if args.processes < 1:
+        raise ValueError(f"processes={args.processes} must be at least 1")
+    if args.processes > 1:
+        return _launch_local(args)
+    if args.coordinator is not None and args.worker_output is None:
+        return _launch_cluster_worker(args)
+    return _bench(args, sizes)
+
+
+# ------------------------------------------------------------------ one process
+def _progress_bar(done: int, total: int, label: str) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    end = "\n" if done == total else ""
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<40}{end}")
+    sys.stderr.flush()
+
+
+def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
+    from ..execute import distributed
+
+    distributed.configure_cpu_devices(args.devices)
+    if args.coordinator is not None:
+        if args.num_processes is None or args.process_id is None:
+            raise ValueError("--coordinator needs --num-processes and --process-id")
+        distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                               timeout_s=args.join_timeout)
+    import jax
+
+    from ..execute import algorithms as A
+    from ..execute import bench
+
+    op = A.check_op(args.op)
+    mesh = bench.make_mesh(args.mesh)
+    names = (bench.runnable_algorithms(op, mesh) if args.algorithm == "all"
+             else (args.algorithm or A.algorithm_names(op)[0],))
+    for algorithm in names:
+        bench.check_runnable(op, algorithm, mesh)
+    bench.check_dtype(args.dtype)
+    lead = jax.process_index() == 0
+    progress = _progress_bar if lead and not args.no_progress else None
+    platform = f"{mesh.ranks} x {jax.devices()[0].platform} in {jax.process_count()} process(es)"
+    stream = open(args.worker_output, "w") if args.worker_output and lead else sys.stdout
+    records = []
+    try:
+        for algorithm in names:
+            rows = bench.run(op, algorithm, mesh, sizes, dtype=args.dtype, iters=args.iters,
+                             warmup=args.warmup, progress=progress)
+            records += rows
+            if lead:
+                _print_rows(rows, args, mesh, algorithm, platform, stream)
+    finally:
+        if stream is not sys.stdout:
+            stream.close()
+    if lead and args.out:
+        with open(args.out, "w") as f:
+            f.writelines(json.dumps(r.as_json()) + "\n" for r in records)
+    if args.coordinator is not None:
+        jax.distributed.shutdown()
+    return 0
+
+
+def _print_rows(rows, args, mesh, algorithm, platform, stream) -> None:
+    from ..execute import bench
+
+    if args.json:
+        stream.writelines(json.dumps(r.as_json()) + "\n" for r in rows)
+    else:
+        print(bench.table_header(rows[0].op, algorithm, mesh, args.dtype, args.iters,
+                                 args.warmup, platform), file=stream)
+        for r in rows:
+            print(bench.table_row(r), file=stream)
+        print(bench.table_footer(rows), file=stream)
+    stream.flush()
+
+
+# ------------------------------------------------------------------ several processes
+def _worker_argv(args: argparse.Namespace, output: str) -> list[str]:
+    """This command line for one worker (everything but the launcher's own flags)."""
+    argv = [sys.executable, "-m", "codesign", "bench", "--op", args.op, "--sizes", args.sizes,
+            "--iters", str(args.iters), "--warmup", str(args.warmup), "--dtype", args.dtype,
+            "--join-timeout", str(args.join_timeout), "--worker-output", output]
+    for flag, value in (("--algorithm", args.algorithm), ("--mesh", args.mesh),
+                        ("--out", args.out)):
+        if value is not None:
+            argv += [flag, value]
+    argv += ["--json"] if args.json else []
+    argv += ["--no-progress"] if args.no_progress else []
+    return argv
+
+
+def _launch_local(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+
+    from ..execute import distributed
+
+    n = args.processes
+    if args.coordinator is not None:
+        raise ValueError("--processes starts its own coordinator on 127.0.0.1; "
+                         "use --coordinator alone on a cluster")
+    if args.devices % n:
+        raise ValueError(f"processes={n} must divide devices={args.devices}")
+    address = f"127.0.0.1:{distributed.free_port()}"
+    env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+    with tempfile.TemporaryDirectory() as tmp:
+        output = os.path.join(tmp, "output.txt")
+        commands = [_worker_argv(args, output) + [
+            "--coordinator", address, "--num-processes", str(n), "--process-id", str(i),
+            "--devices", str(args.devices // n)] for i in range(n)]
+        distributed.supervise(commands, join_timeout_s=args.join_timeout, coordinator=address,
+                              env=env)
+        with open(output) as f:
+            sys.stdout.write(f.read())
+    return 0
+
+
+def _launch_cluster_worker(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+
+    from ..execute import distributed
+
+    distributed.check_coordinator(args.coordinator)
+    if args.num_processes is None or args.process_id is None:
+        raise ValueError("--coordinator needs --num-processes and --process-id")
+    with tempfile.TemporaryDirectory() as tmp:
+        output = os.path.join(tmp, "output.txt")
+        command = _worker_argv(args, output) + [
+            "--coordinator", args.coordinator, "--num-processes", str(args.num_processes),
+            "--process-id", str(args.process_id), "--devices", str(args.devices)]
+        distributed.supervise([command], join_timeout_s=args.join_timeout,
+                              coordinator=args.coordinator)
+        if os.path.exists(output):
+            with open(output) as f:
+                sys.stdout.write(f.read())
+    return 0
+
+
+# ------------------------------------------------------------------ calibrate
+def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="`codesign bench --json` output or nccl-tests logs (*_perf output)")
+    parser.add_argument("--json", action="store_true",
+                        help="per tier: alpha_s, bandwidth_Bps, gamma_s_per_byte, holdout_error")
+    parser.add_argument("--out", default=None,
+                        help="write a [system] override (TOML) for scenarios and --system")
+    parser.add_argument("--tier", default=None,
+                        help="scale_up or scale_out for every FILE (default: scale_up when a "
+                             "run has <= --local-ranks ranks, else scale_out)")
+    parser.add_argument("--local-ranks", type=int, default=8,
+                        help="GPUs per node: bigger runs span nodes (default 8)")
+    parser.add_argument("--algorithm", default=None,
+                        help="fit this collectives.py algorithm instead of the one the data "
+                             "names (nccl-tests: ring in a node, hierarchical across nodes)")
+    parser.add_argument("--op", default=None, help="the collective of nccl-tests logs whose "
+                                                   "text and name do not say it")
+    parser.add_argument("--ranks", type=int, default=None,
+                        help="rank count of nccl-tests logs without '# Rank' lines")
+    parser.add_argument("--system", default=None,
+                        help="preset supplying tiers/reduction the data cannot identify")
+    parser.add_argument("--holdout-every", type=int, default=3,
+                        help="hold out every N-th size of each run (default 3)")
+    parser.add_argument("--points", action="store_true",
+                        help="print measured against predicted time for every size")
+
+
+def _run_calibrate(args: argparse.Namespace) -> int:
+    from ..execute import calibrate
+    from ..hardware import system
+
+    if args.holdout_every < 2:
+        raise ValueError(f"holdout-every={args.holdout_every} must be at least 2")
+    measurements = []
+    for path in args.files:
+        measurements += calibrate.load(path, tier=args.tier, algorithm=args.algorithm,
+                                       op=args.op, ranks=args.ranks,
+                                       local_ranks=args.local_ranks)
+    prior = system(args.system) if args.system else None
+    result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2))
+    else:
+        print(calibrate.summary_table(result))
+        print("holdout: max (and median) relative error |model/measured - 1| over every "
+              f"{args.holdout_every}-th size of each run, left out of the fit")
+        if args.points:
+            print(calibrate.predictions_table(result))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(calibrate.system_toml(result))
+        if not args.json:
+            print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,376 @@
+"""Fit alpha (latency), beta (1 / bandwidth) and gamma (1 / reduction speed) per
+tier to measured collective times.
+
+The model is `collectives.cost` itself on a `Tier(bandwidth, latency,
+efficiency=1, reduction)`: the fitted bandwidth is the achieved one, so a
+calibrated system sets efficiency to 1. Parameters live in log space and the
+loss is the mean squared error of log time (every size weighs the same,
+whatever its time), minimised by Adam (optax).
+
+Data: `codesign bench --json` lines (each names its op, algorithm and ranks)
+and nccl-tests logs (out-of-place columns; see `nccl_tests.py`). A run belongs
+to the tier given by `tier=`, else `scale_up` when it fits in one node
+(ranks <= local_ranks, default 8) and `scale_out` otherwise.
+
+Which algorithm is fitted: the one the data names; `lax` (the XLA built-in) is
+fitted as a ring (direct for all-to-all and send/recv). nccl-tests logs do
+not name theirs: a single-node log is fitted as a ring, a multi-node one as
+`hierarchical` over local_ranks GPUs per node, which is what NCCL's rings
+achieve with one NIC per GPU (every rail carries its share in parallel). A
+hierarchical run involves both tiers: scale_up comes from single-node data
+in the same fit, or else from `prior` (a preset System), held fixed.
+
+gamma is the GPU's reduction speed, one value shared by both tiers. It is
+identifiable only beside a collective that does not reduce (all-gather,
+all-to-all, send/recv) on the same tier; otherwise it comes from `prior`,
+else it is 0 and the reduction is folded into the fitted bandwidth (the TOML
+then sets reduction to 1e30 B/s, i.e. free, so the fit is reproduced).
+
+Hold-out: in every run, every third size (the 2nd, 5th, 8th, ... smallest) is
+left out of the fit; `holdout_error` is the MAXIMUM relative error
+|predicted / measured - 1| over a tier's held-out sizes (the median is
+reported beside it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .. import collectives
+from ..hardware import System, Tier
+from . import nccl_tests
+
+TIERS = ("scale_up", "scale_out")
+LOCAL_RANKS = 8
+FIT_STEPS = 1500
+FIT_LEARNING_RATE = 0.1
+FOLDED_REDUCTION_Bps = 1e30  # "free": the fitted bandwidth already includes the reduction
+_REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+_HIERARCHICAL_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    op: str
+    algorithm: str  # the cost-model algorithm fitted (collectives.py name)
+    ranks: int
+    size_bytes: float
+    time_s: float
+    tier: str
+    source: str
+    local_ranks: int = LOCAL_RANKS
+
+
+def default_tier(ranks: int, local_ranks: int = LOCAL_RANKS) -> str:
+    return "scale_up" if ranks <= local_ranks else "scale_out"
+
+
+def _check_tier(tier: str) -> str:
+    if tier not in TIERS:
+        raise ValueError(f"tier={tier!r} must be one of {', '.join(TIERS)}")
+    return tier
+
+
+def model_algorithm(op: str, algorithm: str | None, ranks: int,
+                    local_ranks: int = LOCAL_RANKS) -> str:
+    """The collectives.py algorithm that models a run of `op` by `algorithm`."""
+    pairwise = op in ("all_to_all", "send_recv")
+    if algorithm is None:  # nccl-tests: NCCL's choice
+        if ranks > local_ranks and op in _HIERARCHICAL_OPS:
+            return "hierarchical"
+        return "direct" if pairwise else "ring"
+    if algorithm == "lax":
+        return "direct" if pairwise else "ring"
+    valid = collectives.algorithms(op, hierarchical=True)
+    if algorithm not in valid:
+        raise ValueError(f"algorithm={algorithm!r} has no cost model for op={op!r}; choose "
+                         f"one of {', '.join(valid)}")
+    return algorithm
+
+
+def _bench_records(text: str) -> list[dict]:
+    text = text.strip()
+    if text.startswith("["):
+        return list(json.loads(text))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def load(path: str, *, tier: str | None = None, algorithm: str | None = None,
+         op: str | None = None, ranks: int | None = None,
+         local_ranks: int = LOCAL_RANKS) -> list[Measurement]:
+    """Measurements from one file: `codesign bench --json` output or an nccl-tests log.
+    Sizes whose results were wrong are dropped."""
+    with open(path) as f:
+        text = f.read()
+    if tier is not None:
+        _check_tier(tier)
+    if text.lstrip().startswith(("{", "[")):
+        out = []
+        for i, r in enumerate(_bench_records(text)):
+            missing = {"op", "algorithm", "ranks", "size_bytes", "time_s"} - set(r)
+            if missing:
+                raise ValueError(f"{path}: record {i} lacks {', '.join(sorted(missing))}; "
+                                 "expected `codesign bench --json` output")
+            if r.get("wrong", 0):
+                continue
+            p = int(r["ranks"])
+            alg = model_algorithm(r["op"], algorithm or r["algorithm"], p, local_ranks)
+            out.append(Measurement(r["op"], alg, p, float(r["size_bytes"]), float(r["time_s"]),
+                                   tier or default_tier(p, local_ranks), path, local_ranks))
+    elif nccl_tests.looks_like_nccl_tests(text):
+        log = nccl_tests.parse(text, source=path, op=op, ranks=ranks)
+        alg = model_algorithm(log.op, algorithm, log.ranks, local_ranks)
+        out = [Measurement(log.op, alg, log.ranks, float(r.size_bytes), r.time_s,
+                           tier or default_tier(log.ranks, local_ranks), path, local_ranks)
+               for r in log.rows if r.wrong == 0 and r.time_s > 0]
+    else:
+        raise ValueError(f"{path}: neither `codesign bench --json` output nor an nccl-tests log")
+    if not out:
+        raise ValueError(f"{path}: no usable measurements (all wrong, or empty)")
+    return out
+
+
+# ------------------------------------------------------------------ the fit
+@dataclasses.dataclass(frozen=True)
+class TierFit:
+    tier: str
+    alpha_s: float
+    bandwidth_Bps: float
+    gamma_s_per_byte: float  # 0 when folded into the bandwidth
+    reduction: str  # "fitted", "prior" or "folded"
+    holdout_error: float  # max relative error over held-out sizes
+    holdout_error_median: float
+    train_error: float  # max relative error over the fitted sizes
+    points: int
+    holdout_points: int
+    runs: tuple[str, ...]
+
+    def as_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def reduction_Bps(self) -> float:
+        return 1.0 / self.gamma_s_per_byte if self.gamma_s_per_byte > 0 else FOLDED_REDUCTION_Bps
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    measurement: Measurement
+    predicted_s: float
+    held_out: bool
+
+    @property
+    def relative_error(self) -> float:
+        return self.predicted_s / self.measurement.time_s - 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    tiers: dict  # tier -> TierFit, only tiers with measurements
+    predictions: tuple[Prediction, ...]
+
+    def as_json(self) -> dict:
+        return {t: f.as_json() for t, f in self.tiers.items()}
+
+
+def _run_key(m: Measurement):
+    return (m.source, m.op, m.algorithm, m.ranks, m.tier)
+
+
+def holdout_mask(measurements: Sequence[Measurement], every: int = 3) -> np.ndarray:
+    """True for every `every`-th size (the 2nd, 5th, ... smallest) of each run."""
+    mask = np.zeros(len(measurements), bool)
+    runs: dict = {}
+    for i, m in enumerate(measurements):
+        runs.setdefault(_run_key(m), []).append(i)
+    for idx in runs.values():
+        ordered = sorted(idx, key=lambda i: measurements[i].size_bytes)
+        for j, i in enumerate(ordered):
+            mask[i] = every > 0 and j % every == 1
+    return mask
+
+
+def _groups(measurements, mask):
+    """(op, algorithm, tier, local_ranks) -> (indices, sizes, ranks) for vectorised costing."""
+    groups: dict = {}
+    for i, m in enumerate(measurements):
+        if mask[i]:
+            groups.setdefault((m.op, m.algorithm, m.tier, m.local_ranks), []).append(i)
+    return {k: (np.array(v), np.array([measurements[i].size_bytes for i in v]),
+                np.array([float(measurements[i].ranks) for i in v])) for k, v in groups.items()}
+
+
+def _reduction_identified(measurements: Sequence[Measurement]) -> bool:
+    ops = {m.op for m in measurements}
+    return bool(ops & set(_REDUCING)) and bool(ops - set(_REDUCING))
+
+
+def _predict(theta: dict, groups: dict, n: int, fixed: dict, log_reduction):
+    """Predicted times (n,) for the measurements in `groups` (others 0)."""
+    reduction = jnp.exp(log_reduction)
+    tiers = {t: Tier(jnp.exp(p[1]), jnp.exp(p[0]), 1.0, reduction) for t, p in theta.items()}
+    tiers = {**fixed, **tiers}
+    out = jnp.zeros(n)
+    for (op, algorithm, tier, local_ranks), (idx, sizes, ranks) in groups.items():
+        if algorithm == "hierarchical":
+            c = collectives.cost(op, "hierarchical", sizes, ranks, tiers["scale_up"],
+                                 outer=tiers["scale_out"], local_ranks=float(local_ranks))
+        else:
+            c = collectives.cost(op, algorithm, sizes, ranks, tiers[tier])
+        out = out.at[idx].set(c.time_s)
+    return out
+
+
+def _initial_theta(measurements, tiers) -> dict:
+    theta = {}
+    for t in tiers:
+        ms = [m for m in measurements if m.tier == t]
+        smallest = min(ms, key=lambda m: m.size_bytes)
+        alpha = smallest.time_s / (2.0 * max(m.ranks for m in ms))
+        bandwidth = max(m.size_bytes / m.time_s for m in ms)
+        theta[t] = jnp.log(jnp.array([alpha, bandwidth]))
+    return theta
+
+
+def _fixed_tiers(needed: set, fitted: Iterable[str], prior: System | None) -> dict:
+    missing = needed - set(fitted)
+    if not missing:
+        return {}
+    if prior is None:
+        raise ValueError(f"multi-node runs are fitted as hierarchical and need the "
+                         f"{', '.join(sorted(missing))} tier too: add a single-node run for it "
+                         "or pass a preset (--system) to take it from")
+    return {t: Tier(getattr(prior, t).effective_Bps, getattr(prior, t).latency_s, 1.0,
+                    getattr(prior, t).reduction_Bps) for t in missing}
+
+
+def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
+        holdout_every: int = 3, steps: int = FIT_STEPS) -> Calibration:
+    """Least squares on log time over the non-held-out sizes; see the module doc."""
+    ms = list(measurements)
+    if not ms:
+        raise ValueError("no measurements to calibrate from")
+    held = holdout_mask(ms, holdout_every)
+    tiers = tuple(t for t in TIERS if any(m.tier == t for m in ms))
+    for t in tiers:
+        train = sum(1 for m, h in zip(ms, held, strict=True) if m.tier == t and not h)
+        if train < 3:
+            raise ValueError(f"tier {t} has {train} sizes to fit; calibration needs at least 3 "
+                             "(plus held-out ones): measure more sizes")
+    needed = {"scale_up", "scale_out"} if any(m.algorithm == "hierarchical" for m in ms) else set()
+    fixed = _fixed_tiers(needed, tiers, prior)
+    identified = _reduction_identified(ms)
+    if identified:
+        reduction_source = "fitted"
+    elif prior is not None:
+        reduction_source = "prior"
+    else:
+        reduction_source = "folded"
+    log_r0 = jnp.log(prior.scale_up.reduction_Bps if reduction_source == "prior"
+                     else FOLDED_REDUCTION_Bps)
+    measured = jnp.log(jnp.array([m.time_s for m in ms]))
+    train_groups = _groups(ms, ~held)
+
+    def unpack(flat):
+        theta = {t: flat[2 * i: 2 * i + 2] for i, t in enumerate(tiers)}
+        return theta, (flat[-1] if identified else log_r0)
+
+    def loss(flat):
+        theta, log_r = unpack(flat)
+        pred = _predict(theta, train_groups, len(ms), fixed, log_r)
+        safe = jnp.where(~held, pred, 1.0)
+        return jnp.sum(jnp.where(~held, (jnp.log(safe) - measured) ** 2, 0.0)) / np.sum(~held)
+
+    init = _initial_theta(ms, tiers)
+    start = jnp.concatenate([init[t] for t in tiers]
+                            + [jnp.log(jnp.array([10.0 * jnp.exp(init[tiers[0]][1])]))])
+    flat = _minimise(loss, start, steps)
+    theta, log_r = unpack(flat)
+    all_groups = _groups(ms, np.ones(len(ms), bool))
+    pred = np.asarray(jax.jit(lambda th, lr: _predict(th, all_groups, len(ms), fixed, lr))(
+        theta, log_r))
+    gamma = 0.0 if reduction_source == "folded" else float(jnp.exp(-log_r))
+    predictions = tuple(Prediction(m, float(p), bool(h)) for m, p, h in zip(ms, pred, held,
+                                                                          strict=True))
+    fits = {t: _tier_fit(t, theta[t], gamma, reduction_source, predictions) for t in tiers}
+    return Calibration(fits, predictions)
+
+
+def _minimise(loss, start, steps: int):
+    """Adam (optax) on the log parameters with a cosine-decayed step, one compiled loop.
+
+    The loss is smooth and has three parameters per tier; Adam's per-parameter
+    step of about `FIT_LEARNING_RATE` (an e-fold of 10%) reaches the optimum of
+    parameters that start orders of magnitude away, and the decay settles it.
+    """
+    opt = optax.adam(optax.cosine_decay_schedule(FIT_LEARNING_RATE, steps))
+
+    def body(_, carry):
+        params, state = carry
+        updates, state = opt.update(jax.grad(loss)(params), state, params)
+        return optax.apply_updates(params, updates), state
+
+    run = jax.jit(lambda x: jax.lax.fori_loop(0, steps, body, (x, opt.init(x)))[0])
+    return run(start)
+
+
+def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:
+    mine = [p for p in predictions if p.measurement.tier == tier]
+    held = np.abs([p.relative_error for p in mine if p.held_out])
+    train = np.abs([p.relative_error for p in mine if not p.held_out])
+    runs = sorted({f"{p.measurement.op} {p.measurement.algorithm} on {p.measurement.ranks} ranks "
+                   f"({p.measurement.source})" for p in mine})
+    return TierFit(tier, float(jnp.exp(params[0])), float(jnp.exp(params[1])), gamma,
+                   reduction_source,
+                   float(held.max()) if held.size else float("nan"),
+                   float(np.median(held)) if held.size else float("nan"),
+                   float(train.max()), len(mine), int(held.size), tuple(runs))
+
+
+# ------------------------------------------------------------------ outputs
+def system_toml(calibration: Calibration) -> str:
+    """A `[system]` override with the fitted tiers (keys `scale_up_*` / `scale_out_*`),
+    which scenario files and `codesign estimate --system FILE.toml` accept."""
+    lines = ["# codesign calibrate: alpha-beta-gamma fitted per tier (see codesign/execute/"
+             "calibrate.py)"]
+    for t, f in calibration.tiers.items():
+        lines.append(f"# {t}: {f.points} sizes from {'; '.join(f.runs)}; held-out max "
+                     f"relative error {f.holdout_error:.1%}, reduction {f.reduction}")
+    lines.append("[system]")
+    for t, f in calibration.tiers.items():
+        lines += [f"{t}_bandwidth_Bps = {f.bandwidth_Bps:.6e}",
+                  f"{t}_latency_s = {f.alpha_s:.6e}",
+                  f"{t}_efficiency = 1.0  # the fitted bandwidth is the achieved one"]
+        if f.reduction != "prior":
+            lines.append(f"{t}_reduction_Bps = {f.reduction_Bps:.6e}"
+                         + ("  # folded into the bandwidth" if f.reduction == "folded" else ""))
+    return "\n".join(lines) + "\n"
+
+
+def summary_table(calibration: Calibration) -> str:
+    head = (f"{'tier':<10} {'points':>6} {'alpha(us)':>10} {'bw(GB/s)':>9} {'gamma(ps/B)':>11} "
+            f"{'reduction':>9} {'holdout max':>11} {'median':>7}")
+    rows = [head]
+    for t, f in calibration.tiers.items():
+        rows.append(f"{t:<10} {f.points:6d} {f.alpha_s * 1e6:10.3f} {f.bandwidth_Bps / 1e9:9.2f} "
+                    f"{f.gamma_s_per_byte * 1e12:11.4f} {f.reduction:>9} "
+                    f"{f.holdout_error:11.1%} {f.holdout_error_median:7.1%}")
+    return "\n".join(rows)
+
+
+def predictions_table(calibration: Calibration) -> str:
+    rows = [f"{'tier':<10} {'op':<15} {'algorithm':<13} {'ranks':>5} {'size(B)':>12} "
+            f"{'measured(us)':>12} {'model(us)':>10} {'error':>7}  held-out"]
+    for p in calibration.predictions:
+        m = p.measurement
+        rows.append(f"{m.tier:<10} {m.op:<15} {m.algorithm:<13} {m.ranks:5d} "
+                    f"{int(m.size_bytes):12d} {m.time_s * 1e6:12.2f} {p.predicted_s * 1e6:10.2f} "
+                    f"{p.relative_error:7.1%}  {'*' if p.held_out else ''}")
+    return "\n".join(rows)

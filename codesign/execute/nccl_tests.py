@@ -1,0 +1,125 @@
+"""Read the text output of NVIDIA's nccl-tests (all_reduce_perf and friends).
+
+The standard format (nccl-tests 2.x) is a comment header, a column header
+(out-of-place columns, then the same four in-place; cut here)
+
+    #       size         count      type   redop    root     time   algbw   busbw #wrong ...
+    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)        ...
+
+then one line per size with the out-of-place columns followed by the in-place
+ones (older versions lack redop/root, or print `error` instead of `#wrong`;
+some tests print N/A in place). Times are microseconds, bandwidths GB/s
+(1e9 bytes/s). We keep the out-of-place columns: the in-place ones reuse the
+input buffer and are not what a training step sees.
+
+The test (hence the op) comes from the `--op` argument, else from a
+`*_perf` name in the text (the command line, or "# Collective test starting:
+all_reduce_perf" in recent versions), else from the file name. The rank count
+is the number of "#  Rank  N Group ..." lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+# test binary -> op name in collectives.py
+PERF_OPS = {
+    "all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather",
+    "reduce_scatter_perf": "reduce_scatter", "alltoall_perf": "all_to_all",
+    "sendrecv_perf": "send_recv", "broadcast_perf": "broadcast", "reduce_perf": "reduce",
+}
+_OP_ALIASES = {**{k.removesuffix("_perf"): v for k, v in PERF_OPS.items()},
+               **{v: v for v in PERF_OPS.values()}}
+
+
+@dataclasses.dataclass(frozen=True)
+class NcclRow:
+    size_bytes: int
+    count: int
+    dtype: str
+    time_s: float  # out-of-place
+    algbw_Bps: float
+    busbw_Bps: float
+    wrong: float  # #wrong (or the old `error` column)
+
+
+@dataclasses.dataclass(frozen=True)
+class NcclLog:
+    op: str
+    ranks: int
+    rows: tuple[NcclRow, ...]
+    source: str
+
+
+def _op_from(text: str, source: str, op: str | None) -> str:
+    if op is not None:
+        name = str(op).replace("-", "_")
+        if name not in _OP_ALIASES:
+            raise ValueError(f"op={op!r} is not an nccl-tests collective; choose one of "
+                             f"{', '.join(sorted(set(_OP_ALIASES.values())))}")
+        return _OP_ALIASES[name]
+    base = os.path.basename(source).lower()
+    for candidate in (text, base):
+        for name in re.findall(r"[a-z_]+_perf", candidate):
+            if name in PERF_OPS:
+                return PERF_OPS[name]
+    for alias in sorted(_OP_ALIASES, key=len, reverse=True):  # all_reduce before reduce
+        if alias in base:
+            return _OP_ALIASES[alias]
+    raise ValueError(f"{source}: cannot tell which nccl-tests collective this is (no *_perf "
+                     "name in the text or file name); pass --op")
+
+
+def _columns(lines: list[str], source: str) -> list[str]:
+    for line in lines:
+        tokens = line.lstrip("#").split()
+        if line.startswith("#") and "size" in tokens and "time" in tokens:
+            return tokens
+    raise ValueError(f"{source}: no nccl-tests column header ('# size count type ... time "
+                     "algbw busbw') found")
+
+
+def _number(token: str) -> float:
+    return float("nan") if token == "N/A" else float(token)
+
+
+def parse(text: str, *, source: str = "<text>", op: str | None = None,
+          ranks: int | None = None) -> NcclLog:
+    """Parse one nccl-tests output; `op` and `ranks` override what the text says."""
+    lines = text.splitlines()
+    names = _columns(lines, source)
+    t = names.index("time")  # the first time column is out-of-place
+    wrong_name = next((n for n in names[t:] if n in ("#wrong", "error")), None)
+    if "algbw" not in names[t:] or "busbw" not in names[t:] or wrong_name is None:
+        raise ValueError(f"{source}: column header {' '.join(names)!r} lacks algbw, busbw "
+                         "or #wrong after time")
+    at = {n: names.index(n, t) for n in ("algbw", "busbw", wrong_name)}
+    rows = []
+    for line in lines:
+        tokens = line.split()
+        if line.startswith("#") or len(tokens) != len(names) or not tokens[0].isdigit():
+            continue
+        rows.append(NcclRow(
+            int(tokens[names.index("size")]), int(tokens[names.index("count")]),
+            tokens[names.index("type")], _number(tokens[t]) * 1e-6,
+            _number(tokens[at["algbw"]]) * 1e9, _number(tokens[at["busbw"]]) * 1e9,
+            _number(tokens[at[wrong_name]])))
+    if not rows:
+        raise ValueError(f"{source}: no result lines under the nccl-tests column header")
+    if ranks is None:
+        ranks = sum(1 for ln in lines if re.match(r"#\s+Rank\s+\d+\s+(Group|Pid)", ln))
+    if ranks < 1:
+        raise ValueError(f"{source}: no '#  Rank N Group ...' lines to count ranks from; "
+                         "pass --ranks")
+    return NcclLog(_op_from(text, source, op), int(ranks), tuple(rows), source)
+
+
+def read(path: str, *, op: str | None = None, ranks: int | None = None) -> NcclLog:
+    with open(path) as f:
+        return parse(f.read(), source=path, op=op, ranks=ranks)
+
+
+def looks_like_nccl_tests(text: str) -> bool:
+    return any(ln.startswith("#") and " busbw" in ln for ln in text.splitlines()[:200])

@@ -1,0 +1,126 @@
+"""nccl-tests parsing and the alpha-beta-gamma fit (codesign calibrate)."""
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import codesign
+from codesign import collectives
+from codesign.cli import main
+from codesign.execute import calibrate, nccl_tests
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
+H100_AR = str(FIXTURES / "all_reduce_perf_8xH100.txt")
+H100_AG = str(FIXTURES / "all_gather_perf_8xH100.txt")
+H100_2N = str(FIXTURES / "all_reduce_perf_2x8xH100.txt")
+A100_OLD = str(FIXTURES / "all_reduce_perf_8xA100_v2.0.txt")
+
+
+def test_parser_reads_out_of_place_columns_of_both_formats():
+    log = nccl_tests.read(H100_AR)
+    assert (log.op, log.ranks, len(log.rows)) == ("all_reduce", 8, 28)
+    last = log.rows[-1]  # "1073741824 268435456 float sum -1 5397.9 198.92 348.11 0 5410.8 ..."
+    assert (last.size_bytes, last.count, last.dtype) == (1073741824, 268435456, "float")
+    assert last.time_s == pytest.approx(5397.9e-6)
+    assert last.busbw_Bps == pytest.approx(348.11e9)
+    # nccl-tests' busbw is collectives.busbw_Bps of its size and time (to print rounding)
+    assert float(collectives.busbw_Bps("all_reduce", last.size_bytes, last.time_s, 8)) == \
+        pytest.approx(last.busbw_Bps, rel=1e-3)
+    old = nccl_tests.read(A100_OLD)  # 2.0-era: no root column, `error` not `#wrong`
+    assert (old.op, old.ranks, len(old.rows)) == ("all_reduce", 8, 26)
+    assert old.rows[0].time_s == pytest.approx(17.01e-6) and old.rows[0].wrong == 0
+    assert nccl_tests.read(H100_2N).ranks == 16
+    assert nccl_tests.read(H100_AG).op == "all_gather"
+
+
+def test_parser_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="no nccl-tests column header"):
+        nccl_tests.parse("# nothing here\n", source="x.txt")
+    text = Path(H100_AR).read_text().replace("all_reduce_perf", "some_test")
+    with pytest.raises(ValueError, match="cannot tell which nccl-tests collective"):
+        nccl_tests.parse(text, source="log.txt")
+    assert nccl_tests.parse(text, source="run_all_gather.log").op == "all_gather"
+    assert nccl_tests.parse(text, source="log.txt", op="reduce_scatter").op == "reduce_scatter"
+
+
+def test_fit_recovers_the_tiers_the_fixtures_were_written_with():
+    """The fixtures follow alpha-beta-gamma with alpha 0.9 us, 395 GB/s, reduction
+    1.675e12 B/s inside a node and 3.5 us, 46 GB/s per rail across, times a 15%
+    protocol bump around 2 MiB and 3% noise: the fit must land near them."""
+    ms = sum((calibrate.load(f) for f in (H100_AR, H100_AG, H100_2N)), [])
+    result = calibrate.fit(ms)
+    up, out = result.tiers["scale_up"], result.tiers["scale_out"]
+    assert up.alpha_s == pytest.approx(0.9e-6, rel=0.1)
+    assert up.bandwidth_Bps == pytest.approx(395e9, rel=0.1)
+    assert 1 / up.gamma_s_per_byte == pytest.approx(1.675e12, rel=0.3)
+    assert up.reduction == "fitted" and up.gamma_s_per_byte == out.gamma_s_per_byte
+    assert out.alpha_s == pytest.approx(3.5e-6, rel=0.15)
+    assert out.bandwidth_Bps == pytest.approx(46e9, rel=0.1)
+    assert max(up.holdout_error, out.holdout_error) < 0.15
+    assert up.holdout_points == 18 and out.holdout_points == 9
+    held = [p for p in result.predictions if p.held_out and p.measurement.tier == "scale_out"]
+    assert up.holdout_error >= up.holdout_error_median > 0
+    assert max(abs(p.relative_error) for p in held) == pytest.approx(out.holdout_error)
+
+
+def test_reduction_is_folded_without_a_non_reducing_collective():
+    result = calibrate.fit(calibrate.load(A100_OLD))
+    fit = result.tiers["scale_up"]
+    assert fit.reduction == "folded" and fit.gamma_s_per_byte == 0.0
+    # folded: the bandwidth absorbs 2/(2 B) + 1/R of the generating model (262 GB/s, 1e12)
+    assert fit.bandwidth_Bps == pytest.approx(1 / (1 / 262e9 + 0.5 / 1e12), rel=0.1)
+    assert "scale_up_reduction_Bps = 1.000000e+30" in calibrate.system_toml(result)
+
+
+def test_multi_node_log_needs_the_scale_up_tier():
+    ms = calibrate.load(H100_2N)
+    assert {m.algorithm for m in ms} == {"hierarchical"} and ms[0].tier == "scale_out"
+    with pytest.raises(ValueError, match="need the scale_up tier too"):
+        calibrate.fit(ms)
+    fit = calibrate.fit(ms, prior=codesign.system("dgx-h100")).tiers
+    assert set(fit) == {"scale_out"} and fit["scale_out"].reduction == "prior"
+
+
+def test_calibrate_cli_json_and_system_toml(capsys, tmp_path):
+    toml_path = tmp_path / "system.toml"
+    rc = main(["calibrate", H100_AR, H100_AG, "--json", "--out", str(toml_path)])
+    assert rc == 0
+    fits = json.loads(capsys.readouterr().out)
+    assert set(fits) == {"scale_up"}
+    keys = {"alpha_s", "bandwidth_Bps", "gamma_s_per_byte", "holdout_error"}
+    assert keys <= set(fits["scale_up"])
+    table = tomllib.loads(toml_path.read_text())["system"]
+    assert set(table) == {"scale_up_bandwidth_Bps", "scale_up_latency_s", "scale_up_efficiency",
+                          "scale_up_reduction_Bps"}
+    assert table["scale_up_efficiency"] == 1.0
+    assert table["scale_up_bandwidth_Bps"] == pytest.approx(fits["scale_up"]["bandwidth_Bps"],
+                                                            rel=1e-6)
+    assert table["scale_up_reduction_Bps"] == pytest.approx(
+        1 / fits["scale_up"]["gamma_s_per_byte"], rel=1e-6)
+
+
+def test_calibrate_cli_errors(capsys, tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello\n")
+    assert main(["calibrate", str(bad)]) == 2
+    assert "neither `codesign bench --json` output nor an nccl-tests log" in capsys.readouterr().err
+    assert main(["calibrate", H100_AR, "--tier", "scale_sideways"]) == 2
+    assert "tier='scale_sideways' must be one of" in capsys.readouterr().err
+    assert main(["calibrate", str(tmp_path / "missing.txt")]) == 2
+
+
+def test_calibration_from_a_bench_run_predicts_held_out_sizes(tmp_path):
+    """A real (CPU) bench run: 9 sizes, every third held out. The CPU is shared, so
+    the bound is on the median held-out error; the max is reported beside it."""
+    out = tmp_path / "bench.jsonl"
+    assert main(["bench", "--sizes", "4KiB:1MiB", "--iters", "5", "--warmup", "2",
+                 "--algorithm", "recursive_doubling", "--json", "--out", str(out),
+                 "--no-progress"]) == 0
+    result = calibrate.fit(calibrate.load(str(out)))
+    fit = result.tiers["scale_up"]
+    assert fit.holdout_points == 3 and fit.points == 9
+    assert fit.holdout_error_median < 0.25
+    assert np.isfinite(fit.holdout_error) and fit.alpha_s > 0 and fit.bandwidth_Bps > 0
