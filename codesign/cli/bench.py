@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from ..units import parse_size_range
@@ -169,7 +170,11 @@ def _launch_local(args: argparse.Namespace) -> int:
     if args.devices % n:
         raise ValueError(f"processes={n} must divide devices={args.devices}")
     address = f"127.0.0.1:{distributed.free_port()}"
-    env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+    # each worker fakes devices / n CPU devices: drop a forced count inherited from XLA_FLAGS
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "",
+                   os.environ.get("XLA_FLAGS", "")).strip()
+    env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+           "XLA_FLAGS": flags}
     with tempfile.TemporaryDirectory() as tmp:
         output = os.path.join(tmp, "output.txt")
         commands = [_worker_argv(args, output) + [
@@ -197,7 +202,8 @@ def _launch_cluster_worker(args: argparse.Namespace) -> int:
             "--coordinator", args.coordinator, "--num-processes", str(args.num_processes),
             "--process-id", str(args.process_id), "--devices", str(args.devices)]
         distributed.supervise([command], join_timeout_s=args.join_timeout,
-                              coordinator=args.coordinator)
+                              coordinator=args.coordinator, process_ids=[args.process_id],
+                              num_processes=args.num_processes)
         if os.path.exists(output):
             with open(output) as f:
                 sys.stdout.write(f.read())

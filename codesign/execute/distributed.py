@@ -120,6 +120,7 @@ def _read(f) -> str:
 
 def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
               coordinator: str = "", env: dict | None = None, relay_stderr_of: int | None = 0,
+              process_ids: Sequence[int] | None = None, num_processes: int | None = None,
               poll_s: float = 0.05) -> list[Finished]:
     """Run worker `commands` together; return their outputs once all exit 0.
 
@@ -127,8 +128,12 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
     an error, or when one has not printed `JOINED_MARKER` within
     `join_timeout_s + JOIN_GRACE_S`. The stderr of worker `relay_stderr_of`
     (its progress bar) is copied to this process's stderr as it arrives.
+    Errors name worker i as `process process_ids[i] of num_processes` (default:
+    its position among `commands`).
     """
     n = len(commands)
+    ids = list(range(n)) if process_ids is None else list(process_ids)
+    total = n if num_processes is None else num_processes
     files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in commands]
     procs = [subprocess.Popen(list(cmd), stdout=out, stderr=err, env=env, start_new_session=True)
              for cmd, (out, err) in zip(commands, files, strict=True)]
@@ -142,7 +147,7 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                     joined[i] = JOINED_MARKER in text
                 if i == relay_stderr_of:
                     text = _read(err) if text is None else text
-                    new = text[relayed:].replace(f"{JOINED_MARKER} {i} of {n}\n", "")
+                    new = text[relayed:].replace(f"{JOINED_MARKER} {ids[i]} of {total}\n", "")
                     relayed = len(text)
                     sys.stderr.write(new)
                     sys.stderr.flush()
@@ -152,15 +157,15 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                     where = f" at {coordinator}" if coordinator else ""
                     if JOINED_MARKER not in stderr:
                         raise ValueError(
-                            f"process {i} of {n} did not join the coordinator{where} "
+                            f"process {ids[i]} of {total} did not join the coordinator{where} "
                             f"(exit code {rc} after {time.monotonic() - start:.0f} s, join "
                             f"timeout {join_timeout_s:g} s): {failure_reason(stderr)}")
-                    raise ValueError(f"process {i} of {n} exited with code {rc}: "
+                    raise ValueError(f"process {ids[i]} of {total} exited with code {rc}: "
                                      f"{failure_reason(stderr)}")
                 if not joined[i] and time.monotonic() - start > join_timeout_s + JOIN_GRACE_S:
-                    raise ValueError(f"process {i} of {n} did not join the coordinator within "
-                                     f"{join_timeout_s + JOIN_GRACE_S:g} s; stopped every "
-                                     "process")
+                    raise ValueError(f"process {ids[i]} of {total} did not join the coordinator "
+                                     f"within {join_timeout_s + JOIN_GRACE_S:g} s; stopped "
+                                     "every process")
             if all(p.poll() == 0 for p in procs):
                 return [Finished(0, _read(out), _read(err)) for out, err in files]
             time.sleep(poll_s)
