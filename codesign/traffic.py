@@ -153,8 +153,9 @@ def _cp_rows(model, plan, system, sh, attention_s, t):
 def expected_remote_nodes(nodes, top_k):
     """Distinct nodes other than its own among a token's top_k experts, with
     experts spread evenly over `nodes` nodes: (N-1)(1 - (1-1/N)^k)."""
-    nodes = jnp.maximum(nodes, 1.0)
-    return (nodes - 1.0) * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
+    many = nodes > 1.0
+    n = jnp.where(many, nodes, 2.0)  # double where: no NaN gradient at N = 1
+    return jnp.where(many, (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k), 0.0)
 
 
 def ep_slow_tier_copies(model, plan, nodes, t=0.0):
