@@ -1,14 +1,20 @@
 """The `codesign` command: one sub-module per sub-command, loaded on demand.
 
-Each sub-module defines `add_arguments(parser)` and `run(args) -> int`. Bad input
-is a one-line `error: ...` on stderr and exit code 2, never a traceback.
+Each sub-module defines `add_arguments(parser, name)` and `run(args, name) -> int`.
+Bad input is a one-line `error: ...` on stderr and exit code 2, never a traceback.
+
+Compiled models are cached on disk (JAX's persistent compilation cache) in
+`$CODESIGN_CACHE` (default ~/.cache/codesign/xla; set it empty to disable), so a
+second run of the same command skips compilation.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 # sub-command -> (module under codesign.cli, one-line help)
 COMMANDS = {
@@ -39,6 +45,15 @@ def _module(name: str):
     return importlib.import_module(f"codesign.cli.{COMMANDS[name][0]}")
 
 
+def _enable_compilation_cache() -> None:
+    cache = os.environ.get("CODESIGN_CACHE", str(Path.home() / ".cache" / "codesign" / "xla"))
+    if cache:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
@@ -51,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     name, rest = argv[0], argv[1:]
+    _enable_compilation_cache()
     module = _module(name)
     parser = argparse.ArgumentParser(prog=f"codesign {name}", description=COMMANDS[name][1])
     module.add_arguments(parser, name)
