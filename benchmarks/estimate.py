@@ -1,0 +1,168 @@
+"""How fast is the step model? Prints one JSON object.
+
+    python benchmarks/estimate.py [--batch 100000] [--chunk 25000] [--repeats 5]
+
+Random scenarios are built with `scenario.set_knobs` from the built-in default
+(GPT-3 175B on 1,024 A100s) by drawing tp and pp from {1, 2, 4, 8},
+micro_batch from {1, 2, 4}, the global batch (m = 1..64 micro-batches), both
+tiers' bandwidths, latencies and efficiencies, the scale-up domain, the
+matmul efficiency and the DP bucket size. One `jax.jit(jax.vmap(...))`
+evaluates them in chunks of `--chunk` scenarios:
+
+- evals_per_s: full estimates (`step.estimate` -> every scalar of
+  `step.outputs`: step time, memory, MFU, reliability, fabric) per second.
+- grad_over_forward: time of `jax.grad` of step_time_s with respect to every
+  drawn knob, over the same scenarios, divided by the time of the forward
+  pass of step_time_s alone (the function being differentiated), measured
+  side by side; medians of `--repeats` runs, each blocked until ready.
+- compile_s: first-call time of the full-estimate function (trace + compile +
+  one chunk), and the same for the two step-time functions.
+
+Also reports how many outputs or gradients were not finite (should be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# `python benchmarks/estimate.py` puts benchmarks/ first on the import path, where a
+# sibling script named codesign.py would shadow the package: keep that directory off it.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import codesign  # noqa: E402,F401  (enables float64)
+from codesign import scenario as sc  # noqa: E402
+from codesign import step as S  # noqa: E402
+
+CHOICES = {"parallel.tp": (1, 2, 4, 8), "parallel.pp": (1, 2, 4, 8),
+           "training.micro_batch": (1, 2, 4), "system.scale_up_domain": (4, 8, 16, 72)}
+LOG_UNIFORM = {  # knob: (low, high)
+    "system.scale_up_bandwidth_Bps": (100e9, 900e9),
+    "system.scale_out_bandwidth_Bps": (12.5e9, 100e9),
+    "system.scale_up_latency_s": (0.3e-6, 3e-6),
+    "system.scale_out_latency_s": (1e-6, 20e-6),
+    "parallel.dp_bucket_bytes": (4e6, 400e6),
+}
+UNIFORM = {
+    "system.scale_up_efficiency": (0.6, 1.0),
+    "system.scale_out_efficiency": (0.6, 1.0),
+    "system.matmul_efficiency": (0.4, 0.9),
+}
+
+
+def random_knobs(n: int, gpus: float, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = {k: rng.choice(np.asarray(v, dtype=float), n) for k, v in CHOICES.items()}
+    x |= {k: np.exp(rng.uniform(np.log(lo), np.log(hi), n)) for k, (lo, hi) in
+          LOG_UNIFORM.items()}
+    x |= {k: rng.uniform(lo, hi, n) for k, (lo, hi) in UNIFORM.items()}
+    dp = gpus / (x["parallel.tp"] * x["parallel.pp"])
+    micro_batches = rng.integers(1, 65, n).astype(float)
+    x["training.global_batch"] = dp * x["training.micro_batch"] * micro_batches
+    return x
+
+
+def _chunks(x: dict, chunk: int):
+    n = len(next(iter(x.values())))
+    for i in range(0, n, chunk):
+        yield {k: jnp.asarray(v[i:i + chunk]) for k, v in x.items()}
+
+
+def _timed(fn, chunks) -> tuple[float, list]:
+    t0 = time.perf_counter()
+    out = [jax.block_until_ready(fn(c)) for c in chunks]
+    return time.perf_counter() - t0, out
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=100_000, help="random scenarios (default 1e5)")
+    ap.add_argument("--chunk", type=int, default=25_000, help="scenarios per vmapped call")
+    ap.add_argument("--repeats", type=int, default=5, help="timed repeats (median)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.batch % args.chunk:
+        ap.error(f"--batch={args.batch} must be a multiple of --chunk={args.chunk}")
+
+    base = sc.load(None)
+    x = random_knobs(args.batch, float(base.system.gpus), args.seed)
+    chunks = list(_chunks(x, args.chunk))
+
+    def full(knobs):  # every scalar output of the whole estimate
+        return S.outputs(S.estimate(sc.set_knobs(base, knobs)))
+
+    def step_time(knobs):
+        return S.estimate(sc.set_knobs(base, knobs)).step.step_time_s
+
+    forward_full = jax.jit(jax.vmap(full))
+    forward = jax.jit(jax.vmap(step_time))
+    grad = jax.jit(jax.vmap(jax.grad(step_time)))
+
+    compile_s = {}
+    for name, fn in (("full", forward_full), ("step_time", forward), ("grad", grad)):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(chunks[0]))
+        compile_s[name] = time.perf_counter() - t0
+
+    t_full, t_fwd, t_grad = [], [], []
+    for _ in range(args.repeats):  # interleaved, so load on the machine hits all three alike
+        t, outs_full = _timed(forward_full, chunks)
+        t_full.append(t)
+        t, outs_fwd = _timed(forward, chunks)
+        t_fwd.append(t)
+        t, outs_grad = _timed(grad, chunks)
+        t_grad.append(t)
+
+    step_s = np.concatenate([np.asarray(o["step_time_s"]) for o in outs_full])
+    nonfinite_outputs = sum(int(np.sum(~np.isfinite(np.asarray(o[k]))))
+                            for o in outs_full for k in o if k not in ("time_to_train_s",
+                                                                        "gpu_hours"))
+    nonfinite_grads = {k: int(sum(np.sum(~np.isfinite(np.asarray(g[k]))) for g in outs_grad))
+                       for k in x}
+    fwd_match = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b["step_time_s"]))))
+                    for a, b in zip(outs_fwd, outs_full, strict=True))
+
+    med = statistics.median
+    dev = jax.devices()[0]
+    result = {
+        "evals_per_s": args.batch / med(t_full),
+        "grad_over_forward": med(t_grad) / med(t_fwd),
+        "compile_s": compile_s["full"],
+        "batch": args.batch,
+        "chunk": args.chunk,
+        "repeats": args.repeats,
+        "knobs": sorted(x),
+        "full_estimate_s": med(t_full),
+        "step_time_forward_s": med(t_fwd),
+        "step_time_grad_s": med(t_grad),
+        "step_time_evals_per_s": args.batch / med(t_fwd),
+        "grads_per_s": args.batch / med(t_grad),
+        "grad_over_full_estimate": med(t_grad) / med(t_full),
+        "compile_step_time_s": compile_s["step_time"],
+        "compile_grad_s": compile_s["grad"],
+        "step_time_s_range": [float(np.min(step_s)), float(np.median(step_s)),
+                              float(np.max(step_s))],
+        "nonfinite_outputs": nonfinite_outputs,
+        "nonfinite_grads": {k: v for k, v in nonfinite_grads.items() if v},
+        "forward_max_abs_diff_s": fwd_match,
+        "device": {"platform": dev.platform, "kind": dev.device_kind,
+                   "count": jax.device_count(), "cpu_count": os.cpu_count(),
+                   "machine": platform.machine(), "jax": jax.__version__,
+                   "x64": bool(jax.config.jax_enable_x64)},
+    }
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
