@@ -352,20 +352,22 @@ def roofline(s: Step, system: System, dtype: str = "bf16") -> dict:
     """The network roofline per dimension: FLOP per byte the plan achieves on
     the wire against the FLOP per byte the tier needs to stay compute-bound,
     peak / bandwidth (per direction; the seeds' 1,100 for H100 over NVLink
-    divides by the bidirectional 900 GB/s, which halves it)."""
+    divides by the bidirectional 900 GB/s, which halves it). A dimension whose
+    traffic crosses domains is judged on the bytes it sends over the slow tier
+    (`Row.slow_tier_bytes`); one that stays inside on all its wire bytes."""
     flops = s.hardware_flops_per_step / s.gpus
     peak = peak_flops_per_s(system, dtype)
     need = {"scale_up": peak / system.scale_up.bandwidth_Bps,
             "scale_out": peak / system.scale_out.bandwidth_Bps}
-    out = {}
+    totals = {}
     for r in s.traffic:
-        b = wire_bytes_per_gpu(r)
-        d = out.setdefault(r.dimension, {"bytes": jnp.zeros(()), "tier": "scale_up"})
-        d["bytes"] = d["bytes"] + b
-        if float(b) > 0 and r.tier != "scale_up":
-            d["tier"] = "scale_out"
-    for d in out.values():
-        d["flop_per_byte"] = jnp.where(d["bytes"] > 0, flops / jnp.maximum(d["bytes"], 1.0),
-                                       jnp.inf)
-        d["needed_flop_per_byte"] = need[d["tier"]]
+        wire, slow = totals.get(r.dimension, (0.0, 0.0))
+        totals[r.dimension] = (wire + wire_bytes_per_gpu(r), slow + r.slow_tier_bytes)
+    out = {}
+    for dim, (wire, slow) in totals.items():
+        tier = "scale_out" if float(slow) > 0 else "scale_up"
+        moved = jnp.asarray(slow if tier == "scale_out" else wire)
+        out[dim] = {"bytes": moved, "tier": tier, "needed_flop_per_byte": need[tier],
+                    "flop_per_byte": jnp.where(moved > 0, flops / jnp.maximum(moved, 1.0),
+                                               jnp.inf)}
     return out

@@ -44,6 +44,7 @@ class Row(eqx.Module):
     ranks_inside: jax.Array  # of them, how many share one scale-up domain
     time_s: jax.Array  # all `count_per_step` collectives, per step
     exposed_s: jax.Array  # the part not hidden under compute
+    slow_tier_bytes: jax.Array  # bytes one GPU sends over the slow tier, per step
     dimension: str = eqx.field(static=True)
     collective: str = eqx.field(static=True)
     algorithm: str = eqx.field(static=True)
@@ -109,11 +110,22 @@ def group_cost(op: str, n_bytes, plan: Plan, dims, system: System, t=0.0):
     return c, ranks, inside
 
 
+def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
+    """Bytes one GPU sends over the slow tier in one hierarchical `op`: the
+    phase across domains runs on n / inside bytes (all n for all-to-all) over
+    ranks / inside participants, with nccl-tests' bus factor."""
+    across = ranks / inside
+    n_across = n_bytes if op == "all_to_all" else n_bytes / inside
+    return collectives.bus_factor(op, across) * n_across
+
+
 def _row(dimension, op, algorithm, n_bytes, count, one, ranks, inside, exposed=None,
-         critical=True) -> Row:
+         critical=True, slow_bytes=None) -> Row:
     time = count * one.time_s
+    if slow_bytes is None:
+        slow_bytes = count * slow_tier_bytes(op, n_bytes, ranks, inside)
     return Row(n_bytes, count, ranks, inside, time, time if exposed is None else exposed,
-               dimension, op, algorithm, critical)
+               slow_bytes, dimension, op, algorithm, critical)
 
 
 # ---------------------------------------------------------------- dimensions
@@ -203,7 +215,7 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     time = count * one_s
     exposed = smooth_max(time - overlap_s, 0.0, t) if plan.schedule == "dualpipe" else time
     return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one, ranks, inside,
-                 exposed=exposed)]
+                 exposed=exposed, slow_bytes=count * cross_bytes * (model.moe_layers > 0))]
 
 
 def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
@@ -266,7 +278,7 @@ def _pp_rows(model, plan, system, sh, t):
                            fabric.scale_out_tier(system, 2.0 * stride, t))
     one = jax.tree.map(lambda a, b: neighbour_inside * a + (1 - neighbour_inside) * b, up, out)
     return [_row("pp", "send_recv", "direct", n, count, one, jnp.minimum(ranks, 2.0),
-                 1.0 + neighbour_inside)]
+                 1.0 + neighbour_inside, slow_bytes=count * n * (1.0 - neighbour_inside))]
 
 
 def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tuple[Row, ...]:

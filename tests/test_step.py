@@ -176,3 +176,13 @@ def test_memory_follows_zero_stages():
     assert float(mems[1].optimizer_bytes) == pytest.approx(float(mems[0].optimizer_bytes) / dp)
     assert float(mems[2].gradients_bytes) == pytest.approx(float(mems[0].gradients_bytes) / dp)
     assert float(mems[3].weights_bytes) < float(mems[0].weights_bytes) / 2
+
+
+def test_slow_tier_bytes_of_hierarchical_collectives():
+    n = 1e9
+    # all-reduce over 2 domains of 8: only n/8 crosses, all-reduced between 2 ranks
+    assert float(traffic.slow_tier_bytes("all_reduce", n, 16.0, 8.0)) == pytest.approx(n / 8)
+    assert float(traffic.slow_tier_bytes("all_reduce", n, 8.0, 8.0)) == 0.0
+    assert float(traffic.slow_tier_bytes("all_reduce", n, 64.0, 1.0)) == pytest.approx(
+        2 * 63 / 64 * n)
+    assert float(traffic.slow_tier_bytes("all_to_all", n, 64.0, 8.0)) == pytest.approx(7 / 8 * n)
