@@ -9,8 +9,18 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import units as units  # noqa: E402
-from .hardware import Chip as Chip, System as System, Tier as Tier  # noqa: E402
-from .hardware import preset as preset, system as system  # noqa: E402
+# ruff: noqa: E402
+from . import collectives as collectives
+from . import units as units
+from .hardware import Chip as Chip
+from .hardware import System as System
+from .hardware import Tier as Tier
+from .plan import Plan as Plan
+from .scenario import Scenario as Scenario
+from .scenario import load as load
+from .scenario import set_knobs as set_knobs
+from .step import estimate as estimate
+from .step import outputs as outputs
+from .workload import Transformer as Transformer
 
 __version__ = "0.1.0"
