@@ -100,9 +100,12 @@ def human(name: str, value: Any) -> str:
     if name.endswith("_Bps"):
         return f"{value / units.GB:.4g} GB/s"
     if name.endswith("_s") and not name.endswith("_per_s") and value != 0:
-        for unit, scale in (("s", 1.0), ("ms", units.ms), ("us", units.us), ("ns", units.ns)):
+        for unit, scale in (("d", units.day), ("h", units.hour), ("min", units.minute),
+                            ("s", 1.0), ("ms", units.ms), ("us", units.us), ("ns", units.ns)):
             if abs(value) >= scale:
                 return f"{value / scale:.4g} {unit}"
+    if value.is_integer() and abs(value) < 1e12:
+        return f"{int(value)}"
     return f"{value:.4g}"
 
 
@@ -956,9 +959,12 @@ class EstimateTarget(Target):
     and scenario tables ([base.parallel] tp = 8, ...). Float knobs are the
     scenario's float keys (`scenario.KNOBS`: parallel.tp, training.global_batch,
     system.scale_out_bandwidth_Bps, ...), set by `scenario.set_knobs` under
-    vmap, unvalidated (relaxed); categorical knobs are any scenario key
+    vmap, unvalidated (relaxed), or scaled from the combo's own value
+    (`scale:system.scale_up_bandwidth_Bps = [0.5, 1, 2]`: a what-if that means
+    the same across presets, and at 1 the elasticity with respect to the knob
+    itself); categorical knobs are any scenario key
     (system.preset, parallel.schedule, or a validated integer like parallel.tp),
-    loaded and validated once per combo. Outputs: `step.outputs` plus
+    loaded and validated once per combo (`scenario` itself may be one). Outputs: `step.outputs` plus
     `bubble_fraction` (bubble / (compute + bubble)), `exposed_comm_fraction`
     (exposed communication / step time), `micro_batches`, and the network
     roofline of `step.roofline` in traceable form: per dimension the bytes one
@@ -979,12 +985,12 @@ class EstimateTarget(Target):
     def float_knobs(self, base, directory):
         from .scenario import KNOBS
 
-        return KNOBS
+        return KNOBS + tuple(f"scale:{k}" for k in KNOBS)
 
     def categorical_knobs(self, base, directory):
         from .scenario import SCHEMA
 
-        return tuple(f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys)
+        return ("scenario",) + tuple(f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys)
 
     def base_keys(self, base, directory):
         from .scenario import SCHEMA
@@ -1017,7 +1023,7 @@ class EstimateTarget(Target):
             for key, value in _table(settings.get(section, {}), f"base.{section}").items():
                 items.append((section, key, value))
         for name, value in settings.items():
-            if "." in name:  # a categorical knob: section.key
+            if "." in name and name.split(".", 1)[0] in scenario.SCHEMA:  # section.key
                 section, key = name.split(".", 1)
                 items.append((section, key, value))
         return scenario.load(self._source(settings, directory), items)
@@ -1040,7 +1046,13 @@ class EstimateTarget(Target):
         scn0 = self._scenario(settings, directory)
 
         def point(knobs: dict) -> dict:
-            scn = scenario.set_knobs(scn0, knobs) if knobs else scn0
+            values = {k: v for k, v in knobs.items() if not k.startswith("scale:")}
+            for k, factor in knobs.items():
+                if k.startswith("scale:"):
+                    name = k.removeprefix("scale:")
+                    base = values.get(name, scenario.get_knob(scn0, name))
+                    values[name] = base * factor
+            scn = scenario.set_knobs(scn0, values) if values else scn0
             est = step.estimate(scn)
             s = est.step
             comm = sum(s.exposed_s.values())
@@ -1513,7 +1525,7 @@ def _best_lines(s: SummarySpec, t: Table) -> list[str]:
         runs: list[list] = []
         for xkey, idx in _groups(sub, along):
             j = idx[pick(sub.data[s.value][idx])]
-            winner = str(sub.data[s.over][j])
+            winner = human(s.over, _item(sub.data[s.over][j]))
             if runs and runs[-1][0] == winner:
                 runs[-1][2] = xkey
             else:
