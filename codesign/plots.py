@@ -248,3 +248,51 @@ def roofline(rows, path=None, title="network roofline"):
     if path:
         fig.savefig(path, dpi=90)
     return fig
+
+
+# ------------------------------------------------- stragglers and checkpoints (reliability)
+def straggler_step_times(participants, curves: dict, *, monte_carlo=None, path=None, ax=None,
+                         title="synchronous step time against participants"):
+    """Mean (solid) and p99 (dotted) step time over participants, one colour per curve.
+
+    `curves` maps label -> (mean, p99) arrays over `participants`;
+    `monte_carlo` (optional) maps label -> (participants, means) drawn as dots.
+    """
+    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
+    ax = ax if ax is not None else fig.add_subplot()
+    for label, (mean, p99) in curves.items():
+        (line,) = ax.semilogx(participants, mean, lw=1.8, label=f"{label}: mean")
+        ax.semilogx(participants, p99, ":", lw=1.5, color=line.get_color(), label=f"{label}: p99")
+        if monte_carlo and label in monte_carlo:
+            ax.plot(*monte_carlo[label], "o", ms=5, color=line.get_color())
+    if monte_carlo:
+        ax.plot([], [], "o", color="gray", label="Monte Carlo mean")
+    ax.set_xlabel("participants p")
+    ax.set_ylabel("step time / straggler-free step time")
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
+
+
+def checkpoint_tradeoff(intervals_s, fraction, marks: dict, *, label=None, path=None, ax=None,
+                        title="effective training time against checkpoint interval"):
+    """Effective training time fraction over the checkpoint interval (log x), with
+    `marks` label -> (interval_s, fraction) drawn as points (e.g. Young, Daly).
+    Call again with the same `ax` to overlay another curve (`label` names it)."""
+    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
+    ax = ax if ax is not None else fig.add_subplot()
+    (line,) = ax.semilogx(intervals_s, fraction, lw=1.8, label=label)
+    for (name, (tau, f)), marker in zip(marks.items(), "o^sv", strict=False):
+        ax.plot([tau], [f], marker, ms=7, color=line.get_color(), mfc="white" if marker == "o"
+                else line.get_color(), label=f"{name}: {tau:,.0f} s, {f:.2%}")
+    ax.set_xlabel("checkpoint interval (s of work)")
+    ax.set_ylabel("effective training time fraction")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
