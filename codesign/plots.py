@@ -100,6 +100,17 @@ def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
     return fig
 
 
+def _sweep_short(y: str, ys) -> str:
+    """`dlog(t)/dlog(k)` -> `k` when every y column is an elasticity of the same output."""
+    import re
+
+    pattern = r"dlog\((.+)\)/dlog\((.+)\)"
+    found = [re.fullmatch(pattern, c) for c in ys]
+    if all(found) and len({m.group(1) for m in found}) == 1:
+        return "wrt " + re.fullmatch(pattern, y).group(2)
+    return y
+
+
 def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, logy=False,
                 title="", xlabel=None, ylabel=None, hlines=(), path=None):
     """Lines of each `ys` column against `x`: a colour per `series` group, a line
@@ -114,19 +125,23 @@ def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, l
         for i in np.flatnonzero(m):
             groups.setdefault(tuple(table[s][i] for s in series), []).append(i)
         handles = []
+        by_y = len(groups) == 1 and len(ys) > 1  # one group: a colour per y column
         for g, (key, rows) in enumerate(groups.items()):
             rows = np.array(rows)
             rows = rows[np.argsort(table[x][rows], kind="stable")]
             name = ", ".join(f"{s}={_sweep_tick(s, k)}" if isinstance(k, float) else str(k)
                              for s, k in zip(series, key, strict=True)) or ys[0]
-            color = f"C{g % 10}"
             for j, y in enumerate(ys):
+                color = f"C{(j if by_y else g) % 10}"
                 ax.plot(table[x][rows], table[y][rows], marker=".", ms=3, lw=1.4, color=color,
-                        ls=styles[j % len(styles)])
-            handles.append(Line2D([], [], color=color, lw=1.4, label=name))
-        if len(ys) > 1:
-            handles += [Line2D([], [], color="k", lw=1.2, ls=styles[j % len(styles)], label=y)
-                        for j, y in enumerate(ys)]
+                        ls="-" if by_y else styles[j % len(styles)], label=_sweep_short(y, ys))
+            if not by_y:
+                handles.append(Line2D([], [], color=f"C{g % 10}", lw=1.4, label=name))
+        if by_y:
+            handles = ax.get_legend_handles_labels()[0]
+        elif len(ys) > 1:
+            handles += [Line2D([], [], color="k", lw=1.2, ls=styles[j % len(styles)],
+                               label=_sweep_short(y, ys)) for j, y in enumerate(ys)]
         if len(handles) > 1:
             ax.legend(handles=handles, fontsize=7)
         for value, label in hlines:

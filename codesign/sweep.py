@@ -1309,6 +1309,36 @@ def run(plan: Plan, out_dir: str | Path, *, resume: bool = False, progress: bool
                      time.perf_counter() - start)
 
 
+# Starts a `codesign sweep` process whose JAX needs configuring before any backend
+# exists (fake CPU device count, jax.distributed), which `import codesign` would
+# create: configure JAX first, then import codesign and run the command.
+_BOOT = """
+import os, sys
+argv = sys.argv[1:]
+opt = lambda name: argv[argv.index(name) + 1] if name in argv else None
+import jax
+if opt("--cpu-devices"):
+    jax.config.update("jax_num_cpu_devices", int(opt("--cpu-devices")))
+if opt("--coordinator"):
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(opt("--coordinator"), int(opt("--num-processes")),
+                               int(opt("--process-id")), initialization_timeout={init},
+                               heartbeat_timeout_seconds={heartbeat})
+os.environ["CODESIGN_SWEEP_BOOTED"] = "1"
+from codesign.cli import main
+sys.exit(main(["sweep", *argv]))
+"""
+INIT_TIMEOUT_S = 120  # how long a process waits for the others to join jax.distributed
+HEARTBEAT_TIMEOUT_S = 60
+
+
+def boot_command(argv: list[str]) -> list[str]:
+    """`python -c BOOT ARGV...`: `codesign sweep ARGV` with --cpu-devices and
+    --coordinator applied before JAX starts."""
+    code = _BOOT.format(init=INIT_TIMEOUT_S, heartbeat=HEARTBEAT_TIMEOUT_S)
+    return [sys.executable, "-c", code, *map(str, argv)]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -1342,8 +1372,8 @@ def run_local_processes(plan: Plan, spec_path: str | Path, out_dir: str | Path, 
     """Run `plan` on `processes` local processes joined by `jax.distributed` on
     127.0.0.1 (gloo CPU collectives); the caller merges with `finish_sweep`.
 
-    The workers run `python -m codesign sweep ... --coordinator`; their output
-    goes to OUT/logs/process-I.log. A failed worker stops the others; so does
+    The workers run `codesign sweep ... --coordinator` (`boot_command`); their
+    output goes to OUT/logs/process-I.log. A failed worker stops the others; so does
     `timeout_s`. Progress is read from the chunk files as they land.
     """
     if processes < 1:
@@ -1363,14 +1393,14 @@ def run_local_processes(plan: Plan, spec_path: str | Path, out_dir: str | Path, 
     procs: list[subprocess.Popen] = []
     try:
         for i in range(processes):
-            cmd = [sys.executable, "-m", "codesign", "sweep", str(spec_path), "--out",
-                   str(out_dir), "--resume", "--no-progress", "--no-finish",
-                   "--coordinator", address, "--num-processes", str(processes),
-                   "--process-id", str(i), *grad_args]
+            argv = [spec_path, "--out", out_dir, "--resume", "--no-progress", "--no-finish",
+                    "--coordinator", address, "--num-processes", processes, "--process-id", i,
+                    *grad_args]
             if cpu_devices is not None:
-                cmd += ["--cpu-devices", str(cpu_devices)]
+                argv += ["--cpu-devices", cpu_devices]
             if not write:
-                cmd += ["--no-write"]
+                argv += ["--no-write"]
+            cmd = boot_command(argv)
             with open(logs / f"process-{i}.log", "w") as log:
                 procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                               env=env, stdin=subprocess.DEVNULL))

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 from .. import sweep
-
-_INIT_TIMEOUT_S = 120  # jax.distributed: how long a process waits for the others to join
-_HEARTBEAT_TIMEOUT_S = 60
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -62,24 +61,37 @@ def _check(args) -> None:
         raise ValueError("--processes spawns its own jax.distributed job; drop --coordinator")
 
 
-def _join(args) -> None:
-    import jax
-
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id,
-                               initialization_timeout=_INIT_TIMEOUT_S,
-                               heartbeat_timeout_seconds=_HEARTBEAT_TIMEOUT_S)
+def _argv(args) -> list:
+    """The command line of `args` (to relaunch it through `sweep.boot_command`)."""
+    out = [args.spec]
+    for flag, value in (("--out", args.out), ("--figures", args.figures),
+                        ("--chunk-size", args.chunk_size), ("--timeout", args.timeout),
+                        ("--cpu-devices", args.cpu_devices), ("--coordinator", args.coordinator),
+                        ("--num-processes", args.num_processes),
+                        ("--process-id", args.process_id)):
+        if value is not None:
+            out += [flag, value]
+    if args.grad is not None:
+        out += ["--grad"] + ([] if args.grad is True else [args.grad])
+    for flag in ("resume", "no_plots", "no_progress", "no_write", "no_finish"):
+        if getattr(args, flag):
+            out.append("--" + flag.replace("_", "-"))
+    return out
 
 
 def run(args, name: str) -> int:
     _check(args)
     import jax
 
-    # before anything touches a JAX backend (loading a spec builds preset arrays)
-    if args.cpu_devices is not None:
-        jax.config.update("jax_num_cpu_devices", args.cpu_devices)
-    if args.coordinator is not None:
-        _join(args)
+    configure = args.processes == 1 and (args.cpu_devices is not None
+                                         or args.coordinator is not None)
+    if configure and os.environ.get("CODESIGN_SWEEP_BOOTED") != "1":
+        # `import codesign` has started JAX: relaunch with the settings applied first
+        return subprocess.call(sweep.boot_command(_argv(args)))
+    if args.cpu_devices is not None and args.processes == 1 \
+            and jax.local_device_count() != args.cpu_devices:
+        raise ValueError(f"--cpu-devices={args.cpu_devices} but JAX has "
+                         f"{jax.local_device_count()} local devices")
     spec = sweep.load_spec(args.spec)
     if args.chunk_size is not None:
         spec = dataclasses.replace(spec, chunk_size=args.chunk_size)
