@@ -87,12 +87,8 @@ def _progress_bar(done: int, total: int, label: str) -> None:
 def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
     from ..execute import distributed
 
-    distributed.configure_cpu_devices(args.devices)
-    if args.coordinator is not None:
-        if args.num_processes is None or args.process_id is None:
-            raise ValueError("--coordinator needs --num-processes and --process-id")
-        distributed.initialize(args.coordinator, args.num_processes, args.process_id,
-                               timeout_s=args.join_timeout)
+    if args.worker_output is None:  # a worker was set up (and joined) by its bootstrap
+        distributed.configure_cpu_devices(args.devices, reexec=True)
     import jax
 
     from ..execute import algorithms as A
@@ -123,8 +119,6 @@ def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
     if lead and args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(r.as_json()) + "\n" for r in records)
-    if args.coordinator is not None:
-        jax.distributed.shutdown()
     return 0
 
 
@@ -143,11 +137,10 @@ def _print_rows(rows, args, mesh, algorithm, platform, stream) -> None:
 
 
 # ------------------------------------------------------------------ several processes
-def _worker_argv(args: argparse.Namespace, output: str) -> list[str]:
-    """This command line for one worker (everything but the launcher's own flags)."""
-    argv = [sys.executable, "-m", "codesign", "bench", "--op", args.op, "--sizes", args.sizes,
-            "--iters", str(args.iters), "--warmup", str(args.warmup), "--dtype", args.dtype,
-            "--join-timeout", str(args.join_timeout), "--worker-output", output]
+def _worker_args(args: argparse.Namespace, output: str) -> list[str]:
+    """This command's arguments for one worker (everything but the launcher's flags)."""
+    argv = ["bench", "--op", args.op, "--sizes", args.sizes, "--iters", str(args.iters),
+            "--warmup", str(args.warmup), "--dtype", args.dtype, "--worker-output", output]
     for flag, value in (("--algorithm", args.algorithm), ("--mesh", args.mesh),
                         ("--out", args.out)):
         if value is not None:
@@ -155,6 +148,16 @@ def _worker_argv(args: argparse.Namespace, output: str) -> list[str]:
     argv += ["--json"] if args.json else []
     argv += ["--no-progress"] if args.no_progress else []
     return argv
+
+
+def _supervised(commands, args, output, coordinator, ids, total, env=None) -> int:
+    from ..execute import distributed
+
+    distributed.supervise(commands, join_timeout_s=args.join_timeout, coordinator=coordinator,
+                          env=env, process_ids=ids, num_processes=total)
+    with open(output) as f:
+        sys.stdout.write(f.read())
+    return 0
 
 
 def _launch_local(args: argparse.Namespace) -> int:
@@ -177,14 +180,10 @@ def _launch_local(args: argparse.Namespace) -> int:
            "XLA_FLAGS": flags}
     with tempfile.TemporaryDirectory() as tmp:
         output = os.path.join(tmp, "output.txt")
-        commands = [_worker_argv(args, output) + [
-            "--coordinator", address, "--num-processes", str(n), "--process-id", str(i),
-            "--devices", str(args.devices // n)] for i in range(n)]
-        distributed.supervise(commands, join_timeout_s=args.join_timeout, coordinator=address,
-                              env=env)
-        with open(output) as f:
-            sys.stdout.write(f.read())
-    return 0
+        commands = [distributed.worker_command(
+            _worker_args(args, output), coordinator=address, num_processes=n, process_id=i,
+            devices=args.devices // n, timeout_s=args.join_timeout) for i in range(n)]
+        return _supervised(commands, args, output, address, list(range(n)), n, env)
 
 
 def _launch_cluster_worker(args: argparse.Namespace) -> int:
@@ -198,16 +197,13 @@ def _launch_cluster_worker(args: argparse.Namespace) -> int:
         raise ValueError("--coordinator needs --num-processes and --process-id")
     with tempfile.TemporaryDirectory() as tmp:
         output = os.path.join(tmp, "output.txt")
-        command = _worker_argv(args, output) + [
-            "--coordinator", args.coordinator, "--num-processes", str(args.num_processes),
-            "--process-id", str(args.process_id), "--devices", str(args.devices)]
-        distributed.supervise([command], join_timeout_s=args.join_timeout,
-                              coordinator=args.coordinator, process_ids=[args.process_id],
-                              num_processes=args.num_processes)
-        if os.path.exists(output):
-            with open(output) as f:
-                sys.stdout.write(f.read())
-    return 0
+        open(output, "w").close()  # only process 0 writes the results
+        command = distributed.worker_command(
+            _worker_args(args, output), coordinator=args.coordinator,
+            num_processes=args.num_processes, process_id=args.process_id,
+            devices=args.devices, timeout_s=args.join_timeout)
+        return _supervised([command], args, output, args.coordinator, [args.process_id],
+                           args.num_processes)
 
 
 # ------------------------------------------------------------------ calibrate

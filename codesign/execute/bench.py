@@ -199,22 +199,45 @@ class BenchRecord:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """The device input and exact expected output of one size."""
+
+    x: jax.Array
+    expected: np.ndarray
+    size_bytes: int
+    count: int  # elements in `size_bytes`
+
+
+def prepare(op: str, mesh: BenchMesh, size_bytes: float, dtype: str = "float32") -> Case:
+    jdtype = DTYPES[check_dtype(dtype)]
+    itemsize = jnp.dtype(jdtype).itemsize
+    count, size = layout(op, size_bytes, itemsize, mesh.ranks)
+    host = input_pattern(mesh.ranks, count)
+    return Case(_global_array(host, mesh, jdtype), expected_output(op, host, mesh.ranks), size,
+                size // itemsize)
+
+
+def record(op: str, algorithm: str, mesh: BenchMesh, case: Case, dtype: str,
+           times: Sequence[float], out: jax.Array) -> BenchRecord:
+    """The BenchRecord of `times` (one per call) and the last output of one size."""
+    wrong, checksum = wrong_and_checksum(out, case.expected)
+    t = min(times)
+    return BenchRecord(
+        op, algorithm, mesh.ranks, mesh.spec, dtype, case.size_bytes, case.count, t,
+        statistics.median(times), float(collectives.algbw_Bps(case.size_bytes, t)),
+        float(collectives.busbw_Bps(op, case.size_bytes, t, mesh.ranks)), wrong, checksum,
+        len(times))
+
+
 def bench_size(op: str, algorithm: str, mesh: BenchMesh, size_bytes: float, *,
                dtype: str = "float32", iters: int = 20, warmup: int = 5,
                fn: Callable | None = None) -> BenchRecord:
     """Compile (unless `fn` is given), warm up, time and check one size."""
-    jdtype = DTYPES[check_dtype(dtype)]
-    p = mesh.ranks
-    count, size = layout(op, size_bytes, jnp.dtype(jdtype).itemsize, p)
-    host = input_pattern(p, count)
+    case = prepare(op, mesh, size_bytes, dtype)
     fn = compiled(op, algorithm, mesh) if fn is None else fn
-    times, out = time_calls(fn, _global_array(host, mesh, jdtype), iters, warmup)
-    wrong, checksum = wrong_and_checksum(out, expected_output(op, host, p))
-    t = min(times)
-    return BenchRecord(
-        op, algorithm, p, mesh.spec, dtype, size, size // jnp.dtype(jdtype).itemsize,
-        t, statistics.median(times), float(collectives.algbw_Bps(size, t)),
-        float(collectives.busbw_Bps(op, size, t, p)), wrong, checksum, iters)
+    times, out = time_calls(fn, case.x, iters, warmup)
+    return record(op, algorithm, mesh, case, dtype, times, out)
 
 
 def check_dtype(dtype: str) -> str:

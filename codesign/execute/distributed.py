@@ -3,7 +3,9 @@
 On one machine `codesign bench --processes N` starts N worker processes joined
 through a coordinator on 127.0.0.1 (CPU collectives over gloo), each with
 devices / N fake CPU devices. On a GPU or TPU cluster every host runs
-`codesign bench --coordinator HOST:PORT --num-processes N --process-id I`.
+`codesign bench --coordinator HOST:PORT --num-processes N --process-id I`,
+which starts one worker there. A worker is `BOOTSTRAP`: it joins first, then
+runs the codesign command.
 Either way a supervisor watches the workers: when one exits with an error the
 others are killed and the run ends with one clear line; a worker that has not
 joined within the join timeout (plus `JOIN_GRACE_S` to import and start) is
@@ -15,6 +17,7 @@ heartbeats and for shutdown, so no process waits forever on a missing peer
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -32,12 +35,14 @@ JOIN_GRACE_S = 30.0  # importing JAX and starting a worker, on top of the join t
 _FORCE_FLAG = "xla_force_host_platform_device_count"
 
 
-def configure_cpu_devices(n: int) -> None:
+def configure_cpu_devices(n: int, *, reexec: bool = False) -> None:
     """Fake `n` CPU devices, before any JAX computation.
 
     Skipped when XLA_FLAGS already forces a device count (the user's choice,
     or tests/conftest.py). It only affects the CPU backend: on a GPU or TPU
-    host JAX still computes on the accelerators.
+    host JAX still computes on the accelerators. If JAX already runs on CPU
+    with another count (something computed at import), `reexec=True` restarts
+    this command with the count in XLA_FLAGS; otherwise it is an error.
     """
     if n < 1:
         raise ValueError(f"devices={n} must be at least 1")
@@ -45,11 +50,19 @@ def configure_cpu_devices(n: int) -> None:
         return
     try:
         jax.config.update("jax_num_cpu_devices", int(n))
-    except RuntimeError as e:  # the CPU backend already exists
-        have = len(jax.devices("cpu"))
-        if have != n:
-            raise ValueError(f"devices={n}: JAX already started with {have} CPU devices; "
-                             "set the count before any JAX computation") from e
+        return
+    except RuntimeError:  # the backend already exists
+        pass
+    if jax.default_backend() != "cpu" or len(jax.devices("cpu")) == n:
+        return
+    if reexec:
+        flags = f"{os.environ.get('XLA_FLAGS', '')} --{_FORCE_FLAG}={int(n)}".strip()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "codesign", *sys.argv[1:]],
+                  {**os.environ, "XLA_FLAGS": flags})
+    raise ValueError(f"devices={n}: JAX already runs on {len(jax.devices('cpu'))} CPU devices; "
+                     "set the count before any JAX computation")
 
 
 def check_coordinator(address: str) -> str:
@@ -59,20 +72,40 @@ def check_coordinator(address: str) -> str:
     return address
 
 
-def initialize(coordinator: str, num_processes: int, process_id: int, *,
-               timeout_s: int = 60) -> None:
-    """jax.distributed.initialize with every wait bounded by `timeout_s`; gloo
-    collectives on CPU. Prints `JOINED_MARKER` to stderr once joined."""
+# A worker joins before anything imports codesign: jax.distributed.initialize must
+# run before the first JAX computation, and a module's import may compute. So the
+# worker is `python -c BOOTSTRAP CONFIG ARGS...`: it sets the CPU device count and
+# gloo, joins with bounded waits, prints JOINED_MARKER, then runs `codesign ARGS`.
+BOOTSTRAP = """
+import json, os, sys
+import jax
+cfg = json.loads(sys.argv[1])
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    jax.config.update("jax_num_cpu_devices", cfg["devices"])
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+t = cfg["timeout_s"]
+jax.distributed.initialize(cfg["coordinator"], cfg["num_processes"], cfg["process_id"],
+                           initialization_timeout=t, heartbeat_timeout_seconds=t,
+                           shutdown_timeout_seconds=t)
+print(cfg["marker"], cfg["process_id"], "of", cfg["num_processes"], file=sys.stderr, flush=True)
+from codesign.cli import main
+code = main(sys.argv[2:])
+jax.distributed.shutdown()
+sys.exit(code)
+"""
+
+
+def worker_command(args: Sequence[str], *, coordinator: str, num_processes: int,
+                   process_id: int, devices: int, timeout_s: int) -> list[str]:
+    """The command line of one worker: joins, then runs `codesign *args`."""
     check_coordinator(coordinator)
-    if not 0 <= process_id < num_processes:
+    if num_processes < 1 or not 0 <= process_id < num_processes:
         raise ValueError(f"process_id={process_id} must lie in [0, num_processes="
                          f"{num_processes})")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, num_processes, process_id,
-                               initialization_timeout=int(timeout_s),
-                               heartbeat_timeout_seconds=int(timeout_s),
-                               shutdown_timeout_seconds=int(timeout_s))
-    print(f"{JOINED_MARKER} {process_id} of {num_processes}", file=sys.stderr, flush=True)
+    config = {"coordinator": coordinator, "num_processes": int(num_processes),
+              "process_id": int(process_id), "devices": int(devices),
+              "timeout_s": int(timeout_s), "marker": JOINED_MARKER}
+    return [sys.executable, "-c", BOOTSTRAP, json.dumps(config), *args]
 
 
 def free_port() -> int:

@@ -1,0 +1,41 @@
+"""`codesign audit`: compile a sharded training step and compare its HLO collectives
+with the traffic table the step model predicts for the same configuration.
+
+On CPU it fakes `--devices` (default 8) CPU devices unless XLA_FLAGS already
+sets a count; on GPUs/TPUs it compiles for the accelerators JAX sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("scenario", help="TOML file or built-in scenario name")
+    parser.add_argument("--mesh", default="dp=2,tp=4",
+                        help="the cut to compile, AXIS=SIZE pairs over dp and tp "
+                             "(default dp=2,tp=4)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a scenario key (repeatable)")
+    parser.add_argument("--system", help="system preset name or system TOML")
+    parser.add_argument("--devices", type=int, default=8,
+                        help="fake CPU devices when JAX runs on CPU (default 8)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace, name: str) -> int:
+    from ..execute import distributed
+
+    distributed.configure_cpu_devices(args.devices, reexec=True)
+    from .. import scenario as sc
+    from ..execute import audit
+
+    mesh = audit.parse_mesh(args.mesh)
+    scn = sc.load(args.scenario, args.set, system=args.system)
+    report = audit.run(scn, mesh, name=str(args.scenario))
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        print(audit.format_report(report))
+    return 0
