@@ -24,8 +24,13 @@ def test_every_preset_is_a_float_pytree_with_sources(name):
     p = hw.preset(name)
     assert p.system.name == name and p.description and p.sources
     leaves = jax.tree.leaves(p.system)
-    assert len(leaves) == 5 + 5 + 2 * 5  # chip, system scalars, two tiers
     assert all(leaf.dtype == jnp.float64 and leaf.shape == () for leaf in leaves)
+    knobs = [p.system.chip.peak_flops_per_s, p.system.chip.hbm_Bps, p.system.scale_up_domain,
+             p.system.gpus_per_node, p.system.pod_size, p.system.oversubscription]
+    for tier in (p.system.scale_up, p.system.scale_out):
+        knobs += [tier.bandwidth_Bps, tier.latency_s, tier.efficiency, tier.reduction_Bps,
+                  tier.in_network_efficiency]
+    assert all(any(k is leaf for leaf in leaves) for k in knobs)  # each a differentiable leaf
     for tier in (p.system.scale_up, p.system.scale_out):
         assert 0 < float(tier.efficiency) <= 1
         assert 0 <= float(tier.in_network_efficiency) <= 1

@@ -1,0 +1,326 @@
+"""The collective cost table against closed forms written out independently here.
+
+The closed forms follow ../shared/DESIGN.md's table (and, for the pairs it does
+not list, the table in codesign/collectives.py's docstring), for p >= 2 where
+the constants 1 and 2 need no smoothing.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from codesign import collectives as co
+from codesign import hardware as hw
+from codesign.units import GiB, MiB
+
+TIER = hw.Tier(100e9, 1.7e-6, efficiency=0.9, reduction_Bps=800e9, in_network_efficiency=0.7)
+OUTER = hw.Tier(25e9, 5e-6, efficiency=0.8, reduction_Bps=600e9)
+H100 = hw.system("dgx-h100")
+
+
+def _lg(p):
+    return math.log2(p)
+
+
+def _f(p):
+    return (p - 1) / p
+
+
+# (op, algorithm) -> p -> (L, W, C): time = L alpha + W n beta + C n gamma
+CLOSED = {
+    ("all_reduce", "ring"): lambda p: (2 * (p - 1), 2 * _f(p), _f(p)),
+    ("all_reduce", "recursive_doubling"): lambda p: (_lg(p), _lg(p), _lg(p)),
+    ("all_reduce", "halving_doubling"): lambda p: (2 * _lg(p), 2 * _f(p), _f(p)),
+    ("all_reduce", "tree"): lambda p: (2 * _lg(p), 2, 1),
+    ("all_reduce", "in_network"): lambda p: (2, 1, 0),
+    ("reduce_scatter", "ring"): lambda p: (p - 1, _f(p), _f(p)),
+    ("reduce_scatter", "direct"): lambda p: (p - 1, _f(p), _f(p)),
+    ("reduce_scatter", "recursive_doubling"): lambda p: (_lg(p), _f(p), _f(p)),
+    ("all_gather", "ring"): lambda p: (p - 1, _f(p), 0),
+    ("all_gather", "direct"): lambda p: (p - 1, _f(p), 0),
+    ("all_gather", "recursive_doubling"): lambda p: (_lg(p), _f(p), 0),
+    ("all_to_all", "direct"): lambda p: (p - 1, _f(p), 0),
+    ("all_to_all", "recursive_doubling"): lambda p: (_lg(p), _lg(p) / 2, 0),
+    ("broadcast", "ring"): lambda p: (p - 1, 1, 0),
+    ("broadcast", "tree"): lambda p: (_lg(p), 1, 0),
+    ("broadcast", "recursive_doubling"): lambda p: (_lg(p), _lg(p), 0),
+    ("broadcast", "halving_doubling"): lambda p: (_lg(p) + p - 1, 2 * _f(p), 0),
+    ("broadcast", "in_network"): lambda p: (1, 1, 0),
+    ("reduce", "ring"): lambda p: (p - 1, 1, 1),
+    ("reduce", "tree"): lambda p: (_lg(p), 1, 1),
+    ("reduce", "recursive_doubling"): lambda p: (_lg(p), _lg(p), _lg(p)),
+    ("reduce", "halving_doubling"): lambda p: (_lg(p) + p - 1, 2 * _f(p), _f(p)),
+    ("reduce", "in_network"): lambda p: (1, 1, 0),
+    ("send_recv", "direct"): lambda p: (1, 1, 0),
+}
+PAIRS = [(op, a) for op in co.OPS for a in co.algorithms(op)]
+HIER_OPS = [op for op in co.OPS if "hierarchical" in co.algorithms(op, hierarchical=True)]
+
+
+def _closed_terms(op, algorithm, n, p, tier=TIER):
+    L, W, Cr = CLOSED[op, algorithm](p)
+    bw = tier.bandwidth_Bps * (tier.in_network_efficiency if algorithm == "in_network"
+                               else tier.efficiency)
+    return L * float(tier.latency_s), W * n / float(bw), Cr * n / float(tier.reduction_Bps)
+
+
+def _terms(c):
+    return float(c.latency_s), float(c.bandwidth_s), float(c.reduction_s)
+
+
+def test_closed_forms_cover_every_pair():
+    assert set(CLOSED) == set(PAIRS)
+
+
+@pytest.mark.parametrize("op, algorithm", PAIRS)
+def test_pair_matches_closed_form(op, algorithm):
+    for p in (2, 8, 24, 1000):
+        for n in (8.0, 1 * MiB, 8 * GiB):
+            got = _terms(co.cost(op, algorithm, n, p, TIER))
+            want = _closed_terms(op, algorithm, n, p)
+            assert got == pytest.approx(want, rel=1e-12, abs=0), (p, n)
+
+
+@pytest.mark.parametrize("op, algorithm", PAIRS)
+def test_one_rank_costs_nothing(op, algorithm):
+    assert float(co.cost(op, algorithm, 8 * GiB, 1, TIER).time_s) == 0.0
+
+
+def _hier_closed(op, n, p, g, inner=TIER, outer=OUTER):
+    """Hierarchical over G = g ranks per domain and N = p / g domains (ring pieces)."""
+    N = p / g
+    ai, ao = float(inner.latency_s), float(outer.latency_s)
+    bi, bo = 1 / float(inner.effective_Bps), 1 / float(outer.effective_Bps)
+    ci, cout = 1 / float(inner.reduction_Bps), 1 / float(outer.reduction_Bps)
+    if op == "all_reduce":
+        return (2 * (g - 1) * ai + 2 * (N - 1) * ao,
+                2 * _f(g) * n * bi + 2 * _f(N) * n / g * bo,
+                _f(g) * n * ci + _f(N) * n / g * cout)
+    if op == "reduce_scatter":
+        return ((g - 1) * ai + (N - 1) * ao, _f(g) * n * bi + _f(N) * n / g * bo,
+                _f(g) * n * ci + _f(N) * n / g * cout)
+    if op == "all_gather":
+        return (g - 1) * ai + (N - 1) * ao, _f(g) * n * bi + _f(N) * n / g * bo, 0.0
+    if op == "all_to_all":
+        return (g - 1) * ai + (N - 1) * ao, _f(g) * n * bi + _f(N) * n * bo, 0.0
+    red = (n * ci + n * cout) if op == "reduce" else 0.0
+    return _lg(g) * ai + _lg(N) * ao, n * bi + n * bo, red
+
+
+@pytest.mark.parametrize("op", HIER_OPS)
+def test_hierarchical_matches_closed_form(op):
+    for p, g in ((64, 8), (512, 8), (144, 72)):
+        for n in (8.0, 8 * GiB):
+            c = co.cost(op, "hierarchical", n, p, TIER, outer=OUTER, local_ranks=g)
+            assert _terms(c) == pytest.approx(_hier_closed(op, n, p, g), rel=1e-12, abs=0)
+
+
+def test_hierarchical_inside_one_domain_is_the_inner_ring():
+    n = 1 * GiB
+    c = co.cost("all_reduce", "hierarchical", n, 8, TIER, outer=OUTER, local_ranks=8)
+    ring = co.cost("all_reduce", "ring", n, 8, TIER)
+    assert _terms(c) == pytest.approx(_terms(ring), rel=1e-12)
+
+
+def test_flat_algorithms_spanning_domains_run_on_the_outer_tier():
+    n = 1 * GiB
+    for p, tier in ((64, OUTER), (8, TIER)):
+        spanning = co.cost("all_reduce", "ring", n, p, TIER, outer=OUTER, local_ranks=8)
+        assert _terms(spanning) == pytest.approx(_terms(co.cost("all_reduce", "ring", n, p, tier)))
+
+
+@pytest.mark.parametrize("op", co.OPS)
+def test_bus_factor_and_bandwidths_follow_nccl_tests(op):
+    p, n, t = 8.0, 1e9, 0.01
+    want = {"all_reduce": 2 * 7 / 8, "all_gather": 7 / 8, "reduce_scatter": 7 / 8,
+            "all_to_all": 7 / 8}.get(op, 1.0)
+    assert float(co.bus_factor(op, p)) == pytest.approx(want)
+    assert float(co.algbw_Bps(n, t)) == pytest.approx(1e11)
+    assert float(co.busbw_Bps(op, n, t, p)) == pytest.approx(1e11 * want)
+    assert float(co.algbw_Bps(n, 0.0)) == 0.0
+
+
+def test_in_network_all_reduce_reports_busbw_above_the_link():
+    """nccl-tests applies 2(p-1)/p to NVLS too, so its busbw can exceed one direction's link."""
+    n, p, tier = 64 * GiB, 8, H100.scale_up
+    c = co.cost("all_reduce", "in_network", n, p, tier)
+    busbw = float(co.busbw_Bps("all_reduce", n, c.time_s, p))
+    assert busbw == pytest.approx(2 * 7 / 8 * float(tier.bandwidth_Bps)
+                                  * float(tier.in_network_efficiency), rel=1e-3)
+    assert busbw > float(tier.effective_Bps)
+
+
+def test_ring_busbw_is_flat_in_p_and_recursive_doubling_is_not():
+    n, tier = 8 * GiB, H100.scale_out
+    ps = jnp.array([8.0, 16, 64, 256, 1024])
+    ring = co.busbw_Bps("all_reduce", n, co.cost("all_reduce", "ring", n, ps, tier).time_s, ps)
+    assert float(ring.max() / ring.min()) < 1.03
+    rd = co.busbw_Bps("all_reduce", n,
+                      co.cost("all_reduce", "recursive_doubling", n, ps, tier).time_s, ps)
+    assert float(rd[0] / rd[-1]) > 2.5  # log2 p bytes per rank: busbw falls like 1 / log2 p
+
+
+def _time(op, algorithm, n, p, tier):
+    return float(co.cost(op, algorithm, n, p, tier).time_s)
+
+
+def test_latency_bandwidth_crossover_between_tree_and_ring():
+    tier, p = H100.scale_out, 64
+    for small in ("tree", "recursive_doubling"):
+        assert _time("all_reduce", small, 8, p, tier) < _time("all_reduce", "ring", 8, p, tier)
+        assert _time("all_reduce", small, 8 * GiB, p, tier) > \
+            _time("all_reduce", "ring", 8 * GiB, p, tier)
+    # where they cross, in closed form: (L_r - L_t) alpha = (W_t - W_r) n beta + (C_t - C_r) n gamma
+    alpha, beta = float(tier.latency_s), 1 / float(tier.effective_Bps)
+    gamma = 1 / float(tier.reduction_Bps)
+    n_star = (2 * (p - 1) - 2 * _lg(p)) * alpha / ((2 - 2 * _f(p)) * beta + (1 - _f(p)) * gamma)
+    tree, ring = (_time("all_reduce", a, n_star, p, tier) for a in ("tree", "ring"))
+    assert tree == pytest.approx(ring, rel=1e-9)
+    assert _time("all_reduce", "tree", 0.9 * n_star, p, tier) < \
+        _time("all_reduce", "ring", 0.9 * n_star, p, tier)
+    assert _time("all_reduce", "tree", 1.1 * n_star, p, tier) > \
+        _time("all_reduce", "ring", 1.1 * n_star, p, tier)
+
+
+LOG_LATENCY = {"recursive_doubling", "tree", "halving_doubling"}
+BANDWIDTH_OPTIMAL = {"ring", "halving_doubling", "hierarchical", "in_network"}
+
+
+@pytest.mark.parametrize("hierarchical", [False, True])
+def test_auto_picks_log_latency_when_small_and_bandwidth_optimal_when_large(hierarchical):
+    kw = dict(outer=H100.scale_out, local_ranks=8) if hierarchical else {}
+    tier = H100.scale_up if hierarchical else H100.scale_out
+    _, w, names = co.choose("all_reduce", jnp.array([8.0, 8 * GiB]), 1024, tier, **kw)
+    small, large = (names[i] for i in np.argmax(np.asarray(w), axis=0))
+    assert small in LOG_LATENCY and large in BANDWIDTH_OPTIMAL
+    # over many domains a large all-reduce goes hierarchical, as the seeds say
+    assert large == ("hierarchical" if hierarchical else "halving_doubling")
+    assert np.allclose(np.asarray(w).sum(axis=0), 1.0)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "broadcast", "send_recv"])  # 5, 5 and 1 candidates
+def test_auto_is_a_soft_minimum(op):
+    sizes = np.array([64.0, 4 * MiB, 8 * GiB])
+    times = np.array([[_time(op, a, n, 32, TIER) for a in co.algorithms(op)] for n in sizes])
+    auto = np.asarray(co.cost(op, "auto", sizes, 32, TIER).time_s)
+    cold = np.asarray(co.cost(op, "auto", sizes, 32, TIER, temperature=1e-6).time_s)
+    T = co.AUTO_TEMPERATURE
+    fastest = times.min(axis=1)
+    assert np.all(fastest * times.shape[1] ** -T * (1 - 1e-12) <= auto)
+    assert np.all(auto <= fastest * (1 + 1e-12))
+    assert auto == pytest.approx(np.sum(times ** (-1 / T), axis=1) ** -T, rel=1e-9)
+    assert cold == pytest.approx(fastest, rel=1e-9)
+
+
+# auto's soft minimum is the same code for every op: all-reduce (flat, and with
+# hierarchical among its candidates) stands for the rest
+GRAD_CASES = ([(op, a, False) for op, a in PAIRS] + [(op, "hierarchical", True) for op in HIER_OPS]
+              + [("all_reduce", "auto", False), ("all_reduce", "auto", True)])
+
+
+@pytest.mark.parametrize("op, algorithm, two_tiers", GRAD_CASES)
+def test_gradients_match_finite_differences(op, algorithm, two_tiers):
+    """d time / d (bytes, ranks, bandwidth, latency), scaled so every input is O(1)."""
+    n0, p0, b0, a0 = 1 * MiB, 12.0, 1e11, 2e-6
+    kw = dict(outer=OUTER, local_ranks=4.0) if two_tiers else {}
+    t0 = float(co.cost(op, algorithm, n0, p0, TIER, **kw).time_s)
+
+    def f(u):
+        tier = hw.Tier(u[2] * b0, u[3] * a0, TIER.efficiency, TIER.reduction_Bps,
+                       TIER.in_network_efficiency)
+        return co.cost(op, algorithm, u[0] * n0, u[1] * p0, tier, **kw).time_s / t0
+
+    u = jnp.ones(4)
+    f = jax.jit(f) if algorithm == "auto" else f  # cheaper than auto's many eager primitives
+    check_grads(f, (u,), order=1, modes=("fwd", "rev"), eps=1e-4, rtol=2e-3, atol=1e-6)
+    g = jax.grad(f)(u)
+    assert float(g[0]) > 0 and float(g[2]) < 0 and float(g[3]) >= 0  # more bytes: slower
+
+
+@pytest.mark.parametrize("op, algorithm", PAIRS + [(op, "hierarchical") for op in HIER_OPS])
+@pytest.mark.parametrize("n", [0.0, 1.0, 1e12])
+@pytest.mark.parametrize("p", [1.0, 2.0, 1e5])
+def test_finite_at_the_edges_of_the_domain(op, algorithm, n, p):
+    kw = dict(outer=OUTER, local_ranks=8.0) if algorithm == "hierarchical" else {}
+    c = co.cost(op, algorithm, n, p, TIER, **kw)
+    grads = jax.grad(lambda n, p: co.cost(op, algorithm, n, p, TIER, **kw).time_s,
+                     argnums=(0, 1))(n, p)
+    values = np.array([*_terms(c), *map(float, grads)])
+    assert np.all(np.isfinite(values)) and np.all(values[:3] >= 0)
+
+
+def _log_uniform(rng, lo, hi, count):
+    return np.exp(rng.uniform(np.log(lo), np.log(hi), count))
+
+
+def _random_tier(rng, count):
+    nvls = np.where(rng.uniform(size=count) < 0.5, 0.0, rng.uniform(0.1, 1.0, count))
+    latency = np.where(rng.uniform(size=count) < 0.05, 0.0, _log_uniform(rng, 1e-8, 1e-4, count))
+    return hw.Tier(_log_uniform(rng, 1e8, 1e13, count), latency, rng.uniform(0.05, 1.0, count),
+                   _log_uniform(rng, 1e9, 1e14, count), nvls)
+
+
+def test_vmap_over_1e5_random_configurations_is_finite():
+    """auto all-reduce (hierarchical among the candidates) and its gradient, 1e5 configs."""
+    count, rng = 100_000, np.random.default_rng(0)
+    n_bytes = _log_uniform(rng, 1.0, 1e12, count)
+    n_bytes[:100] = 0.0
+    ranks = _log_uniform(rng, 1.0, 1e5, count)
+    ranks[100:200] = 1.0
+    local = _log_uniform(rng, 1.0, 128.0, count)
+    inner, outer = _random_tier(rng, count), _random_tier(rng, count)
+
+    def time_s(n, p, inner, outer, g):
+        c, w, _ = co.choose("all_reduce", n, p, inner, outer=outer, local_ranks=g)
+        return c.time_s, (c, w)
+
+    f = jax.jit(jax.vmap(jax.value_and_grad(time_s, argnums=(0, 1, 2, 3), has_aux=True)))
+    out = jax.tree.map(np.asarray, f(n_bytes, ranks, inner, outer, local))
+    (t, (c, w)), grads = out
+    for x in (c.latency_s, c.bandwidth_s, c.reduction_s):
+        assert np.all(np.isfinite(x)) and np.all(x >= 0)
+    assert np.all(np.abs(w.sum(axis=-1) - 1) < 1e-9)
+    assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+    assert t[100:200].max() == 0.0 and t[200:].min() > 0  # p = 1 costs nothing
+    # monotone: more bytes never faster, more bandwidth never slower, latency never helps
+    assert grads[0][200:].min() > 0
+    ok = t > 1e-100  # elasticities d log t / d log x, up to rounding
+    for tier, g in zip((inner, outer), grads[2:], strict=True):
+        assert np.max(g.bandwidth_Bps[ok] * tier.bandwidth_Bps[ok] / t[ok]) < 1e-9
+        assert np.min(g.latency_s[ok] * tier.latency_s[ok] / t[ok]) > -1e-9
+
+
+def test_jitted_cost_does_not_recompile():
+    traces = []
+
+    @jax.jit
+    def f(n, p, tier):
+        traces.append(1)  # runs only while tracing
+        return co.cost("all_reduce", "auto", n, p, tier).time_s
+
+    first = f(1.0 * MiB, 8.0, TIER)
+    second = f(2.0 * GiB, 64.0, H100.scale_out)
+    assert len(traces) == 1
+    assert float(second) > float(first) > 0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: co.cost("allreduce", "ring", 8, 8, TIER), "op='allreduce' is unknown"),
+    (lambda: co.cost("all_reduce", "bogus", 8, 8, TIER), "algorithm='bogus' is not defined"),
+    (lambda: co.cost("all_to_all", "tree", 8, 8, TIER), "algorithm='tree' is not defined"),
+    (lambda: co.cost("all_reduce", "ring", -1.0, 8, TIER), "bytes=-1 must be non-negative"),
+    (lambda: co.cost("all_reduce", "ring", 8, 0.5, TIER), "ranks=0.5 must be at least 1"),
+    (lambda: co.cost("all_reduce", "ring", float("nan"), 8, TIER), "bytes=nan"),
+    (lambda: co.cost("all_reduce", "in_network", 8, 8, OUTER), "in_network_efficiency=0"),
+    (lambda: co.cost("all_reduce", "hierarchical", 8, 8, TIER), "needs an outer tier"),
+    (lambda: co.cost("all_reduce", "ring", 8, 8, TIER, outer=OUTER), "go together"),
+    (lambda: co.cost("all_reduce", "ring", 8, 8, TIER, outer=OUTER, local_ranks=0),
+     "local_ranks=0 must be at least 1"),
+])
+def test_bad_input_names_the_value(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
