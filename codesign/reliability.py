@@ -26,7 +26,7 @@ delta M) to first order and Daly's higher-order form below. The effective
 training time fraction is T / T_wall (Meta's "effective training time").
 
 Defaults (a Llama-3-like run: 16,384 H100s, a ~6 TB 405B checkpoint, ~10 s
-steps) give M = 3.1 h, delta = 3 s, tau = 4.3 min, and an effective training
+steps) give M = 3.1 h, delta = 2.8 s, tau = 4.2 min, and an effective training
 time of about 92% (Llama 3 reports "higher than 90%"): the restart time
 `restart_s` = 10 min is the assumption that sets it (see `Reliability`).
 """

@@ -1,5 +1,6 @@
 """Stragglers, failures and checkpoints against closed forms, Monte Carlo and Llama 3."""
 
+import json
 import math
 
 import jax
@@ -55,6 +56,13 @@ def test_llama3_like_run_is_near_90_percent_effective():
     assert float(rep.goodput) == pytest.approx(
         float(rep.effective_training_time_fraction) * 10 / float(rep.expected_step_time_s))
     assert float(rep.time_to_train_s(1e6)) == pytest.approx(1e6 / float(rep.goodput))
+
+
+def test_report_does_not_recompile_for_new_values():
+    R.report(10.0, 16_384, 5e12, R.Reliability())
+    before = R._report._cache_size()
+    R.report(3, 1000, 1e11, R.Reliability(straggler_q=0.1, restart_s=60), participants=64)
+    assert R._report._cache_size() == before
 
 
 def test_young_is_the_minimiser_of_first_order_waste():
@@ -211,3 +219,30 @@ def test_bad_inputs_name_the_field(field, value):
 def test_shares_must_sum_to_one():
     with pytest.raises(ValueError, match="must sum to 1"):
         R.Reliability(share_software=0.5)
+
+
+def test_cli_llama3_scenario(capsys):
+    from codesign.cli import main
+
+    assert main(["reliability", "llama3-405b", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("expected_step_time_s", "step_time_p50_s", "step_time_p99_s", "p_step_delayed",
+                "mtbf_s", "checkpoint_write_s", "checkpoint_interval_s", "goodput",
+                "effective_training_time_fraction", "time_to_train_s", "component_mtbf_s"):
+        assert key in out
+    assert out["gpus"] == 16_384
+    assert out["mtbf_s"] == pytest.approx(54 * day / 419, rel=1e-9)
+    assert 0.90 < out["effective_training_time_fraction"] < 0.94
+    assert out["step_time_p50_s"] <= out["step_time_p99_s"]
+    assert out["expected_step_time_s"] > out["step_time_s"]  # the 1% jitter over 16K GPUs
+    assert out["p_step_delayed"] == 0.0  # q = 0 by default
+
+
+def test_cli_rejects_bad_reliability(capsys):
+    from codesign.cli import main
+
+    assert main(["reliability", "default", "--set", "reliability.straggler_q=1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "reliability.straggler_q=1.5 must lie in [0, 1]" in err and "Traceback" not in err
+    assert main(["reliability", "default", "--set", "reliability.checkpoint_interval_s=-1"]) == 2
+    assert "reliability.checkpoint_interval_s=-1 must be non-negative" in capsys.readouterr().err
