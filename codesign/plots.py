@@ -311,3 +311,45 @@ def checkpoint_tradeoff(intervals_s, fraction, marks: dict, *, label=None, path=
     if path is not None:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig
+
+
+# ------------------------------------------------------- measured collectives (execute/)
+def measured_busbw(series: dict, *, title: str = "", path=None, ax=None):
+    """nccl-tests busbw against size, one line per run: `series` maps a label to
+    (sizes_bytes, busbw_Bps), e.g. from `codesign bench` records."""
+    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
+    ax = ax if ax is not None else fig.add_subplot()
+    for label, (sizes, busbw) in series.items():
+        ax.loglog(sizes, [b / 1e9 for b in busbw], "o-", ms=3, lw=1.5, label=label)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
+
+
+def predicted_vs_measured(sizes_bytes, measured_s, predicted_s, held_out, *, title: str = "",
+                          path=None, ax=None):
+    """Measured times (dots; held-out sizes hollow) and the fitted model (line)."""
+    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
+    ax = ax if ax is not None else fig.add_subplot()
+    order = sorted(range(len(sizes_bytes)), key=lambda i: sizes_bytes[i])
+    ax.loglog([sizes_bytes[i] for i in order], [predicted_s[i] for i in order], "-", lw=1.5,
+              label="fitted model")
+    fit = [i for i in order if not held_out[i]]
+    out = [i for i in order if held_out[i]]
+    ax.loglog([sizes_bytes[i] for i in fit], [measured_s[i] for i in fit], "o", ms=5,
+              label="measured (fitted)")
+    ax.loglog([sizes_bytes[i] for i in out], [measured_s[i] for i in out], "o", ms=7,
+              mfc="none", label="measured (held out)")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("time (s)")
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
