@@ -37,21 +37,25 @@ from codesign.units import parse_size_range
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 
 
-def side_by_side(fn_a, fn_b, x, iters: int, warmup: int):
-    """Alternate calls of fn_a and fn_b on x; (times_a, times_b, out_a, out_b)."""
+def side_by_side(fn_a, fn_b, xs, iters: int, warmup: int):
+    """Warm both up on every input, then `iters` rounds: in each, every input in turn
+    gets one call of fn_a and one of fn_b. Returns per input (times_a, times_b,
+    out_a, out_b)."""
     import jax
 
-    for _ in range(warmup):
-        out_a, out_b = jax.block_until_ready(fn_a(x)), jax.block_until_ready(fn_b(x))
-    times_a, times_b = [], []
+    outs = [(jax.block_until_ready(fn_a(x)), jax.block_until_ready(fn_b(x)))
+            for x in xs for _ in range(max(warmup, 1))][max(warmup, 1) - 1::max(warmup, 1)]
+    times = [([], []) for _ in xs]
     for _ in range(iters):
-        start = time.perf_counter()
-        out_a = jax.block_until_ready(fn_a(x))
-        middle = time.perf_counter()
-        out_b = jax.block_until_ready(fn_b(x))
-        times_a.append(middle - start)
-        times_b.append(time.perf_counter() - middle)
-    return times_a, times_b, out_a, out_b
+        for i, x in enumerate(xs):
+            start = time.perf_counter()
+            out_a = jax.block_until_ready(fn_a(x))
+            middle = time.perf_counter()
+            out_b = jax.block_until_ready(fn_b(x))
+            times[i][0].append(middle - start)
+            times[i][1].append(time.perf_counter() - middle)
+            outs[i] = (out_a, out_b)
+    return [(ta, tb, oa, ob) for (ta, tb), (oa, ob) in zip(times, outs, strict=True)]
 
 
 def run(sizes, iters: int, warmup: int) -> list[dict]:
@@ -70,9 +74,9 @@ def run(sizes, iters: int, warmup: int) -> list[dict]:
         for algorithm, mesh in cases:
             fn, ref = bench.compiled(op, algorithm, mesh), bench.compiled(op, "lax", mesh)
             measurements = []
-            for size in sizes:
-                case = bench.prepare(op, mesh, size)
-                ta, tb, oa, ob = side_by_side(fn, ref, case.x, iters, warmup)
+            cases = [bench.prepare(op, mesh, size) for size in sizes]
+            timed = side_by_side(fn, ref, [c.x for c in cases], iters, warmup)
+            for case, (ta, tb, oa, ob) in zip(cases, timed, strict=True):
                 ra = bench.record(op, algorithm, mesh, case, "float32", ta, oa)
                 rb = bench.record(op, "lax", mesh, case, "float32", tb, ob)
                 lines.append({"op": op, "algorithm": algorithm, "mesh": mesh.spec,

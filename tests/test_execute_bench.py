@@ -44,7 +44,7 @@ def test_bench_json_records_follow_nccl_tests_definitions(capsys, tmp_path):
         assert r["algbw_Bps"] == pytest.approx(r["size_bytes"] / r["time_s"])
         assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 2 * 7 / 8)
     assert [json.loads(line) for line in out.read_text().splitlines()] == records
-    assert "2/2 all_reduce ring" in captured.err  # the progress bar, on stderr
+    assert "5/5 all_reduce ring" in captured.err  # the progress bar (2 warm-ups, 3 rounds)
 
 
 def test_bench_table_reads_back_as_an_nccl_tests_log(capsys):

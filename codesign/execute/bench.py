@@ -1,8 +1,9 @@
 """nccl-tests-style timing of the executed collectives on whatever devices JAX sees.
 
 A run is one (op, algorithm, mesh, dtype) and a list of sizes. For each size
-the collective is compiled, run `warmup` times, then timed `iters` times one
-call at a time (`block_until_ready`); the record keeps the minimum (`time_s`,
+the collective is compiled and run `warmup` times, then timed `iters` times
+one call at a time (`block_until_ready`; in rounds over the sizes, see `run`);
+the record keeps the minimum (`time_s`,
 from which algbw and busbw are computed, as `collectives.busbw_Bps` defines
 them) and the median (`time_median_s`). `wrong` counts output elements that
 differ from the exact answer, like nccl-tests' #wrong: inputs are small
@@ -249,20 +250,39 @@ def check_dtype(dtype: str) -> str:
 def run(op: str, algorithm: str, mesh: BenchMesh, sizes_bytes: Sequence[float], *,
         dtype: str = "float32", iters: int = 20, warmup: int = 5,
         progress: Callable[[int, int, str], None] | None = None) -> list[BenchRecord]:
-    """Every size of one (op, algorithm) on `mesh`, smallest first."""
+    """Every size of one (op, algorithm) on `mesh`, smallest first.
+
+    Each size is compiled and warmed up `warmup` times first; then `iters`
+    rounds time one call of every size in turn, so a burst of load elsewhere
+    on the machine slows one round of all sizes, not every call of one size
+    (the minimum over rounds is the figure that then stands).
+    """
     op = A.check_op(op)
     check_runnable(op, algorithm, mesh)
     check_dtype(dtype)
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"iters={iters} must be >= 1 and warmup={warmup} >= 0")
     fn = compiled(op, algorithm, mesh)
-    records = []
-    for i, size in enumerate(sizes_bytes):
+    cases = [prepare(op, mesh, size, dtype) for size in sizes_bytes]
+    steps, done = len(cases) + iters, 0
+    outputs = []
+    for case in cases:
         if progress is not None:
-            progress(i, len(sizes_bytes), f"{op} {algorithm} {int(size)} B")
-        records.append(bench_size(op, algorithm, mesh, size, dtype=dtype, iters=iters,
-                                  warmup=warmup, fn=fn))
+            progress(done, steps, f"{op} {algorithm} warm-up {case.size_bytes} B")
+        outputs.append(time_calls(fn, case.x, 1, warmup)[1])
+        done += 1
+    times: list[list[float]] = [[] for _ in cases]
+    for round_ in range(iters):
+        if progress is not None:
+            progress(done, steps, f"{op} {algorithm} round {round_ + 1}/{iters}")
+        for i, case in enumerate(cases):
+            t, outputs[i] = time_calls(fn, case.x, 1, 0)
+            times[i] += t
+        done += 1
     if progress is not None:
-        progress(len(sizes_bytes), len(sizes_bytes), f"{op} {algorithm}")
-    return records
+        progress(steps, steps, f"{op} {algorithm}")
+    return [record(op, algorithm, mesh, case, dtype, t, out)
+            for case, t, out in zip(cases, times, outputs, strict=True)]
 
 
 # ------------------------------------------------------------------ nccl-tests table
