@@ -1,6 +1,22 @@
 """The real execution path: collectives written with jax.shard_map, measured and
-used to calibrate the cost models (see DESIGN.md, "The real execution path")."""
+used to calibrate the cost models (see DESIGN.md, "The real execution path").
 
+- `algorithms`: where every collective is executed (ring, recursive doubling,
+  halving-doubling, double tree, hierarchical, all-to-all, node-limited MoE,
+  pipeline), each equal to its jax.lax built-in;
+- `bench`: nccl-tests-style timing; `nccl_tests`: reading nccl-tests logs;
+- `calibrate`: alpha-beta-gamma fit per tier, written as a [system] override;
+- `hlo`, `audit`: collectives of a compiled sharded step against the traffic table;
+- `distributed`: several processes joined by jax.distributed, supervised.
+"""
+
+from . import algorithms as algorithms
+from . import audit as audit
+from . import bench as bench
+from . import calibrate as calibrate
+from . import distributed as distributed
+from . import hlo as hlo
+from . import nccl_tests as nccl_tests
 from .algorithms import OPS as OPS
 from .algorithms import algorithm_names as algorithm_names
 from .algorithms import all_gather as all_gather

@@ -231,16 +231,6 @@ def record(op: str, algorithm: str, mesh: BenchMesh, case: Case, dtype: str,
         len(times))
 
 
-def bench_size(op: str, algorithm: str, mesh: BenchMesh, size_bytes: float, *,
-               dtype: str = "float32", iters: int = 20, warmup: int = 5,
-               fn: Callable | None = None) -> BenchRecord:
-    """Compile (unless `fn` is given), warm up, time and check one size."""
-    case = prepare(op, mesh, size_bytes, dtype)
-    fn = compiled(op, algorithm, mesh) if fn is None else fn
-    times, out = time_calls(fn, case.x, iters, warmup)
-    return record(op, algorithm, mesh, case, dtype, times, out)
-
-
 def check_dtype(dtype: str) -> str:
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; choose one of {', '.join(DTYPES)}")

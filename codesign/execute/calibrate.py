@@ -122,8 +122,11 @@ def load(path: str, *, tier: str | None = None, algorithm: str | None = None,
                 continue
             p = int(r["ranks"])
             alg = model_algorithm(r["op"], algorithm or r["algorithm"], p, local_ranks)
+            # a hierarchical run on a NODESxLOCAL mesh has LOCAL ranks per node
+            mesh = str(r.get("mesh", "")).split("x")
+            local = int(mesh[1]) if alg == "hierarchical" and len(mesh) == 2 else local_ranks
             out.append(Measurement(r["op"], alg, p, float(r["size_bytes"]), float(r["time_s"]),
-                                   tier or default_tier(p, local_ranks), path, local_ranks))
+                                   tier or default_tier(p, local_ranks), path, local))
     elif nccl_tests.looks_like_nccl_tests(text):
         log = nccl_tests.parse(text, source=path, op=op, ranks=ranks)
         alg = model_algorithm(log.op, algorithm, log.ranks, local_ranks)
