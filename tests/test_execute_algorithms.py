@@ -179,3 +179,13 @@ def test_routing_rejects_impossible_limits():
         A.node_limited_routing(scores, experts_per_node=8, top_k=2, max_nodes=3)
     with pytest.raises(ValueError, match="top_k=9 must lie in"):
         A.node_limited_routing(scores, experts_per_node=8, top_k=9, max_nodes=1)
+
+
+def test_buffers_smaller_than_the_rank_count_are_padded():
+    """One element per rank: the ring, halving and tree split it into p (or 2K) pieces."""
+    mesh = _mesh((8,), ("ranks",))
+    cases = _cases("ranks", ops=("all_reduce",))
+    x = np.arange(8, dtype=np.float32) - 3.5  # one element on each rank
+    out = _run_all(mesh, "ranks", cases, {"all_reduce": jnp.asarray(x)})
+    for (_, alg), got in out.items():
+        np.testing.assert_array_equal(np.asarray(got), np.full(8, x.sum()), err_msg=alg)
