@@ -22,7 +22,7 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
     (+ reduction) term: left of the dot it is latency-bound, right of it
     bandwidth-bound. `auto_s` (optional) is the `auto` choice, drawn dashed.
     """
-    fig = ax.figure if ax is not None else plt.figure(figsize=(7.5, 5))
+    fig = ax.figure if ax is not None else plt.figure(figsize=(7.5, 5), layout="constrained")
     ax = ax if ax is not None else fig.add_subplot()
     for name, t in times_s.items():
         (line,) = ax.loglog(sizes_bytes, t, label=name, lw=1.5)
@@ -38,7 +38,7 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        fig.savefig(path, dpi=120)
     return fig
 
 
