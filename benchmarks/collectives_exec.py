@@ -1,7 +1,9 @@
 """Hand-written collectives against the jax.lax built-ins, and the calibrated
 model's prediction error. Prints JSON lines.
 
-    python benchmarks/collectives_exec.py [--sizes 4KiB:1MiB] [--iters 10] [--devices 8]
+    python -P benchmarks/collectives_exec.py [--sizes 4KiB:1MiB] [--iters 10] [--devices 8]
+
+(-P: do not put benchmarks/ first on sys.path, where a module could shadow codesign.)
 
 For every op and every hand-written algorithm the devices can run (flat ones
 on a 1D mesh of all devices, `hierarchical` on a 2 x (devices/2) mesh), at
@@ -29,10 +31,6 @@ import os
 import platform
 import statistics
 import time
-
-import codesign  # noqa: F401  (enables float64)
-from codesign.execute import distributed
-from codesign.units import parse_size_range
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 
@@ -119,7 +117,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--devices", type=int, default=8, help="fake CPU devices on CPU")
     args = parser.parse_args()
-    distributed.configure_cpu_devices(args.devices)
+    # before JAX starts (importing codesign may start it): the CPU device count
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} "
+                                   f"--xla_force_host_platform_device_count={args.devices}")
+    from codesign.units import parse_size_range
+
     for line in run(parse_size_range(args.sizes), args.iters, args.warmup):
         print(json.dumps(line), flush=True)
 
