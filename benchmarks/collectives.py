@@ -49,17 +49,22 @@ def configurations(count: int, seed: int = 0) -> dict:
             "tier": random_tier(rng, count), "outer": random_tier(rng, count)}
 
 
-def _time(fn, args, repeats: int) -> tuple[float, list[float]]:
-    """(compile + first run seconds, steady-state seconds of each repeat)."""
+def _seconds(fn, args) -> float:
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
-    first_s = time.perf_counter() - start
-    runs = []
+    return time.perf_counter() - start
+
+
+def _side_by_side(fns, args, repeats: int) -> tuple[list[float], list[float]]:
+    """First-call seconds (compile + run) of each function, then the median of
+    `repeats` steady-state runs, the functions interleaved so that both see the
+    same machine load."""
+    first = [_seconds(fn, args) for fn in fns]
+    runs = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        runs.append(time.perf_counter() - start)
-    return first_s, runs
+        for fn, r in zip(fns, runs, strict=True):
+            r.append(_seconds(fn, args))
+    return first, [statistics.median(r) for r in runs]
 
 
 def bench(hierarchical: bool, count: int, repeats: int) -> dict:
@@ -73,9 +78,7 @@ def bench(hierarchical: bool, count: int, repeats: int) -> dict:
     # d time / d (bytes, every leaf of the tiers)
     gradient = jax.jit(jax.vmap(jax.grad(time_s, argnums=(0, 2, 3))))
     args = (cfg["n_bytes"], cfg["ranks"], cfg["tier"], cfg["outer"])
-    fwd_first, fwd = _time(forward, args, repeats)
-    grad_first, grad = _time(gradient, args, repeats)
-    fwd_s, grad_s = statistics.median(fwd), statistics.median(grad)
+    (fwd_first, grad_first), (fwd_s, grad_s) = _side_by_side((forward, gradient), args, repeats)
     values = np.asarray(forward(*args))
     leaves = [np.asarray(x) for x in jax.tree.leaves(gradient(*args))]
     return {
