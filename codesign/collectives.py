@@ -26,7 +26,8 @@ so the table below is the whole model:
 | broadcast      | recursive_doubling (binomial) | log2 p | log2 p  | 0          |
 | broadcast      | halving_doubling (scatter+all-gather) | log2 p + p-1 | 2(p-1)/p | 0 |
 | broadcast      | in_network (multicast) | 1         | 1 (in-network bw) | 0     |
-| reduce         | as broadcast, with C = W for the reducing algorithms       |||
+| reduce         | as broadcast; C = 1 (ring, tree), log2 p (recursive_doubling), |||
+|                | (p-1)/p (halving_doubling: reduce-scatter + gather), 0 (in_network) |||
 | send_recv      | direct             | 1             | 1            | 0          |
 
 n is the nccl-tests "size": the buffer of all-reduce, broadcast, reduce and
@@ -64,7 +65,7 @@ is not monotone: a slower candidate's weight falls faster than its time rises.)
 The weights w_i = softmax(-log t_i / T) name the winner (argmax) and split the
 time into latency, bandwidth and reduction terms (weighted, scaled to sum to
 the soft minimum). `AUTO_TEMPERATURE` = 0.05: two algorithms whose times
-differ by 5% get weights in the ratio e : 1.
+differ by 5% get weights in the ratio of about e : 1.
 """
 
 from __future__ import annotations
