@@ -1,0 +1,176 @@
+"""`codesign optimize` (gradient or grid co-design) and `codesign sensitivity`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from .. import optimize as O
+from .. import scenario as sc
+from ..units import day, format_bytes, parse_bandwidth, parse_bytes
+
+_YEAR_S = 365.25 * day
+
+
+def add_arguments(parser, name):
+    parser.add_argument("scenario", nargs="?", default=None,
+                        help="TOML file or built-in name " + ", ".join(sc.BUILTIN)
+                        + " (default: default)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a scenario key (repeatable)")
+    parser.add_argument("--system", help="system preset name or system TOML")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    if name == "sensitivity":
+        parser.add_argument("--knob", action="append", default=[], metavar="KNOB",
+                            help="only these knobs (repeatable; default: every hardware, "
+                            "plan and reliability knob)")
+        parser.add_argument("--top", type=int, default=0, metavar="N",
+                            help="print only the N largest (0: all)")
+        return
+    parser.add_argument("--vary", action="append", default=[], metavar="KNOB[,KNOB...]",
+                        required=True, help="scenario keys to vary, e.g. parallel.tp,"
+                        "system.scale_out_bandwidth_Bps (repeatable)")
+    parser.add_argument("--bounds", action="append", default=[], metavar="KNOB=LO:HI",
+                        help="range of a varied knob; units allowed (10GB/s:200GB/s). "
+                        "Default: a factor 8 (4 for continuous knobs) around the scenario's value")
+    parser.add_argument("--objective", default="step_time", choices=tuple(O.OBJECTIVES))
+    limits = parser.add_mutually_exclusive_group()
+    limits.add_argument("--budget-usd", type=float, metavar="X",
+                        help="limit on the cost to train in dollars")
+    limits.add_argument("--budget-w", type=float, metavar="X",
+                        help="limit on GPU board power + scale-out fabric power in watts")
+    parser.add_argument("--max-gpus", type=float, metavar="N", help="limit on system.gpus")
+    parser.add_argument("--method", default="gradient", choices=("gradient", "grid"))
+    parser.add_argument("--grid-points", type=int, default=16, metavar="N",
+                        help="grid values per continuous knob (default 16)")
+    parser.add_argument("--starts", type=int, default=16, metavar="N",
+                        help="random starts of the gradient method (default 16)")
+    parser.add_argument("--steps", type=int, default=150, metavar="N",
+                        help="descent steps per start (default 150)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--usd-per-gpu-hour", type=float, default=2.0, metavar="X",
+                        help="ASSUMPTION: price of a GPU-hour, server included (default 2)")
+    parser.add_argument("--fabric-lifetime-years", type=float, default=4.0, metavar="Y",
+                        help="ASSUMPTION: fabric amortisation period (default 4 years)")
+    parser.add_argument("--no-progress", action="store_true", help="no grid progress bar")
+    parser.add_argument("--path", action="store_true",
+                        help="print the path the gradient method took")
+
+
+def _parse_value(knob: str, text: str) -> float:
+    """A bound: a plain number, or with units for bandwidths and sizes."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if knob.endswith("_Bps"):
+        return parse_bandwidth(text.strip(), name=knob)
+    if knob.endswith("_bytes"):
+        return parse_bytes(text.strip(), name=knob)
+    raise ValueError(f"--bounds {knob}: {text!r} is not a number")
+
+
+def parse_bounds(items) -> dict:
+    """["parallel.tp=1:16", "system.scale_out_bandwidth_Bps=10GB/s:200GB/s"] -> {knob: (lo, hi)}."""
+    out = {}
+    for item in items:
+        if "=" not in item or ":" not in item.split("=", 1)[1]:
+            raise ValueError(f"--bounds {item!r} must look like KNOB=LO:HI")
+        knob, rng = item.split("=", 1)
+        lo, hi = rng.split(":", 1)
+        out[knob.strip()] = (_parse_value(knob, lo), _parse_value(knob, hi))
+    return out
+
+
+def _vary(items) -> list[str]:
+    return [k.strip() for item in items for k in item.split(",") if k.strip()]
+
+
+def _fmt(knob: str, value: float) -> str:
+    if knob.endswith("_Bps"):
+        return f"{value / 1e9:.4g} GB/s"
+    if knob.endswith("_bytes"):
+        return format_bytes(value)
+    if knob.endswith("_s"):
+        return f"{value:.4g} s"
+    return f"{value:.6g}"
+
+
+def _problem(args, scn):
+    for name, v in (("--usd-per-gpu-hour", args.usd_per_gpu_hour),
+                    ("--fabric-lifetime-years", args.fabric_lifetime_years)):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name}={v:g} must be positive")
+    assumptions = O.Assumptions(usd_per_gpu_hour=args.usd_per_gpu_hour,
+                                fabric_lifetime_s=args.fabric_lifetime_years * _YEAR_S)
+    return O.problem(scn, _vary(args.vary), parse_bounds(args.bounds), args.objective,
+                     budget_usd=args.budget_usd, budget_w=args.budget_w,
+                     max_gpus=args.max_gpus, assumptions=assumptions)
+
+
+def _print_result(prob, r: O.Result, here: dict, show_path: bool):
+    print(f"{r.method}: {r.objective} ({r.goal}) = {r.value:.6g}"
+          f"{'' if r.feasible else '   NOT FEASIBLE (least-violating point shown)'}")
+    for k, v in r.best.items():
+        print(f"  {k:<36} {_fmt(k, v):>14}   (scenario: {_fmt(k, here[k])})")
+    m = r.metrics
+    print(f"step {m['step_time_s']:.3f} s, {m['tokens_per_s']:,.0f} tokens/s, memory "
+          f"{format_bytes(m['memory_bytes_per_gpu'])} of {format_bytes(m['memory_capacity_bytes'])}"
+          f", {m['gpus']:,.0f} GPUs, {m['power_w'] / 1e6:.2f} MW")
+    if math.isfinite(m["time_to_train_s"]) and m["time_to_train_s"] > 0:
+        print(f"time to train {m['time_to_train_s'] / day:.2f} days (goodput "
+              f"{m['goodput']:.1%}), cost ${m['cost_to_train_usd'] / 1e6:.3f}M "
+              f"(fabric ${m['fabric_capex_usd'] / 1e6:.2f}M amortised), "
+              f"{m['tokens_per_joule']:.3g} tokens/J")
+    size = f" of a {r.grid_size:,}-point grid ({r.feasible_points:,} feasible)" \
+        if r.grid_size else ""
+    print(f"{r.evaluations:,} evaluations{size}, {r.wall_s:.1f} s")
+    if show_path:
+        for step in r.path:
+            print("  path:", json.dumps(step))
+
+
+def _sensitivity(args) -> int:
+    scn = sc.load(args.scenario, args.set, system=args.system)
+    knobs = args.knob or None
+    outputs = ("step_time_s", "time_to_train_s") if float(scn.tokens) > 0 else ("step_time_s",)
+    el = O.elasticities(scn, outputs, knobs)
+    step = el["step_time_s"]
+    order = sorted(step, key=lambda k: (-abs(step[k]), k))
+    values = {k: float(sc.get_knob(scn, k)) for k in order}
+    if args.json:
+        out = {"scenario": scn.name, "output": "step_time_s",
+               "elasticities": {k: step[k] for k in order}, "values": values}
+        if "time_to_train_s" in el:
+            out["time_to_train_elasticities"] = {k: el["time_to_train_s"][k] for k in order}
+        print(json.dumps(out, indent=1))
+        return 0
+    shown = order[: args.top] if args.top > 0 else order
+    extra = "time_to_train_s" in el
+    print(f"{scn.name}: elasticity d log(step time) / d log(knob) at the scenario point"
+          + (" (and of time to train)" if extra else ""))
+    for k in shown:
+        line = f"  {k:<36} {step[k]:+9.4f}"
+        if extra:
+            line += f"  {el['time_to_train_s'][k]:+9.4f}"
+        print(f"{line}   {O.describe_elasticity(k, step[k], value=values[k])}")
+    return 0
+
+
+def run(args, name) -> int:
+    if name == "sensitivity":
+        return _sensitivity(args)
+    if args.grid_points < 2:
+        raise ValueError(f"--grid-points={args.grid_points} must be at least 2")
+    scn = sc.load(args.scenario, args.set, system=args.system)
+    prob = _problem(args, scn)
+    here = {k: float(sc.get_knob(scn, k)) for k in prob.names}
+    if args.method == "grid":
+        r = O.grid_search(prob, args.grid_points, progress=not args.no_progress)
+    else:
+        r = O.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed)
+    if args.json:
+        print(json.dumps(r.to_json(), indent=1))
+    else:
+        _print_result(prob, r, here, args.path)
+    return 0

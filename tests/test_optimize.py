@@ -1,0 +1,368 @@
+"""Gradient co-design against the exhaustive grid, the relaxation at integer
+points, constraints, objectives, elasticities against finite differences, and
+the `optimize` / `sensitivity` commands.
+
+Every problem here varies the same knobs of the default scenario (bounds,
+objectives and limits are leaves), so the compiled functions (one exact
+evaluation, one vmapped descent, one Jacobian) are shared.
+"""
+
+import itertools
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from codesign import fabric
+from codesign import optimize as O
+from codesign import scenario as sc
+from codesign.cli import main
+from codesign.plan import validate
+from codesign.units import GB, day
+
+SCN = sc.load(None)
+SMALL = {"parallel.tp": (1, 16), "parallel.pp": (1, 16), "training.micro_batch": (1, 4),
+         "system.scale_out_bandwidth_Bps": (5 * GB, 400 * GB)}
+STARTS, STEPS, POINTS = 8, 40, 4  # the runs below share these shapes (one compilation)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return O.problem(SCN, list(SMALL), SMALL)
+
+
+@pytest.fixture(scope="module")
+def small_runs(small):
+    return (O.optimize(small, starts=STARTS, steps=STEPS),
+            O.grid_search(small, POINTS, progress=False))
+
+
+# ----------------------------------------------------------------- problems
+def test_admissible_values_project_divisibility():
+    # tp must divide heads = 96 and (GPUs fixed) 1024; micro_batch must divide 1536
+    p = O.problem(SCN, ["parallel.tp", "training.micro_batch", "parallel.interleave"],
+                  {"parallel.tp": (1, 96), "training.micro_batch": (1, 16),
+                   "parallel.interleave": (1, 4)})
+    assert p.admissible[0].tolist() == [1, 2, 4, 8, 16, 32]
+    assert p.admissible[1].tolist() == [1, 2, 3, 4, 6, 8, 12, 16]
+    assert p.admissible[2].tolist() == [1, 2, 3, 4]  # pp 8 x interleave <= 96 layers
+    assert p.knobs[0].integer and p.knobs[0].log
+    # a non-interleaved schedule admits interleave 1 only; a dense model ep 1 only
+    q = O.problem(sc.load("megatron-8.3b"), ["parallel.interleave", "parallel.ep"],
+                  {"parallel.interleave": (1, 4), "parallel.ep": (1, 8)})
+    assert q.admissible[0].tolist() == [1] and q.admissible[1].tolist() == [1]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"vary": []}, "names no knob"),
+    ({"vary": ["parallel.warp"]}, "unknown"),
+    ({"vary": ["parallel.tp"], "objective": "speed"}, "objective='speed'"),
+    ({"vary": ["parallel.tp"], "bounds": {"parallel.tp": (8, 2)}}, "0 <= LO < HI"),
+    ({"vary": ["parallel.tp"], "bounds": {"parallel.tp": (1.5, 8)}}, "must be integers"),
+    ({"vary": ["parallel.tp"], "bounds": {"parallel.pp": (1, 8)}}, "not varied"),
+    ({"vary": ["parallel.tp"], "budget_usd": -1.0}, "budget_usd=-1.0 must be positive"),
+    ({"vary": ["parallel.dp", "system.gpus"]}, "not both"),
+    ({"vary": ["parallel.tp"], "bounds": {"parallel.tp": (5, 7)}}, "no admissible"),
+])
+def test_problem_errors_name_the_argument(kwargs, message):
+    kwargs = {"bounds": None, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        O.problem(SCN, kwargs.pop("vary"), kwargs.pop("bounds"), **kwargs)
+
+
+def test_objectives_that_need_tokens_say_so():
+    with pytest.raises(ValueError, match="training.tokens"):
+        O.problem(sc.load("megatron-1t"), ["parallel.tp"], objective="time_to_train")
+
+
+def test_structural_rules_agree_with_plan_validate():
+    """`structurally_feasible` (vmapped) says yes exactly where plan.validate accepts."""
+    rng = np.random.default_rng(0)
+    names = ("parallel.tp", "parallel.pp", "parallel.cp", "training.micro_batch",
+             "parallel.interleave", "training.global_batch")
+    pts = np.stack([rng.choice([1, 2, 3, 4, 8, 16], 120), rng.choice([1, 2, 4, 8, 12, 64], 120),
+                    rng.choice([1, 2, 3, 4], 120), rng.choice([1, 2, 3, 4], 120),
+                    rng.choice([1, 2, 3, 13], 120), rng.choice([1536, 1024, 96], 120)],
+                   axis=1).astype(float)
+
+    def scenario(x):
+        return sc.set_knobs(SCN, dict(zip(names, x, strict=True)))
+
+    fast = np.asarray(jax.jit(jax.vmap(lambda x: O.structurally_feasible(scenario(x))))(
+        jnp.asarray(pts)))
+    for x, ok in zip(pts, fast, strict=True):
+        s = scenario(x)
+        try:
+            validate(s.plan, s.model, s.system.gpus)
+            valid = float(s.plan.dp) >= 1
+        except ValueError:
+            valid = False
+        assert ok == valid, dict(zip(names, x, strict=True))
+    assert 0 < fast.sum() < len(fast)  # both outcomes occur
+
+
+# --------------------------------------------------------------- relaxation
+def test_relaxed_model_equals_exact_model_at_integer_points(small):
+    """At integer points the relaxed objective (penalty off) tends to the exact
+    one as t -> 0: the error shrinks with t and is below 1e-6 at t = 1e-7."""
+    axes = O.grid_axes(small, POINTS)
+    pts = np.asarray(list(itertools.product(*axes)))[::47][:STARTS]
+    exact = O.evaluate(small, pts).loss
+    t = jnp.geomspace(1.0, 1e-7, STEPS)
+    _, losses, _ = O._multistart(small.core, jnp.asarray(O.to_box(small, pts)), t,
+                                 jnp.zeros(STEPS), jnp.zeros(len(small.knobs)))
+    err = np.abs(np.asarray(losses) - exact[:, None])  # (points, temperatures)
+    assert np.all(np.isfinite(err))
+    assert np.all(err[:, -1] < 1e-6)
+    assert np.all(err[:, -1] <= err[:, 0] + 1e-12)
+    assert np.max(err[:, 0]) > 1e-3  # at t = 1 the relaxation does smooth
+
+
+# ------------------------------------------------------------ the two methods
+def test_grid_is_exhaustive(small, small_runs):
+    _, grid = small_runs
+    pts = np.asarray(list(itertools.product(*O.grid_axes(small, POINTS))))
+    assert grid.grid_size == len(pts) == 5 * 5 * 4 * POINTS == grid.evaluations
+    ex = O.evaluate(small, pts)
+    assert grid.feasible_points == int(ex.feasible.sum()) > 0
+    i = int(np.argmin(np.where(ex.feasible, ex.objective, np.inf)))
+    assert grid.value == pytest.approx(ex.objective[i], rel=1e-12)
+    assert list(grid.best.values()) == pts[i].tolist()
+
+
+def test_gradient_method_lands_on_the_grid_optimum(small_runs):
+    grad, grid = small_runs
+    assert grad.feasible and grid.feasible
+    assert grad.value == pytest.approx(grid.value, rel=1e-9)
+    # step time falls with bandwidth: both take the top of its range
+    assert grad.best == pytest.approx(grid.best, rel=1e-9)
+    assert grid.best["system.scale_out_bandwidth_Bps"] == pytest.approx(400 * GB)
+    phases = [p["phase"] for p in grad.path]
+    assert phases[0] == "gradient" and "round" in phases and phases[-1] == "best"
+    descent = [p for p in grad.path if p["phase"] == "gradient"]
+    assert descent[0]["t"] > descent[-1]["t"]  # annealed
+    assert grad.evaluations >= STARTS * STEPS
+    out = grad.to_json()
+    assert {"best", "objective", "feasible", "evaluations", "wall_s", "path"} <= set(out)
+    assert out["objective"]["name"] == "step_time" and out["objective"]["goal"] == "min"
+
+
+def test_continuous_knob_is_polished_to_a_stationary_point(small):
+    """Cost to train against scale-out bandwidth: bandwidth costs fabric and
+    saves GPU-hours, so the optimum is interior; the gradient method finds it
+    at least as well as a 16-point grid and the exact cost is flat there."""
+    p = small.with_limits("cost_to_train_usd")
+    grad = O.optimize(p, starts=STARTS, steps=STEPS)
+    grid = O.grid_search(p, 16, progress=False)
+    assert grad.feasible and grad.value <= grid.value * (1 + 1e-9)
+    bw = grad.best["system.scale_out_bandwidth_Bps"]
+    assert 5 * GB < bw < 400 * GB
+    x = np.asarray(list(grad.best.values()))
+    around = O.evaluate(p, [x * [1, 1, 1, 0.97], x * [1, 1, 1, 1 / 0.97]]).objective
+    assert np.all(around >= grad.value * (1 - 1e-9))
+
+
+def test_limits_are_respected_or_reported_infeasible(small):
+    free = O.optimize(small, starts=STARTS, steps=STEPS)
+    boards_w = 1024 * 400.0  # A100 board power
+    tight = O.optimize(small.with_limits(budget_w=0.9 * boards_w), starts=STARTS, steps=STEPS)
+    assert not tight.feasible  # the GPUs alone exceed it
+    watts = O.optimize(small.with_limits(budget_w=1.1 * boards_w), starts=STARTS, steps=STEPS)
+    assert watts.feasible and watts.metrics["power_w"] <= 1.1 * boards_w
+    assert watts.metrics["power_w"] < free.metrics["power_w"]  # it bought less bandwidth
+    memory = O.problem(SCN, list(SMALL), {**SMALL, "parallel.tp": (1, 2), "parallel.pp": (1, 2)})
+    r = O.grid_search(memory, POINTS, progress=False)  # 175B on <= 4-way model parallelism
+    assert not r.feasible and r.feasible_points == 0
+    budget = free.metrics["cost_to_train_usd"] * 1.01
+    capped = O.optimize(small.with_limits("time_to_train", budget_usd=budget),
+                        starts=STARTS, steps=STEPS)
+    assert capped.feasible and capped.metrics["cost_to_train_usd"] <= budget
+
+
+def test_objective_metrics_follow_their_definitions(small, small_runs):
+    grad, _ = small_runs
+    m = O.point_metrics(small, O._here(small))
+    a = O.Assumptions()
+    # cost = GPU-hours x price + fabric capex x time / lifetime (4 years)
+    assert m["cost_to_train_usd"] == pytest.approx(
+        m["gpu_hours"] * 2.0 + m["fabric_capex_usd"] * m["time_to_train_s"] / (4 * 365.25 * day))
+    assert m["tokens_per_joule"] == pytest.approx(m["tokens_per_s"] * m["goodput"] / m["power_w"])
+    # 25 GB/s (HDR) per GPU is half a 400 Gb/s rail; one NVSwitch level, 12 links of 25 GB/s
+    inv = fabric.inventory(SCN.system)
+    rails = 25 * GB / (400 * GB / 8)
+    links = float(SCN.system.scale_up.bandwidth_Bps) / float(a.scale_up_link_Bps)
+    assert m["fabric_capex_usd"] == pytest.approx(float(inv.cost_usd) * rails
+                                                  + 1024 * links * 150.0)
+    assert m["power_w"] == pytest.approx(1024 * 400.0 + float(inv.power_w) * rails)
+    assert grad.metrics["step_time_s"] <= m["step_time_s"]  # at least as good as the scenario
+
+
+def test_non_dominated_front():
+    a = [1.0, 2.0, 3.0, 2.5, 1.0]
+    b = [5.0, 3.0, 1.0, 3.5, 6.0]
+    assert O.non_dominated(a, b).tolist() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- sensitivity
+OUTPUTS = ("step_time_s", "time_to_train_s")  # what the CLI asks for (shared compilation)
+
+
+@pytest.fixture(scope="module")
+def elasticities():
+    return O.elasticities(SCN, OUTPUTS)
+
+
+def _at(moved: dict):
+    """(log outputs, elasticities) at the default scenario with `moved` knobs
+    changed, from the same compiled function as `elasticities`."""
+    values = {k: sc.get_knob(SCN, k) for k in O.SENSITIVITY_KNOBS if k != "parallel.dp"}
+    values.update({k: jnp.asarray(v, dtype=float) for k, v in moved.items()})
+    logs, jac = O._log_outputs_and_jacobian(SCN, values, OUTPUTS)
+    return np.asarray(logs), {k: np.asarray(jac[k]) * float(values[k]) for k in values}
+
+
+def test_elasticities_are_finite_for_every_knob(elasticities):
+    for out in OUTPUTS:
+        assert set(elasticities[out]) == set(O.SENSITIVITY_KNOBS)
+        assert all(math.isfinite(v) for v in elasticities[out].values())
+    e = elasticities["step_time_s"]
+    assert e["system.scale_out_bandwidth_Bps"] < 0 < e["system.scale_out_latency_s"]
+    assert e["system.matmul_efficiency"] < -0.5
+    assert e["parallel.dp"] == e["system.gpus"] < 0
+    assert e["reliability.gpu_mtbf_s"] == 0  # failures cost time to train, not step time
+    assert elasticities["time_to_train_s"]["reliability.gpu_mtbf_s"] < 0
+    assert elasticities["step_time_s"]["parallel.moe_node_limit"] == 0  # unset on a dense model
+
+
+# Knobs whose exact model has a step at the default point: the layers of a
+# pipeline stage, ceil(96 / (pp v)) v, are an exact integer there; t = 0 gives
+# the envelope's slope (straight-through), checked below with the step removed.
+STEPPED = ("parallel.pp", "parallel.interleave")
+
+
+def _differences(moved: dict, knob: str, h: float = 1e-4):
+    """(central, forward, backward) differences of the log outputs in log knob."""
+    x = float({**{k: sc.get_knob(SCN, k) for k in O.SENSITIVITY_KNOBS}, **moved}[knob])
+    up = _at({**moved, knob: x * math.exp(h)})[0]
+    down = _at({**moved, knob: x * math.exp(-h)})[0]
+    here = _at(moved)[0]
+    return (up - down) / (2 * h), (up - here) / h, (here - down) / h
+
+
+@pytest.mark.parametrize("moved,corners", [
+    ({}, {"parallel.tp", "parallel.cp", "system.scale_up_domain"}),
+    ({"system.scale_up_domain": 16.0}, set()),
+], ids=["default", "domain16"])
+def test_elasticities_agree_with_central_finite_differences(elasticities, moved, corners):
+    """Where the exact model is smooth (one-sided differences agree) the
+    elasticity equals the central difference. The default point has corners:
+    tp = 8 fills the 8-GPU domain exactly and cp = 1 sits on its clip, so
+    there the elasticity lies between the one-sided slopes; with a 16-GPU
+    domain every clip is strictly inside and every knob is smooth."""
+    _, el = _at(moved)
+    found = set()
+    for knob in O.SENSITIVITY_KNOBS:
+        if knob in STEPPED or knob == "parallel.dp":
+            continue
+        e = el[knob]
+        if float(sc.get_knob(SCN, knob)) == 0:
+            assert np.all(e == 0)
+            continue
+        central, forward, backward = _differences(moved, knob)
+        if np.max(np.abs(forward - backward)) > 1e-3 * max(1.0, np.max(np.abs(central))):
+            found.add(knob)
+            lo, hi = np.minimum(forward, backward), np.maximum(forward, backward)
+            assert np.all((e >= lo - 1e-6) & (e <= hi + 1e-6)), knob
+            continue
+        np.testing.assert_allclose(e, central, rtol=1e-3, atol=1e-6, err_msg=knob)
+    assert found == corners
+    assert np.array_equal(np.asarray([elasticities[o]["parallel.tp"] for o in OUTPUTS]),
+                          _at({})[1]["parallel.tp"])
+
+
+def test_stepped_knobs_get_the_envelope_slope(elasticities, monkeypatch):
+    """With ceil replaced by the identity (the envelope), central differences
+    of the step time agree with the t = 0 elasticities of pp and interleave."""
+    from codesign import step as S
+    from codesign import traffic
+
+    monkeypatch.setattr(traffic, "smooth_ceil", lambda x, t=0.0: x)
+    f = jax.jit(lambda v: jnp.log(S.step(*(lambda s: (s.model, s.plan, s.system))(
+        sc.set_knobs(SCN, v))).step_time_s))
+    for knob in STEPPED:
+        x = float(sc.get_knob(SCN, knob))
+        fd = (f({knob: jnp.asarray(x * math.exp(1e-4))})
+              - f({knob: jnp.asarray(x * math.exp(-1e-4))})) / 2e-4
+        assert elasticities["step_time_s"][knob] == pytest.approx(float(fd), rel=1e-3, abs=1e-6)
+
+
+def test_describe_elasticity():
+    assert O.describe_elasticity("system.scale_out_bandwidth_Bps", -0.2) == \
+        "+10% scale-out bandwidth gives -1.89% step time"
+    assert "unset" in O.describe_elasticity("parallel.moe_node_limit", 0.0, value=0.0)
+
+
+# ------------------------------------------------------------------------ CLI
+def _cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _small_args():
+    return ["--vary", ",".join(SMALL)] + [f"--bounds={k}={lo:g}:{hi:g}"
+                                          for k, (lo, hi) in SMALL.items()]
+
+
+def test_cli_optimize_json(capsys, small_runs):
+    rc, out, _ = _cli(capsys, "optimize", "default", *_small_args(), "--starts", str(STARTS),
+                      "--steps", str(STEPS), "--json")
+    assert rc == 0
+    r = json.loads(out)
+    assert {"best", "objective", "feasible", "evaluations", "wall_s", "path"} <= set(r)
+    assert r["best"] == small_runs[0].best and r["feasible"] is True
+
+
+def test_cli_optimize_grid_json_and_text(capsys, small_runs):
+    grid = ["--method", "grid", "--grid-points", str(POINTS)]
+    rc, out, err = _cli(capsys, "optimize", "default", *_small_args(), *grid, "--json")
+    assert rc == 0 and "grid [" in err  # the progress bar
+    r = json.loads(out)
+    assert r["grid_size"] == r["evaluations"] == 400
+    assert r["objective"]["value"] == pytest.approx(small_runs[1].value)
+    rc, out, _ = _cli(capsys, "optimize", "default", *_small_args(), *grid, "--no-progress")
+    assert rc == 0 and "400 evaluations of a 400-point grid" in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--vary", "parallel.warp"], "knob 'parallel.warp' is unknown"),
+    (["--vary", "parallel.tp", "--bounds", "parallel.tp=1-8"], "KNOB=LO:HI"),
+    (["--vary", "system.scale_out_bandwidth_Bps", "--bounds",
+      "system.scale_out_bandwidth_Bps=10GB:20GB/s"], "not a bandwidth"),
+    (["--vary", "parallel.tp", "--grid-points", "1"], "--grid-points=1"),
+    (["--vary", "parallel.tp", "--usd-per-gpu-hour", "0"], "--usd-per-gpu-hour=0"),
+])
+def test_cli_optimize_errors_are_one_line(capsys, argv, message):
+    rc, out, err = _cli(capsys, "optimize", "default", *argv)
+    assert rc == 2 and out == ""
+    assert message in err and err.count("\n") == 1
+
+
+def test_cli_budgets_are_exclusive(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["optimize", "--vary", "parallel.tp", "--budget-usd", "1", "--budget-w", "1"])
+    assert e.value.code == 2
+
+
+def test_cli_sensitivity(capsys, elasticities):
+    rc, out, _ = _cli(capsys, "sensitivity", "default", "--json")
+    assert rc == 0
+    r = json.loads(out)
+    assert r["elasticities"] == pytest.approx(elasticities["step_time_s"])
+    magnitudes = [abs(v) for v in r["elasticities"].values()]
+    assert magnitudes == sorted(magnitudes, reverse=True)
+    rc, out, _ = _cli(capsys, "sensitivity", "default", "--top", "3")
+    assert rc == 0 and len(out.strip().splitlines()) == 4 and "gives" in out
