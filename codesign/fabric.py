@@ -251,7 +251,16 @@ class Prices(eqx.Module):
             C.non_negative(f"prices.{f}", getattr(self, f))
 
 
-DEFAULT_PRICES = Prices()
+@functools.cache
+def default_prices() -> Prices:
+    """The default `Prices` (built on first use: importing codesign starts no JAX backend)."""
+    return Prices()
+
+
+def __getattr__(name):  # `fabric.DEFAULT_PRICES`, built lazily
+    if name == "DEFAULT_PRICES":
+        return default_prices()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # TPU v4 (Jouppi et al. 2023): the faces of each 4x4x4 cube (96 of its 384 link
 # ends) go optical through the OCSes: 1.5 optical link ends per chip.
@@ -328,7 +337,7 @@ def _switch_ports(system: System, radix, t):
     return leaf * pods, upper * pods + uplinks, uplinks
 
 
-def inventory(system: System, prices: Prices = DEFAULT_PRICES, t=0.0) -> Inventory:
+def inventory(system: System, prices: Prices | None = None, t=0.0) -> Inventory:
     """Count and price the scale-out fabric (and the torus's links) of `system`.
 
     - two_tier: a non-blocking fat tree over all GPUs (one NIC per GPU).
@@ -341,6 +350,7 @@ def inventory(system: System, prices: Prices = DEFAULT_PRICES, t=0.0) -> Invento
       network itself is shared and not counted).
     Switch counts are ports / radix rounded up with `smooth_ceil` (exact at t = 0).
     """
+    prices = default_prices() if prices is None else prices
     r = prices.switch_radix
     n = system.gpus
     leaf_p, spine_p, core_p = _switch_ports(system, r, t)
@@ -374,7 +384,7 @@ def with_topology(system: System, topology: str) -> System:
                   system.oversubscription, topology=topology, name=system.name)
 
 
-def rail_only_saving(system: System, prices: Prices = DEFAULT_PRICES):
+def rail_only_saving(system: System, prices: Prices | None = None):
     """(cost saving, power saving) of rail-only against a full-bisection Clos.
 
     Both fabrics serve the same GPUs with one NIC each; the NICs are identical

@@ -283,5 +283,6 @@ def load(source: str | Path | None = None, overrides=(), system: str | None = No
             tables = {**tables, "system": {**tables.get("system", {}), **extra}}
         else:
             tables = {**tables, "system": {**tables.get("system", {}), "preset": system}}
-    name = "default" if source is None else Path(str(source)).stem
+    name = "default" if source is None else str(source)
+    name = name if name in BUILTIN else Path(name).stem
     return from_tables(tables, overrides, name)
