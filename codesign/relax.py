@@ -53,9 +53,12 @@ def smooth_ceil(x: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
 
     Exact at integer x for every t; the identity as t -> inf and ceil(x) as
     t -> 0, continuous in x for every t (the optimiser anneals t downwards).
+    At t = 0 the value is ceil(x) and the derivative is that of the envelope
+    x (straight-through), so an elasticity at t = 0 sees that more stages hold
+    fewer layers rather than the staircase's zero slope.
     """
     if isinstance(t, (int, float)) and t == 0:
-        return jnp.ceil(x)
+        return jnp.ceil(x) + (x - jax.lax.stop_gradient(x))
     frac = x - jax.lax.stop_gradient(jnp.floor(x))
     return x + (1.0 - frac) * (1.0 - jnp.exp(-frac / jnp.maximum(t, 1e-6)))
 
