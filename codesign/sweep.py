@@ -931,11 +931,12 @@ class FabricTarget(Target):
         constants = {**self._DEFAULTS, **_constants(settings, self.float_knobs({}, None))}
         prices_fields = self._prices()
         shape = fabric.system_torus_shape(system0) if system0.topology == "torus" else None
+        prices0 = fabric.default_prices()  # outside the trace: it is cached
 
         def point(knobs: dict) -> dict:
             v = {**constants, **knobs}
             system = _replace(system0, v, self._SYSTEM)
-            prices = _replace(fabric.DEFAULT_PRICES, v, prices_fields)
+            prices = _replace(prices0, v, prices_fields)
             inv = fabric.inventory(system, prices)
             cost_saving, power_saving = fabric.rail_only_saving(system, prices)
             n, p = jnp.asarray(v["n_bytes"], float), jnp.asarray(v["ranks"], float)
@@ -1031,8 +1032,9 @@ class EstimateTarget(Target):
         return scenario.load(self._source(settings, directory), items)
 
     def outputs(self, base, directory):
-        from . import step
+        from . import fabric, step
 
+        fabric.default_prices()  # cached: build it outside the trace below, never inside
         scn = self._scenario(base, directory)
         keys = jax.eval_shape(lambda s: step.outputs(step.estimate(s)), scn)
         return tuple(keys) + self._EXTRA
@@ -1043,8 +1045,9 @@ class EstimateTarget(Target):
             self._scenario(settings, directory)
 
     def build(self, settings, directory):
-        from . import scenario, step
+        from . import fabric, scenario, step
 
+        fabric.default_prices()  # cached: build it outside the trace, never inside
         scn0 = self._scenario(settings, directory)
 
         def point(knobs: dict) -> dict:
