@@ -51,6 +51,23 @@ def test_points_cover_the_grid_in_declaration_order():
                                                                   (1, 8), (1, 8), (1, 6)]
 
 
+def test_bundle_categories_set_several_keys(tmp_path):
+    raw = {"target": "collective", "base": {"tier": "scale_out"},
+           "knobs": {"collective": {"categories": [
+               {"label": "ar", "op": "all_reduce", "algorithm": "ring"},
+               {"label": "a2a", "op": "all_to_all", "algorithm": "direct"}]},
+               "ranks": [16.0]}}
+    table = run_and_merge(sweep.make_plan(sweep.parse_spec(raw)), tmp_path)["table"]
+    assert list(table.data["collective"]) == ["ar", "a2a"]
+    tier = hardware.system("dgx-h100").scale_out
+    for i, (op, alg) in enumerate((("all_reduce", "ring"), ("all_to_all", "direct"))):
+        want = collectives.cost(op, alg, units.GiB, 16.0, tier).time_s
+        assert table.data["time_s"][i] == pytest.approx(float(want), rel=1e-11)
+    bad = {**raw, "knobs": {"c": {"categories": [{"label": "x", "colour": "red"}]}}}
+    with pytest.raises(ValueError, match=r"knobs\.c\.categories: 'colour' is not a categorical"):
+        sweep.parse_spec(bad)
+
+
 def test_random_knobs_are_seeded_and_crossed_with_the_grid():
     raw = {"target": "collective", "samples": 5, "seed": 3,
            "knobs": {"ranks": [8, 16], "n_bytes": {"random": ["1KiB", "1MiB"], "log": True}}}
