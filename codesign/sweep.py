@@ -1,4 +1,4 @@
-"""Design sweeps: a TOML spec -> points -> vmapped, sharded, resumable evaluation.
+"""Design sweeps: a TOML spec -> points -> sharded, resumable, reproducible evaluation.
 
 A spec (format in `sweeps/README.md`) names a *target* -- a pure jnp function
 of float knob values returning a dict of scalar outputs (`TARGETS`) -- a *base*
@@ -827,7 +827,7 @@ class EcmpTarget(Target):
     """k elephant flows hashed onto m equal-cost links (`fabric.flow_slowdown`).
 
     Float knobs: `k_flows`, `m_links`, `overhead` (of spraying/adaptive
-    routing); categorical: `routing` (ecmp, spray, adaptive). Under vmap the
+    routing); categorical: `routing` (ecmp, spray, adaptive). Traced, the
     expected maximum load is `fabric`'s differentiable Poisson form (within
     ~1% of the exact balls-into-bins value for the sizes swept here).
     """
@@ -962,7 +962,7 @@ class EstimateTarget(Target):
     and scenario tables ([base.parallel] tp = 8, ...). Float knobs are the
     scenario's float keys (`scenario.KNOBS`: parallel.tp, training.global_batch,
     system.scale_out_bandwidth_Bps, ...), set by `scenario.set_knobs` under
-    vmap, unvalidated (relaxed), or scaled from the combo's own value
+    trace, unvalidated (relaxed), or scaled from the combo's own value
     (`scale:system.scale_up_bandwidth_Bps = [0.5, 1, 2]`: a what-if that means
     the same across presets, and at 1 the elasticity with respect to the knob
     itself); categorical knobs are any scenario key

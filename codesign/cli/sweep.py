@@ -1,4 +1,4 @@
-"""`codesign sweep SPEC.toml`: a design sweep, vmapped, sharded and resumable.
+"""`codesign sweep SPEC.toml`: a design sweep, sharded over devices and processes, resumable.
 
 Results land in OUT (default out/sweeps/NAME): chunks/ (one JSON + CSV per
 chunk, written atomically), results.csv, results.json, summary.txt and
