@@ -253,8 +253,12 @@ class Prices(eqx.Module):
 
 @functools.cache
 def default_prices() -> Prices:
-    """The default `Prices` (built on first use: importing codesign starts no JAX backend)."""
-    return Prices()
+    """The default `Prices` (built on first use: importing codesign starts no JAX backend).
+
+    Built eagerly even when first used inside a trace (jit/grad), so the cache
+    holds concrete arrays, never tracers of that trace."""
+    with jax.ensure_compile_time_eval():
+        return Prices()
 
 
 def __getattr__(name):  # `fabric.DEFAULT_PRICES`, built lazily
