@@ -177,10 +177,17 @@ class Core(eqx.Module):
     coords: tuple = eqx.field(static=True)  # the K varied knobs' names
 
 
+# The exact evaluation sets every knob (but parallel.dp, which follows
+# system.gpus): one compilation serves every problem on a scenario.
+EXACT_COORDS = tuple(k for k in sc.KNOBS if k != "parallel.dp")
+
+
 class Problem(NamedTuple):
     """What to vary, within which bounds, for which objective, under which limits."""
 
-    core: Core
+    core: Core  # the descent's: the varied knobs
+    exact: Core  # the exact evaluation's: EXACT_COORDS
+    base: np.ndarray  # the scenario's value of each of EXACT_COORDS
     knobs: tuple  # of Knob, the varied ones
     admissible: tuple  # per knob: np.ndarray of admissible integers, None if continuous
     objective: str
@@ -208,9 +215,10 @@ class Problem(NamedTuple):
             else:
                 _check_limit(name, value)
                 active[name] = float(value)
-        core = eqx.tree_at(lambda c: (c.objective, c.limits), self.core,
-                           (_objective_index(objective), _limit_array(active)))
-        return Problem(core, self.knobs, self.admissible, objective, active)
+        new = (_objective_index(objective), _limit_array(active))
+        core, exact = (eqx.tree_at(lambda c: (c.objective, c.limits), c, new)
+                       for c in (self.core, self.exact))
+        return self._replace(core=core, exact=exact, objective=objective, limits=active)
 
 
 def _concrete(value) -> float | None:
@@ -360,10 +368,15 @@ def problem(scn: Scenario, vary, bounds=None, objective: str = "step_time", *,
         knobs.append(Knob(name, lo, hi, integer, lo > 0))
         admissible.append(admissible_values(scn, name, lo, hi, vary) if integer else None)
     f = lambda v: jnp.asarray(v, dtype=float)  # noqa: E731
-    core = Core(scn, assumptions or Assumptions(), *(f([getattr(k, a) for k in knobs])
-                                                      for a in ("lo", "hi", "log", "integer")),
-                _objective_index(objective), _limit_array(limits), coords=vary)
-    return Problem(core, tuple(knobs), tuple(admissible), objective,
+    a = assumptions or Assumptions()
+    goal, limit = _objective_index(objective), _limit_array(limits)
+    box = (f([getattr(k, n) for k in knobs]) for n in ("lo", "hi", "log", "integer"))
+    core = Core(scn, a, *box, goal, limit, coords=vary)
+    ints = [float(c in vary and c in INTEGER_KNOBS) for c in EXACT_COORDS]
+    zeros = f(np.zeros(len(EXACT_COORDS)))
+    exact = Core(scn, a, zeros, zeros + 1.0, zeros, f(ints), goal, limit, coords=EXACT_COORDS)
+    base = np.asarray([_knob_value(scn, c) for c in EXACT_COORDS])
+    return Problem(core, exact, base, tuple(knobs), tuple(admissible), objective,
                    {n: float(v) for n, v in limits.items()})
 
 
@@ -426,6 +439,7 @@ def metrics(scn: Scenario, a: Assumptions, t=0.0) -> dict:
     ttt = out["time_to_train_s"]
     return {
         "step_time_s": out["step_time_s"], "tokens_per_s": out["tokens_per_s"],
+        "bubble_s": out["breakdown_pp_bubble_s"], "mfu": out["mfu"],
         "time_to_train_s": ttt, "goodput": out["goodput"],
         "gpu_hours": out["gpu_hours"],
         "cost_to_train_usd": out["gpu_hours"] * a.usd_per_gpu_hour
@@ -531,15 +545,31 @@ def _exact_batch(core: Core, x: jax.Array) -> Exact:
     return jax.vmap(one)(x)
 
 
+def _full(prob: Problem, x) -> np.ndarray:
+    """Varied knob values (n, K) -> every knob of EXACT_COORDS (n, len); a varied
+    parallel.dp becomes system.gpus = dp tp pp cp."""
+    x = np.atleast_2d(np.asarray(x, dtype=float))
+    full = np.repeat(prob.base[None], len(x), 0)
+    col = {c: i for i, c in enumerate(EXACT_COORDS)}
+    for j, name in enumerate(prob.names):
+        if name != "parallel.dp":
+            full[:, col[name]] = x[:, j]
+    if "parallel.dp" in prob.names:
+        dp = x[:, prob.names.index("parallel.dp")]
+        full[:, col["system.gpus"]] = dp * np.prod(
+            [full[:, col[f"parallel.{d}"]] for d in ("tp", "pp", "cp")], axis=0)
+    return full
+
+
 def evaluate(prob: Problem, x) -> Exact:
     """Exact evaluation of points x (n, varied knobs), in padded chunks of
-    `CHUNK` (one compilation per scenario)."""
-    full = np.atleast_2d(np.asarray(x, dtype=float))
+    `CHUNK` (one compilation per scenario, whatever the knobs)."""
+    full = _full(prob, x)
     parts = []
     for i in range(0, len(full), CHUNK):
         block = full[i:i + CHUNK]
         pad = np.concatenate([block, np.repeat(block[-1:], CHUNK - len(block), 0)])
-        out = _exact_batch(prob.core, jnp.asarray(pad))
+        out = _exact_batch(prob.exact, jnp.asarray(pad))
         parts.append(jax.tree.map(lambda a, n=len(block): np.asarray(a)[:n], out))
     return jax.tree.map(lambda *a: np.concatenate(a), *parts)
 

@@ -353,3 +353,31 @@ def predicted_vs_measured(sizes_bytes, measured_s, predicted_s, held_out, *, tit
     if path is not None:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig
+
+
+# ------------------------------------------------------------ co-design (codesign.optimize)
+def pareto(cost_usd, time_s, front_cost_usd=(), front_time_s=(), *, grid_front=None,
+           title="time to train against cost to train", path=None, ax=None):
+    """Every evaluated design as a dot (cost, time), the gradient method's
+    Pareto front as a line with markers, and optionally the grid's exact front
+    (`grid_front` = (costs, times)) dashed. Dollars in millions, days."""
+    import numpy as np
+
+    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
+    ax = ax if ax is not None else fig.add_subplot()
+    ax.scatter(np.asarray(cost_usd) / 1e6, np.asarray(time_s) / 86400, s=4, alpha=0.25,
+               color="gray", label="grid designs (feasible)")
+    if grid_front is not None:
+        c, t = grid_front
+        ax.plot(np.asarray(c) / 1e6, np.asarray(t) / 86400, "k--", lw=1.2, label="grid front")
+    if len(front_cost_usd):
+        ax.plot(np.asarray(front_cost_usd) / 1e6, np.asarray(front_time_s) / 86400, "o-",
+                color="tab:red", ms=5, label="gradient front (one run per budget)")
+    ax.set_xlabel("cost to train (million USD)")
+    ax.set_ylabel("time to train (days)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    if path is not None:
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+    return fig
