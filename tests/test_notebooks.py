@@ -1,0 +1,82 @@
+"""The executed notebooks: committed with current outputs, and they still run, in
+order, without error, in under two minutes each, printing the seeds' numbers.
+
+The kernel is `python3`; jupyter_client starts it with this interpreter (the
+venv's), so the notebooks see the same `codesign` as the tests.
+"""
+
+import time
+from pathlib import Path
+
+import nbclient
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+TIMEOUT_S = 120  # the issue's "under two minutes on 2 CPU cores"
+
+# notebook -> (figures it must show, lines it must print)
+EXPECTED = {
+    "01_budget_the_traffic.ipynb": (4, ()),
+    "02_stragglers_and_failures.ipynb": (3, (
+        "q = 1%, p =    100: P(step delayed) = 0.63397",
+        "q = 1%, p =  1,000: P(step delayed) = 0.99996",
+        "job MTBF            3.09 h",
+        "effective training time 92.6%",
+        "2 TB/s: delta =   2.8 s",
+    )),
+    "04_measure_and_calibrate.ipynb": (2, (
+        "scale_out      28      3.538     46.16",
+        "Megatron pattern: yes",
+        "gradient bytes within 5% of the table once explained: yes",
+        "# Out of bounds values : 0 OK",
+    )),
+}
+
+
+def _text(nb) -> str:
+    return "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                     for o in c.get("outputs", ()) if o.output_type == "stream")
+
+
+def _errors(nb):
+    return [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" for o in c.get("outputs", ()) if o.output_type == "error"]
+
+
+def _check(nb, name, committed: bool):
+    figures, lines = EXPECTED[name]
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    if committed:
+        assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1)), \
+            "cells were committed unexecuted or out of order: rerun top to bottom"
+    assert not _errors(nb), _errors(nb)
+    images = sum("image/png" in o.get("data", {}) for c in cells for o in c.outputs)
+    assert images >= figures, f"expected {figures} figures, found {images}"
+    text = _text(nb)
+    for line in lines:
+        assert line in text, f"{name} does not print {line!r}"
+    return text
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_committed_notebook_has_current_outputs(name):
+    _check(nbformat.read(NOTEBOOKS / name, as_version=4), name, committed=True)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_notebook_executes_in_under_two_minutes(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs = []
+    start = time.monotonic()
+    nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    assert time.monotonic() - start < TIMEOUT_S
+    text = _check(nb, name, committed=False)
+    if name.startswith("02"):  # placement: dp across the 1:7 pods is 7x slower than inside
+        inside = next(ln for ln in text.splitlines() if ln.startswith("tp,dp,pp"))
+        across = next(ln for ln in text.splitlines() if ln.startswith("tp,pp,dp"))
+        ratio = float(across.split()[5].rstrip("s")) / float(inside.split()[5].rstrip("s"))
+        assert ratio == pytest.approx(7.0, rel=0.05)
