@@ -71,9 +71,12 @@ INTEGER_KNOBS = frozenset({
                              "expert_ffn_hidden")),
 })
 # Sensitivity: every hardware, plan and reliability knob (the workload and the
-# token count are what is trained, not how).
+# token count are what is trained, not how), of these outputs (positive, so
+# their logarithm has a derivative).
 SENSITIVITY_KNOBS = tuple(k for k in sc.KNOBS
                           if not k.startswith("model.") and k != "training.tokens")
+SENSITIVITY_OUTPUTS = ("step_time_s", "tokens_per_s", "time_to_train_s", "gpu_hours",
+                       "expected_step_time_s", "memory_bytes_per_gpu", "mfu", "goodput")
 
 # name -> (metric, goal): goal +1 minimises, -1 maximises
 OBJECTIVES = {
@@ -97,7 +100,7 @@ MU_START, MU_END = 10.0, 1e4  # penalty weight, grown geometrically
 PENALTY_SHARPNESS = 50.0  # k in softplus(k g) / k: the penalty's onset width in log units
 LEARNING_RATE = 0.05  # Adam step in unit-box coordinates, cosine-decayed to 5% of it
 SINGLE_STEPS = 3  # lattice search: one knob moves up to this many admissible values
-CHUNK = 8192  # points per vmapped exact evaluation
+CHUNK = 1024  # points per vmapped exact evaluation (candidate sets pad to it)
 
 
 class Knob(NamedTuple):
@@ -317,6 +320,8 @@ def admissible_values(scn: Scenario, name: str, lo: float, hi: float,
         keep &= _divisors_ok(v, float(p.global_batch))
     if name == "system.gpus" and fixed("system.scale_up_domain"):
         keep &= np.isclose(np.mod(v, float(s.scale_up_domain)), 0.0)
+    if name in ("system.gpus", "system.scale_up_domain") and fixed("system.gpus_per_node"):
+        keep &= np.isclose(np.mod(v, float(s.gpus_per_node)), 0.0)  # whole nodes
     if name == "parallel.dp" and fixed("training.global_batch") and fixed("training.micro_batch"):
         keep &= _divisors_ok(v, float(p.global_batch / p.micro_batch))
     out = v[keep]
@@ -484,7 +489,8 @@ def structurally_feasible(scn: Scenario) -> jax.Array:
     rules of `plan.validate` (tp | heads, tp | kv_heads, cp | seq_len, ep | dp,
     ep | experts or ep = 1 without experts, dp micro_batch | global_batch,
     pp interleave <= layers, interleave 1 unless interleaved), an integral
-    dp >= 1, and whole scale-up domains (domain | gpus)."""
+    dp >= 1, whole scale-up domains (domain | gpus) of whole nodes
+    (gpus_per_node | domain)."""
     m, p, s = scn.model, scn.plan, scn.system
     moe = m.moe_layers > 0
     ok = [_divides(p.tp, m.heads), _divides(p.tp, m.kv_heads), _divides(p.cp, m.seq_len),
@@ -492,7 +498,7 @@ def structurally_feasible(scn: Scenario) -> jax.Array:
           jnp.where(moe, _divides(p.ep, jnp.maximum(m.experts, 1.0)), p.ep == 1.0),
           _divides(p.dp * p.micro_batch, p.global_batch),
           p.pp * p.interleave <= m.layers + 1e-9, _is_int(p.dp), p.dp >= 1.0 - 1e-9,
-          _divides(s.scale_up_domain, s.gpus)]
+          _divides(s.scale_up_domain, s.gpus), _divides(s.gpus_per_node, s.scale_up_domain)]
     if p.schedule != "interleaved":
         ok.append(p.interleave == 1.0)
     return jnp.all(jnp.stack(ok))
@@ -794,7 +800,7 @@ def _polish(prob: Problem, pool: _Pool, count: int, starts: int, steps: int):
 
 
 def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0,
-             width: int = 1, beam: int = 4, rounds: int = 8, polish: int = 4) -> Result:
+             width: int = 1, beam: int = 4, rounds: int = 8, polish: int = 8) -> Result:
     """The gradient method (module docstring): relaxed multi-start descent,
     rounding to the admissible neighbourhood (`width` values either side),
     exact evaluation, lattice beam search (`beam` wide, at most `rounds`),
@@ -977,8 +983,8 @@ def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
     for k in knobs:
         sc.get_knob(scn, k)
     for o in outputs:
-        if o not in _OUTPUT_NAMES:
-            raise ValueError(f"output={o!r} is not one of {', '.join(_OUTPUT_NAMES)}")
+        if o not in SENSITIVITY_OUTPUTS:
+            raise ValueError(f"output={o!r} is not one of {', '.join(SENSITIVITY_OUTPUTS)}")
     group = tuple(dict.fromkeys(
         "system.gpus" if k == "parallel.dp" else k for k in knobs))
     values = {k: sc.get_knob(scn, k) for k in group}
@@ -988,9 +994,6 @@ def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
                 for k in knobs} for i, o in enumerate(outputs)}
 
 
-# outputs whose logarithm has a derivative (positive everywhere)
-_OUTPUT_NAMES = ("step_time_s", "tokens_per_s", "time_to_train_s", "gpu_hours",
-                 "expected_step_time_s", "memory_bytes_per_gpu", "mfu", "goodput")
 
 
 def knob_label(name: str) -> str:

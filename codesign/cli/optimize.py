@@ -26,6 +26,9 @@ def add_arguments(parser, name):
                             "plan and reliability knob)")
         parser.add_argument("--top", type=int, default=0, metavar="N",
                             help="print only the N largest (0: all)")
+        parser.add_argument("--output", default="step_time_s", choices=O.SENSITIVITY_OUTPUTS,
+                            help="the output to differentiate (default step_time_s; "
+                            "time_to_train_s brings in the failure rates)")
         return
     parser.add_argument("--vary", action="append", default=[], metavar="KNOB[,KNOB...]",
                         required=True, help="scenario keys to vary, e.g. parallel.tp,"
@@ -130,30 +133,31 @@ def _print_result(prob, r: O.Result, here: dict, show_path: bool):
             print("  path:", json.dumps(step))
 
 
+_WORDS = {"step_time_s": "step time", "tokens_per_s": "tokens/s",
+          "time_to_train_s": "time to train", "gpu_hours": "GPU-hours",
+          "expected_step_time_s": "expected step time", "memory_bytes_per_gpu": "memory per GPU",
+          "mfu": "MFU", "goodput": "goodput"}
+
+
 def _sensitivity(args) -> int:
     scn = sc.load(args.scenario, args.set, system=args.system)
-    knobs = args.knob or None
-    outputs = ("step_time_s", "time_to_train_s") if float(scn.tokens) > 0 else ("step_time_s",)
-    el = O.elasticities(scn, outputs, knobs)
-    step = el["step_time_s"]
-    order = sorted(step, key=lambda k: (-abs(step[k]), k))
+    if args.output in ("time_to_train_s", "gpu_hours") and float(scn.tokens) <= 0:
+        raise ValueError(f"--output {args.output} needs training.tokens > 0 "
+                         "(add --set training.tokens=...)")
+    el = O.elasticities(scn, (args.output,), args.knob or None)[args.output]
+    order = sorted(el, key=lambda k: (-abs(el[k]), k))
     values = {k: float(sc.get_knob(scn, k)) for k in order}
     if args.json:
-        out = {"scenario": scn.name, "output": "step_time_s",
-               "elasticities": {k: step[k] for k in order}, "values": values}
-        if "time_to_train_s" in el:
-            out["time_to_train_elasticities"] = {k: el["time_to_train_s"][k] for k in order}
-        print(json.dumps(out, indent=1))
+        print(json.dumps({"scenario": scn.name, "output": args.output,
+                          "elasticities": {k: el[k] for k in order}, "values": values},
+                         indent=1))
         return 0
-    shown = order[: args.top] if args.top > 0 else order
-    extra = "time_to_train_s" in el
-    print(f"{scn.name}: elasticity d log(step time) / d log(knob) at the scenario point"
-          + (" (and of time to train)" if extra else ""))
-    for k in shown:
-        line = f"  {k:<36} {step[k]:+9.4f}"
-        if extra:
-            line += f"  {el['time_to_train_s'][k]:+9.4f}"
-        print(f"{line}   {O.describe_elasticity(k, step[k], value=values[k])}")
+    words = _WORDS[args.output]
+    print(f"{scn.name}: elasticity d log({words}) / d log(knob) at the scenario point, "
+          "largest first")
+    for k in order[: args.top] if args.top > 0 else order:
+        print(f"  {k:<36} {el[k]:+9.4f}   "
+              f"{O.describe_elasticity(k, el[k], words, value=values[k])}")
     return 0
 
 
