@@ -79,10 +79,10 @@ PROBLEMS = {
     "d_checkpoint_vs_cluster_size": (
         "default", [],
         {"system.gpus": (512, 16384), "reliability.checkpoint_interval_s": (30, 7200),
-         "training.micro_batch": (1, 4)},
-        "time_to_train", {"budget_usd": 2.2e6}, 160,
-        "(d) GPT-3 175B: cluster size and checkpoint interval (with micro-batch size), "
-        "fastest run within a $2.2M budget"),
+         "training.micro_batch": (1, 4), "system.scale_out_bandwidth_Bps": (10 * GB, 200 * GB)},
+        "time_to_train", {"budget_usd": 2.2e6}, 32,
+        "(d) GPT-3 175B: cluster size and checkpoint interval (with micro-batch size and "
+        "scale-out bandwidth), fastest run within a $2.2M budget"),
 }
 
 

@@ -13,17 +13,18 @@ bounds, an objective and the constraints. Two methods solve it:
   `MU_END`. Smooth constraints (memory per GPU, budgets in dollars and watts,
   GPU count, dp >= 1, micro-batches >= 1, ep <= dp, pp x interleave <= layers,
   scale-up domain <= GPUs) are log-ratios g <= 0 with the penalty
-  mu softplus(k g)^2 / k^2. Divisibility is a projection: every integer knob
+  mu max(g, 0)^2. Divisibility is a projection: every integer knob
   has an admissible set (integers in its bounds that satisfy its own rules:
   tp | heads, cp | seq_len, ep | experts, micro_batch | global_batch, a
   divisor of a fixed GPU count, ...), and each start's continuous optimum is
   rounded to the admissible values that bracket it (the product over knobs).
   The candidates are evaluated exactly (t = 0, vmapped) against the exact
   structural rules (`structurally_feasible`: the rules of `plan.validate` plus
-  whole scale-up domains), refined by a lattice search that moves one or two
-  integer knobs one admissible step at a time, and the continuous knobs of the
-  best few are polished by Adam on the exact model with the integers fixed.
-  The best feasible point wins; `Result.path` records the way there.
+  whole scale-up domains of whole nodes), refined by a beam search on the
+  lattice (one integer knob moved up to `SINGLE_STEPS` admissible values, or
+  two moved one each), and the continuous knobs of the best few are polished
+  by Adam on the exact model with the integers fixed. The best feasible point
+  wins; `Result.path` records the way there.
 - `grid_search` (the yardstick). The Cartesian product of every admissible
   value of every integer knob and `grid_points` values of every continuous knob
   (log-spaced when the lower bound is positive), evaluated exactly in vmapped
@@ -33,7 +34,7 @@ Objectives (`OBJECTIVES`): step time, tokens per second, time to train (with
 goodput), cost to train in dollars and tokens per joule; `Assumptions` holds
 the prices and the amortisation they need (each labelled). `pareto_front`
 traces time against cost. `elasticities` gives d log(output) / d log(knob) for
-every hardware and plan knob by `jax.grad` at t = 0.
+every hardware, plan and reliability knob by `jax.jacrev` at t = 0.
 
 Evaluations are counted as model evaluations: one exact evaluation, or one
 value-and-gradient of the relaxed model (which costs a few forward passes;
@@ -97,10 +98,10 @@ _NO_LIMIT = 1e300  # an unset limit: its log-ratio constraint is about -690
 # Optimiser settings (numerical choices, not physics).
 T_START, T_END = 0.3, 1e-3  # relaxation temperature, annealed geometrically
 MU_START, MU_END = 10.0, 1e4  # penalty weight, grown geometrically
-PENALTY_SHARPNESS = 50.0  # k in softplus(k g) / k: the penalty's onset width in log units
 LEARNING_RATE = 0.05  # Adam step in unit-box coordinates, cosine-decayed to 5% of it
 SINGLE_STEPS = 3  # lattice search: one knob moves up to this many admissible values
 CHUNK = 1024  # points per vmapped exact evaluation (candidate sets pad to it)
+GRID_CHUNK = 16384  # points per vmapped exact evaluation of a large grid
 
 
 class Knob(NamedTuple):
@@ -180,17 +181,10 @@ class Core(eqx.Module):
     coords: tuple = eqx.field(static=True)  # the K varied knobs' names
 
 
-# The exact evaluation sets every knob (but parallel.dp, which follows
-# system.gpus): one compilation serves every problem on a scenario.
-EXACT_COORDS = tuple(k for k in sc.KNOBS if k != "parallel.dp")
-
-
 class Problem(NamedTuple):
     """What to vary, within which bounds, for which objective, under which limits."""
 
-    core: Core  # the descent's: the varied knobs
-    exact: Core  # the exact evaluation's: EXACT_COORDS
-    base: np.ndarray  # the scenario's value of each of EXACT_COORDS
+    core: Core  # what the compiled descent and exact evaluation see
     knobs: tuple  # of Knob, the varied ones
     admissible: tuple  # per knob: np.ndarray of admissible integers, None if continuous
     objective: str
@@ -218,10 +212,9 @@ class Problem(NamedTuple):
             else:
                 _check_limit(name, value)
                 active[name] = float(value)
-        new = (_objective_index(objective), _limit_array(active))
-        core, exact = (eqx.tree_at(lambda c: (c.objective, c.limits), c, new)
-                       for c in (self.core, self.exact))
-        return self._replace(core=core, exact=exact, objective=objective, limits=active)
+        core = eqx.tree_at(lambda c: (c.objective, c.limits), self.core,
+                           (_objective_index(objective), _limit_array(active)))
+        return self._replace(core=core, objective=objective, limits=active)
 
 
 def _concrete(value) -> float | None:
@@ -322,6 +315,12 @@ def admissible_values(scn: Scenario, name: str, lo: float, hi: float,
         keep &= np.isclose(np.mod(v, float(s.scale_up_domain)), 0.0)
     if name in ("system.gpus", "system.scale_up_domain") and fixed("system.gpus_per_node"):
         keep &= np.isclose(np.mod(v, float(s.gpus_per_node)), 0.0)  # whole nodes
+    model_parallel = ("parallel.tp", "parallel.pp", "parallel.cp")
+    if name == "system.gpus" and all(fixed(k) for k in model_parallel):
+        width = float(p.tp * p.pp * p.cp)
+        keep &= np.isclose(np.mod(v, width), 0.0)  # an integral dp
+        if fixed("training.global_batch") and fixed("training.micro_batch"):
+            keep &= _divisors_ok(v / width, float(p.global_batch / p.micro_batch))
     if name == "parallel.dp" and fixed("training.global_batch") and fixed("training.micro_batch"):
         keep &= _divisors_ok(v, float(p.global_batch / p.micro_batch))
     out = v[keep]
@@ -377,11 +376,7 @@ def problem(scn: Scenario, vary, bounds=None, objective: str = "step_time", *,
     goal, limit = _objective_index(objective), _limit_array(limits)
     box = (f([getattr(k, n) for k in knobs]) for n in ("lo", "hi", "log", "integer"))
     core = Core(scn, a, *box, goal, limit, coords=vary)
-    ints = [float(c in vary and c in INTEGER_KNOBS) for c in EXACT_COORDS]
-    zeros = f(np.zeros(len(EXACT_COORDS)))
-    exact = Core(scn, a, zeros, zeros + 1.0, zeros, f(ints), goal, limit, coords=EXACT_COORDS)
-    base = np.asarray([_knob_value(scn, c) for c in EXACT_COORDS])
-    return Problem(core, exact, base, tuple(knobs), tuple(admissible), objective,
+    return Problem(core, tuple(knobs), tuple(admissible), objective,
                    {n: float(v) for n, v in limits.items()})
 
 
@@ -513,8 +508,9 @@ def _objective(core: Core, m: dict):
 
 
 def _penalty(g: jax.Array, mu) -> jax.Array:
-    k = PENALTY_SHARPNESS
-    return mu * jnp.sum((jax.nn.softplus(k * g) / k) ** 2)
+    """mu sum max(g, 0)^2: zero on feasible points (an active constraint costs
+    nothing), continuously differentiable across the boundary."""
+    return mu * jnp.sum(jnp.maximum(g, 0.0) ** 2)
 
 
 def relaxed_loss(z: jax.Array, core: Core, t, mu) -> jax.Array:
@@ -551,31 +547,17 @@ def _exact_batch(core: Core, x: jax.Array) -> Exact:
     return jax.vmap(one)(x)
 
 
-def _full(prob: Problem, x) -> np.ndarray:
-    """Varied knob values (n, K) -> every knob of EXACT_COORDS (n, len); a varied
-    parallel.dp becomes system.gpus = dp tp pp cp."""
-    x = np.atleast_2d(np.asarray(x, dtype=float))
-    full = np.repeat(prob.base[None], len(x), 0)
-    col = {c: i for i, c in enumerate(EXACT_COORDS)}
-    for j, name in enumerate(prob.names):
-        if name != "parallel.dp":
-            full[:, col[name]] = x[:, j]
-    if "parallel.dp" in prob.names:
-        dp = x[:, prob.names.index("parallel.dp")]
-        full[:, col["system.gpus"]] = dp * np.prod(
-            [full[:, col[f"parallel.{d}"]] for d in ("tp", "pp", "cp")], axis=0)
-    return full
-
-
-def evaluate(prob: Problem, x) -> Exact:
+def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
     """Exact evaluation of points x (n, varied knobs), in padded chunks of
-    `CHUNK` (one compilation per scenario, whatever the knobs)."""
-    full = _full(prob, x)
+    `chunk` points (one compilation per problem's knobs and chunk size; what
+    the varied knobs do not touch, e.g. the failure statistics of a fixed GPU
+    count, is computed once per chunk)."""
+    full = np.atleast_2d(np.asarray(x, dtype=float))
     parts = []
-    for i in range(0, len(full), CHUNK):
-        block = full[i:i + CHUNK]
-        pad = np.concatenate([block, np.repeat(block[-1:], CHUNK - len(block), 0)])
-        out = _exact_batch(prob.exact, jnp.asarray(pad))
+    for i in range(0, len(full), chunk):
+        block = full[i:i + chunk]
+        pad = np.concatenate([block, np.repeat(block[-1:], chunk - len(block), 0)])
+        out = _exact_batch(prob.core, jnp.asarray(pad))
         parts.append(jax.tree.map(lambda a, n=len(block): np.asarray(a)[:n], out))
     return jax.tree.map(lambda *a: np.concatenate(a), *parts)
 
@@ -904,15 +886,16 @@ def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
     if total > max_points:
         raise ValueError(f"the grid holds {total:,} points, more than max_points="
                          f"{max_points:,}; narrow --bounds or lower --grid-points")
+    chunk = GRID_CHUNK if total > 16 * GRID_CHUNK else CHUNK  # one more compile pays off
     bar = _Progress(total, "grid", progress)
     best_loss, best_x, best_value = np.inf, None, np.nan
     feasible_points = 0
     kept = {k: [] for k in (*keep, "knobs")} if keep else {}
-    for lo in range(0, total, CHUNK):
-        idx = np.arange(lo, min(lo + CHUNK, total))
+    for lo in range(0, total, chunk):
+        idx = np.arange(lo, min(lo + chunk, total))
         x = np.stack([a[i] for a, i in zip(axes, np.unravel_index(idx, shape), strict=True)],
                      axis=1)
-        ex = evaluate(prob, x)
+        ex = evaluate(prob, x, chunk)
         feasible_points += int(np.sum(ex.feasible))
         b = _best_index(ex)
         if b is not None and ex.loss[b] < best_loss:

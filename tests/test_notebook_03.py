@@ -37,9 +37,12 @@ def _check(nb) -> None:
              re.findall(r"^\$([\d.]+)M -> +([\d.]+) days", text, re.M)]
     assert len(front) >= 3
     assert all(b[1] < a[1] for a, b in zip(front, front[1:], strict=False))
-    # (b): at 10 GB/s a node limit of 4 beats a plain all-to-all
+    # (b): at 10 GB/s a node limit of 4 beats a plain all-to-all; more bandwidth
+    # affords more routing freedom
     slow = re.search(r"^\s*10\.0 GB/s: .*unlimited \+([\d.]+)%", text, re.M)
     assert slow and float(slow.group(1)) > 10
+    free = [float(m) for m in re.findall(r"GB/s: M up to (\d+) within 1%", text)]
+    assert len(free) == 6 and free == sorted(free) and free[-1] > free[0]
     # (d): the grid's best checkpoint interval is Daly's, for every cluster size
     rows = re.findall(r"best interval on the grid\s+(\d+) s, Daly\s+(\d+) s", text)
     assert len(rows) == 6

@@ -123,7 +123,7 @@ def _print_result(prob, r: O.Result, here: dict, show_path: bool):
     if math.isfinite(m["time_to_train_s"]) and m["time_to_train_s"] > 0:
         print(f"time to train {m['time_to_train_s'] / day:.2f} days (goodput "
               f"{m['goodput']:.1%}), cost ${m['cost_to_train_usd'] / 1e6:.3f}M "
-              f"(fabric ${m['fabric_capex_usd'] / 1e6:.2f}M amortised), "
+              f"(fabric capex ${m['fabric_capex_usd'] / 1e6:.2f}M, amortised), "
               f"{m['tokens_per_joule']:.3g} tokens/J")
     size = f" of a {r.grid_size:,}-point grid ({r.feasible_points:,} feasible)" \
         if r.grid_size else ""
