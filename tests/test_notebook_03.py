@@ -32,6 +32,9 @@ def _check(nb) -> None:
     days = {m.group(1): float(m.group(2))
             for m in re.finditer(r"^\s*(gradient|grid):\s+([\d.]+) days", text, re.M)}
     assert days["gradient"] <= days["grid"] * 1.01, days
+    # (a): the best design per (domain, tp) exists for every tp shown
+    rows = re.findall(r"^domain +(\d+): (.*)$", text, re.M)
+    assert [int(d) for d, _ in rows] == [8, 64] and all("inf" not in r for _, r in rows)
     # the Pareto front: more money, less time
     front = [(float(c), float(d)) for c, d in
              re.findall(r"^\$([\d.]+)M -> +([\d.]+) days", text, re.M)]
