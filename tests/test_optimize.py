@@ -165,6 +165,18 @@ def test_continuous_knob_is_polished_to_a_stationary_point(small):
     assert np.all(around >= grad.value * (1 - 1e-9))
 
 
+def test_maximised_objective(small):
+    """tokens per joule is maximised: the gradient method at least matches the
+    grid from above, and more bandwidth is not free any more (fabric power)."""
+    p = small.with_limits("tokens_per_joule")
+    grad = O.optimize(p, starts=STARTS, steps=STEPS)
+    grid = O.grid_search(p, POINTS, progress=False)
+    assert grad.goal == grid.goal == "max" and grad.feasible
+    assert grad.value >= grid.value * (1 - 1e-9)
+    assert grad.value == pytest.approx(grad.metrics["tokens_per_joule"])
+    assert grad.best["system.scale_out_bandwidth_Bps"] < 400 * GB
+
+
 def test_limits_are_respected_or_reported_infeasible(small):
     free = O.optimize(small, starts=STARTS, steps=STEPS)
     boards_w = 1024 * 400.0  # A100 board power
