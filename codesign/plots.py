@@ -10,7 +10,20 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402,F401
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _figure(ax=None, figsize=(7, 4.5)):
+    """(figure, axes): the given axes' figure, or a new one."""
+    fig = ax.figure if ax is not None else plt.figure(figsize=figsize)
+    return fig, (ax if ax is not None else fig.add_subplot())
+
+
+def _save(fig, path=None):
+    """Write `fig` to `path` (when given) and return it."""
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
 
 
 def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=None,
@@ -273,8 +286,7 @@ def straggler_step_times(participants, curves: dict, *, monte_carlo=None, path=N
     `curves` maps label -> (mean, p99) arrays over `participants`;
     `monte_carlo` (optional) maps label -> (participants, means) drawn as dots.
     """
-    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
-    ax = ax if ax is not None else fig.add_subplot()
+    fig, ax = _figure(ax)
     for label, (mean, p99) in curves.items():
         (line,) = ax.semilogx(participants, mean, lw=1.8, label=f"{label}: mean")
         ax.semilogx(participants, p99, ":", lw=1.5, color=line.get_color(), label=f"{label}: p99")
@@ -287,9 +299,7 @@ def straggler_step_times(participants, curves: dict, *, monte_carlo=None, path=N
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    return fig
+    return _save(fig, path)
 
 
 def checkpoint_tradeoff(intervals_s, fraction, marks: dict, *, label=None, path=None, ax=None,
@@ -297,8 +307,7 @@ def checkpoint_tradeoff(intervals_s, fraction, marks: dict, *, label=None, path=
     """Effective training time fraction over the checkpoint interval (log x), with
     `marks` label -> (interval_s, fraction) drawn as points (e.g. Young, Daly).
     Call again with the same `ax` to overlay another curve (`label` names it)."""
-    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
-    ax = ax if ax is not None else fig.add_subplot()
+    fig, ax = _figure(ax)
     (line,) = ax.semilogx(intervals_s, fraction, lw=1.8, label=label)
     for (name, (tau, f)), marker in zip(marks.items(), "o^sv", strict=False):
         ax.plot([tau], [f], marker, ms=7, color=line.get_color(), mfc="white" if marker == "o"
@@ -308,17 +317,14 @@ def checkpoint_tradeoff(intervals_s, fraction, marks: dict, *, label=None, path=
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    return fig
+    return _save(fig, path)
 
 
 # ------------------------------------------------------- measured collectives (execute/)
 def measured_busbw(series: dict, *, title: str = "", path=None, ax=None):
     """nccl-tests busbw against size, one line per run: `series` maps a label to
     (sizes_bytes, busbw_Bps), e.g. from `codesign bench` records."""
-    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
-    ax = ax if ax is not None else fig.add_subplot()
+    fig, ax = _figure(ax)
     for label, (sizes, busbw) in series.items():
         ax.loglog(sizes, [b / 1e9 for b in busbw], "o-", ms=3, lw=1.5, label=label)
     ax.set_xlabel("size (bytes)")
@@ -326,16 +332,13 @@ def measured_busbw(series: dict, *, title: str = "", path=None, ax=None):
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    return fig
+    return _save(fig, path)
 
 
 def predicted_vs_measured(sizes_bytes, measured_s, predicted_s, held_out, *, title: str = "",
                           path=None, ax=None):
     """Measured times (dots; held-out sizes hollow) and the fitted model (line)."""
-    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
-    ax = ax if ax is not None else fig.add_subplot()
+    fig, ax = _figure(ax)
     order = sorted(range(len(sizes_bytes)), key=lambda i: sizes_bytes[i])
     ax.loglog([sizes_bytes[i] for i in order], [predicted_s[i] for i in order], "-", lw=1.5,
               label="fitted model")
@@ -350,9 +353,7 @@ def predicted_vs_measured(sizes_bytes, measured_s, predicted_s, held_out, *, tit
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    return fig
+    return _save(fig, path)
 
 
 # ------------------------------------------------------------ co-design (codesign.optimize)
@@ -363,8 +364,7 @@ def pareto(cost_usd, time_s, front_cost_usd=(), front_time_s=(), *, grid_front=N
     (`grid_front` = (costs, times)) dashed. Dollars in millions, days."""
     import numpy as np
 
-    fig = ax.figure if ax is not None else plt.figure(figsize=(7, 4.5))
-    ax = ax if ax is not None else fig.add_subplot()
+    fig, ax = _figure(ax)
     ax.scatter(np.asarray(cost_usd) / 1e6, np.asarray(time_s) / 86400, s=4, alpha=0.25,
                color="gray", label="grid designs (feasible)")
     if grid_front is not None:
