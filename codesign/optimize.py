@@ -566,17 +566,17 @@ def _exact_point(core: Core, values: tuple) -> Exact:
     return Exact(value, loss, loss + _penalty(g, MU_END), feasible, structural, m)
 
 
-def _grid_point(core: Core, values: tuple, objective: str, limits: tuple):
-    """(loss, feasible) of one point as `_exact_point` computes them, with the
-    objective and the set limits static, so that nothing else is computed. A
-    value not batched under `vmap` (a knob held fixed across a block of the
-    grid) keeps what is computed from it alone out of the batch."""
+def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple):
+    """(the metrics named in `outputs`, feasible) of one point as `_exact_point`
+    computes them, with the outputs and the set limits static, so that nothing
+    else is computed. A value not batched under `vmap` (a knob held fixed
+    across a block of the grid) keeps what is computed from it alone out of
+    the batch."""
     scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
     m = metrics(scn, core.assumptions)
-    key, goal = OBJECTIVES[objective]
-    loss = goal * safe_log(m[key])
     g = jnp.stack(_constraint_terms(core, scn, m, limits))
-    return loss, _structural_point(core, scn, values) & jnp.all(g <= 1e-12)
+    feasible = _structural_point(core, scn, values) & jnp.all(g <= 1e-12)
+    return tuple(m[k] for k in outputs), feasible
 
 
 @jax.jit
@@ -965,36 +965,79 @@ def _merge_top(score, index, top: int):
     return score[:top], index[:top]
 
 
+def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple):
+    """Block j of the grid, evaluated exactly: (the `outputs` metrics (block,)
+    each, valid and feasible (block,), grid index (block,))."""
+    o, start = j // lay.per_outer, (j % lay.per_outer) * lay.block
+    local = start + jnp.arange(lay.block)
+    valid = (j < lay.blocks) & (local < math.prod(lay.sizes[i] for i in lay.inner))
+    digits = dict(zip(lay.outer, _digits(o, lay.outer, lay.sizes), strict=True))
+    digits |= dict(zip(lay.inner, _digits(local, lay.inner, lay.sizes), strict=True))
+    fixed = {i: table[i, digits[i]] for i in lay.outer}  # scalars: not batched
+
+    def one(inner_values):
+        values = fixed | dict(zip(lay.inner, inner_values, strict=True))
+        return _grid_point(core, tuple(values[i] for i in range(len(lay.sizes))), outputs,
+                           lay.limits)
+
+    out, feasible = jax.vmap(one)(tuple(table[i, digits[i]] for i in lay.inner))
+    index = sum(digits[i] * lay.strides[i] for i in range(len(lay.sizes)))
+    return out, valid & feasible, index
+
+
 @eqx.filter_jit
 def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout):
     """Evaluate blocks first .. first + layout.scan - 1 of the grid exactly and
     fold them into carry = (scores (top,), grid indices (top,), feasible count):
     score = loss of a feasible point, inf otherwise."""
     lay = layout
+    key, goal = OBJECTIVES[lay.objective]
 
     def body(c, j):
         best, where, count = c
-        o, start = j // lay.per_outer, (j % lay.per_outer) * lay.block
-        local = start + jnp.arange(lay.block)
-        n_inner = math.prod(lay.sizes[i] for i in lay.inner)
-        valid = (j < lay.blocks) & (local < n_inner)
-        digits = dict(zip(lay.outer, _digits(o, lay.outer, lay.sizes), strict=True))
-        digits |= dict(zip(lay.inner, _digits(local, lay.inner, lay.sizes), strict=True))
-        fixed = {i: table[i, digits[i]] for i in lay.outer}  # scalars: not batched
-
-        def one(inner_values):
-            values = fixed | dict(zip(lay.inner, inner_values, strict=True))
-            return _grid_point(core, tuple(values[i] for i in range(len(lay.sizes))),
-                               lay.objective, lay.limits)
-
-        loss, feasible = jax.vmap(one)(tuple(table[i, digits[i]] for i in lay.inner))
-        ok = valid & feasible & jnp.isfinite(loss)
+        (value,), ok, index = _grid_block(core, table, lay, j, (key,))
+        loss = goal * safe_log(value)
+        ok = ok & jnp.isfinite(loss)
         score = jnp.where(ok, loss, jnp.inf)
-        index = sum(digits[i] * lay.strides[i] for i in range(len(lay.sizes)))
         neg, k = jax.lax.top_k(-score, min(lay.top, lay.block))  # ties: lower index first
         best, where = _merge_top(jnp.concatenate([best, -neg]),
                                  jnp.concatenate([where, index[k]]), lay.top)
         return (best, where, count + jnp.sum(ok)), None
+
+    out, _ = jax.lax.scan(body, carry, first + jnp.arange(lay.scan))
+    return out
+
+
+def _front(a, b, index, capacity: int):
+    """The points not dominated in (a, b) (both minimised; non-finite points
+    are not points), as `non_dominated` picks them (ties to the smaller
+    index), sorted by a, compacted into the first `capacity` slots (inf after
+    them); and how many there are."""
+    a, b, index = jax.lax.sort((a, b, index), num_keys=3)
+    seen = jnp.concatenate([jnp.full(1, jnp.inf, dtype=b.dtype), jax.lax.cummin(b)[:-1]])
+    keep = (b < seen) & jnp.isfinite(a) & jnp.isfinite(b)
+    _, a, b, index = jax.lax.sort((jnp.where(keep, 0, 1), a, b, index), num_keys=1,
+                                  is_stable=True)
+    drop = jnp.arange(a.shape[0]) >= jnp.sum(keep)
+    a, b = jnp.where(drop, jnp.inf, a), jnp.where(drop, jnp.inf, b)
+    return (a[:capacity], b[:capacity], index[:capacity]), jnp.sum(keep)
+
+
+@eqx.filter_jit
+def _pareto_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
+                   axes: tuple):
+    """As `_grid_blocks`, folding each block into a running non-dominated set
+    of the metrics `axes` (both minimised): carry = ((a, b, index) of the
+    front so far (capacity,) each, feasible count, largest front seen)."""
+    lay = layout
+
+    def body(c, j):
+        (fa, fb, fi), count, largest = c
+        (a, b), ok, index = _grid_block(core, table, lay, j, axes)
+        a, b = jnp.where(ok, a, jnp.inf), jnp.where(ok, b, jnp.inf)
+        front, n = _front(jnp.concatenate([fa, a]), jnp.concatenate([fb, b]),
+                          jnp.concatenate([fi, index]), fa.shape[0])
+        return (front, count + jnp.sum(ok), jnp.maximum(largest, n)), None
 
     out, _ = jax.lax.scan(body, carry, first + jnp.arange(lay.scan))
     return out
@@ -1010,28 +1053,47 @@ class GridProfile(NamedTuple):
     points_per_s: float  # grid points per second of stream_s
 
 
-def _stream_grid(prob: Problem, axes: list, top: int, bar: _Progress):
-    """Run the block kernel over the whole grid: (scores, grid indices of the
-    `top` best, feasible count, seconds per device call)."""
-    sizes = tuple(len(a) for a in axes)
-    lay = _layout(prob, sizes, top)
-    table = np.zeros((len(axes), max(sizes)))
+def _grid_table(axes: list) -> jax.Array:
+    """The grid's axes as one (knobs, longest axis) array (zero-padded)."""
+    table = np.zeros((len(axes), max(len(a) for a in axes)))
     for i, a in enumerate(axes):
         table[i, :len(a)] = a
-    table = jnp.asarray(table)
-    carry = (jnp.full(top, jnp.inf, dtype=float), jnp.zeros(top, dtype=jnp.int64),
-             jnp.zeros((), dtype=jnp.int64))
-    total = math.prod(sizes)
+    return jnp.asarray(table)
+
+
+def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: _Progress):
+    """Run a block kernel over the whole grid: (final carry as numpy arrays,
+    seconds per device call)."""
+    total = math.prod(lay.sizes)
     times = []
     for first in range(0, lay.blocks, lay.scan):
         t0 = time.perf_counter()
         carry = jax.block_until_ready(
-            _grid_blocks(prob.core, table, carry, jnp.asarray(first, dtype=jnp.int64), lay))
+            kernel(prob.core, table, carry, jnp.asarray(first, dtype=jnp.int64)))
         times.append(time.perf_counter() - t0)
         done = min(lay.blocks, first + lay.scan)
         bar.update(total if done == lay.blocks else min(total, done * lay.block))
-    score, index, count = (np.asarray(a) for a in carry)
+    return jax.tree.map(np.asarray, carry), times
+
+
+def _stream_grid(prob: Problem, axes: list, top: int, bar: _Progress):
+    """The top-N kernel over the whole grid: (scores, grid indices of the `top`
+    best, feasible count, seconds per device call)."""
+    lay = _layout(prob, tuple(len(a) for a in axes), top)
+    carry = (jnp.full(top, jnp.inf, dtype=float), jnp.zeros(top, dtype=jnp.int64),
+             jnp.zeros((), dtype=jnp.int64))
+    kernel = lambda core, table, c, first: _grid_blocks(core, table, c, first, lay)  # noqa: E731
+    (score, index, count), times = _stream(prob, lay, _grid_table(axes), kernel, carry, bar)
     return score, index, int(count), times
+
+
+def _profile(times: list, finish_s: float, total: int) -> GridProfile:
+    """The first call compiles: its excess over a typical call counts as
+    compilation (a grid done in one call counts whole as streaming)."""
+    typical = float(np.median(times[1:])) if len(times) > 1 else times[0]
+    compile_s = max(times[0] - typical, 0.0)
+    stream_s = sum(times) - compile_s
+    return GridProfile(compile_s, stream_s, finish_s, len(times), total / max(stream_s, 1e-12))
 
 
 def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: _Progress):
@@ -1111,18 +1173,65 @@ def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
         best_x, best_value = _here(prob), np.nan
     r = _result(prob, "grid", best_x, best_value, feasible, total, start, [], grid_size=total,
                 feasible_points=feasible_points)
-    # the first call compiles: its excess over a typical call counts as compilation
-    # (a grid done in one call counts whole as streaming)
-    typical = float(np.median(times[1:])) if len(times) > 1 else times[0]
-    compile_s = max(times[0] - typical, 0.0)
-    stream_s = sum(times) - compile_s
-    profile = GridProfile(compile_s, stream_s, time.perf_counter() - finish, len(times),
-                          total / max(stream_s, 1e-12))
+    profile = _profile(times, time.perf_counter() - finish, total)
     best = [{"knobs": _knob_dict(prob, x), "objective": float(v)}
             for x, v in zip(xs, values, strict=True)] if feasible else []
     if keep:
         r.metrics["grid"] = kept
     return r._replace(top=best, profile=profile._asdict())
+
+
+class GridFront(NamedTuple):
+    """The exact Pareto front of a grid in two minimised metrics."""
+
+    axes: tuple  # the two metrics' names (a, b)
+    knobs: list  # [{knob: value}] of the front's points, by increasing a
+    a: np.ndarray  # (n,) the first metric
+    b: np.ndarray  # (n,) the second metric (decreasing)
+    grid_size: int
+    feasible_points: int
+    profile: dict  # `GridProfile`
+
+
+def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_usd",
+                b: str = "time_to_train_s", *, progress: bool = True,
+                capacity: int = 1024, max_points: int = 1_000_000_000) -> GridFront:
+    """The feasible grid points not dominated in the metrics (a, b) (both
+    minimised; names of `metrics`), streamed as `grid_search` streams: each
+    block is folded on the device into a running non-dominated set of at most
+    `capacity` points, so memory stays flat. Equal to `non_dominated` over
+    every feasible point (ties to the first in the grid's C order)."""
+    names = tuple(jax.eval_shape(lambda: metrics(prob.scenario, prob.core.assumptions)))
+    for field, metric in (("a", a), ("b", b)):
+        if metric not in names:
+            raise ValueError(f"{field}={metric!r} is not a metric; metrics are "
+                             f"{', '.join(names)}")
+    if capacity < 1:
+        raise ValueError(f"capacity={capacity} must be at least 1")
+    axes = grid_axes(prob, grid_points)
+    total = grid_size(prob, grid_points)
+    if total > max_points:
+        raise ValueError(f"the grid holds {total:,} points, more than max_points="
+                         f"{max_points:,}; narrow the bounds or lower grid_points")
+    lay = _layout(prob, tuple(len(x) for x in axes), 1)
+    inf = jnp.full(capacity, jnp.inf, dtype=float)
+    carry = ((inf, inf, jnp.zeros(capacity, dtype=jnp.int64)), jnp.zeros((), dtype=jnp.int64),
+             jnp.zeros((), dtype=jnp.int64))
+    kernel = lambda core, table, c, first: _pareto_blocks(  # noqa: E731
+        core, table, c, first, lay, (a, b))
+    bar = _Progress(total, "pareto", progress)
+    ((fa, fb, fi), count, largest), times = _stream(prob, lay, _grid_table(axes), kernel,
+                                                    carry, bar)
+    if int(largest) > capacity:
+        raise ValueError(f"the front of a block held {int(largest):,} points, more than "
+                         f"capacity={capacity:,}: raise it")
+    keep = np.isfinite(fa)
+    shape = tuple(len(x) for x in axes)
+    digits = np.unravel_index(fi[keep], shape)
+    knobs = [_knob_dict(prob, [x[d[i]] for x, d in zip(axes, digits, strict=True)])
+             for i in range(int(keep.sum()))]
+    return GridFront((a, b), knobs, fa[keep], fb[keep], total, int(count),
+                     _profile(times, 0.0, total)._asdict())
 
 
 # ---------------------------------------------------------------- Pareto

@@ -163,6 +163,30 @@ def test_streamed_grid_is_a_plain_loop(monkeypatch):
     assert score[order[0]] == score[order[1]] == score[order[2]]  # a three-way tie
 
 
+def test_streamed_pareto_front_is_non_dominated_over_the_grid(monkeypatch):
+    """The streamed front (a running non-dominated set folded per block on the
+    device) is `non_dominated` over every feasible grid point."""
+    monkeypatch.setattr(O, "GRID_BLOCK", 16)
+    monkeypatch.setattr(O, "GRID_CALL_POINTS", 64)
+    vary = {"parallel.tp": (1, 16), "system.gpus": (512, 1024), "training.micro_batch": (1, 4),
+            "system.scale_out_bandwidth_Bps": (10 * GB, 200 * GB)}
+    p = O.problem(SCN, list(vary), vary, "time_to_train", budget_usd=2.5e6)
+    front = O.grid_pareto(p, 3, progress=False, capacity=64)
+    full = O.grid_search(p, 3, progress=False, keep=("cost_to_train_usd", "time_to_train_s"))
+    kept = full.metrics["grid"]
+    want = O.non_dominated(kept["cost_to_train_usd"], kept["time_to_train_s"])
+    assert front.feasible_points == full.feasible_points == len(kept["knobs"])
+    assert 3 <= len(front.knobs) == len(want) < front.feasible_points
+    assert [list(k.values()) for k in front.knobs] == [kept["knobs"][i] for i in want]
+    np.testing.assert_allclose(front.a, np.asarray(kept["cost_to_train_usd"])[want], rtol=1e-12)
+    np.testing.assert_allclose(front.b, np.asarray(kept["time_to_train_s"])[want], rtol=1e-12)
+    assert front.profile["calls"] > 2
+    with pytest.raises(ValueError, match="raise it"):
+        O.grid_pareto(p, 3, progress=False, capacity=1)
+    with pytest.raises(ValueError, match="b='speed' is not a metric"):
+        O.grid_pareto(p, 3, b="speed", progress=False)
+
+
 def test_gradients_match_values_recorded_before_the_speed_work():
     """Gradients of step time (13 knobs, 3 scenarios) and of the relaxed loss
     equal those recorded from the code before issue 15 (fixtures/
