@@ -114,14 +114,15 @@ def run_one(name: str, method: str, starts: int, steps: int) -> dict:
 
 def model_rate(repeats: int = 5) -> dict:
     """benchmarks/estimate.py's full-estimate rate, measured here."""
+    import importlib.util
+
     import jax
 
-    sys.path.insert(0, str(HERE))
-    try:
-        import estimate as E
-    finally:
-        sys.path.remove(str(HERE))
     from codesign import step as S
+
+    spec = importlib.util.spec_from_file_location("estimate", HERE / "estimate.py")
+    E = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(E)
 
     base = sc.load(None)
     batch, chunk = 100_000, 25_000
