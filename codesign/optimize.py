@@ -27,8 +27,13 @@ bounds, an objective and the constraints. Two methods solve it:
   wins; `Result.path` records the way there.
 - `grid_search` (the yardstick). The Cartesian product of every admissible
   value of every integer knob and `grid_points` values of every continuous knob
-  (log-spaced when the lower bound is positive), evaluated exactly in vmapped
-  chunks with a progress bar on stderr; returns the true optimum on the grid.
+  (log-spaced when the lower bound is positive), evaluated exactly; returns the
+  true optimum on the grid. Large grids stream: one compiled kernel enumerates
+  points on the device from their index, evaluates fixed-size blocks (knobs
+  the failure statistics depend on held fixed within a block) and keeps the
+  best few of each block on the device, so host memory is flat in the grid
+  size; a progress bar on stderr shows points per second. `grid_pareto`
+  streams the grid's exact Pareto front in two metrics the same way.
 
 Objectives (`OBJECTIVES`): step time, tokens per second, time to train (with
 goodput), cost to train in dollars and tokens per joule; `Assumptions` holds
