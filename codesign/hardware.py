@@ -19,12 +19,51 @@ from .units import GB, Gbps, KiB, us
 
 TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
 
+# Compute constants shared by every chip unless its preset says otherwise
+# (docs/sources.md has each source):
+# - HBM_EFFICIENCY: an H200 device-to-device copy moved ~4.3e12 B/s of its
+#   4.8e12 B/s spec (public microbenchmark): 0.9, used for every chip.
+# - ATTENTION_EFFICIENCY: FlashAttention-2 (Dao 2023) reaches 50-73% of the
+#   A100's peak in its kernel benchmarks (forward and backward together nearer
+#   the low end); FlashAttention-3 (Shah et al. 2024) up to 75% of H100's in
+#   forward. 0.6 over forward + backward is our reading of both: assumption
+#   within the published range.
+# - KERNEL_OVERHEAD_S: fixed launch + tail cost of one CUDA kernel, a few
+#   microseconds (assumption; `codesign calibrate compute` measures it).
+# - HBM reserve: 2 GiB for the CUDA context and communicator buffers plus 5% of
+#   capacity for allocator fragmentation (assumption).
+HBM_EFFICIENCY = 0.9
+ATTENTION_EFFICIENCY = 0.6
+KERNEL_OVERHEAD_S = 4e-6
+HBM_RESERVE_FIXED_BYTES = 2 * 2**30
+HBM_RESERVE_FRACTION = 0.05
+
+
+def default_hbm_reserve_bytes(hbm_bytes):
+    """Context and communicator buffers plus allocator fragmentation (assumption)."""
+    return HBM_RESERVE_FIXED_BYTES + HBM_RESERVE_FRACTION * hbm_bytes
+
+
+def gemm_efficiency(achieved_flops_per_s, n, peak_flops_per_s, hbm_Bps,
+                    element_bytes=2.0) -> float:
+    """The `matmul_efficiency` at which `step.gemm_time_s` gives a square n^3
+    GEMM the measured throughput: E = (flops / peak + bytes / HBM) / measured time."""
+    flops, moved = 2.0 * n**3, 3.0 * element_bytes * n**2
+    return (flops / peak_flops_per_s + moved / (hbm_Bps * HBM_EFFICIENCY)) * (
+        achieved_flops_per_s / flops)
+
 
 class Chip(eqx.Module):
     """One accelerator.
 
     `matmul_efficiency` is the fraction of peak a large, well-shaped GEMM
-    achieves; `step.py` lowers it for small GEMMs (see `matmul_efficiency`).
+    achieves; `step.py` lowers it for small GEMMs (see `step.gemm_time_s`).
+    `attention_efficiency` is the fraction of the 16-bit peak a fused attention
+    kernel (FlashAttention) achieves over forward and backward;
+    `hbm_efficiency` the fraction of `hbm_Bps` a streaming (memory-bound)
+    kernel achieves; `kernel_overhead_s` the fixed cost of one kernel (launch
+    and tail); `hbm_reserve_bytes` the HBM a training process cannot use for
+    its tensors (CUDA context, communicator buffers, allocator fragmentation).
     """
 
     peak_flops_per_s: jax.Array  # dense 16-bit (bf16/fp16) tensor peak, vendor figure
@@ -33,23 +72,44 @@ class Chip(eqx.Module):
     hbm_Bps: jax.Array
     matmul_efficiency: jax.Array  # large-GEMM fraction of peak, calibrated
     tdp_w: jax.Array  # board power, vendor figure
+    peak_fp32_flops_per_s: jax.Array  # dense 32-bit matmul peak (TF32 where it exists)
+    attention_efficiency: jax.Array  # fused attention kernel, fraction of 16-bit peak
+    hbm_efficiency: jax.Array  # achieved fraction of hbm_Bps for streaming kernels
+    kernel_overhead_s: jax.Array  # fixed seconds per kernel
+    hbm_reserve_bytes: jax.Array  # HBM not available to the training tensors
     name: str = eqx.field(static=True, default="chip")
 
     def __init__(self, peak_flops_per_s, peak_fp8_flops_per_s, hbm_bytes, hbm_Bps,
-                 matmul_efficiency=0.8, name="chip", tdp_w=700.0):
+                 matmul_efficiency=0.8, name="chip", tdp_w=700.0, *,
+                 peak_fp32_flops_per_s=None, attention_efficiency=None,
+                 hbm_efficiency=HBM_EFFICIENCY, kernel_overhead_s=KERNEL_OVERHEAD_S,
+                 hbm_reserve_bytes=None):
         self.peak_flops_per_s = C.as_float(peak_flops_per_s)
         self.peak_fp8_flops_per_s = C.as_float(peak_fp8_flops_per_s)
         self.hbm_bytes = C.as_float(hbm_bytes)
         self.hbm_Bps = C.as_float(hbm_Bps)
         self.matmul_efficiency = C.as_float(matmul_efficiency)
         self.tdp_w = C.as_float(tdp_w)
+        self.peak_fp32_flops_per_s = C.as_float(
+            peak_flops_per_s / 2 if peak_fp32_flops_per_s is None else peak_fp32_flops_per_s)
+        self.attention_efficiency = C.as_float(
+            ATTENTION_EFFICIENCY if attention_efficiency is None else attention_efficiency)
+        self.hbm_efficiency = C.as_float(hbm_efficiency)
+        self.kernel_overhead_s = C.as_float(kernel_overhead_s)
+        self.hbm_reserve_bytes = C.as_float(
+            default_hbm_reserve_bytes(hbm_bytes) if hbm_reserve_bytes is None
+            else hbm_reserve_bytes)
         self.name = name
 
     def __check_init__(self):
-        for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "hbm_bytes", "hbm_Bps", "tdp_w"):
+        for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "peak_fp32_flops_per_s",
+                  "hbm_bytes", "hbm_Bps", "tdp_w"):
             C.positive(f"chip.{f}", getattr(self, f))
-        C.check("chip.matmul_efficiency", self.matmul_efficiency,
-                lambda v: (v > 0) & (v <= 1), "must lie in (0, 1]")
+        for f in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency"):
+            C.check(f"chip.{f}", getattr(self, f), lambda v: (v > 0) & (v <= 1),
+                    "must lie in (0, 1]")
+        C.non_negative("chip.kernel_overhead_s", self.kernel_overhead_s)
+        C.non_negative("chip.hbm_reserve_bytes", self.hbm_reserve_bytes)
 
 
 class Tier(eqx.Module):
@@ -167,7 +227,12 @@ NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC ge
 # tests/test_step.py) to the seeds' two throughput figures:
 A100_MATMUL_EFFICIENCY = 0.778  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
 V100_MATMUL_EFFICIENCY = 0.488  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
-# H100, H800, B200, GB200 and TPUs have no figure in the seeds: they borrow A100's.
+# H100-class tensor cores: an 8192^3 BF16 GEMM on an H200 (same tensor cores,
+# 4.8e12 B/s HBM3e) ran at 769-798e12 FLOP/s (public microbenchmark, mean of
+# ten); the midpoint through the GEMM roofline of step.gemm_time_s. H800 has the
+# same tensor cores; B200/GB200 borrow it (assumption: no public figure here);
+# TPUs borrow A100's fitted factor (assumption).
+H100_MATMUL_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8192, 989e12, 4.8e12)
 
 
 # Board power (vendor datasheets): V100 SXM3 450 W (DGX-2H), A100 SXM4 400 W,
@@ -178,8 +243,12 @@ TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700
          "H800": 700.0, "B200": 1000.0, "GB200": 1200.0, "tpu-v4": 192.0, "tpu-v5p": 350.0}
 
 
-def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency):
-    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, name=name, tdp_w=TDP_W[name])
+# Dense 32-bit matmul peaks (vendor datasheets): V100 15.7 TFLOP/s FP32 (no
+# TF32), A100 156 TF32, H100/H800 494.7 TF32, B200/GB200 half their 16-bit peak
+# (TF32); TPUs have no 32-bit matrix unit: three bf16 passes (assumption).
+def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32):
+    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, name=name, tdp_w=TDP_W[name],
+                peak_fp32_flops_per_s=fp32)
 
 
 def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
@@ -198,7 +267,7 @@ def _dgx_v100() -> Preset:
     chip = _gpu_chip("V100-SXM3-32GB",
                      125e12,  # R: V100 tensor-core peak 125 TFLOP/s
                      125e12,  # no 8-bit tensor-core path on V100: same as fp16
-                     32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY)  # R: 32 GB
+                     32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY, 15.7e12)  # R: 32 GB
     up_bw = 300 * GB / 2  # R: NVLink2 via NVSwitch 300 GB/s bidir
     # No nccl-tests figure for DGX-2H in R: borrow DGX A100's calibrated factor.
     up_eff = _calibrated_efficiency(230 * GB, 300 * GB, 2.0e12 / 2)
@@ -217,7 +286,7 @@ def _dgx_a100() -> Preset:
     hbm_Bps = 2.0e12  # R: A100 80 GB HBM2e 2.0 TB/s
     chip = _gpu_chip("A100-SXM4-80GB", 312e12,  # R: 312 TFLOP/s bf16 dense
                      624e12,  # vendor datasheet: int8 dense 624 TOPS (no fp8)
-                     80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY)
+                     80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY, 156e12)
     up_bw = 600 * GB / 2  # R: NVLink3 600 GB/s bidir
     return Preset(
         System(chip, 1024, 8,
@@ -236,7 +305,7 @@ def _dgx_a100() -> Preset:
 def _h100_chip(name: str) -> Chip:
     return _gpu_chip(name, 989e12,  # R: H100 SXM 989 TFLOP/s bf16 dense
                      1979e12,  # vendor datasheet: fp8 dense 1,979 TFLOP/s
-                     80 * GB, 3.35e12, A100_MATMUL_EFFICIENCY)  # R: 80 GB, 3.35 TB/s (borrowed)
+                     80 * GB, 3.35e12, H100_MATMUL_EFFICIENCY, 494.7e12)  # R: 80 GB, 3.35 TB/s
 
 
 def _dgx_h100() -> Preset:
@@ -274,7 +343,8 @@ def _h800() -> Preset:
 
 
 def _b200_chip(name, bf16, fp8, hbm_bytes) -> Chip:
-    return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12, A100_MATMUL_EFFICIENCY)  # R: 8 TB/s
+    return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12,  # R: 8 TB/s
+                     H100_MATMUL_EFFICIENCY, bf16 / 2)  # borrowed from H100 (assumption)
 
 
 def _nvlink5_tier(hbm_Bps: float) -> Tier:
@@ -318,7 +388,7 @@ def _gb200_nvl72() -> Preset:
 def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, pod_chips) -> System:
     # A 3D torus: 6 nearest-neighbour ICI links per chip; a collective on the
     # torus drives all of them, so the per-chip bandwidth is 6 x per-link.
-    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY)
+    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3)
     ici = _tier(6 * link_Bps, SCALE_UP_LATENCY_S, 1.0, hbm_Bps)
     # The data-centre network beside the torus is not in R: assumption of
     # 200 Gb/s per 4-chip host, labelled as such.

@@ -9,7 +9,8 @@ A scenario has five tables; explicit keys override a preset:
     [parallel]    tp, pp, dp, cp, ep, interleave, schedule, zero, sequence_parallel,
                   moe_node_limit, dp_bucket_bytes, reshard_after_forward
     [system]      preset, gpus, scale_up_domain, gpus_per_node, pod_size, oversubscription,
-                  matmul_efficiency, topology, placement, and for each tier
+                  matmul_efficiency, attention_efficiency, hbm_efficiency,
+                  kernel_overhead_s, hbm_reserve_bytes, topology, placement, and for each tier
                   (scale_up_, scale_out_): bandwidth_Bps, latency_s, efficiency, reduction_Bps
     [reliability] every field of `reliability.Reliability`
 
@@ -44,6 +45,8 @@ _MODEL_FLOATS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len
 _PLAN_FLOATS_KEYS = ("tp", "pp", "dp", "cp", "ep", "interleave", "moe_node_limit",
                      "dp_bucket_bytes")
 _TIER_FIELDS = ("bandwidth_Bps", "latency_s", "efficiency", "reduction_Bps")
+_CHIP_FLOATS = ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
+                "kernel_overhead_s", "hbm_reserve_bytes")
 _RELIABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(Reliability))
 
 SCHEMA: dict[str, dict[str, type | tuple]] = {
@@ -56,7 +59,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "reshard_after_forward": bool},
     "system": {"preset": str, **dict.fromkeys(
         ("gpus", "scale_up_domain", "gpus_per_node", "pod_size", "oversubscription",
-         "matmul_efficiency"), float),
+         *_CHIP_FLOATS), float),
         **{f"{tier}_{f}": float for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
         "topology": str, "placement": str},
     "reliability": dict.fromkeys(_RELIABILITY_FIELDS, float),
@@ -88,7 +91,7 @@ _GETTERS = {
     "training.tokens": _path("tokens"),
     **{f"parallel.{k}": _path("plan", k) for k in _PLAN_FLOATS_KEYS},
     **{f"system.{k}": _path("system", k) for k in _SYSTEM_FLOATS},
-    "system.matmul_efficiency": _path("system", "chip", "matmul_efficiency"),
+    **{f"system.{k}": _path("system", "chip", k) for k in _CHIP_FLOATS},
     **{f"system.{tier}_{f}": _path("system", tier, f)
        for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
     **{f"reliability.{k}": _path("reliability", k) for k in _RELIABILITY_FIELDS},
@@ -201,8 +204,10 @@ def _system(t: dict) -> System:
         kw = {f: t.get(f"{tier}_{f}", getattr(old, f)) for f in _TIER_FIELDS}
         tiers[tier] = Tier(**kw, in_network_efficiency=old.in_network_efficiency)
     chip = base.chip
-    if "matmul_efficiency" in t:
-        chip = eqx.tree_at(lambda c: c.matmul_efficiency, chip, C.as_float(t["matmul_efficiency"]))
+    for k in _CHIP_FLOATS:
+        if k in t:
+            chip = eqx.tree_at(lambda c, k=k: getattr(c, k), chip, C.as_float(t[k]))
+    type(chip).__check_init__(chip)
     return System(chip, t.get("gpus", base.gpus), t.get("scale_up_domain", base.scale_up_domain),
                   tiers["scale_up"], tiers["scale_out"],
                   t.get("gpus_per_node", base.gpus_per_node), t.get("pod_size", base.pod_size),
