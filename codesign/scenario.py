@@ -4,10 +4,14 @@ A scenario has five tables; explicit keys override a preset:
 
     [model]       preset, layers, hidden, heads, kv_heads, ffn_hidden, seq_len, vocab,
                   moe_layers, experts, shared_experts, top_k, expert_ffn_hidden,
-                  gated, tied_embeddings
-    [training]    global_batch, micro_batch, recompute, dtype, tokens
+                  gated, tied_embeddings, attention (mha, mla), attention_kernel
+                  (flash, naive), dropout, and for MLA q_lora_rank, kv_lora_rank,
+                  qk_head_dim, qk_rope_head_dim, v_head_dim
+    [training]    global_batch, micro_batch, moe_imbalance, recompute, dtype (the precision recipe:
+                  fp32, fp16, bf16, fp8), tokens, and <part>_dtype overriding one part
+                  of the recipe (plan.PRECISION_PARTS)
     [parallel]    tp, pp, dp, cp, ep, interleave, schedule, zero, sequence_parallel,
-                  moe_node_limit, dp_bucket_bytes, reshard_after_forward
+                  moe_node_limit, dp_bucket_bytes, reshard_after_forward, comm_sm_fraction
     [system]      preset, gpus, scale_up_domain, gpus_per_node, pod_size, oversubscription,
                   matmul_efficiency, attention_efficiency, hbm_efficiency,
                   kernel_overhead_s, hbm_reserve_bytes, topology, placement, and for each tier
@@ -35,15 +39,24 @@ import jax.numpy as jnp
 from . import _checks as C
 from . import hardware, workload
 from .hardware import System, Tier
-from .plan import DEFAULT_PLACEMENT, Plan, validate
+from .plan import (
+    COMM_SM_FRACTION,
+    DEFAULT_PLACEMENT,
+    MOE_IMBALANCE,
+    PRECISION_PARTS,
+    Plan,
+    recipe,
+    validate,
+)
 from .reliability import Reliability
 from .units import parse_bandwidth, parse_bytes
 from .workload import Transformer
 
 _MODEL_FLOATS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
-                 "moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden")
+                 "moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden",
+                 "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")
 _PLAN_FLOATS_KEYS = ("tp", "pp", "dp", "cp", "ep", "interleave", "moe_node_limit",
-                     "dp_bucket_bytes")
+                     "dp_bucket_bytes", "comm_sm_fraction")
 _TIER_FIELDS = ("bandwidth_Bps", "latency_s", "efficiency", "reduction_Bps")
 _CHIP_FLOATS = ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
                 "kernel_overhead_s", "hbm_reserve_bytes")
@@ -51,9 +64,11 @@ _RELIABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(Reliability))
 
 SCHEMA: dict[str, dict[str, type | tuple]] = {
     "model": {"preset": str, **dict.fromkeys(_MODEL_FLOATS, float), "gated": bool,
-              "tied_embeddings": bool},
-    "training": {"global_batch": float, "micro_batch": float, "recompute": str, "dtype": str,
-                 "tokens": float},
+              "tied_embeddings": bool, "attention": str, "attention_kernel": str,
+              "dropout": bool},
+    "training": {"global_batch": float, "micro_batch": float, "moe_imbalance": float,
+                 "recompute": str, "dtype": str,
+                 "tokens": float, **{f"{part}_dtype": str for part in PRECISION_PARTS}},
     "parallel": {**dict.fromkeys(_PLAN_FLOATS_KEYS, float),
                  "schedule": str, "zero": int, "sequence_parallel": bool,
                  "reshard_after_forward": bool},
@@ -88,6 +103,7 @@ _GETTERS = {
     **{f"model.{k}": _path("model", k) for k in _MODEL_FLOATS},
     "training.global_batch": _path("plan", "global_batch"),
     "training.micro_batch": _path("plan", "micro_batch"),
+    "training.moe_imbalance": _path("plan", "moe_imbalance"),
     "training.tokens": _path("tokens"),
     **{f"parallel.{k}": _path("plan", k) for k in _PLAN_FLOATS_KEYS},
     **{f"system.{k}": _path("system", k) for k in _SYSTEM_FLOATS},
@@ -223,15 +239,14 @@ def _model(t: dict) -> Transformer:
             keys = ", ".join("model." + k for k in missing)
             raise ValueError(f"[model] needs a preset or {keys}")
     get = lambda k: t.get(k, getattr(base, k) if base is not None else None)  # noqa: E731
+    statics = {"gated": False, "tied_embeddings": True, "attention": "mha",
+               "attention_kernel": "flash", "dropout": False}
     return Transformer(
         get("layers"), get("hidden"), get("heads"), get("seq_len"), get("vocab"),
         kv_heads=get("kv_heads"), ffn_hidden=get("ffn_hidden"),
-        moe_layers=get("moe_layers") or 0, experts=get("experts") or 0,
-        shared_experts=get("shared_experts") or 0, top_k=get("top_k") or 0,
-        expert_ffn_hidden=get("expert_ffn_hidden") or 0,
-        gated=t.get("gated", base.gated if base is not None else False),
-        tied_embeddings=t.get("tied_embeddings",
-                              base.tied_embeddings if base is not None else True),
+        **{k: get(k) or 0 for k in _MODEL_FLOATS[7:]},
+        **{k: t.get(k, getattr(base, k) if base is not None else v)
+           for k, v in statics.items()},
         name=base.name if base is not None else "custom")
 
 
@@ -249,12 +264,17 @@ def _plan(tr: dict, pa: dict, system: System, placement: str | None) -> Plan:
     return Plan(dp, tp, pp, cp, pa.get("ep", 1.0), micro, tr.get("global_batch", dp * micro),
                 pa.get("interleave", 1.0), pa.get("moe_node_limit", 0.0),
                 pa.get("dp_bucket_bytes", 25 * 2.0**20),
+                tr.get("moe_imbalance", MOE_IMBALANCE),
+                pa.get("comm_sm_fraction", COMM_SM_FRACTION),
                 schedule=pa.get("schedule", "interleaved" if pa.get("interleave", 1) > 1
                                 else "1f1b"),
                 zero=pa.get("zero", 0), sequence_parallel=pa.get("sequence_parallel", False),
                 recompute=tr.get("recompute", "none"),
                 reshard_after_forward=pa.get("reshard_after_forward", True),
-                dtype=tr.get("dtype", "bf16"), placement=order)
+                dtype=tr.get("dtype", "bf16"), placement=order,
+                precision=recipe(tr.get("dtype", "bf16"), **{
+                    part: tr[f"{part}_dtype"] for part in PRECISION_PARTS
+                    if f"{part}_dtype" in tr}))
 
 
 def from_tables(tables: dict, overrides=(), name: str = "scenario") -> Scenario:

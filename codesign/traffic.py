@@ -31,9 +31,6 @@ from .plan import Plan
 from .relax import smooth_ceil, smooth_clip, smooth_max, smooth_min
 from .workload import Transformer
 
-ACTIVATION_BYTES = {"bf16": 2.0, "fp8": 1.0}  # bytes per element moved for activations
-GRADIENT_BYTES = 2.0  # 16-bit gradients and parameters on the wire (Megatron default)
-
 
 class Row(eqx.Module):
     """One collective of the step: `count_per_step` of them, `message_bytes` each."""
@@ -133,7 +130,7 @@ def _tp_rows(model, plan, system, sh, t):
     """Megatron: 2 all-reduces per layer forward and 2 backward, per micro-batch
     (+2 when the forward is recomputed); reduce-scatter + all-gather each with
     sequence parallelism. On the critical path."""
-    n = sh.tokens * model.hidden * ACTIVATION_BYTES[plan.dtype]
+    n = sh.tokens * model.hidden * plan.precision.bytes("activations")
     per_layer = 4.0 + (2.0 if plan.recompute == "full" else 0.0)
     count = per_layer * sh.layers_on_stage * sh.micro_batches
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
@@ -148,7 +145,8 @@ def _cp_rows(model, plan, system, sh, attention_s, t):
     """Ring attention: all-gather K and V in forward (again when recomputed),
     reduce-scatter dK and dV in backward, per layer and micro-batch; overlapped
     with the attention-score compute, only the excess is exposed."""
-    n = 2 * plan.micro_batch * model.seq_len * model.kv_hidden / plan.tp * 2.0
+    n = (plan.micro_batch * model.seq_len * model.kv_elements_per_token() / plan.tp
+         * plan.precision.bytes("attention"))
     fwd = (2.0 if plan.recompute == "full" else 1.0) * sh.layers_on_stage * sh.micro_batches
     bwd = sh.layers_on_stage * sh.micro_batches
     ag, ranks, inside = group_cost("all_gather", n, plan, ("cp",), system, t)
@@ -197,7 +195,12 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     for free). Critical path, except that DualPipe overlaps it with the other
     micro-batch's compute (`overlap_s`).
     """
-    per_token = model.hidden * ACTIVATION_BYTES[plan.dtype]
+    # forward dispatch in its width; the combine and both backward exchanges
+    # (gradients) in the combine width (+ a dispatch and a combine when recomputed)
+    redo = 1.0 if plan.recompute == "full" else 0.0
+    width = ((1.0 + redo) * plan.precision.bytes("ep_dispatch")
+             + (3.0 + redo) * plan.precision.bytes("ep_combine")) / (4.0 + 2.0 * redo)
+    per_token = model.hidden * width
     tokens = sh.tokens / plan.tp
     n = tokens * model.top_k * per_token
     ranks, inside, span, stride = group(plan, ("ep",), system, t)
@@ -241,22 +244,25 @@ def _dp_rows(model, plan, system, sh, backward_s, forward_s, t):
     dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
     rows = []
     for label, params, dims in (("dense", dense, ("ep", "dp")), ("experts", expert, ("dp",))):
-        grad_bytes = params * GRADIENT_BYTES
+        grad_bytes = params * plan.precision.bytes("grad_reduce")
+        param_bytes = params * plan.precision.bytes("params")
         present = grad_bytes > 0  # no routed experts: the experts rows are empty
         buckets = jnp.maximum(grad_bytes / plan.dp_bucket_bytes, 1.0)
         bucket = grad_bytes / buckets
         ops = ("all_reduce",) if plan.zero == 0 else ("reduce_scatter", "all_gather")
         for op in ops:
-            one, ranks, inside = group_cost(op, bucket, plan, dims, system, t)
+            size = bucket if op != "all_gather" else bucket * param_bytes / jnp.where(
+                grad_bytes > 0, grad_bytes, 1.0)  # updated weights, in their own width
+            one, ranks, inside = group_cost(op, size, plan, dims, system, t)
             hide = backward_s if op != "all_gather" else forward_s
             exposed = bucketed_exposed_s(one.time_s, buckets, hide, t) * present
-            rows.append(_row("dp", op, f"hierarchical/{label}", bucket, buckets * present, one,
+            rows.append(_row("dp", op, f"hierarchical/{label}", size, buckets * present, one,
                              ranks, inside, exposed=exposed, critical=False))
         if plan.zero == 3:
             count = sh.micro_batches * (2.0 if plan.reshard_after_forward else 1.0) * present
-            one, ranks, inside = group_cost("all_gather", grad_bytes, plan, dims, system, t)
+            one, ranks, inside = group_cost("all_gather", param_bytes, plan, dims, system, t)
             exposed = smooth_max(count * one.time_s - sh.micro_batches * forward_s, 0.0, t)
-            rows.append(_row("dp", "all_gather", f"zero3-params/{label}", grad_bytes, count,
+            rows.append(_row("dp", "all_gather", f"zero3-params/{label}", param_bytes, count,
                              one, ranks, inside, exposed=exposed, critical=False))
     return rows
 
@@ -267,7 +273,7 @@ def _pp_rows(model, plan, system, sh, t):
     Each tensor-parallel rank sends 1/tp of the activation (Narayanan et al.
     2021's scatter/gather optimisation; the all-gather inside the domain that
     reassembles it is neglected)."""
-    n = sh.tokens * model.hidden * ACTIVATION_BYTES[plan.dtype] / plan.tp
+    n = sh.tokens * model.hidden * plan.precision.bytes("activations") / plan.tp
     count = 2.0 * sh.micro_batches * plan.interleave * (plan.pp > 1)
     ranks, inside, span, stride = group(plan, ("pp",), system, t)
     # a neighbour shares the domain when the stage stride fits inside it

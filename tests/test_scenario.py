@@ -90,7 +90,8 @@ def test_estimate_cli_json_has_every_key(capsys):
     assert main(["estimate", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert ESTIMATE_KEYS <= set(out)
-    assert set(out["breakdown_s"]) == {"compute", "tp", "cp", "dp", "ep", "pp_p2p", "pp_bubble"}
+    assert set(out["breakdown_s"]) == {"compute", "tp", "cp", "dp", "ep", "pp_p2p", "pp_bubble",
+                                       "optimizer"}
     assert out["traffic"] and all(ROW_KEYS <= set(r) for r in out["traffic"])
     assert sum(out["breakdown_s"].values()) == pytest.approx(out["step_time_s"])
     assert main(["estimate"]) == 0

@@ -34,8 +34,8 @@ def test_calibration_reruns_to_the_preset_constants():
     s1t = sc.load("megatron-1t")
     e = step.calibrate_matmul_efficiency(s1t.model, s1t.plan, s1t.system, 163e12, iterations=25)
     assert e == pytest.approx(hardware.A100_MATMUL_EFFICIENCY, rel=0.005)
-    small = workload.Transformer(40, 1536, 16, 1024, 51200)  # Megatron-LM's 1.2B baseline
-    one = plan.Plan(dp=1, micro_batch=8, global_batch=8, recompute="full")
+    small = workload.model("megatron-1.2b")  # Megatron-LM's 1.2B baseline
+    one = plan.Plan(dp=1, micro_batch=8, global_batch=8, recompute="full", dtype="fp16")
     e = step.calibrate_matmul_efficiency(small, one, hardware.system("dgx-v100"), 39e12,
                                          iterations=25)
     assert e == pytest.approx(hardware.V100_MATMUL_EFFICIENCY, rel=0.005)
