@@ -186,6 +186,11 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
     tokens = plan.micro_batch * model.seq_len / plan.cp
     logits = gemm_time_s(system, tokens, model.hidden, model.vocab / plan.tp,
                          plan.precision.attention)  # the output layer stays 16-bit
+    # the loss: fp32 logits written, then read by softmax / cross-entropy; in
+    # backward their gradient written and read again (memory-bound)
+    loss = streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp) \
+        + system.chip.kernel_overhead_s
+    logits = logits + loss
     forward = matrix + att_fwd + logits
     recompute = {"none": 0.0, "selective": att_fwd, "full": matrix + att_fwd}[plan.recompute]
     backward = 2.0 * (matrix + logits) + att_bwd + recompute
@@ -294,6 +299,7 @@ class Step(eqx.Module):
     exposed_s: dict  # dimension -> exposed communication seconds per step
     tokens_per_s: jax.Array
     model_flops_per_step: jax.Array
+    model_flops_causal_per_step: jax.Array  # attention scores counted for the causal half
     hardware_flops_per_step: jax.Array
     peak_flops_per_s: jax.Array  # dense 16-bit peak: MFU's denominator, whatever the recipe
     peak_fp8_flops_per_s: jax.Array
@@ -306,6 +312,11 @@ class Step(eqx.Module):
     @property
     def mfu(self):
         return self.model_flops_per_step / (self.step_time_s * self.gpus * self.peak_flops_per_s)
+
+    @property
+    def mfu_causal(self):
+        """MFU with the attention scores counted for the causal half only."""
+        return self.mfu * self.model_flops_causal_per_step / self.model_flops_per_step
 
     @property
     def mfu_fp8_peak(self):
@@ -356,6 +367,7 @@ def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
         step_time_s=step_time, compute_s=compute, bubble_s=bubble, exposed_s=exposed,
         tokens_per_s=tokens / step_time,
         model_flops_per_step=tokens * model.model_flops_per_token(),
+        model_flops_causal_per_step=tokens * model.model_flops_per_token(causal=True),
         hardware_flops_per_step=tokens * model.hardware_flops_per_token(plan.recompute),
         peak_flops_per_s=system.chip.peak_flops_per_s,
         peak_fp8_flops_per_s=system.chip.peak_fp8_flops_per_s, optimizer_s=tm.optimizer_s,
@@ -415,7 +427,7 @@ def outputs(est: Estimate) -> dict:
     s, r, f = est.step, est.reliability, est.fabric
     out = {
         "step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s,
-        "mfu": s.mfu, "mfu_fp8_peak": s.mfu_fp8_peak, "hfu": s.hfu,
+        "mfu": s.mfu, "mfu_causal": s.mfu_causal, "mfu_fp8_peak": s.mfu_fp8_peak, "hfu": s.hfu,
         "model_tflops_per_gpu": s.model_flops_per_s_per_gpu / 1e12,
         "hardware_tflops_per_gpu": s.hardware_flops_per_s_per_gpu / 1e12,
         "memory_bytes_per_gpu": s.memory.total_bytes,

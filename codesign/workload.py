@@ -230,15 +230,17 @@ class Transformer(eqx.Module):
     def logits_flops_per_token(self) -> jax.Array:
         return 2 * self.vocab * self.hidden
 
-    def forward_flops_per_token(self) -> jax.Array:
+    def forward_flops_per_token(self, causal: bool = False) -> jax.Array:
+        """One forward per token; `causal` counts only the unmasked half of the
+        attention scores (a convention some MFU reports use)."""
         layers = (self.dense_layers * self.layer_forward_flops_per_token(False)
                   + self.moe_layers * self.layer_forward_flops_per_token(True))
-        return (layers + self.layers * self.attention_score_flops_per_token()
-                + self.logits_flops_per_token())
+        scores = self.layers * self.attention_score_flops_per_token()
+        return layers + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()
 
-    def model_flops_per_token(self) -> jax.Array:
+    def model_flops_per_token(self, causal: bool = False) -> jax.Array:
         """Forward + backward (3x forward): the FLOPs MFU counts."""
-        return 3 * self.forward_flops_per_token()
+        return 3 * self.forward_flops_per_token(causal)
 
     def hardware_flops_per_token(self, recompute: str) -> jax.Array:
         """Model FLOPs plus what recomputation adds: the FLOPs HFU counts."""

@@ -30,6 +30,7 @@ COMMANDS = {
     "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs"),
     "audit": ("audit", "compare the HLO of a compiled sharded step with the traffic table"),
     "sweep": ("sweep", "run a design sweep spec (resumable, sharded)"),
+    "validate": ("validate", "the model beside every published end-to-end figure we know"),
 }
 
 
