@@ -413,11 +413,16 @@ class Estimate(eqx.Module):
         return ideal / self.reliability.goodput
 
 
+def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
+    """Bytes of one checkpoint: weights, master weights and Adam moments."""
+    pr = plan.precision
+    return model.params() * (pr.bytes("params") + pr.optimizer_bytes_per_param)
+
+
 def estimate(scn, t=0.0) -> Estimate:
     """The whole model of a `scenario.Scenario`, differentiable in every float."""
     s = step(scn.model, scn.plan, scn.system, t)
-    pr = scn.plan.precision  # weights, master weights and Adam moments
-    checkpoint_bytes = scn.model.params() * (pr.bytes("params") + pr.optimizer_bytes_per_param)
+    checkpoint_bytes = checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
     return Estimate(s, rel, fabric.inventory(scn.system, t=t), scn.tokens)
 

@@ -131,7 +131,7 @@ CHECKS: tuple[Check, ...] = (
     _narayanan(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
     _narayanan(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
     _narayanan(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
-    Check("GPT-3 175B on 1024 A100 (tp 8, pp 8)", "Narayanan et al. 2021, section 5.1",
+    Check("GPT-3 175B on 1024 A100 (tp 8, pp 8)", "Narayanan et al. 2021, GPT-3 training-time estimate",
           "hardware_tflops_per_gpu", 140.0, scenario_lib.read("default"),
           note="interleaved schedule (2 chunks) assumed"),
     _mt_nlg(280, 60.1),

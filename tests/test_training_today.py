@@ -76,7 +76,7 @@ def test_fp8_recipe_keeps_attention_and_logits_in_bf16():
     bf16 = _out(sc.load("llama3-405b"))
     fp8 = _out(sc.load("llama3-405b", ["training.dtype='fp8'"]))
     speedup = float(bf16["step_time_s"]) / float(fp8["step_time_s"])
-    assert 1.05 < speedup < 1.5  # not the 1.65x of running everything at the fp8 peak
+    assert 1.05 < speedup < 1.6  # not the 1.65x of running everything at the fp8 peak
     # MFU stays against the 16-bit peak; the fp8-peak figure is half of it on H100
     assert float(fp8["mfu_fp8_peak"]) == pytest.approx(float(fp8["mfu"]) * 989 / 1979)
 

@@ -73,16 +73,21 @@ def _print_estimate(scn, out):
           f"{scn.system.chip.name} ({scn.system.name})")
     print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
           f"cp {float(p.cp):g}  ep {float(p.ep):g}  micro-batches {float(p.micro_batches):g}  "
-          f"schedule {p.schedule}  zero {p.zero}  recompute {p.recompute}  {p.dtype}")
+          f"schedule {p.schedule}  zero {p.zero}  recompute {p.recompute}  {p.dtype}  "
+          f"attention {scn.model.attention}/{scn.model.attention_kernel}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
     for k, v in out["breakdown_s"].items():
         share = v / out["step_time_s"] if out["step_time_s"] else 0.0
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
-    print(f"MFU {out['mfu']:.1%}   HFU {out['hfu']:.1%}   model {out['model_tflops_per_gpu']:.1f} "
-          f"/ hardware {out['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU")
+    print(f"MFU {out['mfu']:.1%} (causal {out['mfu_causal']:.1%}, of the fp8 peak "
+          f"{out['mfu_fp8_peak']:.1%})   HFU {out['hfu']:.1%}   model "
+          f"{out['model_tflops_per_gpu']:.1f} / hardware {out['hardware_tflops_per_gpu']:.1f} "
+          f"TFLOP/s per GPU")
     print(f"memory           {format_bytes(out['memory_bytes_per_gpu'])} of "
           f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
           f"({'fits' if out['fits_memory'] else 'DOES NOT FIT'})")
+    parts = ("weights", "gradients", "optimizer", "activations", "reserve")
+    print("  " + "  ".join(f"{k} {format_bytes(out[f'memory_{k}_bytes'])}" for k in parts))
     print(f"expected step    {out['expected_step_time_s']:.3f} s (p99 "
           f"{out['step_time_p99_s']:.3f} s), goodput {out['goodput']:.1%}, effective "
           f"training time {out['effective_training_time_fraction']:.1%}, job MTBF "
