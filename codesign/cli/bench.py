@@ -192,10 +192,16 @@ def add_launcher_arguments(parser: argparse.ArgumentParser, *, processes_help: s
 
 # ------------------------------------------------------------------ calibrate
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("fit alpha/beta/gamma per tier from bench output or nccl-tests logs "
+                          "(calibrate FILE...), or time GEMMs, attention and a streaming "
+                          "kernel on this device and fit the compute constants "
+                          "(calibrate compute)")
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="`codesign bench --json` output or nccl-tests logs (*_perf output)")
+                        help="`codesign bench --json` output or nccl-tests logs (*_perf output); "
+                             "or the word `compute`")
     parser.add_argument("--json", action="store_true",
-                        help="per tier: alpha_s, bandwidth_Bps, gamma_s_per_byte, holdout_error")
+                        help="per tier: alpha_s, bandwidth_Bps, gamma_s_per_byte, holdout_error "
+                             "(compute: the constants, held-out errors and every kernel)")
     parser.add_argument("--out", default=None,
                         help="write a [system] override (TOML) for scenarios and --system")
     parser.add_argument("--tier", default=None,
@@ -215,13 +221,36 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holdout-every", type=int, default=3,
                         help="hold out every N-th size of each run (default 3)")
     parser.add_argument("--points", action="store_true",
-                        help="print measured against predicted time for every size")
+                        help="print measured against predicted time for every size (kernel)")
+    group = parser.add_argument_group("calibrate compute")
+    group.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp32"),
+                       help="the GEMMs' dtype (default bf16; attention is always bf16)")
+    group.add_argument("--sizes", default=None, metavar="H[,H...]",
+                       help="hidden sizes of the GEMM grid (default 1024,...,16384 on an "
+                            "accelerator, 64,128,256 on CPU)")
+    group.add_argument("--tokens", type=int, default=None,
+                       help="rows m of the layer GEMMs (default 4096; 128 on CPU)")
+    group.add_argument("--iters", type=int, default=5, help="timed calls per kernel (minimum)")
+    group.add_argument("--warmup", type=int, default=2, help="untimed calls first")
+    group.add_argument("--repeats", type=int, default=None,
+                       help="chained copies of the kernel per call (default 16; 4 on CPU)")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_launcher_arguments(parser, processes_help=argparse.SUPPRESS)
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
     from ..execute import calibrate
     from ..hardware import system
 
+    if args.files[0] == "compute":
+        if len(args.files) > 1:
+            raise ValueError(f"calibrate compute takes no files; got {args.files[1:]}")
+        if args.processes != 1:
+            raise ValueError(f"processes={args.processes}: calibrate compute measures one device "
+                             "per process; on a cluster run it under srun/mpirun (or with "
+                             "--coordinator) instead")
+        launched = launch(args, "calibrate", devices=None)
+        return _run_calibrate_compute(args) if launched is None else launched
     if args.holdout_every < 2:
         raise ValueError(f"holdout-every={args.holdout_every} must be at least 2")
     measurements = []
@@ -241,7 +270,76 @@ def _run_calibrate(args: argparse.Namespace) -> int:
             print(calibrate.predictions_table(result))
     if args.out:
         with open(args.out, "w") as f:
-            f.write(calibrate.system_toml(result))
+            f.write(calibrate.system_toml(result, preset=args.system))
+        if not args.json:
+            print(f"wrote {args.out}")
+    return 0
+
+
+def _hidden_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 8:
+        raise ValueError(f"sizes={text!r} must be hidden sizes H[,H...], each at least 8")
+    return sizes
+
+
+def _run_calibrate_compute(args: argparse.Namespace) -> int:
+    import jax
+
+    from ..execute import compute
+    from ..hardware import system
+
+    device = jax.devices()[0]
+    platform, kind = device.platform, device.device_kind
+    preset = args.system or compute.preset_for_device(kind)
+    if preset is None:
+        raise ValueError(f"no preset matches device {kind!r} ({platform}): pass --system PRESET "
+                         "(its peak FLOP/s and hbm_Bps are what the constants are relative to)")
+    peaks = compute.Peaks.of(system(preset), args.dtype)
+    grid = compute.default_grid(platform)
+    if args.sizes is not None:
+        grid["hidden"] = _hidden_sizes(args.sizes)
+    for key, value in (("tokens", args.tokens), ("repeats", args.repeats)):
+        if value is not None:
+            if value < 1:
+                raise ValueError(f"{key}={value} must be at least 1")
+            grid[key] = value
+    lead = jax.process_index() == 0
+    total, done = compute.grid_size(grid), [0]
+
+    def progress(label: str) -> None:
+        done[0] += 1
+        _progress_bar(done[0], total, label)
+
+    kernels = compute.measure(args.dtype, grid, platform=platform, iters=args.iters,
+                              warmup=args.warmup,
+                              progress=progress if lead and not args.no_progress else None)
+    result = compute.fit(kernels, peaks, holdout_every=args.holdout_every)
+    if not lead:
+        return 0
+    where = f"{kind} ({platform}), preset {preset}, dtype {args.dtype}"
+    if args.json:
+        print(json.dumps({"device": kind, "platform": platform, "preset": preset,
+                          "dtype": args.dtype, "jax": jax.__version__, **result.as_json()},
+                         indent=1))
+    else:
+        print(f"calibrate compute: {len(kernels)} kernels on {where}")
+        if platform == "cpu":
+            print("note: measured on a CPU with the preset's peaks: the constants describe this "
+                  "CPU, not the preset's chip")
+        print(compute.summary_table(result))
+        print(f"holdout: max (and median) relative error |model/measured - 1| over every "
+              f"{args.holdout_every}-th shape of each kind, left out of the fit")
+        if args.points:
+            print(compute.kernels_table(result))
+    if args.out:
+        text = compute.system_toml(result, preset=preset, dtype=args.dtype, device=kind,
+                                   platform=platform)
+        with open(args.out, "w") as f:
+            f.write(text)
         if not args.json:
             print(f"wrote {args.out}")
     return 0
