@@ -178,3 +178,15 @@ def test_no_worker_outlives_a_killed_supervisor():
         for w in workers:
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
+
+
+def test_version_names_codesign_jax_backend_and_devices(capsys):
+    import jax
+
+    from codesign import __version__
+    from codesign.cli import main
+
+    assert main(["--version"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"codesign {__version__}; jax {jax.__version__}")
+    assert f"backend {jax.default_backend()}: {len(jax.devices())} x " in line
