@@ -49,5 +49,5 @@ fi
 # bench on the one GPU: a one-rank mesh, so the collectives are copies: the floor
 # of a collective's time on this device (launch + local copy), not a fabric
 step bench_one_gpu 40 $PY -m codesign bench --op all_reduce --algorithm all \
-  --sizes 4KiB:256MiB --iters 20 --warmup 5 --json --no-progress
+  --sizes 4KiB:64MiB --iters 10 --warmup 3 --json --no-progress
 echo "done: $OUT" | tee -a "$STATUS"
