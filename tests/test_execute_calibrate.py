@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from codesign import collectives
+from codesign import collectives, scenario
 from codesign.cli import main
 from codesign.execute import calibrate, nccl_tests
 from codesign.hardware import system
@@ -99,6 +99,19 @@ def test_calibrate_cli_json_and_system_toml(capsys, tmp_path):
                                                             rel=1e-6)
     assert table["scale_up_reduction_Bps"] == pytest.approx(
         1 / fits["scale_up"]["gamma_s_per_byte"], rel=1e-6)
+
+
+def test_calibrate_records_its_system_preset_in_the_file(capsys, tmp_path):
+    toml_path = tmp_path / "system.toml"
+    assert main(["calibrate", H100_AR, H100_AG, "--system", "dgx-h100", "--json",
+                 "--out", str(toml_path)]) == 0
+    fits = json.loads(capsys.readouterr().out)
+    table = tomllib.loads(toml_path.read_text())["system"]
+    assert table["preset"] == "dgx-h100"
+    scn = scenario.load(None, system=str(toml_path))
+    assert scn.system.name == system("dgx-h100").name
+    assert float(scn.system.scale_up.bandwidth_Bps) == pytest.approx(
+        fits["scale_up"]["bandwidth_Bps"], rel=1e-6)
 
 
 def test_calibrate_cli_errors(capsys, tmp_path):

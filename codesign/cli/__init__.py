@@ -27,7 +27,8 @@ COMMANDS = {
     "optimize": ("optimize", "gradient or grid co-design of hardware and plan knobs"),
     "sensitivity": ("optimize", "elasticity of step time to every knob"),
     "bench": ("bench", "nccl-tests-style benchmark of the real shard_map collectives"),
-    "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs"),
+    "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs; "
+                           "`calibrate compute`: GEMM, attention and HBM constants of this chip"),
     "audit": ("audit", "compare the HLO of a compiled sharded step with the traffic table"),
     "sweep": ("sweep", "run a design sweep spec (resumable, sharded)"),
     "validate": ("validate", "the model beside every published end-to-end figure we know"),
@@ -36,6 +37,8 @@ COMMANDS = {
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="codesign", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="store_true",
+                        help="print the versions of codesign and JAX, the backend and devices")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
@@ -55,8 +58,38 @@ def _enable_compilation_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def version_line() -> str:
+    """`codesign --version`: this package, JAX and jaxlib, the backend and the devices
+    JAX sees (on one line; starting the backend is the only cost)."""
+    import jax
+
+    from .. import __version__
+
+    try:
+        from jaxlib import version as jaxlib_version
+
+        jaxlib = f" (jaxlib {jaxlib_version.__version__})"
+    except ImportError:
+        jaxlib = ""
+    try:
+        devices = jax.devices()
+        kinds: dict = {}
+        for d in devices:
+            kinds[d.device_kind] = kinds.get(d.device_kind, 0) + 1
+        seen = ", ".join(f"{n} x {k}" for k, n in kinds.items())
+        where = f"backend {jax.default_backend()}: {seen}"
+        if jax.process_count() > 1:
+            where += f" in {jax.process_count()} processes"
+    except RuntimeError as e:
+        where = f"no backend ({str(e).splitlines()[0][:200]})"
+    return f"codesign {__version__}; jax {jax.__version__}{jaxlib}; {where}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--version"]:
+        print(version_line())
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         parser = _parser()
         if argv and argv[0] not in ("-h", "--help"):
