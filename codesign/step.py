@@ -310,7 +310,9 @@ class Estimate(eqx.Module):
 
 
 def estimate(scn, t=0.0) -> Estimate:
-    """The whole model of a `scenario.Scenario`, differentiable in every float."""
+    """The whole model of a `scenario.Scenario`, differentiable in every float.
+    Under jit/vmap/grad a knob outside its domain raises (`Scenario.checked`)."""
+    scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
     checkpoint_bytes = scn.model.params() * CHECKPOINT_BYTES_PER_PARAM
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
