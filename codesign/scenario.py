@@ -195,9 +195,10 @@ def _coerce(section: str, key: str, value):
             value = parse_bandwidth(value, name=name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{name}={value!r} must be a number")
-        if isinstance(value, int) and abs(value) > 1e300:
-            raise ValueError(f"{name}={value:.6g} must be "
-                             f"{_domains.DOMAINS[name].describe()}")
+        if isinstance(value, int) and abs(value) > 1e300:  # beyond float64
+            digits = str(abs(value))
+            raise ValueError(f"{name}={'-' if value < 0 else ''}{digits[0]}e+{len(digits) - 1}"
+                             f" must be {_domains.DOMAINS[name].describe()}")
         _domains.check(name, float(value))
         return float(value)
     if kind is int:
