@@ -165,14 +165,18 @@ def check_range(key: str, lo: float, hi: float) -> None:
                              f"{domain.describe()}")
 
 
-def traced_error(values: dict):
-    """(invalid, index, messages) over `values` ({key: jnp scalar or array}):
-    the inputs of `equinox.branched_error_if` (the first offending key wins)."""
+def traced_error(values: dict, relations=()):
+    """(invalid, index, messages) over `values` ({key: jnp scalar or array}) and
+    `relations` ((violated, message) pairs): the inputs of
+    `equinox.branched_error_if` (the first offending key wins)."""
     keys = [k for k in values if k in DOMAINS and k not in RELATIONAL]
-    bad = jnp.stack([~jnp.all(DOMAINS[k].ok_traced(values[k])) for k in keys])
-    messages = tuple(f"{k} must be {DOMAINS[k].describe()} (a traced value is outside)"
-                     for k in keys)
-    return jnp.any(bad), jnp.argmax(bad), messages
+    bad = [~jnp.all(DOMAINS[k].ok_traced(values[k])) for k in keys]
+    messages = [f"{k} must be {DOMAINS[k].describe()} (a traced value is outside)"
+                for k in keys]
+    bad += [jnp.any(violated) for violated, _ in relations]
+    messages += [message for _, message in relations]
+    bad = jnp.stack(bad)
+    return jnp.any(bad), jnp.argmax(bad), tuple(messages)
 
 
 def table_markdown() -> str:

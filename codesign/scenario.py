@@ -84,8 +84,21 @@ class Scenario(eqx.Module):
         jit/vmap/grad a knob outside its domain (`_domains.DOMAINS`, integrality
         aside) raises an error naming the key instead of flowing on as NaN."""
         invalid, index, messages = _domains.traced_error(
-            {k: g(self) for k, g in _GETTERS.items()})
+            {k: g(self) for k, g in _GETTERS.items()}, _relations(self.model))
         return eqx.branched_error_if(self, invalid, index, messages)
+
+
+def _relations(m: Transformer) -> list:
+    """The model's rules between keys that keep the step model meaningful, as
+    (violated, message) pairs for the traced check (load checks them concretely)."""
+    moe = m.moe_layers > 0
+    return [(m.moe_layers > m.layers, "model.moe_layers must not exceed model.layers"),
+            (m.kv_heads > m.heads, "model.kv_heads must not exceed model.heads"),
+            (moe & (m.experts < 1), "model.experts must be at least 1 in an MoE model"),
+            (moe & (m.top_k < 1), "model.top_k must be at least 1 in an MoE model"),
+            (moe & (m.top_k > m.experts), "model.top_k must not exceed model.experts"),
+            (moe & (m.expert_ffn_hidden < 1),
+             "model.expert_ffn_hidden must be at least 1 in an MoE model")]
 
 
 # ----------------------------------------------------------------- knobs
@@ -369,6 +382,11 @@ def check_outputs(out: dict, overrides=()) -> None:
         v = C.concrete(value)
         if v is None:
             continue
+        negative = bool(np.any(v <= 0)) if key == "step_time_s" else bool(np.any(v < 0))
+        if negative and bool(np.all(np.isfinite(v))):
+            raise ValueError(f"the estimate's {key}={C.fmt(v)} is impossible (a negative "
+                             f"or zero quantity); check {_LIKELY_INPUTS.get(key, _STEP_INPUTS)}"
+                             f"{hint}")
         if not bool(np.all(np.isfinite(v))):
             inputs = _LIKELY_INPUTS.get(key, _STEP_INPUTS)
             raise ValueError(f"the estimate's {key}={C.fmt(v)} is not finite: an input is "
