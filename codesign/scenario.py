@@ -20,7 +20,8 @@ type or an unreadable file is a `ValueError` that names the key (or file), the
 value and the domain. `check_outputs` rejects an estimate with a non-finite
 output or an MFU above 1, and `Scenario.checked` does the domain checks on
 traced values (`equinox.error_if`; `step.estimate` calls it). Built-in
-scenarios (`BUILTIN`) are TOML files shipped in codesign/scenarios/; `load(None)` is the default (GPT-3 175B on 1024 A100s).
+scenarios (`BUILTIN`) are TOML files shipped in codesign/scenarios/;
+`load(None)` is the default (GPT-3 175B on 1024 A100s).
 """
 
 from __future__ import annotations
