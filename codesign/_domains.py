@@ -60,7 +60,10 @@ class Domain:
 
 def _g(x: float) -> str:
     """1e7 as "1e7", 1000 as "1000", 0.5 as "0.5"."""
-    text = f"{x:g}" if x != math.floor(x) or abs(x) >= 1e6 else f"{int(x)}"
+    if abs(x) >= 1e4 and math.log10(abs(x)) == round(math.log10(abs(x))):
+        text = f"{x:.0e}"
+    else:
+        text = f"{x:g}" if x != math.floor(x) or abs(x) >= 1e6 else f"{int(x)}"
     return text.replace("e+0", "e").replace("e+", "e")
 
 

@@ -348,3 +348,11 @@ def test_the_guard_threads_every_leaf():
     assert jax.tree.structure(checked) == jax.tree.structure(BASE)
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(eqx.filter(checked,
                eqx.is_array)), jax.tree.leaves(eqx.filter(BASE, eqx.is_array)), strict=True))
+
+
+def test_readme_renders_the_domain_table_and_the_exit_codes():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "## Exit codes and input domains" in readme
+    assert D.table_markdown() in readme, "README's domain table is stale: re-render it"

@@ -121,8 +121,11 @@ def run(args, name: str) -> int:
             result = sweep.run(plan, out, resume=args.resume, progress=progress,
                                write=not args.no_write)
     except RuntimeError as e:
-        print(f"codesign {name}: error: {e}", file=sys.stderr)
-        return 1
+        from . import _traced_message
+
+        traced = _traced_message(e)  # a knob value outside its domain (`Scenario.checked`)
+        print(f"codesign {name}: error: {traced or e}", file=sys.stderr)
+        return 2 if traced else 1
     if args.no_write:
         return 0
     done = sweep.finish_sweep(plan, out, figures_dir=args.figures, plots=not args.no_plots)
