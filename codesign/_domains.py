@@ -9,8 +9,9 @@ float key of `scenario.SCHEMA` has none.
 
 Concrete values are checked with `check` (a `ValueError` naming the key, the
 value and the domain); traced values (inside jit/vmap/grad) by `traced_error`,
-which ignores integrality (the optimiser relaxes counts) and keys listed in
-`RELATIONAL` (derived or constrained elsewhere).
+which relaxes counts (integrality ignored; a count of at least 1 need only be
+positive, as the optimiser and finite differences use it) and skips the keys
+in `RELATIONAL` (derived or constrained elsewhere).
 """
 
 from __future__ import annotations
@@ -45,8 +46,13 @@ class Domain:
         return inside
 
     def ok_traced(self, v):
-        """Membership of a jnp value, integrality ignored (counts are relaxed under trace)."""
-        inside = (v > self.lo) if self.lo_open else (v >= self.lo)
+        """Membership of a jnp value with counts relaxed (as the optimiser and finite
+        differences use them): integrality ignored, and a count of at least 1 need
+        only be positive."""
+        if self.integer and self.lo >= 1:
+            inside = v > 0
+        else:
+            inside = (v > self.lo) if self.lo_open else (v >= self.lo)
         return inside & (v <= self.hi) & jnp.isfinite(v)
 
     def describe(self) -> str:
