@@ -89,6 +89,9 @@ def _run(module, args, name) -> int:
         return int(module.run(args, name) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader (e.g. `head`) left: not a fault
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
         traced = _traced_message(e)
         if traced is not None or isinstance(e, (ValueError, FileNotFoundError, KeyError)):
