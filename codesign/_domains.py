@@ -10,8 +10,9 @@ float key of `scenario.SCHEMA` has none.
 Concrete values are checked with `check` (a `ValueError` naming the key, the
 value and the domain); traced values (inside jit/vmap/grad) by `traced_error`,
 which relaxes counts (integrality ignored; a count of at least 1 need only be
-positive, as the optimiser and finite differences use it) and skips the keys
-in `RELATIONAL` (derived or constrained elsewhere).
+positive, as the optimiser and finite differences use it), allows
+`TRACED_SLACK` beyond a nonzero bound, and skips the keys in `RELATIONAL`
+(derived or constrained elsewhere).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ MAX_GPUS = 1e7  # any count of GPUs or ranks
 MAX_WIDTH = 1e8  # hidden sizes, sequence lengths, vocabularies
 MIN_BPS, MAX_BPS = 1e3, 1e15  # 1 KB/s .. 1 PB/s per direction
 MAX_LATENCY_S = 1.0
+
+
+# relative slack of the traced checks at the bounds, so that finite differences
+# (and relaxed optimiser steps) at a value on a bound do not trip them
+TRACED_SLACK = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +55,12 @@ class Domain:
         """Membership of a jnp value with counts relaxed (as the optimiser and finite
         differences use them): integrality ignored, and a count of at least 1 need
         only be positive."""
+        lo, hi = self.lo * (1 - TRACED_SLACK), self.hi * (1 + TRACED_SLACK)
         if self.integer and self.lo >= 1:
             inside = v > 0
         else:
-            inside = (v > self.lo) if self.lo_open else (v >= self.lo)
-        return inside & (v <= self.hi) & jnp.isfinite(v)
+            inside = (v > lo) if self.lo_open else (v >= lo)
+        return inside & (v <= hi) & jnp.isfinite(v)
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"
@@ -168,8 +175,9 @@ def check_range(key: str, lo: float, hi: float) -> None:
     domain = DOMAINS.get(key)
     if domain is None:
         return
+    interval = dataclasses.replace(domain, integer=False)  # integrality: the optimiser's
     for v in (lo, hi):
-        if not domain.ok_traced(np.asarray(v, dtype=float)):
+        if not interval.ok(v):
             raise ValueError(f"bounds {key}={lo:g}:{hi:g}: {key} must be "
                              f"{domain.describe()}")
 
