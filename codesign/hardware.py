@@ -219,6 +219,7 @@ def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
 # - matmul_efficiency: fitted to Megatron-LM 2019 and Narayanan et al. 2021 (the
 #   only throughput figures in the seeds); see A100_MATMUL_EFFICIENCY below.
 
+_LATENCY = "assumption: 2 us per network hop, 0.5 us inside"
 SCALE_UP_LATENCY_S = 0.5 * us  # assumption: 3-5x below the 2 us network hop
 SCALE_OUT_LATENCY_S = 2.0 * us  # assumption: "2 us per-hop latency"
 NDR_NIC_BUSBW_Bps = 47 * GB  # nccl-tests: one 400 Gb/s NDR NIC achieves about 46-48 GB/s
@@ -277,8 +278,8 @@ def _dgx_v100() -> Preset:
                _tier(8 * 100 * Gbps / 16, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
                16, topology="two_tier", name="dgx-v100"),
         "DGX-2H: 16x V100 32 GB on NVSwitch, 8x 100 Gb/s IB per node (Megatron-LM 2019)",
-        {"chip": "vendor datasheet (V100)", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
-         "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "latency": "assumption: 2 us per network hop, 0.5 us inside"},
+        {"chip": "datasheet (V100)", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
+         "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "latency": _LATENCY},
     )
 
 
@@ -296,9 +297,9 @@ def _dgx_a100() -> Preset:
                _tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
                8, topology="two_tier", name="dgx-a100"),
         "DGX A100 80 GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s per node",
-        {"chip": "vendor datasheet (A100)", "scale_up.efficiency": "nccl-tests: 8x A100 busbw ~230 GB/s",
+        {"chip": "datasheet (A100)", "scale_up.efficiency": "nccl-tests: 8x A100 busbw ~230 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
-         "latency": "assumption: 2 us per network hop, 0.5 us inside"},
+         "latency": _LATENCY},
     )
 
 
@@ -320,9 +321,9 @@ def _dgx_h100() -> Preset:
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # vendor: NDR
                8, topology="two_tier", name="dgx-h100"),
         "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
-        {"chip": "vendor datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
+        {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
-         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "latency": "assumption: 2 us per network hop, 0.5 us inside"},
+         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "latency": _LATENCY},
     )
 
 
@@ -337,8 +338,8 @@ def _h800() -> Preset:
                _tier(50 * GB, SCALE_OUT_LATENCY_S, 1.0, hbm_Bps),
                8, topology="two_tier", name="h800"),
         "H800 nodes as DeepSeek-V3 describes them: NVLink ~160 GB/s, IB 50 GB/s per GPU",
-        {"chip": "vendor datasheet (H800)", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
-         "scale_out": "DeepSeek-V3: 50 GB/s", "latency": "assumption: 2 us per network hop, 0.5 us inside"},
+        {"chip": "datasheet (H800)", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
+         "scale_out": "DeepSeek-V3: 50 GB/s", "latency": _LATENCY},
     )
 
 
@@ -364,8 +365,8 @@ def _dgx_b200() -> Preset:
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # vendor
                8, topology="two_tier", name="dgx-b200"),
         "DGX B200: NVLink5, 8x 400 Gb/s per node",
-        {"chip": "vendor datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
-         "scale_out": "vendor: 8x 400 Gb/s", "latency": "assumption: 2 us per network hop, 0.5 us inside"},
+        {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
+         "scale_out": "vendor: 8x 400 Gb/s", "latency": _LATENCY},
     )
 
 
@@ -379,9 +380,9 @@ def _gb200_nvl72() -> Preset:
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
                4, topology="two_tier", name="gb200-nvl72"),  # 4 GPUs per compute tray
         "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
-        {"chip": "vendor datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
+        {"chip": "datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
-         "latency": "assumption: 2 us per network hop, 0.5 us inside"},
+         "latency": _LATENCY},
     )
 
 
@@ -402,8 +403,8 @@ def _tpu_v4() -> Preset:
              32 * KiB**3, 1.2e12,  # vendor: 32 GiB, 1.2 TB/s
              4.5e10, 4096),  # vendor: ICI ~4.5e10 B/s per link one way; 4096 chips (OCS)
         "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
-        {"chip": "vendor datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "latency": "assumption: 2 us per network hop, 0.5 us inside"},
+        {"chip": "datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
+         "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
     )
 
 
@@ -413,8 +414,8 @@ def _tpu_v5p() -> Preset:
              95 * GB, 2.76e12,  # vendor: 95 GB, 2.76 TB/s
              9e10, 8960),  # vendor: ICI ~9e10 B/s per link one way; 8960 chips per pod
         "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
-        {"chip": "vendor datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "latency": "assumption: 2 us per network hop, 0.5 us inside"},
+        {"chip": "datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
+         "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
     )
 
 

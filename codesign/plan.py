@@ -210,9 +210,10 @@ def validate(plan: Plan, model: Transformer, gpus) -> None:
                          "(model.moe_layers > 0)")
     _divides("dp*micro_batch", plan.dp * plan.micro_batch, "training.global_batch",
              plan.global_batch)
-    layers = C.concrete(model.layers)
-    C.check("parallel.pp", plan.pp * plan.interleave, lambda v: v <= layers,
-            f"x parallel.interleave must not exceed model.layers={layers.item():g}")
+    layers, pp, v = (C.concrete(x) for x in (model.layers, plan.pp, plan.interleave))
+    if layers is not None and pp is not None and v is not None and pp * v > layers:
+        raise ValueError(f"parallel.pp={pp.item():g} x parallel.interleave={v.item():g} "
+                         f"= {(pp * v).item():g} must not exceed model.layers={layers.item():g}")
     v = C.concrete(plan.interleave)
     if v is not None and v > 1 and plan.schedule != "interleaved":
         raise ValueError(f"parallel.interleave={v.item():g} needs parallel.schedule='interleaved'"

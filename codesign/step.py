@@ -420,7 +420,9 @@ def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
 
 
 def estimate(scn, t=0.0) -> Estimate:
-    """The whole model of a `scenario.Scenario`, differentiable in every float."""
+    """The whole model of a `scenario.Scenario`, differentiable in every float.
+    Under jit/vmap/grad a knob outside its domain raises (`Scenario.checked`)."""
+    scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
     checkpoint_bytes = checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)

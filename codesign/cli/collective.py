@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from .. import _checks as C
+from .. import _domains
 from .. import collectives as co
 from .. import hardware as hw
 from ..units import GB, format_bytes, parse_bytes, parse_size_range, us
@@ -204,12 +205,15 @@ def _plot(args, sizes, ranks: float, where: Placement) -> None:
 
 def run(args, name) -> int:
     system = hw.system(args.system)
-    C.at_least_one("ranks", args.ranks)
+    _domains.check_in("--ranks", args.ranks, _domains.count(_domains.MAX_GPUS))
     ranks = float(args.ranks)
     co.algorithms(args.op)  # names an unknown op
     op = args.op = args.op.replace("-", "_")
     where = placement(system, args.tier, ranks)
     _check_algorithm(args.algorithm, where, system)
+    if args.algorithm in ("recursive_doubling", "halving_doubling"):
+        C.check("--ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
+                f"must be a power of two for --algorithm {args.algorithm}")
     if args.size is None and args.sweep is None:
         raise ValueError("--bytes SIZE (or --sweep MIN:MAX) is required")
     out: dict = {"op": op, "ranks": ranks, "system": args.system}

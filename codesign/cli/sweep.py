@@ -92,6 +92,19 @@ def _worker_argv(args, name: str, **override) -> list[str]:
 
 
 def run(args, name: str) -> int:
+    try:
+        return _run(args, name)
+    except RuntimeError as e:
+        from . import _traced_message
+
+        traced = _traced_message(e)  # a knob value outside its domain (`Scenario.checked`)
+        if traced is None:
+            raise
+        print(f"codesign {name}: error: {traced}", file=sys.stderr)
+        return 2
+
+
+def _run(args, name: str) -> int:
     _check(args)
     from ..execute import distributed
 
