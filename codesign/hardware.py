@@ -18,6 +18,7 @@ from . import _checks as C
 from .units import GB, Gbps, KiB, us
 
 TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
+ROUTINGS = ("ecmp", "spray", "adaptive")  # how the scale-out fabric spreads flows
 
 # Compute constants shared by every chip unless its preset says otherwise
 # (docs/sources.md has each source):
@@ -155,6 +156,8 @@ class System(eqx.Module):
     `scale_up_domain` GPUs share the fast tier (an NVLink domain, a TPU slice);
     the `scale_out` tier joins domains, one NIC (rail) per GPU. Above
     `pod_size` GPUs the scale-out fabric is oversubscribed `oversubscription`:1.
+    `routing`: "ecmp" hashes each flow onto one path (collisions, see
+    `fabric.group_flow_slowdown`); "adaptive" / "spray" spread every flow.
     """
 
     chip: Chip
@@ -167,9 +170,11 @@ class System(eqx.Module):
     oversubscription: jax.Array
     topology: str = eqx.field(static=True, default="two_tier")
     name: str = eqx.field(static=True, default="custom")
+    routing: str = eqx.field(static=True, default="adaptive")
 
     def __init__(self, chip, gpus, scale_up_domain, scale_up, scale_out, gpus_per_node,
-                 pod_size=1e9, oversubscription=1.0, topology="two_tier", name="custom"):
+                 pod_size=1e9, oversubscription=1.0, topology="two_tier", name="custom",
+                 routing="adaptive"):
         self.chip = chip
         self.gpus = C.as_float(gpus)
         self.scale_up_domain = C.as_float(scale_up_domain)
@@ -180,8 +185,12 @@ class System(eqx.Module):
         self.oversubscription = C.as_float(oversubscription)
         self.topology = topology
         self.name = name
+        self.routing = routing
 
     def __check_init__(self):
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"system.routing={self.routing!r} is not one of "
+                             f"{', '.join(ROUTINGS)}")
         C.at_least_one("system.gpus", self.gpus)
         C.at_least_one("system.scale_up_domain", self.scale_up_domain)
         C.at_least_one("system.gpus_per_node", self.gpus_per_node)
