@@ -219,6 +219,11 @@ _PIPELINED: dict[str, dict[str, Callable]] = {
 }
 
 
+def pipelined_algorithms() -> tuple[str, ...]:
+    """The two-tier pipelined algorithms of any op (`_PIPELINED`)."""
+    return tuple(dict.fromkeys(a for table in _PIPELINED.values() for a in table))
+
+
 def algorithms(op: str, *, hierarchical: bool = False) -> tuple[str, ...]:
     """The algorithms defined for `op` (plus `hierarchical` and the pipelined
     two-tier algorithms of `_PIPELINED` when asked)."""
