@@ -2,6 +2,8 @@
 per-layer exposure, HSDP, context parallelism, NCCL's pipelined rail algorithms
 across nodes, TP overlap, pods, rail-only forwarding and ECMP."""
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -236,8 +238,11 @@ def test_pods_cost_by_the_ring_hops_that_cross():
 
 
 def test_ecmp_routing_slows_crossing_groups(run):
-    spray = run(sc.load("llama3-405b"))
-    ecmp = run(sc.load("llama3-405b", ["system.routing=ecmp"]))
+    # dp placed outside pp: its ring leaves a leaf at every other hop (the
+    # default placement keeps the dp ring inside 4 leaves: ECMP barely matters)
+    where = "system.placement='tp,cp,ep,pp,dp'"
+    spray = run(sc.load("llama3-405b", [where]))
+    ecmp = run(sc.load("llama3-405b", [where, "system.routing=ecmp"]))
     dp = lambda e: sum(float(r.time_s) for r in _rows(e, "dp"))  # noqa: E731
     assert dp(ecmp) > dp(spray)
     tp = lambda e: sum(float(r.time_s) for r in _rows(e, "tp"))  # noqa: E731
@@ -247,7 +252,7 @@ def test_ecmp_routing_slows_crossing_groups(run):
 
 
 def test_group_flow_slowdown_matches_balls_into_bins():
-    s = eqx.tree_at(lambda x: x.routing, hardware.system("dgx-h100"), "ecmp")
+    s = dataclasses.replace(hardware.system("dgx-h100"), routing="ecmp")
     # a ring of 64 members, one per leaf (a leaf holds 32 domains of 8 GPUs): all
     # 32 flows of a leaf go up, hashed onto its 32 uplinks
     got = float(fabric.group_flow_slowdown(s, 64 * 256.0, 64.0))
@@ -265,7 +270,7 @@ KNOBS = ("parallel.fsdp_prefetch_layers", "parallel.tp_overlap", "parallel.zero_
 
 
 def test_new_knobs_have_finite_gradients_and_vmap_without_recompiling():
-    scn = sc.load("llama3-405b", ["parallel.zero=3", "parallel.zero_shard_size=256",
+    scn = sc.load("llama3-405b", ["parallel.zero=3", "parallel.zero_shard_size=32",
                                   "parallel.tp_overlap=0.3", "system.routing=ecmp",
                                   "parallel.cp=2"])
     x0 = {k: sc.get_knob(scn, k) for k in KNOBS}
@@ -280,7 +285,7 @@ def test_new_knobs_have_finite_gradients_and_vmap_without_recompiling():
 
     batched = jax.jit(jax.vmap(f))
     xs = {k: jnp.stack([v, v * 1.1]) for k, v in x0.items()}
-    xs["parallel.zero_shard_size"] = jnp.array([256.0, 512.0])
+    xs["parallel.zero_shard_size"] = jnp.array([32.0, 64.0])
     out = batched(xs)
     assert np.all(np.isfinite(np.asarray(out)))
     size = batched._cache_size()
