@@ -192,7 +192,8 @@ def _plot(args, sizes, ranks: float, where: Placement) -> None:
 
     grid = np.geomspace(sizes[0], sizes[-1], max(64, 8 * len(sizes)))
     names = tuple(a for a in co.algorithms(args.op, hierarchical=where.outer is not None)
-                  if a != "in_network" or float(where.flat_tier.in_network_efficiency) > 0)
+                  if (a != "in_network" or float(where.flat_tier.in_network_efficiency) > 0)
+                  and (a != "nvls_tree" or float(where.tier.in_network_efficiency) > 0))
     out = _evaluate_all(args.op, names + ("auto",), grid, ranks, where)
     crossovers = {}
     for name in names:  # latency is flat in n, bandwidth + reduction linear
