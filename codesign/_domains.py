@@ -123,6 +123,9 @@ DOMAINS: dict[str, Domain] = {
     "parallel.moe_node_limit": count(MAX_GPUS, lo=0.0),
     "parallel.dp_bucket_bytes": interval(1.0, 1e15),
     "parallel.comm_sm_fraction": Domain(0.0, 0.99),  # below 1: some SMs compute
+    "parallel.zero_shard_size": count(MAX_GPUS, lo=0.0),  # 0 = shard over the whole group
+    "parallel.fsdp_prefetch_layers": count(1e4, lo=0.0),
+    "parallel.tp_overlap": UNIT,
     "system.gpus": count(MAX_GPUS),
     "system.scale_up_domain": count(MAX_GPUS),
     "system.gpus_per_node": count(MAX_GPUS),

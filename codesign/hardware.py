@@ -18,6 +18,7 @@ from . import _checks as C
 from .units import GB, Gbps, KiB, us
 
 TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
+ROUTINGS = ("ecmp", "spray", "adaptive")  # how the scale-out fabric spreads flows
 
 # Compute constants shared by every chip unless its preset says otherwise
 # (docs/sources.md has each source):
@@ -155,6 +156,8 @@ class System(eqx.Module):
     `scale_up_domain` GPUs share the fast tier (an NVLink domain, a TPU slice);
     the `scale_out` tier joins domains, one NIC (rail) per GPU. Above
     `pod_size` GPUs the scale-out fabric is oversubscribed `oversubscription`:1.
+    `routing`: "ecmp" hashes each flow onto one path (collisions, see
+    `fabric.group_flow_slowdown`); "adaptive" / "spray" spread every flow.
     """
 
     chip: Chip
@@ -167,9 +170,11 @@ class System(eqx.Module):
     oversubscription: jax.Array
     topology: str = eqx.field(static=True, default="two_tier")
     name: str = eqx.field(static=True, default="custom")
+    routing: str = eqx.field(static=True, default="adaptive")
 
     def __init__(self, chip, gpus, scale_up_domain, scale_up, scale_out, gpus_per_node,
-                 pod_size=1e9, oversubscription=1.0, topology="two_tier", name="custom"):
+                 pod_size=1e9, oversubscription=1.0, topology="two_tier", name="custom",
+                 routing="adaptive"):
         self.chip = chip
         self.gpus = C.as_float(gpus)
         self.scale_up_domain = C.as_float(scale_up_domain)
@@ -180,8 +185,12 @@ class System(eqx.Module):
         self.oversubscription = C.as_float(oversubscription)
         self.topology = topology
         self.name = name
+        self.routing = routing
 
     def __check_init__(self):
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"system.routing={self.routing!r} is not one of "
+                             f"{', '.join(ROUTINGS)}")
         C.at_least_one("system.gpus", self.gpus)
         C.at_least_one("system.scale_up_domain", self.scale_up_domain)
         C.at_least_one("system.gpus_per_node", self.gpus_per_node)
@@ -226,7 +235,7 @@ NDR_NIC_BUSBW_Bps = 47 * GB  # nccl-tests: one 400 Gb/s NDR NIC achieves about 4
 NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC generation
 # Large-GEMM efficiency, fitted by step.calibrate_matmul_efficiency (rerun in
 # tests/test_step.py) to the seeds' two throughput figures:
-A100_MATMUL_EFFICIENCY = 0.795  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
+A100_MATMUL_EFFICIENCY = 0.794  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
 V100_MATMUL_EFFICIENCY = 0.530  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
 # H100-class tensor cores: an 8192^3 BF16 GEMM on an H200 (same tensor cores,
 # 4.8e12 B/s HBM3e) ran at 769-798e12 FLOP/s (public microbenchmark, mean of

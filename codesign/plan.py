@@ -24,6 +24,11 @@ DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 COMM_SM_FRACTION = 20.0 / 132.0  # DeepSeek-V3: 20 of the H800's 132 SMs run communication
 MOE_IMBALANCE = 1.1  # tokens on the busiest expert rank / the mean (assumption)
+# ZeRO-3 / FSDP prefetch: gather the next layer's weights while this one computes
+# (PyTorch FSDP's forward/backward prefetch of one module; DeepSpeed's prefetch
+# bucket). Deeper prefetch holds more gathered layers and buys slack only for
+# uneven layers, which the uniform per-layer model does not see.
+FSDP_PREFETCH_LAYERS = 1.0
 
 
 class Precision(eqx.Module):
@@ -126,6 +131,10 @@ class Plan(eqx.Module):
     dp_bucket_bytes: jax.Array  # gradient bucket size of the data-parallel reduction
     moe_imbalance: jax.Array  # tokens on the busiest expert rank / the mean (>= 1)
     comm_sm_fraction: jax.Array  # share of compute lost while communication overlaps it
+    zero_shard_size: jax.Array  # HSDP: ZeRO shards inside groups of this many dp x cp ranks,
+    # replicated across them; 0 = shard over the whole dp x cp group
+    fsdp_prefetch_layers: jax.Array  # ZeRO-3 layers gathered ahead of the one computing
+    tp_overlap: jax.Array  # fraction of TP traffic hidden under GEMMs (TE userbuffers, async TP)
     schedule: str = eqx.field(static=True, default="1f1b")
     zero: int = eqx.field(static=True, default=0)
     sequence_parallel: bool = eqx.field(static=True, default=False)
@@ -137,7 +146,9 @@ class Plan(eqx.Module):
 
     def __init__(self, dp=1, tp=1, pp=1, cp=1, ep=1, micro_batch=1, global_batch=None,
                  interleave=1, moe_node_limit=0, dp_bucket_bytes=25 * 2**20,
-                 moe_imbalance=MOE_IMBALANCE, comm_sm_fraction=COMM_SM_FRACTION, *,
+                 moe_imbalance=MOE_IMBALANCE, comm_sm_fraction=COMM_SM_FRACTION,
+                 zero_shard_size=0.0, fsdp_prefetch_layers=FSDP_PREFETCH_LAYERS,
+                 tp_overlap=0.0, *,
                  schedule="1f1b", zero=0, sequence_parallel=False, recompute="none",
                  reshard_after_forward=True, dtype="bf16", placement=DEFAULT_PLACEMENT,
                  precision: Precision | None = None):
@@ -148,6 +159,8 @@ class Plan(eqx.Module):
         self.interleave, self.moe_node_limit = f(interleave), f(moe_node_limit)
         self.dp_bucket_bytes = f(dp_bucket_bytes)
         self.moe_imbalance, self.comm_sm_fraction = f(moe_imbalance), f(comm_sm_fraction)
+        self.zero_shard_size = f(zero_shard_size)
+        self.fsdp_prefetch_layers, self.tp_overlap = f(fsdp_prefetch_layers), f(tp_overlap)
         self.schedule, self.zero = schedule, zero
         self.sequence_parallel, self.recompute = sequence_parallel, recompute
         self.reshard_after_forward, self.dtype = reshard_after_forward, dtype
@@ -163,6 +176,9 @@ class Plan(eqx.Module):
         C.at_least_one("training.moe_imbalance", self.moe_imbalance)
         C.check("parallel.comm_sm_fraction", self.comm_sm_fraction,
                 lambda v: (v >= 0) & (v < 1), "must lie in [0, 1)")
+        C.non_negative("parallel.zero_shard_size", self.zero_shard_size)
+        C.non_negative("parallel.fsdp_prefetch_layers", self.fsdp_prefetch_layers)
+        C.fraction("parallel.tp_overlap", self.tp_overlap)
         _one_of("parallel.schedule", self.schedule, SCHEDULES)
         _one_of("training.recompute", self.recompute, RECOMPUTE)
         _one_of("training.dtype", self.dtype, DTYPES)
@@ -203,6 +219,9 @@ def validate(plan: Plan, model: Transformer, gpus) -> None:
     _divides("parallel.tp", plan.tp, "model.kv_heads", model.kv_heads)
     _divides("parallel.cp", plan.cp, "model.seq_len", model.seq_len)
     _divides("parallel.ep", plan.ep, "parallel.dp", plan.dp)
+    shard = C.concrete(plan.zero_shard_size)
+    if shard is not None and shard > 0:
+        _divides("parallel.zero_shard_size", plan.zero_shard_size, "dp*cp", plan.dp * plan.cp)
     if C.concrete(model.moe_layers) is not None and C.concrete(model.moe_layers) > 0:
         _divides("parallel.ep", plan.ep, "model.experts", model.experts)
     elif C.concrete(plan.ep) is not None and C.concrete(plan.ep) > 1:

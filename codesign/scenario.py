@@ -11,10 +11,12 @@ A scenario has five tables; explicit keys override a preset:
                   fp32, fp16, bf16, fp8), tokens, and <part>_dtype overriding one part
                   of the recipe (plan.PRECISION_PARTS)
     [parallel]    tp, pp, dp, cp, ep, interleave, schedule, zero, sequence_parallel,
-                  moe_node_limit, dp_bucket_bytes, reshard_after_forward, comm_sm_fraction
+                  moe_node_limit, dp_bucket_bytes, reshard_after_forward, comm_sm_fraction,
+                  zero_shard_size (HSDP), fsdp_prefetch_layers, tp_overlap
     [system]      preset, gpus, scale_up_domain, gpus_per_node, pod_size, oversubscription,
                   matmul_efficiency, attention_efficiency, hbm_efficiency,
-                  kernel_overhead_s, hbm_reserve_bytes, topology, placement, and for each tier
+                  kernel_overhead_s, hbm_reserve_bytes, topology, routing (ecmp, spray,
+                  adaptive), placement, and for each tier
                   (scale_up_, scale_out_): bandwidth_Bps, latency_s, efficiency, reduction_Bps
     [reliability] every field of `reliability.Reliability`
 
@@ -49,6 +51,7 @@ from .hardware import System, Tier
 from .plan import (
     COMM_SM_FRACTION,
     DEFAULT_PLACEMENT,
+    FSDP_PREFETCH_LAYERS,
     MOE_IMBALANCE,
     PRECISION_PARTS,
     Plan,
@@ -63,7 +66,8 @@ _MODEL_FLOATS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len
                  "moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden",
                  "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")
 _PLAN_FLOATS_KEYS = ("tp", "pp", "dp", "cp", "ep", "interleave", "moe_node_limit",
-                     "dp_bucket_bytes", "comm_sm_fraction")
+                     "dp_bucket_bytes", "comm_sm_fraction", "zero_shard_size",
+                     "fsdp_prefetch_layers", "tp_overlap")
 _TIER_FIELDS = ("bandwidth_Bps", "latency_s", "efficiency", "reduction_Bps")
 _CHIP_FLOATS = ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
                 "kernel_overhead_s", "hbm_reserve_bytes")
@@ -83,7 +87,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
         ("gpus", "scale_up_domain", "gpus_per_node", "pod_size", "oversubscription",
          *_CHIP_FLOATS), float),
         **{f"{tier}_{f}": float for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
-        "topology": str, "placement": str},
+        "topology": str, "placement": str, "routing": str},
     "reliability": dict.fromkeys(_RELIABILITY_FIELDS, float),
 }
 
@@ -282,7 +286,8 @@ def _system(t: dict) -> System:
                   tiers["scale_up"], tiers["scale_out"],
                   t.get("gpus_per_node", base.gpus_per_node), t.get("pod_size", base.pod_size),
                   t.get("oversubscription", base.oversubscription),
-                  topology=t.get("topology", base.topology), name=base.name)
+                  topology=t.get("topology", base.topology), name=base.name,
+                  routing=t.get("routing", base.routing))
 
 
 def _model(t: dict) -> Transformer:
@@ -319,7 +324,8 @@ def _plan(tr: dict, pa: dict, system: System, placement: str | None) -> Plan:
                 pa.get("interleave", 1.0), pa.get("moe_node_limit", 0.0),
                 pa.get("dp_bucket_bytes", 25 * 2.0**20),
                 tr.get("moe_imbalance", MOE_IMBALANCE),
-                pa.get("comm_sm_fraction", COMM_SM_FRACTION),
+                pa.get("comm_sm_fraction", COMM_SM_FRACTION), pa.get("zero_shard_size", 0.0),
+                pa.get("fsdp_prefetch_layers", FSDP_PREFETCH_LAYERS), pa.get("tp_overlap", 0.0),
                 schedule=pa.get("schedule", "interleaved" if pa.get("interleave", 1) > 1
                                 else "1f1b"),
                 zero=pa.get("zero", 0), sequence_parallel=pa.get("sequence_parallel", False),

@@ -109,6 +109,8 @@ class Timing(eqx.Module):
     attention_s: jax.Array  # per step: attention-score compute (ring attention hides under it)
     overlap_s: jax.Array  # per step: compute another micro-batch can hide comm under
     optimizer_s: jax.Array  # per step: the optimizer update over the local shard
+    attention_forward_s: jax.Array  # per step: the forward part of attention_s (+ recompute)
+    layers: jax.Array  # layers on the slowest stage (per-layer times: forward_s / layers)
 
     @property
     def micro_batch_s(self) -> jax.Array:
@@ -195,9 +197,10 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
     recompute = {"none": 0.0, "selective": att_fwd, "full": matrix + att_fwd}[plan.recompute]
     backward = 2.0 * (matrix + logits) + att_bwd + recompute
     m = sh.micro_batches
-    attention = m * (att_fwd + att_bwd + (att_fwd if plan.recompute != "none" else 0.0))
+    attention_fwd = m * att_fwd * (2.0 if plan.recompute != "none" else 1.0)
+    attention = attention_fwd + m * att_bwd
     return Timing(forward, backward, attention, m * (forward + backward),
-                  optimizer_time_s(model, plan, system, t))
+                  optimizer_time_s(model, plan, system, t), attention_fwd, sh.layers_on_stage)
 
 
 def bubble_s(plan: Plan, micro_batch_s, t=0.0) -> jax.Array:

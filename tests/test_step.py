@@ -67,10 +67,13 @@ def test_tensor_parallelism_degrades_past_the_scale_up_domain(run):
     rows = [[r for r in e.step.traffic if r.dimension == "tp"][0] for e in ests]
     one = [float(r.time_s / r.count_per_step) for r in rows]  # one all-reduce
     # inside the 8-GPU domain doubling TP costs little per collective; leaving
-    # it crosses the NICs and costs far more (on the critical path)
+    # it crosses the NICs and costs more (on the critical path). NCCL's rail
+    # rings pipeline NVLink and the 8 NICs, so the step is the busbw ratio
+    # (DGX A100: NVLink ring ~230 GB/s, NIC aggregate 8 x 23.5 = 188 GB/s) times
+    # 2(p-1)/p at 16 over 8 ranks: ~1.31x, not the sum of two phases (was > 1.6x)
     assert [r.tier for r in rows] == ["scale_up", "scale_up", "scale_up+scale_out"]
     assert one[1] < 1.25 * one[0]
-    assert one[2] > 1.6 * one[1]
+    assert one[2] > 1.25 * one[1]
     assert float(ests[2].step.step_time_s) > float(ests[1].step.step_time_s)
 
 
