@@ -102,7 +102,17 @@ MU_START, MU_END = 10.0, 1e4  # penalty weight, grown geometrically
 LEARNING_RATE = 0.05  # Adam step in unit-box coordinates, cosine-decayed to 5% of it
 SINGLE_STEPS = 3  # lattice search: one knob moves up to this many admissible values
 CHUNK = 1024  # points per vmapped exact evaluation (candidate sets pad to it)
-GRID_CHUNK = 16384  # points per vmapped exact evaluation of a large grid
+# The streamed grid (`grid_search`): blocks of GRID_BLOCK points (vmapped),
+# GRID_CALL_POINTS points per device call (a scan over blocks; one progress
+# update), the GRID_TOP best kept. Knobs in GRID_HOISTED (those the failure and
+# straggler statistics depend on: a quadrature per GPU count) are enumerated
+# outermost and held fixed within a block, so what depends on them alone is
+# computed once per block instead of once per point.
+GRID_BLOCK = 4096
+GRID_CALL_POINTS = 1 << 18
+GRID_TOP = 16
+GRID_HOISTED = ("system.gpus", "parallel.dp")
+GRID_STREAM_MIN = 1 << 16  # smaller grids go through `evaluate` (no kernel to compile)
 
 
 class Knob(NamedTuple):
@@ -462,16 +472,22 @@ def constraints(core: Core, scn: Scenario, m: dict) -> jax.Array:
     """Log-ratio constraints g <= 0, in the order of `CONSTRAINTS`: memory, the
     three limits (about -690 when unset), and the orderings dp >= 1,
     micro-batches >= 1, ep <= dp, pp x interleave <= layers, domain <= GPUs."""
+    return jnp.stack(_constraint_terms(core, scn, m, LIMITS))
+
+
+def _constraint_terms(core: Core, scn: Scenario, m: dict, limits: tuple) -> list:
+    """The constraints of `constraints`, with only the named `limits`."""
     p, model = scn.plan, scn.model
-    return jnp.stack([
+    return [
         _log_ratio(m["memory_bytes_per_gpu"], m["memory_capacity_bytes"]),
-        *(_log_ratio(m[_LIMITED[n]], core.limits[i]) for i, n in enumerate(LIMITS)),
+        *(_log_ratio(m[_LIMITED[n]], core.limits[i]) for i, n in enumerate(LIMITS)
+          if n in limits),
         _log_ratio(1.0, p.dp),
         _log_ratio(p.dp * p.micro_batch, p.global_batch),
         _log_ratio(p.ep, p.dp),
         _log_ratio(p.pp * p.interleave, model.layers),
         _log_ratio(scn.system.scale_up_domain, scn.system.gpus),
-    ])
+    ]
 
 
 def _is_int(x):
@@ -535,19 +551,40 @@ class Exact(NamedTuple):
     metrics: dict  # name -> (n,) every quantity of `metrics`
 
 
+def _structural_point(core: Core, scn: Scenario, values: tuple) -> jax.Array:
+    """The structural rules and integral values of the varied integer knobs."""
+    x = jnp.stack(jnp.broadcast_arrays(*values))
+    integral = jnp.all(jnp.where(core.integer > 0, _is_int(x), True))
+    return structurally_feasible(scn) & integral
+
+
+def _exact_point(core: Core, values: tuple) -> Exact:
+    """Exact evaluation of one point given as K knob values (scalars)."""
+    scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
+    m = metrics(scn, core.assumptions)
+    g = constraints(core, scn, m)
+    value, loss = _objective(core, m)
+    structural = _structural_point(core, scn, values)
+    feasible = structural & jnp.all(g <= 1e-12)
+    return Exact(value, loss, loss + _penalty(g, MU_END), feasible, structural, m)
+
+
+def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple):
+    """(the metrics named in `outputs`, feasible) of one point as `_exact_point`
+    computes them, with the outputs and the set limits static, so that nothing
+    else is computed. A value not batched under `vmap` (a knob held fixed
+    across a block of the grid) keeps what is computed from it alone out of
+    the batch."""
+    scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
+    m = metrics(scn, core.assumptions)
+    g = jnp.stack(_constraint_terms(core, scn, m, limits))
+    feasible = _structural_point(core, scn, values) & jnp.all(g <= 1e-12)
+    return tuple(m[k] for k in outputs), feasible
+
+
 @jax.jit
 def _exact_batch(core: Core, x: jax.Array) -> Exact:
-    def one(xi):
-        scn = apply(core, xi)
-        m = metrics(scn, core.assumptions)
-        g = constraints(core, scn, m)
-        value, loss = _objective(core, m)
-        integral = jnp.all(jnp.where(core.integer > 0, _is_int(xi), True))
-        structural = structurally_feasible(scn) & integral
-        feasible = structural & jnp.all(g <= 1e-12)
-        return Exact(value, loss, loss + _penalty(g, MU_END), feasible, structural, m)
-
-    return jax.vmap(one)(x)
+    return jax.vmap(lambda xi: _exact_point(core, tuple(xi[i] for i in range(x.shape[1]))))(x)
 
 
 def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
@@ -588,6 +625,8 @@ class Result(NamedTuple):
     path: list  # gradient: the way there; grid: []
     grid_size: int | None = None
     feasible_points: int | None = None  # grid: how many points met every constraint
+    top: list | None = None  # grid: the best points kept [{knobs, objective}], best first
+    profile: dict | None = None  # grid: `GridProfile` (seconds, points per second)
 
     def to_json(self, with_path: bool = True) -> dict:
         out = {"method": self.method, "best": self.best,
@@ -597,6 +636,9 @@ class Result(NamedTuple):
         if self.grid_size is not None:
             out["grid_size"] = self.grid_size
             out["feasible_points"] = self.feasible_points
+        if self.profile is not None:
+            out["top"] = self.top
+            out["profile"] = self.profile
         if with_path and self.path:
             out["path"] = self.path
         return out
@@ -869,51 +911,330 @@ class _Progress:
             return
         frac = done / max(self.total, 1)
         elapsed = time.perf_counter() - self.start
+        rate = done / max(elapsed, 1e-9)
         sys.stderr.write(f"\r{self.label} [{'#' * int(30 * frac):<30}] {frac:6.1%} "
-                         f"{done:,}/{self.total:,} points, {elapsed:.1f} s")
+                         f"{done:,}/{self.total:,} points, {elapsed:.1f} s, {rate:,.0f} points/s")
         if done >= self.total:
             sys.stderr.write("\n")
         sys.stderr.flush()
 
 
-def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
-                keep: tuple[str, ...] = (), max_points: int = 100_000_000) -> Result:
-    """Evaluate every grid point exactly (module docstring) and return the best.
+class _Layout(NamedTuple):
+    """How the streamed grid enumerates its points (static: one compilation per
+    layout). Knob positions `outer` (held fixed within a block) and `inner`
+    (vmapped), each enumerated in C order; `strides` are the strides of the
+    grid's own C order (`np.ravel_multi_index`), which breaks ties."""
 
-    `keep` names metrics to return for every feasible point (small grids),
-    in `Result.metrics["grid"]` (lists), with the knob values under "knobs"."""
-    start = time.perf_counter()
-    axes = grid_axes(prob, grid_points)
+    outer: tuple  # knob positions enumerated outside the blocks
+    inner: tuple  # knob positions vmapped within a block
+    sizes: tuple  # axis length per knob position
+    strides: tuple  # C-order stride per knob position (the grid's flat index)
+    block: int  # points per block
+    per_outer: int  # blocks per combination of the outer knobs
+    blocks: int  # blocks in all
+    scan: int  # blocks per device call
+    top: int  # best points kept
+    objective: str  # the objective's name
+    limits: tuple  # the names of the limits set
+
+
+def _c_strides(sizes) -> tuple:
+    return tuple(int(math.prod(sizes[i + 1:])) for i in range(len(sizes)))
+
+
+def _layout(prob: Problem, sizes: tuple, top: int) -> _Layout:
+    outer = [i for i, n in enumerate(prob.names) if n in GRID_HOISTED]
+    if len(outer) == len(sizes):  # keep one knob to vmap over
+        outer = outer[:-1]
+    inner = [i for i in range(len(sizes)) if i not in outer]
+    n_inner = math.prod(sizes[i] for i in inner)
+    block = min(GRID_BLOCK, 1 << max(n_inner - 1, 1).bit_length())
+    per_outer = -(-n_inner // block)
+    blocks = per_outer * math.prod(sizes[i] for i in outer)
+    scan = max(1, min(GRID_CALL_POINTS // block, blocks))
+    return _Layout(tuple(outer), tuple(inner), tuple(sizes), _c_strides(sizes), block,
+                   per_outer, blocks, scan, top, prob.objective, tuple(sorted(prob.limits)))
+
+
+def _digits(index, positions, sizes):
+    """C-order digits of `index` over the axes at `positions`."""
+    strides = _c_strides([sizes[i] for i in positions])
+    return [(index // st) % sizes[i] for i, st in zip(positions, strides, strict=True)]
+
+
+def _merge_top(score, index, top: int):
+    """The `top` smallest scores, ties by the smaller grid index."""
+    score, index = jax.lax.sort((score, index), num_keys=2)
+    return score[:top], index[:top]
+
+
+def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple):
+    """Block j of the grid, evaluated exactly: (the `outputs` metrics (block,)
+    each, valid and feasible (block,), grid index (block,))."""
+    o, start = j // lay.per_outer, (j % lay.per_outer) * lay.block
+    local = start + jnp.arange(lay.block)
+    valid = (j < lay.blocks) & (local < math.prod(lay.sizes[i] for i in lay.inner))
+    digits = dict(zip(lay.outer, _digits(o, lay.outer, lay.sizes), strict=True))
+    digits |= dict(zip(lay.inner, _digits(local, lay.inner, lay.sizes), strict=True))
+    fixed = {i: table[i, digits[i]] for i in lay.outer}  # scalars: not batched
+
+    def one(inner_values):
+        values = fixed | dict(zip(lay.inner, inner_values, strict=True))
+        return _grid_point(core, tuple(values[i] for i in range(len(lay.sizes))), outputs,
+                           lay.limits)
+
+    out, feasible = jax.vmap(one)(tuple(table[i, digits[i]] for i in lay.inner))
+    index = sum(digits[i] * lay.strides[i] for i in range(len(lay.sizes)))
+    return out, valid & feasible, index
+
+
+@eqx.filter_jit
+def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout):
+    """Evaluate blocks first .. first + layout.scan - 1 of the grid exactly and
+    fold them into carry = (scores (top,), grid indices (top,), feasible count):
+    score = loss of a feasible point, inf otherwise."""
+    lay = layout
+    key, goal = OBJECTIVES[lay.objective]
+
+    def body(c, j):
+        best, where, count = c
+        (value,), ok, index = _grid_block(core, table, lay, j, (key,))
+        loss = goal * safe_log(value)
+        ok = ok & jnp.isfinite(loss)
+        score = jnp.where(ok, loss, jnp.inf)
+        neg, k = jax.lax.top_k(-score, min(lay.top, lay.block))  # ties: lower index first
+        best, where = _merge_top(jnp.concatenate([best, -neg]),
+                                 jnp.concatenate([where, index[k]]), lay.top)
+        return (best, where, count + jnp.sum(ok)), None
+
+    out, _ = jax.lax.scan(body, carry, first + jnp.arange(lay.scan))
+    return out
+
+
+def _front(a, b, index, capacity: int):
+    """The points not dominated in (a, b) (both minimised; non-finite points
+    are not points), as `non_dominated` picks them (ties to the smaller
+    index), sorted by a, compacted into the first `capacity` slots (inf after
+    them); and how many there are."""
+    a, b, index = jax.lax.sort((a, b, index), num_keys=3)
+    seen = jnp.concatenate([jnp.full(1, jnp.inf, dtype=b.dtype), jax.lax.cummin(b)[:-1]])
+    keep = (b < seen) & jnp.isfinite(a) & jnp.isfinite(b)
+    _, a, b, index = jax.lax.sort((jnp.where(keep, 0, 1), a, b, index), num_keys=1,
+                                  is_stable=True)
+    drop = jnp.arange(a.shape[0]) >= jnp.sum(keep)
+    a, b = jnp.where(drop, jnp.inf, a), jnp.where(drop, jnp.inf, b)
+    return (a[:capacity], b[:capacity], index[:capacity]), jnp.sum(keep)
+
+
+@eqx.filter_jit
+def _pareto_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
+                   axes: tuple):
+    """As `_grid_blocks`, folding each block into a running non-dominated set
+    of the metrics `axes` (both minimised): carry = ((a, b, index) of the
+    front so far (capacity,) each, feasible count, largest front seen)."""
+    lay = layout
+
+    def body(c, j):
+        (fa, fb, fi), count, largest = c
+        (a, b), ok, index = _grid_block(core, table, lay, j, axes)
+        a, b = jnp.where(ok, a, jnp.inf), jnp.where(ok, b, jnp.inf)
+        front, n = _front(jnp.concatenate([fa, a]), jnp.concatenate([fb, b]),
+                          jnp.concatenate([fi, index]), fa.shape[0])
+        return (front, count + jnp.sum(ok), jnp.maximum(largest, n)), None
+
+    out, _ = jax.lax.scan(body, carry, first + jnp.arange(lay.scan))
+    return out
+
+
+class GridProfile(NamedTuple):
+    """Where the streamed grid's time went (seconds)."""
+
+    compile_s: float  # the first call's excess over a typical one (tracing, compiling)
+    stream_s: float  # enumeration, evaluation and top-N reduction (the device, streamed)
+    finish_s: float  # re-evaluating the kept best points and the winner's metrics
+    calls: int  # device calls (one progress update each)
+    points_per_s: float  # grid points per second of stream_s
+
+
+def _grid_table(axes: list) -> jax.Array:
+    """The grid's axes as one (knobs, longest axis) array (zero-padded)."""
+    table = np.zeros((len(axes), max(len(a) for a in axes)))
+    for i, a in enumerate(axes):
+        table[i, :len(a)] = a
+    return jnp.asarray(table)
+
+
+def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: _Progress):
+    """Run a block kernel over the whole grid: (final carry as numpy arrays,
+    seconds per device call)."""
+    total = math.prod(lay.sizes)
+    times = []
+    for first in range(0, lay.blocks, lay.scan):
+        t0 = time.perf_counter()
+        carry = jax.block_until_ready(
+            kernel(prob.core, table, carry, jnp.asarray(first, dtype=jnp.int64)))
+        times.append(time.perf_counter() - t0)
+        done = min(lay.blocks, first + lay.scan)
+        bar.update(total if done == lay.blocks else min(total, done * lay.block))
+    return jax.tree.map(np.asarray, carry), times
+
+
+def _stream_grid(prob: Problem, axes: list, top: int, bar: _Progress):
+    """The top-N kernel over the whole grid: (scores, grid indices of the `top`
+    best, feasible count, seconds per device call)."""
+    lay = _layout(prob, tuple(len(a) for a in axes), top)
+    carry = (jnp.full(top, jnp.inf, dtype=float), jnp.zeros(top, dtype=jnp.int64),
+             jnp.zeros((), dtype=jnp.int64))
+    kernel = lambda core, table, c, first: _grid_blocks(core, table, c, first, lay)  # noqa: E731
+    (score, index, count), times = _stream(prob, lay, _grid_table(axes), kernel, carry, bar)
+    return score, index, int(count), times
+
+
+def _profile(times: list, finish_s: float, total: int) -> GridProfile:
+    """The first call compiles: its excess over a typical call counts as
+    compilation (a grid done in one call counts whole as streaming)."""
+    typical = float(np.median(times[1:])) if len(times) > 1 else times[0]
+    compile_s = max(times[0] - typical, 0.0)
+    stream_s = sum(times) - compile_s
+    return GridProfile(compile_s, stream_s, finish_s, len(times), total / max(stream_s, 1e-12))
+
+
+def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: _Progress):
+    """The grid through `evaluate` in chunks of `CHUNK` (small grids share its
+    compilation; `keep` needs every feasible point's metrics): as
+    `_stream_grid`, plus the kept metrics."""
     shape = tuple(len(a) for a in axes)
-    total = grid_size(prob, grid_points)
-    if total > max_points:
-        raise ValueError(f"the grid holds {total:,} points, more than max_points="
-                         f"{max_points:,}; narrow --bounds or lower --grid-points")
-    chunk = GRID_CHUNK if total > 16 * GRID_CHUNK else CHUNK  # one more compile pays off
-    bar = _Progress(total, "grid", progress)
-    best_loss, best_x, best_value = np.inf, None, np.nan
-    feasible_points = 0
+    total = math.prod(shape)
+    score, index, count = np.full(0, np.inf), np.zeros(0, dtype=np.int64), 0
     kept = {k: [] for k in (*keep, "knobs")} if keep else {}
-    for lo in range(0, total, chunk):
-        idx = np.arange(lo, min(lo + chunk, total))
+    times = []
+    for lo in range(0, total, CHUNK):
+        t0 = time.perf_counter()
+        idx = np.arange(lo, min(lo + CHUNK, total))
         x = np.stack([a[i] for a, i in zip(axes, np.unravel_index(idx, shape), strict=True)],
                      axis=1)
-        ex = evaluate(prob, x, chunk)
-        feasible_points += int(np.sum(ex.feasible))
-        b = _best_index(ex)
-        if b is not None and ex.loss[b] < best_loss:
-            best_loss, best_x, best_value = float(ex.loss[b]), x[b], float(ex.objective[b])
+        ex = evaluate(prob, x, CHUNK)
+        ok = ex.feasible & np.isfinite(ex.loss)
+        count += int(np.sum(ok))
+        score = np.concatenate([score, np.where(ok, ex.loss, np.inf)])
+        index = np.concatenate([index, idx])
+        order = np.lexsort((index, score))[:top]
+        score, index = score[order], index[order]
         for k in keep:
             kept[k] += ex.metrics[k][ex.feasible].tolist()
         if keep:
             kept["knobs"] += x[ex.feasible].tolist()
+        times.append(time.perf_counter() - t0)
         bar.update(int(idx[-1]) + 1)
-    feasible = best_x is not None
-    r = _result(prob, "grid", best_x if feasible else _here(prob), best_value, feasible, total,
-                start, [], grid_size=total, feasible_points=feasible_points)
+    return score, index, count, times, kept
+
+
+def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
+                keep: tuple[str, ...] = (), max_points: int = 1_000_000_000,
+                top: int = GRID_TOP) -> Result:
+    """Evaluate every grid point exactly (module docstring) and return the best.
+
+    A grid of more than `GRID_STREAM_MIN` points streams: points are
+    enumerated on the device from their index, evaluated in fixed-size blocks
+    by one compiled kernel, and each block is reduced on the device to its
+    `top` best feasible points; only those reach the host, so memory stays
+    flat in the grid size. Smaller grids (or `keep`) go through `evaluate` in
+    chunks. The `top` are evaluated again (`evaluate`) and the best wins, ties
+    to the first in the grid's C order (knobs in the order given), as a plain
+    loop over the grid would find. `Result.top` lists them (knobs and
+    objective, best first) and `Result.profile` the timings (`GridProfile`).
+
+    `keep` names metrics to return for every feasible point (small grids; not
+    streamed), in `Result.metrics["grid"]` (lists), with the knob values under
+    "knobs"."""
+    start = time.perf_counter()
+    axes = grid_axes(prob, grid_points)
+    total = grid_size(prob, grid_points)
+    if total > max_points:
+        raise ValueError(f"the grid holds {total:,} points, more than max_points="
+                         f"{max_points:,}; narrow --bounds or lower --grid-points")
+    if top < 1:
+        raise ValueError(f"top={top} must be at least 1")
+    bar = _Progress(total, "grid", progress)
+    kept = {}
+    if keep or total <= GRID_STREAM_MIN:
+        score, index, feasible_points, times, kept = _host_grid(prob, axes, top, keep, bar)
+    else:
+        score, index, feasible_points, times = _stream_grid(prob, axes, top, bar)
+    finish = time.perf_counter()
+    index = index[np.isfinite(score)]
+    shape = tuple(len(a) for a in axes)
+    xs = np.stack([a[i] for a, i in zip(axes, np.unravel_index(index, shape), strict=True)],
+                  axis=1) if len(index) else np.zeros((0, len(axes)))
+    feasible = len(index) > 0
+    if feasible:
+        ex = evaluate(prob, xs)
+        order = np.lexsort((index, np.where(ex.feasible, ex.loss, np.inf)))
+        xs, values = xs[order], ex.objective[order]
+        best_x, best_value = xs[0], float(values[0])
+    else:
+        best_x, best_value = _here(prob), np.nan
+    r = _result(prob, "grid", best_x, best_value, feasible, total, start, [], grid_size=total,
+                feasible_points=feasible_points)
+    profile = _profile(times, time.perf_counter() - finish, total)
+    best = [{"knobs": _knob_dict(prob, x), "objective": float(v)}
+            for x, v in zip(xs, values, strict=True)] if feasible else []
     if keep:
         r.metrics["grid"] = kept
-    return r
+    return r._replace(top=best, profile=profile._asdict())
+
+
+class GridFront(NamedTuple):
+    """The exact Pareto front of a grid in two minimised metrics."""
+
+    axes: tuple  # the two metrics' names (a, b)
+    knobs: list  # [{knob: value}] of the front's points, by increasing a
+    a: np.ndarray  # (n,) the first metric
+    b: np.ndarray  # (n,) the second metric (decreasing)
+    grid_size: int
+    feasible_points: int
+    profile: dict  # `GridProfile`
+
+
+def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_usd",
+                b: str = "time_to_train_s", *, progress: bool = True,
+                capacity: int = 1024, max_points: int = 1_000_000_000) -> GridFront:
+    """The feasible grid points not dominated in the metrics (a, b) (both
+    minimised; names of `metrics`), streamed as `grid_search` streams: each
+    block is folded on the device into a running non-dominated set of at most
+    `capacity` points, so memory stays flat. Equal to `non_dominated` over
+    every feasible point (ties to the first in the grid's C order)."""
+    names = tuple(jax.eval_shape(lambda: metrics(prob.scenario, prob.core.assumptions)))
+    for field, metric in (("a", a), ("b", b)):
+        if metric not in names:
+            raise ValueError(f"{field}={metric!r} is not a metric; metrics are "
+                             f"{', '.join(names)}")
+    if capacity < 1:
+        raise ValueError(f"capacity={capacity} must be at least 1")
+    axes = grid_axes(prob, grid_points)
+    total = grid_size(prob, grid_points)
+    if total > max_points:
+        raise ValueError(f"the grid holds {total:,} points, more than max_points="
+                         f"{max_points:,}; narrow the bounds or lower grid_points")
+    lay = _layout(prob, tuple(len(x) for x in axes), 1)
+    inf = jnp.full(capacity, jnp.inf, dtype=float)
+    carry = ((inf, inf, jnp.zeros(capacity, dtype=jnp.int64)), jnp.zeros((), dtype=jnp.int64),
+             jnp.zeros((), dtype=jnp.int64))
+    kernel = lambda core, table, c, first: _pareto_blocks(  # noqa: E731
+        core, table, c, first, lay, (a, b))
+    bar = _Progress(total, "pareto", progress)
+    ((fa, fb, fi), count, largest), times = _stream(prob, lay, _grid_table(axes), kernel,
+                                                    carry, bar)
+    if int(largest) > capacity:
+        raise ValueError(f"the front of a block held {int(largest):,} points, more than "
+                         f"capacity={capacity:,}: raise it")
+    keep = np.isfinite(fa)
+    shape = tuple(len(x) for x in axes)
+    digits = np.unravel_index(fi[keep], shape)
+    knobs = [_knob_dict(prob, [x[d[i]] for x, d in zip(axes, digits, strict=True)])
+             for i in range(int(keep.sum()))]
+    return GridFront((a, b), knobs, fa[keep], fb[keep], total, int(count),
+                     _profile(times, 0.0, total)._asdict())
 
 
 # ---------------------------------------------------------------- Pareto

@@ -10,6 +10,7 @@ evaluation, one vmapped descent, one Jacobian) are shared.
 import itertools
 import json
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,7 @@ import pytest
 from codesign import fabric
 from codesign import optimize as O
 from codesign import scenario as sc
+from codesign import step as S
 from codesign.cli import main
 from codesign.plan import validate
 from codesign.units import GB, day
@@ -131,6 +133,83 @@ def test_grid_is_exhaustive(small, small_runs):
     i = int(np.argmin(np.where(ex.feasible, ex.objective, np.inf)))
     assert grid.value == pytest.approx(ex.objective[i], rel=1e-12)
     assert list(grid.best.values()) == pts[i].tolist()
+
+
+def test_streamed_grid_is_a_plain_loop(monkeypatch):
+    """The streamed grid (blocks on the device, GPU count held per block and
+    enumerated outermost, top-N per block) finds what a plain loop over the
+    grid in C order finds: the best feasible point, ties to the first, the
+    same feasible count and the same top points in order. Tiny blocks and
+    calls make it cross block, call and GPU-count boundaries; the checkpoint
+    interval does not move the step time, so every design ties 3 ways."""
+    monkeypatch.setattr(O, "GRID_STREAM_MIN", 0)
+    monkeypatch.setattr(O, "GRID_BLOCK", 8)
+    monkeypatch.setattr(O, "GRID_CALL_POINTS", 24)
+    vary = {"parallel.tp": (1, 16), "system.gpus": (512, 1024),
+            "reliability.checkpoint_interval_s": (60, 3600), "training.micro_batch": (1, 4)}
+    p = O.problem(SCN, list(vary), vary)
+    axes = O.grid_axes(p, 3)
+    pts = np.asarray(list(itertools.product(*axes)))
+    r = O.grid_search(p, 3, progress=False, top=5)
+    assert p.names[1] == "system.gpus" and len(axes[1]) > 2  # enumerated out of C order
+    assert r.profile["calls"] > 2 and r.grid_size == len(pts)
+    ex = O.evaluate(p, pts)
+    score = np.where(ex.feasible, ex.loss, np.inf)
+    order = np.lexsort((np.arange(len(pts)), score))[:5]  # ties: first in C order
+    assert r.feasible_points == int(ex.feasible.sum()) > 5
+    assert list(r.best.values()) == pts[order[0]].tolist()
+    assert r.value == ex.objective[order[0]]
+    assert [list(t["knobs"].values()) for t in r.top] == pts[order].tolist()
+    assert score[order[0]] == score[order[1]] == score[order[2]]  # a three-way tie
+
+
+def test_streamed_pareto_front_is_non_dominated_over_the_grid(monkeypatch):
+    """The streamed front (a running non-dominated set folded per block on the
+    device) is `non_dominated` over every feasible grid point."""
+    monkeypatch.setattr(O, "GRID_BLOCK", 16)
+    monkeypatch.setattr(O, "GRID_CALL_POINTS", 64)
+    vary = {"parallel.tp": (1, 16), "system.gpus": (512, 1024), "training.micro_batch": (1, 4),
+            "system.scale_out_bandwidth_Bps": (10 * GB, 200 * GB)}
+    p = O.problem(SCN, list(vary), vary, "time_to_train", budget_usd=2.5e6)
+    front = O.grid_pareto(p, 3, progress=False, capacity=64)
+    full = O.grid_search(p, 3, progress=False, keep=("cost_to_train_usd", "time_to_train_s"))
+    kept = full.metrics["grid"]
+    want = O.non_dominated(kept["cost_to_train_usd"], kept["time_to_train_s"])
+    assert front.feasible_points == full.feasible_points == len(kept["knobs"])
+    assert 3 <= len(front.knobs) == len(want) < front.feasible_points
+    assert [list(k.values()) for k in front.knobs] == [kept["knobs"][i] for i in want]
+    np.testing.assert_allclose(front.a, np.asarray(kept["cost_to_train_usd"])[want], rtol=1e-12)
+    np.testing.assert_allclose(front.b, np.asarray(kept["time_to_train_s"])[want], rtol=1e-12)
+    assert front.profile["calls"] > 2
+    with pytest.raises(ValueError, match="raise it"):
+        O.grid_pareto(p, 3, progress=False, capacity=1)
+    with pytest.raises(ValueError, match="b='speed' is not a metric"):
+        O.grid_pareto(p, 3, b="speed", progress=False)
+
+
+def test_gradients_match_values_recorded_before_the_speed_work():
+    """Gradients of step time (13 knobs, 3 scenarios) and of the relaxed loss
+    equal those recorded from the code before issue 15 (fixtures/
+    record_gradients.py) to 1e-9 relative."""
+    rec = json.loads((Path(__file__).parent / "fixtures" / "gradients_recorded.json")
+                     .read_text())
+    for r in rec["step_time_grad"]:
+        base = sc.load(r["scenario"])
+        value, grad = jax.value_and_grad(
+            lambda k, base=base: S.estimate(sc.set_knobs(base, k)).step.step_time_s)(
+            {k: jnp.asarray(v) for k, v in r["knobs"].items()})
+        assert float(value) == pytest.approx(r["step_time_s"], rel=1e-9)
+        old = np.asarray([r["grad"][k] for k in sorted(r["grad"])])
+        new = np.asarray([float(grad[k]) for k in sorted(r["grad"])])
+        np.testing.assert_allclose(new, old, rtol=1e-9, atol=1e-12 * np.abs(old).max())
+    prob = O.problem(SCN, list(SMALL), SMALL, "cost_to_train_usd")
+    for r in rec["relaxed_loss_grad"]:
+        value, grad = jax.value_and_grad(O.relaxed_loss)(jnp.asarray(r["z"]), prob.core,
+                                                         r["t"], r["mu"])
+        assert float(value) == pytest.approx(r["loss"], rel=1e-9)
+        old = np.asarray(r["grad"])
+        np.testing.assert_allclose(np.asarray(grad), old, rtol=1e-9,
+                                   atol=1e-12 * np.abs(old).max())
 
 
 def test_gradient_method_lands_on_the_grid_optimum(small_runs):
