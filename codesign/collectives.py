@@ -75,7 +75,6 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from . import _checks as C
 from .hardware import Tier
@@ -374,9 +373,6 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     _check_algorithm(op, algorithm)
     C.non_negative("bytes", n_bytes)
     C.at_least_one("ranks", ranks)
-    if algorithm in ("recursive_doubling", "halving_doubling") and outer is None:
-        C.check("ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
-                f"must be a power of two for algorithm={algorithm!r}")
     n_bytes, ranks = C.as_float(n_bytes), C.as_float(ranks)
     local_ranks = _check_tiers(outer, local_ranks)
     if algorithm == "auto":
