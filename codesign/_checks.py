@@ -8,7 +8,9 @@ import numpy as np
 
 
 def concrete(value) -> np.ndarray | None:
-    """The value as a NumPy array, or None when it is traced (checks are skipped)."""
+    """The value as a NumPy array, or None when it is traced: the checks of this
+    module are then skipped, and `scenario.Scenario.checked` (called by
+    `step.estimate`) raises through `equinox.error_if` instead."""
     if isinstance(value, jax.core.Tracer):
         return None
     try:
@@ -17,7 +19,7 @@ def concrete(value) -> np.ndarray | None:
         return None
 
 
-def _fmt(value: np.ndarray) -> str:
+def fmt(value: np.ndarray) -> str:
     return f"{value.item():g}" if value.size == 1 else np.array2string(value)
 
 
@@ -27,7 +29,7 @@ def check(name: str, value, ok, requirement: str) -> None:
     if v is None:
         return
     if not np.all(np.isfinite(v)) or not np.all(ok(v)):
-        raise ValueError(f"{name}={_fmt(v)} {requirement}")
+        raise ValueError(f"{name}={fmt(v)} {requirement}")
 
 
 def positive(name: str, value) -> None:

@@ -163,11 +163,75 @@ _HIERARCHICAL_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
                      "broadcast", "reduce")
 
 
+def _crossings(nodes):
+    """Node boundaries one ring over `nodes` domains crosses: N, and 0 for N = 1."""
+    return nodes * _one(nodes)
+
+
+def _rail_ring(share):
+    """NCCL's rail-parallel ring: g channels, each a ring over all p ranks that
+    enters and leaves every domain through a different GPU's NIC. Of the p
+    hops of a ring, N cross domains; each GPU sends `share` x n in all, N/p of
+    it through its own NIC and the rest over the scale-up tier."""
+    def terms(p, g):
+        nodes = p / g
+        cross = _crossings(nodes) / p
+        hops = 2.0 * (p - 1.0) if share is _f2 else p - 1.0
+        return (hops * (1.0 - cross), hops * cross, share(p) * (1.0 - cross),
+                share(p) * cross)
+    return terms
+
+
+def _f2(p):
+    return 2.0 * _f(p)
+
+
+# Pipelined two-tier algorithms: p ranks, g per scale-up domain, N = p / g
+# domains, one NIC (rail) per GPU. Both tiers stream at once, so the time is
+#   L_up alpha_up + L_out alpha_out + max(W_up n beta_up + C n gamma, W_out n beta_out)
+# (NCCL's chunks flow through NVLink and the NICs together). Terms: (p, g) ->
+# (L_up, L_out, W_up, W_out); C is the reduction share of the op's ring.
+#
+# | op             | algorithm | L_up           | L_out          | W_up            | W_out        |
+# |----------------|-----------|----------------|----------------|-----------------|--------------|
+# | all_reduce     | rail_ring | 2(p-1)(1-N/p)  | 2(p-1) N/p     | 2(p-1)/p (1-N/p)| 2(p-1)/p / g |
+# | all_reduce     | rail_tree | 2(g-1)         | 2 log2 N       | 2(g-1)/g        | 2 / g        |
+# | all_reduce     | nvls_tree | 2 (NVLS)       | 2 log2 N       | 1 (in-network)  | 2 / g        |
+# | reduce_scatter | rail_ring | (p-1)(1-N/p)   | (p-1) N/p      | (p-1)/p (1-N/p) | (p-1)/p / g  |
+# | all_gather     | rail_ring | as reduce_scatter, no reduction                                 |
+#
+# (N/p is 0 when N = 1: one domain never uses the NIC.) rail_ring over N
+# domains moves 2(p-1)/p n / g through each NIC, so a large all-reduce's busbw
+# approaches g x the NIC's bandwidth: the node's NIC aggregate. rail_tree is a
+# chain inside each domain and a double binary tree across (one per rail, n / g
+# each: ~2 n / g per NIC); nvls_tree reduces inside the domain in the NVSwitch
+# (NVLS) and runs the trees across on each GPU's shard (NCCL's NVLSTree).
+_PIPELINED: dict[str, dict[str, Callable]] = {
+    "all_reduce": {
+        "rail_ring": _rail_ring(_f2),
+        "rail_tree": lambda p, g: (2.0 * (g - 1.0), 2.0 * log2_ranks(p / g),
+                                   2.0 * _f(g), 2.0 * _one(p / g) / g),
+        "nvls_tree": lambda p, g: (2.0 * _one(g), 2.0 * log2_ranks(p / g), _one(g),
+                                   2.0 * _one(p / g) / g),
+    },
+    "reduce_scatter": {"rail_ring": _rail_ring(_f)},
+    "all_gather": {"rail_ring": _rail_ring(_f)},
+}
+
+
+def pipelined_algorithms() -> tuple[str, ...]:
+    """The two-tier pipelined algorithms of any op (`_PIPELINED`)."""
+    return tuple(dict.fromkeys(a for table in _PIPELINED.values() for a in table))
+
+
 def algorithms(op: str, *, hierarchical: bool = False) -> tuple[str, ...]:
-    """The algorithms defined for `op` (plus `hierarchical` when asked)."""
+    """The algorithms defined for `op` (plus `hierarchical` and the pipelined
+    two-tier algorithms of `_PIPELINED` when asked)."""
     op = _check_op(op)
     names = tuple(_TERMS[op])
-    return names + ("hierarchical",) if hierarchical and op in _HIERARCHICAL_OPS else names
+    if not hierarchical or op not in _HIERARCHICAL_OPS:
+        return names
+    return names + ("hierarchical",) + tuple(_PIPELINED.get(op, ()))
 
 
 def _check_op(op: str) -> str:
@@ -227,6 +291,32 @@ def _hierarchical(op: str, n_bytes, ranks, tier: Tier, outer: Tier, local_ranks)
     return _flat(op, "tree", n_bytes, across, outer) + _flat(op, "tree", n_bytes, g, tier)
 
 
+def _pipelined(op: str, algorithm: str, n_bytes, ranks, tier: Tier, outer: Tier,
+               local_ranks) -> Cost:
+    """A `_PIPELINED` algorithm: latencies add, the two tiers' streams overlap.
+
+    The Cost's reduction term is the op's ring reduction; its bandwidth term is
+    what the slower stream adds beyond it (the three still sum to the time)."""
+    g = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
+    L_up, L_out, W_up, W_out = _PIPELINED[op][algorithm](ranks, g)
+    c_share = {"all_reduce": _f, "reduce_scatter": _f}.get(op, lambda p: 0.0 * p)(ranks)
+    if algorithm == "nvls_tree":
+        eff = tier.in_network_efficiency
+        ok = eff > 0
+        up_bw = jnp.where(ok, W_up * n_bytes / (tier.bandwidth_Bps * jnp.where(ok, eff, 1.0)),
+                          _UNSUPPORTED_S)
+        c_share = 0.0 * c_share  # reduced in the switch
+    else:
+        up_bw = W_up * n_bytes / tier.effective_Bps
+    reduction = c_share * n_bytes / tier.reduction_Bps
+    out_bw = W_out * n_bytes / outer.effective_Bps
+    stream = jnp.maximum(up_bw + reduction, out_bw)
+    latency = L_up * tier.latency_s + L_out * outer.latency_s
+    zero = jnp.zeros(jnp.broadcast_shapes(jnp.shape(n_bytes), jnp.shape(ranks)))
+    terms = jnp.broadcast_arrays(latency, stream - reduction, reduction, zero)
+    return Cost(*terms[:3])
+
+
 def _candidates(op, n_bytes, ranks, tier, outer, local_ranks):
     names = algorithms(op, hierarchical=outer is not None and local_ranks is not None)
     costs = [_one_algorithm(op, a, n_bytes, ranks, tier, outer, local_ranks) for a in names]
@@ -234,9 +324,11 @@ def _candidates(op, n_bytes, ranks, tier, outer, local_ranks):
 
 
 def _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks) -> Cost:
-    if algorithm == "hierarchical":
+    if algorithm == "hierarchical" or algorithm in _PIPELINED.get(op, ()):
         if outer is None:
-            raise ValueError("algorithm='hierarchical' needs an outer tier and local_ranks")
+            raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
+        if algorithm != "hierarchical":
+            return _pipelined(op, algorithm, n_bytes, ranks, tier, outer, local_ranks)
         return _hierarchical(op, n_bytes, ranks, tier, outer, local_ranks)
     return _flat(op, algorithm, n_bytes, ranks, _flat_tier(tier, outer, ranks, local_ranks))
 
@@ -286,9 +378,10 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     if algorithm == "auto":
         return choose(op, n_bytes, ranks, tier, outer=outer, local_ranks=local_ranks,
                       temperature=temperature)[0]
-    if algorithm == "in_network":
+    if algorithm in ("in_network", "nvls_tree"):
         C.check("in_network_efficiency",
-                _flat_tier(tier, outer, ranks, local_ranks).in_network_efficiency,
+                (tier if algorithm == "nvls_tree"
+                 else _flat_tier(tier, outer, ranks, local_ranks)).in_network_efficiency,
                 lambda v: v > 0,
                 "must be positive: this tier has no in-network reduction (NVLS/SHARP)")
     return _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks)

@@ -53,7 +53,7 @@ import numpy as np
 from . import _checks as C
 from . import collectives as co
 from .hardware import System, Tier
-from .relax import safe_log, smooth_ceil, smooth_min
+from .relax import safe_log, smooth_ceil, smooth_max, smooth_min
 
 # ----------------------------------------------------------------------- placement
 
@@ -108,6 +108,88 @@ def scale_out_tier(system: System, span_gpus, t=0.0) -> Tier:
         return tier
     factor = oversubscription_factor(system, span_gpus, t)
     return _with_bandwidth(tier, tier.bandwidth_Bps / factor)
+
+
+def crossing_fraction(span, across, block, exchange: bool = False, t=0.0) -> jax.Array:
+    """Share of a group's slow-tier flows that leave a block of `block` GPUs
+    (a pod, a leaf switch) when the group spans `span` GPU indices with
+    `across` members on the slow tier (one per scale-up domain it touches).
+
+    A ring (or tree) ordered block by block leaves each block once: blocks /
+    across of its hops cross, at most all. An exchange (all-to-all) sends to
+    every member: 1 - block / span of its bytes leave. 0 when the group fits.
+    """
+    span, block = C.as_float(span), C.as_float(block)
+    blocks = jnp.maximum(span / block, 1.0)
+    inside = crosses_pod(span, block, t)
+    if exchange:
+        return inside * (1.0 - 1.0 / blocks)
+    return inside * jnp.minimum(blocks / jnp.maximum(C.as_float(across), 1.0), 1.0)
+
+
+def pod_factor(system: System, span, across, exchange: bool = False, t=0.0) -> jax.Array:
+    """Bandwidth divisor of a group on an oversubscribed Clos, from the flows that cross.
+
+    Every GPU of a pod runs its copy of the collective at once, so the pod's
+    uplinks (1/k of what its GPUs inject) carry the crossing share f of that
+    injection: the crossing hops slow by k f when k f > 1, and a ring waits for
+    them: max(1, k f). f = 1 (a flat exchange, or a ring with one member per
+    pod) is `oversubscription_factor`'s all-or-nothing k.
+    """
+    if system.topology != "clos":
+        return jnp.ones_like(C.as_float(span))
+    f = crossing_fraction(span, across, system.pod_size, exchange, t)
+    return smooth_max(system.oversubscription * f, 1.0, t)
+
+
+LEAF_DOWNLINKS = 32.0  # GPUs (NICs) under one leaf, and its uplinks: a radix-64
+# switch split evenly (Prices.switch_radix), rail-optimised: the leaf holds the
+# same-index GPU of 32 scale-up domains (assumption, as in rail-optimised DGX pods)
+
+
+def group_flow_slowdown(system: System, span, across, exchange: bool = False,
+                        t=0.0) -> jax.Array:
+    """ECMP hash collisions of a group's flows on the leaf uplinks (1 unless
+    `system.routing` is "ecmp").
+
+    The LEAF_DOWNLINKS GPUs under a leaf send k = 32 x f x q flows up, f the
+    share of flows that leave the leaf (`crossing_fraction` with a block of 32
+    domains), q the flows per NIC (1 for a ring channel, across - 1 for an
+    exchange, each at 1/q of the NIC's rate), onto m = 32 uplinks. The busiest
+    uplink carries E[max load] / q NICs' worth (`flow_slowdown`, the same code
+    the sweeps' ECMP target runs), and a flow is slowed only above its line rate.
+    """
+    if system.routing != "ecmp" or system.topology == "torus":
+        return jnp.ones_like(C.as_float(span))
+    across = jnp.maximum(C.as_float(across), 1.0)
+    f = crossing_fraction(span, across, LEAF_DOWNLINKS * system.scale_up_domain, exchange, t)
+    # (q capped at 512: the Poisson form holds to k / m ~ 600; the slowdown is ~1 there)
+    q = jnp.clip(across - 1.0, 1.0, 512.0) if exchange else jnp.ones_like(across)
+    k = LEAF_DOWNLINKS * f * q
+    slow = flow_slowdown(k, LEAF_DOWNLINKS, "ecmp")
+    return smooth_max(slow * jnp.maximum(k / LEAF_DOWNLINKS, 1.0) / q, 1.0, t)
+
+
+def group_scale_out_tier(system: System, span, across, exchange: bool = False,
+                         t=0.0) -> Tier:
+    """The slow tier a group sees: `system.scale_out` divided by the pods its
+    flows cross (`pod_factor`) and by ECMP collisions (`group_flow_slowdown`)."""
+    tier = system.scale_out
+    factor = (pod_factor(system, span, across, exchange, t)
+              * group_flow_slowdown(system, span, across, exchange, t))
+    return _with_bandwidth(tier, tier.bandwidth_Bps / factor)
+
+
+def rail_forwarding_cost(system: System, n_bytes, local_ranks, tier: Tier | None = None):
+    """The extra hop of cross-rail traffic on a rail-only fabric: the `n_bytes`
+    bound for other domains are first exchanged inside the domain (a direct
+    all-to-all over `local_ranks` on the scale-up tier) so that each leaves on
+    the rail of its destination. Zero Cost on other topologies; rings, trees
+    and hierarchical collectives stay on their rail and never pay it."""
+    tier = system.scale_up if tier is None else tier
+    c = co.cost("all_to_all", "direct", n_bytes, jnp.maximum(C.as_float(local_ranks), 1.0),
+                tier)
+    return c.scale(1.0 if forwards_through_scale_up(system) else 0.0)
 
 
 def forwards_through_scale_up(system: System) -> bool:
@@ -385,7 +467,8 @@ def with_topology(system: System, topology: str) -> System:
     """`system` with another topology (same GPUs, domain, tiers)."""
     return System(system.chip, system.gpus, system.scale_up_domain, system.scale_up,
                   system.scale_out, system.gpus_per_node, system.pod_size,
-                  system.oversubscription, topology=topology, name=system.name)
+                  system.oversubscription, topology=topology, name=system.name,
+                  routing=system.routing)
 
 
 def rail_only_saving(system: System, prices: Prices | None = None):
@@ -415,11 +498,10 @@ def rail_only_all_to_all_penalty(system: System, n_bytes, ranks) -> jax.Array:
     Wang et al. report 8.2-11.2%.
     """
     g = jnp.minimum(system.scale_up_domain, C.as_float(ranks))
-    rail = co.cost("all_to_all", "hierarchical", n_bytes, ranks, system.scale_up,
-                   outer=system.scale_out, local_ranks=g).time_s
     clos = co.cost("all_to_all", "direct", n_bytes, C.as_float(ranks) / g,
                    system.scale_out).time_s
-    return rail / clos - 1.0
+    hop = rail_forwarding_cost(with_topology(system, "rail_only"), n_bytes, g).time_s
+    return hop / clos  # the same hop the traffic table adds to rail-only exchanges
 
 
 # --------------------------------------------------------------------------- ECMP

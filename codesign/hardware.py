@@ -18,13 +18,53 @@ from . import _checks as C
 from .units import GB, Gbps, KiB, us
 
 TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
+ROUTINGS = ("ecmp", "spray", "adaptive")  # how the scale-out fabric spreads flows
+
+# Compute constants shared by every chip unless its preset says otherwise
+# (docs/sources.md has each source):
+# - HBM_EFFICIENCY: an H200 device-to-device copy moved ~4.3e12 B/s of its
+#   4.8e12 B/s spec (public microbenchmark): 0.9, used for every chip.
+# - ATTENTION_EFFICIENCY: FlashAttention-2 (Dao 2023) reaches 50-73% of the
+#   A100's peak in its kernel benchmarks (forward and backward together nearer
+#   the low end); FlashAttention-3 (Shah et al. 2024) up to 75% of H100's in
+#   forward. 0.6 over forward + backward is our reading of both: assumption
+#   within the published range.
+# - KERNEL_OVERHEAD_S: fixed launch + tail cost of one CUDA kernel, a few
+#   microseconds (assumption; `codesign calibrate compute` measures it).
+# - HBM reserve: 2 GiB for the CUDA context and communicator buffers plus 5% of
+#   capacity for allocator fragmentation (assumption).
+HBM_EFFICIENCY = 0.9
+ATTENTION_EFFICIENCY = 0.6
+KERNEL_OVERHEAD_S = 4e-6
+HBM_RESERVE_FIXED_BYTES = 2 * 2**30
+HBM_RESERVE_FRACTION = 0.05
+
+
+def default_hbm_reserve_bytes(hbm_bytes):
+    """Context and communicator buffers plus allocator fragmentation (assumption)."""
+    return HBM_RESERVE_FIXED_BYTES + HBM_RESERVE_FRACTION * hbm_bytes
+
+
+def gemm_efficiency(achieved_flops_per_s, n, peak_flops_per_s, hbm_Bps,
+                    element_bytes=2.0) -> float:
+    """The `matmul_efficiency` at which `step.gemm_time_s` gives a square n^3
+    GEMM the measured throughput: E = (flops / peak + bytes / HBM) / measured time."""
+    flops, moved = 2.0 * n**3, 3.0 * element_bytes * n**2
+    return (flops / peak_flops_per_s + moved / (hbm_Bps * HBM_EFFICIENCY)) * (
+        achieved_flops_per_s / flops)
 
 
 class Chip(eqx.Module):
     """One accelerator.
 
     `matmul_efficiency` is the fraction of peak a large, well-shaped GEMM
-    achieves; `step.py` lowers it for small GEMMs (see `matmul_efficiency`).
+    achieves; `step.py` lowers it for small GEMMs (see `step.gemm_time_s`).
+    `attention_efficiency` is the fraction of the 16-bit peak a fused attention
+    kernel (FlashAttention) achieves over forward and backward;
+    `hbm_efficiency` the fraction of `hbm_Bps` a streaming (memory-bound)
+    kernel achieves; `kernel_overhead_s` the fixed cost of one kernel (launch
+    and tail); `hbm_reserve_bytes` the HBM a training process cannot use for
+    its tensors (CUDA context, communicator buffers, allocator fragmentation).
     """
 
     peak_flops_per_s: jax.Array  # dense 16-bit (bf16/fp16) tensor peak, vendor figure
@@ -33,23 +73,44 @@ class Chip(eqx.Module):
     hbm_Bps: jax.Array
     matmul_efficiency: jax.Array  # large-GEMM fraction of peak, calibrated
     tdp_w: jax.Array  # board power, vendor figure
+    peak_fp32_flops_per_s: jax.Array  # dense 32-bit matmul peak (TF32 where it exists)
+    attention_efficiency: jax.Array  # fused attention kernel, fraction of 16-bit peak
+    hbm_efficiency: jax.Array  # achieved fraction of hbm_Bps for streaming kernels
+    kernel_overhead_s: jax.Array  # fixed seconds per kernel
+    hbm_reserve_bytes: jax.Array  # HBM not available to the training tensors
     name: str = eqx.field(static=True, default="chip")
 
     def __init__(self, peak_flops_per_s, peak_fp8_flops_per_s, hbm_bytes, hbm_Bps,
-                 matmul_efficiency=0.8, name="chip", tdp_w=700.0):
+                 matmul_efficiency=0.8, name="chip", tdp_w=700.0, *,
+                 peak_fp32_flops_per_s=None, attention_efficiency=None,
+                 hbm_efficiency=HBM_EFFICIENCY, kernel_overhead_s=KERNEL_OVERHEAD_S,
+                 hbm_reserve_bytes=None):
         self.peak_flops_per_s = C.as_float(peak_flops_per_s)
         self.peak_fp8_flops_per_s = C.as_float(peak_fp8_flops_per_s)
         self.hbm_bytes = C.as_float(hbm_bytes)
         self.hbm_Bps = C.as_float(hbm_Bps)
         self.matmul_efficiency = C.as_float(matmul_efficiency)
         self.tdp_w = C.as_float(tdp_w)
+        self.peak_fp32_flops_per_s = C.as_float(
+            peak_flops_per_s / 2 if peak_fp32_flops_per_s is None else peak_fp32_flops_per_s)
+        self.attention_efficiency = C.as_float(
+            ATTENTION_EFFICIENCY if attention_efficiency is None else attention_efficiency)
+        self.hbm_efficiency = C.as_float(hbm_efficiency)
+        self.kernel_overhead_s = C.as_float(kernel_overhead_s)
+        self.hbm_reserve_bytes = C.as_float(
+            default_hbm_reserve_bytes(hbm_bytes) if hbm_reserve_bytes is None
+            else hbm_reserve_bytes)
         self.name = name
 
     def __check_init__(self):
-        for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "hbm_bytes", "hbm_Bps", "tdp_w"):
+        for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "peak_fp32_flops_per_s",
+                  "hbm_bytes", "hbm_Bps", "tdp_w"):
             C.positive(f"chip.{f}", getattr(self, f))
-        C.check("chip.matmul_efficiency", self.matmul_efficiency,
-                lambda v: (v > 0) & (v <= 1), "must lie in (0, 1]")
+        for f in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency"):
+            C.check(f"chip.{f}", getattr(self, f), lambda v: (v > 0) & (v <= 1),
+                    "must lie in (0, 1]")
+        C.non_negative("chip.kernel_overhead_s", self.kernel_overhead_s)
+        C.non_negative("chip.hbm_reserve_bytes", self.hbm_reserve_bytes)
 
 
 class Tier(eqx.Module):
@@ -95,6 +156,8 @@ class System(eqx.Module):
     `scale_up_domain` GPUs share the fast tier (an NVLink domain, a TPU slice);
     the `scale_out` tier joins domains, one NIC (rail) per GPU. Above
     `pod_size` GPUs the scale-out fabric is oversubscribed `oversubscription`:1.
+    `routing`: "ecmp" hashes each flow onto one path (collisions, see
+    `fabric.group_flow_slowdown`); "adaptive" / "spray" spread every flow.
     """
 
     chip: Chip
@@ -107,9 +170,11 @@ class System(eqx.Module):
     oversubscription: jax.Array
     topology: str = eqx.field(static=True, default="two_tier")
     name: str = eqx.field(static=True, default="custom")
+    routing: str = eqx.field(static=True, default="adaptive")
 
     def __init__(self, chip, gpus, scale_up_domain, scale_up, scale_out, gpus_per_node,
-                 pod_size=1e9, oversubscription=1.0, topology="two_tier", name="custom"):
+                 pod_size=1e9, oversubscription=1.0, topology="two_tier", name="custom",
+                 routing="adaptive"):
         self.chip = chip
         self.gpus = C.as_float(gpus)
         self.scale_up_domain = C.as_float(scale_up_domain)
@@ -120,8 +185,12 @@ class System(eqx.Module):
         self.oversubscription = C.as_float(oversubscription)
         self.topology = topology
         self.name = name
+        self.routing = routing
 
     def __check_init__(self):
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"system.routing={self.routing!r} is not one of "
+                             f"{', '.join(ROUTINGS)}")
         C.at_least_one("system.gpus", self.gpus)
         C.at_least_one("system.scale_up_domain", self.scale_up_domain)
         C.at_least_one("system.gpus_per_node", self.gpus_per_node)
@@ -144,30 +213,36 @@ def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
 
 
 # --------------------------------------------------------------------------- presets
-# Sources (R = ../shared/reference/hardware.md, which collects vendor datasheets and
-# the operator figures quoted in the seeds; S0/S4 = seeds 000 and 004):
-# - Latency: S4 quotes "2 us per-hop latency" for the scale-out network and
+# Sources (docs/sources.md lists each; "vendor" = the chip's or system's
+# datasheet, "nccl-tests" = published nccl-tests bus bandwidths):
+# - Latency: a "2 us per-hop latency" is the usual figure for the scale-out network and
 #   "roughly 20x less bandwidth at 3-5x the latency" leaving the chassis; we take
 #   2 us out and 2/4 = 0.5 us inside (the middle of 3-5x). Assumption, calibrate
 #   with `codesign calibrate` on a real machine.
 # - Reduction speed: the incoming chunk arrives over the link into the reduction
 #   kernel, which reads the local operand from HBM and writes the sum: two HBM
 #   passes per byte, reduction_Bps = hbm_Bps / 2 (model assumption).
-# - Efficiency: R's nccl-tests figures where they exist (calibrated by
+# - Efficiency: published nccl-tests figures where they exist (calibrated by
 #   `_calibrated_efficiency`); else borrowed from the same link generation and
 #   labelled as such.
 # - matmul_efficiency: fitted to Megatron-LM 2019 and Narayanan et al. 2021 (the
 #   only throughput figures in the seeds); see A100_MATMUL_EFFICIENCY below.
 
-SCALE_UP_LATENCY_S = 0.5 * us  # S4: 3-5x below the 2 us network hop
-SCALE_OUT_LATENCY_S = 2.0 * us  # S4: "2 us per-hop latency"
-NDR_NIC_BUSBW_Bps = 47 * GB  # R: one 400 Gb/s NDR NIC achieves about 46-48 GB/s
+_LATENCY = "assumption: 2 us per network hop, 0.5 us inside"
+SCALE_UP_LATENCY_S = 0.5 * us  # assumption: 3-5x below the 2 us network hop
+SCALE_OUT_LATENCY_S = 2.0 * us  # assumption: "2 us per-hop latency"
+NDR_NIC_BUSBW_Bps = 47 * GB  # nccl-tests: one 400 Gb/s NDR NIC achieves about 46-48 GB/s
 NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC generation
 # Large-GEMM efficiency, fitted by step.calibrate_matmul_efficiency (rerun in
 # tests/test_step.py) to the seeds' two throughput figures:
-A100_MATMUL_EFFICIENCY = 0.778  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
-V100_MATMUL_EFFICIENCY = 0.488  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
-# H100, H800, B200, GB200 and TPUs have no figure in the seeds: they borrow A100's.
+A100_MATMUL_EFFICIENCY = 0.794  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
+V100_MATMUL_EFFICIENCY = 0.530  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
+# H100-class tensor cores: an 8192^3 BF16 GEMM on an H200 (same tensor cores,
+# 4.8e12 B/s HBM3e) ran at 769-798e12 FLOP/s (public microbenchmark, mean of
+# ten); the midpoint through the GEMM roofline of step.gemm_time_s. H800 has the
+# same tensor cores; B200/GB200 borrow it (assumption: no public figure here);
+# TPUs borrow A100's fitted factor (assumption).
+H100_MATMUL_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8192, 989e12, 4.8e12)
 
 
 # Board power (vendor datasheets): V100 SXM3 450 W (DGX-2H), A100 SXM4 400 W,
@@ -178,8 +253,12 @@ TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700
          "H800": 700.0, "B200": 1000.0, "GB200": 1200.0, "tpu-v4": 192.0, "tpu-v5p": 350.0}
 
 
-def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency):
-    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, name=name, tdp_w=TDP_W[name])
+# Dense 32-bit matmul peaks (vendor datasheets): V100 15.7 TFLOP/s FP32 (no
+# TF32), A100 156 TF32, H100/H800 494.7 TF32, B200/GB200 half their 16-bit peak
+# (TF32); TPUs have no 32-bit matrix unit: three bf16 passes (assumption).
+def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32):
+    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, name=name, tdp_w=TDP_W[name],
+                peak_fp32_flops_per_s=fp32)
 
 
 def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
@@ -194,133 +273,134 @@ class Preset:
 
 
 def _dgx_v100() -> Preset:
-    hbm_Bps = 0.9e12  # R: V100 SXM3 HBM2 0.9 TB/s
+    hbm_Bps = 0.9e12  # vendor: V100 SXM3 HBM2 0.9 TB/s
     chip = _gpu_chip("V100-SXM3-32GB",
-                     125e12,  # R: V100 tensor-core peak 125 TFLOP/s
+                     125e12,  # vendor: V100 tensor-core peak 125 TFLOP/s
                      125e12,  # no 8-bit tensor-core path on V100: same as fp16
-                     32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY)  # R: 32 GB
-    up_bw = 300 * GB / 2  # R: NVLink2 via NVSwitch 300 GB/s bidir
-    # No nccl-tests figure for DGX-2H in R: borrow DGX A100's calibrated factor.
+                     32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY, 15.7e12)  # vendor: 32 GB
+    up_bw = 300 * GB / 2  # vendor: NVLink2 via NVSwitch 300 GB/s bidir
+    # No nccl-tests figure for DGX-2H: borrow DGX A100's calibrated factor.
     up_eff = _calibrated_efficiency(230 * GB, 300 * GB, 2.0e12 / 2)
     return Preset(
         System(chip, 512, 16, _tier(up_bw, SCALE_UP_LATENCY_S, up_eff, hbm_Bps),
-               # R: 8x 100 Gb/s IB per 16-GPU node ("100 GB/s between servers")
+               # vendor: 8x 100 Gb/s IB per 16-GPU node ("100 GB/s between servers")
                _tier(8 * 100 * Gbps / 16, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
                16, topology="two_tier", name="dgx-v100"),
         "DGX-2H: 16x V100 32 GB on NVSwitch, 8x 100 Gb/s IB per node (Megatron-LM 2019)",
-        {"chip": "R V100 row", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
-         "scale_out": "R: 8x100 Gb/s per 16 GPUs", "latency": "S4 (assumption)"},
+        {"chip": "datasheet (V100)", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
+         "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "latency": _LATENCY},
     )
 
 
 def _dgx_a100() -> Preset:
-    hbm_Bps = 2.0e12  # R: A100 80 GB HBM2e 2.0 TB/s
-    chip = _gpu_chip("A100-SXM4-80GB", 312e12,  # R: 312 TFLOP/s bf16 dense
+    hbm_Bps = 2.0e12  # vendor: A100 80 GB HBM2e 2.0 TB/s
+    chip = _gpu_chip("A100-SXM4-80GB", 312e12,  # vendor: 312 TFLOP/s bf16 dense
                      624e12,  # vendor datasheet: int8 dense 624 TOPS (no fp8)
-                     80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY)
-    up_bw = 600 * GB / 2  # R: NVLink3 600 GB/s bidir
+                     80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY, 156e12)
+    up_bw = 600 * GB / 2  # vendor: NVLink3 600 GB/s bidir
     return Preset(
         System(chip, 1024, 8,
                _tier(up_bw, SCALE_UP_LATENCY_S,
                      _calibrated_efficiency(230 * GB, up_bw, hbm_Bps / 2), hbm_Bps),
-               # R: 8x HDR 200 Gb/s per node, one per GPU
+               # vendor: 8x HDR 200 Gb/s per node, one per GPU
                _tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
                8, topology="two_tier", name="dgx-a100"),
         "DGX A100 80 GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s per node",
-        {"chip": "R A100 row", "scale_up.efficiency": "R: nccl-tests 8x A100 busbw ~230 GB/s",
-         "scale_out.efficiency": "R: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
-         "latency": "S4 (assumption)"},
+        {"chip": "datasheet (A100)", "scale_up.efficiency": "nccl-tests: 8x A100 busbw ~230 GB/s",
+         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
+         "latency": _LATENCY},
     )
 
 
 def _h100_chip(name: str) -> Chip:
-    return _gpu_chip(name, 989e12,  # R: H100 SXM 989 TFLOP/s bf16 dense
+    return _gpu_chip(name, 989e12,  # vendor: H100 SXM 989 TFLOP/s bf16 dense
                      1979e12,  # vendor datasheet: fp8 dense 1,979 TFLOP/s
-                     80 * GB, 3.35e12, A100_MATMUL_EFFICIENCY)  # R: 80 GB, 3.35 TB/s (borrowed)
+                     80 * GB, 3.35e12, H100_MATMUL_EFFICIENCY, 494.7e12)  # vendor: 80 GB, 3.35 TB/s
 
 
 def _dgx_h100() -> Preset:
     hbm_Bps = 3.35e12
-    up_bw = 900 * GB / 2  # R: NVLink4 900 GB/s bidir
-    nvls_eff = 480 * GB / (2 * 7 / 8) / up_bw  # R: NVLS all-reduce busbw ~480 GB/s
+    up_bw = 900 * GB / 2  # vendor: NVLink4 900 GB/s bidir
+    nvls_eff = 480 * GB / (2 * 7 / 8) / up_bw  # vendor: NVLS all-reduce busbw ~480 GB/s
     return Preset(
         System(_h100_chip("H100-SXM5-80GB"), 1024, 8,
                _tier(up_bw, SCALE_UP_LATENCY_S,
                      _calibrated_efficiency(370 * GB, up_bw, hbm_Bps / 2), hbm_Bps,
                      nvls_eff),
-               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # R: NDR
+               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # vendor: NDR
                8, topology="two_tier", name="dgx-h100"),
         "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
-        {"chip": "R H100 row", "scale_up.efficiency": "R: nccl-tests ring busbw ~370 GB/s",
-         "scale_up.in_network_efficiency": "R: NVLS busbw ~480 GB/s",
-         "scale_out.efficiency": "R: NDR NIC 46-48 GB/s", "latency": "S4 (assumption)"},
+        {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
+         "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
+         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "latency": _LATENCY},
     )
 
 
 def _h800() -> Preset:
     hbm_Bps = 3.35e12
-    up_bw = 400 * GB / 2  # R: H800 NVLink 400 GB/s bidir nominal
+    up_bw = 400 * GB / 2  # vendor: H800 NVLink 400 GB/s bidir nominal
     return Preset(
         System(_h100_chip("H800"), 2048, 8,
-               # R / DeepSeek-V3: ~160 GB/s achieved over NVLink
+               # DeepSeek-V3: ~160 GB/s achieved over NVLink
                _tier(up_bw, SCALE_UP_LATENCY_S, 160 * GB / up_bw, hbm_Bps),
-               # R / DeepSeek-V3: IB 50 GB/s per GPU (taken as achieved: ratio 3.2x)
+               # DeepSeek-V3: IB 50 GB/s per GPU (taken as achieved: ratio 3.2x)
                _tier(50 * GB, SCALE_OUT_LATENCY_S, 1.0, hbm_Bps),
                8, topology="two_tier", name="h800"),
         "H800 nodes as DeepSeek-V3 describes them: NVLink ~160 GB/s, IB 50 GB/s per GPU",
-        {"chip": "R H800 row", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
-         "scale_out": "DeepSeek-V3: 50 GB/s", "latency": "S4 (assumption)"},
+        {"chip": "datasheet (H800)", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
+         "scale_out": "DeepSeek-V3: 50 GB/s", "latency": _LATENCY},
     )
 
 
 def _b200_chip(name, bf16, fp8, hbm_bytes) -> Chip:
-    return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12, A100_MATMUL_EFFICIENCY)  # R: 8 TB/s
+    return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12,  # vendor: 8 TB/s
+                     H100_MATMUL_EFFICIENCY, bf16 / 2)  # borrowed from H100 (assumption)
 
 
 def _nvlink5_tier(hbm_Bps: float) -> Tier:
-    up_bw = 1800 * GB / 2  # R: NVLink5 1.8 TB/s bidir
-    # No nccl-tests figure for NVLink5 in R: borrow DGX H100's ring factor.
+    up_bw = 1800 * GB / 2  # vendor: NVLink5 1.8 TB/s bidir
+    # No nccl-tests figure for NVLink5: borrow DGX H100's ring factor.
     eff = _calibrated_efficiency(370 * GB, 450 * GB, 3.35e12 / 2)
     nvls = 480 * GB / (2 * 7 / 8) / (450 * GB)  # likewise from DGX H100 NVLS
     return _tier(up_bw, SCALE_UP_LATENCY_S, eff, hbm_Bps, nvls)
 
 
 def _dgx_b200() -> Preset:
-    chip = _b200_chip("B200", 2.25e15,  # R: ~2.25 PFLOP/s dense 16-bit
+    chip = _b200_chip("B200", 2.25e15,  # vendor: ~2.25 PFLOP/s dense 16-bit
                       4.5e15,  # vendor datasheet: fp8 dense ~4.5 PFLOP/s
-                      180 * GB)  # R: 180-192 GB
+                      180 * GB)  # vendor: 180-192 GB
     return Preset(
         System(chip, 1024, 8, _nvlink5_tier(8e12),
-               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # R
+               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # vendor
                8, topology="two_tier", name="dgx-b200"),
         "DGX B200: NVLink5, 8x 400 Gb/s per node",
-        {"chip": "R B200 row", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
-         "scale_out": "R: 8x 400 Gb/s", "latency": "S4 (assumption)"},
+        {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
+         "scale_out": "vendor: 8x 400 Gb/s", "latency": _LATENCY},
     )
 
 
 def _gb200_nvl72() -> Preset:
-    chip = _b200_chip("GB200", 2.5e15,  # R: ~2.5 PFLOP/s dense 16-bit
+    chip = _b200_chip("GB200", 2.5e15,  # vendor: ~2.5 PFLOP/s dense 16-bit
                       5e15,  # vendor datasheet: fp8 dense ~5 PFLOP/s
-                      186 * GB)  # R: ~186 GB
+                      186 * GB)  # vendor: ~186 GB
     return Preset(
         System(chip, 1152, 72, _nvlink5_tier(8e12),
-               # R: 400-800 Gb/s per GPU; we take 400 Gb/s (ConnectX-7 class)
+               # vendor: 400-800 Gb/s per GPU; we take 400 Gb/s (ConnectX-7 class)
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
                4, topology="two_tier", name="gb200-nvl72"),  # 4 GPUs per compute tray
         "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
-        {"chip": "R GB200 row", "scale_up_domain": "R: 72 GPUs",
+        {"chip": "datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
-         "latency": "S4 (assumption)"},
+         "latency": _LATENCY},
     )
 
 
 def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, pod_chips) -> System:
     # A 3D torus: 6 nearest-neighbour ICI links per chip; a collective on the
     # torus drives all of them, so the per-chip bandwidth is 6 x per-link.
-    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY)
+    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3)
     ici = _tier(6 * link_Bps, SCALE_UP_LATENCY_S, 1.0, hbm_Bps)
-    # The data-centre network beside the torus is not in R: assumption of
+    # The data-centre network beside the torus is not in the vendor tables: assumption of
     # 200 Gb/s per 4-chip host, labelled as such.
     dcn = _tier(200 * Gbps / 4, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
     return System(chip, pod_chips, pod_chips, ici, dcn, 4, topology="torus", name=name)
@@ -328,23 +408,23 @@ def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, pod_chips) -> System:
 
 def _tpu_v4() -> Preset:
     return Preset(
-        _tpu("tpu-v4", 275e12, 275e12,  # R: 275 TFLOP/s bf16; int8 peak is the same
-             32 * KiB**3, 1.2e12,  # R: 32 GiB, 1.2 TB/s
-             4.5e10, 4096),  # R: ICI ~4.5e10 B/s per link one way; 4096 chips (OCS)
+        _tpu("tpu-v4", 275e12, 275e12,  # vendor: 275 TFLOP/s bf16; int8 peak is the same
+             32 * KiB**3, 1.2e12,  # vendor: 32 GiB, 1.2 TB/s
+             4.5e10, 4096),  # vendor: ICI ~4.5e10 B/s per link one way; 4096 chips (OCS)
         "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
-        {"chip": "R TPU v4 row", "scale_up": "R: 6 links x 4.5e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "latency": "S4 (assumption)"},
+        {"chip": "datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
+         "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
     )
 
 
 def _tpu_v5p() -> Preset:
     return Preset(
-        _tpu("tpu-v5p", 459e12, 918e12,  # R: 459 TFLOP/s bf16; datasheet int8 918 TOPS
-             95 * GB, 2.76e12,  # R: 95 GB, 2.76 TB/s
-             9e10, 8960),  # R: ICI ~9e10 B/s per link one way; 8960 chips per pod
+        _tpu("tpu-v5p", 459e12, 918e12,  # vendor: 459 TFLOP/s bf16; datasheet int8 918 TOPS
+             95 * GB, 2.76e12,  # vendor: 95 GB, 2.76 TB/s
+             9e10, 8960),  # vendor: ICI ~9e10 B/s per link one way; 8960 chips per pod
         "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
-        {"chip": "R TPU v5p row", "scale_up": "R: 6 links x 9e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "latency": "S4 (assumption)"},
+        {"chip": "datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
+         "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
     )
 
 

@@ -60,6 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from . import _domains
 from . import scenario as sc
 from . import step as S
 from .relax import safe_log, smooth_ceil
@@ -289,7 +290,8 @@ def default_bounds(scn: Scenario, name: str) -> tuple[float, float]:
                          "(no default range around 0)")
     if name in INTEGER_KNOBS:
         return max(1.0, math.floor(v / 8)), min(math.ceil(v * 8), _structural_cap(scn, name))
-    return v / 4, v * 4
+    return _domains.DOMAINS[name].clip(v / 4, v * 4) if name in _domains.DOMAINS \
+        else (v / 4, v * 4)
 
 
 def _divisors_ok(values: np.ndarray, of: float) -> np.ndarray:
@@ -351,6 +353,7 @@ def _parse_bounds(bounds) -> dict:
         lo, hi = (float(x) for x in pair)
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo < 0 or hi <= lo:
             raise ValueError(f"bounds {name}={lo:g}:{hi:g} must satisfy 0 <= LO < HI")
+        _domains.check_range(name, lo, hi)
         out[name] = (lo, hi)
     return out
 

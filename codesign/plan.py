@@ -9,6 +9,8 @@ replicated dp / ep times.
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 
@@ -16,9 +18,104 @@ from . import _checks as C
 from .workload import RECOMPUTE, Transformer
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe")
-DTYPES = ("bf16", "fp8")
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "none": 0.0}
+DTYPES = ("fp32", "fp16", "bf16", "fp8")  # recipes (training.dtype)
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
+COMM_SM_FRACTION = 20.0 / 132.0  # DeepSeek-V3: 20 of the H800's 132 SMs run communication
+MOE_IMBALANCE = 1.1  # tokens on the busiest expert rank / the mean (assumption)
+# ZeRO-3 / FSDP prefetch: gather the next layer's weights while this one computes
+# (PyTorch FSDP's forward/backward prefetch of one module; DeepSpeed's prefetch
+# bucket). Deeper prefetch holds more gathered layers and buys slack only for
+# uneven layers, which the uniform per-layer model does not see.
+FSDP_PREFETCH_LAYERS = 1.0
+
+
+class Precision(eqx.Module):
+    """A precision recipe: the width of each kind of tensor, compute and wire.
+
+    `gemm` is the linear layers' GEMMs (QKV and output projections, FFN and
+    experts); `attention` the attention kernel and the output layer (logits);
+    `activations` what is stored for backward and sent by TP/SP, CP and PP;
+    `ep_dispatch` / `ep_combine` the MoE all-to-alls (backward exchanges are
+    gradients, in the combine width); `grad_reduce` the gradient accumulation
+    buffer and the DP reduction; `params` the weights in HBM and in ZeRO
+    gathers; `master` the optimizer's master weights ("none": the weights are
+    the master copy); `optimizer` each of Adam's two moments.
+    """
+
+    gemm: str = eqx.field(static=True)
+    attention: str = eqx.field(static=True)
+    activations: str = eqx.field(static=True)
+    ep_dispatch: str = eqx.field(static=True)
+    ep_combine: str = eqx.field(static=True)
+    grad_reduce: str = eqx.field(static=True)
+    params: str = eqx.field(static=True)
+    master: str = eqx.field(static=True)
+    optimizer: str = eqx.field(static=True)
+
+    def __check_init__(self):
+        for part in PRECISION_PARTS:
+            allowed = ("fp32", "bf16", "none") if part == "master" else (
+                ("fp32", "bf16", "fp16") if part in ("grad_reduce", "params", "optimizer",
+                                                     "attention")
+                else tuple(DTYPE_BYTES)[:4])
+            _one_of(f"training.{part}_dtype", getattr(self, part), allowed)
+
+    def bytes(self, part: str) -> float:
+        """Bytes per element of `part` (a field name)."""
+        return DTYPE_BYTES[getattr(self, part)]
+
+    @property
+    def optimizer_bytes_per_param(self) -> float:
+        """Master weights and Adam's two moments (ZeRO paper's K = 12 in fp32)."""
+        return self.bytes("master") + 2.0 * self.bytes("optimizer")
+
+    @property
+    def optimizer_step_bytes_per_param(self) -> float:
+        """HBM traffic of one Adam step per parameter: read the gradient, the
+        master weight and both moments, write the master, the moments and the
+        working weights (30 B in the bf16 recipe)."""
+        return (self.bytes("grad_reduce") + 2.0 * self.bytes("master")
+                + 4.0 * self.bytes("optimizer") + self.bytes("params"))
+
+
+PRECISION_PARTS = tuple(f.name for f in dataclasses.fields(Precision))
+
+# Recipes (`training.dtype`); every part can be overridden by `training.<part>_dtype`.
+# - fp32: everything in 32 bits (TF32 tensor cores where the chip has them).
+# - fp16: Megatron-LM's mixed precision as in 2019-2021: fp16 GEMMs and wire,
+#   fp32 master weights and Adam moments, gradients reduced in fp16 (Megatron's
+#   default for fp16).
+# - bf16: as fp16, but gradients accumulated and reduced in fp32 (Megatron-LM's
+#   default for bf16; Llama 3 reduces in fp32).
+# - fp8: FP8 for the linear layers' GEMMs and the MoE dispatch only;
+#   attention, the output layer, the combine, gradient reduction in bf16/fp32
+#   (Transformer Engine's recipe; DeepSeek-V3 section 3.3).
+RECIPES = {
+    "fp32": dict(gemm="fp32", attention="fp32", activations="fp32", ep_dispatch="fp32",
+                 ep_combine="fp32", grad_reduce="fp32", params="fp32", master="none",
+                 optimizer="fp32"),
+    "fp16": dict(gemm="fp16", attention="fp16", activations="fp16", ep_dispatch="fp16",
+                 ep_combine="fp16", grad_reduce="fp16", params="fp16", master="fp32",
+                 optimizer="fp32"),
+    "bf16": dict(gemm="bf16", attention="bf16", activations="bf16", ep_dispatch="bf16",
+                 ep_combine="bf16", grad_reduce="fp32", params="bf16", master="fp32",
+                 optimizer="fp32"),
+    "fp8": dict(gemm="fp8", attention="bf16", activations="bf16", ep_dispatch="fp8",
+                ep_combine="bf16", grad_reduce="fp32", params="bf16", master="fp32",
+                optimizer="fp32"),
+}
+
+
+def recipe(dtype: str, **overrides) -> Precision:
+    """The recipe `dtype` (see RECIPES) with parts overridden by name."""
+    _one_of("training.dtype", dtype, DTYPES)
+    for k in overrides:
+        if k not in PRECISION_PARTS:
+            raise ValueError(f"training.{k}_dtype is not a precision part; parts are "
+                             f"{', '.join(PRECISION_PARTS)}")
+    return Precision(**{**RECIPES[dtype], **overrides})
 
 
 class Plan(eqx.Module):
@@ -32,28 +129,43 @@ class Plan(eqx.Module):
     interleave: jax.Array  # virtual stages per GPU (v)
     moe_node_limit: jax.Array  # M: nodes a token may reach; 0 = unlimited
     dp_bucket_bytes: jax.Array  # gradient bucket size of the data-parallel reduction
+    moe_imbalance: jax.Array  # tokens on the busiest expert rank / the mean (>= 1)
+    comm_sm_fraction: jax.Array  # share of compute lost while communication overlaps it
+    zero_shard_size: jax.Array  # HSDP: ZeRO shards inside groups of this many dp x cp ranks,
+    # replicated across them; 0 = shard over the whole dp x cp group
+    fsdp_prefetch_layers: jax.Array  # ZeRO-3 layers gathered ahead of the one computing
+    tp_overlap: jax.Array  # fraction of TP traffic hidden under GEMMs (TE userbuffers, async TP)
     schedule: str = eqx.field(static=True, default="1f1b")
     zero: int = eqx.field(static=True, default=0)
     sequence_parallel: bool = eqx.field(static=True, default=False)
     recompute: str = eqx.field(static=True, default="none")
     reshard_after_forward: bool = eqx.field(static=True, default=True)
-    dtype: str = eqx.field(static=True, default="bf16")
+    dtype: str = eqx.field(static=True, default="bf16")  # the recipe's name
     placement: tuple = eqx.field(static=True, default=DEFAULT_PLACEMENT)
+    precision: Precision = eqx.field(static=True, default=None)
 
     def __init__(self, dp=1, tp=1, pp=1, cp=1, ep=1, micro_batch=1, global_batch=None,
-                 interleave=1, moe_node_limit=0, dp_bucket_bytes=25 * 2**20, *,
+                 interleave=1, moe_node_limit=0, dp_bucket_bytes=25 * 2**20,
+                 moe_imbalance=MOE_IMBALANCE, comm_sm_fraction=COMM_SM_FRACTION,
+                 zero_shard_size=0.0, fsdp_prefetch_layers=FSDP_PREFETCH_LAYERS,
+                 tp_overlap=0.0, *,
                  schedule="1f1b", zero=0, sequence_parallel=False, recompute="none",
-                 reshard_after_forward=True, dtype="bf16", placement=DEFAULT_PLACEMENT):
+                 reshard_after_forward=True, dtype="bf16", placement=DEFAULT_PLACEMENT,
+                 precision: Precision | None = None):
         f = C.as_float
         self.dp, self.tp, self.pp, self.cp, self.ep = f(dp), f(tp), f(pp), f(cp), f(ep)
         self.micro_batch = f(micro_batch)
         self.global_batch = f(dp * micro_batch if global_batch is None else global_batch)
         self.interleave, self.moe_node_limit = f(interleave), f(moe_node_limit)
         self.dp_bucket_bytes = f(dp_bucket_bytes)
+        self.moe_imbalance, self.comm_sm_fraction = f(moe_imbalance), f(comm_sm_fraction)
+        self.zero_shard_size = f(zero_shard_size)
+        self.fsdp_prefetch_layers, self.tp_overlap = f(fsdp_prefetch_layers), f(tp_overlap)
         self.schedule, self.zero = schedule, zero
         self.sequence_parallel, self.recompute = sequence_parallel, recompute
         self.reshard_after_forward, self.dtype = reshard_after_forward, dtype
         self.placement = tuple(placement)
+        self.precision = recipe(dtype) if precision is None else precision
 
     def __check_init__(self):
         for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "interleave"):
@@ -61,6 +173,12 @@ class Plan(eqx.Module):
                            else f"training.{k}", getattr(self, k))
         C.non_negative("parallel.moe_node_limit", self.moe_node_limit)
         C.positive("parallel.dp_bucket_bytes", self.dp_bucket_bytes)
+        C.at_least_one("training.moe_imbalance", self.moe_imbalance)
+        C.check("parallel.comm_sm_fraction", self.comm_sm_fraction,
+                lambda v: (v >= 0) & (v < 1), "must lie in [0, 1)")
+        C.non_negative("parallel.zero_shard_size", self.zero_shard_size)
+        C.non_negative("parallel.fsdp_prefetch_layers", self.fsdp_prefetch_layers)
+        C.fraction("parallel.tp_overlap", self.tp_overlap)
         _one_of("parallel.schedule", self.schedule, SCHEDULES)
         _one_of("training.recompute", self.recompute, RECOMPUTE)
         _one_of("training.dtype", self.dtype, DTYPES)
@@ -101,6 +219,9 @@ def validate(plan: Plan, model: Transformer, gpus) -> None:
     _divides("parallel.tp", plan.tp, "model.kv_heads", model.kv_heads)
     _divides("parallel.cp", plan.cp, "model.seq_len", model.seq_len)
     _divides("parallel.ep", plan.ep, "parallel.dp", plan.dp)
+    shard = C.concrete(plan.zero_shard_size)
+    if shard is not None and shard > 0:
+        _divides("parallel.zero_shard_size", plan.zero_shard_size, "dp*cp", plan.dp * plan.cp)
     if C.concrete(model.moe_layers) is not None and C.concrete(model.moe_layers) > 0:
         _divides("parallel.ep", plan.ep, "model.experts", model.experts)
     elif C.concrete(plan.ep) is not None and C.concrete(plan.ep) > 1:
@@ -108,9 +229,10 @@ def validate(plan: Plan, model: Transformer, gpus) -> None:
                          "(model.moe_layers > 0)")
     _divides("dp*micro_batch", plan.dp * plan.micro_batch, "training.global_batch",
              plan.global_batch)
-    layers = C.concrete(model.layers)
-    C.check("parallel.pp", plan.pp * plan.interleave, lambda v: v <= layers,
-            f"x parallel.interleave must not exceed model.layers={layers.item():g}")
+    layers, pp, v = (C.concrete(x) for x in (model.layers, plan.pp, plan.interleave))
+    if layers is not None and pp is not None and v is not None and pp * v > layers:
+        raise ValueError(f"parallel.pp={pp.item():g} x parallel.interleave={v.item():g} "
+                         f"= {(pp * v).item():g} must not exceed model.layers={layers.item():g}")
     v = C.concrete(plan.interleave)
     if v is not None and v > 1 and plan.schedule != "interleaved":
         raise ValueError(f"parallel.interleave={v.item():g} needs parallel.schedule='interleaved'"

@@ -45,7 +45,7 @@ from .relax import safe_log
 from .units import day
 
 # --------------------------------------------------------------- default rates
-# Llama 3 (Dubey et al. 2024, quoted in seed 000 and reference/hardware.md):
+# Llama 3 (Dubey et al. 2024):
 # 419 unexpected interruptions in a 54-day snapshot on up to 16,384 H100s.
 LLAMA3_GPUS = 16_384
 LLAMA3_SNAPSHOT_S = 54 * day
@@ -54,7 +54,7 @@ LLAMA3_GPU_MTBF_S = LLAMA3_GPUS * LLAMA3_SNAPSHOT_S / LLAMA3_UNEXPECTED_INTERRUP
 # = 1.82e8 s (5.8 years) per GPU's share; the job's MTBF is 3.09 h.
 
 # Shares of the job-stopping interruptions by component (they sum to 1):
-# - 78% confirmed hardware, GPU issues 58.7% (Llama 3, seed 000);
+# - 78% confirmed hardware, GPU issues 58.7% (Llama 3);
 # - HBM3 17.2% (72 of 419), network switch and cable 8.4% (35), NIC 1.7% (7)
 #   (Llama 3, Table 5: root causes of unexpected interruptions);
 # - gpu = 58.7% - 17.2% (HBM) = the rest of the GPU category;

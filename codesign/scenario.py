@@ -4,18 +4,31 @@ A scenario has five tables; explicit keys override a preset:
 
     [model]       preset, layers, hidden, heads, kv_heads, ffn_hidden, seq_len, vocab,
                   moe_layers, experts, shared_experts, top_k, expert_ffn_hidden,
-                  gated, tied_embeddings
-    [training]    global_batch, micro_batch, recompute, dtype, tokens
+                  gated, tied_embeddings, attention (mha, mla), attention_kernel
+                  (flash, naive), dropout, and for MLA q_lora_rank, kv_lora_rank,
+                  qk_head_dim, qk_rope_head_dim, v_head_dim
+    [training]    global_batch, micro_batch, moe_imbalance, recompute, dtype (the precision recipe:
+                  fp32, fp16, bf16, fp8), tokens, and <part>_dtype overriding one part
+                  of the recipe (plan.PRECISION_PARTS)
     [parallel]    tp, pp, dp, cp, ep, interleave, schedule, zero, sequence_parallel,
-                  moe_node_limit, dp_bucket_bytes, reshard_after_forward
+                  moe_node_limit, dp_bucket_bytes, reshard_after_forward, comm_sm_fraction,
+                  zero_shard_size (HSDP), fsdp_prefetch_layers, tp_overlap
     [system]      preset, gpus, scale_up_domain, gpus_per_node, pod_size, oversubscription,
-                  matmul_efficiency, topology, placement, and for each tier
+                  matmul_efficiency, attention_efficiency, hbm_efficiency,
+                  kernel_overhead_s, hbm_reserve_bytes, topology, routing (ecmp, spray,
+                  adaptive), placement, and for each tier
                   (scale_up_, scale_out_): bandwidth_Bps, latency_s, efficiency, reduction_Bps
     [reliability] every field of `reliability.Reliability`
 
 `system.gpus` and `parallel.dp` determine each other (gpus = dp tp pp cp): give
-either. Built-in scenarios (`BUILTIN`) are TOML files shipped in
-codesign/scenarios/; `load(None)` is the default (GPT-3 175B on 1024 A100s).
+either. Every numeric key has a domain (`_domains.DOMAINS`: positive, integer,
+in (0, 1], within a physical bound); a value outside it, a key of the wrong
+type or an unreadable file is a `ValueError` that names the key (or file), the
+value and the domain. `check_outputs` rejects an estimate with a non-finite
+output or an MFU above 1, and `Scenario.checked` does the domain checks on
+traced values (`equinox.error_if`; `step.estimate` calls it). Built-in
+scenarios (`BUILTIN`) are TOML files shipped in codesign/scenarios/;
+`load(None)` is the default (GPT-3 175B on 1024 A100s).
 """
 
 from __future__ import annotations
@@ -30,35 +43,51 @@ from pathlib import Path
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _checks as C
-from . import hardware, workload
+from . import _domains, hardware, workload
 from .hardware import System, Tier
-from .plan import DEFAULT_PLACEMENT, Plan, validate
+from .plan import (
+    COMM_SM_FRACTION,
+    DEFAULT_PLACEMENT,
+    FSDP_PREFETCH_LAYERS,
+    MOE_IMBALANCE,
+    PRECISION_PARTS,
+    Plan,
+    recipe,
+    validate,
+)
 from .reliability import Reliability
 from .units import parse_bandwidth, parse_bytes
 from .workload import Transformer
 
 _MODEL_FLOATS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
-                 "moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden")
+                 "moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden",
+                 "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")
 _PLAN_FLOATS_KEYS = ("tp", "pp", "dp", "cp", "ep", "interleave", "moe_node_limit",
-                     "dp_bucket_bytes")
+                     "dp_bucket_bytes", "comm_sm_fraction", "zero_shard_size",
+                     "fsdp_prefetch_layers", "tp_overlap")
 _TIER_FIELDS = ("bandwidth_Bps", "latency_s", "efficiency", "reduction_Bps")
+_CHIP_FLOATS = ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
+                "kernel_overhead_s", "hbm_reserve_bytes")
 _RELIABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(Reliability))
 
 SCHEMA: dict[str, dict[str, type | tuple]] = {
     "model": {"preset": str, **dict.fromkeys(_MODEL_FLOATS, float), "gated": bool,
-              "tied_embeddings": bool},
-    "training": {"global_batch": float, "micro_batch": float, "recompute": str, "dtype": str,
-                 "tokens": float},
+              "tied_embeddings": bool, "attention": str, "attention_kernel": str,
+              "dropout": bool},
+    "training": {"global_batch": float, "micro_batch": float, "moe_imbalance": float,
+                 "recompute": str, "dtype": str,
+                 "tokens": float, **{f"{part}_dtype": str for part in PRECISION_PARTS}},
     "parallel": {**dict.fromkeys(_PLAN_FLOATS_KEYS, float),
                  "schedule": str, "zero": int, "sequence_parallel": bool,
                  "reshard_after_forward": bool},
     "system": {"preset": str, **dict.fromkeys(
         ("gpus", "scale_up_domain", "gpus_per_node", "pod_size", "oversubscription",
-         "matmul_efficiency"), float),
+         *_CHIP_FLOATS), float),
         **{f"{tier}_{f}": float for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
-        "topology": str, "placement": str},
+        "topology": str, "placement": str, "routing": str},
     "reliability": dict.fromkeys(_RELIABILITY_FIELDS, float),
 }
 
@@ -73,6 +102,27 @@ class Scenario(eqx.Module):
     tokens: jax.Array  # tokens to train on (0 = not set)
     name: str = eqx.field(static=True, default="scenario")
 
+    def checked(self) -> Scenario:
+        """This scenario, its leaves guarded by `equinox.branched_error_if`: under
+        jit/vmap/grad a knob outside its domain (`_domains.DOMAINS`, integrality
+        aside) raises an error naming the key instead of flowing on as NaN."""
+        invalid, index, messages = _domains.traced_error(
+            {k: g(self) for k, g in _GETTERS.items()}, _relations(self.model))
+        return eqx.branched_error_if(self, invalid, index, messages)
+
+
+def _relations(m: Transformer) -> list:
+    """The model's rules between keys that keep the step model meaningful, as
+    (violated, message) pairs for the traced check (load checks them concretely)."""
+    moe = m.moe_layers > 0
+    return [(m.moe_layers > m.layers, "model.moe_layers must not exceed model.layers"),
+            (m.kv_heads > m.heads, "model.kv_heads must not exceed model.heads"),
+            (moe & (m.experts < 1), "model.experts must be at least 1 in an MoE model"),
+            (moe & (m.top_k < 1), "model.top_k must be at least 1 in an MoE model"),
+            (moe & (m.top_k > m.experts), "model.top_k must not exceed model.experts"),
+            (moe & (m.expert_ffn_hidden < 1),
+             "model.expert_ffn_hidden must be at least 1 in an MoE model")]
+
 
 # ----------------------------------------------------------------- knobs
 def _path(*names):
@@ -85,10 +135,11 @@ _GETTERS = {
     **{f"model.{k}": _path("model", k) for k in _MODEL_FLOATS},
     "training.global_batch": _path("plan", "global_batch"),
     "training.micro_batch": _path("plan", "micro_batch"),
+    "training.moe_imbalance": _path("plan", "moe_imbalance"),
     "training.tokens": _path("tokens"),
     **{f"parallel.{k}": _path("plan", k) for k in _PLAN_FLOATS_KEYS},
     **{f"system.{k}": _path("system", k) for k in _SYSTEM_FLOATS},
-    "system.matmul_efficiency": _path("system", "chip", "matmul_efficiency"),
+    **{f"system.{k}": _path("system", "chip", k) for k in _CHIP_FLOATS},
     **{f"system.{tier}_{f}": _path("system", tier, f)
        for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
     **{f"reliability.{k}": _path("reliability", k) for k in _RELIABILITY_FIELDS},
@@ -125,6 +176,21 @@ def _builtin_path(name: str):
     return resources.files("codesign") / "scenarios" / f"{name}.toml"
 
 
+def read_toml(path: Path, what: str = "scenario") -> dict:
+    """The tables of a TOML file; a file that cannot be read, decoded or parsed is
+    a one-line `ValueError` naming it."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} file {str(path)!r} is not UTF-8 text (byte {e.start}: "
+                         f"{e.reason}); is it a TOML file?") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{what} file {str(path)!r} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise ValueError(f"{what} file {str(path)!r} cannot be read: "
+                         f"{e.strerror or e}") from None
+
+
 def read(source: str | Path | None) -> dict:
     """The raw tables of a scenario: a path, a built-in name, or None (default)."""
     name = "default" if source is None else str(source)
@@ -134,10 +200,7 @@ def read(source: str | Path | None) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"scenario {name!r} is neither a file nor a built-in "
                                 f"scenario ({', '.join(BUILTIN)})")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"scenario {name!r} is not valid TOML: {e}") from None
+    return read_toml(path)
 
 
 def parse_override(text: str) -> tuple[str, str, object]:
@@ -162,12 +225,18 @@ def _coerce(section: str, key: str, value):
         raise ValueError(f"{section}.{key} is not a known key of [{section}]")
     kind = SCHEMA[section][key]
     if kind is float:
+        name = f"{section}.{key}"
         if isinstance(value, str) and key.endswith("_bytes"):
-            return parse_bytes(value, name=f"{section}.{key}")
-        if isinstance(value, str) and key.endswith("_Bps"):
-            return parse_bandwidth(value, name=f"{section}.{key}")
+            value = parse_bytes(value, name=name)
+        elif isinstance(value, str) and key.endswith("_Bps"):
+            value = parse_bandwidth(value, name=name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{section}.{key}={value!r} must be a number")
+            raise ValueError(f"{name}={value!r} must be a number")
+        if isinstance(value, int) and abs(value) > 1e300:  # beyond float64
+            digits = str(abs(value))
+            raise ValueError(f"{name}={'-' if value < 0 else ''}{digits[0]}e+{len(digits) - 1}"
+                             f" must be {_domains.DOMAINS[name].describe()}")
+        _domains.check(name, float(value))
         return float(value)
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -191,6 +260,14 @@ def _merge(tables: dict, overrides) -> dict:
     return out
 
 
+def _tier(name: str, **kw) -> Tier:
+    """A Tier whose errors name the scenario key (system.scale_out_bandwidth_Bps=...)."""
+    try:
+        return Tier(**kw)
+    except ValueError as e:
+        raise ValueError(f"system.{name}_{e}") from None
+
+
 def _system(t: dict) -> System:
     if "preset" in t and Path(str(t["preset"])).suffix == ".toml":
         raise ValueError(f"system.preset={t['preset']!r}: pass a system file with --system")
@@ -199,15 +276,18 @@ def _system(t: dict) -> System:
     for tier in ("scale_up", "scale_out"):
         old: Tier = getattr(base, tier)
         kw = {f: t.get(f"{tier}_{f}", getattr(old, f)) for f in _TIER_FIELDS}
-        tiers[tier] = Tier(**kw, in_network_efficiency=old.in_network_efficiency)
+        tiers[tier] = _tier(tier, **kw, in_network_efficiency=old.in_network_efficiency)
     chip = base.chip
-    if "matmul_efficiency" in t:
-        chip = eqx.tree_at(lambda c: c.matmul_efficiency, chip, C.as_float(t["matmul_efficiency"]))
+    for k in _CHIP_FLOATS:
+        if k in t:
+            chip = eqx.tree_at(lambda c, k=k: getattr(c, k), chip, C.as_float(t[k]))
+    type(chip).__check_init__(chip)
     return System(chip, t.get("gpus", base.gpus), t.get("scale_up_domain", base.scale_up_domain),
                   tiers["scale_up"], tiers["scale_out"],
                   t.get("gpus_per_node", base.gpus_per_node), t.get("pod_size", base.pod_size),
                   t.get("oversubscription", base.oversubscription),
-                  topology=t.get("topology", base.topology), name=base.name)
+                  topology=t.get("topology", base.topology), name=base.name,
+                  routing=t.get("routing", base.routing))
 
 
 def _model(t: dict) -> Transformer:
@@ -218,15 +298,14 @@ def _model(t: dict) -> Transformer:
             keys = ", ".join("model." + k for k in missing)
             raise ValueError(f"[model] needs a preset or {keys}")
     get = lambda k: t.get(k, getattr(base, k) if base is not None else None)  # noqa: E731
+    statics = {"gated": False, "tied_embeddings": True, "attention": "mha",
+               "attention_kernel": "flash", "dropout": False}
     return Transformer(
         get("layers"), get("hidden"), get("heads"), get("seq_len"), get("vocab"),
         kv_heads=get("kv_heads"), ffn_hidden=get("ffn_hidden"),
-        moe_layers=get("moe_layers") or 0, experts=get("experts") or 0,
-        shared_experts=get("shared_experts") or 0, top_k=get("top_k") or 0,
-        expert_ffn_hidden=get("expert_ffn_hidden") or 0,
-        gated=t.get("gated", base.gated if base is not None else False),
-        tied_embeddings=t.get("tied_embeddings",
-                              base.tied_embeddings if base is not None else True),
+        **{k: get(k) or 0 for k in _MODEL_FLOATS[7:]},
+        **{k: t.get(k, getattr(base, k) if base is not None else v)
+           for k, v in statics.items()},
         name=base.name if base is not None else "custom")
 
 
@@ -244,12 +323,18 @@ def _plan(tr: dict, pa: dict, system: System, placement: str | None) -> Plan:
     return Plan(dp, tp, pp, cp, pa.get("ep", 1.0), micro, tr.get("global_batch", dp * micro),
                 pa.get("interleave", 1.0), pa.get("moe_node_limit", 0.0),
                 pa.get("dp_bucket_bytes", 25 * 2.0**20),
+                tr.get("moe_imbalance", MOE_IMBALANCE),
+                pa.get("comm_sm_fraction", COMM_SM_FRACTION), pa.get("zero_shard_size", 0.0),
+                pa.get("fsdp_prefetch_layers", FSDP_PREFETCH_LAYERS), pa.get("tp_overlap", 0.0),
                 schedule=pa.get("schedule", "interleaved" if pa.get("interleave", 1) > 1
                                 else "1f1b"),
                 zero=pa.get("zero", 0), sequence_parallel=pa.get("sequence_parallel", False),
                 recompute=tr.get("recompute", "none"),
                 reshard_after_forward=pa.get("reshard_after_forward", True),
-                dtype=tr.get("dtype", "bf16"), placement=order)
+                dtype=tr.get("dtype", "bf16"), placement=order,
+                precision=recipe(tr.get("dtype", "bf16"), **{
+                    part: tr[f"{part}_dtype"] for part in PRECISION_PARTS
+                    if f"{part}_dtype" in tr}))
 
 
 def from_tables(tables: dict, overrides=(), name: str = "scenario") -> Scenario:
@@ -259,6 +344,9 @@ def from_tables(tables: dict, overrides=(), name: str = "scenario") -> Scenario:
     if "dp" in t["parallel"] and "gpus" not in t["system"]:
         pa = t["parallel"]
         gpus = pa["dp"] * pa.get("tp", 1.0) * pa.get("pp", 1.0) * pa.get("cp", 1.0)
+        if not _domains.DOMAINS["system.gpus"].ok(gpus):
+            raise ValueError(f"system.gpus=dp*tp*pp*cp={gpus:g} must be "
+                             f"{_domains.DOMAINS['system.gpus'].describe()}")
         system = eqx.tree_at(lambda s: s.gpus, system, C.as_float(gpus))
         System.__check_init__(system)
     model = _model(t["model"])
@@ -275,14 +363,67 @@ def load(source: str | Path | None = None, overrides=(), system: str | None = No
     `section.key=value` overrides and an optional `system` preset name or
     system TOML file (e.g. written by `codesign calibrate --out`)."""
     tables = read(source)
+    if not isinstance(tables.get("system", {}), dict):
+        raise ValueError(f"system={tables['system']!r} must be a table ([system])")
     if system is not None:
         if Path(system).suffix == ".toml":
             if not Path(system).exists():
                 raise FileNotFoundError(f"system file {system!r} does not exist")
-            extra = tomllib.loads(Path(system).read_text()).get("system", {})
+            extra = read_toml(Path(system), "system")
+            others = sorted(set(extra) - {"system"})
+            if others:
+                raise ValueError(f"system file {system!r} may hold only a [system] table; it "
+                                 f"also has {', '.join(f'[{o}]' for o in others)} (pass a "
+                                 "scenario file as the scenario argument instead)")
+            extra = extra.get("system", {})
+            if not isinstance(extra, dict):
+                raise ValueError(f"system file {system!r}: system must be a table")
             tables = {**tables, "system": {**tables.get("system", {}), **extra}}
         else:
             tables = {**tables, "system": {**tables.get("system", {}), "preset": system}}
     name = "default" if source is None else str(source)
     name = name if name in BUILTIN else Path(name).stem
     return from_tables(tables, overrides, name)
+
+
+# ----------------------------------------------------------------- outputs
+# output -> the inputs it follows from most directly (named when it is not finite)
+_LIKELY_INPUTS = {
+    "time_to_train_s": "training.tokens, reliability.gpu_mtbf_s, reliability.restart_s, "
+                       "system.gpus",
+    "gpu_hours": "training.tokens, reliability.gpu_mtbf_s, system.gpus",
+    "goodput": "reliability.gpu_mtbf_s, reliability.restart_s, reliability.straggler_*, "
+               "system.gpus",
+    "effective_training_time_fraction": "reliability.gpu_mtbf_s, reliability.restart_s, "
+                                        "reliability.checkpoint_write_s, system.gpus",
+    "mtbf_s": "reliability.gpu_mtbf_s, system.gpus",
+    "fabric_cost_usd": "system.gpus, system.pod_size, system.oversubscription",
+    "fabric_power_w": "system.gpus, system.pod_size, system.oversubscription",
+}
+_STEP_INPUTS = ("model sizes, training.global_batch, training.micro_batch, parallel.*, "
+                "system bandwidths, latencies and efficiencies")
+
+
+def check_outputs(out: dict, overrides=()) -> None:
+    """Raise a one-line `ValueError` if an estimate's outputs ({key: scalar}, as
+    `step.outputs`) hold a non-finite number or an MFU/HFU above 1, naming the
+    output, the inputs it follows from, and the `--set` overrides given."""
+    given = [o if isinstance(o, str) else f"{o[0]}.{o[1]}={o[2]!r}" for o in overrides]
+    hint = f" (overrides: {', '.join(given)})" if given else ""
+    for key, value in out.items():
+        v = C.concrete(value)
+        if v is None:
+            continue
+        negative = bool(np.any(v <= 0)) if key == "step_time_s" else bool(np.any(v < 0))
+        if negative and bool(np.all(np.isfinite(v))):
+            raise ValueError(f"the estimate's {key}={C.fmt(v)} is impossible (a negative "
+                             f"or zero quantity); check {_LIKELY_INPUTS.get(key, _STEP_INPUTS)}"
+                             f"{hint}")
+        if not bool(np.all(np.isfinite(v))):
+            inputs = _LIKELY_INPUTS.get(key, _STEP_INPUTS)
+            raise ValueError(f"the estimate's {key}={C.fmt(v)} is not finite: an input is "
+                             f"beyond what the model can represent; check {inputs}{hint}")
+        if key in ("mfu", "hfu") and bool(np.any(v > 1.0 + 1e-9)):
+            raise ValueError(f"the estimate's {key}={C.fmt(v)} exceeds 1 (more FLOP/s than "
+                             f"the chip's peak): check system.matmul_efficiency and the "
+                             f"model and plan keys{hint}")

@@ -33,32 +33,72 @@ import jax.numpy as jnp
 from . import collectives, fabric, reliability
 from . import traffic as T
 from .hardware import System
-from .plan import Plan
+from .plan import DTYPE_BYTES, Plan
 from .relax import smooth_max, smooth_min
-from .workload import Transformer
+from .workload import FLASH_BACKWARD_OVER_FORWARD, Transformer
 
-CHECKPOINT_BYTES_PER_PARAM = 14.0  # 16-bit weights + fp32 master weights, Adam m and v
-OPTIMIZER_BYTES_PER_PARAM = 12.0  # fp32 master weights, Adam m and v (ZeRO paper's K = 12)
-WEIGHT_BYTES_PER_PARAM = 2.0  # 16-bit weights
-GRAD_BYTES_PER_PARAM = 2.0  # 16-bit gradients
+KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
+# residual adds, the activation, rotary/bias (assumption; GEMMs and the attention
+# kernel pay their own overhead in gemm_time_s / attention_time_s)
 
 
 def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
-    return system.chip.peak_fp8_flops_per_s if dtype == "fp8" else system.chip.peak_flops_per_s
+    """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16)."""
+    chip = system.chip
+    return {"fp8": chip.peak_fp8_flops_per_s, "fp32": chip.peak_fp32_flops_per_s}.get(
+        dtype, chip.peak_flops_per_s)
+
+
+def streaming_time_s(system: System, n_bytes) -> jax.Array:
+    """Seconds a memory-bound kernel takes to move `n_bytes` (read + written)."""
+    return n_bytes / (system.chip.hbm_Bps * system.chip.hbm_efficiency)
 
 
 def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
-    """Seconds for `count` GEMMs of (m x k) @ (k x n) (see module docstring).
+    """Seconds for `count` GEMMs of (m x k) @ (k x n), run as one (batched or
+    grouped) kernel (see module docstring).
 
     flops / (peak x E x I / (I + I_ridge)) simplifies to
-    (flops / peak + bytes / hbm_Bps) / E: the compute and memory times add,
-    divided by the large-GEMM efficiency E. Zero for an empty GEMM.
+    (flops / peak + bytes / achieved HBM bandwidth) / E: the compute and memory
+    times add, divided by the large-GEMM efficiency E; plus one kernel's fixed
+    overhead.
     """
-    elem = T.ACTIVATION_BYTES[dtype]
     flops = 2.0 * m * k * n
-    moved = elem * (m * k + k * n + m * n)
-    seconds = flops / peak_flops_per_s(system, dtype) + moved / system.chip.hbm_Bps
-    return count * seconds / system.chip.matmul_efficiency
+    moved = DTYPE_BYTES[dtype] * (m * k + k * n + m * n)
+    seconds = flops / peak_flops_per_s(system, dtype) + streaming_time_s(system, moved)
+    return count * seconds / system.chip.matmul_efficiency + system.chip.kernel_overhead_s
+
+
+def attention_time_s(model: Transformer, plan: Plan, system: System):
+    """(forward, backward) seconds of one layer's attention scores (Q K^T, softmax,
+    A V), one micro-batch, per GPU.
+
+    flash: one fused kernel executing the unmasked half of the score FLOPs at
+    `chip.attention_efficiency` of the peak in the attention width; backward
+    2.5x the forward's FLOPs (it recomputes the scores). naive: batched GEMMs
+    over the whole s x s matrix (one (query x key) pair per head), backward
+    twice the forward; the softmax traffic over s x s is in the memory-bound
+    term (the scores are part of the stored activations).
+    """
+    d = plan.precision.attention
+    queries = model.seq_len / plan.cp
+    if model.attention_kernel == "flash":
+        flops = (plan.micro_batch * queries * model.attention_score_flops_per_token() / plan.tp
+                 * model.executed_score_fraction())
+        fwd = flops / (peak_flops_per_s(system, d) * system.chip.attention_efficiency)
+        overhead = system.chip.kernel_overhead_s
+        return fwd + overhead, FLASH_BACKWARD_OVER_FORWARD * fwd + overhead
+    heads = model.heads / plan.tp * plan.micro_batch
+    fwd = (gemm_time_s(system, queries, model.qk_width, model.seq_len, d, heads)
+           + gemm_time_s(system, queries, model.seq_len, model.v_width, d, heads))
+    return fwd, 2.0 * fwd
+
+
+def _linear_time_s(system, tokens, k, n, split, tp, dtype):
+    """One weight matrix of `attention_gemms`, cut by tensor parallelism."""
+    k = k / tp if split == "k" else k
+    n = n / tp if split == "n" else n
+    return gemm_time_s(system, tokens, k, n, dtype)
 
 
 class Timing(eqx.Module):
@@ -68,6 +108,9 @@ class Timing(eqx.Module):
     backward_s: jax.Array  # one micro-batch backward (incl. recomputation)
     attention_s: jax.Array  # per step: attention-score compute (ring attention hides under it)
     overlap_s: jax.Array  # per step: compute another micro-batch can hide comm under
+    optimizer_s: jax.Array  # per step: the optimizer update over the local shard
+    attention_forward_s: jax.Array  # per step: the forward part of attention_s (+ recompute)
+    layers: jax.Array  # layers on the slowest stage (per-layer times: forward_s / layers)
 
     @property
     def micro_batch_s(self) -> jax.Array:
@@ -75,53 +118,89 @@ class Timing(eqx.Module):
 
 
 def _layer_forward_s(model: Transformer, plan: Plan, system: System, moe: bool):
-    """(matrix + memory-bound, attention-score) seconds of one layer's forward,
-    one micro-batch, per GPU."""
-    d = plan.dtype
+    """(matrix + memory-bound, attention forward, attention backward) seconds of
+    one layer, one micro-batch, per GPU."""
+    d = plan.precision.gemm
     tokens = plan.micro_batch * model.seq_len / plan.cp
     h, tp = model.hidden, plan.tp
     mats = 2.0 if model.gated else 1.0
-    t = gemm_time_s(system, tokens, h, (h + 2 * model.kv_hidden) / tp, d)  # QKV
-    t += gemm_time_s(system, tokens, h / tp, h, d)  # attention output projection
+    t = sum(_linear_time_s(system, tokens, k, n, split, tp, d)
+            for k, n, split in model.attention_gemms())
     if moe:
         f_e = jnp.maximum(model.expert_ffn_hidden, 1.0)  # finite for dense models too
         experts = jnp.maximum(model.experts, 1.0)
-        per_expert = tokens * plan.ep * model.top_k / experts
+        # the busiest expert rank sets the pace: moe_imbalance x the mean load
+        per_expert = tokens * plan.ep * model.top_k / experts * plan.moe_imbalance
         local = experts / plan.ep
         t += gemm_time_s(system, per_expert, h, mats * f_e / tp, d, local)
         t += gemm_time_s(system, per_expert, f_e / tp, h, d, local)
         shared = model.shared_experts * f_e
         t += (gemm_time_s(system, tokens, h, mats * shared / tp, d)
               + gemm_time_s(system, tokens, shared / tp, h, d)) * (model.shared_experts > 0)
+        # router (16-bit, replicated) and the permute / unpermute of the top_k
+        # copies of each token (read + write each, a kernel each)
+        t += gemm_time_s(system, tokens, h, experts, plan.precision.attention)
+        copies = tokens * model.top_k * h * plan.precision.bytes("activations")
+        t += streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
     else:
         f = model.ffn_hidden
         t += gemm_time_s(system, tokens, h, mats * f / tp, d)
         t += gemm_time_s(system, tokens, f / tp, h, d)
-    heads = model.heads / tp * plan.micro_batch  # one (query x key) GEMM pair per head
-    head_dim, queries = h / model.heads, model.seq_len / plan.cp
-    scores = (gemm_time_s(system, queries, head_dim, model.seq_len, d, heads)
-              + gemm_time_s(system, queries, model.seq_len, head_dim, d, heads))
+    att_fwd, att_bwd = attention_time_s(model, plan, system)
     stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
-                                              "none", moe, plan.cp)
-    memory = 2.0 * stored / system.chip.hbm_Bps
-    return t + memory, scores
+                                              "none", moe, plan.cp, plan.precision)
+    memory = streaming_time_s(system, 2.0 * stored)
+    overhead = KERNELS_PER_LAYER * system.chip.kernel_overhead_s
+    return t + memory + overhead, att_fwd, att_bwd
+
+
+def local_params(model: Transformer, plan: Plan, t=0.0, stage=1):
+    """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
+    tp (and ep for the routed experts), and by dp when ZeRO `stage` or higher
+    is on (`stage=None`: never)."""
+    sh = T.shape(model, plan, t)
+    share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
+    experts = model.routed_expert_params()
+    layer_params = model.params() - experts - model.embedding_params()
+    dense = (layer_params * share + model.vocab * model.hidden) / plan.tp
+    routed = experts * share / (plan.ep * plan.tp)
+    sharded = stage is not None and plan.zero >= stage
+    return (dense / (plan.dp if sharded else 1.0),
+            routed / (plan.dp / plan.ep if sharded else 1.0))
+
+
+def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0):
+    """One Adam step over the local shard (ZeRO >= 1 shards it over dp): a
+    memory-bound pass over gradients, master weights, moments and weights."""
+    dense, routed = local_params(model, plan, t, stage=1)
+    moved = (dense + routed) * plan.precision.optimizer_step_bytes_per_param
+    return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
 
 
 def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
     sh = T.shape(model, plan, t)
-    dense_mm, dense_sc = _layer_forward_s(model, plan, system, moe=False)
-    moe_mm, moe_sc = _layer_forward_s(model, plan, system, moe=True)
+    dense_mm, dense_af, dense_ab = _layer_forward_s(model, plan, system, moe=False)
+    moe_mm, moe_af, moe_ab = _layer_forward_s(model, plan, system, moe=True)
     dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
     matrix = dense_layers * dense_mm + sh.moe_layers_on_stage * moe_mm
-    scores = dense_layers * dense_sc + sh.moe_layers_on_stage * moe_sc
+    att_fwd = dense_layers * dense_af + sh.moe_layers_on_stage * moe_af
+    att_bwd = dense_layers * dense_ab + sh.moe_layers_on_stage * moe_ab
     tokens = plan.micro_batch * model.seq_len / plan.cp
-    logits = gemm_time_s(system, tokens, model.hidden, model.vocab / plan.tp, plan.dtype)
-    forward = matrix + scores + logits
-    recompute = {"none": 0.0, "selective": scores, "full": matrix + scores}[plan.recompute]
-    backward = 2.0 * forward + recompute
+    logits = gemm_time_s(system, tokens, model.hidden, model.vocab / plan.tp,
+                         plan.precision.attention)  # the output layer stays 16-bit
+    # the loss: fp32 logits written, then read by softmax / cross-entropy; in
+    # backward their gradient written and read again (memory-bound)
+    loss = streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp) \
+        + system.chip.kernel_overhead_s
+    logits = logits + loss
+    forward = matrix + att_fwd + logits
+    recompute = {"none": 0.0, "selective": att_fwd, "full": matrix + att_fwd}[plan.recompute]
+    backward = 2.0 * (matrix + logits) + att_bwd + recompute
     m = sh.micro_batches
-    attention = m * scores * (4.0 if plan.recompute != "none" else 3.0)  # fwd, bwd (2x), redo
-    return Timing(forward, backward, attention, m * (forward + backward))
+    attention_fwd = m * att_fwd * (2.0 if plan.recompute != "none" else 1.0)
+    attention = attention_fwd + m * att_bwd
+    return Timing(forward, backward, attention, m * (forward + backward),
+                  optimizer_time_s(model, plan, system, t), attention_fwd, sh.layers_on_stage)
 
 
 def bubble_s(plan: Plan, micro_batch_s, t=0.0) -> jax.Array:
@@ -161,52 +240,57 @@ class Memory(eqx.Module):
     gradients_bytes: jax.Array
     optimizer_bytes: jax.Array
     activations_bytes: jax.Array
+    reserve_bytes: jax.Array  # CUDA context, communicator buffers, fragmentation
     capacity_bytes: jax.Array
 
     @property
     def total_bytes(self) -> jax.Array:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-                + self.activations_bytes)
+                + self.activations_bytes + self.reserve_bytes)
+
+    def breakdown_bytes(self) -> dict:
+        """Each term of `total_bytes` by name."""
+        return {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
+                "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
+                "reserve": self.reserve_bytes}
 
 
 def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
-    """Weights, gradients and optimizer state by ZeRO stage; activations by
-    recompute mode, sequence parallelism and the micro-batches in flight."""
+    """Weights, gradients and optimizer state by ZeRO stage and precision recipe;
+    activations by recompute mode, attention kernel, sequence parallelism and
+    the micro-batches in flight; the chip's reserve."""
     sh = T.shape(model, plan, t)
-    share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
-    experts = model.routed_expert_params()
-    layer_params = model.params() - experts - model.embedding_params()
-    dense = (layer_params * share + model.vocab * model.hidden) / plan.tp
-    routed = experts * share / (plan.ep * plan.tp)
+    pr = plan.precision
     copies = 2.0 if plan.schedule == "dualpipe" else 1.0  # DualPipe keeps two copies
 
     def sharded(per_param, stage):
-        over = lambda g: g if plan.zero >= stage else 1.0  # noqa: E731
-        return per_param * copies * (dense / over(plan.dp) + routed / over(plan.dp / plan.ep))
+        dense, routed = local_params(model, plan, t, stage)
+        return per_param * copies * (dense + routed)
 
-    weights = sharded(WEIGHT_BYTES_PER_PARAM, 3)
+    weights = sharded(pr.bytes("params"), 3)
     if plan.zero == 3:  # gathered weights: one layer at a time, or all kept for backward
+        experts = model.routed_expert_params()
+        layer_params = model.params() - experts - model.embedding_params()
         gathered = (layer_params / model.layers + experts / jnp.maximum(model.layers, 1.0)
                     / plan.ep) / plan.tp
+        dense, routed = local_params(model, plan, t, stage=None)
         keep = (dense + routed) * (1.0 - 1.0 / plan.dp)
-        weights = weights + WEIGHT_BYTES_PER_PARAM * (
+        weights = weights + pr.bytes("params") * (
             2.0 * gathered if plan.reshard_after_forward else keep)
     dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
-    per_mb = (dense_layers * model.activation_bytes_per_layer(
-        plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, False, plan.cp)
-        + sh.moe_layers_on_stage * model.activation_bytes_per_layer(
-        plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, True, plan.cp))
-    # fp8 training caches the activations of its GEMM inputs in 8 bits
-    # (DeepSeek-V3, section 3.3): the 16-bit accounting halves
-    activations = per_mb * in_flight_micro_batches(plan, t) * T.ACTIVATION_BYTES[plan.dtype] / 2
+    per_layer = lambda recompute, moe: model.activation_bytes_per_layer(  # noqa: E731
+        plan.micro_batch, plan.tp, plan.sequence_parallel, recompute, moe, plan.cp, pr)
+    per_mb = (dense_layers * per_layer(plan.recompute, False)
+              + sh.moe_layers_on_stage * per_layer(plan.recompute, True))
+    activations = per_mb * in_flight_micro_batches(plan, t)
     if plan.recompute == "full":  # the layer being recomputed holds its full activations
-        activations = activations + model.activation_bytes_per_layer(
-            plan.micro_batch, plan.tp, plan.sequence_parallel, "none", False, plan.cp)
+        activations = activations + per_layer("none", False)
     # fp32 logits of one micro-batch on the last stage
     activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
         * model.vocab / plan.tp
-    return Memory(weights, sharded(GRAD_BYTES_PER_PARAM, 2),
-                  sharded(OPTIMIZER_BYTES_PER_PARAM, 1), activations, system.chip.hbm_bytes)
+    return Memory(weights, sharded(pr.bytes("grad_reduce"), 2),
+                  sharded(pr.optimizer_bytes_per_param, 1), activations,
+                  system.chip.hbm_reserve_bytes, system.chip.hbm_bytes)
 
 
 class Step(eqx.Module):
@@ -218,8 +302,11 @@ class Step(eqx.Module):
     exposed_s: dict  # dimension -> exposed communication seconds per step
     tokens_per_s: jax.Array
     model_flops_per_step: jax.Array
+    model_flops_causal_per_step: jax.Array  # attention scores counted for the causal half
     hardware_flops_per_step: jax.Array
-    peak_flops_per_s: jax.Array
+    peak_flops_per_s: jax.Array  # dense 16-bit peak: MFU's denominator, whatever the recipe
+    peak_fp8_flops_per_s: jax.Array
+    optimizer_s: jax.Array
     gpus: jax.Array
     memory: Memory
     traffic: tuple  # of traffic.Row
@@ -228,6 +315,17 @@ class Step(eqx.Module):
     @property
     def mfu(self):
         return self.model_flops_per_step / (self.step_time_s * self.gpus * self.peak_flops_per_s)
+
+    @property
+    def mfu_causal(self):
+        """MFU with the attention scores counted for the causal half only."""
+        return self.mfu * self.model_flops_causal_per_step / self.model_flops_per_step
+
+    @property
+    def mfu_fp8_peak(self):
+        """MFU against the chip's dense fp8 peak (beside the conventional one)."""
+        return self.model_flops_per_step / (
+            self.step_time_s * self.gpus * self.peak_fp8_flops_per_s)
 
     @property
     def hfu(self):
@@ -246,28 +344,37 @@ class Step(eqx.Module):
         return {"compute": self.compute_s, "tp": self.exposed_s["tp"],
                 "cp": self.exposed_s["cp"], "dp": self.exposed_s["dp"],
                 "ep": self.exposed_s["ep"], "pp_p2p": self.exposed_s["pp"],
-                "pp_bubble": self.bubble_s}
+                "pp_bubble": self.bubble_s, "optimizer": self.optimizer_s}
 
 
 def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
     """One training step of `model` cut by `plan` on `system` (temperature t
-    relaxes ceil/max/min for the optimiser; t = 0 is the exact model)."""
+    relaxes ceil/max/min for the optimiser; t = 0 is the exact model).
+
+    Communication hidden under compute still costs compute: the SMs its kernels
+    occupy (`plan.comm_sm_fraction`) are lost to the GEMMs for as long as it
+    runs, so the hidden seconds times that fraction are added to the compute.
+    """
     tm = timing(model, plan, system, t)
     rows = T.table(model, plan, system, tm, t)
     exposed = T.exposed_by_dimension(rows)
     m = plan.micro_batches
-    per_mb = tm.micro_batch_s + (exposed["tp"] + exposed["cp"] + exposed["ep"]) / m
+    hidden = sum((r.time_s - r.exposed_s for r in rows), jnp.zeros(()))
+    stolen = plan.comm_sm_fraction * hidden  # per step, spread over the micro-batches
+    per_mb = tm.micro_batch_s + (exposed["tp"] + exposed["cp"] + exposed["ep"] + stolen) / m
     bubble = bubble_s(plan, per_mb, t)
-    compute = m * tm.micro_batch_s
-    step_time = compute + bubble + sum(exposed.values())
+    compute = m * tm.micro_batch_s + stolen
+    step_time = compute + bubble + sum(exposed.values()) + tm.optimizer_s
     tokens = plan.global_batch * model.seq_len
     return Step(
         step_time_s=step_time, compute_s=compute, bubble_s=bubble, exposed_s=exposed,
         tokens_per_s=tokens / step_time,
         model_flops_per_step=tokens * model.model_flops_per_token(),
+        model_flops_causal_per_step=tokens * model.model_flops_per_token(causal=True),
         hardware_flops_per_step=tokens * model.hardware_flops_per_token(plan.recompute),
-        peak_flops_per_s=peak_flops_per_s(system, plan.dtype), gpus=plan.gpus,
-        memory=memory(model, plan, system, t), traffic=rows, timing=tm)
+        peak_flops_per_s=system.chip.peak_flops_per_s,
+        peak_fp8_flops_per_s=system.chip.peak_fp8_flops_per_s, optimizer_s=tm.optimizer_s,
+        gpus=plan.gpus, memory=memory(model, plan, system, t), traffic=rows, timing=tm)
 
 
 def calibrate_matmul_efficiency(model: Transformer, plan: Plan, system: System,
@@ -309,10 +416,18 @@ class Estimate(eqx.Module):
         return ideal / self.reliability.goodput
 
 
+def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
+    """Bytes of one checkpoint: weights, master weights and Adam moments."""
+    pr = plan.precision
+    return model.params() * (pr.bytes("params") + pr.optimizer_bytes_per_param)
+
+
 def estimate(scn, t=0.0) -> Estimate:
-    """The whole model of a `scenario.Scenario`, differentiable in every float."""
+    """The whole model of a `scenario.Scenario`, differentiable in every float.
+    Under jit/vmap/grad a knob outside its domain raises (`Scenario.checked`)."""
+    scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
-    checkpoint_bytes = scn.model.params() * CHECKPOINT_BYTES_PER_PARAM
+    checkpoint_bytes = checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
     return Estimate(s, rel, fabric.inventory(scn.system, t=t), scn.tokens)
 
@@ -322,11 +437,12 @@ def outputs(est: Estimate) -> dict:
     s, r, f = est.step, est.reliability, est.fabric
     out = {
         "step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s,
-        "mfu": s.mfu, "hfu": s.hfu,
+        "mfu": s.mfu, "mfu_causal": s.mfu_causal, "mfu_fp8_peak": s.mfu_fp8_peak, "hfu": s.hfu,
         "model_tflops_per_gpu": s.model_flops_per_s_per_gpu / 1e12,
         "hardware_tflops_per_gpu": s.hardware_flops_per_s_per_gpu / 1e12,
         "memory_bytes_per_gpu": s.memory.total_bytes,
         "memory_capacity_bytes": s.memory.capacity_bytes,
+        **{f"memory_{k}_bytes": v for k, v in s.memory.breakdown_bytes().items()},
         "fits_memory": (s.memory.total_bytes <= s.memory.capacity_bytes).astype(float),
         **{f"breakdown_{k}_s": v for k, v in s.breakdown_s().items()},
         "expected_step_time_s": r.expected_step_time_s,

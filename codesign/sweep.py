@@ -39,8 +39,6 @@ import itertools
 import json
 import math
 import os
-import socket
-import subprocess
 import sys
 import time
 import tomllib
@@ -1214,6 +1212,18 @@ def read_chunk(plan: Plan, out_dir: Path, chunk: Chunk) -> list[list] | None:
     return record["rows"] if ok else None
 
 
+def _what_differs(manifest: dict, plan: Plan) -> str:
+    """What makes the sweep described by `manifest` (manifest.json) differ from `plan`."""
+    grad = list(plan.grad_outputs)
+    if "grad" in manifest and manifest["grad"] != grad:
+        return f"another --grad (outputs {manifest['grad']} != {grad})"
+    if manifest.get("results_id") == plan.results_id:
+        return (f"another chunk size (chunk_size={manifest.get('chunk_size')} != "
+                f"{plan.spec.chunk_size}; --chunk-size or the spec's chunk_size)")
+    return (f"another spec (its points, knobs, base or outputs: fingerprint "
+            f"{manifest.get('fingerprint')} != {plan.fingerprint})")
+
+
 def prepare_out_dir(plan: Plan, out_dir: Path, resume: bool) -> None:
     """Create `out_dir`; without `resume` drop old chunks; with it, insist on the same plan."""
     out_dir = Path(out_dir)
@@ -1221,11 +1231,10 @@ def prepare_out_dir(plan: Plan, out_dir: Path, resume: bool) -> None:
     chunks_dir.mkdir(parents=True, exist_ok=True)
     manifest = out_dir / "manifest.json"
     if resume and manifest.exists():
-        old = json.loads(manifest.read_text()).get("fingerprint")
-        if old != plan.fingerprint:
-            raise ValueError(f"--out {str(out_dir)!r} holds a sweep with another spec or --grad "
-                             f"(fingerprint {old} != {plan.fingerprint}); rerun without "
-                             f"--resume or choose another --out")
+        old = json.loads(manifest.read_text())
+        if old.get("fingerprint") != plan.fingerprint:
+            raise ValueError(f"--out {str(out_dir)!r} holds a sweep with {_what_differs(old, plan)}"
+                             f"; rerun without --resume or choose another --out")
     for path in chunks_dir.iterdir():
         if path.name.startswith(".") or not resume:
             path.unlink()
@@ -1233,6 +1242,8 @@ def prepare_out_dir(plan: Plan, out_dir: Path, resume: bool) -> None:
         for name in ("results.csv", "results.json", "summary.txt"):
             (out_dir / name).unlink(missing_ok=True)
     info = {"name": plan.spec.name, "target": plan.spec.target, "fingerprint": plan.fingerprint,
+            "results_id": plan.results_id, "chunk_size": plan.spec.chunk_size,
+            "grad": list(plan.grad_outputs),
             "points": plan.points.size, "chunks": len(plan.chunks), "columns": plan.columns}
     _atomic_write(manifest, json.dumps(info, indent=1) + "\n")
 
@@ -1340,130 +1351,6 @@ def run(plan: Plan, out_dir: str | Path, *, resume: bool = False, progress: bool
     bar.close()
     _barrier(f"codesign-sweep-done-{plan.fingerprint}")
     return RunResult(out_dir, len(mine), len(on_disk), plan.points.size,
-                     time.perf_counter() - start)
-
-
-# Starts a `codesign sweep` process whose JAX needs configuring before any backend
-# exists (fake CPU device count, jax.distributed), which `import codesign` would
-# create: configure JAX first, then import codesign and run the command.
-_BOOT = """
-import os, sys
-argv = sys.argv[1:]
-opt = lambda name: argv[argv.index(name) + 1] if name in argv else None
-import jax
-if opt("--cpu-devices"):
-    jax.config.update("jax_num_cpu_devices", int(opt("--cpu-devices")))
-if opt("--coordinator"):
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(opt("--coordinator"), int(opt("--num-processes")),
-                               int(opt("--process-id")), initialization_timeout={init},
-                               heartbeat_timeout_seconds={heartbeat})
-os.environ["CODESIGN_SWEEP_BOOTED"] = "1"
-from codesign.cli import main
-sys.exit(main(["sweep", *argv]))
-"""
-INIT_TIMEOUT_S = 120  # how long a process waits for the others to join jax.distributed
-HEARTBEAT_TIMEOUT_S = 60
-
-
-def boot_command(argv: list[str]) -> list[str]:
-    """`python -c BOOT ARGV...`: `codesign sweep ARGV` with --cpu-devices and
-    --coordinator applied before JAX starts."""
-    code = _BOOT.format(init=INIT_TIMEOUT_S, heartbeat=HEARTBEAT_TIMEOUT_S)
-    return [sys.executable, "-c", code, *map(str, argv)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        try:
-            p.wait(timeout=max(deadline - time.monotonic(), 0.01))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def _tail(path: Path, n: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
-
-
-def run_local_processes(plan: Plan, spec_path: str | Path, out_dir: str | Path, *,
-                        processes: int, resume: bool = False, progress: bool = True,
-                        cpu_devices: int | None = None, timeout_s: float | None = None,
-                        write: bool = True) -> RunResult:
-    """Run `plan` on `processes` local processes joined by `jax.distributed` on
-    127.0.0.1 (gloo CPU collectives); the caller merges with `finish_sweep`.
-
-    The workers run `codesign sweep ... --coordinator` (`boot_command`); their
-    output goes to OUT/logs/process-I.log. A failed worker stops the others; so does
-    `timeout_s`. Progress is read from the chunk files as they land.
-    """
-    if processes < 1:
-        raise ValueError(f"processes={processes} must be at least 1")
-    out_dir = Path(out_dir)
-    start = time.perf_counter()
-    prepare_out_dir(plan, out_dir, resume)
-    skipped = [c.id for c in plan.chunks if resume and read_chunk(plan, out_dir, c) is not None]
-    logs = out_dir / "logs"
-    logs.mkdir(exist_ok=True)
-    address = f"127.0.0.1:{free_port()}"
-    env = {**os.environ}
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    grad = plan.grad_outputs
-    grad_args = [] if not grad else (["--grad"] if grad == plan.spec.grad_outputs
-                                     else ["--grad", grad[0]])
-    procs: list[subprocess.Popen] = []
-    try:
-        for i in range(processes):
-            argv = [spec_path, "--out", out_dir, "--resume", "--no-progress", "--no-finish",
-                    "--coordinator", address, "--num-processes", processes, "--process-id", i,
-                    *grad_args]
-            if cpu_devices is not None:
-                argv += ["--cpu-devices", cpu_devices]
-            if not write:
-                argv += ["--no-write"]
-            cmd = boot_command(argv)
-            with open(logs / f"process-{i}.log", "w") as log:
-                procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                              env=env, stdin=subprocess.DEVNULL))
-        bar = Progress(plan.spec.name, len(plan.chunks), plan.points.size, enabled=progress)
-        sizes = {c.id: c.stop - c.start for c in plan.chunks}
-        bar.skip(len(skipped), sum(sizes[i] for i in skipped))
-        while any(p.poll() is None for p in procs):
-            failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
-            if failed:
-                _stop(procs)
-                i = failed[0]
-                raise RuntimeError(f"sweep process {i} exited with code {procs[i].returncode}; "
-                                   f"last lines of {logs / f'process-{i}.log'}:\n"
-                                   f"{_tail(logs / f'process-{i}.log')}")
-            if timeout_s is not None and time.perf_counter() - start > timeout_s:
-                _stop(procs)
-                raise RuntimeError(f"sweep processes exceeded timeout_s={timeout_s}")
-            done = [int(p.stem) for p in (out_dir / "chunks").glob("*.json")]
-            bar.set(len(done), sum(sizes.get(i, 0) for i in done))
-            time.sleep(0.1)
-        bar.close()
-    finally:
-        _stop(procs)
-    bad = [i for i, p in enumerate(procs) if p.returncode != 0]
-    if bad:
-        i = bad[0]
-        raise RuntimeError(f"sweep process {i} exited with code {procs[i].returncode}; last "
-                           f"lines of its log:\n{_tail(logs / f'process-{i}.log')}")
-    return RunResult(out_dir, len(plan.chunks) - len(skipped), len(skipped), plan.points.size,
                      time.perf_counter() - start)
 
 

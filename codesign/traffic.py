@@ -28,11 +28,8 @@ import jax.numpy as jnp
 from . import collectives, fabric
 from .hardware import System
 from .plan import Plan
-from .relax import smooth_ceil, smooth_clip, smooth_max, smooth_min
+from .relax import safe_div, smooth_ceil, smooth_clip, smooth_max, smooth_min
 from .workload import Transformer
-
-ACTIVATION_BYTES = {"bf16": 2.0, "fp8": 1.0}  # bytes per element moved for activations
-GRADIENT_BYTES = 2.0  # 16-bit gradients and parameters on the wire (Megatron default)
 
 
 class Row(eqx.Module):
@@ -100,14 +97,44 @@ def group(plan: Plan, dims: tuple[str, ...], system: System, t=0.0):
     return ranks, inside, span, stride
 
 
+def split_group(geometry, shard):
+    """(shard group, replica group) geometries of a group cut into groups of its
+    `shard` innermost ranks (HSDP), replicated across: the shard group keeps the
+    stride and fills the domain first; the replicas are `shard` ranks apart."""
+    ranks, inside, span, stride = geometry
+    s = jnp.clip(shard, 1.0, ranks)
+    inner = (s, jnp.minimum(inside, s), span * s / ranks, stride)
+    outer = (ranks / s, jnp.clip(inside / s, 1.0, ranks / s), span, stride * s)
+    return inner, outer
+
+
+AUTO_TEMPERATURE = 0.01  # `auto` in the table: a tie between algorithms of equal
+# bandwidth terms (ring and halving-doubling) reads 0.7% low, not 3.4% as at
+# collectives.AUTO_TEMPERATURE; still smooth for gradients
+
+
+def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto"):
+    """Cost of one `op` on `n_bytes` over a group of `geometry` (`group`): the fast
+    tier it sees (torus dimensions spanned), the slow tier (pods its flows
+    cross, ECMP), `auto` over every algorithm (flat, NVLS, hierarchical, the
+    pipelined rail algorithms); an all-to-all leaving the domain on a rail-only
+    fabric pays the forwarding hop (`fabric.rail_forwarding_cost`)."""
+    ranks, inside, span, stride = geometry
+    exchange = op == "all_to_all"
+    inner = fabric.scale_up_tier(system, inside, stride, t)
+    outer = fabric.group_scale_out_tier(system, span, ranks / inside, exchange, t)
+    c = collectives.cost(op, algorithm, n_bytes, ranks, inner, outer=outer,
+                         local_ranks=inside, temperature=AUTO_TEMPERATURE)
+    if exchange:
+        leaves = jnp.where(ranks > inside, 1.0, 0.0)
+        c = c + fabric.rail_forwarding_cost(system, n_bytes, inside, inner).scale(leaves)
+    return c
+
+
 def group_cost(op: str, n_bytes, plan: Plan, dims, system: System, t=0.0):
     """(Cost of one `op` on `n_bytes` over the group of `dims`, ranks, ranks inside)."""
-    ranks, inside, span, stride = group(plan, dims, system, t)
-    inner = fabric.scale_up_tier(system, inside, stride, t)
-    outer = fabric.scale_out_tier(system, span, t)
-    c = collectives.cost(op, "hierarchical", n_bytes, ranks, inner, outer=outer,
-                         local_ranks=inside)
-    return c, ranks, inside
+    geometry = group(plan, dims, system, t)
+    return cost_on(op, n_bytes, geometry, system, t), geometry[0], geometry[1]
 
 
 def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
@@ -129,37 +156,49 @@ def _row(dimension, op, algorithm, n_bytes, count, one, ranks, inside, exposed=N
 
 
 # ---------------------------------------------------------------- dimensions
-def _tp_rows(model, plan, system, sh, t):
+def _tp_rows(model, plan, system, sh, compute_s, t):
     """Megatron: 2 all-reduces per layer forward and 2 backward, per micro-batch
     (+2 when the forward is recomputed); reduce-scatter + all-gather each with
-    sequence parallelism. On the critical path."""
-    n = sh.tokens * model.hidden * ACTIVATION_BYTES[plan.dtype]
+    sequence parallelism; `auto` over ring, tree, NVLS... On the critical path,
+    except the share `plan.tp_overlap` hidden under the GEMMs (Transformer
+    Engine's userbuffers, async TP), at most the step's compute `compute_s`."""
+    n = sh.tokens * model.hidden * plan.precision.bytes("activations")
     per_layer = 4.0 + (2.0 if plan.recompute == "full" else 0.0)
     count = per_layer * sh.layers_on_stage * sh.micro_batches
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
     rows = []
     for op in ops:
         one, ranks, inside = group_cost(op, n, plan, ("tp",), system, t)
-        rows.append(_row("tp", op, "hierarchical", n, count, one, ranks, inside))
+        time = count * one.time_s
+        hidden = smooth_min(plan.tp_overlap * time, compute_s / len(ops), t)
+        rows.append(_row("tp", op, "auto", n, count, one, ranks, inside,
+                         exposed=time - hidden))
     return rows
 
 
-def _cp_rows(model, plan, system, sh, attention_s, t):
-    """Ring attention: all-gather K and V in forward (again when recomputed),
-    reduce-scatter dK and dV in backward, per layer and micro-batch; overlapped
-    with the attention-score compute, only the excess is exposed."""
-    n = 2 * plan.micro_batch * model.seq_len * model.kv_hidden / plan.tp * 2.0
-    fwd = (2.0 if plan.recompute == "full" else 1.0) * sh.layers_on_stage * sh.micro_batches
-    bwd = sh.layers_on_stage * sh.micro_batches
+def _cp_rows(model, plan, system, sh, timing, t):
+    """Ring attention (dp x cp hold the same weights; the cp ranks of a sequence
+    pass K/V blocks around a ring): forward all-gathers K and V (again when
+    the forward is recomputed); backward passes K/V around again and
+    reduce-scatters dK, dV, per layer and micro-batch. Each overlaps the
+    attention kernels of its own pass; only the excess over them is exposed."""
+    n = (plan.micro_batch * model.seq_len * model.kv_elements_per_token() / plan.tp
+         * plan.precision.bytes("attention"))
+    per = sh.layers_on_stage * sh.micro_batches
+    fwd = (2.0 if plan.recompute == "full" else 1.0) * per
     ag, ranks, inside = group_cost("all_gather", n, plan, ("cp",), system, t)
     rs, _, _ = group_cost("reduce_scatter", n, plan, ("cp",), system, t)
-    total = fwd * ag.time_s + bwd * rs.time_s
-    exposed = smooth_max(total - attention_s, 0.0, t)
-    share = jnp.where(total > 0, exposed / jnp.where(total > 0, total, 1.0), 0.0)
-    return [_row("cp", "all_gather", "ring", n, fwd, ag, ranks, inside,
-                 exposed=share * fwd * ag.time_s),
-            _row("cp", "reduce_scatter", "ring", n, bwd, rs, ranks, inside,
-                 exposed=share * bwd * rs.time_s)]
+    fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag.time_s, per * ag.time_s, per * rs.time_s
+    fwd_exposed = smooth_max(fwd_s - timing.attention_forward_s, 0.0, t)
+    bwd_exposed = smooth_max(bwd_ag_s + bwd_rs_s
+                             - (timing.attention_s - timing.attention_forward_s), 0.0, t)
+    bwd_share = safe_div(bwd_exposed, bwd_ag_s + bwd_rs_s)
+    return [_row("cp", "all_gather", "ring/forward", n, fwd, ag, ranks, inside,
+                 exposed=fwd_exposed),
+            _row("cp", "all_gather", "ring/backward", n, per, ag, ranks, inside,
+                 exposed=bwd_share * bwd_ag_s),
+            _row("cp", "reduce_scatter", "ring/backward", n, per, rs, ranks, inside,
+                 exposed=bwd_share * bwd_rs_s)]
 
 
 def expected_remote_nodes(nodes, top_k):
@@ -197,19 +236,29 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     for free). Critical path, except that DualPipe overlaps it with the other
     micro-batch's compute (`overlap_s`).
     """
-    per_token = model.hidden * ACTIVATION_BYTES[plan.dtype]
+    # forward dispatch in its width; the combine and both backward exchanges
+    # (gradients) in the combine width (+ a dispatch and a combine when recomputed)
+    redo = 1.0 if plan.recompute == "full" else 0.0
+    width = ((1.0 + redo) * plan.precision.bytes("ep_dispatch")
+             + (3.0 + redo) * plan.precision.bytes("ep_combine")) / (4.0 + 2.0 * redo)
+    per_token = model.hidden * width
     tokens = sh.tokens / plan.tp
     n = tokens * model.top_k * per_token
     ranks, inside, span, stride = group(plan, ("ep",), system, t)
     nodes = ranks / inside
     inner = fabric.scale_up_tier(system, inside, stride, t)
-    outer = fabric.scale_out_tier(system, span, t)
+    outer = fabric.group_scale_out_tier(system, span, nodes, True, t)
     fast = collectives.cost("all_to_all", "direct", n, inside, inner)
     cross_bytes = tokens * ep_slow_tier_copies(model, plan, nodes, t) * per_token
     slow = collectives.Cost(jnp.maximum(nodes - 1.0, 0.0) * outer.latency_s,
                             cross_bytes / outer.effective_Bps, jnp.zeros(()))
+    # rail-only: the bytes that leave the domain first hop to the GPU on their rail
+    slow = slow + fabric.rail_forwarding_cost(system, cross_bytes, inside, inner)
     one_s = smooth_max(fast.time_s, slow.time_s, t) * (model.moe_layers > 0)
-    one = collectives.Cost(one_s, jnp.zeros(()), jnp.zeros(()))
+    # the latency / bandwidth split of whichever phase sets the pace
+    pick = fast.time_s >= slow.time_s
+    one = jax.tree.map(lambda a, b: jnp.where(pick, a, b), fast, slow)
+    one = one.scale(safe_div(one_s, one.time_s))
     count = (4.0 + (2.0 if plan.recompute == "full" else 0.0)) * sh.moe_layers_on_stage \
         * sh.micro_batches
     time = count * one_s
@@ -230,34 +279,103 @@ def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
     return smooth_max(bucket_cost_s, hide_s / buckets + buckets * bucket_cost_s - hide_s, t)
 
 
-def _dp_rows(model, plan, system, sh, backward_s, forward_s, t):
-    """Data parallelism: gradients reduced over the dp group (dense weights) and
-    over the dp / ep replicas (routed experts), bucketed and overlapped with the
-    last micro-batch's backward. ZeRO-1/2: reduce-scatter + all-gather of the
-    same bytes (the all-gather of updated weights overlapped with the next
-    forward); ZeRO-3 also all-gathers the weights for each micro-batch's forward
-    and, with reshard_after_forward, again for its backward."""
+def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=0.0):
+    """Exposed time of one collective per layer (`comm_s` each) on a
+    communication stream beside `layers` layers of compute (`compute_s` each),
+    issued `prefetch` layers ahead (FSDP / ZeRO-3).
+
+    Without prefetch every layer waits for its own gather: L c. With depth >= 1
+    the gather of layer i+1 runs under layer i's compute: only the first is
+    exposed, each later one by what exceeds the compute, c + (L-1) max(c - f, 0)
+    (when c > f the stream sets the pace: communication-bound). A depth in
+    (0, 1) hides that fraction of f. Depth beyond 1 holds more gathered layers
+    and helps only uneven layers, which this uniform form does not see.
+    """
+    d = smooth_min(prefetch, 1.0, t)
+    return comm_s + smooth_max(layers - 1.0, 0.0, t) * smooth_max(comm_s - d * compute_s, 0.0, t)
+
+
+def _bucketed_row(op, label, total_bytes, geometry, system, plan, hide_s, times, present, t):
+    """`times` x a bucketed `op` of `total_bytes` over `geometry`, each pass
+    hidden under `hide_s` of compute (`bucketed_exposed_s`)."""
+    buckets = jnp.maximum(total_bytes / plan.dp_bucket_bytes, 1.0)
+    bucket = total_bytes / buckets
+    one = cost_on(op, bucket, geometry, system, t)
+    exposed = times * bucketed_exposed_s(one.time_s, buckets, hide_s, t) * present
+    return _row("dp", op, label, bucket, times * buckets * present, one, geometry[0],
+                geometry[1], exposed=exposed, critical=False)
+
+
+def _dp_rows(model, plan, system, sh, timing, t):
+    """Data parallelism over dp x cp (context-parallel ranks hold the same
+    weights): the dense weights over all of it, the routed experts over their
+    dp / ep replicas x cp. Gradients in the `grad_reduce` width, weights in
+    the `params` width; the sharded stages shard inside groups of
+    `plan.zero_shard_size` ranks (HSDP; 0 = all) and all-reduce each shard
+    across the replicas once per step.
+
+    - ZeRO-0: one bucketed all-reduce of the gradients per step, overlapped
+      with the last micro-batch's backward.
+    - ZeRO-1: reduce-scatter of the gradients + all-gather of the updated
+      weights, once per step (the gather under the next forward).
+    - ZeRO-2: the reduce-scatter per micro-batch, under its backward
+      (DeepSpeed frees the gradients as it goes); the gather once per step.
+    - ZeRO-3 (FSDP): per micro-batch and layer, all-gather the layer's weights
+      before forward, again before backward when `reshard_after_forward`, and
+      reduce-scatter its gradients: 3x (2x) the weights per micro-batch, no
+      ZeRO-1/2 rows. Exposure is per layer against that layer's compute
+      (`layered_exposed_s`, prefetch `plan.fsdp_prefetch_layers`): at large dp
+      with one or two micro-batches per GPU the gathers outrun the compute.
+    """
     expert = model.routed_expert_params() / (plan.ep * plan.tp * plan.pp)
     dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
+    m = sh.micro_batches
+    f_layer = safe_div(timing.forward_s, timing.layers)
+    b_layer = safe_div(timing.backward_s, timing.layers)
     rows = []
-    for label, params, dims in (("dense", dense, ("ep", "dp")), ("experts", expert, ("dp",))):
-        grad_bytes = params * GRADIENT_BYTES
+    for label, params, dims, layers in (
+            ("dense", dense, ("cp", "ep", "dp"), sh.layers_on_stage),
+            ("experts", expert, ("cp", "dp"), sh.moe_layers_on_stage)):
+        grad_bytes = params * plan.precision.bytes("grad_reduce")
+        param_bytes = params * plan.precision.bytes("params")
         present = grad_bytes > 0  # no routed experts: the experts rows are empty
-        buckets = jnp.maximum(grad_bytes / plan.dp_bucket_bytes, 1.0)
-        bucket = grad_bytes / buckets
-        ops = ("all_reduce",) if plan.zero == 0 else ("reduce_scatter", "all_gather")
-        for op in ops:
-            one, ranks, inside = group_cost(op, bucket, plan, dims, system, t)
-            hide = backward_s if op != "all_gather" else forward_s
-            exposed = bucketed_exposed_s(one.time_s, buckets, hide, t) * present
-            rows.append(_row("dp", op, f"hierarchical/{label}", bucket, buckets * present, one,
-                             ranks, inside, exposed=exposed, critical=False))
-        if plan.zero == 3:
-            count = sh.micro_batches * (2.0 if plan.reshard_after_forward else 1.0) * present
-            one, ranks, inside = group_cost("all_gather", grad_bytes, plan, dims, system, t)
-            exposed = smooth_max(count * one.time_s - sh.micro_batches * forward_s, 0.0, t)
-            rows.append(_row("dp", "all_gather", f"zero3-params/{label}", grad_bytes, count,
-                             one, ranks, inside, exposed=exposed, critical=False))
+        geo = group(plan, dims, system, t)
+        if plan.zero == 0:
+            rows.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
+                                      system, plan, timing.backward_s, 1.0, present, t))
+            continue
+        shard = jnp.where(plan.zero_shard_size > 0, plan.zero_shard_size, geo[0])
+        inner, across = split_group(geo, shard)
+        if plan.zero in (1, 2):
+            times = m if plan.zero == 2 else 1.0
+            rows.append(_bucketed_row("reduce_scatter", f"zero{plan.zero}/{label}", grad_bytes,
+                                      inner, system, plan, timing.backward_s, times, present, t))
+            rows.append(_bucketed_row("all_gather", f"zero{plan.zero}/{label}", param_bytes,
+                                      inner, system, plan, timing.forward_s, 1.0, present, t))
+        else:
+            n_layers = jnp.maximum(layers, 1.0)
+            layer_params, layer_grads = param_bytes / n_layers, grad_bytes / n_layers
+            ag = cost_on("all_gather", layer_params, inner, system, t)
+            rs = cost_on("reduce_scatter", layer_grads, inner, system, t)
+            again = 1.0 if plan.reshard_after_forward else 0.0
+            depth = plan.fsdp_prefetch_layers
+            fwd = m * layered_exposed_s(ag.time_s, f_layer, layers, depth, t) * present
+            bwd_one = again * ag.time_s + rs.time_s
+            bwd = m * layered_exposed_s(bwd_one, b_layer, layers, depth, t) * present
+            share = safe_div(bwd, m * layers * bwd_one)
+            count = m * layers * present
+            rows.append(_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count,
+                             ag, inner[0], inner[1], exposed=fwd, critical=False))
+            rows.append(_row("dp", "all_gather", f"zero3-backward/{label}", layer_params,
+                             again * count, ag, inner[0], inner[1],
+                             exposed=share * again * count * ag.time_s, critical=False))
+            rows.append(_row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs,
+                             inner[0], inner[1], exposed=share * count * rs.time_s,
+                             critical=False))
+        # HSDP: each shard's gradients all-reduced across the replicas, once per step
+        replicated = present * (across[0] > 1.0)
+        rows.append(_bucketed_row("all_reduce", f"hsdp-replicas/{label}", grad_bytes / shard,
+                                  across, system, plan, timing.backward_s, 1.0, replicated, t))
     return rows
 
 
@@ -267,7 +385,7 @@ def _pp_rows(model, plan, system, sh, t):
     Each tensor-parallel rank sends 1/tp of the activation (Narayanan et al.
     2021's scatter/gather optimisation; the all-gather inside the domain that
     reassembles it is neglected)."""
-    n = sh.tokens * model.hidden * ACTIVATION_BYTES[plan.dtype] / plan.tp
+    n = sh.tokens * model.hidden * plan.precision.bytes("activations") / plan.tp
     count = 2.0 * sh.micro_batches * plan.interleave * (plan.pp > 1)
     ranks, inside, span, stride = group(plan, ("pp",), system, t)
     # a neighbour shares the domain when the stage stride fits inside it
@@ -283,14 +401,15 @@ def _pp_rows(model, plan, system, sh, t):
 
 def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tuple[Row, ...]:
     """Every collective of one step. `timing` (from step.py) gives the compute
-    the overlappable rows hide under: .attention_s, .backward_s, .forward_s,
-    .overlap_s (per step, slowest stage)."""
+    the overlappable rows hide under: .attention_s, .attention_forward_s,
+    .overlap_s (per step), .forward_s, .backward_s (one micro-batch; per layer
+    divided by .layers), slowest stage."""
     sh = shape(model, plan, t)
     return tuple(
-        _tp_rows(model, plan, system, sh, t)
-        + _cp_rows(model, plan, system, sh, timing.attention_s, t)
+        _tp_rows(model, plan, system, sh, timing.overlap_s, t)
+        + _cp_rows(model, plan, system, sh, timing, t)
         + _ep_rows(model, plan, system, sh, timing.overlap_s, t)
-        + _dp_rows(model, plan, system, sh, timing.backward_s, timing.forward_s, t)
+        + _dp_rows(model, plan, system, sh, timing, t)
         + _pp_rows(model, plan, system, sh, t)
     )
 

@@ -1,20 +1,37 @@
-"""Transformers (dense or MoE): parameters, FLOPs and activation bytes, with presets.
+"""Transformers (dense or MoE; MHA, GQA or MLA): parameters, FLOPs and activation bytes.
 
-FLOP accounting follows Narayanan et al. 2021 (appendix): a forward pass costs
-2 FLOPs per multiply-add of every weight matrix per token, plus the attention
-scores (Q K^T and A V: 4 s h FLOPs per token per layer), plus the logits
-(2 V h per token); backward costs twice the forward. For GPT shapes this is
-their 72 B s l h^2 (1 + s/(6h) + V/(16 l h)) without recomputation and
-96 B s l h^2 (...) with full recomputation (one more forward of the layers,
-not of the logits). Selective recomputation (Korthikanti et al. 2022)
-recomputes only the attention scores.
+FLOP conventions (what MFU and HFU count; docs/model.md compares them with
+published MFUs). Model FLOPs follow Narayanan et al. 2021 (appendix) and
+PaLM (Chowdhery et al. 2022, appendix B): 2 FLOPs per multiply-add of every
+weight matrix per token, plus the attention scores Q K^T and A V over the
+*whole* s x s matrix (no causal discount: 2 s heads (d_qk + d_v) per token
+per layer, 4 s h for MHA), plus the logits (2 V h per token); backward costs
+twice the forward. For GPT shapes this is their 72 B s l h^2 (1 + s/(6h) +
+V/(16 l h)). Hardware FLOPs add what recomputation redoes (full: one more
+forward of the layers; selective, Korthikanti et al. 2022: the attention
+scores). The FLOPs a kernel *executes* differ from both: a fused causal
+attention kernel (FlashAttention) skips the masked half of the scores and its
+backward recomputes them (2.5x the forward's FLOPs, Dao 2023); `step.py`
+times what is executed and reports MFU/HFU by these conventions.
+
+Attention kernels (`attention_kernel`): "flash" (2022 on) keeps only O(s)
+softmax statistics (fp32 log-sum-exp per query and head) for backward, never
+writes the s x s scores to HBM and skips the masked half; "naive" (Megatron
+2019-2021) materialises, stores and streams the scores (softmax output, its
+dropout mask and output: 5 a s^2 b bytes with dropout, 2 a s^2 b without) and
+computes the whole matrix.
 
 Activation bytes per layer follow Korthikanti et al. 2022, generalised from
-their GPT block (ffn = 4h) to any ffn width, gated FFNs and GQA:
-attention 11 s b h + 5 a s^2 b (K and V scaled by kv_heads/heads),
+their GPT block (ffn = 4h) to any ffn width, gated FFNs, GQA and MLA:
+attention 11 s b h (K and V scaled by their widths) plus the scores above,
 MLP 3 s b h + 4 s b f (+ 2 s b f for the gate), layer norms 4 s b h, all in
-16-bit. DeepSeek-V3's MLA attention is approximated by standard multi-head
-attention of the same width (stated in its preset).
+16-bit; dropout masks (2 s b h) only for models trained with dropout.
+
+MLA (DeepSeek-V2/V3): queries through a rank-q_lora_rank bottleneck, keys and
+values through a shared rank-kv_lora_rank latent plus a decoupled RoPE key of
+qk_rope_head_dim; per head a query/key width of qk_head_dim + qk_rope_head_dim
+and a value width of v_head_dim. Its parameters and score FLOPs are costed
+from these shapes; in training K and V are materialised per head.
 """
 
 from __future__ import annotations
@@ -28,6 +45,9 @@ import jax.numpy as jnp
 from . import _checks as C
 
 RECOMPUTE = ("none", "selective", "full")
+ATTENTIONS = ("mha", "mla")  # multi-head (incl. GQA/MQA via kv_heads), multi-head latent
+ATTENTION_KERNELS = ("flash", "naive")
+FLASH_BACKWARD_OVER_FORWARD = 2.5  # FlashAttention-2 backward: 5 GEMMs vs 2 (Dao 2023)
 
 
 class Transformer(eqx.Module):
@@ -50,13 +70,23 @@ class Transformer(eqx.Module):
     shared_experts: jax.Array
     top_k: jax.Array
     expert_ffn_hidden: jax.Array
+    q_lora_rank: jax.Array  # MLA only (0 = full-rank queries)
+    kv_lora_rank: jax.Array  # MLA only
+    qk_head_dim: jax.Array  # MLA only: per-head query/key width without RoPE
+    qk_rope_head_dim: jax.Array  # MLA only: decoupled RoPE width
+    v_head_dim: jax.Array  # MLA only
     gated: bool = eqx.field(static=True, default=False)
     tied_embeddings: bool = eqx.field(static=True, default=True)
+    attention: str = eqx.field(static=True, default="mha")
+    attention_kernel: str = eqx.field(static=True, default="flash")
+    dropout: bool = eqx.field(static=True, default=False)
     name: str = eqx.field(static=True, default="custom")
 
     def __init__(self, layers, hidden, heads, seq_len, vocab, *, kv_heads=None,
                  ffn_hidden=None, moe_layers=0, experts=0, shared_experts=0, top_k=0,
-                 expert_ffn_hidden=0, gated=False, tied_embeddings=True, name="custom"):
+                 expert_ffn_hidden=0, gated=False, tied_embeddings=True, attention="mha",
+                 attention_kernel="flash", dropout=False, q_lora_rank=0, kv_lora_rank=0,
+                 qk_head_dim=0, qk_rope_head_dim=0, v_head_dim=0, name="custom"):
         f = C.as_float
         self.layers, self.hidden, self.heads = f(layers), f(hidden), f(heads)
         self.kv_heads = f(heads if kv_heads is None else kv_heads)
@@ -65,7 +95,11 @@ class Transformer(eqx.Module):
         self.moe_layers, self.experts = f(moe_layers), f(experts)
         self.shared_experts, self.top_k = f(shared_experts), f(top_k)
         self.expert_ffn_hidden = f(expert_ffn_hidden)
+        self.q_lora_rank, self.kv_lora_rank = f(q_lora_rank), f(kv_lora_rank)
+        self.qk_head_dim, self.qk_rope_head_dim = f(qk_head_dim), f(qk_rope_head_dim)
+        self.v_head_dim = f(v_head_dim)
         self.gated, self.tied_embeddings, self.name = gated, tied_embeddings, name
+        self.attention, self.attention_kernel, self.dropout = attention, attention_kernel, dropout
 
     def __check_init__(self):
         for k in ("layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden"):
@@ -77,6 +111,16 @@ class Transformer(eqx.Module):
         C.check("model.heads", self.heads,
                 lambda v: v % C.concrete(self.kv_heads) == 0,
                 f"must be a multiple of model.kv_heads={C.concrete(self.kv_heads).item():g}")
+        for k, options in (("attention", ATTENTIONS), ("attention_kernel", ATTENTION_KERNELS)):
+            if getattr(self, k) not in options:
+                raise ValueError(f"model.{k}={getattr(self, k)!r} is not one of "
+                                 f"{', '.join(options)}")
+        for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim",
+                  "v_head_dim"):
+            C.non_negative(f"model.{k}", getattr(self, k))
+        if self.attention == "mla":
+            for k in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
+                C.at_least_one(f"model.{k}", getattr(self, k))
         moe = C.concrete(self.moe_layers)
         if moe is not None and moe > 0:
             C.at_least_one("model.experts", self.experts)
@@ -98,10 +142,46 @@ class Transformer(eqx.Module):
     def ffn_matrices(self) -> float:
         return 3.0 if self.gated else 2.0
 
+    @property
+    def qk_width(self) -> jax.Array:
+        """Per-head query/key width."""
+        if self.attention == "mla":
+            return self.qk_head_dim + self.qk_rope_head_dim
+        return self.hidden / self.heads
+
+    @property
+    def v_width(self) -> jax.Array:
+        """Per-head value width."""
+        return self.v_head_dim if self.attention == "mla" else self.hidden / self.heads
+
+    def attention_gemms(self) -> tuple:
+        """The attention block's weight matrices per layer, as (k, n, split):
+        a token's (1 x k) @ (k x n); `split` says which side tensor parallelism
+        cuts ("n" column-parallel, "k" row-parallel, "" replicated)."""
+        h = self.hidden
+        if self.attention == "mha":
+            return ((h, h + 2 * self.kv_hidden, "n"), (h, h, "k"))
+        heads, qk, v = self.heads, self.qk_width, self.v_width
+        rope, nope = self.qk_rope_head_dim, self.qk_head_dim
+        q = (((h, self.q_lora_rank, ""), (self.q_lora_rank, heads * qk, "n"))
+             if C.concrete(self.q_lora_rank) is None or C.concrete(self.q_lora_rank) > 0
+             else ((h, heads * qk, "n"),))
+        return q + ((h, self.kv_lora_rank + rope, ""),
+                    (self.kv_lora_rank, heads * (nope + v), "n"), (heads * v, h, "k"))
+
+    def kv_elements_per_token(self) -> jax.Array:
+        """Elements of K and V per token as the attention kernel reads them (what
+        ring attention exchanges)."""
+        if self.attention == "mla":
+            return self.heads * (self.qk_width + self.v_width)
+        return 2 * self.kv_hidden
+
     # ------------------------------------------------------------ parameters
     def attention_params(self) -> jax.Array:
-        """Q and O (h x h each), K and V (h x kv_hidden each), per layer."""
-        return 2 * self.hidden**2 + 2 * self.hidden * self.kv_hidden
+        """Weights of one layer's attention: Q and O (h x h each), K and V
+        (h x kv_hidden each) for MHA/GQA; the projections of `attention_gemms`
+        for MLA."""
+        return sum(k * n for k, n, _ in self.attention_gemms())
 
     def dense_ffn_params(self) -> jax.Array:
         return self.ffn_matrices * self.hidden * self.ffn_hidden
@@ -138,21 +218,29 @@ class Transformer(eqx.Module):
         return 2 * (self.attention_params() + ffn)
 
     def attention_score_flops_per_token(self) -> jax.Array:
-        """Q K^T and A V of one layer, per token, forward (Narayanan: 4 s h)."""
-        return 4 * self.seq_len * self.hidden
+        """Q K^T and A V of one layer, per token, forward, over the whole s x s
+        matrix (the MFU convention; Narayanan: 4 s h for MHA)."""
+        return 2 * self.seq_len * self.heads * (self.qk_width + self.v_width)
+
+    def executed_score_fraction(self) -> float:
+        """Share of the score FLOPs a causal kernel executes: a fused kernel
+        skips the masked upper triangle; the naive one computes it and masks."""
+        return 0.5 if self.attention_kernel == "flash" else 1.0
 
     def logits_flops_per_token(self) -> jax.Array:
         return 2 * self.vocab * self.hidden
 
-    def forward_flops_per_token(self) -> jax.Array:
+    def forward_flops_per_token(self, causal: bool = False) -> jax.Array:
+        """One forward per token; `causal` counts only the unmasked half of the
+        attention scores (a convention some MFU reports use)."""
         layers = (self.dense_layers * self.layer_forward_flops_per_token(False)
                   + self.moe_layers * self.layer_forward_flops_per_token(True))
-        return (layers + self.layers * self.attention_score_flops_per_token()
-                + self.logits_flops_per_token())
+        scores = self.layers * self.attention_score_flops_per_token()
+        return layers + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()
 
-    def model_flops_per_token(self) -> jax.Array:
+    def model_flops_per_token(self, causal: bool = False) -> jax.Array:
         """Forward + backward (3x forward): the FLOPs MFU counts."""
-        return 3 * self.forward_flops_per_token()
+        return 3 * self.forward_flops_per_token(causal)
 
     def hardware_flops_per_token(self, recompute: str) -> jax.Array:
         """Model FLOPs plus what recomputation adds: the FLOPs HFU counts."""
@@ -167,30 +255,49 @@ class Transformer(eqx.Module):
 
     # ----------------------------------------------------------- activations
     def activation_bytes_per_layer(self, micro_batch, tp, sequence_parallel: bool,
-                                   recompute: str, moe: bool, cp=1.0) -> jax.Array:
+                                   recompute: str, moe: bool, cp=1.0, precision=None
+                                   ) -> jax.Array:
         """Bytes one layer keeps for backward, per GPU, per micro-batch in flight.
 
         Korthikanti et al. 2022, eqs. 1-6, generalised (see module docstring).
-        Tensor parallelism divides everything but the 10 s b h of norms,
-        dropout masks and block inputs unless sequence parallelism divides those
-        too; context parallelism divides s.
+        Tensor parallelism divides everything but the norms, block inputs and
+        dropout masks unless sequence parallelism divides those too; context
+        parallelism divides s. `precision` (plan.Precision) scales the 16-bit
+        accounting by the activation width; an fp8 GEMM recipe caches the
+        linear layers' inputs in 8 bits (DeepSeek-V3, section 3.3).
         """
         _check_recompute(recompute)
+        width = 1.0 if precision is None else precision.bytes("activations") / 2.0
         s, b, h = self.seq_len / cp, micro_batch, self.hidden
         if recompute == "full":  # only the layer input survives
-            return 2 * s * b * h / (tp if sequence_parallel else 1.0)
+            return width * 2 * s * b * h / (tp if sequence_parallel else 1.0)
         f = ((self.top_k + self.shared_experts) * self.expert_ffn_hidden if moe
              else self.ffn_hidden)
-        kv = self.kv_heads / self.heads
-        # split by tp: Q K^T inputs (2 + 2kv), V (2kv), projection input (2),
-        # FFN activation input and fc2 input (4 f/h), the gate (2 f/h)
-        split_sbh = 4 + 4 * kv + (6.0 if self.gated else 4.0) * f / h
-        scores = 5 * self.heads * s * self.seq_len * b  # softmax, its mask, dropout
-        if recompute == "selective":
+        linear = 0.5 if precision is not None and precision.gemm == "fp8" else 1.0
+        # split by tp: Q, K and V, the attention output (the projection's
+        # input), the FFN activation input and fc2 input (4 f), the gate (2 f)
+        out = self.heads * self.v_width
+        qkv = (h + 2 * self.kv_hidden if self.attention == "mha"
+               else self.heads * (2 * self.qk_width + self.v_width))
+        split = 2 * qkv + linear * (2 * out + (6.0 if self.gated else 4.0) * f)
+        split = split * s * b * width
+        if self.attention_kernel == "flash":  # fp32 log-sum-exp per query and head
+            scores = 4.0 * self.heads * s * b
+        else:  # softmax output (+ its dropout mask and output) over s x s
+            per = 5.0 if self.dropout else 2.0
+            scores = per * self.heads * s * self.seq_len * b * width
+        # norms (4), block inputs (4), dropout masks (2); MLA's latents
+        replicated = (8.0 + (2.0 if self.dropout else 0.0)) * s * b * h * width
+        if self.attention == "mla":
+            replicated = replicated + 2 * (self.q_lora_rank + self.kv_lora_rank
+                                           + self.qk_rope_head_dim) * s * b * width
+        if recompute == "selective":  # the attention core is recomputed
             scores = 0.0 * scores
-        split = split_sbh * s * b * h + scores
-        replicated = 10 * s * b * h  # norms (4), block inputs (4), dropout masks (2)
-        return split / tp + replicated / (tp if sequence_parallel else 1.0)
+            if self.attention == "mla":  # DeepSeek-V3 (section 3.2.3) also recomputes
+                # the up-projected per-head Q, K, V and every RMSNorm
+                split = split - 2 * qkv * s * b * width
+                replicated = replicated - 4.0 * s * b * h * width
+        return (split + scores) / tp + replicated / (tp if sequence_parallel else 1.0)
 
 
 def _check_recompute(recompute: str) -> None:
@@ -206,24 +313,36 @@ class Preset:
     sources: dict
 
 
+# Megatron-LM's GPT runs of 2019-2021 (and MT-NLG, early 2022): unfused
+# attention that materialises the scores, dropout 0.1 (Megatron's default).
+# Later presets train without dropout (Llama 3, Mixtral, DeepSeek-V3 report
+# none) and with fused attention kernels (the Transformer default).
+_MEGATRON_2019_2021 = dict(attention_kernel="naive", dropout=True)
+
 _PRESETS = {
     # Shoeybi et al. 2019 (Megatron-LM), Table 1: 8.3B: 72 layers, h 3072, 32 heads;
     # seq 1024, vocab 51,200 (GPT-2 BPE padded).
+    # Shoeybi et al. 2019: the 1.2B single-GPU baseline (40 layers, h 1536,
+    # 16 heads), 39 TFLOP/s on one V100: calibrates the V100 matmul efficiency.
+    "megatron-1.2b": lambda: Preset(
+        Transformer(40, 1536, 16, 1024, 51200, name="megatron-1.2b", **_MEGATRON_2019_2021),
+        "Megatron-LM 2019 1.2B single-GPU baseline", {"shape": "Shoeybi et al. 2019"}),
     "megatron-8.3b": lambda: Preset(
-        Transformer(72, 3072, 32, 1024, 51200, name="megatron-8.3b"),
+        Transformer(72, 3072, 32, 1024, 51200, name="megatron-8.3b", **_MEGATRON_2019_2021),
         "Megatron-LM 2019 GPT-2 8.3B", {"shape": "Shoeybi et al. 2019, Table 1"}),
     # Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, n_ctx 2048;
     # vocab 51,200 as in Megatron's GPT runs (Narayanan et al. 2021).
     "gpt3-175b": lambda: Preset(
-        Transformer(96, 12288, 96, 2048, 51200, name="gpt3-175b"),
+        Transformer(96, 12288, 96, 2048, 51200, name="gpt3-175b", **_MEGATRON_2019_2021),
         "GPT-3 175B", {"shape": "Brown et al. 2020, Table 2.1"}),
     # Smith et al. 2022 (MT-NLG): 105 layers, h 20480, 128 heads, seq 2048.
     "megatron-530b": lambda: Preset(
-        Transformer(105, 20480, 128, 2048, 51200, name="megatron-530b"),
+        Transformer(105, 20480, 128, 2048, 51200, name="megatron-530b",
+                    **_MEGATRON_2019_2021),
         "Megatron-Turing NLG 530B", {"shape": "Smith et al. 2022"}),
     # Narayanan et al. 2021, Table 1: 1T: 128 layers, h 25600, 160 heads, seq 2048.
     "megatron-1t": lambda: Preset(
-        Transformer(128, 25600, 160, 2048, 51200, name="megatron-1t"),
+        Transformer(128, 25600, 160, 2048, 51200, name="megatron-1t", **_MEGATRON_2019_2021),
         "Megatron 1T (Narayanan et al. 2021)", {"shape": "Narayanan et al. 2021, Table 1"}),
     # Llama 3 herd paper (Dubey et al. 2024), Table 3; seq 8192, vocab 128,256, untied.
     "llama3-8b": lambda: Preset(
@@ -247,13 +366,16 @@ _PRESETS = {
         "Mixtral 8x7B", {"shape": "Jiang et al. 2024", "seq_len": "assumption"}),
     # DeepSeek-V3 report: 61 layers, h 7168, 128 heads, first 3 layers dense
     # (ffn 18432), 256 routed + 1 shared expert of width 2048, top-8, vocab
-    # 129,280, seq 4096. MLA approximated by 128-head MHA (see module docstring).
+    # 129,280, seq 4096. MLA: q_lora_rank 1536, kv_lora_rank 512, per-head
+    # query/key width 128 + 64 (RoPE), value width 128 (section 4.2).
     "deepseek-v3": lambda: Preset(
         Transformer(61, 7168, 128, 4096, 129280, ffn_hidden=18432, moe_layers=58,
                     experts=256, shared_experts=1, top_k=8, expert_ffn_hidden=2048,
-                    gated=True, tied_embeddings=False, name="deepseek-v3"),
-        "DeepSeek-V3 671B (MoE, 37B active)",
-        {"shape": "DeepSeek-V3 technical report", "attention": "MLA approximated by MHA"}),
+                    gated=True, tied_embeddings=False, attention="mla", q_lora_rank=1536,
+                    kv_lora_rank=512, qk_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                    name="deepseek-v3"),
+        "DeepSeek-V3 671B (MoE, 37B active, MLA)",
+        {"shape": "DeepSeek-V3 technical report, sections 2.1 and 4.2"}),
 }
 PRESET_NAMES = tuple(_PRESETS)
 

@@ -1,15 +1,16 @@
 """nccl-tests parsing and the alpha-beta-gamma fit (codesign calibrate)."""
 
 import json
+import math
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from codesign import collectives
+from codesign import collectives, scenario
 from codesign.cli import main
 from codesign.execute import calibrate, nccl_tests
-from codesign.hardware import system
+from codesign.hardware import Tier, system
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 H100_AR = str(FIXTURES / "all_reduce_perf_8xH100.txt")
@@ -101,6 +102,19 @@ def test_calibrate_cli_json_and_system_toml(capsys, tmp_path):
         1 / fits["scale_up"]["gamma_s_per_byte"], rel=1e-6)
 
 
+def test_calibrate_records_its_system_preset_in_the_file(capsys, tmp_path):
+    toml_path = tmp_path / "system.toml"
+    assert main(["calibrate", H100_AR, H100_AG, "--system", "dgx-h100", "--json",
+                 "--out", str(toml_path)]) == 0
+    fits = json.loads(capsys.readouterr().out)
+    table = tomllib.loads(toml_path.read_text())["system"]
+    assert table["preset"] == "dgx-h100"
+    scn = scenario.load(None, system=str(toml_path))
+    assert scn.system.name == system("dgx-h100").name
+    assert float(scn.system.scale_up.bandwidth_Bps) == pytest.approx(
+        fits["scale_up"]["bandwidth_Bps"], rel=1e-6)
+
+
 def test_calibrate_cli_errors(capsys, tmp_path):
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\n")
@@ -111,8 +125,36 @@ def test_calibrate_cli_errors(capsys, tmp_path):
     assert main(["calibrate", str(tmp_path / "missing.txt")]) == 2
 
 
-def test_calibration_from_a_bench_run_predicts_held_out_sizes(tmp_path):
-    """A real (CPU) bench run: 9 sizes, every third held out, predicted within 25%."""
+def _bench_lines(alpha_s, bandwidth_Bps, sizes, noise):
+    """`codesign bench --json` records of a ring all-reduce on 8 ranks whose times
+    follow alpha-beta with known constants (no reduction cost), times `noise`."""
+    tier = Tier(bandwidth_Bps, alpha_s, 1.0, reduction_Bps=1e30)
+    return [json.dumps({"op": "all_reduce", "algorithm": "ring", "ranks": 8, "mesh": "8",
+                        "size_bytes": n, "count": n // 4, "wrong": 0,
+                        "time_s": float(collectives.cost("all_reduce", "ring", n, 8,
+                                                         tier).time_s) * f})
+            for n, f in zip(sizes, noise, strict=True)]
+
+
+def test_fit_recovers_known_constants_from_bench_records(tmp_path):
+    """Bench output generated with alpha 20 us and 3 GB/s (a CPU-like machine) and a
+    fixed +-2% ripple: the fit lands on the constants and predicts the held-out sizes."""
+    sizes = [4096 * 2**k for k in range(9)]  # 4 KiB .. 1 MiB, as the bench default
+    noise = [1.02, 0.98, 1.01, 0.99, 1.0, 1.02, 0.98, 1.01, 0.99]
+    out = tmp_path / "bench.jsonl"
+    out.write_text("\n".join(_bench_lines(20e-6, 3e9, sizes, noise)) + "\n")
+    result = calibrate.fit(calibrate.load(str(out)))
+    fit = result.tiers["scale_up"]
+    assert fit.holdout_points == 3 and fit.points == 9 and fit.reduction == "folded"
+    assert fit.alpha_s == pytest.approx(20e-6, rel=0.05)
+    assert fit.bandwidth_Bps == pytest.approx(3e9, rel=0.05)
+    assert fit.holdout_error < 0.05, calibrate.predictions_table(result)
+
+
+def test_calibration_of_a_live_bench_run_has_the_expected_structure(tmp_path):
+    """A real (CPU) bench run through calibrate: counts and signs only. How well it
+    predicts held-out sizes depends on how busy the machine is, so that figure is a
+    benchmark (benchmarks/collectives_exec.py), not a test."""
     out = tmp_path / "bench.jsonl"
     assert main(["bench", "--sizes", "4KiB:1MiB", "--iters", "6", "--warmup", "2",
                  "--algorithm", "ring", "--json", "--out", str(out),
@@ -120,5 +162,5 @@ def test_calibration_from_a_bench_run_predicts_held_out_sizes(tmp_path):
     result = calibrate.fit(calibrate.load(str(out)))
     fit = result.tiers["scale_up"]
     assert fit.holdout_points == 3 and fit.points == 9
-    assert fit.holdout_error < 0.25, calibrate.predictions_table(result)
     assert fit.alpha_s > 0 and fit.bandwidth_Bps > 0 and fit.reduction == "folded"
+    assert math.isfinite(fit.holdout_error)

@@ -3,7 +3,6 @@
 import json
 import os
 import sys
-import time
 
 import pytest
 
@@ -30,30 +29,27 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(capsys):
 
 def test_a_process_that_never_joins_ends_the_run_with_a_clear_error(capsys):
     port = distributed.free_port()  # nobody else will ever join: process 1 does not exist
-    start = time.monotonic()
     rc = main(["bench", *BENCH, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
                "--process-id", "0", "--join-timeout", "3"])
-    elapsed = time.monotonic() - start
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and elapsed < 60
+    assert rc == 2
     assert "process 0 of 2 did not join the coordinator at 127.0.0.1:" in err[-1]
     assert "join timeout 3 s" in err[-1]
 
 
 def test_supervisor_kills_the_others_when_one_fails(tmp_path):
-    pid_file = tmp_path / "sleeper.pid"
+    pid_file, woke = tmp_path / "sleeper.pid", tmp_path / "sleeper.woke"
     sleeper = [sys.executable, "-c",
                f"import os, sys, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
                f"print({distributed.JOINED_MARKER + ' 0 of 2'!r}, file=sys.stderr, flush=True); "
-               "time.sleep(120)"]
+               f"time.sleep(120); open({str(woke)!r}, 'w').write('slept to the end')"]
     failing = [sys.executable, "-c",
                f"import sys, time; print({distributed.JOINED_MARKER + ' 1 of 2'!r}, "
                "file=sys.stderr, flush=True); time.sleep(1); "
                "print('RuntimeError: gloo connection reset', file=sys.stderr); sys.exit(3)"]
-    start = time.monotonic()
     with pytest.raises(ValueError, match="process 1 of 2 exited with code 3: RuntimeError: gloo"):
         distributed.supervise([sleeper, failing], join_timeout_s=30, relay_stderr_of=None)
-    assert time.monotonic() - start < 30
+    assert not woke.exists()  # killed, not waited for (no clock involved)
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

@@ -33,8 +33,10 @@ def test_dp_determines_gpus_when_given(tmp_path):
     ("parallel.tp=64", "parallel.tp=64 must divide model.heads=96"),
     ("training.global_batch=1000", "must divide training.global_batch=1000"),
     ("parallel.schedule=pipedream", "parallel.schedule='pipedream' is not one of"),
-    ("system.scale_out_bandwidth_Bps=-5", "bandwidth_Bps=-5 must be positive"),
-    ("reliability.straggler_q=1.5", "reliability.straggler_q=1.5 must lie in \\[0, 1\\]"),
+    ("system.scale_out_bandwidth_Bps=-5",
+     "system.scale_out_bandwidth_Bps=-5 must be a number in \\[1000, 1e15\\]"),
+    ("reliability.straggler_q=1.5",
+     "reliability.straggler_q=1.5 must be a number in \\[0, 1\\]"),
     ("nosuch.key=1", "\\[nosuch\\] is not a scenario table"),
     ("system.preset=dgx-z100", "system preset 'dgx-z100' is unknown"),
     ("parallel.ep=2", "parallel.ep=2 needs an MoE model"),
@@ -90,7 +92,8 @@ def test_estimate_cli_json_has_every_key(capsys):
     assert main(["estimate", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert ESTIMATE_KEYS <= set(out)
-    assert set(out["breakdown_s"]) == {"compute", "tp", "cp", "dp", "ep", "pp_p2p", "pp_bubble"}
+    assert set(out["breakdown_s"]) == {"compute", "tp", "cp", "dp", "ep", "pp_p2p", "pp_bubble",
+                                       "optimizer"}
     assert out["traffic"] and all(ROW_KEYS <= set(r) for r in out["traffic"])
     assert sum(out["breakdown_s"].values()) == pytest.approx(out["step_time_s"])
     assert main(["estimate"]) == 0

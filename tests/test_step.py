@@ -34,8 +34,8 @@ def test_calibration_reruns_to_the_preset_constants():
     s1t = sc.load("megatron-1t")
     e = step.calibrate_matmul_efficiency(s1t.model, s1t.plan, s1t.system, 163e12, iterations=25)
     assert e == pytest.approx(hardware.A100_MATMUL_EFFICIENCY, rel=0.005)
-    small = workload.Transformer(40, 1536, 16, 1024, 51200)  # Megatron-LM's 1.2B baseline
-    one = plan.Plan(dp=1, micro_batch=8, global_batch=8, recompute="full")
+    small = workload.model("megatron-1.2b")  # Megatron-LM's 1.2B baseline
+    one = plan.Plan(dp=1, micro_batch=8, global_batch=8, recompute="full", dtype="fp16")
     e = step.calibrate_matmul_efficiency(small, one, hardware.system("dgx-v100"), 39e12,
                                          iterations=25)
     assert e == pytest.approx(hardware.V100_MATMUL_EFFICIENCY, rel=0.005)
@@ -67,10 +67,13 @@ def test_tensor_parallelism_degrades_past_the_scale_up_domain(run):
     rows = [[r for r in e.step.traffic if r.dimension == "tp"][0] for e in ests]
     one = [float(r.time_s / r.count_per_step) for r in rows]  # one all-reduce
     # inside the 8-GPU domain doubling TP costs little per collective; leaving
-    # it crosses the NICs and costs far more (on the critical path)
+    # it crosses the NICs and costs more (on the critical path). NCCL's rail
+    # rings pipeline NVLink and the 8 NICs, so the step is the busbw ratio
+    # (DGX A100: NVLink ring ~230 GB/s, NIC aggregate 8 x 23.5 = 188 GB/s) times
+    # 2(p-1)/p at 16 over 8 ranks: ~1.31x, not the sum of two phases (was > 1.6x)
     assert [r.tier for r in rows] == ["scale_up", "scale_up", "scale_up+scale_out"]
     assert one[1] < 1.25 * one[0]
-    assert one[2] > 1.6 * one[1]
+    assert one[2] > 1.25 * one[1]
     assert float(ests[2].step.step_time_s) > float(ests[1].step.step_time_s)
 
 

@@ -92,3 +92,52 @@ def test_two_processes_give_identical_files(tmp_path):
         assert f"process {i} of 2 (4 local devices): 4 chunks computed" in log, log
     for name in RESULTS:
         assert (out / name).read_bytes() == want[name], name
+
+
+def _files(out: Path) -> dict:
+    return {name: (out / name).read_bytes() for name in RESULTS}
+
+
+def _sweep(*args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XLA_FLAGS": re.sub(r"--xla_force_host_platform_device_count=\S*", "",
+                                             os.environ.get("XLA_FLAGS", "")).strip()}
+    return subprocess.run(cli(*args, "--no-progress", "--timeout", 150), capture_output=True,
+                          text=True, timeout=180, env=env)
+
+
+def _counts(stdout: str) -> tuple[int, int]:
+    found = re.search(r"(\d+) chunks computed, (\d+) from disk", stdout)
+    assert found, stdout
+    return int(found[1]), int(found[2])
+
+
+def test_two_processes_with_chunk_size_grad_and_resume_match_one_process(tmp_path):
+    # 2 x 3 x 9 = 54 points; the spec says 16 points per chunk, the command line 8
+    spec = write_spec(tmp_path, chunk_size=16, points=9)
+    flags = ("--chunk-size", 8, "--grad", "--cpu-devices", 2)
+    one = _sweep(spec, "--out", tmp_path / "one", *flags)
+    assert one.returncode == 0, one.stderr
+    assert _counts(one.stdout) == (8, 0)
+    want = _files(tmp_path / "one")
+    assert b"dlog(" in want["results.csv"].splitlines()[0]  # --grad reached the workers
+    out = tmp_path / "two"
+    two = _sweep(spec, "--out", out, "--processes", 2, *flags)
+    assert two.returncode == 0, two.stderr
+    assert _counts(two.stdout) == (8, 0)
+    assert _files(out) == want
+    for path in sorted((out / "chunks").glob("*.json"))[::3]:  # lose 3 of 8 chunks
+        path.unlink()
+        path.with_suffix(".csv").unlink(missing_ok=True)
+    for name in RESULTS:
+        (out / name).unlink()
+    again = _sweep(spec, "--out", out, "--processes", 2, "--resume", *flags)
+    assert again.returncode == 0, again.stderr
+    assert _counts(again.stdout) == (3, 5)
+    assert _files(out) == want
+    # resuming with another chunking is refused, and the error says so
+    other = _sweep(spec, "--out", out, "--processes", 2, "--resume", "--chunk-size", 4,
+                   "--grad", "--cpu-devices", 2)
+    assert other.returncode == 2
+    assert "another chunk size (chunk_size=8 != 4" in other.stderr, other.stderr
+    other = _sweep(spec, "--out", out, "--resume", "--chunk-size", 8)
+    assert other.returncode == 2 and "another --grad" in other.stderr, other.stderr

@@ -1,7 +1,11 @@
 """The `codesign` command: one sub-module per sub-command, loaded on demand.
 
 Each sub-module defines `add_arguments(parser, name)` and `run(args, name) -> int`.
-Bad input is a one-line `error: ...` on stderr and exit code 2, never a traceback.
+
+Exit codes: 0 an answer; 2 bad input (one line on stderr naming the key or flag,
+the value and its domain); 3 valid input without a feasible answer (optimize
+with nothing feasible, a sweep whose every point is infeasible); 1 an internal
+fault (one line and a request to report it; CODESIGN_DEBUG=1 shows the traceback).
 
 Compiled models are cached on disk (JAX's persistent compilation cache) in
 `$CODESIGN_CACHE` (default ~/.cache/codesign/xla; set it empty to disable), so a
@@ -12,8 +16,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
+import re
 import sys
+import traceback
 from pathlib import Path
 
 # sub-command -> (module under codesign.cli, one-line help)
@@ -27,14 +34,29 @@ COMMANDS = {
     "optimize": ("optimize", "gradient or grid co-design of hardware and plan knobs"),
     "sensitivity": ("optimize", "elasticity of step time to every knob"),
     "bench": ("bench", "nccl-tests-style benchmark of the real shard_map collectives"),
-    "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs"),
+    "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs; "
+                           "`calibrate compute`: GEMM, attention and HBM constants of this chip"),
     "audit": ("audit", "compare the HLO of a compiled sharded step with the traffic table"),
     "sweep": ("sweep", "run a design sweep spec (resumable, sharded)"),
+    "validate": ("validate", "the model beside every published end-to-end figure we know"),
 }
 
 
+OK, BAD_INPUT, INFEASIBLE, INTERNAL = 0, 2, 3, 1
+EXIT_CODES = """exit codes: 0 an answer; 2 bad input (one line naming the key, value and domain);
+3 valid input without a feasible answer; 1 internal fault (CODESIGN_DEBUG=1: traceback)"""
+REPORT = ("this is a bug in codesign: please report it with the command line "
+          "(CODESIGN_DEBUG=1 shows the traceback)")
+# a value check that fired inside a compiled function (`equinox.error_if`)
+_TRACED = re.compile(r"EquinoxRuntimeError: ([^\n]+)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codesign", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="codesign", description=__doc__.splitlines()[0],
+                                     epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="store_true",
+                        help="print the versions of codesign and JAX, the backend and devices")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
@@ -54,8 +76,78 @@ def _enable_compilation_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def version_line() -> str:
+    """`codesign --version`: this package, JAX and jaxlib, the backend and the devices
+    JAX sees (on one line; starting the backend is the only cost)."""
+    import jax
+
+    from .. import __version__
+
+    try:
+        from jaxlib import version as jaxlib_version
+
+        jaxlib = f" (jaxlib {jaxlib_version.__version__})"
+    except ImportError:
+        jaxlib = ""
+    try:
+        devices = jax.devices()
+        kinds: dict = {}
+        for d in devices:
+            kinds[d.device_kind] = kinds.get(d.device_kind, 0) + 1
+        seen = ", ".join(f"{n} x {k}" for k, n in kinds.items())
+        where = f"backend {jax.default_backend()}: {seen}"
+        if jax.process_count() > 1:
+            where += f" in {jax.process_count()} processes"
+    except RuntimeError as e:
+        where = f"no backend ({str(e).splitlines()[0][:200]})"
+    return f"codesign {__version__}; jax {jax.__version__}{jaxlib}; {where}"
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e.args[0] if isinstance(e, KeyError) and e.args else e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _traced_message(e: BaseException) -> str | None:
+    m = _TRACED.search(str(e))
+    return m.group(1).strip() if m else None
+
+
+def _run(module, args, name) -> int:
+    """Run a sub-command and map what it raises to an exit code and one line."""
+    debug = os.environ.get("CODESIGN_DEBUG", "") not in ("", "0")
+    try:
+        return int(module.run(args, name) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader (e.g. `head`) left: not a fault
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
+    except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
+        traced = _traced_message(e)
+        if traced is not None or isinstance(e, (ValueError, FileNotFoundError, KeyError)):
+            if debug:
+                traceback.print_exc()
+            print(f"codesign {name}: error: {traced or _one_line(e)}", file=sys.stderr)
+            return BAD_INPUT
+        return _internal(name, e, debug)
+    except Exception as e:  # noqa: BLE001 - every other exception is a fault of ours
+        return _internal(name, e, debug)
+
+
+def _internal(name: str, e: BaseException, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"codesign {name}: internal error: {type(e).__name__}: {_one_line(e)}; {REPORT}",
+          file=sys.stderr)
+    return INTERNAL
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--version"]:
+        print(version_line())
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         parser = _parser()
         if argv and argv[0] not in ("-h", "--help"):
@@ -67,18 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     _enable_compilation_cache()
+    # jax logs a traced check's error (the callback's traceback) before raising it
+    logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
     module = _module(name)
-    parser = argparse.ArgumentParser(prog=f"codesign {name}", description=COMMANDS[name][1])
+    parser = argparse.ArgumentParser(prog=f"codesign {name}", description=COMMANDS[name][1],
+                                     epilog=EXIT_CODES)
     module.add_arguments(parser, name)
     args = parser.parse_args(rest)  # argparse exits 2 with a one-line error
-    try:
-        return int(module.run(args, name) or 0)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"codesign {name}: error: {message}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return _run(module, args, name)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
 from ..units import parse_size_range
@@ -48,31 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--devices", type=int, default=DEFAULT_DEVICES,
                         help="fake CPU devices (per host) when JAX runs on CPU "
                              f"(default {DEFAULT_DEVICES}; ignored if XLA_FLAGS sets a count)")
-    parser.add_argument("--processes", type=int, default=1,
-                        help="run over N local processes joined by jax.distributed on 127.0.0.1")
-    parser.add_argument("--coordinator", default=None,
-                        help="HOST:PORT of process 0 on a cluster (with --num-processes, "
-                             "--process-id)")
-    parser.add_argument("--num-processes", type=int, default=None)
-    parser.add_argument("--process-id", type=int, default=None)
-    parser.add_argument("--join-timeout", type=int, default=DEFAULT_JOIN_TIMEOUT_S,
-                        help=f"seconds to wait for every process to join (default "
-                             f"{DEFAULT_JOIN_TIMEOUT_S})")
+    add_launcher_arguments(parser, processes_help="run over N local processes joined by "
+                                                  "jax.distributed on 127.0.0.1")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument("--worker-output", default=None, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace, name: str) -> int:
     if name == "calibrate":
         return _run_calibrate(args)
     sizes = parse_size_range(args.sizes, name="sizes")
-    if args.processes < 1:
-        raise ValueError(f"processes={args.processes} must be at least 1")
-    if args.processes > 1:
-        return _launch_local(args)
-    if args.coordinator is not None and args.worker_output is None:
-        return _launch_cluster_worker(args)
-    return _bench(args, sizes)
+    launched = launch(args, name, devices=args.devices)
+    return _bench(args, sizes) if launched is None else launched
 
 
 # ------------------------------------------------------------------ one process
@@ -87,7 +72,7 @@ def _progress_bar(done: int, total: int, label: str) -> None:
 def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
     from ..execute import distributed
 
-    if args.worker_output is None:  # a worker was set up (and joined) by its bootstrap
+    if not distributed.joined():  # a worker was set up (and joined) by its bootstrap
         distributed.configure_cpu_devices(args.devices, reexec=True)
     import jax
 
@@ -104,18 +89,13 @@ def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
     lead = jax.process_index() == 0
     progress = _progress_bar if lead and not args.no_progress else None
     platform = f"{mesh.ranks} x {jax.devices()[0].platform} in {jax.process_count()} process(es)"
-    stream = open(args.worker_output, "w") if args.worker_output and lead else sys.stdout
     records = []
-    try:
-        for algorithm in names:
-            rows = bench.run(op, algorithm, mesh, sizes, dtype=args.dtype, iters=args.iters,
-                             warmup=args.warmup, progress=progress)
-            records += rows
-            if lead:
-                _print_rows(rows, args, mesh, algorithm, platform, stream)
-    finally:
-        if stream is not sys.stdout:
-            stream.close()
+    for algorithm in names:
+        rows = bench.run(op, algorithm, mesh, sizes, dtype=args.dtype, iters=args.iters,
+                         warmup=args.warmup, progress=progress)
+        records += rows
+        if lead:
+            _print_rows(rows, args, mesh, algorithm, platform, sys.stdout)
     if lead and args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(r.as_json()) + "\n" for r in records)
@@ -137,81 +117,91 @@ def _print_rows(rows, args, mesh, algorithm, platform, stream) -> None:
 
 
 # ------------------------------------------------------------------ several processes
-def _worker_args(args: argparse.Namespace, output: str) -> list[str]:
-    """This command's arguments for one worker (everything but the launcher's flags)."""
-    argv = ["bench", "--op", args.op, "--sizes", args.sizes, "--iters", str(args.iters),
-            "--warmup", str(args.warmup), "--dtype", args.dtype, "--worker-output", output]
-    for flag, value in (("--algorithm", args.algorithm), ("--mesh", args.mesh),
-                        ("--out", args.out)):
-        if value is not None:
-            argv += [flag, value]
-    argv += ["--json"] if args.json else []
-    argv += ["--no-progress"] if args.no_progress else []
-    return argv
+LAUNCHER_OPTIONS = ("processes", "coordinator", "num_processes", "process_id", "join_timeout")
 
 
-def _supervised(commands, args, output, coordinator, ids, total, env=None) -> int:
+def launch(args: argparse.Namespace, name: str, *, devices: int | None) -> int | None:
+    """Run this command over several processes when asked (`--processes`,
+    `--coordinator`) or when the environment is a cluster JAX detects; None when
+    it runs right here (one process, or already a joined worker).
+
+    The workers get this command line less the launcher's options
+    (`distributed.forwarded_argv`); they fake `devices` CPU devices per host
+    (on CPU) and print only from process 0, whose stdout is printed here.
+    """
+    import os
+
     from ..execute import distributed
 
-    distributed.supervise(commands, join_timeout_s=args.join_timeout, coordinator=coordinator,
-                          env=env, process_ids=ids, num_processes=total)
-    with open(output) as f:
-        sys.stdout.write(f.read())
+    if distributed.joined():
+        return None
+    parser = argparse.ArgumentParser(prog=f"codesign {name}")
+    add_arguments(parser, name)
+    argv = [name, *distributed.forwarded_argv(parser, args, drop=LAUNCHER_OPTIONS)]
+    if args.processes < 1:
+        raise ValueError(f"processes={args.processes} must be at least 1")
+    if args.processes > 1:
+        n = args.processes
+        if args.coordinator is not None:
+            raise ValueError("--processes starts its own coordinator on 127.0.0.1; "
+                             "use --coordinator alone on a cluster")
+        if devices is not None and devices % n:
+            raise ValueError(f"processes={n} must divide devices={devices}")
+        address = f"127.0.0.1:{distributed.free_port()}"
+        commands = [distributed.worker_command(
+            argv, coordinator=address, num_processes=n, process_id=i,
+            devices=None if devices is None else devices // n, timeout_s=args.join_timeout)
+            for i in range(n)]
+        done = distributed.supervise(commands, join_timeout_s=args.join_timeout,
+                                     coordinator=address, env=distributed.local_env())
+        sys.stdout.write(done[0].stdout)
+        return 0
+    if args.coordinator is not None:
+        distributed.check_coordinator(args.coordinator)
+        if args.num_processes is None or args.process_id is None:
+            raise ValueError("--coordinator needs --num-processes and --process-id")
+        address, total, index = args.coordinator, args.num_processes, args.process_id
+    else:
+        cluster = distributed.detect_cluster()
+        if cluster is None:
+            return None
+        address, total, index = None, cluster.num_processes, cluster.process_id
+    command = distributed.worker_command(argv, coordinator=address, num_processes=total,
+                                         process_id=index, devices=devices,
+                                         timeout_s=args.join_timeout)
+    done = distributed.supervise([command], join_timeout_s=args.join_timeout,
+                                 coordinator=address or "", process_ids=[index],
+                                 num_processes=total, env={**os.environ})
+    sys.stdout.write(done[0].stdout)
     return 0
 
 
-def _launch_local(args: argparse.Namespace) -> int:
-    import os
-    import tempfile
-
-    from ..execute import distributed
-
-    n = args.processes
-    if args.coordinator is not None:
-        raise ValueError("--processes starts its own coordinator on 127.0.0.1; "
-                         "use --coordinator alone on a cluster")
-    if args.devices % n:
-        raise ValueError(f"processes={n} must divide devices={args.devices}")
-    address = f"127.0.0.1:{distributed.free_port()}"
-    # each worker fakes devices / n CPU devices: drop a forced count inherited from XLA_FLAGS
-    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "",
-                   os.environ.get("XLA_FLAGS", "")).strip()
-    env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
-           "XLA_FLAGS": flags}
-    with tempfile.TemporaryDirectory() as tmp:
-        output = os.path.join(tmp, "output.txt")
-        commands = [distributed.worker_command(
-            _worker_args(args, output), coordinator=address, num_processes=n, process_id=i,
-            devices=args.devices // n, timeout_s=args.join_timeout) for i in range(n)]
-        return _supervised(commands, args, output, address, list(range(n)), n, env)
-
-
-def _launch_cluster_worker(args: argparse.Namespace) -> int:
-    import os
-    import tempfile
-
-    from ..execute import distributed
-
-    distributed.check_coordinator(args.coordinator)
-    if args.num_processes is None or args.process_id is None:
-        raise ValueError("--coordinator needs --num-processes and --process-id")
-    with tempfile.TemporaryDirectory() as tmp:
-        output = os.path.join(tmp, "output.txt")
-        open(output, "w").close()  # only process 0 writes the results
-        command = distributed.worker_command(
-            _worker_args(args, output), coordinator=args.coordinator,
-            num_processes=args.num_processes, process_id=args.process_id,
-            devices=args.devices, timeout_s=args.join_timeout)
-        return _supervised([command], args, output, args.coordinator, [args.process_id],
-                           args.num_processes)
+def add_launcher_arguments(parser: argparse.ArgumentParser, *, processes_help: str) -> None:
+    """`--processes`, `--coordinator`, `--num-processes`, `--process-id`, `--join-timeout`."""
+    parser.add_argument("--processes", type=int, default=1, help=processes_help)
+    parser.add_argument("--coordinator", default=None,
+                        help="HOST:PORT of process 0 (with --num-processes, --process-id) where "
+                             "JAX cannot detect the cluster; under srun, mpirun, a TPU pod or "
+                             "Kubernetes it needs no flags")
+    parser.add_argument("--num-processes", type=int, default=None)
+    parser.add_argument("--process-id", type=int, default=None)
+    parser.add_argument("--join-timeout", type=int, default=DEFAULT_JOIN_TIMEOUT_S,
+                        help=f"seconds to wait for every process to join (default "
+                             f"{DEFAULT_JOIN_TIMEOUT_S})")
 
 
 # ------------------------------------------------------------------ calibrate
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("fit alpha/beta/gamma per tier from bench output or nccl-tests logs "
+                          "(calibrate FILE...), or time GEMMs, attention and a streaming "
+                          "kernel on this device and fit the compute constants "
+                          "(calibrate compute)")
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="`codesign bench --json` output or nccl-tests logs (*_perf output)")
+                        help="`codesign bench --json` output or nccl-tests logs (*_perf output); "
+                             "or the word `compute`")
     parser.add_argument("--json", action="store_true",
-                        help="per tier: alpha_s, bandwidth_Bps, gamma_s_per_byte, holdout_error")
+                        help="per tier: alpha_s, bandwidth_Bps, gamma_s_per_byte, holdout_error "
+                             "(compute: the constants, held-out errors and every kernel)")
     parser.add_argument("--out", default=None,
                         help="write a [system] override (TOML) for scenarios and --system")
     parser.add_argument("--tier", default=None,
@@ -231,13 +221,36 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holdout-every", type=int, default=3,
                         help="hold out every N-th size of each run (default 3)")
     parser.add_argument("--points", action="store_true",
-                        help="print measured against predicted time for every size")
+                        help="print measured against predicted time for every size (kernel)")
+    group = parser.add_argument_group("calibrate compute")
+    group.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp32"),
+                       help="the GEMMs' dtype (default bf16; attention is always bf16)")
+    group.add_argument("--sizes", default=None, metavar="H[,H...]",
+                       help="hidden sizes of the GEMM grid (default 1024,...,16384 on an "
+                            "accelerator, 64,128,256 on CPU)")
+    group.add_argument("--tokens", type=int, default=None,
+                       help="rows m of the layer GEMMs (default 4096; 128 on CPU)")
+    group.add_argument("--iters", type=int, default=5, help="timed calls per kernel (minimum)")
+    group.add_argument("--warmup", type=int, default=2, help="untimed calls first")
+    group.add_argument("--repeats", type=int, default=None,
+                       help="chained copies of the kernel per call (default 16; 4 on CPU)")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_launcher_arguments(parser, processes_help=argparse.SUPPRESS)
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
     from ..execute import calibrate
     from ..hardware import system
 
+    if args.files[0] == "compute":
+        if len(args.files) > 1:
+            raise ValueError(f"calibrate compute takes no files; got {args.files[1:]}")
+        if args.processes != 1:
+            raise ValueError(f"processes={args.processes}: calibrate compute measures one device "
+                             "per process; on a cluster run it under srun/mpirun (or with "
+                             "--coordinator) instead")
+        launched = launch(args, "calibrate", devices=None)
+        return _run_calibrate_compute(args) if launched is None else launched
     if args.holdout_every < 2:
         raise ValueError(f"holdout-every={args.holdout_every} must be at least 2")
     measurements = []
@@ -257,7 +270,76 @@ def _run_calibrate(args: argparse.Namespace) -> int:
             print(calibrate.predictions_table(result))
     if args.out:
         with open(args.out, "w") as f:
-            f.write(calibrate.system_toml(result))
+            f.write(calibrate.system_toml(result, preset=args.system))
+        if not args.json:
+            print(f"wrote {args.out}")
+    return 0
+
+
+def _hidden_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 8:
+        raise ValueError(f"sizes={text!r} must be hidden sizes H[,H...], each at least 8")
+    return sizes
+
+
+def _run_calibrate_compute(args: argparse.Namespace) -> int:
+    import jax
+
+    from ..execute import compute
+    from ..hardware import system
+
+    device = jax.devices()[0]
+    platform, kind = device.platform, device.device_kind
+    preset = args.system or compute.preset_for_device(kind)
+    if preset is None:
+        raise ValueError(f"no preset matches device {kind!r} ({platform}): pass --system PRESET "
+                         "(its peak FLOP/s and hbm_Bps are what the constants are relative to)")
+    peaks = compute.Peaks.of(system(preset), args.dtype)
+    grid = compute.default_grid(platform)
+    if args.sizes is not None:
+        grid["hidden"] = _hidden_sizes(args.sizes)
+    for key, value in (("tokens", args.tokens), ("repeats", args.repeats)):
+        if value is not None:
+            if value < 1:
+                raise ValueError(f"{key}={value} must be at least 1")
+            grid[key] = value
+    lead = jax.process_index() == 0
+    total, done = compute.grid_size(grid), [0]
+
+    def progress(label: str) -> None:
+        done[0] += 1
+        _progress_bar(done[0], total, label)
+
+    kernels = compute.measure(args.dtype, grid, platform=platform, iters=args.iters,
+                              warmup=args.warmup,
+                              progress=progress if lead and not args.no_progress else None)
+    result = compute.fit(kernels, peaks, holdout_every=args.holdout_every)
+    if not lead:
+        return 0
+    where = f"{kind} ({platform}), preset {preset}, dtype {args.dtype}"
+    if args.json:
+        print(json.dumps({"device": kind, "platform": platform, "preset": preset,
+                          "dtype": args.dtype, "jax": jax.__version__, **result.as_json()},
+                         indent=1))
+    else:
+        print(f"calibrate compute: {len(kernels)} kernels on {where}")
+        if platform == "cpu":
+            print("note: measured on a CPU with the preset's peaks: the constants describe this "
+                  "CPU, not the preset's chip")
+        print(compute.summary_table(result))
+        print(f"holdout: max (and median) relative error |model/measured - 1| over every "
+              f"{args.holdout_every}-th shape of each kind, left out of the fit")
+        if args.points:
+            print(compute.kernels_table(result))
+    if args.out:
+        text = compute.system_toml(result, preset=preset, dtype=args.dtype, device=kind,
+                                   platform=platform)
+        with open(args.out, "w") as f:
+            f.write(text)
         if not args.json:
             print(f"wrote {args.out}")
     return 0

@@ -6,7 +6,9 @@ Where the ranks sit (`--tier`, default chosen from `--ranks`):
 - `hierarchical` (the default when ranks exceed the domain): scale-up domains
   of `scale_up_domain` ranks joined by the scale-out tier. Flat algorithms then
   cross the slow tier and are costed on it; `hierarchical` (reduce-scatter
-  inside, the slow tier on n/G, all-gather inside) is one more candidate.
+  inside, the slow tier on n/G, all-gather inside) and NCCL's pipelined
+  two-tier algorithms (`rail_ring`, `rail_tree`, `nvls_tree`: one channel per
+  NIC, NVLink and network streaming at once) are more candidates.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import jax
 import numpy as np
 
 from .. import _checks as C
+from .. import _domains
 from .. import collectives as co
 from .. import hardware as hw
 from ..units import GB, format_bytes, parse_bytes, parse_size_range, us
@@ -37,7 +40,8 @@ def add_arguments(parser, name) -> None:
                         help="message size n as nccl-tests counts it: 8B, 64KiB, 1GiB, 1GB")
     parser.add_argument("--algorithm", default="auto",
                         help="ring, tree, recursive_doubling, halving_doubling, direct, "
-                             "in_network, hierarchical, or auto (default: the cheapest)")
+                             "in_network, hierarchical, rail_ring, rail_tree, nvls_tree, "
+                             "or auto (default: the cheapest)")
     parser.add_argument("--system", default="dgx-h100",
                         help=f"hardware preset: {', '.join(hw.PRESET_NAMES)} (default dgx-h100)")
     parser.add_argument("--tier", choices=TIERS,
@@ -64,7 +68,8 @@ class Placement:
     flat_tier: hw.Tier
 
     def label(self, algorithm: str) -> str:
-        return SPANNING if algorithm == "hierarchical" else self.flat_label
+        two_tier = algorithm == "hierarchical" or algorithm in co.pipelined_algorithms()
+        return SPANNING if two_tier else self.flat_label
 
 
 def placement(system: hw.System, tier: str | None, ranks: float) -> Placement:
@@ -86,8 +91,9 @@ def placement(system: hw.System, tier: str | None, ranks: float) -> Placement:
 
 def _check_algorithm(algorithm: str, where: Placement, system: hw.System) -> None:
     """What `collectives.cost` cannot know: whether the chosen tier can run `algorithm`."""
-    if algorithm == "hierarchical" and where.outer is None:
-        raise ValueError(f"algorithm='hierarchical' spans both tiers; drop --tier "
+    if (algorithm == "hierarchical" or algorithm in co.pipelined_algorithms()) \
+            and where.outer is None:
+        raise ValueError(f"algorithm={algorithm!r} spans both tiers; drop --tier "
                          f"{where.flat_label} or pass --tier hierarchical")
     if algorithm == "in_network" and float(where.flat_tier.in_network_efficiency) == 0:
         raise ValueError(f"algorithm='in_network' needs switches that reduce (NVLS/SHARP); "
@@ -187,7 +193,8 @@ def _plot(args, sizes, ranks: float, where: Placement) -> None:
 
     grid = np.geomspace(sizes[0], sizes[-1], max(64, 8 * len(sizes)))
     names = tuple(a for a in co.algorithms(args.op, hierarchical=where.outer is not None)
-                  if a != "in_network" or float(where.flat_tier.in_network_efficiency) > 0)
+                  if (a != "in_network" or float(where.flat_tier.in_network_efficiency) > 0)
+                  and (a != "nvls_tree" or float(where.tier.in_network_efficiency) > 0))
     out = _evaluate_all(args.op, names + ("auto",), grid, ranks, where)
     crossovers = {}
     for name in names:  # latency is flat in n, bandwidth + reduction linear
@@ -204,12 +211,15 @@ def _plot(args, sizes, ranks: float, where: Placement) -> None:
 
 def run(args, name) -> int:
     system = hw.system(args.system)
-    C.at_least_one("ranks", args.ranks)
+    _domains.check_in("--ranks", args.ranks, _domains.count(_domains.MAX_GPUS))
     ranks = float(args.ranks)
     co.algorithms(args.op)  # names an unknown op
     op = args.op = args.op.replace("-", "_")
     where = placement(system, args.tier, ranks)
     _check_algorithm(args.algorithm, where, system)
+    if args.algorithm in ("recursive_doubling", "halving_doubling"):
+        C.check("--ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
+                f"must be a power of two for --algorithm {args.algorithm}")
     if args.size is None and args.sweep is None:
         raise ValueError("--bytes SIZE (or --sweep MIN:MAX) is required")
     out: dict = {"op": op, "ranks": ranks, "system": args.system}

@@ -9,6 +9,7 @@ import jax
 from .. import scenario as sc
 from .. import step as S
 from ..units import format_bytes
+from . import _system
 
 
 def add_arguments(parser, name):
@@ -24,9 +25,20 @@ def add_arguments(parser, name):
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _evaluate(args):
+@jax.jit
+def _estimate(scn):
+    est = S.estimate(scn)
+    return est, S.outputs(est)
+
+
+def evaluate(args):
+    """(scenario, estimate) of the command line; an estimate with a non-finite
+    output or an MFU above 1 is a ValueError (`scenario.check_outputs`)."""
     scn = sc.load(args.scenario, args.set, system=args.system)
-    est = jax.jit(S.estimate)(scn)
+    est, out = _estimate(scn)
+    if float(est.tokens) <= 0:  # time to train is not asked for
+        out = {k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")}
+    sc.check_outputs(out, args.set)
     return scn, est
 
 
@@ -71,18 +83,24 @@ def _print_estimate(scn, out):
     p = scn.plan
     print(f"scenario {scn.name}: {scn.model.name} on {float(scn.system.gpus):.0f} x "
           f"{scn.system.chip.name} ({scn.system.name})")
+    print(_system.line(out["system"]))
     print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
           f"cp {float(p.cp):g}  ep {float(p.ep):g}  micro-batches {float(p.micro_batches):g}  "
-          f"schedule {p.schedule}  zero {p.zero}  recompute {p.recompute}  {p.dtype}")
+          f"schedule {p.schedule}  zero {p.zero}  recompute {p.recompute}  {p.dtype}  "
+          f"attention {scn.model.attention}/{scn.model.attention_kernel}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
     for k, v in out["breakdown_s"].items():
         share = v / out["step_time_s"] if out["step_time_s"] else 0.0
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
-    print(f"MFU {out['mfu']:.1%}   HFU {out['hfu']:.1%}   model {out['model_tflops_per_gpu']:.1f} "
-          f"/ hardware {out['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU")
+    print(f"MFU {out['mfu']:.1%} (causal {out['mfu_causal']:.1%}, of the fp8 peak "
+          f"{out['mfu_fp8_peak']:.1%})   HFU {out['hfu']:.1%}   model "
+          f"{out['model_tflops_per_gpu']:.1f} / hardware {out['hardware_tflops_per_gpu']:.1f} "
+          f"TFLOP/s per GPU")
     print(f"memory           {format_bytes(out['memory_bytes_per_gpu'])} of "
           f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
           f"({'fits' if out['fits_memory'] else 'DOES NOT FIT'})")
+    parts = ("weights", "gradients", "optimizer", "activations", "reserve")
+    print("  " + "  ".join(f"{k} {format_bytes(out[f'memory_{k}_bytes'])}" for k in parts))
     print(f"expected step    {out['expected_step_time_s']:.3f} s (p99 "
           f"{out['step_time_p99_s']:.3f} s), goodput {out['goodput']:.1%}, effective "
           f"training time {out['effective_training_time_fraction']:.1%}, job MTBF "
@@ -108,10 +126,15 @@ def _roofline_rows(scn, est):
 
 
 def run(args, name) -> int:
-    scn, est = _evaluate(args)
+    scn, est = evaluate(args)
+    system = _system.info(scn.system, args.system)
     if name == "traffic":
         rows = traffic_rows(est)
-        print(json.dumps(rows, indent=1)) if args.json else _print_traffic(rows)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        else:
+            print(_system.line(system))
+            _print_traffic(rows)
         return 0
     if name == "roofline":
         rows = _roofline_rows(scn, est)
@@ -121,6 +144,7 @@ def run(args, name) -> int:
         if args.json:
             print(json.dumps(rows, indent=1))
         else:
+            print(_system.line(system))
             print(f"{'dim':<4} {'tier':<10} {'bytes/GPU/step':>15} {'FLOP/byte':>11} "
                   f"{'needed':>9}  bound")
             for r in rows:
@@ -130,6 +154,7 @@ def run(args, name) -> int:
                       f"{'compute' if r['compute_bound'] else 'NETWORK'}")
         return 0
     out = estimate_json(est)
+    out["system"] = system
     if args.json:
         print(json.dumps(out, indent=1))
     else:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 from .. import optimize as O
 from .. import scenario as sc
 from ..units import day, format_bytes, parse_bandwidth, parse_bytes
+from . import INFEASIBLE, _system
 
 _YEAR_S = 365.25 * day
 
@@ -147,11 +149,13 @@ def _sensitivity(args) -> int:
     el = O.elasticities(scn, (args.output,), args.knob or None)[args.output]
     order = sorted(el, key=lambda k: (-abs(el[k]), k))
     values = {k: float(sc.get_knob(scn, k)) for k in order}
+    system = _system.info(scn.system, args.system)
     if args.json:
         print(json.dumps({"scenario": scn.name, "output": args.output,
-                          "elasticities": {k: el[k] for k in order}, "values": values},
-                         indent=1))
+                          "elasticities": {k: el[k] for k in order}, "values": values,
+                          "system": system}, indent=1))
         return 0
+    print(_system.line(system))
     words = _WORDS[args.output]
     print(f"{scn.name}: elasticity d log({words}) / d log(knob) at the scenario point, "
           "largest first")
@@ -174,7 +178,13 @@ def run(args, name) -> int:
     else:
         r = O.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed)
     if args.json:
-        print(json.dumps(r.to_json(), indent=1))
+        print(json.dumps({**r.to_json(), "system": _system.info(scn.system, args.system)},
+                         indent=1))
     else:
+        print(_system.line(_system.info(scn.system, args.system)))
         _print_result(prob, r, here, args.path)
+    if not r.feasible:
+        print(f"codesign {name}: no feasible design within the bounds and limits "
+              "(exit code 3)", file=sys.stderr)
+        return INFEASIBLE
     return 0

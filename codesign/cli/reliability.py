@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 
-import jax
-
 from .. import reliability as R
 from .. import scenario as sc
 from .. import step as S
+from . import _system
+from .estimate import evaluate
 
 REPORT_KEYS = ("expected_step_time_s", "step_time_p50_s", "step_time_p99_s", "p_step_delayed",
                "mtbf_s", "checkpoint_write_s", "checkpoint_interval_s", "restart_downtime_s",
@@ -72,11 +72,12 @@ def _print(scn, out: dict) -> None:
 
 
 def run(args, name) -> int:
-    scn = sc.load(args.scenario, args.set, system=args.system)
-    est = jax.jit(S.estimate)(scn)
+    scn, est = evaluate(args)
     out = reliability_json(scn, est)
+    out["system"] = _system.info(scn.system, args.system)
     if args.json:
         print(json.dumps(out, indent=1))
     else:
+        print(_system.line(out["system"]))
         _print(scn, out)
     return 0

@@ -4,19 +4,27 @@ Results land in OUT (default out/sweeps/NAME): chunks/ (one JSON + CSV per
 chunk, written atomically), results.csv, results.json, summary.txt and
 figures/*.png. `--resume` keeps the chunks on disk and computes the rest;
 `--processes N` runs N local processes joined by jax.distributed (gloo on
-127.0.0.1); `--coordinator` joins a jax.distributed job started elsewhere.
+127.0.0.1), their logs in OUT/logs; under `srun`, `mpirun`, on a TPU pod or
+Kubernetes every process joins the job JAX detects; `--coordinator` joins a
+jax.distributed job anywhere else. Workers get every option of this command
+line but the launcher's (`execute.distributed.forwarded_argv`), so any
+combination of --chunk-size, --grad and --resume gives the files one process
+gives.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from .. import sweep
+from .bench import DEFAULT_JOIN_TIMEOUT_S
+
+LAUNCHER_OPTIONS = ("processes", "coordinator", "num_processes", "process_id", "join_timeout",
+                    "timeout", "cpu_devices")
+SWEEP_JOIN_TIMEOUT_S = 2 * DEFAULT_JOIN_TIMEOUT_S  # every process compiles the point function
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -38,11 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="stop --processes workers after S seconds")
     parser.add_argument("--cpu-devices", type=int, metavar="K",
                         help="fake K CPU devices in each process (jax_num_cpu_devices)")
-    group = parser.add_argument_group("joining a jax.distributed job (how --processes starts "
-                                      "its workers; usable on a real cluster too)")
+    group = parser.add_argument_group("joining a jax.distributed job where JAX cannot detect "
+                                      "the cluster (under srun, mpirun, a TPU pod or Kubernetes "
+                                      "no flags are needed)")
     group.add_argument("--coordinator", metavar="HOST:PORT")
     group.add_argument("--num-processes", type=int, metavar="P")
     group.add_argument("--process-id", type=int, metavar="I")
+    group.add_argument("--join-timeout", type=int, default=SWEEP_JOIN_TIMEOUT_S, metavar="S",
+                       help=f"seconds to wait for every process to join (default "
+                            f"{SWEEP_JOIN_TIMEOUT_S})")
     parser.add_argument("--no-write", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-finish", action="store_true", help=argparse.SUPPRESS)
 
@@ -61,68 +73,146 @@ def _check(args) -> None:
         raise ValueError("--processes spawns its own jax.distributed job; drop --coordinator")
 
 
-def _argv(args) -> list:
-    """The command line of `args` (to relaunch it through `sweep.boot_command`)."""
-    out = [args.spec]
-    for flag, value in (("--out", args.out), ("--figures", args.figures),
-                        ("--chunk-size", args.chunk_size), ("--timeout", args.timeout),
-                        ("--cpu-devices", args.cpu_devices), ("--coordinator", args.coordinator),
-                        ("--num-processes", args.num_processes),
-                        ("--process-id", args.process_id)):
-        if value is not None:
-            out += [flag, value]
-    if args.grad is not None:
-        out += ["--grad"] + ([] if args.grad is True else [args.grad])
-    for flag in ("resume", "no_plots", "no_progress", "no_write", "no_finish"):
-        if getattr(args, flag):
-            out.append("--" + flag.replace("_", "-"))
-    return out
-
-
-def run(args, name: str) -> int:
-    _check(args)
-    import jax
-
-    configure = args.processes == 1 and (args.cpu_devices is not None
-                                         or args.coordinator is not None)
-    if configure and os.environ.get("CODESIGN_SWEEP_BOOTED") != "1":
-        # `import codesign` has started JAX: relaunch with the settings applied first
-        return subprocess.call(sweep.boot_command(_argv(args)))
-    if args.cpu_devices is not None and args.processes == 1 \
-            and jax.local_device_count() != args.cpu_devices:
-        raise ValueError(f"--cpu-devices={args.cpu_devices} but JAX has "
-                         f"{jax.local_device_count()} local devices")
+def _plan(args):
     spec = sweep.load_spec(args.spec)
     if args.chunk_size is not None:
         spec = dataclasses.replace(spec, chunk_size=args.chunk_size)
     plan = sweep.make_plan(spec, args.grad)
     out = Path(args.out) if args.out else Path("out") / "sweeps" / spec.name
-    progress = not args.no_progress
+    return plan, out
+
+
+def _worker_argv(args, name: str, **override) -> list[str]:
+    from ..execute import distributed
+
+    parser = argparse.ArgumentParser(prog=f"codesign {name}")
+    add_arguments(parser, name)
+    return [name, *distributed.forwarded_argv(parser, args, drop=LAUNCHER_OPTIONS,
+                                              override=override)]
+
+
+def run(args, name: str) -> int:
     try:
-        if args.processes > 1:
-            result = sweep.run_local_processes(
-                plan, args.spec, out, processes=args.processes, resume=args.resume,
-                progress=progress, cpu_devices=args.cpu_devices, timeout_s=args.timeout,
-                write=not args.no_write)
-        elif args.coordinator is not None:
-            try:
-                result = sweep.run(plan, out, resume=args.resume,
-                                   progress=progress and jax.process_index() == 0,
-                                   write=not args.no_write)
-                lead = jax.process_index() == 0
-                print(f"process {jax.process_index()} of {jax.process_count()} "
-                      f"({jax.local_device_count()} local devices): "
-                      f"{result.computed_chunks} chunks computed", flush=True)
-            finally:
-                jax.distributed.shutdown()
-            if not lead or args.no_finish:
-                return 0  # process 0, or the process that spawned the workers, merges
-        else:
-            result = sweep.run(plan, out, resume=args.resume, progress=progress,
-                               write=not args.no_write)
+        return _run(args, name)
     except RuntimeError as e:
-        print(f"codesign {name}: error: {e}", file=sys.stderr)
-        return 1
+        from . import _traced_message
+
+        traced = _traced_message(e)  # a knob value outside its domain (`Scenario.checked`)
+        if traced is None:
+            raise
+        print(f"codesign {name}: error: {traced}", file=sys.stderr)
+        return 2
+
+
+def _run(args, name: str) -> int:
+    _check(args)
+    from ..execute import distributed
+
+    if distributed.joined():
+        return _run_worker(args)
+    if args.processes > 1:
+        return _run_local_processes(args, name)
+    cluster = distributed.detect_cluster()
+    if args.coordinator is not None or cluster is not None:
+        return _run_cluster_worker(args, name, cluster)
+    if args.cpu_devices is not None:
+        distributed.configure_cpu_devices(args.cpu_devices, reexec=True)
+        import jax
+
+        if jax.local_device_count() != args.cpu_devices:
+            raise ValueError(f"--cpu-devices={args.cpu_devices} but JAX has "
+                             f"{jax.local_device_count()} local devices")
+    plan, out = _plan(args)
+    result = sweep.run(plan, out, resume=args.resume, progress=not args.no_progress,
+                       write=not args.no_write)
+    return _finish(args, plan, out, result)
+
+
+def _run_worker(args) -> int:
+    """One process of a jax.distributed job (the launcher's bootstrap has joined it)."""
+    import jax
+
+    plan, out = _plan(args)
+    lead = jax.process_index() == 0
+    try:
+        result = sweep.run(plan, out, resume=args.resume,
+                           progress=not args.no_progress and lead, write=not args.no_write)
+        print(f"process {jax.process_index()} of {jax.process_count()} "
+              f"({jax.local_device_count()} local devices): "
+              f"{result.computed_chunks} chunks computed", flush=True)
+    finally:
+        jax.distributed.shutdown()  # before process 0 merges: nobody waits on it
+    if not lead or args.no_finish:
+        return 0  # process 0, or the process that spawned the workers, merges
+    return _finish(args, plan, out, result)
+
+
+def _run_cluster_worker(args, name: str, cluster) -> int:
+    """This host's process of a cluster job: one supervised worker joins it."""
+    import os
+
+    from ..execute import distributed
+
+    if args.coordinator is not None:
+        address, total, index = args.coordinator, args.num_processes, args.process_id
+    else:
+        address, total, index = None, cluster.num_processes, cluster.process_id
+    command = distributed.worker_command(
+        _worker_argv(args, name), coordinator=address, num_processes=total, process_id=index,
+        devices=args.cpu_devices, timeout_s=args.join_timeout)
+    done = distributed.supervise([command], join_timeout_s=args.join_timeout,
+                                 coordinator=address or "", process_ids=[index],
+                                 num_processes=total, env={**os.environ},
+                                 timeout_s=args.timeout)
+    sys.stdout.write(done[0].stdout)
+    return 0
+
+
+def _run_local_processes(args, name: str) -> int:
+    """`--processes N`: N local workers on 127.0.0.1; this process prepares OUT, shows
+    progress from the chunk files as they land, and merges."""
+    import time
+
+    from ..execute import distributed
+
+    n = args.processes
+    plan, out = _plan(args)
+    start = time.perf_counter()
+    if not args.no_write:
+        sweep.prepare_out_dir(plan, out, args.resume)
+    skipped = [c.id for c in plan.chunks
+               if args.resume and not args.no_write
+               and sweep.read_chunk(plan, out, c) is not None]
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    address = f"127.0.0.1:{distributed.free_port()}"
+    argv = _worker_argv(args, name, out=str(out), resume=True, no_progress=True,
+                        no_finish=True)
+    commands = [distributed.worker_command(argv, coordinator=address, num_processes=n,
+                                           process_id=i, devices=args.cpu_devices,
+                                           timeout_s=args.join_timeout) for i in range(n)]
+    bar = sweep.Progress(plan.spec.name, len(plan.chunks), plan.points.size,
+                         enabled=not args.no_progress)
+    sizes = {c.id: c.stop - c.start for c in plan.chunks}
+    bar.skip(len(skipped), sum(sizes[i] for i in skipped))
+
+    def progress() -> None:
+        done = [int(p.stem) for p in (out / "chunks").glob("*.json")]
+        bar.set(len(done), sum(sizes.get(i, 0) for i in done))
+
+    try:
+        distributed.supervise(commands, join_timeout_s=args.join_timeout, coordinator=address,
+                              env=distributed.local_env(), relay_stderr_of=None,
+                              logs=[logs / f"process-{i}.log" for i in range(n)],
+                              timeout_s=args.timeout, on_poll=progress)
+    finally:
+        bar.close()
+    result = sweep.RunResult(out, len(plan.chunks) - len(skipped), len(skipped),
+                             plan.points.size, time.perf_counter() - start)
+    return _finish(args, plan, out, result)
+
+
+def _finish(args, plan, out: Path, result) -> int:
     if args.no_write:
         return 0
     done = sweep.finish_sweep(plan, out, figures_dir=args.figures, plots=not args.no_plots)

@@ -6,14 +6,18 @@ used to calibrate the cost models (see DESIGN.md, "The real execution path").
   pipeline), each equal to its jax.lax built-in;
 - `bench`: nccl-tests-style timing; `nccl_tests`: reading nccl-tests logs;
 - `calibrate`: alpha-beta-gamma fit per tier, written as a [system] override;
+- `compute`: GEMM, attention and streaming kernels timed on one device, and the
+  step model's compute constants fitted to them (`codesign calibrate compute`);
 - `hlo`, `audit`: collectives of a compiled sharded step against the traffic table;
-- `distributed`: several processes joined by jax.distributed, supervised.
+- `distributed`: the one launcher: several processes joined by jax.distributed
+  (local, a cluster JAX detects, or --coordinator), supervised.
 """
 
 from . import algorithms as algorithms
 from . import audit as audit
 from . import bench as bench
 from . import calibrate as calibrate
+from . import compute as compute
 from . import distributed as distributed
 from . import hlo as hlo
 from . import nccl_tests as nccl_tests

@@ -41,7 +41,6 @@ from jax.sharding import PartitionSpec as P
 
 from .. import step as S
 from ..plan import Plan
-from ..traffic import ACTIVATION_BYTES, GRADIENT_BYTES
 from ..workload import Transformer
 from . import hlo
 
@@ -349,7 +348,7 @@ def compare(shape: AuditShape, obs: Sequence[Observed], rows: Sequence[dict],
         mine = [r for r in rows if r["dimension"] == dim]
         pred_count = sum(r["count_per_step"] for r in mine)
         pred_bytes = sum(r["count_per_step"] * r["message_bytes"] for r in mine)
-        width = ACTIVATION_BYTES["bf16"] if dim == "tp" else GRADIENT_BYTES
+        width = shape.plan().precision.bytes("activations" if dim == "tp" else "grad_reduce")
         seen = [o for o in train if o.axis == dim]
         counted = [o for o in seen if o.role == counted_role]
         explained = []  # parts of `counted` the table leaves out, then extra collectives

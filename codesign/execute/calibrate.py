@@ -338,15 +338,19 @@ def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:
 
 
 # ------------------------------------------------------------------ outputs
-def system_toml(calibration: Calibration) -> str:
+def system_toml(calibration: Calibration, preset: str | None = None) -> str:
     """A `[system]` override with the fitted tiers (keys `scale_up_*` / `scale_out_*`),
-    which scenario files and `codesign estimate --system FILE.toml` accept."""
+    which scenario files and `codesign estimate --system FILE.toml` accept; with
+    `preset` (the --system the fit took its prior from) it names that preset, so
+    the file carries the chip and topology its tiers belong to."""
     lines = ["# codesign calibrate: alpha-beta-gamma fitted per tier (see codesign/execute/"
              "calibrate.py)"]
     for t, f in calibration.tiers.items():
         lines.append(f"# {t}: {f.points} sizes from {'; '.join(f.runs)}; held-out max "
                      f"relative error {f.holdout_error:.1%}, reduction {f.reduction}")
     lines.append("[system]")
+    if preset is not None:
+        lines.append(f'preset = "{preset}"')
     for t, f in calibration.tiers.items():
         lines += [f"{t}_bandwidth_Bps = {f.bandwidth_Bps:.6e}",
                   f"{t}_latency_s = {f.alpha_s:.6e}",

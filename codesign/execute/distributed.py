@@ -1,21 +1,33 @@
-"""Several processes on one global mesh: jax.distributed with bounded waits.
+"""Several processes on one global mesh: the one launcher of `bench`, `sweep` and
+`calibrate compute`, with bounded waits.
 
-On one machine `codesign bench --processes N` starts N worker processes joined
-through a coordinator on 127.0.0.1 (CPU collectives over gloo), each with
-devices / N fake CPU devices. On a GPU or TPU cluster every host runs
-`codesign bench --coordinator HOST:PORT --num-processes N --process-id I`,
-which starts one worker there. A worker is `BOOTSTRAP`: it joins first, then
-runs the codesign command.
-Either way a supervisor watches the workers: when one exits with an error the
-others are killed and the run ends with one clear line; a worker that has not
-joined within the join timeout (plus `JOIN_GRACE_S` to import and start) is
-killed too. jax.distributed itself gets the same timeout for joining, for
-heartbeats and for shutdown, so no process waits forever on a missing peer
-(JAX aborts such a process; the supervisor reports why).
+Three ways to start:
+- `--processes N` on one machine starts N worker processes joined through a
+  coordinator on 127.0.0.1 (CPU collectives over gloo), each with devices / N
+  fake CPU devices;
+- on a cluster JAX recognises (SLURM under `srun`, Open MPI under `mpirun`,
+  Cloud TPU pods, Kubernetes; see `detect_cluster`) every process starts one
+  worker that calls `jax.distributed.initialize()` with no arguments: JAX
+  reads the coordinator, the process count and id from the environment;
+- anywhere else every host runs the command with `--coordinator HOST:PORT
+  --num-processes N --process-id I`.
+A worker is `BOOTSTRAP`: it joins first, then runs the codesign command with
+the options of its launcher's command line (`forwarded_argv`: every option
+that shapes the result, from the parsed arguments).
+A supervisor watches the workers: when one exits with an error the others are
+killed and the run ends with one clear line; a worker that has not joined
+within the join timeout (plus `JOIN_GRACE_S` to import and start) is killed
+too. jax.distributed itself gets the same timeout for joining, for heartbeats
+and for shutdown, so no process waits forever on a missing peer (JAX aborts
+such a process; the supervisor reports why). Workers die with their
+supervisor: on Linux the kernel sends them SIGKILL when it exits
+(prctl PR_SET_PDEATHSIG), and everywhere a thread ends a worker whose parent
+process has changed (it was re-parented because the supervisor died).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -26,13 +38,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import jax
 
 JOINED_MARKER = "codesign: joined as process"
+JOINED_ENV = "CODESIGN_JOINED"  # set in a worker once it has joined
 JOIN_GRACE_S = 30.0  # importing JAX and starting a worker, on top of the join timeout
+PARENT_POLL_S = 0.5  # how often a worker checks that its supervisor is alive
 _FORCE_FLAG = "xla_force_host_platform_device_count"
+
+
+def joined() -> bool:
+    """True in a worker started by `worker_command` (it has joined jax.distributed)."""
+    return os.environ.get(JOINED_ENV) == "1"
 
 
 def configure_cpu_devices(n: int, *, reexec: bool = False) -> None:
@@ -72,22 +93,133 @@ def check_coordinator(address: str) -> str:
     return address
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ clusters JAX detects
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """A cluster environment `jax.distributed.initialize()` configures itself from."""
+
+    name: str  # JAX's name: "slurm", "ompi", "gke_tpu", "gce_tpu", "k8s"
+    num_processes: int
+    process_id: int
+
+
+def _cluster_kinds() -> list:
+    """JAX's cluster detectors (jax/_src/clusters), except opt-in ones (mpi4py)."""
+    try:
+        from jax._src import clusters
+    except ImportError:  # a JAX without them: nothing is detected
+        return []
+    kinds = getattr(getattr(clusters, "ClusterEnv", None), "_cluster_types", [])
+    return [k for k in kinds if not getattr(k, "opt_in_only_method", False)]
+
+
+def detect_cluster(kinds: Sequence | None = None) -> Cluster | None:
+    """The cluster JAX would configure itself from, if it has more than one process.
+
+    Asks JAX's own detectors, in JAX's order, so codesign starts distributed
+    exactly when `jax.distributed.initialize()` would find its parameters:
+    SLURM (SLURM_JOB_ID, SLURM_STEP_NODELIST, SLURM_NTASKS, SLURM_PROCID,
+    SLURM_LOCALID: a step started by `srun`), Open MPI (OMPI_MCA_orte_hnp_uri:
+    started by `mpirun`), Cloud TPU VMs (GCE and GKE) and Kubernetes (with
+    the `kubernetes` package). A job of one process, or a detector that cannot
+    run here, counts as no cluster.
+    """
+    for kind in _cluster_kinds() if kinds is None else kinds:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "Kubernetes detected, package missing"
+                if not kind.is_env_present():
+                    continue
+                count, index = int(kind.get_process_count()), int(kind.get_process_id())
+        except Exception:  # noqa: BLE001  (a metadata server or API out of reach)
+            continue
+        return Cluster(str(kind.name), count, index) if count > 1 else None
+    return None
+
+
+# ------------------------------------------------------------------ worker command lines
+def forwarded_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
+                   drop: Sequence[str] = (), override: Mapping | None = None) -> list[str]:
+    """The command line that parses back to `args` under `parser` (options at
+    their default are left out), without the destinations in `drop` and with
+    `override` (dest -> value) applied: what a worker is given, so every option
+    that shapes the result reaches it, whichever options the command has."""
+    override = dict(override or {})
+    unknown = set(override) - {a.dest for a in parser._actions}
+    if unknown:
+        raise ValueError(f"override={sorted(unknown)} names no option of {parser.prog!r}")
+    positional: list[str] = []
+    optional: list[str] = []
+    for action in parser._actions:
+        if action.dest in drop or action.dest == argparse.SUPPRESS or action.dest == "help":
+            continue
+        value = override.get(action.dest, getattr(args, action.dest, action.default))
+        if not action.option_strings:
+            positional += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+            continue
+        if value == action.default or value is None:
+            continue
+        flag = next((s for s in action.option_strings if s.startswith("--")),
+                    action.option_strings[0])
+        if action.nargs == 0:  # store_true / store_false / store_const
+            optional.append(flag)
+        elif action.nargs == "?" and value == action.const:
+            optional.append(flag)
+        elif isinstance(value, list) and isinstance(action, argparse._AppendAction):
+            for v in value:
+                optional += [flag, str(v)]
+        elif isinstance(value, list):
+            optional += [flag, *map(str, value)]
+        else:
+            optional += [flag, str(value)]
+    return positional + optional
+
+
 # A worker joins before anything imports codesign: jax.distributed.initialize must
 # run before the first JAX computation, and a module's import may compute. So the
-# worker is `python -c BOOTSTRAP CONFIG ARGS...`: it sets the CPU device count and
-# gloo, joins with bounded waits, prints JOINED_MARKER, then runs `codesign ARGS`.
+# worker is `python -c BOOTSTRAP CONFIG ARGS...`: it arranges to die with its
+# supervisor, sets the CPU device count and gloo, joins with bounded waits (with
+# no coordinator, JAX detects the cluster), prints JOINED_MARKER, then runs
+# `codesign ARGS`.
 BOOTSTRAP = """
-import json, os, sys
-import jax
+import json, os, signal, sys, threading, time
 cfg = json.loads(sys.argv[1])
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+parent = cfg["parent_pid"]
+if sys.platform.startswith("linux"):
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+def _watch_parent():
+    while True:
+        if os.getppid() != parent:
+            os._exit(70)  # the supervisor died: this worker was re-parented
+        time.sleep(cfg["parent_poll_s"])
+if os.getppid() != parent:
+    os._exit(70)
+threading.Thread(target=_watch_parent, daemon=True).start()
+import jax
+if cfg["devices"] and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     jax.config.update("jax_num_cpu_devices", cfg["devices"])
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 t = cfg["timeout_s"]
-jax.distributed.initialize(cfg["coordinator"], cfg["num_processes"], cfg["process_id"],
-                           initialization_timeout=t, heartbeat_timeout_seconds=t,
-                           shutdown_timeout_seconds=t)
-print(cfg["marker"], cfg["process_id"], "of", cfg["num_processes"], file=sys.stderr, flush=True)
+if cfg["coordinator"]:
+    jax.distributed.initialize(cfg["coordinator"], cfg["num_processes"], cfg["process_id"],
+                               initialization_timeout=t, heartbeat_timeout_seconds=t,
+                               shutdown_timeout_seconds=t)
+else:
+    jax.distributed.initialize(initialization_timeout=t, heartbeat_timeout_seconds=t,
+                               shutdown_timeout_seconds=t)
+os.environ[cfg["joined_env"]] = "1"
+print(cfg["marker"], jax.process_index(), "of", jax.process_count(), file=sys.stderr, flush=True)
 from codesign.cli import main
 code = main(sys.argv[2:])
 jax.distributed.shutdown()
@@ -95,24 +227,35 @@ sys.exit(code)
 """
 
 
-def worker_command(args: Sequence[str], *, coordinator: str, num_processes: int,
-                   process_id: int, devices: int, timeout_s: int) -> list[str]:
-    """The command line of one worker: joins, then runs `codesign *args`."""
-    check_coordinator(coordinator)
+def worker_command(args: Sequence[str], *, coordinator: str | None, num_processes: int,
+                   process_id: int, devices: int | None, timeout_s: int) -> list[str]:
+    """The command line of one worker: joins, then runs `codesign *args`.
+
+    `coordinator=None`: JAX detects the cluster (`detect_cluster`);
+    `num_processes` and `process_id` are then what it will find.
+    `devices`: fake CPU devices (None: JAX's default). The worker dies with
+    the process that calls this (its supervisor).
+    """
+    if coordinator is not None:
+        check_coordinator(coordinator)
     if num_processes < 1 or not 0 <= process_id < num_processes:
         raise ValueError(f"process_id={process_id} must lie in [0, num_processes="
                          f"{num_processes})")
     config = {"coordinator": coordinator, "num_processes": int(num_processes),
-              "process_id": int(process_id), "devices": int(devices),
-              "timeout_s": int(timeout_s), "marker": JOINED_MARKER}
-    return [sys.executable, "-c", BOOTSTRAP, json.dumps(config), *args]
+              "process_id": int(process_id), "devices": None if devices is None else int(devices),
+              "timeout_s": int(timeout_s), "marker": JOINED_MARKER, "joined_env": JOINED_ENV,
+              "parent_pid": os.getpid(), "parent_poll_s": PARENT_POLL_S}
+    return [sys.executable, "-c", BOOTSTRAP, json.dumps(config), *map(str, args)]
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def local_env(extra: Mapping | None = None) -> dict:
+    """The environment of local (`--processes`) workers: JAX on CPU unless the user
+    chose a platform, and no inherited forced CPU device count (each worker fakes
+    its share)."""
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "",
+                   os.environ.get("XLA_FLAGS", "")).strip()
+    return {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+            "XLA_FLAGS": flags, **(extra or {})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,30 +297,40 @@ def _read(f) -> str:
 def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
               coordinator: str = "", env: dict | None = None, relay_stderr_of: int | None = 0,
               process_ids: Sequence[int] | None = None, num_processes: int | None = None,
+              logs: Sequence[str | Path] | None = None, timeout_s: float | None = None,
+              on_poll: Callable[[], None] | None = None,
               poll_s: float = 0.05) -> list[Finished]:
     """Run worker `commands` together; return their outputs once all exit 0.
 
     Raises ValueError (and kills every other worker) as soon as one exits with
-    an error, or when one has not printed `JOINED_MARKER` within
-    `join_timeout_s + JOIN_GRACE_S`. The stderr of worker `relay_stderr_of`
-    (its progress bar) is copied to this process's stderr as it arrives.
+    an error, when one has not printed `JOINED_MARKER` within
+    `join_timeout_s + JOIN_GRACE_S`, or when `timeout_s` (if given) has
+    passed. The stderr of worker `relay_stderr_of` (its progress bar) is
+    copied to this process's stderr as it arrives. With `logs`, worker i's
+    stdout and stderr both go to the file logs[i] (and `Finished.stdout` holds
+    both). `on_poll` is called every `poll_s` seconds while they run.
     Errors name worker i as `process process_ids[i] of num_processes` (default:
     its position among `commands`).
     """
     n = len(commands)
     ids = list(range(n)) if process_ids is None else list(process_ids)
     total = n if num_processes is None else num_processes
-    files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in commands]
-    procs = [subprocess.Popen(list(cmd), stdout=out, stderr=err, env=env, start_new_session=True)
-             for cmd, (out, err) in zip(commands, files, strict=True)]
-    start, relayed, joined = time.monotonic(), 0, [False] * n
+    if logs is not None:
+        files = [(f, f) for f in (open(p, "w+b") for p in logs)]
+    else:
+        files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in commands]
+    start, relayed, joined_ = time.monotonic(), 0, [False] * n
+    procs = []
     try:
+        for cmd, (out, err) in zip(commands, files, strict=True):
+            procs.append(subprocess.Popen(list(cmd), stdout=out, stderr=err, env=env,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
         while True:
             for i, (proc, (_, err)) in enumerate(zip(procs, files, strict=True)):
                 text = None
-                if not joined[i]:
+                if not joined_[i]:
                     text = _read(err)
-                    joined[i] = JOINED_MARKER in text
+                    joined_[i] = JOINED_MARKER in text
                 if i == relay_stderr_of:
                     text = _read(err) if text is None else text
                     new = text[relayed:].replace(f"{JOINED_MARKER} {ids[i]} of {total}\n", "")
@@ -188,23 +341,31 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                 if rc not in (None, 0):
                     stderr = _read(err)
                     where = f" at {coordinator}" if coordinator else ""
+                    log = f" (log: {logs[i]})" if logs is not None else ""
                     if JOINED_MARKER not in stderr:
                         raise ValueError(
                             f"process {ids[i]} of {total} did not join the coordinator{where} "
                             f"(exit code {rc} after {time.monotonic() - start:.0f} s, join "
-                            f"timeout {join_timeout_s:g} s): {failure_reason(stderr)}")
+                            f"timeout {join_timeout_s:g} s): {failure_reason(stderr)}{log}")
                     raise ValueError(f"process {ids[i]} of {total} exited with code {rc}: "
-                                     f"{failure_reason(stderr)}")
-                if not joined[i] and time.monotonic() - start > join_timeout_s + JOIN_GRACE_S:
+                                     f"{failure_reason(stderr)}{log}")
+                if not joined_[i] and time.monotonic() - start > join_timeout_s + JOIN_GRACE_S:
                     raise ValueError(f"process {ids[i]} of {total} did not join the coordinator "
                                      f"within {join_timeout_s + JOIN_GRACE_S:g} s; stopped "
                                      "every process")
             if all(p.poll() == 0 for p in procs):
-                return [Finished(0, _read(out), _read(err)) for out, err in files]
+                return [Finished(0, _read(out), "" if out is err else _read(err))
+                        for out, err in files]
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                raise ValueError(f"timeout={timeout_s:g} s passed before the {n} process(es) "
+                                 "finished; stopped every process")
+            if on_poll is not None:
+                on_poll()
             time.sleep(poll_s)
     finally:
         for proc in procs:
             _kill(proc)
         for out, err in files:
             out.close()
-            err.close()
+            if err is not out:
+                err.close()

@@ -1,0 +1,28 @@
+"""Which system a command used: a text header line and a JSON field."""
+
+from __future__ import annotations
+
+from ..hardware import System, Tier
+from ..units import GB, us
+
+
+def _tier(t: Tier) -> dict:
+    return {"bandwidth_Bps": float(t.bandwidth_Bps), "latency_s": float(t.latency_s),
+            "efficiency": float(t.efficiency), "reduction_Bps": float(t.reduction_Bps)}
+
+
+def info(system: System, source: str | None) -> dict:
+    """The preset, chip, tiers and where they came from (`--system` or the scenario)."""
+    return {"preset": system.name, "chip": system.chip.name,
+            "source": source or "scenario", "gpus": float(system.gpus),
+            "scale_up_domain": float(system.scale_up_domain),
+            "scale_up": _tier(system.scale_up), "scale_out": _tier(system.scale_out)}
+
+
+def line(d: dict) -> str:
+    """`system dgx-a100 (from scenario): A100-SXM4-80GB; scale-up 8 GPUs at 150 GB/s, ...`."""
+    up, out = d["scale_up"], d["scale_out"]
+    return (f"system {d['preset']} (from {d['source']}): {d['chip']}; scale-up "
+            f"{d['scale_up_domain']:g} GPUs at {up['bandwidth_Bps'] / GB:.4g} GB/s, "
+            f"{up['latency_s'] / us:.3g} us; scale-out {out['bandwidth_Bps'] / GB:.4g} GB/s, "
+            f"{out['latency_s'] / us:.3g} us (per GPU, one direction)")
