@@ -832,7 +832,7 @@ def _polish(prob: Problem, pool: _Pool, count: int, starts: int, steps: int):
 
 
 def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0,
-             width: int = 1, beam: int = 4, rounds: int = 8, polish: int = 8) -> Result:
+             width: int = 1, beam: int = 8, rounds: int = 8, polish: int = 8) -> Result:
     """The gradient method (module docstring): relaxed multi-start descent,
     rounding to the admissible neighbourhood (`width` values either side),
     exact evaluation, lattice beam search (`beam` wide, at most `rounds`),
