@@ -235,7 +235,7 @@ NDR_NIC_BUSBW_Bps = 47 * GB  # nccl-tests: one 400 Gb/s NDR NIC achieves about 4
 NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC generation
 # Large-GEMM efficiency, fitted by step.calibrate_matmul_efficiency (rerun in
 # tests/test_step.py) to the seeds' two throughput figures:
-A100_MATMUL_EFFICIENCY = 0.794  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
+A100_MATMUL_EFFICIENCY = 0.795  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
 V100_MATMUL_EFFICIENCY = 0.530  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
 # H100-class tensor cores: an 8192^3 BF16 GEMM on an H200 (same tensor cores,
 # 4.8e12 B/s HBM3e) ran at 769-798e12 FLOP/s (public microbenchmark, mean of

@@ -108,23 +108,20 @@ def split_group(geometry, shard):
     return inner, outer
 
 
-AUTO_TEMPERATURE = 0.01  # `auto` in the table: a tie between algorithms of equal
-# bandwidth terms (ring and halving-doubling) reads 0.7% low, not 3.4% as at
-# collectives.AUTO_TEMPERATURE; still smooth for gradients
-
-
 def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto"):
     """Cost of one `op` on `n_bytes` over a group of `geometry` (`group`): the fast
     tier it sees (torus dimensions spanned), the slow tier (pods its flows
     cross, ECMP), `auto` over every algorithm (flat, NVLS, hierarchical, the
-    pipelined rail algorithms); an all-to-all leaving the domain on a rail-only
+    pipelined rail algorithms; at temperature t, the exact minimum at t = 0); an all-to-all leaving the domain on a rail-only
     fabric pays the forwarding hop (`fabric.rail_forwarding_cost`)."""
     ranks, inside, span, stride = geometry
     exchange = op == "all_to_all"
     inner = fabric.scale_up_tier(system, inside, stride, t)
     outer = fabric.group_scale_out_tier(system, span, ranks / inside, exchange, t)
+    # `auto` is NCCL's choice, the fastest algorithm: exact (a soft minimum at
+    # temperature 1e-6) in the exact model, relaxed with the model's t
     c = collectives.cost(op, algorithm, n_bytes, ranks, inner, outer=outer,
-                         local_ranks=inside, temperature=AUTO_TEMPERATURE)
+                         local_ranks=inside, temperature=t)
     if exchange:
         leaves = jnp.where(ranks > inside, 1.0, 0.0)
         c = c + fabric.rail_forwarding_cost(system, n_bytes, inside, inner).scale(leaves)

@@ -344,14 +344,15 @@ def _differences(moved: dict, knob: str, h: float = 1e-4):
 
 @pytest.mark.parametrize("moved,corners", [
     ({}, {"parallel.tp", "parallel.cp", "system.scale_up_domain"}),
-    ({"system.scale_up_domain": 16.0}, set()),
+    ({"system.scale_up_domain": 16.0}, {"parallel.cp"}),
 ], ids=["default", "domain16"])
 def test_elasticities_agree_with_central_finite_differences(elasticities, moved, corners):
     """Where the exact model is smooth (one-sided differences agree) the
     elasticity equals the central difference. The default point has corners:
     tp = 8 fills the 8-GPU domain exactly and cp = 1 sits on its clip, so
     there the elasticity lies between the one-sided slopes; with a 16-GPU
-    domain every clip is strictly inside and every knob is smooth."""
+    domain every clip but cp's is strictly inside (cp = 1 is its group's size,
+    the clip's upper bound, and cp is part of the data-parallel group)."""
     _, el = _at(moved)
     found = set()
     for knob in O.SENSITIVITY_KNOBS:
