@@ -356,11 +356,16 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     local_ranks = _check_tiers(outer, local_ranks)
     names, costs = _candidates(op, n_bytes, ranks, tier, outer, local_ranks)
     times = jnp.stack([c.time_s for c in costs])
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *costs)
+    if isinstance(temperature, (int, float)) and temperature == 0:  # the exact minimum
+        best = jnp.argmin(times, axis=0)
+        weights = jax.nn.one_hot(best, len(names), axis=0, dtype=times.dtype)
+        pick = lambda x: jnp.take_along_axis(x, best[None], axis=0)[0]  # noqa: E731
+        return jax.tree.map(pick, stacked), weights, names
     weights = softmin_weights(times, temperature, axis=0)  # equal at p = 1 (all zero)
     t = jnp.maximum(temperature, 1e-6)  # as softmin_weights
     soft_min_s = jnp.exp(-t * jax.nn.logsumexp(-safe_log(times) / t, axis=0))
     scale = safe_div(soft_min_s, jnp.sum(weights * times, axis=0))  # in (k^-T, 1]
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *costs)
     return jax.tree.map(lambda x: scale * jnp.sum(weights * x, axis=0), stacked), weights, names
 
 

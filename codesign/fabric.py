@@ -175,6 +175,8 @@ def group_scale_out_tier(system: System, span, across, exchange: bool = False,
     """The slow tier a group sees: `system.scale_out` divided by the pods its
     flows cross (`pod_factor`) and by ECMP collisions (`group_flow_slowdown`)."""
     tier = system.scale_out
+    if system.topology != "clos" and (system.routing != "ecmp" or system.topology == "torus"):
+        return tier  # no pods and no hash collisions: the tier as it is (no traced divide)
     factor = (pod_factor(system, span, across, exchange, t)
               * group_flow_slowdown(system, span, across, exchange, t))
     return _with_bandwidth(tier, tier.bandwidth_Bps / factor)
