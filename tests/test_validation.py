@@ -350,9 +350,9 @@ def test_the_guard_threads_every_leaf():
                eqx.is_array)), jax.tree.leaves(eqx.filter(BASE, eqx.is_array)), strict=True))
 
 
-def test_readme_renders_the_domain_table_and_the_exit_codes():
+def test_docs_render_the_domain_table_and_the_exit_codes():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "## Exit codes and input domains" in readme
-    assert D.table_markdown() in readme, "README's domain table is stale: re-render it"
+    page = (Path(__file__).resolve().parents[1] / "docs" / "inputs.md").read_text()
+    assert "## Exit codes and input domains" in page
+    assert D.table_markdown() in page, "docs/inputs.md's domain table is stale: re-render it"
