@@ -1,4 +1,4 @@
-"""Wall time of each executed notebook (the README's "under two minutes on 2 CPU
+"""Wall time of each executed notebook (the "under two minutes on 2 CPU
 cores"). Prints one JSON line per notebook. A timing claim, so a benchmark: the
 tests execute the notebooks and check what they print, never how long they take.
 

@@ -94,7 +94,7 @@ BANDWIDTH = Domain(MIN_BPS, MAX_BPS)
 LATENCY = Domain(0.0, MAX_LATENCY_S)
 DURATION = Domain(0.0, 1e9)  # seconds: up to ~30 years
 
-# key -> domain; the README renders this table (`table_markdown`)
+# key -> domain; docs/inputs.md renders this table (`table_markdown`)
 DOMAINS: dict[str, Domain] = {
     "model.layers": count(1e4),
     "model.hidden": count(MAX_WIDTH),
@@ -208,7 +208,7 @@ def traced_error(values: dict, relations=()):
 
 
 def table_markdown() -> str:
-    """The README's table of domains: one row per distinct domain, its keys listed."""
+    """The table of domains in docs/inputs.md: one row per distinct domain, its keys listed."""
     groups: dict[str, list[str]] = {}
     for key, domain in DOMAINS.items():
         groups.setdefault(domain.describe(), []).append(key)
