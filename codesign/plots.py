@@ -80,7 +80,7 @@ _COLUMN_TEXT = {
     "checkpoint_interval_s": "checkpoint interval", "young_interval_s": "Young interval",
     "expected_step_time_s": "expected step time", "restart_s": "restart time",
     "mfu": "MFU (model FLOP/s over peak)", "tokens_per_s": "throughput (tokens/s)",
-    "bubble_fraction": "pipeline bubble fraction (bubble / (compute + bubble))",
+    "bubble_fraction": "pipeline bubble / (compute + bubble)",
     "exposed_comm_fraction": "exposed communication / step time",
     "micro_batches": "micro-batches per step m",
     "memory_bytes_per_gpu": "memory per accelerator",
@@ -191,9 +191,11 @@ def _sweep_tick(name: str, value: float) -> str:
             if abs(value) >= div:
                 return f"${value / div:.3g}{suffix}"
     v = value / scale
-    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-        return f"{v:.0e}".replace("e+0", "e").replace("e-0", "e-")
-    return f"{v:,.4g}" if abs(v) >= 1e4 else f"{v:.4g}"
+    if float(v).is_integer() and abs(v) < 1e7:
+        return f"{int(v):,}"
+    if v != 0 and (abs(v) >= 1e7 or abs(v) < 1e-3):
+        return f"{v:.2g}".replace("e+0", "e").replace("e-0", "e-")
+    return f"{v:.4g}"
 
 
 def _sweep_axis_formatter(ax_axis, name: str, log: bool, values=()) -> None:
@@ -204,7 +206,11 @@ def _sweep_axis_formatter(ax_axis, name: str, log: bool, values=()) -> None:
     values = np.unique(np.asarray(values, dtype=float)) if len(values) else np.array([])
     values = values[np.isfinite(values) & (values > 0)] if log else values
     if log and 1 < len(values) <= 9:
-        ax_axis.set_major_locator(FixedLocator(values))
+        kept = [values[0]]  # grid values at least 0.2 decades apart, so labels don't collide
+        for v in values[1:]:
+            if np.log10(v / kept[-1]) >= 0.2:
+                kept.append(v)
+        ax_axis.set_major_locator(FixedLocator(kept))
         ax_axis.set_minor_formatter(NullFormatter())
     elif name.endswith("_bytes") and log:  # powers of 2 (1KiB, 32KiB, 1MiB, ...)
         ax_axis.set_major_locator(LogLocator(base=32.0, numticks=12))

@@ -95,6 +95,8 @@ def human(name: str, value: Any) -> str:
         return str(value)
     if not math.isfinite(value):
         return str(value)
+    if "memory" in name and "_bytes" in name:  # decimal, like the chips' datasheets (80 GB)
+        return f"{value / units.GB:.4g} GB"
     if name.endswith("_bytes") or "_bytes_per_" in name:
         return units.format_bytes(value)
     if name.endswith("_Bps"):

@@ -276,4 +276,5 @@ def test_human_formats_units():
     assert sweep.human("mtbf_s", 11_120.0) == "11,120 s (3.089 h)"  # seconds first, as named
     assert sweep.human("time_to_train_s", 86_400.0 * 50) == "4,320,000 s (50 d)"
     assert sweep.human("mfu", 0.41234) == "0.4123"
+    assert sweep.human("memory_bytes_per_gpu", 52.49e9) == "52.49 GB"  # as the plots and 80 GB
     assert math.isclose(sweep.parse_value("x_Bps", "400Gb/s", field="f"), 50 * units.GB)
