@@ -352,6 +352,9 @@ def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, l
         ax.set_yscale("log" if logy else "linear")
         _sweep_axis_formatter(ax.xaxis, x, logx, table[x][m])
         _sweep_axis_formatter(ax.yaxis, ys[0], logy)
+        ticks = [_sweep_tick(x, v) for v in ax.get_xticks()]
+        if len(ticks) > 5 and sum(map(len, ticks)) > 30:  # long labels would touch
+            ax.tick_params(axis="x", labelrotation=30)
         ax.set_xlabel(xlabel or column_label(x))
         ax.set_ylabel(ylabel or (column_label(ys[0]) if len(ys) == 1 else _common_label(ys)))
         if panel_title:
