@@ -198,14 +198,14 @@ def _sweep_tick(name: str, value: float) -> str:
     return f"{v:.4g}"
 
 
-def _sweep_axis_formatter(ax_axis, name: str, log: bool, values=()) -> None:
-    """Ticks in the column's unit; a log axis over a few grid values ticks exactly those."""
+def _sweep_axis_formatter(ax_axis, name: str, log: bool, values=(), grid=False) -> None:
+    """Ticks in the column's unit; a log axis over a few `grid` values ticks exactly those."""
     import numpy as np
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     values = np.unique(np.asarray(values, dtype=float)) if len(values) else np.array([])
     values = values[np.isfinite(values) & (values > 0)] if log else values
-    if log and 1 < len(values) <= 9:
+    if grid and log and 1 < len(values) <= 9:
         kept = [values[0]]  # grid values at least 0.2 decades apart, so labels don't collide
         for v in values[1:]:
             if np.log10(v / kept[-1]) >= 0.2:
@@ -216,6 +216,9 @@ def _sweep_axis_formatter(ax_axis, name: str, log: bool, values=()) -> None:
         ax_axis.set_major_locator(LogLocator(base=32.0, numticks=12))
         ax_axis.set_minor_formatter(NullFormatter())
     elif log:
+        span = np.log10(values.max() / values.min()) if len(values) > 1 else 9.0
+        if span < 2:  # under two decades: label 1, 2, 5 x 10^k, not only the powers of 10
+            ax_axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
         ax_axis.set_minor_formatter(NullFormatter())
     ax_axis.set_major_formatter(FuncFormatter(lambda v, _: _sweep_tick(name, v)))
 
@@ -350,8 +353,9 @@ def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, l
                         fontsize=7, color="gray", va="bottom")
         ax.set_xscale("log" if logx else "linear")
         ax.set_yscale("log" if logy else "linear")
-        _sweep_axis_formatter(ax.xaxis, x, logx, table[x][m])
-        _sweep_axis_formatter(ax.yaxis, ys[0], logy)
+        _sweep_axis_formatter(ax.xaxis, x, logx, table[x][m], grid=True)
+        _sweep_axis_formatter(ax.yaxis, ys[0], logy,
+                              np.concatenate([np.asarray(table[y][m], float) for y in ys]))
         ticks = [_sweep_tick(x, v) for v in ax.get_xticks()]
         if len(ticks) > 5 and sum(map(len, ticks)) > 30:  # long labels would touch
             ax.tick_params(axis="x", labelrotation=30)
