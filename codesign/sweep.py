@@ -95,18 +95,32 @@ def human(name: str, value: Any) -> str:
         return str(value)
     if not math.isfinite(value):
         return str(value)
+    if "memory" in name and "_bytes" in name:  # decimal, like the chips' datasheets (80 GB)
+        return f"{value / units.GB:.4g} GB"
     if name.endswith("_bytes") or "_bytes_per_" in name:
         return units.format_bytes(value)
     if name.endswith("_Bps"):
         return f"{value / units.GB:.4g} GB/s"
     if name.endswith("_s") and not name.endswith("_per_s") and value != 0:
-        for unit, scale in (("d", units.day), ("h", units.hour), ("min", units.minute),
-                            ("s", 1.0), ("ms", units.ms), ("us", units.us), ("ns", units.ns)):
-            if abs(value) >= scale:
-                return f"{value / scale:.4g} {unit}"
+        return human_seconds(value)
     if value.is_integer() and abs(value) < 1e12:
         return f"{int(value)}"
     return f"{value:.4g}"
+
+
+def human_seconds(value: float) -> str:
+    """A `*_s` value in seconds, the unit its name says (SI prefixes below 1 s), with
+    the hours or days beside it past two minutes: '11,120 s (3.089 h)', '2.044 ms'."""
+    if abs(value) >= 1.0:
+        text = f"{value:,.0f} s" if abs(value) >= 1e4 else f"{value:.4g} s"
+        for unit, scale in (("d", units.day), ("h", units.hour), ("min", units.minute)):
+            if abs(value) >= 2 * scale if unit == "min" else abs(value) >= scale:
+                return f"{text} ({value / scale:.4g} {unit})"
+        return text
+    for unit, scale in (("ms", units.ms), ("us", units.us), ("ns", units.ns)):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g} {unit}"
+    return f"{value:.4g} s"
 
 
 def _format(value: Any) -> str:

@@ -178,6 +178,30 @@ def test_plots_are_written(tmp_path):
     assert all(p.stat().st_size > 1000 for p in done["figures"])
 
 
+def test_plot_labels_read_without_a_caption(tmp_path):
+    from matplotlib.image import imread
+
+    from codesign import plots
+
+    assert plots.column_label("breakdown_tp_s") == "exposed TP time per step (s)"
+    assert plots.column_label("system.scale_out_bandwidth_Bps") == \
+        "scale-out bandwidth per accelerator (GB/s)"
+    assert plots.column_label("memory_bytes_per_gpu") == "memory per accelerator (GB)"
+    assert plots.column_label("dlog(step_time_s)/dlog(parallel.tp)") == \
+        "d log(step time) / d log(TP width)"
+    assert plots.value_text("system.scale_out_bandwidth_Bps", 5e10) == "50 GB/s"
+    # two identical series: the second is drawn over the first and named in the legend
+    table = {"x": np.array([1.0, 2.0, 1.0, 2.0]), "step_time_s": np.array([1.0, 2.0, 1.0, 2.0]),
+             "schedule": np.array(["1f1b", "1f1b", "gpipe", "gpipe"], dtype=object)}
+    fig = plots.sweep_lines(table, x="x", ys=["step_time_s"], series=["schedule"],
+                            title="t", path=tmp_path / "f.png")
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["1f1b", "gpipe (= 1f1b)"]
+    assert fig.axes[0].get_ylabel() == "step time (s)"
+    height, width = imread(tmp_path / "f.png").shape[:2]
+    assert width >= 5.2 * plots.SWEEP_DPI - 1 and plots.SWEEP_DPI >= 150
+
+
 def test_progress_reports_rate_and_eta():
     stream = io.StringIO()
     bar = sweep.Progress("demo", 10, 100, stream=stream)
@@ -248,5 +272,9 @@ def test_human_formats_units():
     assert sweep.human("n_bytes", 2.0**30) == "1GiB"
     assert sweep.human("busbw_Bps", 4.7e10) == "47 GB/s"
     assert sweep.human("time_s", 2.5e-6) == "2.5 us"
+    assert sweep.human("step_time_s", 11.4) == "11.4 s"
+    assert sweep.human("mtbf_s", 11_120.0) == "11,120 s (3.089 h)"  # seconds first, as named
+    assert sweep.human("time_to_train_s", 86_400.0 * 50) == "4,320,000 s (50 d)"
     assert sweep.human("mfu", 0.41234) == "0.4123"
+    assert sweep.human("memory_bytes_per_gpu", 52.49e9) == "52.49 GB"  # as the plots and 80 GB
     assert math.isclose(sweep.parse_value("x_Bps", "400Gb/s", field="f"), 50 * units.GB)
