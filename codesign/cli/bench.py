@@ -16,6 +16,7 @@ import json
 import sys
 
 from ..units import parse_size_range
+from . import _output
 
 DEFAULT_SIZES = "4KiB:4MiB"
 DEFAULT_DEVICES = 8
@@ -41,8 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls first")
     parser.add_argument("--dtype", default="float32",
                         help="float32, bfloat16, float16, int32 or float64")
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON object per size and line instead of the table")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true",
+                     help="one JSON object per size and line instead of the table")
+    fmt.add_argument("--csv", action="store_true",
+                     help="one CSV table (one header row) over every algorithm and size")
     parser.add_argument("--out", default=None, help="also write the JSON lines to this file")
     parser.add_argument("--devices", type=int, default=DEFAULT_DEVICES,
                         help="fake CPU devices (per host) when JAX runs on CPU "
@@ -94,11 +98,14 @@ def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
         rows = bench.run(op, algorithm, mesh, sizes, dtype=args.dtype, iters=args.iters,
                          warmup=args.warmup, progress=progress)
         records += rows
-        if lead:
+        if lead and not args.csv:
             _print_rows(rows, args, mesh, algorithm, platform, sys.stdout)
+    if lead and args.csv:
+        _output.write_csv([r.as_json() for r in records])
     if lead and args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(r.as_json()) + "\n" for r in records)
+        _output.wrote(args.out, args)
     return 0
 
 
@@ -271,8 +278,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     if args.out:
         with open(args.out, "w") as f:
             f.write(calibrate.system_toml(result, preset=args.system))
-        if not args.json:
-            print(f"wrote {args.out}")
+        _output.wrote(args.out, args)
     return 0
 
 
@@ -340,6 +346,5 @@ def _run_calibrate_compute(args: argparse.Namespace) -> int:
                                    platform=platform)
         with open(args.out, "w") as f:
             f.write(text)
-        if not args.json:
-            print(f"wrote {args.out}")
+        _output.wrote(args.out, args)
     return 0
