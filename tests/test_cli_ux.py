@@ -228,3 +228,22 @@ def test_bench_csv_is_one_table(capsys, tmp_path):
     assert len(table) == len(records) > 2
     assert [r["algorithm"] for r in table] == [r["algorithm"] for r in records]
     assert f"wrote {out}" in done.err
+
+
+def test_calibrated_file_is_a_system_for_collective_and_calibrate(capsys, tmp_path):
+    from pathlib import Path
+
+    fixtures = Path(__file__).parent / "fixtures" / "nccl"
+    logs = [str(fixtures / "all_reduce_perf_8xH100.txt"),
+            str(fixtures / "all_gather_perf_8xH100.txt")]
+    first = tmp_path / "h100.toml"
+    done = _run(capsys, "calibrate", *logs, "--system", "dgx-h100", "--json", "--out", str(first))
+    fits = json.loads(done.out)
+    assert f"wrote {first}" in done.err
+    out = json.loads(_run(capsys, "collective", "all_reduce", "--ranks", "8", "--bytes", "1GiB",
+                          "--system", str(first), "--json").out)
+    assert out["system"]["scale_up"]["bandwidth_Bps"] == pytest.approx(
+        fits["scale_up"]["bandwidth_Bps"], rel=1e-6)
+    again = tmp_path / "again.toml"  # the file as the prior of another fit
+    _run(capsys, "calibrate", *logs, "--system", str(first), "--out", str(again))
+    assert 'preset = "dgx-h100"' in again.read_text()

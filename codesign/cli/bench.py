@@ -224,7 +224,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", type=int, default=None,
                         help="rank count of nccl-tests logs without '# Rank' lines")
     parser.add_argument("--system", default=None,
-                        help="preset supplying tiers/reduction the data cannot identify")
+                        help="preset or system TOML supplying tiers/reduction the data cannot "
+                             "identify (calibrate compute: the chip's peaks)")
     parser.add_argument("--holdout-every", type=int, default=3,
                         help="hold out every N-th size of each run (default 3)")
     parser.add_argument("--points", action="store_true",
@@ -246,8 +247,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
+    from .. import scenario as sc
     from ..execute import calibrate
-    from ..hardware import system
 
     if args.files[0] == "compute":
         if len(args.files) > 1:
@@ -265,7 +266,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         measurements += calibrate.load(path, tier=args.tier, algorithm=args.algorithm,
                                        op=args.op, ranks=args.ranks,
                                        local_ranks=args.local_ranks)
-    prior = system(args.system) if args.system else None
+    prior = sc.system(args.system) if args.system else None
     result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
@@ -277,7 +278,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
             print(calibrate.predictions_table(result))
     if args.out:
         with open(args.out, "w") as f:
-            f.write(calibrate.system_toml(result, preset=args.system))
+            f.write(calibrate.system_toml(result, preset=prior.name if prior else None))
         _output.wrote(args.out, args)
     return 0
 
@@ -295,16 +296,18 @@ def _hidden_sizes(text: str) -> tuple[int, ...]:
 def _run_calibrate_compute(args: argparse.Namespace) -> int:
     import jax
 
+    from .. import scenario as sc
     from ..execute import compute
-    from ..hardware import system
 
     device = jax.devices()[0]
     platform, kind = device.platform, device.device_kind
-    preset = args.system or compute.preset_for_device(kind)
-    if preset is None:
+    spec = args.system or compute.preset_for_device(kind)
+    if spec is None:
         raise ValueError(f"no preset matches device {kind!r} ({platform}): pass --system PRESET "
                          "(its peak FLOP/s and hbm_Bps are what the constants are relative to)")
-    peaks = compute.Peaks.of(system(preset), args.dtype)
+    chosen = sc.system(spec)  # a preset name or a system TOML (its chip's peaks)
+    preset = chosen.name
+    peaks = compute.Peaks.of(chosen, args.dtype)
     grid = compute.default_grid(platform)
     if args.sizes is not None:
         grid["hidden"] = _hidden_sizes(args.sizes)
