@@ -172,6 +172,21 @@ class Assumptions(eqx.Module):
         self.scale_up_switch_radix = f(scale_up_switch_radix)
         self.scale_up_usd_per_port = f(scale_up_usd_per_port)
 
+    def __repr__(self) -> str:
+        """The prices and lifetimes with their units (concrete values; the
+        field-by-field form when traced)."""
+        v = {f: _concrete(getattr(self, f)) for f in (
+            "usd_per_gpu_hour", "fabric_lifetime_s", "port_Bps", "scale_up_link_Bps",
+            "scale_up_switch_radix", "scale_up_usd_per_port")}
+        if any(x is None for x in v.values()):
+            return eqx.tree_pformat(self)
+        return (f"Assumptions(${v['usd_per_gpu_hour']:.4g} per GPU-hour, fabric lifetime "
+                f"{v['fabric_lifetime_s'] / (365.25 * day):.4g} years, port "
+                f"{v['port_Bps'] * 8 / 1e9:.4g} Gb/s, scale-up link "
+                f"{v['scale_up_link_Bps'] / GB:.4g} GB/s, switch radix "
+                f"{v['scale_up_switch_radix']:.4g}, ${v['scale_up_usd_per_port']:.4g} per "
+                "scale-up port)")
+
     def __check_init__(self):
         for name in ("usd_per_gpu_hour", "fabric_lifetime_s", "port_Bps", "scale_up_link_Bps",
                      "scale_up_usd_per_port"):
@@ -630,7 +645,7 @@ class Result(NamedTuple):
     path: list  # gradient: the way there; grid: []
     grid_size: int | None = None
     feasible_points: int | None = None  # grid: how many points met every constraint
-    top: list | None = None  # grid: the best points kept [{knobs, objective}], best first
+    top: list | None = None  # the best distinct feasible points [{knobs, objective, metrics}]
     profile: dict | None = None  # grid: `GridProfile` (seconds, points per second)
 
     def to_json(self, with_path: bool = True) -> dict:
@@ -641,8 +656,9 @@ class Result(NamedTuple):
         if self.grid_size is not None:
             out["grid_size"] = self.grid_size
             out["feasible_points"] = self.feasible_points
-        if self.profile is not None:
+        if self.top is not None:
             out["top"] = self.top
+        if self.profile is not None:
             out["profile"] = self.profile
         if with_path and self.path:
             out["path"] = self.path
@@ -654,6 +670,22 @@ def _result(prob, method, x, value, feasible, evaluations, start, path, **extra)
     return Result(method, prob.objective, goal, float(value), _knob_dict(prob, x),
                   bool(feasible), int(evaluations), time.perf_counter() - start,
                   point_metrics(prob, x), path, **extra)
+
+
+def _top(prob: Problem, x: np.ndarray, ex: Exact, n: int) -> list:
+    """The `n` best distinct feasible points of x (exactly evaluated as `ex`),
+    best first, ties in the order of x: [{knobs, objective, metrics}]."""
+    order = np.argsort(np.where(ex.feasible, ex.loss, np.inf), kind="stable")
+    out, seen = [], set()
+    for i in order:
+        if len(out) >= n or not ex.feasible[i]:
+            break
+        if _key(x[i]) in seen:
+            continue
+        seen.add(_key(x[i]))
+        out.append({"knobs": _knob_dict(prob, x[i]), "objective": float(ex.objective[i]),
+                    "metrics": {k: float(v[i]) for k, v in ex.metrics.items()}})
+    return out
 
 
 def _knob_dict(prob: Problem, x) -> dict:
@@ -832,11 +864,14 @@ def _polish(prob: Problem, pool: _Pool, count: int, starts: int, steps: int):
 
 
 def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0,
-             width: int = 1, beam: int = 8, rounds: int = 8, polish: int = 8) -> Result:
+             width: int = 1, beam: int = 8, rounds: int = 8, polish: int = 8,
+             top: int = 0) -> Result:
     """The gradient method (module docstring): relaxed multi-start descent,
     rounding to the admissible neighbourhood (`width` values either side),
     exact evaluation, lattice beam search (`beam` wide, at most `rounds`),
-    continuous polish of the `polish` best. Start 0 is the scenario's own point."""
+    continuous polish of the `polish` best. Start 0 is the scenario's own point.
+    With `top` > 0, `Result.top` lists the `top` best distinct feasible points
+    of every one evaluated exactly on the way."""
     if starts < 1 or steps < 2:
         raise ValueError(f"starts={starts} must be >= 1 and steps={steps} >= 2")
     if width < 1 or beam < 1:
@@ -880,7 +915,7 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     path.append({"phase": "best", "knobs": _knob_dict(prob, pool.x[b]),
                  "objective": float(pool.ex.objective[b]), "feasible": feasible})
     return _result(prob, "gradient", pool.x[b], pool.ex.objective[b], feasible, evaluations,
-                   start, path)
+                   start, path, top=_top(prob, pool.x, pool.ex, top) if top > 0 else None)
 
 
 # ---------------------------------------------------------------- grid
@@ -1175,15 +1210,14 @@ def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
     if feasible:
         ex = evaluate(prob, xs)
         order = np.lexsort((index, np.where(ex.feasible, ex.loss, np.inf)))
-        xs, values = xs[order], ex.objective[order]
-        best_x, best_value = xs[0], float(values[0])
+        xs, ex = xs[order], jax.tree.map(lambda a: np.asarray(a)[order], ex)
+        best_x, best_value = xs[0], float(ex.objective[0])
     else:
         best_x, best_value = _here(prob), np.nan
     r = _result(prob, "grid", best_x, best_value, feasible, total, start, [], grid_size=total,
                 feasible_points=feasible_points)
     profile = _profile(times, time.perf_counter() - finish, total)
-    best = [{"knobs": _knob_dict(prob, x), "objective": float(v)}
-            for x, v in zip(xs, values, strict=True)] if feasible else []
+    best = _top(prob, xs, ex, len(xs)) if feasible else []
     if keep:
         r.metrics["grid"] = kept
     return r._replace(top=best, profile=profile._asdict())

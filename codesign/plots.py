@@ -596,3 +596,48 @@ def pareto(cost_usd, time_s, front_cost_usd=(), front_time_s=(), *, grid_front=N
     if path is not None:
         fig.savefig(path, dpi=150, bbox_inches="tight")
     return fig
+
+
+# ------------------------------------------------------------ one estimate (codesign estimate)
+def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: float, *,
+                       title: str = "", path=None, dpi: int = 150):
+    """Two panels: the step time by part (horizontal bars, seconds, with each
+    part's share) and the memory per GPU by part (one stacked bar, GB) against
+    the HBM capacity (a dashed line). `breakdown_s` and `memory_bytes` map a
+    part's name to its value."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2),
+                                      gridspec_kw={"width_ratios": [2.2, 1]})
+    names = list(breakdown_s)
+    times = [float(breakdown_s[k]) for k in names]
+    total = sum(times)
+    bars = left.barh(names, times, color="tab:blue")
+    for bar, t in zip(bars, times, strict=True):
+        share = t / total if total > 0 else 0.0
+        left.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {t:.3g} s ({share:.0%})",
+                  va="center", fontsize=8)
+    left.invert_yaxis()
+    left.set_xlabel("time per step (s)")
+    left.set_title(f"step time {total:.3g} s by part")
+    left.set_xlim(0, max(times + [1e-12]) * 1.35)
+    left.grid(True, axis="x", alpha=0.3)
+
+    bottom = 0.0
+    colors = plt.get_cmap("tab10").colors
+    for i, (k, v) in enumerate(memory_bytes.items()):
+        gb = float(v) / 1e9
+        right.bar(["memory per GPU"], [gb], bottom=bottom, color=colors[i % len(colors)],
+                  label=f"{k} {gb:.3g} GB")
+        bottom += gb
+    capacity_gb = float(capacity_bytes) / 1e9
+    right.axhline(capacity_gb, color="k", ls="--", label=f"capacity {capacity_gb:.3g} GB")
+    right.set_ylabel("memory per GPU (GB = 1e9 bytes)")
+    right.set_ylim(0, max(bottom, capacity_gb) * 1.15)
+    fits = "fits" if bottom <= capacity_gb else "DOES NOT FIT"
+    right.set_title(f"memory {bottom:.3g} of {capacity_gb:.3g} GB ({fits})")
+    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    return fig

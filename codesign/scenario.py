@@ -358,6 +358,33 @@ def from_tables(tables: dict, overrides=(), name: str = "scenario") -> Scenario:
     return Scenario(model, plan, system, reliability, C.as_float(tokens), name)
 
 
+def system_table(system: str) -> dict:
+    """The `[system]` keys of `--system`: a preset name, or a system TOML file
+    (e.g. written by `codesign calibrate --out`) holding only a [system] table."""
+    if Path(system).suffix != ".toml":
+        return {"preset": system}
+    if not Path(system).exists():
+        raise FileNotFoundError(f"system file {system!r} does not exist")
+    extra = read_toml(Path(system), "system")
+    others = sorted(set(extra) - {"system"})
+    if others:
+        raise ValueError(f"system file {system!r} may hold only a [system] table; it "
+                         f"also has {', '.join(f'[{o}]' for o in others)} (pass a "
+                         "scenario file as the scenario argument instead)")
+    extra = extra.get("system", {})
+    if not isinstance(extra, dict):
+        raise ValueError(f"system file {system!r}: system must be a table")
+    return extra
+
+
+def system(spec: str, default_preset: str = "dgx-a100") -> System:
+    """A System from a preset name or a system TOML file alone (no scenario):
+    what `codesign collective --system` takes. A file without `preset` builds
+    on `default_preset`."""
+    table = {"preset": default_preset, **system_table(spec)}
+    return _system(_merge({"system": table}, ())["system"])
+
+
 def load(source: str | Path | None = None, overrides=(), system: str | None = None) -> Scenario:
     """A scenario from a path or built-in name (None: the default), with
     `section.key=value` overrides and an optional `system` preset name or
@@ -366,21 +393,7 @@ def load(source: str | Path | None = None, overrides=(), system: str | None = No
     if not isinstance(tables.get("system", {}), dict):
         raise ValueError(f"system={tables['system']!r} must be a table ([system])")
     if system is not None:
-        if Path(system).suffix == ".toml":
-            if not Path(system).exists():
-                raise FileNotFoundError(f"system file {system!r} does not exist")
-            extra = read_toml(Path(system), "system")
-            others = sorted(set(extra) - {"system"})
-            if others:
-                raise ValueError(f"system file {system!r} may hold only a [system] table; it "
-                                 f"also has {', '.join(f'[{o}]' for o in others)} (pass a "
-                                 "scenario file as the scenario argument instead)")
-            extra = extra.get("system", {})
-            if not isinstance(extra, dict):
-                raise ValueError(f"system file {system!r}: system must be a table")
-            tables = {**tables, "system": {**tables.get("system", {}), **extra}}
-        else:
-            tables = {**tables, "system": {**tables.get("system", {}), "preset": system}}
+        tables = {**tables, "system": {**tables.get("system", {}), **system_table(system)}}
     name = "default" if source is None else str(source)
     name = name if name in BUILTIN else Path(name).stem
     return from_tables(tables, overrides, name)

@@ -107,7 +107,7 @@ def test_plot_draws_every_algorithm(tmp_path, capsys):
     path = tmp_path / "all_reduce.png"
     assert main(["collective", "all_reduce", "--ranks", "8", "--sweep", "8B:1GiB",
                  "--plot", str(path)]) == 0
-    assert f"plot: {path}" in capsys.readouterr().out
+    assert f"wrote {path}" in capsys.readouterr().out
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
 
 

@@ -12,6 +12,8 @@ from codesign.execute import audit
 def test_dp2_tp4_step_shows_megatron_pattern_and_gradient_bytes(capsys):
     assert main(["audit", "megatron-8.3b", "--mesh", "dp=2,tp=4", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert report["scenario"] == "megatron-8.3b" and report["plan"]["tp"] > 0
+    assert report["system"]["chip_spec"]["peak_flops_per_s"] > 0
     shape, comparison = report["shape"], report["comparison"]
     layers = shape["layers"]
     assert (shape["dp"], shape["tp"], layers) == (2, 4, 2)

@@ -457,7 +457,8 @@ def test_cli_sensitivity(capsys, elasticities):
     magnitudes = [abs(v) for v in r["elasticities"].values()]
     assert magnitudes == sorted(magnitudes, reverse=True)
     rc, out, _ = _cli(capsys, "sensitivity", "default", "--top", "3")
-    assert rc == 0 and len(out.strip().splitlines()) == 5 and "gives" in out
+    lines = out.strip().splitlines()  # system, title, 3 knobs, the zeros omitted
+    assert rc == 0 and len(lines) == 6 and "gives" in out and "omitted" in lines[-1]
     assert out.startswith("system dgx-a100 (from scenario): A100-SXM4-80GB;")
     rc, _, err = _cli(capsys, "sensitivity", "megatron-1t", "--output", "time_to_train_s")
     assert rc == 2 and "training.tokens" in err

@@ -103,11 +103,11 @@ def test_estimate_cli_json_has_every_key(capsys):
 
 def test_traffic_and_roofline_cli(capsys, tmp_path):
     assert main(["traffic", "default", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert {r["dimension"] for r in rows} == {"tp", "dp", "pp"}
     png = tmp_path / "roof.png"
     assert main(["roofline", "default", "--json", "--plot", str(png)]) == 0
-    roof = {r["dimension"]: r for r in json.loads(capsys.readouterr().out)}
+    roof = {r["dimension"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     # A100: 312e12 / 300e9 per direction over NVLink; / 25e9 behind a 200 Gb/s NIC
     assert roof["tp"]["needed_flop_per_byte"] == pytest.approx(1040)
     assert roof["dp"]["needed_flop_per_byte"] == pytest.approx(12480)

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 from ..hardware import System, Tier
 from ..units import GB, us
+from .presets import to_json
 
 
 def _tier(t: Tier) -> dict:
     return {"bandwidth_Bps": float(t.bandwidth_Bps), "latency_s": float(t.latency_s),
-            "efficiency": float(t.efficiency), "reduction_Bps": float(t.reduction_Bps)}
+            "efficiency": float(t.efficiency), "reduction_Bps": float(t.reduction_Bps),
+            "in_network_efficiency": float(t.in_network_efficiency)}
 
 
 def info(system: System, source: str | None) -> dict:
-    """The preset, chip, tiers and where they came from (`--system` or the scenario)."""
+    """The preset, chip, tiers and where they came from (`--system` or the
+    scenario), with every number of the chip (`chip_spec`) and the topology."""
+    chip = {k: v for k, v in to_json(system.chip).items() if k != "name"}
     return {"preset": system.name, "chip": system.chip.name,
             "source": source or "scenario", "gpus": float(system.gpus),
             "scale_up_domain": float(system.scale_up_domain),
-            "scale_up": _tier(system.scale_up), "scale_out": _tier(system.scale_out)}
+            "scale_up": _tier(system.scale_up), "scale_out": _tier(system.scale_out),
+            "gpus_per_node": float(system.gpus_per_node), "pod_size": float(system.pod_size),
+            "oversubscription": float(system.oversubscription), "topology": system.topology,
+            "routing": system.routing, "chip_spec": chip}
 
 
 def line(d: dict) -> str:

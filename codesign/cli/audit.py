@@ -12,7 +12,8 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("scenario", help="TOML file or built-in scenario name")
+    parser.add_argument("scenario", nargs="?", default=None,
+                        help="TOML file or built-in scenario name (default: default)")
     parser.add_argument("--mesh", default="dp=2,tp=4",
                         help="the cut to compile, AXIS=SIZE pairs over dp and tp "
                              "(default dp=2,tp=4)")
@@ -30,12 +31,13 @@ def run(args: argparse.Namespace, name: str) -> int:
     distributed.configure_cpu_devices(args.devices, reexec=True)
     from .. import scenario as sc
     from ..execute import audit
+    from . import _output
 
     mesh = audit.parse_mesh(args.mesh)
     scn = sc.load(args.scenario, args.set, system=args.system)
-    report = audit.run(scn, mesh, name=str(args.scenario))
+    report = audit.run(scn, mesh, name=scn.name)
     if args.json:
-        print(json.dumps(report.as_json(), indent=2))
+        print(json.dumps({**report.as_json(), **_output.echo(scn, args.system)}, indent=2))
     else:
         print(audit.format_report(report))
     return 0

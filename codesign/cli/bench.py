@@ -16,6 +16,7 @@ import json
 import sys
 
 from ..units import parse_size_range
+from . import _output
 
 DEFAULT_SIZES = "4KiB:4MiB"
 DEFAULT_DEVICES = 8
@@ -41,8 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls first")
     parser.add_argument("--dtype", default="float32",
                         help="float32, bfloat16, float16, int32 or float64")
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON object per size and line instead of the table")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true",
+                     help="one JSON object per size and line instead of the table")
+    fmt.add_argument("--csv", action="store_true",
+                     help="one CSV table (one header row) over every algorithm and size")
     parser.add_argument("--out", default=None, help="also write the JSON lines to this file")
     parser.add_argument("--devices", type=int, default=DEFAULT_DEVICES,
                         help="fake CPU devices (per host) when JAX runs on CPU "
@@ -94,11 +98,14 @@ def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
         rows = bench.run(op, algorithm, mesh, sizes, dtype=args.dtype, iters=args.iters,
                          warmup=args.warmup, progress=progress)
         records += rows
-        if lead:
+        if lead and not args.csv:
             _print_rows(rows, args, mesh, algorithm, platform, sys.stdout)
+    if lead and args.csv:
+        _output.write_csv([r.as_json() for r in records])
     if lead and args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(r.as_json()) + "\n" for r in records)
+        _output.wrote(args.out, args)
     return 0
 
 
@@ -217,7 +224,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", type=int, default=None,
                         help="rank count of nccl-tests logs without '# Rank' lines")
     parser.add_argument("--system", default=None,
-                        help="preset supplying tiers/reduction the data cannot identify")
+                        help="preset or system TOML supplying tiers/reduction the data cannot "
+                             "identify (calibrate compute: the chip's peaks)")
     parser.add_argument("--holdout-every", type=int, default=3,
                         help="hold out every N-th size of each run (default 3)")
     parser.add_argument("--points", action="store_true",
@@ -239,8 +247,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
+    from .. import scenario as sc
     from ..execute import calibrate
-    from ..hardware import system
 
     if args.files[0] == "compute":
         if len(args.files) > 1:
@@ -258,7 +266,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         measurements += calibrate.load(path, tier=args.tier, algorithm=args.algorithm,
                                        op=args.op, ranks=args.ranks,
                                        local_ranks=args.local_ranks)
-    prior = system(args.system) if args.system else None
+    prior = sc.system(args.system) if args.system else None
     result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
@@ -270,9 +278,8 @@ def _run_calibrate(args: argparse.Namespace) -> int:
             print(calibrate.predictions_table(result))
     if args.out:
         with open(args.out, "w") as f:
-            f.write(calibrate.system_toml(result, preset=args.system))
-        if not args.json:
-            print(f"wrote {args.out}")
+            f.write(calibrate.system_toml(result, preset=prior.name if prior else None))
+        _output.wrote(args.out, args)
     return 0
 
 
@@ -289,16 +296,18 @@ def _hidden_sizes(text: str) -> tuple[int, ...]:
 def _run_calibrate_compute(args: argparse.Namespace) -> int:
     import jax
 
+    from .. import scenario as sc
     from ..execute import compute
-    from ..hardware import system
 
     device = jax.devices()[0]
     platform, kind = device.platform, device.device_kind
-    preset = args.system or compute.preset_for_device(kind)
-    if preset is None:
+    spec = args.system or compute.preset_for_device(kind)
+    if spec is None:
         raise ValueError(f"no preset matches device {kind!r} ({platform}): pass --system PRESET "
                          "(its peak FLOP/s and hbm_Bps are what the constants are relative to)")
-    peaks = compute.Peaks.of(system(preset), args.dtype)
+    chosen = sc.system(spec)  # a preset name or a system TOML (its chip's peaks)
+    preset = chosen.name
+    peaks = compute.Peaks.of(chosen, args.dtype)
     grid = compute.default_grid(platform)
     if args.sizes is not None:
         grid["hidden"] = _hidden_sizes(args.sizes)
@@ -340,6 +349,5 @@ def _run_calibrate_compute(args: argparse.Namespace) -> int:
                                    platform=platform)
         with open(args.out, "w") as f:
             f.write(text)
-        if not args.json:
-            print(f"wrote {args.out}")
+        _output.wrote(args.out, args)
     return 0

@@ -24,13 +24,16 @@ from .. import _checks as C
 from .. import _domains
 from .. import collectives as co
 from .. import hardware as hw
+from .. import scenario as sc
 from ..units import GB, format_bytes, parse_bytes, parse_size_range, us
+from . import _output, _system
 
 TIERS = ("scale_up", "scale_out", "hierarchical")
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "half": 2, "bfloat16": 2, "float": 4, "int32": 4,
                "double": 8, "int64": 8}
 PLOT_SIZES = "1B:16GiB"  # --plot without --sweep
 SPANNING = "scale_up+scale_out"
+DEFAULT_SYSTEM = "dgx-h100"
 
 
 def add_arguments(parser, name) -> None:
@@ -42,8 +45,10 @@ def add_arguments(parser, name) -> None:
                         help="ring, tree, recursive_doubling, halving_doubling, direct, "
                              "in_network, hierarchical, rail_ring, rail_tree, nvls_tree, "
                              "or auto (default: the cheapest)")
-    parser.add_argument("--system", default="dgx-h100",
-                        help=f"hardware preset: {', '.join(hw.PRESET_NAMES)} (default dgx-h100)")
+    parser.add_argument("--system", default=DEFAULT_SYSTEM,
+                        help=f"hardware preset ({', '.join(hw.PRESET_NAMES)}) or system TOML "
+                             f"(e.g. from `codesign calibrate --out`; without `preset` it "
+                             f"builds on {DEFAULT_SYSTEM}); default {DEFAULT_SYSTEM}")
     parser.add_argument("--tier", choices=TIERS,
                         help="scale_up if the ranks fit in one scale-up domain, "
                              "else hierarchical (both tiers)")
@@ -54,7 +59,7 @@ def add_arguments(parser, name) -> None:
     parser.add_argument("--plot", metavar="FILE.png",
                         help="time against size for every algorithm, latency/bandwidth "
                              f"crossovers marked (sizes from --sweep, else {PLOT_SIZES})")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    _output.add_format(parser, "the --sweep table as CSV (one header row)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +215,7 @@ def _plot(args, sizes, ranks: float, where: Placement) -> None:
 
 
 def run(args, name) -> int:
-    system = hw.system(args.system)
+    system = sc.system(args.system, default_preset=DEFAULT_SYSTEM)
     _domains.check_in("--ranks", args.ranks, _domains.count(_domains.MAX_GPUS))
     ranks = float(args.ranks)
     co.algorithms(args.op)  # names an unknown op
@@ -222,27 +227,31 @@ def run(args, name) -> int:
                 f"must be a power of two for --algorithm {args.algorithm}")
     if args.size is None and args.sweep is None:
         raise ValueError("--bytes SIZE (or --sweep MIN:MAX) is required")
-    out: dict = {"op": op, "ranks": ranks, "system": args.system}
+    if args.csv and not args.sweep:
+        raise ValueError("--csv prints the --sweep table; add --sweep MIN:MAX")
+    out: dict = {"op": op, "ranks": ranks, "system": _system.info(system, args.system)}
 
     if args.size is not None:
         n_bytes = parse_bytes(args.size, name="bytes")
         row = _row(evaluate(op, args.algorithm, n_bytes, ranks, where), 0, where)
         out.update(row, bytes=n_bytes)
-        if not args.json:
+        if not (args.json or args.csv):
             print(_describe(args, row, n_bytes, ranks))
     sizes = parse_size_range(args.sweep or PLOT_SIZES, name="sweep") \
         if args.sweep or args.plot else None
     if args.sweep:
         result = evaluate(op, args.algorithm, sizes, ranks, where)
-        out["rows"] = [dict(_row(result, i, where), size_bytes=n, count=int(n // DTYPE_BYTES[
-            args.dtype]), type=args.dtype) for i, n in enumerate(sizes)]
-        if not args.json:
+        out["rows"] = [{"size_bytes": n, "count": int(n // DTYPE_BYTES[args.dtype]),
+                        "type": args.dtype, **_row(result, i, where)}
+                       for i, n in enumerate(sizes)]
+        if args.csv:
+            _output.write_csv(out["rows"])
+        elif not args.json:
             print(_table(args, sizes, result, ranks, where))
     if args.plot:
         _plot(args, sizes, ranks, where)
         out["plot"] = args.plot
-        if not args.json:
-            print(f"plot: {args.plot}")
+        _output.wrote(args.plot, args)
     if args.json:
         print(json.dumps(out, indent=1))
     return 0

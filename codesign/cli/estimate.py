@@ -9,20 +9,27 @@ import jax
 from .. import scenario as sc
 from .. import step as S
 from ..units import format_bytes
-from . import _system
+from . import _output, _system
 
 
 def add_arguments(parser, name):
-    parser.add_argument("scenario", nargs="?" if name == "estimate" else None,
+    parser.add_argument("scenario", nargs="?", default=None,
                         help="TOML file or built-in name " + ", ".join(sc.BUILTIN)
-                        + (" (default: default)" if name == "estimate" else ""))
+                        + " (default: default)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a scenario key (repeatable)")
     parser.add_argument("--system", help="system preset name or system TOML (e.g. from "
                         "`codesign calibrate --out`)")
     if name == "roofline":
         parser.add_argument("--plot", metavar="FILE.png", help="draw the roofline")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    if name == "estimate":
+        parser.add_argument("--plot", metavar="FILE.png",
+                            help="draw the step-time and memory breakdowns")
+    _output.add_format(parser, None if name == "estimate" else
+                       "the table as CSV (one header row)")
+
+
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "reserve")
 
 
 @jax.jit
@@ -99,8 +106,8 @@ def _print_estimate(scn, out):
     print(f"memory           {format_bytes(out['memory_bytes_per_gpu'])} of "
           f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
           f"({'fits' if out['fits_memory'] else 'DOES NOT FIT'})")
-    parts = ("weights", "gradients", "optimizer", "activations", "reserve")
-    print("  " + "  ".join(f"{k} {format_bytes(out[f'memory_{k}_bytes'])}" for k in parts))
+    print("  " + "  ".join(f"{k} {format_bytes(out[f'memory_{k}_bytes'])}"
+                           for k in MEMORY_PARTS))
     print(f"expected step    {out['expected_step_time_s']:.3f} s (p99 "
           f"{out['step_time_p99_s']:.3f} s), goodput {out['goodput']:.1%}, effective "
           f"training time {out['effective_training_time_fraction']:.1%}, job MTBF "
@@ -125,14 +132,31 @@ def _roofline_rows(scn, est):
     return rows
 
 
+def _plot_estimate(scn, out: dict, path: str) -> None:
+    from .. import plots
+
+    memory = {k: out[f"memory_{k}_bytes"] for k in MEMORY_PARTS}
+    plots.estimate_breakdown(out["breakdown_s"], memory, out["memory_capacity_bytes"],
+                             path=path, title=f"{scn.name}: {scn.model.name} on "
+                             f"{float(scn.system.gpus):.0f} x {scn.system.chip.name}")
+
+
+def _table(args, scn, rows: list[dict], extra: dict | None = None) -> bool:
+    """Print `rows` as JSON (with the scenario echo) or CSV; False for text."""
+    if args.json:
+        print(json.dumps({**_output.echo(scn, args.system), **(extra or {}), "rows": rows},
+                         indent=1))
+    elif args.csv:
+        _output.write_csv(rows)
+    return args.json or args.csv
+
+
 def run(args, name) -> int:
     scn, est = evaluate(args)
     system = _system.info(scn.system, args.system)
     if name == "traffic":
         rows = traffic_rows(est)
-        if args.json:
-            print(json.dumps(rows, indent=1))
-        else:
+        if not _table(args, scn, rows):
             print(_system.line(system))
             _print_traffic(rows)
         return 0
@@ -141,9 +165,7 @@ def run(args, name) -> int:
         if args.plot:
             from .. import plots
             plots.roofline(rows, args.plot, title=f"{scn.name}: network roofline")
-        if args.json:
-            print(json.dumps(rows, indent=1))
-        else:
+        if not _table(args, scn, rows, {"plot": args.plot} if args.plot else None):
             print(_system.line(system))
             print(f"{'dim':<4} {'tier':<10} {'bytes/GPU/step':>15} {'FLOP/byte':>11} "
                   f"{'needed':>9}  bound")
@@ -152,13 +174,19 @@ def run(args, name) -> int:
                       f"{format_bytes(r['wire_bytes_per_gpu']):>15} {r['flop_per_byte']:>11,.0f}"
                       f" {r['needed_flop_per_byte']:>9,.0f}  "
                       f"{'compute' if r['compute_bound'] else 'NETWORK'}")
+        if args.plot:
+            _output.wrote(args.plot, args)
         return 0
-    out = estimate_json(est)
-    out["system"] = system
+    out = {**estimate_json(est), **_output.echo(scn, args.system)}
+    if args.plot:
+        _plot_estimate(scn, out, args.plot)
+        out["plot"] = args.plot
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         _print_estimate(scn, out)
         print()
         _print_traffic(out["traffic"])
+        if args.plot:
+            _output.wrote(args.plot, args)
     return 0

@@ -9,7 +9,7 @@ import sys
 from .. import optimize as O
 from .. import scenario as sc
 from ..units import day, format_bytes, parse_bandwidth, parse_bytes
-from . import INFEASIBLE, _system
+from . import INFEASIBLE, _output, _system
 
 _YEAR_S = 365.25 * day
 
@@ -21,13 +21,16 @@ def add_arguments(parser, name):
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a scenario key (repeatable)")
     parser.add_argument("--system", help="system preset name or system TOML")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    _output.add_format(parser, "the elasticities as CSV (one header row)" if name == "sensitivity"
+                       else "the --top table as CSV (one header row)")
     if name == "sensitivity":
         parser.add_argument("--knob", action="append", default=[], metavar="KNOB",
                             help="only these knobs (repeatable; default: every hardware, "
                             "plan and reliability knob)")
         parser.add_argument("--top", type=int, default=0, metavar="N",
                             help="print only the N largest (0: all)")
+        parser.add_argument("--all", action="store_true",
+                            help="also the knobs whose elasticity is zero (omitted by default)")
         parser.add_argument("--output", default="step_time_s", choices=O.SENSITIVITY_OUTPUTS,
                             help="the output to differentiate (default step_time_s; "
                             "time_to_train_s brings in the failure rates)")
@@ -60,6 +63,9 @@ def add_arguments(parser, name):
     parser.add_argument("--no-progress", action="store_true", help="no grid progress bar")
     parser.add_argument("--path", action="store_true",
                         help="print the path the gradient method took")
+    parser.add_argument("--top", type=int, default=0, metavar="N",
+                        help="also the N best distinct feasible designs (grid: of the grid; "
+                             "gradient: of the points it evaluated exactly)")
 
 
 def _parse_value(knob: str, text: str) -> float:
@@ -146,23 +152,51 @@ def _sensitivity(args) -> int:
     if args.output in ("time_to_train_s", "gpu_hours") and float(scn.tokens) <= 0:
         raise ValueError(f"--output {args.output} needs training.tokens > 0 "
                          "(add --set training.tokens=...)")
+    if args.top < 0:
+        raise ValueError(f"--top={args.top} must be at least 0")
     el = O.elasticities(scn, (args.output,), args.knob or None)[args.output]
     order = sorted(el, key=lambda k: (-abs(el[k]), k))
     values = {k: float(sc.get_knob(scn, k)) for k in order}
-    system = _system.info(scn.system, args.system)
     if args.json:
-        print(json.dumps({"scenario": scn.name, "output": args.output,
-                          "elasticities": {k: el[k] for k in order}, "values": values,
-                          "system": system}, indent=1))
+        print(json.dumps({**_output.echo(scn, args.system), "output": args.output,
+                          "elasticities": {k: el[k] for k in order}, "values": values},
+                         indent=1))
         return 0
-    print(_system.line(system))
+    shown = order if args.all else [k for k in order if el[k] != 0]
+    omitted = len(order) - len(shown)
+    shown = shown[: args.top] if args.top > 0 else shown
+    if args.csv:
+        _output.write_csv([{"knob": k, "elasticity": el[k], "value": values[k]} for k in shown])
+        return 0
+    print(_system.line(_system.info(scn.system, args.system)))
     words = _WORDS[args.output]
     print(f"{scn.name}: elasticity d log({words}) / d log(knob) at the scenario point, "
           "largest first")
-    for k in order[: args.top] if args.top > 0 else order:
+    for k in shown:
         print(f"  {k:<36} {el[k]:+9.4f}   "
               f"{O.describe_elasticity(k, el[k], words, value=values[k])}")
+    if omitted:
+        print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
     return 0
+
+
+def _top_rows(r: O.Result) -> list[dict]:
+    """--top as table rows: rank, objective, the knobs, then every metric."""
+    return [{"rank": i + 1, "objective": t["objective"], **t["knobs"], **t["metrics"]}
+            for i, t in enumerate(r.top or [])]
+
+
+def _print_top(r: O.Result, n: int) -> None:
+    top = r.top or []
+    print(f"top {len(top)} distinct feasible designs (of {n} asked), best first:")
+    if not top:
+        return
+    knobs = list(top[0]["knobs"])
+    print(f"  {'#':>3} {r.objective:>14}  " + "  ".join(f"{k:>{max(len(k), 12)}}"
+                                                       for k in knobs))
+    for i, t in enumerate(top):
+        print(f"  {i + 1:>3} {t['objective']:>14.6g}  " + "  ".join(
+            f"{_fmt(k, t['knobs'][k]):>{max(len(k), 12)}}" for k in knobs))
 
 
 def run(args, name) -> int:
@@ -170,19 +204,29 @@ def run(args, name) -> int:
         return _sensitivity(args)
     if args.grid_points < 2:
         raise ValueError(f"--grid-points={args.grid_points} must be at least 2")
+    if args.top < 0:
+        raise ValueError(f"--top={args.top} must be at least 0")
+    if args.csv and not args.top:
+        raise ValueError("--csv prints the --top table; add --top N")
     scn = sc.load(args.scenario, args.set, system=args.system)
     prob = _problem(args, scn)
     here = {k: float(sc.get_knob(scn, k)) for k in prob.names}
     if args.method == "grid":
-        r = O.grid_search(prob, args.grid_points, progress=not args.no_progress)
+        r = O.grid_search(prob, args.grid_points, progress=not args.no_progress,
+                          top=max(args.top, O.GRID_TOP))
+        r = r._replace(top=r.top[: args.top] if args.top else r.top)
     else:
-        r = O.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed)
+        r = O.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed,
+                       top=args.top)
     if args.json:
-        print(json.dumps({**r.to_json(), "system": _system.info(scn.system, args.system)},
-                         indent=1))
+        print(json.dumps({**r.to_json(), **_output.echo(scn, args.system)}, indent=1))
+    elif args.csv:
+        _output.write_csv(_top_rows(r))
     else:
         print(_system.line(_system.info(scn.system, args.system)))
         _print_result(prob, r, here, args.path)
+        if args.top:
+            _print_top(r, args.top)
     if not r.feasible:
         print(f"codesign {name}: no feasible design within the bounds and limits "
               "(exit code 3)", file=sys.stderr)

@@ -15,7 +15,7 @@ import json
 from .. import reliability as R
 from .. import scenario as sc
 from .. import step as S
-from . import _system
+from . import _output, _system
 from .estimate import evaluate
 
 REPORT_KEYS = ("expected_step_time_s", "step_time_p50_s", "step_time_p99_s", "p_step_delayed",
@@ -24,7 +24,9 @@ REPORT_KEYS = ("expected_step_time_s", "step_time_p50_s", "step_time_p99_s", "p_
 
 
 def add_arguments(parser, name) -> None:
-    parser.add_argument("scenario", help="TOML file or built-in name: " + ", ".join(sc.BUILTIN))
+    parser.add_argument("scenario", nargs="?", default=None,
+                        help="TOML file or built-in name: " + ", ".join(sc.BUILTIN)
+                        + " (default: default)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a scenario key (repeatable), "
                              "e.g. reliability.straggler_q=0.01")
@@ -74,7 +76,7 @@ def _print(scn, out: dict) -> None:
 def run(args, name) -> int:
     scn, est = evaluate(args)
     out = reliability_json(scn, est)
-    out["system"] = _system.info(scn.system, args.system)
+    out.update(_output.echo(scn, args.system))
     if args.json:
         print(json.dumps(out, indent=1))
     else:

@@ -1,0 +1,53 @@
+"""What every command's output shares: the `--json` / `--csv` switch, CSV tables,
+the scenario echo in JSON, and the line naming a file a command wrote."""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+from . import _system
+from .presets import to_json
+
+
+def add_format(parser, csv_help: str | None = None) -> None:
+    """`--json` and (for commands whose output is a table) `--csv`, exclusive."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true", help="machine-readable output")
+    if csv_help is not None:
+        group.add_argument("--csv", action="store_true", help=csv_help)
+
+
+def flatten(row: dict, prefix: str = "") -> dict:
+    """Nested dicts as dotted columns: {"weights": {"ring": 1}} -> {"weights.ring": 1}."""
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def write_csv(rows: list[dict], stream=None) -> None:
+    """One header row (every column any row has, in first-seen order), then the rows."""
+    rows = [flatten(r) for r in rows]
+    columns: dict = {}
+    for r in rows:
+        columns.update(dict.fromkeys(r))
+    writer = csv.DictWriter(stream or sys.stdout, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def echo(scn, source: str | None) -> dict:
+    """The scenario's name and its resolved plan and system, for every JSON output."""
+    return {"scenario": scn.name, "plan": to_json(scn.plan),
+            "system": _system.info(scn.system, source)}
+
+
+def wrote(path, args) -> None:
+    """Name a file the command wrote: on stdout beside text, on stderr beside
+    --json or --csv (whose stdout a program reads)."""
+    machine = getattr(args, "json", False) or getattr(args, "csv", False)
+    print(f"wrote {path}", file=sys.stderr if machine else sys.stdout)
