@@ -113,7 +113,8 @@ def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto")
     tier it sees (torus dimensions spanned), the slow tier (pods its flows
     cross, ECMP), `auto` over every algorithm (flat, NVLS, hierarchical, the
     pipelined rail algorithms; at temperature t, the exact minimum at t = 0);
-    an all-to-all leaving the domain on a rail-only fabric pays the forwarding hop (`fabric.rail_forwarding_cost`)."""
+    an all-to-all leaving the domain on a rail-only fabric pays the forwarding
+    hop (`fabric.rail_forwarding_cost`)."""
     ranks, inside, span, stride = geometry
     exchange = op == "all_to_all"
     inner = fabric.scale_up_tier(system, inside, stride, t)
