@@ -602,7 +602,10 @@ def ecmp_slowdown(k_flows, m_links, exact: bool | None = None) -> jax.Array:
     """
     k, m = C.as_float(k_flows), C.as_float(m_links)
     ideal = jnp.maximum(k / m, 1.0)
-    return ecmp_expected_max_load(k_flows, m_links, exact) / ideal
+    # the busiest link carries at least one flow (k >= 1) and at least k / m: a
+    # floor under the Poisson approximation, which falls below it for k << m
+    floor = jnp.maximum(jnp.minimum(k, 1.0), k / m)
+    return jnp.maximum(ecmp_expected_max_load(k_flows, m_links, exact), floor) / ideal
 
 
 ROUTINGS = ("ecmp", "spray", "adaptive")
