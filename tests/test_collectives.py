@@ -1,7 +1,8 @@
 """The collective cost table against closed forms written out independently here.
 
-The closed forms follow ../shared/DESIGN.md's table (and, for the pairs it does
-not list, the table in codesign/collectives.py's docstring), for p >= 2 where
+The closed forms follow the alpha-beta-gamma table of docs/collectives.md (and,
+for the pairs it does not list, the table in codesign/collectives.py's
+docstring), for p >= 2 where
 the constants 1 and 2 need no smoothing.
 """
 

@@ -13,7 +13,7 @@ from codesign.units import TB, day
 
 
 def test_p_step_delayed_reproduces_the_seed():
-    # seed 000: q = 1%, 100 participants -> ~63%; 1,000 -> essentially all
+    # q = 1%, 100 participants -> ~63%; 1,000 -> essentially all
     assert float(R.p_step_delayed(0.01, 100)) == pytest.approx(1 - 0.99**100, rel=1e-12)
     assert float(R.p_step_delayed(0.01, 100)) == pytest.approx(0.634, abs=5e-4)
     assert float(R.p_step_delayed(0.01, 1000)) == pytest.approx(0.99996, abs=5e-6)
