@@ -66,15 +66,16 @@ def _tier_lines(label: str, tier: hw.Tier) -> list[str]:
 
 def _describe(name: str, preset: hw.Preset) -> str:
     s, chip = preset.system, preset.system.chip
+    unit = "chip" if s.topology == "torus" else "GPU"  # TPUs are not GPUs
     lines = [
         f"{name}: {preset.description}",
         f"  chip       {chip.name}: {float(chip.peak_flops_per_s) / 1e12:g} TFLOP/s 16-bit, "
         f"{float(chip.peak_fp8_flops_per_s) / 1e12:g} TFLOP/s 8-bit (dense peaks), "
         f"HBM {float(chip.hbm_bytes) / GB:.4g} GB at {float(chip.hbm_Bps) / TB:g} TB/s, "
         f"matmul efficiency {float(chip.matmul_efficiency):g}",
-        f"  system     {float(s.gpus):g} GPUs, scale-up domain {float(s.scale_up_domain):g}, "
-        f"{float(s.gpus_per_node):g} GPUs per node, topology {s.topology}, "
-        + (f"pods of {float(s.pod_size):g} GPUs, oversubscription "
+        f"  system     {float(s.gpus):g} {unit}s, scale-up domain {float(s.scale_up_domain):g}, "
+        f"{float(s.gpus_per_node):g} {unit}s per node, topology {s.topology}, "
+        + (f"pods of {float(s.pod_size):g} {unit}s, oversubscription "
            f"{float(s.oversubscription):g}:1 above" if float(s.pod_size) < float(s.gpus)
            else "no oversubscription"),
         *_tier_lines("scale-up", s.scale_up),
