@@ -70,8 +70,3 @@ def softmin_weights(values: jax.Array, t: float | jax.Array, axis: int = 0) -> j
     differ by a factor exp(t). At t -> 0 it is the one-hot argmin.
     """
     return jax.nn.softmax(-safe_log(values) / jnp.maximum(t, 1e-6), axis=axis)
-
-
-def straight_through_round(x: jax.Array) -> jax.Array:
-    """round(x) in the forward pass, identity in the backward pass."""
-    return x + jax.lax.stop_gradient(jnp.round(x) - x)

@@ -234,16 +234,6 @@ def _max_stats(participants, rel: Reliability, levels):
     return mean, jnp.exp(u1)
 
 
-def expected_max_factor(participants, rel: Reliability) -> jax.Array:
-    """E[max over p participants of J x S]: the synchronous step over the base step time."""
-    return _max_stats(C.as_float(participants), rel, C.as_float([0.5]))[0]
-
-
-def max_quantile_factor(level, participants, rel: Reliability) -> jax.Array:
-    """The `level` quantile of max over p participants of J x S: F(x)^p = level."""
-    return _max_stats(C.as_float(participants), rel, C.as_float(level)[None])[1][0]
-
-
 def step_time_stats(step_time_s, participants, rel: Reliability):
     """(mean, p50, p99) of a synchronous step whose healthy median time is `step_time_s`."""
     base = C.as_float(step_time_s)
@@ -353,11 +343,6 @@ def checkpoint_interval_s(delta, mtbf, rel: Reliability) -> jax.Array:
     """rel.checkpoint_interval_s if set (> 0), else Daly's optimum (at least 1 ms)."""
     optimal = jnp.maximum(daly_interval_s(delta, mtbf), 1e-3)
     return jnp.where(rel.checkpoint_interval_s > 0, rel.checkpoint_interval_s, optimal)
-
-
-def wall_time_s(useful_time_s, fraction) -> jax.Array:
-    """Wall-clock time to do `useful_time_s` of training at an effective fraction `fraction`."""
-    return C.as_float(useful_time_s) / fraction
 
 
 # ----------------------------------------------------------------------- report
