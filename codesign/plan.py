@@ -92,19 +92,18 @@ PRECISION_PARTS = tuple(f.name for f in dataclasses.fields(Precision))
 # - fp8: FP8 for the linear layers' GEMMs and the MoE dispatch only;
 #   attention, the output layer, the combine, gradient reduction in bf16/fp32
 #   (Transformer Engine's recipe; DeepSeek-V3 section 3.3).
+def _mixed(width: str, grad_reduce: str) -> dict:
+    """16-bit (or 32-bit) `width` everywhere, fp32 master weights and Adam moments."""
+    return dict(gemm=width, attention=width, activations=width, ep_dispatch=width,
+                ep_combine=width, grad_reduce=grad_reduce, params=width, master="fp32",
+                optimizer="fp32")
+
+
 RECIPES = {
-    "fp32": dict(gemm="fp32", attention="fp32", activations="fp32", ep_dispatch="fp32",
-                 ep_combine="fp32", grad_reduce="fp32", params="fp32", master="none",
-                 optimizer="fp32"),
-    "fp16": dict(gemm="fp16", attention="fp16", activations="fp16", ep_dispatch="fp16",
-                 ep_combine="fp16", grad_reduce="fp16", params="fp16", master="fp32",
-                 optimizer="fp32"),
-    "bf16": dict(gemm="bf16", attention="bf16", activations="bf16", ep_dispatch="bf16",
-                 ep_combine="bf16", grad_reduce="fp32", params="bf16", master="fp32",
-                 optimizer="fp32"),
-    "fp8": dict(gemm="fp8", attention="bf16", activations="bf16", ep_dispatch="fp8",
-                ep_combine="bf16", grad_reduce="fp32", params="bf16", master="fp32",
-                optimizer="fp32"),
+    "fp32": {**_mixed("fp32", "fp32"), "master": "none"},
+    "fp16": _mixed("fp16", "fp16"),
+    "bf16": _mixed("bf16", "fp32"),
+    "fp8": {**_mixed("bf16", "fp32"), "gemm": "fp8", "ep_dispatch": "fp8"},
 }
 
 

@@ -93,6 +93,13 @@ def _llama3(gpus, cp, dp_batch, seq, mfu):
              "80 GB without recomputation")
 
 
+def _nccl(name, preset, algorithm, tier, ranks, busbw_GBps, note):
+    """A published nccl-tests bus bandwidth of an 8 GiB all-reduce (a calibration row)."""
+    return Check(name, "nccl-tests (vendor figures)", "busbw_GBps", busbw_GBps,
+                 collective=(preset, "all_reduce", algorithm, tier, ranks, 8 * 2**30),
+                 calibration=True, note=note)
+
+
 CHECKS: tuple[Check, ...] = (
     # ------------------------------------------------------------ calibration
     _narayanan(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, calibration=True),
@@ -102,22 +109,14 @@ CHECKS: tuple[Check, ...] = (
                               "dtype": "fp16"},
                  "system": {"preset": "dgx-v100", "gpus": 1}},
           calibration=True, note="sets the V100 matmul_efficiency (batch 8 assumed)"),
-    Check("nccl-tests all-reduce, 8x H100 NVLink, ring", "nccl-tests (vendor figures)",
-          "busbw_GBps", 370.0, collective=("dgx-h100", "all_reduce", "ring", "scale_up", 8,
-                                           8 * 2**30),
-          calibration=True, note="sets the NVLink4 efficiency"),
-    Check("nccl-tests all-reduce, 8x H100 NVLink SHARP", "nccl-tests (vendor figures)",
-          "busbw_GBps", 480.0, collective=("dgx-h100", "all_reduce", "in_network",
-                                           "scale_up", 8, 8 * 2**30),
-          calibration=True, note="sets the NVLS efficiency"),
-    Check("nccl-tests all-reduce, 8x A100 NVLink", "nccl-tests (vendor figures)",
-          "busbw_GBps", 230.0, collective=("dgx-a100", "all_reduce", "ring", "scale_up", 8,
-                                           8 * 2**30),
-          calibration=True, note="sets the NVLink3 efficiency"),
-    Check("nccl-tests, one 400 Gb/s NDR NIC per GPU", "nccl-tests (vendor figures)",
-          "busbw_GBps", 47.0, collective=("dgx-h100", "all_reduce", "ring", "scale_out", 16,
-                                          8 * 2**30),
-          calibration=True, note="sets the NIC efficiency (46-48 GB/s)"),
+    _nccl("nccl-tests all-reduce, 8x H100 NVLink, ring", "dgx-h100", "ring", "scale_up", 8,
+          370.0, "sets the NVLink4 efficiency"),
+    _nccl("nccl-tests all-reduce, 8x H100 NVLink SHARP", "dgx-h100", "in_network", "scale_up",
+          8, 480.0, "sets the NVLS efficiency"),
+    _nccl("nccl-tests all-reduce, 8x A100 NVLink", "dgx-a100", "ring", "scale_up", 8, 230.0,
+          "sets the NVLink3 efficiency"),
+    _nccl("nccl-tests, one 400 Gb/s NDR NIC per GPU", "dgx-h100", "ring", "scale_out", 16,
+          47.0, "sets the NIC efficiency (46-48 GB/s)"),
     # ------------------------------------------------------------ predictions
     Check("Megatron-LM 8.3B on 512 V100 (tp 8, dp 64)", "Shoeybi et al. 2019",
           "aggregate_hardware_pflops", 15.1, scenario_lib.read("megatron-8.3b"),
