@@ -224,7 +224,7 @@ def test_reliability_and_ecmp_targets_match_their_modules(tmp_path):
     raw = {"target": "ecmp", "knobs": {"routing": {"categories": ["ecmp", "spray"]},
                                        "k_flows": [8.0], "m_links": [8.0]}}
     table = run_and_merge(sweep.make_plan(sweep.parse_spec(raw)), tmp_path / "e")["table"]
-    exact = 2.597232818603513  # E[max] of 8 balls in 8 bins (fabric._max_load_exact)
+    exact = 2.597232818603513  # E[max] of 8 balls in 8 bins (codesign._ecmp._max_load_exact)
     assert table.data["slowdown"][0] == pytest.approx(exact, rel=0.01)
     assert table.data["slowdown"][1] == 1.0
 
