@@ -148,7 +148,9 @@ def test_fit_recovers_known_constants_from_bench_records(tmp_path):
     assert fit.holdout_points == 3 and fit.points == 9 and fit.reduction == "folded"
     assert fit.alpha_s == pytest.approx(20e-6, rel=0.05)
     assert fit.bandwidth_Bps == pytest.approx(3e9, rel=0.05)
-    assert fit.holdout_error < 0.05, calibrate.predictions_table(result)
+    # generated records (no clock): the held-out error is the fit's, against a 2% ripple
+    held_out_error = fit.holdout_error
+    assert held_out_error < 0.05, calibrate.predictions_table(result)
 
 
 def test_calibration_of_a_live_bench_run_has_the_expected_structure(tmp_path):

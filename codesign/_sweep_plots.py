@@ -1,0 +1,421 @@
+"""Sweep figures (codesign.sweep): lines, heatmaps and best-of panels over a
+result table, with human axis labels in the unit each column names.
+`codesign.plots` re-exports the public names."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+# A sweep table is a dict column -> array (float, or object for categories).
+
+SWEEP_DPI = 160
+
+# What a column means, for people; the unit is appended by `_unit` from the name.
+_COLUMN_TEXT = {
+    "time_s": "time", "step_time_s": "step time", "latency_s": "latency term",
+    "bandwidth_s": "bandwidth term", "reduction_s": "reduction term",
+    "breakdown_tp_s": "exposed TP time per step",
+    "breakdown_ep_s": "exposed expert-parallel all-to-all time per step",
+    "breakdown_dp_s": "exposed DP time per step",
+    "breakdown_cp_s": "exposed CP time per step",
+    "breakdown_pp_p2p_s": "exposed PP send/receive time per step",
+    "time_to_train_s": "time to train", "mtbf_s": "job MTBF",
+    "checkpoint_interval_s": "checkpoint interval", "young_interval_s": "Young interval",
+    "expected_step_time_s": "expected step time", "restart_s": "restart time",
+    "mfu": "MFU (model FLOP/s over peak)", "tokens_per_s": "throughput (tokens/s)",
+    "bubble_fraction": "pipeline bubble / (compute + bubble)",
+    "exposed_comm_fraction": "exposed communication / step time",
+    "micro_batches": "micro-batches per step m",
+    "memory_bytes_per_gpu": "memory per accelerator",
+    "busbw_Bps": "bus bandwidth", "algbw_Bps": "algorithm bandwidth",
+    "scale_up_group_Bps": "bandwidth per chip the group sees",
+    "n_bytes": "message size", "ranks": "ranks p", "local_ranks": "ranks per scale-up domain",
+    "gpus": "accelerators", "participants": "participants p",
+    "k_flows": "elephant flows k", "m_links": "links m",
+    "slowdown": "collective time / sprayed time", "bandwidth_fraction": "fraction of line rate",
+    "p_step_delayed": "P(step delayed)",
+    "straggler_slowdown_factor": "expected step time / healthy step time",
+    "straggler_q": "P(a participant is slow) q",
+    "effective_training_time_fraction": "effective training time (useful / wall)",
+    "network_cost_usd": "total network cost", "cost_per_gpu_usd": "cost per accelerator",
+    "network_power_w": "network power", "power_per_gpu_w": "power per accelerator",
+    "group_size": "group size (consecutive ranks)",
+    "placement": "placement (innermost first)", "node_limit": "node-limited routing",
+    "parallel.tp": "TP width", "parallel.pp": "pipeline stages pp",
+    "parallel.schedule": "pipeline schedule",
+    "system.scale_up_domain": "scale-up domain (accelerators)",
+    "system.scale_out_bandwidth_Bps": "scale-out bandwidth per accelerator",
+    "system.scale_out_efficiency": "scale-out achieved fraction of line rate",
+    "system.scale_out_latency_s": "scale-out latency per message",
+    "system.oversubscription": "oversubscription above the pods (x:1)",
+    "system.gpus": "accelerators", "model.top_k": "experts per token (top-k)",
+    "reliability.straggler_q": "P(a participant is slow) q",
+    "reliability.gpu_mtbf_s": "MTBF per accelerator",
+    "reliability.restart_s": "restart time",
+}
+
+_GB = 1e9
+
+
+def _is_memory(name: str) -> bool:
+    return "memory" in name and ("_bytes" in name)
+
+
+def _unit(name: str) -> tuple[float, str]:
+    """(divisor, unit) in which a column's numbers are drawn; unit "" = none.
+
+    Bandwidths in GB/s, memory in GB (decimal, like the chips' datasheets),
+    times in seconds (time to train in days), money in USD, power in W; message sizes keep binary
+    prefixes on their ticks ("bytes").
+    """
+    if name.endswith("_Bps"):
+        return _GB, "GB/s"
+    if name.startswith("time_to_train") and name.endswith("_s"):
+        return 86400.0, "days"
+    if _is_memory(name):
+        return _GB, "GB"
+    if name.endswith("_bytes") or "_bytes_per_" in name:
+        return 1.0, "bytes"
+    if name.endswith("_s") and not name.endswith("_per_s"):
+        return 1.0, "s"
+    if name.endswith("_usd"):
+        return 1.0, "USD"
+    if name.endswith("_w"):
+        return 1.0, "W"
+    return 1.0, ""
+
+
+def column_text(name: str) -> str:
+    """A column's meaning without its unit: `breakdown_tp_s` -> "exposed TP time per step"."""
+    import re
+
+    found = re.fullmatch(r"dlog\((.+)\)/dlog\((.+)\)", name)
+    if found:
+        return f"d log({column_text(found.group(1))}) / d log({column_text(found.group(2))})"
+    if name.startswith("scale:"):
+        return f"{column_text(name[6:])} (x its preset value)"
+    if name in _COLUMN_TEXT:
+        return _COLUMN_TEXT[name]
+    short = name.split(".")[-1]
+    for suffix in ("_Bps", "_bytes", "_usd", "_w", "_s"):
+        if short.endswith(suffix) and not short.endswith("_per_s"):
+            short = short[: -len(suffix)]
+            break
+    return short.replace("_", " ")
+
+
+def column_label(name: str) -> str:
+    """An axis label: meaning and unit, `breakdown_tp_s` -> "exposed TP time per step (s)"."""
+    text = column_text(name)
+    unit = "" if name.startswith(("dlog(", "scale:")) else _unit(name)[1]
+    return f"{text} ({unit})" if unit else text
+
+
+def value_text(name: str, value) -> str:
+    """One value of a column for a legend or panel title: "50 GB/s", "1MiB", "0.001"."""
+    if not isinstance(value, float):
+        return str(value)
+    scale, unit = _unit(name)
+    if unit == "bytes":
+        return _sweep_tick(name, value)
+    text = f"{value / scale:.4g}"
+    return f"{text} {unit}" if unit else text
+
+
+def _sweep_tick(name: str, value: float) -> str:
+    """A tick label in the unit of `column_label(name)` (bytes binary-prefixed)."""
+    from .units import format_bytes
+
+    scale, unit = _unit(name)
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "USD" and abs(value) >= 1e3:
+        for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+            if abs(value) >= div:
+                return f"${value / div:.3g}{suffix}"
+    v = value / scale
+    if float(v).is_integer() and abs(v) < 1e7:
+        return f"{int(v):,}"
+    if v != 0 and (abs(v) >= 1e7 or abs(v) < 1e-3):
+        return f"{v:.2g}".replace("e+0", "e").replace("e-0", "e-")
+    return f"{v:.4g}"
+
+
+def _sweep_axis_formatter(ax_axis, name: str, log: bool, values=(), grid=False) -> None:
+    """Ticks in the column's unit; a log axis over a few `grid` values ticks exactly those."""
+    import numpy as np
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    values = np.unique(np.asarray(values, dtype=float)) if len(values) else np.array([])
+    values = values[np.isfinite(values) & (values > 0)] if log else values
+    if grid and log and 1 < len(values) <= 9:
+        kept = [values[0]]  # grid values at least 0.2 decades apart, so labels don't collide
+        for v in values[1:]:
+            if np.log10(v / kept[-1]) >= 0.2:
+                kept.append(v)
+        ax_axis.set_major_locator(FixedLocator(kept))
+        ax_axis.set_minor_formatter(NullFormatter())
+    elif name.endswith("_bytes") and log:  # powers of 2 (1KiB, 32KiB, 1MiB, ...)
+        ax_axis.set_major_locator(LogLocator(base=32.0, numticks=12))
+        ax_axis.set_minor_formatter(NullFormatter())
+    elif log:
+        span = np.log10(values.max() / values.min()) if len(values) > 1 else 9.0
+        if span < 2:  # under two decades: label 1, 2, 5 x 10^k, not only the powers of 10
+            ax_axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+        ax_axis.set_minor_formatter(NullFormatter())
+    ax_axis.set_major_formatter(FuncFormatter(lambda v, _: _sweep_tick(name, v)))
+
+
+def _sweep_panels(table: dict, facet, n_extra_rows: int = 0):
+    import numpy as np
+
+    n = len(next(iter(table.values()))) if table else 0
+    if facet is None:
+        keys, masks = [None], [np.ones(n, dtype=bool)]
+    else:
+        col = table[facet]
+        keys = list(dict.fromkeys(col.tolist()))
+        masks = [col == k for k in keys]
+    ncols = 2 if len(keys) == 4 else min(len(keys), 3)
+    nrows = -(-len(keys) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.0 * nrows + n_extra_rows),
+                             squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    titles = [None if k is None else f"{column_text(facet)}: {value_text(facet, k)}"
+              for k in keys]
+    return fig, list(zip(axes.flat, titles, masks, strict=False))
+
+
+def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
+    import textwrap
+
+    width = int(fig.get_figwidth() * 12)  # characters that fit at 11 pt
+    fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=11)
+    fig.tight_layout(rect=(0, 0.1 if legend_below else 0, 1, 1))
+    if path is not None:
+        fig.savefig(path, dpi=SWEEP_DPI)
+        plt.close(fig)
+    return fig
+
+
+def _sweep_short(y: str, ys) -> str:
+    """A legend name for column `y` among `ys`: "wrt <knob>" when every y column is an
+    elasticity of the same output, else the column's label."""
+    import re
+
+    pattern = r"dlog\((.+)\)/dlog\((.+)\)"
+    found = [re.fullmatch(pattern, c) for c in ys]
+    if all(found) and len({m.group(1) for m in found}) == 1:
+        return "wrt " + column_text(re.fullmatch(pattern, y).group(2))
+    return column_label(y)
+
+
+def _common_label(ys) -> str:
+    """A y label for several columns: the shared unit, or the elasticity's output."""
+    import re
+
+    found = [re.fullmatch(r"dlog\((.+)\)/dlog\((.+)\)", c) for c in ys]
+    if all(found) and len({m.group(1) for m in found}) == 1:
+        return f"elasticity of {column_text(found[0].group(1))}"
+    units = {_unit(y)[1] for y in ys}
+    if units == {"s"}:
+        return "time (s)"
+    if units == {"GB/s"}:
+        return "bandwidth (GB/s)"
+    return ", ".join(column_label(y) for y in ys)
+
+
+def _same_curve(a, b) -> bool:
+    import numpy as np
+
+    (xa, ya), (xb, yb) = a, b
+    return (len(xa) == len(xb) and np.allclose(xa, xb, rtol=1e-9, atol=0)
+            and np.allclose(ya, yb, rtol=1e-6, atol=0, equal_nan=True))
+
+
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+_STYLES = ("-", "--", ":", "-.")
+
+
+def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, logy=False,
+                title="", xlabel=None, ylabel=None, hlines=(), path=None):
+    """Lines of each `ys` column against `x`: a colour and marker per `series` group, a
+    line style per y column, a panel per `facet` value. Series drawn on top of an
+    identical earlier one are named "(= that one)" in the legend, and each series
+    has its own marker (and, with one y column, line style) so none hides another."""
+    import numpy as np
+    from matplotlib.lines import Line2D
+
+    fig, panels = _sweep_panels(table, facet)
+    for ax, panel_title, m in panels:
+        groups = {}
+        for i in np.flatnonzero(m):
+            groups.setdefault(tuple(table[s][i] for s in series), []).append(i)
+        handles = []
+        by_y = len(groups) == 1 and len(ys) > 1  # one group: a colour per y column
+        drawn: list[tuple] = []  # (group, y, curve, legend name)
+        for g, (key, rows) in enumerate(groups.items()):
+            rows = np.array(rows)
+            rows = rows[np.argsort(table[x][rows], kind="stable")]
+            name = ", ".join(value_text(s, k) for s, k in zip(series, key, strict=True))
+            name = name or _sweep_short(ys[0], ys)
+            twins = []
+            for j, y in enumerate(ys):
+                curve = (np.asarray(table[x][rows], float), np.asarray(table[y][rows], float))
+                twin = next((n for k, yk, c, n in drawn
+                             if yk == y and k != key and _same_curve(c, curve)), None)
+                if twin is not None and twin not in twins:
+                    twins.append(twin)
+                color = f"C{(j if by_y else g) % 10}"
+                marker = _MARKERS[(j if by_y else g) % len(_MARKERS)]
+                style = _STYLES[(g if len(ys) == 1 else j) % len(_STYLES)]
+                label = _sweep_short(y, ys) if by_y else name
+                drawn.append((key, y, curve, label))
+                ax.plot(curve[0], curve[1], marker=marker, ms=4, lw=1.5, color=color,
+                        ls=style, mfc="none" if g % 2 else color, label=label,
+                        zorder=2 + g)
+            if not by_y:
+                shown = name + "".join(f" (= {t})" for t in twins)
+                handles.append(Line2D([], [], color=f"C{g % 10}", lw=1.5,
+                                      ls=_STYLES[g % len(_STYLES)] if len(ys) == 1 else "-",
+                                      marker=_MARKERS[g % len(_MARKERS)], ms=4,
+                                      mfc="none" if g % 2 else f"C{g % 10}", label=shown))
+        if by_y:
+            handles = ax.get_legend_handles_labels()[0]
+        elif len(ys) > 1:
+            handles += [Line2D([], [], color="k", lw=1.2, ls=_STYLES[j % len(_STYLES)],
+                               label=_sweep_short(y, ys)) for j, y in enumerate(ys)]
+        if len(handles) > 1 or series:
+            legend_title = ", ".join(column_text(s) for s in series) if series and not by_y \
+                else None
+            ax.legend(handles=handles, fontsize=7, title=legend_title, title_fontsize=7)
+        for value, label in hlines:
+            ax.axhline(value, color="gray", ls=":", lw=1.2)
+            ax.annotate(label, (0.02, value), xycoords=("axes fraction", "data"),
+                        fontsize=7, color="gray", va="bottom")
+        ax.set_xscale("log" if logx else "linear")
+        ax.set_yscale("log" if logy else "linear")
+        _sweep_axis_formatter(ax.xaxis, x, logx, table[x][m], grid=True)
+        _sweep_axis_formatter(ax.yaxis, ys[0], logy,
+                              np.concatenate([np.asarray(table[y][m], float) for y in ys]))
+        ticks = [_sweep_tick(x, v) for v in ax.get_xticks()]
+        if len(ticks) > 5 and sum(map(len, ticks)) > 30:  # long labels would touch
+            ax.tick_params(axis="x", labelrotation=30)
+        ax.set_xlabel(xlabel or column_label(x))
+        ax.set_ylabel(ylabel or (column_label(ys[0]) if len(ys) == 1 else _common_label(ys)))
+        if panel_title:
+            ax.set_title(panel_title, fontsize=9)
+        ax.grid(True, which="major", alpha=0.3)
+    return _sweep_save(fig, title, path)
+
+
+def _sweep_grid(table: dict, rows, x: str, y: str):
+    import numpy as np
+
+    xs = np.unique(table[x][rows])
+    ys = np.unique(table[y][rows])
+    return xs, ys, np.searchsorted(xs, table[x][rows]), np.searchsorted(ys, table[y][rows])
+
+
+def _sweep_ticks(ax, xs, ys, x, y):
+    import numpy as np
+
+    for values, name, set_ticks, set_labels in ((xs, x, ax.set_xticks, ax.set_xticklabels),
+                                                (ys, y, ax.set_yticks, ax.set_yticklabels)):
+        step = max(1, -(-len(values) // 8))
+        idx = np.arange(0, len(values), step)
+        set_ticks(idx)
+        set_labels([_sweep_tick(name, float(values[i])) for i in idx], fontsize=7)
+
+
+def _annotate_cells(ax, grid, norm, cmap) -> None:
+    """Each cell's value, in black or white against its colour (small grids only)."""
+    import numpy as np
+
+    if grid.size > 120:
+        return
+    colormap = plt.get_cmap(cmap)
+    for (i, j), v in np.ndenumerate(grid):
+        if not np.isfinite(v):
+            continue
+        level = norm(v)
+        r, g, b, _ = colormap(float(level))
+        ink = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+        ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6, color=ink)
+
+
+def sweep_heatmap(table: dict, *, x: str, y: str, value: str, facet=None, logx=False,
+                  logy=False, title="", xlabel=None, ylabel=None, path=None):
+    """`value` on the x-by-y grid of distinct values (cells in rank order, each
+    labelled with its value on small grids), a panel per facet.
+
+    Values of both signs get a diverging map centred on 0 (elasticities); positive
+    values spanning more than 100x get a log colour scale.
+    """
+    import numpy as np
+    from matplotlib.colors import LogNorm, TwoSlopeNorm
+
+    fig, panels = _sweep_panels(table, facet)
+    scale = _unit(value)[0]
+    for ax, panel_title, m in panels:
+        rows = np.flatnonzero(m)
+        xs, ys, xi, yi = _sweep_grid(table, rows, x, y)
+        grid = np.full((len(ys), len(xs)), np.nan)
+        grid[yi, xi] = np.asarray(table[value][rows], float) / scale
+        finite = grid[np.isfinite(grid)]
+        lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+        if lo < 0 < hi:
+            norm, cmap = TwoSlopeNorm(0.0, lo, hi), "RdBu_r"
+        elif lo > 0 and hi / lo > 100:
+            norm, cmap = LogNorm(lo, hi), "viridis"
+        else:
+            norm, cmap = None, "viridis"
+        image = ax.imshow(grid, origin="lower", aspect="auto", norm=norm, cmap=cmap,
+                          interpolation="nearest")
+        _annotate_cells(ax, grid, image.norm, cmap)
+        fig.colorbar(image, ax=ax, shrink=0.85).set_label(column_label(value), fontsize=8)
+        _sweep_ticks(ax, xs, ys, x, y)
+        ax.set_xlabel((xlabel or column_label(x)) + (", log-spaced" if logx else ""))
+        ax.set_ylabel((ylabel or column_label(y)) + (", log-spaced" if logy else ""))
+        if panel_title:
+            ax.set_title(panel_title, fontsize=9)
+    return _sweep_save(fig, title, path)
+
+
+def sweep_best(table: dict, *, x: str, y: str, value: str, over: str, goal="min", facet=None,
+               logx=False, logy=False, title="", xlabel=None, ylabel=None, path=None):
+    """Which category of `over` minimises (or maximises) `value` in each x-by-y cell."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    names = list(dict.fromkeys(table[over].tolist()))
+    colors = plt.get_cmap("tab10").colors[:len(names)]
+    fig, panels = _sweep_panels(table, facet)
+    for ax, panel_title, m in panels:
+        rows = np.flatnonzero(m)
+        xs, ys, xi, yi = _sweep_grid(table, rows, x, y)
+        best = np.full((len(ys), len(xs)), np.inf if goal == "min" else -np.inf)
+        winner = np.full((len(ys), len(xs)), np.nan)
+        for r, i, j in zip(rows, yi, xi, strict=True):
+            v = table[value][r]
+            if (v < best[i, j]) if goal == "min" else (v > best[i, j]):
+                best[i, j], winner[i, j] = v, names.index(table[over][r])
+        ax.imshow(winner, origin="lower", aspect="auto", cmap=ListedColormap(colors),
+                  vmin=-0.5, vmax=len(names) - 0.5, interpolation="nearest")
+        _sweep_ticks(ax, xs, ys, x, y)
+        ax.set_xlabel((xlabel or column_label(x)) + (", log-spaced" if logx else ""))
+        ax.set_ylabel((ylabel or column_label(y)) + (", log-spaced" if logy else ""))
+        if panel_title:
+            ax.set_title(panel_title, fontsize=9)
+    lowest = "lowest" if goal == "min" else "highest"
+    fig.legend(handles=[Patch(color=c, label=n) for c, n in zip(colors, names, strict=True)],
+               fontsize=8, loc="lower center", ncol=min(len(names), 5),
+               title=f"{column_text(over)} with the {lowest} {column_text(value)}",
+               title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    return _sweep_save(fig, title, path, legend_below=True)
