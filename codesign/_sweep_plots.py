@@ -10,11 +10,13 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from . import units  # noqa: E402
+
 # A sweep table is a dict column -> array (float, or object for categories).
 
 SWEEP_DPI = 160
 
-# What a column means, for people; the unit is appended by `_unit` from the name.
+# What a column means, for people; the unit is appended by `units.unit_of` from the name.
 _COLUMN_TEXT = {
     "time_s": "time", "step_time_s": "step time", "latency_s": "latency term",
     "bandwidth_s": "bandwidth term", "reduction_s": "reduction term",
@@ -58,36 +60,6 @@ _COLUMN_TEXT = {
     "reliability.restart_s": "restart time",
 }
 
-_GB = 1e9
-
-
-def _is_memory(name: str) -> bool:
-    return "memory" in name and ("_bytes" in name)
-
-
-def _unit(name: str) -> tuple[float, str]:
-    """(divisor, unit) in which a column's numbers are drawn; unit "" = none.
-
-    Bandwidths in GB/s, memory in GB (decimal, like the chips' datasheets),
-    times in seconds (time to train in days), money in USD, power in W; message sizes keep binary
-    prefixes on their ticks ("bytes").
-    """
-    if name.endswith("_Bps"):
-        return _GB, "GB/s"
-    if name.startswith("time_to_train") and name.endswith("_s"):
-        return 86400.0, "days"
-    if _is_memory(name):
-        return _GB, "GB"
-    if name.endswith("_bytes") or "_bytes_per_" in name:
-        return 1.0, "bytes"
-    if name.endswith("_s") and not name.endswith("_per_s"):
-        return 1.0, "s"
-    if name.endswith("_usd"):
-        return 1.0, "USD"
-    if name.endswith("_w"):
-        return 1.0, "W"
-    return 1.0, ""
-
 
 def column_text(name: str) -> str:
     """A column's meaning without its unit: `breakdown_tp_s` -> "exposed TP time per step"."""
@@ -111,7 +83,7 @@ def column_text(name: str) -> str:
 def column_label(name: str) -> str:
     """An axis label: meaning and unit, `breakdown_tp_s` -> "exposed TP time per step (s)"."""
     text = column_text(name)
-    unit = "" if name.startswith(("dlog(", "scale:")) else _unit(name)[1]
+    unit = "" if name.startswith(("dlog(", "scale:")) else units.unit_of(name)[1]
     return f"{text} ({unit})" if unit else text
 
 
@@ -119,7 +91,7 @@ def value_text(name: str, value) -> str:
     """One value of a column for a legend or panel title: "50 GB/s", "1MiB", "0.001"."""
     if not isinstance(value, float):
         return str(value)
-    scale, unit = _unit(name)
+    scale, unit = units.unit_of(name)
     if unit == "bytes":
         return _sweep_tick(name, value)
     text = f"{value / scale:.4g}"
@@ -128,11 +100,9 @@ def value_text(name: str, value) -> str:
 
 def _sweep_tick(name: str, value: float) -> str:
     """A tick label in the unit of `column_label(name)` (bytes binary-prefixed)."""
-    from .units import format_bytes
-
-    scale, unit = _unit(name)
+    scale, unit = units.unit_of(name)
     if unit == "bytes":
-        return format_bytes(value)
+        return units.format_bytes(value)
     if unit == "USD" and abs(value) >= 1e3:
         for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
             if abs(value) >= div:
@@ -222,10 +192,10 @@ def _common_label(ys) -> str:
     found = [re.fullmatch(r"dlog\((.+)\)/dlog\((.+)\)", c) for c in ys]
     if all(found) and len({m.group(1) for m in found}) == 1:
         return f"elasticity of {column_text(found[0].group(1))}"
-    units = {_unit(y)[1] for y in ys}
-    if units == {"s"}:
+    shown = {units.unit_of(y)[1] for y in ys}
+    if shown == {"s"}:
         return "time (s)"
-    if units == {"GB/s"}:
+    if shown == {"GB/s"}:
         return "bandwidth (GB/s)"
     return ", ".join(column_label(y) for y in ys)
 
@@ -361,7 +331,7 @@ def sweep_heatmap(table: dict, *, x: str, y: str, value: str, facet=None, logx=F
     from matplotlib.colors import LogNorm, TwoSlopeNorm
 
     fig, panels = _sweep_panels(table, facet)
-    scale = _unit(value)[0]
+    scale = units.unit_of(value)[0]
     for ax, panel_title, m in panels:
         rows = np.flatnonzero(m)
         xs, ys, xi, yi = _sweep_grid(table, rows, x, y)

@@ -59,7 +59,7 @@ from .plan import (
     validate,
 )
 from .reliability import Reliability
-from .units import parse_bandwidth, parse_bytes
+from .units import parse_quantity
 from .workload import Transformer
 
 _MODEL_FLOATS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
@@ -203,6 +203,18 @@ def read(source: str | Path | None) -> dict:
     return read_toml(path)
 
 
+def flatten(tree: dict, prefix: str = "", is_leaf=lambda table: False) -> dict:
+    """Nested tables -> dotted keys: `{"parallel": {"tp": 8}}` -> `{"parallel.tp": 8}`;
+    a table for which `is_leaf` is true stays one value."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and not is_leaf(value):
+            out.update(flatten(value, f"{prefix}{key}.", is_leaf))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def parse_override(text: str) -> tuple[str, str, object]:
     """`"parallel.tp=8"` -> ("parallel", "tp", 8)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
@@ -226,10 +238,8 @@ def _coerce(section: str, key: str, value):
     kind = SCHEMA[section][key]
     if kind is float:
         name = f"{section}.{key}"
-        if isinstance(value, str) and key.endswith("_bytes"):
-            value = parse_bytes(value, name=name)
-        elif isinstance(value, str) and key.endswith("_Bps"):
-            value = parse_bandwidth(value, name=name)
+        if isinstance(value, str):
+            value = parse_quantity(name, value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{name}={value!r} must be a number")
         if isinstance(value, int) and abs(value) > 1e300:  # beyond float64

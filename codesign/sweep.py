@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from . import collectives, hardware, units
+from . import collectives, hardware, scenario, units
 from .relax import safe_div
 
 DEFAULT_CHUNK_SIZE = 256
@@ -69,58 +69,6 @@ _KNOB_KINDS = ("values", "grid", "log_grid", "random", "categories")
 def round_significant(value: float) -> float:
     """`value` rounded to `SIGNIFICANT_DIGITS` (grids and draws survive a CSV round trip)."""
     return float(format(float(value), f".{SIGNIFICANT_DIGITS}g"))
-
-
-def parse_value(name: str, value: Any, *, field: str) -> float:
-    """A float knob value; strings follow the unit of the name (`*_bytes`, `*_Bps`)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{field}={value!r} is not a number")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        if name.endswith("_bytes"):
-            return units.parse_bytes(value, name=field)
-        if name.endswith("_Bps"):
-            return units.parse_bandwidth(value, name=field)
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    raise ValueError(f"{field}={value!r} is not a number")
-
-
-def human(name: str, value: Any) -> str:
-    """A value for people: bytes binary-prefixed, bandwidths in GB/s, times in s/ms/us."""
-    if not isinstance(value, float):
-        return str(value)
-    if not math.isfinite(value):
-        return str(value)
-    if "memory" in name and "_bytes" in name:  # decimal, like the chips' datasheets (80 GB)
-        return f"{value / units.GB:.4g} GB"
-    if name.endswith("_bytes") or "_bytes_per_" in name:
-        return units.format_bytes(value)
-    if name.endswith("_Bps"):
-        return f"{value / units.GB:.4g} GB/s"
-    if name.endswith("_s") and not name.endswith("_per_s") and value != 0:
-        return human_seconds(value)
-    if value.is_integer() and abs(value) < 1e12:
-        return f"{int(value)}"
-    return f"{value:.4g}"
-
-
-def human_seconds(value: float) -> str:
-    """A `*_s` value in seconds, the unit its name says (SI prefixes below 1 s), with
-    the hours or days beside it past two minutes: '11,120 s (3.089 h)', '2.044 ms'."""
-    if abs(value) >= 1.0:
-        text = f"{value:,.0f} s" if abs(value) >= 1e4 else f"{value:.4g} s"
-        for unit, scale in (("d", units.day), ("h", units.hour), ("min", units.minute)):
-            if abs(value) >= 2 * scale if unit == "min" else abs(value) >= scale:
-                return f"{text} ({value / scale:.4g} {unit})"
-        return text
-    for unit, scale in (("ms", units.ms), ("us", units.us), ("ns", units.ns)):
-        if abs(value) >= scale:
-            return f"{value / scale:.4g} {unit}"
-    return f"{value:.4g} s"
 
 
 def _format(value: Any) -> str:
@@ -252,8 +200,8 @@ def _range(name: str, value, field: str, size: bool) -> tuple[float, float, int]
     if not isinstance(value, list) or len(value) != n_items:
         shape = "[low, high, points]" if size else "[low, high]"
         raise ValueError(f"{field}={value!r} must be {shape}")
-    low = parse_value(name, value[0], field=field)
-    high = parse_value(name, value[1], field=field)
+    low = units.parse_quantity(name, value[0], field=field)
+    high = units.parse_quantity(name, value[1], field=field)
     n = _int(value[2], field, 1) if size else 0
     if not low <= high:
         raise ValueError(f"{field}={value!r} needs low <= high")
@@ -286,7 +234,7 @@ def _parse_knob(name: str, raw) -> Knob:
     if kind == "values":
         if not isinstance(value, list) or not value:
             raise ValueError(f"{where}={value!r} must be a non-empty list")
-        return Knob(name, "values", tuple(parse_value(name, v, field=where) for v in value))
+        return Knob(name, "values", tuple(units.parse_quantity(name, v, field=where) for v in value))
     if kind == "random":
         low, high, _ = _range(name, value, where, size=False)
         log = _bool(raw.get("log", False), f"{field}.log")
@@ -311,7 +259,7 @@ def _bundle_knob(name: str, tables: list, where: str) -> Knob:
         label = table.get("label")
         if not isinstance(label, str):
             raise ValueError(f"{where}[{i}].label={label!r} must be a string")
-        flat = _flatten({k: v for k, v in table.items() if k != "label"})
+        flat = scenario.flatten({k: v for k, v in table.items() if k != "label"})
         if not flat:
             raise ValueError(f"{where}[{i}] sets no key besides its label")
         labels.append(label)
@@ -321,26 +269,8 @@ def _bundle_knob(name: str, tables: list, where: str) -> Knob:
     return Knob(name, "categories", tuple(labels), bundles=tuple(bundles))
 
 
-def _flatten(raw: dict, prefix: str = "") -> dict:
-    """Nested tables -> dotted keys: `{"parallel": {"tp": 8}}` -> `{"parallel.tp": 8}`."""
-    out = {}
-    for key, value in raw.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _flatten_knobs(raw: dict, prefix: str = "") -> dict:
-    """`{"parallel": {"tp": [1, 2]}}` (TOML `parallel.tp = [1, 2]`) -> `{"parallel.tp": ...}`."""
-    out = {}
-    for key, value in raw.items():
-        if isinstance(value, dict) and not any(k in value for k in _KNOB_KINDS + ("log",)):
-            out.update(_flatten_knobs(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+def _is_knob_table(value: dict) -> bool:
+    return any(k in value for k in _KNOB_KINDS + ("log",))
 
 
 def _where(raw, field: str, prefix: str = "") -> dict:
@@ -376,7 +306,7 @@ def _parse_plot(raw, i: int, name: str) -> PlotSpec:
     for j, line in enumerate(raw.get("hlines", [])):
         if not (isinstance(line, list) and len(line) == 2 and isinstance(line[1], str)):
             raise ValueError(f"{field}.hlines[{j}]={line!r} must be [value, \"label\"]")
-        hlines.append((parse_value(raw["y"] if isinstance(raw["y"], str) else "",
+        hlines.append((units.parse_quantity(raw["y"] if isinstance(raw["y"], str) else "",
                                    line[0], field=f"{field}.hlines[{j}]"), line[1]))
     facet = raw.get("facet")
     if facet is not None and not isinstance(facet, str):
@@ -432,7 +362,8 @@ def parse_spec(raw: dict, *, name: str = "sweep", directory: Path | str = ".") -
                          f"{', '.join(TARGETS)}")
     target = TARGETS[target_name]
     base = _table(raw.get("base", {}), "base")
-    knobs_raw = _flatten_knobs(_table(raw.get("knobs", {}), "knobs"))
+    knobs_raw = scenario.flatten(_table(raw.get("knobs", {}), "knobs"),
+                                  is_leaf=_is_knob_table)
     knobs = tuple(_parse_knob(k, v) for k, v in knobs_raw.items())
     directory = Path(directory)
     target.check(base, knobs, directory)
@@ -734,7 +665,7 @@ class CollectiveTarget(Target):
         if s["algorithm"] not in names:
             raise ValueError(f"algorithm={s['algorithm']!r} is not defined for op={op!r} on "
                              f"tier={s['tier']!r}; choose one of {', '.join(names)}")
-        floats = {k: parse_value(k, s[k], field=f"base.{k}") for k in self._FLOATS if k in s}
+        floats = {k: units.parse_quantity(k, s[k], field=f"base.{k}") for k in self._FLOATS if k in s}
         return system, op, str(s["algorithm"]), s["tier"], floats
 
     def build(self, settings, directory):
@@ -773,7 +704,7 @@ def _replace(module, values: dict, names: tuple[str, ...]):
 
 
 def _constants(settings: dict, floats: tuple[str, ...]) -> dict:
-    return {k: parse_value(k, settings[k], field=f"base.{k}") for k in floats if k in settings}
+    return {k: units.parse_quantity(k, settings[k], field=f"base.{k}") for k in floats if k in settings}
 
 
 class ReliabilityTarget(Target):
@@ -1463,7 +1394,7 @@ def mask(table: Table, where: dict, field: str) -> np.ndarray:
         if col.dtype == object:
             keep &= np.isin(col.astype(str), [str(w) for w in wanted])
         else:
-            values = [parse_value(name, w, field=f"{field}.where.{name}") for w in wanted]
+            values = [units.parse_quantity(name, w, field=f"{field}.where.{name}") for w in wanted]
             keep &= np.any([np.isclose(col, v, rtol=1e-9, atol=0) for v in values], axis=0)
     return keep
 
@@ -1477,7 +1408,7 @@ def _groups(table: Table, by: tuple[str, ...]) -> list[tuple[tuple, np.ndarray]]
 
 
 def _label(names: tuple[str, ...], key: tuple) -> str:
-    return ", ".join(f"{n}={human(n, v)}" for n, v in zip(names, key, strict=True)) or "all"
+    return ", ".join(f"{n}={units.format_quantity(n, v)}" for n, v in zip(names, key, strict=True)) or "all"
 
 
 def _best_lines(s: SummarySpec, t: Table) -> list[str]:
@@ -1490,14 +1421,14 @@ def _best_lines(s: SummarySpec, t: Table) -> list[str]:
         runs: list[list] = []
         for xkey, idx in _groups(sub, along):
             j = idx[pick(sub.data[s.value][idx])]
-            winner = human(s.over, _item(sub.data[s.over][j]))
+            winner = units.format_quantity(s.over, _item(sub.data[s.over][j]))
             if runs and runs[-1][0] == winner:
                 runs[-1][2] = xkey
             else:
                 runs.append([winner, xkey, xkey])
         if s.x:
-            parts = [f"{w} for {s.x} {human(s.x, a[0])}..{human(s.x, b[0])}" if a != b
-                     else f"{w} at {s.x}={human(s.x, a[0])}" for w, a, b in runs]
+            parts = [f"{w} for {s.x} {units.format_quantity(s.x, a[0])}..{units.format_quantity(s.x, b[0])}" if a != b
+                     else f"{w} at {s.x}={units.format_quantity(s.x, a[0])}" for w, a, b in runs]
         else:
             parts = [runs[0][0]] if runs else []
         lines.append(f"{_label(by, key)}: " + " | ".join(parts))
@@ -1527,7 +1458,7 @@ def summarize(plan: Plan, table: Table) -> str:
         out += ["", f"## {s.label}"]
         if s.kind == "table":
             cols = s.columns or table.columns
-            out += [", ".join(f"{c}={human(c, _item(t.data[c][i]))}" for c in cols)
+            out += [", ".join(f"{c}={units.format_quantity(c, _item(t.data[c][i]))}" for c in cols)
                     for i in range(len(t))]
         elif s.kind == "best":
             out += _best_lines(s, t)
@@ -1535,14 +1466,14 @@ def summarize(plan: Plan, table: Table) -> str:
             for key, rows in _groups(t, s.by):
                 num = _one(t, rows, s.numerator, f"{field}.numerator", s.value)
                 den = _one(t, rows, s.denominator, f"{field}.denominator", s.value)
-                out.append(f"{_label(s.by, key)}: {human(s.value, num)} / "
-                           f"{human(s.value, den)} = {safe_ratio(num, den):.4g}")
+                out.append(f"{_label(s.by, key)}: {units.format_quantity(s.value, num)} / "
+                           f"{units.format_quantity(s.value, den)} = {safe_ratio(num, den):.4g}")
         else:  # spread
             for key, rows in _groups(t, s.by):
                 v = t.data[s.value][rows]
                 lo, hi = float(np.min(v)), float(np.max(v))
-                out.append(f"{_label(s.by, key)}: min {human(s.value, lo)}, max "
-                           f"{human(s.value, hi)}, max/min {safe_ratio(hi, lo):.4g}")
+                out.append(f"{_label(s.by, key)}: min {units.format_quantity(s.value, lo)}, max "
+                           f"{units.format_quantity(s.value, hi)}, max/min {safe_ratio(hi, lo):.4g}")
     return "\n".join(out) + "\n"
 
 

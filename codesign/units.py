@@ -6,6 +6,7 @@ bytes per second in one direction unless a name says otherwise.
 
 from __future__ import annotations
 
+import math
 import re
 
 B = 1.0
@@ -78,3 +79,82 @@ def format_bytes(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.4g}{unit}"
     return f"{n:.4g}B"
+
+
+# ------------------------------------------------- by the unit a name says
+def parse_quantity(name: str, value, *, field: str | None = None) -> float:
+    """A float for the key `name` (`*_bytes`, `*_Bps` or plain); strings follow
+    the unit the name says ("64KiB", "50GB/s", "1e-6"). `field` names the value
+    in the error (default `name`)."""
+    field = name if field is None else field
+    if isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} must be a number")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        if name.endswith("_bytes"):
+            return parse_bytes(value, name=field)
+        if name.endswith("_Bps"):
+            return parse_bandwidth(value, name=field)
+    raise ValueError(f"{field}={value!r} must be a number")
+
+
+def unit_of(name: str) -> tuple[float, str]:
+    """(divisor, unit) a key's numbers are shown in by its name; unit "" = none.
+
+    Bandwidths in GB/s, memory in GB (decimal, like the chips' datasheets),
+    other byte counts "bytes" (binary prefixes), times in seconds (time to
+    train in days), money in USD, power in W.
+    """
+    if name.endswith("_Bps"):
+        return GB, "GB/s"
+    if name.startswith("time_to_train") and name.endswith("_s"):
+        return day, "days"
+    if "memory" in name and "_bytes" in name:
+        return GB, "GB"
+    if name.endswith("_bytes") or "_bytes_per_" in name:
+        return 1.0, "bytes"
+    if name.endswith("_s") and not name.endswith("_per_s"):
+        return 1.0, "s"
+    if name.endswith("_usd"):
+        return 1.0, "USD"
+    if name.endswith("_w"):
+        return 1.0, "W"
+    return 1.0, ""
+
+
+def format_quantity(name: str, value, digits: int = 4) -> str:
+    """A value of the key `name` for people, in the unit `unit_of` gives: bytes
+    binary-prefixed, memory and bandwidth in decimal GB, times in s/ms/us (hours
+    or days beside them past two minutes), integers without a decimal point."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return str(value)
+    scale, unit = unit_of(name)
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit in ("s", "days") and value != 0:
+        return format_seconds(value)
+    if unit in ("GB", "GB/s"):
+        return f"{value / scale:.{digits}g} {unit}"
+    if value.is_integer() and abs(value) < 1e12:
+        return f"{int(value)}"
+    return f"{value:.{digits}g}"
+
+
+def format_seconds(value: float) -> str:
+    """Seconds, the unit a `*_s` name says (SI prefixes below 1 s), with the
+    hours or days beside them past two minutes: '11,120 s (3.089 h)', '2.044 ms'."""
+    if abs(value) >= 1.0:
+        text = f"{value:,.0f} s" if abs(value) >= 1e4 else f"{value:.4g} s"
+        for unit, scale in (("d", day), ("h", hour), ("min", minute)):
+            if abs(value) >= 2 * scale if unit == "min" else abs(value) >= scale:
+                return f"{text} ({value / scale:.4g} {unit})"
+        return text
+    for unit, scale in (("ms", ms), ("us", us), ("ns", ns)):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g} {unit}"
+    return f"{value:.4g} s"

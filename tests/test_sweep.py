@@ -266,15 +266,3 @@ def test_cli_bad_spec_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "knobs.ranks.grid=[1, 2] must be [low, high, points]" in err
     assert main(["sweep", str(tmp_path / "missing.toml")]) == 2
-
-
-def test_human_formats_units():
-    assert sweep.human("n_bytes", 2.0**30) == "1GiB"
-    assert sweep.human("busbw_Bps", 4.7e10) == "47 GB/s"
-    assert sweep.human("time_s", 2.5e-6) == "2.5 us"
-    assert sweep.human("step_time_s", 11.4) == "11.4 s"
-    assert sweep.human("mtbf_s", 11_120.0) == "11,120 s (3.089 h)"  # seconds first, as named
-    assert sweep.human("time_to_train_s", 86_400.0 * 50) == "4,320,000 s (50 d)"
-    assert sweep.human("mfu", 0.41234) == "0.4123"
-    assert sweep.human("memory_bytes_per_gpu", 52.49e9) == "52.49 GB"  # as the plots and 80 GB
-    assert math.isclose(sweep.parse_value("x_Bps", "400Gb/s", field="f"), 50 * units.GB)

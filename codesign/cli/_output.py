@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import sys
 
+from ..scenario import flatten
 from . import _system
 from .presets import to_json
 
@@ -16,17 +17,6 @@ def add_format(parser, csv_help: str | None = None) -> None:
     group.add_argument("--json", action="store_true", help="machine-readable output")
     if csv_help is not None:
         group.add_argument("--csv", action="store_true", help=csv_help)
-
-
-def flatten(row: dict, prefix: str = "") -> dict:
-    """Nested dicts as dotted columns: {"weights": {"ring": 1}} -> {"weights.ring": 1}."""
-    out = {}
-    for k, v in row.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def write_csv(rows: list[dict], stream=None) -> None:

@@ -8,7 +8,7 @@ import sys
 
 from .. import optimize as O
 from .. import scenario as sc
-from ..units import day, format_bytes, parse_bandwidth, parse_bytes
+from ..units import day, format_bytes, format_quantity, parse_quantity
 from . import INFEASIBLE, _output, _system
 
 _YEAR_S = 365.25 * day
@@ -68,19 +68,6 @@ def add_arguments(parser, name):
                              "gradient: of the points it evaluated exactly)")
 
 
-def _parse_value(knob: str, text: str) -> float:
-    """A bound: a plain number, or with units for bandwidths and sizes."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    if knob.endswith("_Bps"):
-        return parse_bandwidth(text.strip(), name=knob)
-    if knob.endswith("_bytes"):
-        return parse_bytes(text.strip(), name=knob)
-    raise ValueError(f"--bounds {knob}: {text!r} is not a number")
-
-
 def parse_bounds(items) -> dict:
     """["parallel.tp=1:16", "system.scale_out_bandwidth_Bps=10GB/s:200GB/s"] -> {knob: (lo, hi)}."""
     out = {}
@@ -89,22 +76,13 @@ def parse_bounds(items) -> dict:
             raise ValueError(f"--bounds {item!r} must look like KNOB=LO:HI")
         knob, rng = item.split("=", 1)
         lo, hi = rng.split(":", 1)
-        out[knob.strip()] = (_parse_value(knob, lo), _parse_value(knob, hi))
+        out[knob.strip()] = (parse_quantity(knob, lo.strip(), field=f"--bounds {knob}"),
+                              parse_quantity(knob, hi.strip(), field=f"--bounds {knob}"))
     return out
 
 
 def _vary(items) -> list[str]:
     return [k.strip() for item in items for k in item.split(",") if k.strip()]
-
-
-def _fmt(knob: str, value: float) -> str:
-    if knob.endswith("_Bps"):
-        return f"{value / 1e9:.4g} GB/s"
-    if knob.endswith("_bytes"):
-        return format_bytes(value)
-    if knob.endswith("_s"):
-        return f"{value:.4g} s"
-    return f"{value:.6g}"
 
 
 def _problem(args, scn):
@@ -123,7 +101,7 @@ def _print_result(prob, r: O.Result, here: dict, show_path: bool):
     print(f"{r.method}: {r.objective} ({r.goal}) = {r.value:.6g}"
           f"{'' if r.feasible else '   NOT FEASIBLE (least-violating point shown)'}")
     for k, v in r.best.items():
-        print(f"  {k:<36} {_fmt(k, v):>14}   (scenario: {_fmt(k, here[k])})")
+        print(f"  {k:<36} {format_quantity(k, v):>14}   (scenario: {format_quantity(k, here[k])})")
     m = r.metrics
     print(f"step {m['step_time_s']:.3f} s, {m['tokens_per_s']:,.0f} tokens/s, memory "
           f"{format_bytes(m['memory_bytes_per_gpu'])} of {format_bytes(m['memory_capacity_bytes'])}"
@@ -196,7 +174,7 @@ def _print_top(r: O.Result, n: int) -> None:
                                                        for k in knobs))
     for i, t in enumerate(top):
         print(f"  {i + 1:>3} {t['objective']:>14.6g}  " + "  ".join(
-            f"{_fmt(k, t['knobs'][k]):>{max(len(k), 12)}}" for k in knobs))
+            f"{format_quantity(k, t['knobs'][k]):>{max(len(k), 12)}}" for k in knobs))
 
 
 def run(args, name) -> int:
