@@ -196,6 +196,12 @@ class Plan(eqx.Module):
         return self.dp * self.tp * self.pp * self.cp
 
 
+def data_parallel(gpus, tp, pp, cp):
+    """dp = gpus / (tp pp cp): the one place the data-parallel width follows
+    from a GPU count (scenario loading, `scenario.set_knobs`, the optimiser)."""
+    return gpus / (tp * pp * cp)
+
+
 def _one_of(name, value, options):
     if value not in options:
         raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, options))}")

@@ -51,6 +51,7 @@ from .hardware import System, Tier
 from .plan import (
     COMM_SM_FRACTION,
     DEFAULT_PLACEMENT,
+    data_parallel,
     FSDP_PREFETCH_LAYERS,
     MOE_IMBALANCE,
     PRECISION_PARTS,
@@ -167,7 +168,8 @@ def set_knobs(scn: Scenario, values: dict) -> Scenario:
     if "parallel.dp" in values:
         scn = eqx.tree_at(lambda s: s.system.gpus, scn, p.dp * p.tp * p.pp * p.cp)
     else:
-        scn = eqx.tree_at(lambda s: s.plan.dp, scn, scn.system.gpus / (p.tp * p.pp * p.cp))
+        scn = eqx.tree_at(lambda s: s.plan.dp, scn,
+                          data_parallel(scn.system.gpus, p.tp, p.pp, p.cp))
     return scn
 
 
@@ -324,7 +326,7 @@ def _plan(tr: dict, pa: dict, system: System, placement: str | None) -> Plan:
     if "dp" in pa:
         dp = pa["dp"]
     else:
-        dp = float(system.gpus) / (tp * pp * cp)
+        dp = data_parallel(float(system.gpus), tp, pp, cp)
         if dp != int(dp) or dp < 1:
             raise ValueError(f"system.gpus={float(system.gpus):g} is not a multiple of "
                              f"tp*pp*cp={tp * pp * cp:g}; set parallel.dp or system.gpus")

@@ -412,8 +412,7 @@ class Estimate(eqx.Module):
     @property
     def time_to_train_s(self) -> jax.Array:
         """Wall time for `tokens`, stragglers, checkpoints and failures included."""
-        ideal = self.tokens / self.step.tokens_per_s
-        return ideal / self.reliability.goodput
+        return self.reliability.time_to_train_s(self.tokens / self.step.tokens_per_s)
 
 
 def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
