@@ -51,11 +51,11 @@ from .hardware import System, Tier
 from .plan import (
     COMM_SM_FRACTION,
     DEFAULT_PLACEMENT,
-    data_parallel,
     FSDP_PREFETCH_LAYERS,
     MOE_IMBALANCE,
     PRECISION_PARTS,
     Plan,
+    data_parallel,
     recipe,
     validate,
 )
