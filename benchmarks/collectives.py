@@ -26,7 +26,7 @@ sys.path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-import codesign  # noqa: E402,F401  (float64)
+jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 from codesign import collectives as co  # noqa: E402
 from codesign import hardware as hw  # noqa: E402
 

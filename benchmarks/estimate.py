@@ -48,7 +48,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-import codesign  # noqa: E402,F401  (enables float64)
+jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 from codesign import scenario as sc  # noqa: E402
 from codesign import step as S  # noqa: E402
 

@@ -44,7 +44,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
-import codesign  # noqa: E402,F401  (enables float64)
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)  # as the codesign command computes
+
 from codesign import optimize as O  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
 from codesign.units import GB  # noqa: E402

@@ -9,5 +9,5 @@ os.environ["XLA_FLAGS"] = (
 import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
-
-import codesign  # noqa: E402,F401  (enables float64)
+# what the `codesign` command sets for its process (importing codesign sets nothing)
+jax.config.update("jax_enable_x64", True)

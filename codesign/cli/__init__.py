@@ -7,7 +7,8 @@ the value and its domain); 3 valid input without a feasible answer (optimize
 with nothing feasible, a sweep whose every point is infeasible); 1 an internal
 fault (one line and a request to report it; CODESIGN_DEBUG=1 shows the traceback).
 
-Compiled models are cached on disk (JAX's persistent compilation cache) in
+The command computes in float64 (`jax_enable_x64`, set here for its own
+process; importing codesign sets nothing). Compiled models are cached on disk (JAX's persistent compilation cache) in
 `$CODESIGN_CACHE` (default ~/.cache/codesign/xla; set it empty to disable), so a
 second run of the same command skips compilation.
 """
@@ -67,11 +68,15 @@ def _module(name: str):
     return importlib.import_module(f"codesign.cli.{COMMANDS[name][0]}")
 
 
-def _enable_compilation_cache() -> None:
+def _configure_jax() -> None:
+    """What the command sets in JAX for its process (a library import sets nothing):
+    float64 (step times span microseconds to months; gradients are checked
+    against finite differences) and the persistent compilation cache."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
     cache = os.environ.get("CODESIGN_CACHE", str(Path.home() / ".cache" / "codesign" / "xla"))
     if cache:
-        import jax
-
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     name, rest = argv[0], argv[1:]
-    _enable_compilation_cache()
+    _configure_jax()
     # jax logs a traced check's error (the callback's traceback) before raising it
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
     module = _module(name)
