@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,3 +52,9 @@ def fraction(name: str, value) -> None:
 def as_float(value) -> jax.Array:
     """A float leaf: knobs are floats so they are differentiable (exact at integers)."""
     return jnp.asarray(value, dtype=float)
+
+
+def float_field(**kwargs):
+    """A dataclass field of an `eqx.Module` stored as a float leaf (`as_float`):
+    what every knob of a hardware, plan, reliability or price module is."""
+    return eqx.field(converter=as_float, **kwargs)

@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _checks as C
+from ._checks import float_field
 from . import collectives as co
 from ._ecmp import (
     ecmp_expected_max_load as ecmp_expected_max_load,
@@ -303,42 +304,26 @@ class Prices(eqx.Module):
     where a source is given; replace them with quotes for a real design.
     """
 
-    switch_radix: jax.Array  # ports per switch
-    switch_usd: jax.Array
-    switch_w: jax.Array  # without optics
-    nic_usd: jax.Array
-    nic_w: jax.Array
-    transceiver_usd: jax.Array
-    transceiver_w: jax.Array
-    cable_usd: jax.Array
-    ocs_radix: jax.Array  # optical circuit switch ports
-    ocs_usd: jax.Array
-    ocs_w: jax.Array
-
-    def __init__(self, switch_radix=64.0, switch_usd=25_000.0, switch_w=750.0,
-                 nic_usd=2_000.0, nic_w=25.0, transceiver_usd=800.0, transceiver_w=12.0,
-                 cable_usd=100.0, ocs_radix=128.0, ocs_usd=50_000.0, ocs_w=108.0):
-        # switch_radix: 64 x 400 Gb/s ports, as NVIDIA Quantum-2 (QM9700) and
-        #   Broadcom Tomahawk 4 (25.6 Tb/s) switches have (vendor datasheets).
-        # switch_usd, switch_w: assumption (a 25.6 Tb/s box without optics).
-        # nic_usd, nic_w: assumption (a 400 Gb/s ConnectX-7-class NIC).
-        # transceiver_usd, transceiver_w: assumption (a 400 Gb/s optical module).
-        # cable_usd: assumption (a fibre patch cable); cables draw no power.
-        # ocs_radix: 128 ports in use per OCS: TPU v4 joins 64 cubes (6 faces x 16
-        #   = 96 optical ports each, 6,144 in all) through 48 OCSes (Jouppi et al.
-        #   2023). ocs_usd, ocs_w: assumption.
-        self.switch_radix = C.as_float(switch_radix)
-        self.switch_usd = C.as_float(switch_usd)
-        self.switch_w = C.as_float(switch_w)
-        self.nic_usd = C.as_float(nic_usd)
-        self.nic_w = C.as_float(nic_w)
-        self.transceiver_usd = C.as_float(transceiver_usd)
-        self.transceiver_w = C.as_float(transceiver_w)
-        self.cable_usd = C.as_float(cable_usd)
-        self.ocs_radix = C.as_float(ocs_radix)
-        self.ocs_usd = C.as_float(ocs_usd)
-        self.ocs_w = C.as_float(ocs_w)
-
+    # switch_radix: 64 x 400 Gb/s ports, as NVIDIA Quantum-2 (QM9700) and
+    #   Broadcom Tomahawk 4 (25.6 Tb/s) switches have (vendor datasheets).
+    # switch_usd, switch_w: assumption (a 25.6 Tb/s box without optics).
+    # nic_usd, nic_w: assumption (a 400 Gb/s ConnectX-7-class NIC).
+    # transceiver_usd, transceiver_w: assumption (a 400 Gb/s optical module).
+    # cable_usd: assumption (a fibre patch cable); cables draw no power.
+    # ocs_radix: 128 ports in use per OCS: TPU v4 joins 64 cubes (6 faces x 16
+    #   = 96 optical ports each, 6,144 in all) through 48 OCSes (Jouppi et al.
+    #   2023). ocs_usd, ocs_w: assumption.
+    switch_radix: jax.Array = float_field(default=64.0)  # ports per switch
+    switch_usd: jax.Array = float_field(default=25_000.0)
+    switch_w: jax.Array = float_field(default=750.0)  # without optics
+    nic_usd: jax.Array = float_field(default=2_000.0)
+    nic_w: jax.Array = float_field(default=25.0)
+    transceiver_usd: jax.Array = float_field(default=800.0)
+    transceiver_w: jax.Array = float_field(default=12.0)
+    cable_usd: jax.Array = float_field(default=100.0)
+    ocs_radix: jax.Array = float_field(default=128.0)  # optical circuit switch ports
+    ocs_usd: jax.Array = float_field(default=50_000.0)
+    ocs_w: jax.Array = float_field(default=108.0)
     def __check_init__(self):
         C.check("prices.switch_radix", self.switch_radix, lambda v: v >= 4, "must be at least 4")
         C.positive("prices.ocs_radix", self.ocs_radix)

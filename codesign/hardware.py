@@ -14,7 +14,8 @@ import dataclasses
 import equinox as eqx
 import jax
 
-from . import _checks as C
+from . import _checks
+from ._checks import float_field
 from .units import GB, Gbps, KiB, us
 
 TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
@@ -67,50 +68,40 @@ class Chip(eqx.Module):
     its tensors (CUDA context, communicator buffers, allocator fragmentation).
     """
 
-    peak_flops_per_s: jax.Array  # dense 16-bit (bf16/fp16) tensor peak, vendor figure
-    peak_fp8_flops_per_s: jax.Array  # dense 8-bit peak (fp8, or int8 where no fp8)
-    hbm_bytes: jax.Array
-    hbm_Bps: jax.Array
-    matmul_efficiency: jax.Array  # large-GEMM fraction of peak, calibrated
-    tdp_w: jax.Array  # board power, vendor figure
-    peak_fp32_flops_per_s: jax.Array  # dense 32-bit matmul peak (TF32 where it exists)
-    attention_efficiency: jax.Array  # fused attention kernel, fraction of 16-bit peak
-    hbm_efficiency: jax.Array  # achieved fraction of hbm_Bps for streaming kernels
-    kernel_overhead_s: jax.Array  # fixed seconds per kernel
-    hbm_reserve_bytes: jax.Array  # HBM not available to the training tensors
-    name: str = eqx.field(static=True, default="chip")
+    peak_flops_per_s: jax.Array = float_field()  # dense 16-bit (bf16/fp16) tensor peak, vendor
+    peak_fp8_flops_per_s: jax.Array = float_field()  # dense 8-bit peak (fp8, or int8 where no fp8)
+    hbm_bytes: jax.Array = float_field()
+    hbm_Bps: jax.Array = float_field()
+    matmul_efficiency: jax.Array = float_field(default=0.8)  # large-GEMM fraction of peak
+    tdp_w: jax.Array = float_field(default=700.0, kw_only=True)  # board power, vendor figure
+    # dense 32-bit matmul peak (TF32 where it exists); default half the 16-bit peak
+    peak_fp32_flops_per_s: jax.Array = float_field(default=None, kw_only=True)
+    # fused attention kernel, fraction of 16-bit peak; default ATTENTION_EFFICIENCY
+    attention_efficiency: jax.Array = float_field(default=None, kw_only=True)
+    # achieved fraction of hbm_Bps for streaming kernels
+    hbm_efficiency: jax.Array = float_field(default=HBM_EFFICIENCY, kw_only=True)
+    kernel_overhead_s: jax.Array = float_field(default=KERNEL_OVERHEAD_S, kw_only=True)
+    # HBM not available to the training tensors; default `default_hbm_reserve_bytes`
+    hbm_reserve_bytes: jax.Array = float_field(default=None, kw_only=True)
+    name: str = eqx.field(static=True, default="chip", kw_only=True)
 
-    def __init__(self, peak_flops_per_s, peak_fp8_flops_per_s, hbm_bytes, hbm_Bps,
-                 matmul_efficiency=0.8, name="chip", tdp_w=700.0, *,
-                 peak_fp32_flops_per_s=None, attention_efficiency=None,
-                 hbm_efficiency=HBM_EFFICIENCY, kernel_overhead_s=KERNEL_OVERHEAD_S,
-                 hbm_reserve_bytes=None):
-        self.peak_flops_per_s = C.as_float(peak_flops_per_s)
-        self.peak_fp8_flops_per_s = C.as_float(peak_fp8_flops_per_s)
-        self.hbm_bytes = C.as_float(hbm_bytes)
-        self.hbm_Bps = C.as_float(hbm_Bps)
-        self.matmul_efficiency = C.as_float(matmul_efficiency)
-        self.tdp_w = C.as_float(tdp_w)
-        self.peak_fp32_flops_per_s = C.as_float(
-            peak_flops_per_s / 2 if peak_fp32_flops_per_s is None else peak_fp32_flops_per_s)
-        self.attention_efficiency = C.as_float(
-            ATTENTION_EFFICIENCY if attention_efficiency is None else attention_efficiency)
-        self.hbm_efficiency = C.as_float(hbm_efficiency)
-        self.kernel_overhead_s = C.as_float(kernel_overhead_s)
-        self.hbm_reserve_bytes = C.as_float(
-            default_hbm_reserve_bytes(hbm_bytes) if hbm_reserve_bytes is None
-            else hbm_reserve_bytes)
-        self.name = name
+    def __post_init__(self):
+        if self.peak_fp32_flops_per_s is None:
+            self.peak_fp32_flops_per_s = self.peak_flops_per_s / 2
+        if self.attention_efficiency is None:
+            self.attention_efficiency = ATTENTION_EFFICIENCY
+        if self.hbm_reserve_bytes is None:
+            self.hbm_reserve_bytes = default_hbm_reserve_bytes(self.hbm_bytes)
 
     def __check_init__(self):
         for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "peak_fp32_flops_per_s",
                   "hbm_bytes", "hbm_Bps", "tdp_w"):
-            C.positive(f"chip.{f}", getattr(self, f))
+            _checks.positive(f"chip.{f}", getattr(self, f))
         for f in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency"):
-            C.check(f"chip.{f}", getattr(self, f), lambda v: (v > 0) & (v <= 1),
+            _checks.check(f"chip.{f}", getattr(self, f), lambda v: (v > 0) & (v <= 1),
                     "must lie in (0, 1]")
-        C.non_negative("chip.kernel_overhead_s", self.kernel_overhead_s)
-        C.non_negative("chip.hbm_reserve_bytes", self.hbm_reserve_bytes)
+        _checks.non_negative("chip.kernel_overhead_s", self.kernel_overhead_s)
+        _checks.non_negative("chip.hbm_reserve_bytes", self.hbm_reserve_bytes)
 
 
 class Tier(eqx.Module):
@@ -123,27 +114,20 @@ class Tier(eqx.Module):
     `bandwidth_Bps`; 0 means they cannot.
     """
 
-    bandwidth_Bps: jax.Array  # per GPU, per direction, vendor peak
-    latency_s: jax.Array  # per message (alpha)
-    efficiency: jax.Array  # achievable fraction of bandwidth_Bps for ring-like algorithms
-    reduction_Bps: jax.Array  # bytes reduced per second by the GPU (1 / gamma)
-    in_network_efficiency: jax.Array  # 0 = no in-network reduction
-
-    def __init__(self, bandwidth_Bps, latency_s, efficiency=1.0, reduction_Bps=1e12,
-                 in_network_efficiency=0.0):
-        self.bandwidth_Bps = C.as_float(bandwidth_Bps)
-        self.latency_s = C.as_float(latency_s)
-        self.efficiency = C.as_float(efficiency)
-        self.reduction_Bps = C.as_float(reduction_Bps)
-        self.in_network_efficiency = C.as_float(in_network_efficiency)
+    bandwidth_Bps: jax.Array = float_field()  # per GPU, per direction, vendor peak
+    latency_s: jax.Array = float_field()  # per message (alpha)
+    # achievable fraction of bandwidth_Bps for ring-like algorithms
+    efficiency: jax.Array = float_field(default=1.0)
+    reduction_Bps: jax.Array = float_field(default=1e12)  # bytes reduced per s by the GPU
+    in_network_efficiency: jax.Array = float_field(default=0.0)  # 0 = no in-network reduction
 
     def __check_init__(self):
-        C.positive("bandwidth_Bps", self.bandwidth_Bps)
-        C.non_negative("latency_s", self.latency_s)
-        C.check("efficiency", self.efficiency, lambda v: (v > 0) & (v <= 1),
+        _checks.positive("bandwidth_Bps", self.bandwidth_Bps)
+        _checks.non_negative("latency_s", self.latency_s)
+        _checks.check("efficiency", self.efficiency, lambda v: (v > 0) & (v <= 1),
                 "must lie in (0, 1]")
-        C.positive("reduction_Bps", self.reduction_Bps)
-        C.fraction("in_network_efficiency", self.in_network_efficiency)
+        _checks.positive("reduction_Bps", self.reduction_Bps)
+        _checks.fraction("in_network_efficiency", self.in_network_efficiency)
 
     @property
     def effective_Bps(self) -> jax.Array:
@@ -161,41 +145,26 @@ class System(eqx.Module):
     """
 
     chip: Chip
-    gpus: jax.Array
-    scale_up_domain: jax.Array
+    gpus: jax.Array = float_field()
+    scale_up_domain: jax.Array = float_field()
     scale_up: Tier
     scale_out: Tier
-    gpus_per_node: jax.Array
-    pod_size: jax.Array
-    oversubscription: jax.Array
+    gpus_per_node: jax.Array = float_field()
+    pod_size: jax.Array = float_field(default=1e9)
+    oversubscription: jax.Array = float_field(default=1.0)
     topology: str = eqx.field(static=True, default="two_tier")
     name: str = eqx.field(static=True, default="custom")
     routing: str = eqx.field(static=True, default="adaptive")
-
-    def __init__(self, chip, gpus, scale_up_domain, scale_up, scale_out, gpus_per_node,
-                 pod_size=1e9, oversubscription=1.0, topology="two_tier", name="custom",
-                 routing="adaptive"):
-        self.chip = chip
-        self.gpus = C.as_float(gpus)
-        self.scale_up_domain = C.as_float(scale_up_domain)
-        self.scale_up = scale_up
-        self.scale_out = scale_out
-        self.gpus_per_node = C.as_float(gpus_per_node)
-        self.pod_size = C.as_float(pod_size)
-        self.oversubscription = C.as_float(oversubscription)
-        self.topology = topology
-        self.name = name
-        self.routing = routing
 
     def __check_init__(self):
         if self.routing not in ROUTINGS:
             raise ValueError(f"system.routing={self.routing!r} is not one of "
                              f"{', '.join(ROUTINGS)}")
-        C.at_least_one("system.gpus", self.gpus)
-        C.at_least_one("system.scale_up_domain", self.scale_up_domain)
-        C.at_least_one("system.gpus_per_node", self.gpus_per_node)
-        C.at_least_one("system.pod_size", self.pod_size)
-        C.at_least_one("system.oversubscription", self.oversubscription)
+        _checks.at_least_one("system.gpus", self.gpus)
+        _checks.at_least_one("system.scale_up_domain", self.scale_up_domain)
+        _checks.at_least_one("system.gpus_per_node", self.gpus_per_node)
+        _checks.at_least_one("system.pod_size", self.pod_size)
+        _checks.at_least_one("system.oversubscription", self.oversubscription)
         if self.topology not in TOPOLOGIES:
             raise ValueError(
                 f"system.topology={self.topology!r} is not one of {', '.join(TOPOLOGIES)}"

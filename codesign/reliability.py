@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import log_ndtr
 
-from . import _checks as C
+from . import _checks
+from ._checks import float_field
 from .relax import safe_log
 from .units import day
 
@@ -96,63 +97,36 @@ class Reliability(eqx.Module):
       ToR or a host's link) of switch and cable failures non-fatal.
     """
 
-    straggler_q: jax.Array
-    straggler_slowdown: jax.Array
-    straggler_sigma: jax.Array
-    gpu_mtbf_s: jax.Array
-    share_gpu: jax.Array
-    share_hbm: jax.Array
-    share_nic: jax.Array
-    share_switch_cable: jax.Array
-    share_host: jax.Array
-    share_software: jax.Array
-    checkpoint_write_s: jax.Array
-    storage_Bps: jax.Array
-    restart_s: jax.Array
-    checkpoint_interval_s: jax.Array
-    spare_fraction: jax.Array
-    replacement_s: jax.Array
-    dual_homed: jax.Array
-    tor_share: jax.Array
-
-    def __init__(self, straggler_q=0.0, straggler_slowdown=2.0, straggler_sigma=0.01,
-                 gpu_mtbf_s=LLAMA3_GPU_MTBF_S, share_gpu=COMPONENT_SHARES["gpu"],
-                 share_hbm=COMPONENT_SHARES["hbm"], share_nic=COMPONENT_SHARES["nic"],
-                 share_switch_cable=COMPONENT_SHARES["switch_cable"],
-                 share_host=COMPONENT_SHARES["host"],
-                 share_software=COMPONENT_SHARES["software"], checkpoint_write_s=0.0,
-                 storage_Bps=STORAGE_BPS, restart_s=600.0, checkpoint_interval_s=0.0,
-                 spare_fraction=1.0, replacement_s=3600.0, dual_homed=0.0, tor_share=0.5):
-        self.straggler_q = C.as_float(straggler_q)
-        self.straggler_slowdown = C.as_float(straggler_slowdown)
-        self.straggler_sigma = C.as_float(straggler_sigma)
-        self.gpu_mtbf_s = C.as_float(gpu_mtbf_s)
-        self.share_gpu = C.as_float(share_gpu)
-        self.share_hbm = C.as_float(share_hbm)
-        self.share_nic = C.as_float(share_nic)
-        self.share_switch_cable = C.as_float(share_switch_cable)
-        self.share_host = C.as_float(share_host)
-        self.share_software = C.as_float(share_software)
-        self.checkpoint_write_s = C.as_float(checkpoint_write_s)
-        self.storage_Bps = C.as_float(storage_Bps)
-        self.restart_s = C.as_float(restart_s)
-        self.checkpoint_interval_s = C.as_float(checkpoint_interval_s)
-        self.spare_fraction = C.as_float(spare_fraction)
-        self.replacement_s = C.as_float(replacement_s)
-        self.dual_homed = C.as_float(dual_homed)
-        self.tor_share = C.as_float(tor_share)
+    straggler_q: jax.Array = float_field(default=0.0)
+    straggler_slowdown: jax.Array = float_field(default=2.0)
+    straggler_sigma: jax.Array = float_field(default=0.01)
+    gpu_mtbf_s: jax.Array = float_field(default=LLAMA3_GPU_MTBF_S)
+    share_gpu: jax.Array = float_field(default=COMPONENT_SHARES["gpu"])
+    share_hbm: jax.Array = float_field(default=COMPONENT_SHARES["hbm"])
+    share_nic: jax.Array = float_field(default=COMPONENT_SHARES["nic"])
+    share_switch_cable: jax.Array = float_field(default=COMPONENT_SHARES["switch_cable"])
+    share_host: jax.Array = float_field(default=COMPONENT_SHARES["host"])
+    share_software: jax.Array = float_field(default=COMPONENT_SHARES["software"])
+    checkpoint_write_s: jax.Array = float_field(default=0.0)
+    storage_Bps: jax.Array = float_field(default=STORAGE_BPS)
+    restart_s: jax.Array = float_field(default=600.0)
+    checkpoint_interval_s: jax.Array = float_field(default=0.0)
+    spare_fraction: jax.Array = float_field(default=1.0)
+    replacement_s: jax.Array = float_field(default=3600.0)
+    dual_homed: jax.Array = float_field(default=0.0)
+    tor_share: jax.Array = float_field(default=0.5)
 
     def __check_init__(self):
         for f in ("straggler_q", "spare_fraction", "dual_homed", "tor_share") + _SHARE_FIELDS:
-            C.fraction(f"reliability.{f}", getattr(self, f))
-        C.check("reliability.straggler_slowdown", self.straggler_slowdown, lambda v: v >= 1,
+            _checks.fraction(f"reliability.{f}", getattr(self, f))
+        _checks.check("reliability.straggler_slowdown", self.straggler_slowdown, lambda v: v >= 1,
                 "must be at least 1 (a slow participant's time over a healthy one's)")
         for f in ("straggler_sigma", "checkpoint_write_s", "restart_s",
                   "checkpoint_interval_s", "replacement_s"):
-            C.non_negative(f"reliability.{f}", getattr(self, f))
-        C.positive("reliability.gpu_mtbf_s", self.gpu_mtbf_s)
-        C.positive("reliability.storage_Bps", self.storage_Bps)
-        shares = [C.concrete(getattr(self, f)) for f in _SHARE_FIELDS]
+            _checks.non_negative(f"reliability.{f}", getattr(self, f))
+        _checks.positive("reliability.gpu_mtbf_s", self.gpu_mtbf_s)
+        _checks.positive("reliability.storage_Bps", self.storage_Bps)
+        shares = [_checks.concrete(getattr(self, f)) for f in _SHARE_FIELDS]
         if all(s is not None for s in shares) and abs(sum(float(s) for s in shares) - 1) > 1e-6:
             raise ValueError(f"reliability.share_*={sum(float(s) for s in shares):g} "
                              f"({'+'.join(_SHARE_FIELDS)}) must sum to 1")
@@ -166,8 +140,8 @@ def p_step_delayed(q, p) -> jax.Array:
 
     -expm1(p log1p(-q)); q is capped at 1 - 1e-15 so the gradient stays finite at q = 1.
     """
-    q = jnp.minimum(C.as_float(q), 1.0 - 1e-15)
-    return -jnp.expm1(C.as_float(p) * jnp.log1p(-q))
+    q = jnp.minimum(_checks.as_float(q), 1.0 - 1e-15)
+    return -jnp.expm1(_checks.as_float(p) * jnp.log1p(-q))
 
 
 _K_SIGMA = 10.0  # grid half-width in log-sds: F^p ~ 1 beyond it for p up to ~1e20
@@ -221,7 +195,7 @@ def _max_stats(participants, rel: Reliability, levels):
     derivative at the root).
     """
     q, s, sigma = _params(rel)
-    p = C.as_float(participants)
+    p = _checks.as_float(participants)
     sg = jax.lax.stop_gradient
     u = _grid(s, sigma)
     log_cdf_max = p * _log_cdf(u, q, s, sigma)  # log of F^p on the grid
@@ -236,8 +210,8 @@ def _max_stats(participants, rel: Reliability, levels):
 
 def step_time_stats(step_time_s, participants, rel: Reliability):
     """(mean, p50, p99) of a synchronous step whose healthy median time is `step_time_s`."""
-    base = C.as_float(step_time_s)
-    mean, (p50, p99) = _max_stats(C.as_float(participants), rel, C.as_float([0.5, 0.99]))
+    base = _checks.as_float(step_time_s)
+    mean, (p50, p99) = _max_stats(_checks.as_float(participants), rel, _checks.as_float([0.5, 0.99]))
     return base * mean, base * p50, base * p99
 
 
@@ -250,7 +224,7 @@ def straggler_monte_carlo(key: jax.Array, participants, rel: Reliability, trials
     participant count up to `width`.
     """
     width = int(round(float(participants))) if width is None else int(width)
-    return _monte_carlo(key, C.as_float(participants), rel, int(trials), width)
+    return _monte_carlo(key, _checks.as_float(participants), rel, int(trials), width)
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4))
@@ -278,7 +252,7 @@ def job_mtbf_s(gpus, rel: Reliability) -> jax.Array:
 
     (Divided further by 1 - dual_homed x tor_share x share_switch_cable.)
     """
-    return 1.0 / (C.as_float(gpus) * failure_rate_per_gpu(rel))
+    return 1.0 / (_checks.as_float(gpus) * failure_rate_per_gpu(rel))
 
 
 def component_mtbf_s(gpus, rel: Reliability) -> dict[str, jax.Array]:
@@ -286,7 +260,7 @@ def component_mtbf_s(gpus, rel: Reliability) -> dict[str, jax.Array]:
 
     Rates add: 1 / job_mtbf_s = sum of 1 / component_mtbf_s (before dual-homing).
     """
-    n = C.as_float(gpus)
+    n = _checks.as_float(gpus)
     return {c: rel.gpu_mtbf_s / (n * jnp.maximum(getattr(rel, f"share_{c}"), 1e-300))
             for c in COMPONENTS}
 
@@ -300,13 +274,13 @@ def restart_downtime_s(rel: Reliability) -> jax.Array:
 
 def checkpoint_write_time_s(checkpoint_bytes, rel: Reliability) -> jax.Array:
     """delta: rel.checkpoint_write_s if set (> 0), else checkpoint bytes / storage bandwidth."""
-    derived = C.as_float(checkpoint_bytes) / rel.storage_Bps
+    derived = _checks.as_float(checkpoint_bytes) / rel.storage_Bps
     return jnp.where(rel.checkpoint_write_s > 0, rel.checkpoint_write_s, derived)
 
 
 def young_interval_s(delta, mtbf) -> jax.Array:
     """Young (1974): tau = sqrt(2 delta M), the minimiser of delta/tau + tau/(2M)."""
-    x = 2.0 * C.as_float(delta) * C.as_float(mtbf)
+    x = 2.0 * _checks.as_float(delta) * _checks.as_float(mtbf)
     return jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x, 1.0)), 0.0)
 
 
@@ -316,7 +290,7 @@ def daly_interval_s(delta, mtbf) -> jax.Array:
     tau = sqrt(2 delta M) [1 + (1/3) sqrt(delta/(2M)) + (1/9) delta/(2M)] - delta
     for delta < 2M, else M.
     """
-    d, m = C.as_float(delta), C.as_float(mtbf)
+    d, m = _checks.as_float(delta), _checks.as_float(mtbf)
     r = d / (2.0 * m)
     ok = r < 1.0
     rs = jnp.where(ok & (r > 0), r, 1.0)
@@ -326,16 +300,16 @@ def daly_interval_s(delta, mtbf) -> jax.Array:
 
 def first_order_waste(interval_s, delta, mtbf, restart_s=0.0) -> jax.Array:
     """delta/tau + tau/(2M) + R/M: checkpoint stalls, half an interval lost, restarts."""
-    tau, m = C.as_float(interval_s), C.as_float(mtbf)
-    return C.as_float(delta) / tau + tau / (2.0 * m) + C.as_float(restart_s) / m
+    tau, m = _checks.as_float(interval_s), _checks.as_float(mtbf)
+    return _checks.as_float(delta) / tau + tau / (2.0 * m) + _checks.as_float(restart_s) / m
 
 
 def effective_training_time_fraction(interval_s, delta, mtbf, restart_s) -> jax.Array:
     """Useful work over wall time under exponential failures (Daly 2006):
     tau / (M e^{R/M} (e^{(tau + delta)/M} - 1)), failures during checkpoints and restarts included.
     """
-    tau, d = C.as_float(interval_s), C.as_float(delta)
-    m, r = C.as_float(mtbf), C.as_float(restart_s)
+    tau, d = _checks.as_float(interval_s), _checks.as_float(delta)
+    m, r = _checks.as_float(mtbf), _checks.as_float(restart_s)
     return tau / (m * jnp.exp(r / m) * jnp.expm1((tau + d) / m))
 
 
@@ -364,7 +338,7 @@ class ReliabilityReport(eqx.Module):
 
     def time_to_train_s(self, ideal_time_s) -> jax.Array:
         """Wall time of a run that would take `ideal_time_s` at the straggler-free step time."""
-        return C.as_float(ideal_time_s) / self.goodput
+        return _checks.as_float(ideal_time_s) / self.goodput
 
 
 def report(step_time_s, gpus, checkpoint_bytes, rel: Reliability,
@@ -376,8 +350,8 @@ def report(step_time_s, gpus, checkpoint_bytes, rel: Reliability,
     wall time: time_to_train_s = tokens / (tokens_per_step / step_time_s) / goodput.
     """
     p = gpus if participants is None else participants
-    return _report(C.as_float(step_time_s), C.as_float(gpus), C.as_float(checkpoint_bytes),
-                   rel, C.as_float(p))
+    return _report(_checks.as_float(step_time_s), _checks.as_float(gpus), _checks.as_float(checkpoint_bytes),
+                   rel, _checks.as_float(p))
 
 
 @jax.jit
