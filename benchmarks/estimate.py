@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 from codesign import scenario as sc  # noqa: E402
-from codesign import step as S  # noqa: E402
+from codesign import step  # noqa: E402
 
 CHOICES = {"parallel.tp": (1, 2, 4, 8), "parallel.pp": (1, 2, 4, 8),
            "training.micro_batch": (1, 2, 4), "system.scale_up_domain": (4, 8, 16, 72)}
@@ -122,10 +122,10 @@ def main(argv=None) -> dict:
     chunks = list(_chunks(x, args.chunk))
 
     def full(knobs):  # every scalar output of the whole estimate
-        return S.outputs(S.estimate(sc.set_knobs(base, knobs)))
+        return step.outputs(step.estimate(sc.set_knobs(base, knobs)))
 
     def step_time(knobs):
-        return S.estimate(sc.set_knobs(base, knobs)).step.step_time_s
+        return step.estimate(sc.set_knobs(base, knobs)).step.step_time_s
 
     forward_full = jax.jit(jax.vmap(full))
     forward = jax.jit(jax.vmap(step_time))

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks as C
+from . import _checks
 from .hardware import ROUTINGS
 from .relax import safe_log
 
@@ -73,7 +73,7 @@ def _max_load_poisson(k, m, window=512) -> jax.Array:
 
 
 def _concrete_int(value):
-    v = C.concrete(value)
+    v = _checks.concrete(value)
     if v is None or v.size != 1 or not float(v).is_integer():
         return None
     return int(v)
@@ -87,8 +87,8 @@ def ecmp_expected_max_load(k_flows, m_links, exact: bool | None = None) -> jax.A
     (`_max_load_poisson`, for traced or fractional k, m). `exact=True` insists
     on the exact value; `exact=False` always approximates.
     """
-    C.non_negative("k_flows", k_flows)
-    C.at_least_one("m_links", m_links)
+    _checks.non_negative("k_flows", k_flows)
+    _checks.at_least_one("m_links", m_links)
     k, m = _concrete_int(k_flows), _concrete_int(m_links)
     if exact is None:
         exact = k is not None and m is not None
@@ -97,7 +97,7 @@ def ecmp_expected_max_load(k_flows, m_links, exact: bool | None = None) -> jax.A
             raise ValueError(f"exact ECMP load needs concrete integer k_flows={k_flows} "
                              f"and m_links={m_links}")
         return jnp.asarray(_max_load_exact(k, m))
-    return _max_load_poisson(C.as_float(k_flows), C.as_float(m_links))
+    return _max_load_poisson(_checks.as_float(k_flows), _checks.as_float(m_links))
 
 
 def ecmp_slowdown(k_flows, m_links, exact: bool | None = None) -> jax.Array:
@@ -107,7 +107,7 @@ def ecmp_slowdown(k_flows, m_links, exact: bool | None = None) -> jax.Array:
     carries k/m flows, and a flow never runs faster than its own line rate, so
     with k < m the ideal is 1 flow per link.
     """
-    k, m = C.as_float(k_flows), C.as_float(m_links)
+    k, m = _checks.as_float(k_flows), _checks.as_float(m_links)
     ideal = jnp.maximum(k / m, 1.0)
     # the busiest link carries at least one flow (k >= 1) and at least k / m: a
     # floor under the Poisson approximation, which falls below it for k << m
@@ -127,10 +127,10 @@ def flow_slowdown(k_flows, m_links, routing: str = "ecmp", overhead=0.0) -> jax.
     """
     if routing not in ROUTINGS:
         raise ValueError(f"routing={routing!r} is not one of {', '.join(ROUTINGS)}")
-    C.non_negative("overhead", overhead)
+    _checks.non_negative("overhead", overhead)
     if routing == "ecmp":
         return ecmp_slowdown(k_flows, m_links)
-    return 1.0 + C.as_float(overhead) + 0.0 * C.as_float(k_flows)
+    return 1.0 + _checks.as_float(overhead) + 0.0 * _checks.as_float(k_flows)
 
 
 def ecmp_monte_carlo(key: jax.Array, k_flows: int, m_links: int, trials: int = 20_000):

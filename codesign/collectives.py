@@ -76,7 +76,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _checks as C
+from . import _checks
 from .hardware import Tier
 from .relax import log2_ranks, safe_div, safe_log, softmin_weights
 
@@ -106,7 +106,7 @@ class Cost(eqx.Module):
     def __repr__(self) -> str:
         """`Cost(time 1.23 ms = latency 0.01 ms + bandwidth 1.2 ms + reduction 0.02 ms)`
         for concrete scalars; the field-by-field form otherwise (traced, batched)."""
-        terms = [C.concrete(v) for v in (self.latency_s, self.bandwidth_s, self.reduction_s)]
+        terms = [_checks.concrete(v) for v in (self.latency_s, self.bandwidth_s, self.reduction_s)]
         if any(t is None or t.size != 1 for t in terms):
             return eqx.tree_pformat(self)
         lat, bw, red = (float(t) for t in terms)
@@ -353,8 +353,8 @@ def _check_tiers(outer, local_ranks):
         raise ValueError(f"outer and local_ranks go together; got outer="
                          f"{'a Tier' if outer is not None else None}, {local_ranks=}")
     if local_ranks is not None:
-        C.at_least_one("local_ranks", local_ranks)
-        local_ranks = C.as_float(local_ranks)
+        _checks.at_least_one("local_ranks", local_ranks)
+        local_ranks = _checks.as_float(local_ranks)
     return local_ranks
 
 
@@ -391,17 +391,17 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     """
     op = _check_op(op)
     _check_algorithm(op, algorithm)
-    C.non_negative("bytes", n_bytes)
-    C.at_least_one("ranks", ranks)
-    n_bytes, ranks = C.as_float(n_bytes), C.as_float(ranks)
+    _checks.non_negative("bytes", n_bytes)
+    _checks.at_least_one("ranks", ranks)
+    n_bytes, ranks = _checks.as_float(n_bytes), _checks.as_float(ranks)
     local_ranks = _check_tiers(outer, local_ranks)
     if algorithm == "auto":
         return choose(op, n_bytes, ranks, tier, outer=outer, local_ranks=local_ranks,
                       temperature=temperature)[0]
     if algorithm in ("in_network", "nvls_tree"):
-        C.check("in_network_efficiency",
-                (tier if algorithm == "nvls_tree"
-                 else _flat_tier(tier, outer, ranks, local_ranks)).in_network_efficiency,
+        _checks.check("in_network_efficiency",
+                      (tier if algorithm == "nvls_tree"
+                       else _flat_tier(tier, outer, ranks, local_ranks)).in_network_efficiency,
                 lambda v: v > 0,
                 "must be positive: this tier has no in-network reduction (NVLS/SHARP)")
     return _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks)
@@ -416,7 +416,7 @@ def bus_factor(op: str, ranks) -> jax.Array:
     carries only about n in each direction: its busbw may exceed the link.
     """
     op = _check_op(op)
-    p = C.as_float(ranks)
+    p = _checks.as_float(ranks)
     if op == "all_reduce":
         return 2 * (p - 1) / p
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
@@ -426,7 +426,7 @@ def bus_factor(op: str, ranks) -> jax.Array:
 
 def algbw_Bps(n_bytes, time_s) -> jax.Array:
     """nccl-tests' algbw = size / time (0 when time is 0)."""
-    t = C.as_float(time_s)
+    t = _checks.as_float(time_s)
     return jnp.where(t > 0, n_bytes / jnp.where(t > 0, t, 1.0), 0.0)
 
 

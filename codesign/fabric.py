@@ -50,8 +50,8 @@ import jax
 import jax.numpy as jnp
 
 from . import _checks as C
-from ._checks import float_field
 from . import collectives as co
+from ._checks import float_field
 from ._ecmp import (
     ecmp_expected_max_load as ecmp_expected_max_load,
 )

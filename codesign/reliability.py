@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from jax.scipy.special import log_ndtr
 
 from . import _checks
-from ._checks import float_field
+from ._checks import as_float, float_field
 from .relax import safe_log
 from .units import day
 
@@ -140,8 +140,8 @@ def p_step_delayed(q, p) -> jax.Array:
 
     -expm1(p log1p(-q)); q is capped at 1 - 1e-15 so the gradient stays finite at q = 1.
     """
-    q = jnp.minimum(_checks.as_float(q), 1.0 - 1e-15)
-    return -jnp.expm1(_checks.as_float(p) * jnp.log1p(-q))
+    q = jnp.minimum(as_float(q), 1.0 - 1e-15)
+    return -jnp.expm1(as_float(p) * jnp.log1p(-q))
 
 
 _K_SIGMA = 10.0  # grid half-width in log-sds: F^p ~ 1 beyond it for p up to ~1e20
@@ -195,7 +195,7 @@ def _max_stats(participants, rel: Reliability, levels):
     derivative at the root).
     """
     q, s, sigma = _params(rel)
-    p = _checks.as_float(participants)
+    p = as_float(participants)
     sg = jax.lax.stop_gradient
     u = _grid(s, sigma)
     log_cdf_max = p * _log_cdf(u, q, s, sigma)  # log of F^p on the grid
@@ -210,8 +210,8 @@ def _max_stats(participants, rel: Reliability, levels):
 
 def step_time_stats(step_time_s, participants, rel: Reliability):
     """(mean, p50, p99) of a synchronous step whose healthy median time is `step_time_s`."""
-    base = _checks.as_float(step_time_s)
-    mean, (p50, p99) = _max_stats(_checks.as_float(participants), rel, _checks.as_float([0.5, 0.99]))
+    base = as_float(step_time_s)
+    mean, (p50, p99) = _max_stats(as_float(participants), rel, as_float([0.5, 0.99]))
     return base * mean, base * p50, base * p99
 
 
@@ -224,7 +224,7 @@ def straggler_monte_carlo(key: jax.Array, participants, rel: Reliability, trials
     participant count up to `width`.
     """
     width = int(round(float(participants))) if width is None else int(width)
-    return _monte_carlo(key, _checks.as_float(participants), rel, int(trials), width)
+    return _monte_carlo(key, as_float(participants), rel, int(trials), width)
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4))
@@ -252,7 +252,7 @@ def job_mtbf_s(gpus, rel: Reliability) -> jax.Array:
 
     (Divided further by 1 - dual_homed x tor_share x share_switch_cable.)
     """
-    return 1.0 / (_checks.as_float(gpus) * failure_rate_per_gpu(rel))
+    return 1.0 / (as_float(gpus) * failure_rate_per_gpu(rel))
 
 
 def component_mtbf_s(gpus, rel: Reliability) -> dict[str, jax.Array]:
@@ -260,7 +260,7 @@ def component_mtbf_s(gpus, rel: Reliability) -> dict[str, jax.Array]:
 
     Rates add: 1 / job_mtbf_s = sum of 1 / component_mtbf_s (before dual-homing).
     """
-    n = _checks.as_float(gpus)
+    n = as_float(gpus)
     return {c: rel.gpu_mtbf_s / (n * jnp.maximum(getattr(rel, f"share_{c}"), 1e-300))
             for c in COMPONENTS}
 
@@ -274,13 +274,13 @@ def restart_downtime_s(rel: Reliability) -> jax.Array:
 
 def checkpoint_write_time_s(checkpoint_bytes, rel: Reliability) -> jax.Array:
     """delta: rel.checkpoint_write_s if set (> 0), else checkpoint bytes / storage bandwidth."""
-    derived = _checks.as_float(checkpoint_bytes) / rel.storage_Bps
+    derived = as_float(checkpoint_bytes) / rel.storage_Bps
     return jnp.where(rel.checkpoint_write_s > 0, rel.checkpoint_write_s, derived)
 
 
 def young_interval_s(delta, mtbf) -> jax.Array:
     """Young (1974): tau = sqrt(2 delta M), the minimiser of delta/tau + tau/(2M)."""
-    x = 2.0 * _checks.as_float(delta) * _checks.as_float(mtbf)
+    x = 2.0 * as_float(delta) * as_float(mtbf)
     return jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x, 1.0)), 0.0)
 
 
@@ -290,7 +290,7 @@ def daly_interval_s(delta, mtbf) -> jax.Array:
     tau = sqrt(2 delta M) [1 + (1/3) sqrt(delta/(2M)) + (1/9) delta/(2M)] - delta
     for delta < 2M, else M.
     """
-    d, m = _checks.as_float(delta), _checks.as_float(mtbf)
+    d, m = as_float(delta), as_float(mtbf)
     r = d / (2.0 * m)
     ok = r < 1.0
     rs = jnp.where(ok & (r > 0), r, 1.0)
@@ -300,16 +300,16 @@ def daly_interval_s(delta, mtbf) -> jax.Array:
 
 def first_order_waste(interval_s, delta, mtbf, restart_s=0.0) -> jax.Array:
     """delta/tau + tau/(2M) + R/M: checkpoint stalls, half an interval lost, restarts."""
-    tau, m = _checks.as_float(interval_s), _checks.as_float(mtbf)
-    return _checks.as_float(delta) / tau + tau / (2.0 * m) + _checks.as_float(restart_s) / m
+    tau, m = as_float(interval_s), as_float(mtbf)
+    return as_float(delta) / tau + tau / (2.0 * m) + as_float(restart_s) / m
 
 
 def effective_training_time_fraction(interval_s, delta, mtbf, restart_s) -> jax.Array:
     """Useful work over wall time under exponential failures (Daly 2006):
     tau / (M e^{R/M} (e^{(tau + delta)/M} - 1)), failures during checkpoints and restarts included.
     """
-    tau, d = _checks.as_float(interval_s), _checks.as_float(delta)
-    m, r = _checks.as_float(mtbf), _checks.as_float(restart_s)
+    tau, d = as_float(interval_s), as_float(delta)
+    m, r = as_float(mtbf), as_float(restart_s)
     return tau / (m * jnp.exp(r / m) * jnp.expm1((tau + d) / m))
 
 
@@ -338,7 +338,7 @@ class ReliabilityReport(eqx.Module):
 
     def time_to_train_s(self, ideal_time_s) -> jax.Array:
         """Wall time of a run that would take `ideal_time_s` at the straggler-free step time."""
-        return _checks.as_float(ideal_time_s) / self.goodput
+        return as_float(ideal_time_s) / self.goodput
 
 
 def report(step_time_s, gpus, checkpoint_bytes, rel: Reliability,
@@ -350,8 +350,8 @@ def report(step_time_s, gpus, checkpoint_bytes, rel: Reliability,
     wall time: time_to_train_s = tokens / (tokens_per_step / step_time_s) / goodput.
     """
     p = gpus if participants is None else participants
-    return _report(_checks.as_float(step_time_s), _checks.as_float(gpus), _checks.as_float(checkpoint_bytes),
-                   rel, _checks.as_float(p))
+    return _report(as_float(step_time_s), as_float(gpus), as_float(checkpoint_bytes),
+                   rel, as_float(p))
 
 
 @jax.jit

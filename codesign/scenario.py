@@ -45,8 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks as C
-from . import _domains, hardware, workload
+from . import _checks, _domains, hardware, workload
 from .hardware import System, Tier
 from .plan import (
     COMM_SM_FRACTION,
@@ -292,7 +291,7 @@ def _system(t: dict) -> System:
     chip = base.chip
     for k in _CHIP_FLOATS:
         if k in t:
-            chip = eqx.tree_at(lambda c, k=k: getattr(c, k), chip, C.as_float(t[k]))
+            chip = eqx.tree_at(lambda c, k=k: getattr(c, k), chip, _checks.as_float(t[k]))
     type(chip).__check_init__(chip)
     return System(chip, t.get("gpus", base.gpus), t.get("scale_up_domain", base.scale_up_domain),
                   tiers["scale_up"], tiers["scale_out"],
@@ -359,15 +358,15 @@ def from_tables(tables: dict, overrides=(), name: str = "scenario") -> Scenario:
         if not _domains.DOMAINS["system.gpus"].ok(gpus):
             raise ValueError(f"system.gpus=dp*tp*pp*cp={gpus:g} must be "
                              f"{_domains.DOMAINS['system.gpus'].describe()}")
-        system = eqx.tree_at(lambda s: s.gpus, system, C.as_float(gpus))
+        system = eqx.tree_at(lambda s: s.gpus, system, _checks.as_float(gpus))
         System.__check_init__(system)
     model = _model(t["model"])
     plan = _plan(t["training"], t["parallel"], system, t["system"].get("placement"))
     validate(plan, model, system.gpus)
     reliability = Reliability(**t["reliability"])
     tokens = t["training"].get("tokens", 0.0)
-    C.non_negative("training.tokens", tokens)
-    return Scenario(model, plan, system, reliability, C.as_float(tokens), name)
+    _checks.non_negative("training.tokens", tokens)
+    return Scenario(model, plan, system, reliability, _checks.as_float(tokens), name)
 
 
 def system_table(system: str) -> dict:
@@ -436,19 +435,19 @@ def check_outputs(out: dict, overrides=()) -> None:
     given = [o if isinstance(o, str) else f"{o[0]}.{o[1]}={o[2]!r}" for o in overrides]
     hint = f" (overrides: {', '.join(given)})" if given else ""
     for key, value in out.items():
-        v = C.concrete(value)
+        v = _checks.concrete(value)
         if v is None:
             continue
         negative = bool(np.any(v <= 0)) if key == "step_time_s" else bool(np.any(v < 0))
         if negative and bool(np.all(np.isfinite(v))):
-            raise ValueError(f"the estimate's {key}={C.fmt(v)} is impossible (a negative "
+            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is impossible (a negative "
                              f"or zero quantity); check {_LIKELY_INPUTS.get(key, _STEP_INPUTS)}"
                              f"{hint}")
         if not bool(np.all(np.isfinite(v))):
             inputs = _LIKELY_INPUTS.get(key, _STEP_INPUTS)
-            raise ValueError(f"the estimate's {key}={C.fmt(v)} is not finite: an input is "
+            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is not finite: an input is "
                              f"beyond what the model can represent; check {inputs}{hint}")
         if key in ("mfu", "hfu") and bool(np.any(v > 1.0 + 1e-9)):
-            raise ValueError(f"the estimate's {key}={C.fmt(v)} exceeds 1 (more FLOP/s than "
+            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} exceeds 1 (more FLOP/s than "
                              f"the chip's peak): check system.matmul_efficiency and the "
                              f"model and plan keys{hint}")

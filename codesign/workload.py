@@ -42,7 +42,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _checks as C
+from . import _checks
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTIONS = ("mha", "mla")  # multi-head (incl. GQA/MQA via kv_heads), multi-head latent
@@ -87,7 +87,7 @@ class Transformer(eqx.Module):
                  expert_ffn_hidden=0, gated=False, tied_embeddings=True, attention="mha",
                  attention_kernel="flash", dropout=False, q_lora_rank=0, kv_lora_rank=0,
                  qk_head_dim=0, qk_rope_head_dim=0, v_head_dim=0, name="custom"):
-        f = C.as_float
+        f = _checks.as_float
         self.layers, self.hidden, self.heads = f(layers), f(hidden), f(heads)
         self.kv_heads = f(heads if kv_heads is None else kv_heads)
         self.ffn_hidden = f(4 * hidden if ffn_hidden is None else ffn_hidden)
@@ -103,31 +103,33 @@ class Transformer(eqx.Module):
 
     def __check_init__(self):
         for k in ("layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden"):
-            C.at_least_one(f"model.{k}", getattr(self, k))
+            _checks.at_least_one(f"model.{k}", getattr(self, k))
         for k in ("moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden"):
-            C.non_negative(f"model.{k}", getattr(self, k))
-        C.check("model.moe_layers", self.moe_layers, lambda v: v <= C.concrete(self.layers),
-                f"must not exceed model.layers={C.concrete(self.layers).item():g}")
-        C.check("model.heads", self.heads,
-                lambda v: v % C.concrete(self.kv_heads) == 0,
-                f"must be a multiple of model.kv_heads={C.concrete(self.kv_heads).item():g}")
+            _checks.non_negative(f"model.{k}", getattr(self, k))
+        _checks.check("model.moe_layers", self.moe_layers,
+                      lambda v: v <= _checks.concrete(self.layers),
+                      f"must not exceed model.layers={_checks.concrete(self.layers).item():g}")
+        kv_heads = _checks.concrete(self.kv_heads)
+        _checks.check("model.heads", self.heads, lambda v: v % kv_heads == 0,
+                      f"must be a multiple of model.kv_heads={kv_heads.item():g}")
         for k, options in (("attention", ATTENTIONS), ("attention_kernel", ATTENTION_KERNELS)):
             if getattr(self, k) not in options:
                 raise ValueError(f"model.{k}={getattr(self, k)!r} is not one of "
                                  f"{', '.join(options)}")
         for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim",
                   "v_head_dim"):
-            C.non_negative(f"model.{k}", getattr(self, k))
+            _checks.non_negative(f"model.{k}", getattr(self, k))
         if self.attention == "mla":
             for k in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
-                C.at_least_one(f"model.{k}", getattr(self, k))
-        moe = C.concrete(self.moe_layers)
+                _checks.at_least_one(f"model.{k}", getattr(self, k))
+        moe = _checks.concrete(self.moe_layers)
         if moe is not None and moe > 0:
-            C.at_least_one("model.experts", self.experts)
-            C.at_least_one("model.top_k", self.top_k)
-            C.at_least_one("model.expert_ffn_hidden", self.expert_ffn_hidden)
-            C.check("model.top_k", self.top_k, lambda v: v <= C.concrete(self.experts),
-                    f"must not exceed model.experts={C.concrete(self.experts).item():g}")
+            _checks.at_least_one("model.experts", self.experts)
+            _checks.at_least_one("model.top_k", self.top_k)
+            _checks.at_least_one("model.expert_ffn_hidden", self.expert_ffn_hidden)
+            experts = _checks.concrete(self.experts)
+            _checks.check("model.top_k", self.top_k, lambda v: v <= experts,
+                          f"must not exceed model.experts={experts.item():g}")
 
     # ---------------------------------------------------------------- shapes
     @property
@@ -164,7 +166,7 @@ class Transformer(eqx.Module):
         heads, qk, v = self.heads, self.qk_width, self.v_width
         rope, nope = self.qk_rope_head_dim, self.qk_head_dim
         q = (((h, self.q_lora_rank, ""), (self.q_lora_rank, heads * qk, "n"))
-             if C.concrete(self.q_lora_rank) is None or C.concrete(self.q_lora_rank) > 0
+             if _checks.concrete(self.q_lora_rank) is None or _checks.concrete(self.q_lora_rank) > 0
              else ((h, heads * qk, "n"),))
         return q + ((h, self.kv_lora_rank + rope, ""),
                     (self.kv_lora_rank, heads * (nope + v), "n"), (heads * v, h, "k"))

@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
-from codesign.execute import algorithms as A
+from codesign.execute import algorithms
 
 
 def _mesh(shape, names, devices=None):
@@ -20,9 +20,9 @@ def _mesh(shape, names, devices=None):
                          devices=devices)
 
 
-def _cases(axes, ops=A.OPS, exclude=()):
+def _cases(axes, ops=algorithms.OPS, exclude=()):
     hier = not isinstance(axes, str) and len(axes) == 2
-    return [(op, a) for op in ops for a in A.algorithm_names(op)
+    return [(op, a) for op in ops for a in algorithms.algorithm_names(op)
             if (hier or a != "hierarchical") and a not in exclude]
 
 
@@ -32,7 +32,7 @@ def _run_all(mesh, axes, cases, inputs):
 
     def body(*xs):
         by_op = dict(zip(ops, xs, strict=True))
-        return tuple(A.collective(op, alg, by_op[op], axes) for op, alg in cases)
+        return tuple(algorithms.collective(op, alg, by_op[op], axes) for op, alg in cases)
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(axes),) * len(ops),
                               out_specs=P(axes)))
@@ -117,9 +117,9 @@ def test_non_power_of_two_ranks_and_clear_errors():
         _run_all(mesh, "ranks", [("all_reduce", "hierarchical")],
                  {"all_reduce": jnp.asarray(inputs["all_reduce"])})
     with pytest.raises(ValueError, match="algorithm='bogus' is not executable"):
-        A.check_algorithm("all_reduce", "bogus")
+        algorithms.check_algorithm("all_reduce", "bogus")
     with pytest.raises(ValueError, match="op='broadcast' is not executable"):
-        A.check_op("broadcast")
+        algorithms.check_op("broadcast")
 
 
 def test_pipeline_streams_micro_batches_through_every_stage():
@@ -129,7 +129,7 @@ def test_pipeline_streams_micro_batches_through_every_stage():
     micro = rng.normal(size=(8 * m, b)).astype(np.float32)  # stage 0's block is micro[:m]
 
     def body(x):
-        return A.pipeline(x.reshape(m, b), "stage", lambda s, v: v * (s + 1.0) + s)
+        return algorithms.pipeline(x.reshape(m, b), "stage", lambda s, v: v * (s + 1.0) + s)
 
     out = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("stage"),
                                 out_specs=P("stage")))(jnp.asarray(micro))
@@ -148,8 +148,8 @@ def test_node_limited_moe_equals_unlimited_reference_and_caps_crossings():
     n_experts = 8 * epd
     rng = np.random.default_rng(4)
     x = rng.normal(size=(8 * T, d)).astype(np.float32)
-    ids, gates = A.node_limited_routing(jnp.asarray(rng.normal(size=(8 * T, n_experts))),
-                                        experts_per_node=4 * epd, top_k=k, max_nodes=M)
+    ids, gates = algorithms.node_limited_routing(jnp.asarray(rng.normal(size=(8 * T, n_experts))),
+                                                 experts_per_node=4 * epd, top_k=k, max_nodes=M)
     ids, gates = np.asarray(ids), np.asarray(gates, np.float32)
     assert np.all([len(set(row // (4 * epd))) <= M for row in ids])
     scale, bias = rng.normal(size=(2, n_experts)).astype(np.float32)
@@ -157,8 +157,8 @@ def test_node_limited_moe_equals_unlimited_reference_and_caps_crossings():
     def body(x, ids, gates, scale, bias):  # scale/bias: this rank's experts
         fn = lambda e, rows: jnp.tanh(rows * scale[e][:, None] + bias[e][:, None])  # noqa: E731
         kw = dict(experts_per_device=epd, algorithm="lax")  # direct is tested above
-        ref, ref_cross = A.moe_dispatch_combine(x, ids, gates, fn, **kw)
-        lim, lim_cross = A.moe_dispatch_combine(x, ids, gates, fn, max_nodes=M, **kw)
+        ref, ref_cross = algorithms.moe_dispatch_combine(x, ids, gates, fn, **kw)
+        lim, lim_cross = algorithms.moe_dispatch_combine(x, ids, gates, fn, max_nodes=M, **kw)
         return ref, lim, ref_cross[None], lim_cross[None]
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(axes), out_specs=P(axes)))
@@ -176,9 +176,9 @@ def test_node_limited_moe_equals_unlimited_reference_and_caps_crossings():
 def test_routing_rejects_impossible_limits():
     scores = jnp.zeros((4, 16))
     with pytest.raises(ValueError, match="max_nodes=3 must lie in"):
-        A.node_limited_routing(scores, experts_per_node=8, top_k=2, max_nodes=3)
+        algorithms.node_limited_routing(scores, experts_per_node=8, top_k=2, max_nodes=3)
     with pytest.raises(ValueError, match="top_k=9 must lie in"):
-        A.node_limited_routing(scores, experts_per_node=8, top_k=9, max_nodes=1)
+        algorithms.node_limited_routing(scores, experts_per_node=8, top_k=9, max_nodes=1)
 
 
 def test_buffers_smaller_than_the_rank_count_are_padded():

@@ -73,8 +73,8 @@ def test_format_quantity_by_name():
     assert units.format_quantity("busbw_Bps", 4.7e10) == "47 GB/s"
     assert units.format_quantity("time_s", 2.5e-6) == "2.5 us"
     assert units.format_quantity("step_time_s", 11.4) == "11.4 s"
-    assert units.format_quantity("mtbf_s", 11_120.0) == "11,120 s (3.089 h)"  # seconds first, as named
+    assert units.format_quantity("mtbf_s", 11_120.0) == "11,120 s (3.089 h)"
     assert units.format_quantity("time_to_train_s", 86_400.0 * 50) == "4,320,000 s (50 d)"
     assert units.format_quantity("mfu", 0.41234) == "0.4123"
-    assert units.format_quantity("memory_bytes_per_gpu", 52.49e9) == "52.49 GB"  # as the plots and 80 GB
+    assert units.format_quantity("memory_bytes_per_gpu", 52.49e9) == "52.49 GB"
     assert math.isclose(units.parse_quantity("x_Bps", "400Gb/s", field="f"), 50 * units.GB)

@@ -15,9 +15,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from codesign import _domains as D
+from codesign import _domains, step
 from codesign import scenario as sc
-from codesign import step as S
 from codesign.cli import _traced_message, main
 
 logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)  # traced errors: ours
@@ -26,35 +25,35 @@ FLOAT_KEYS = tuple(f"{s}.{k}" for s, keys in sc.SCHEMA.items()
                    for k, kind in keys.items() if kind is float)
 ALL_KEYS = tuple(f"{s}.{k}" for s, keys in sc.SCHEMA.items() for k in keys)
 BASE = sc.load(None)
-TRACED_KNOBS = tuple(k for k in sc.KNOBS if k not in D.RELATIONAL)
+TRACED_KNOBS = tuple(k for k in sc.KNOBS if k not in _domains.RELATIONAL)
 PROPERTY = settings(max_examples=2000, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
 # ------------------------------------------------------------------ the table
 def test_every_float_key_and_knob_has_a_domain():
-    assert set(FLOAT_KEYS) <= set(D.DOMAINS), set(FLOAT_KEYS) - set(D.DOMAINS)
-    assert set(sc.KNOBS) <= set(D.DOMAINS)
-    assert set(D.DOMAINS) <= set(FLOAT_KEYS), "a domain for a key the schema lacks"
+    assert set(FLOAT_KEYS) <= set(_domains.DOMAINS), set(FLOAT_KEYS) - set(_domains.DOMAINS)
+    assert set(sc.KNOBS) <= set(_domains.DOMAINS)
+    assert set(_domains.DOMAINS) <= set(FLOAT_KEYS), "a domain for a key the schema lacks"
 
 
 def test_every_builtin_scenario_lies_inside_the_domains():
     for name in sc.BUILTIN:
         scn = sc.load(name)
         for key in sc.KNOBS:
-            D.check(key, sc.get_knob(scn, key))
+            _domains.check(key, sc.get_knob(scn, key))
 
 
 def test_domain_membership_and_description():
-    d = D.DOMAINS["parallel.tp"]
+    d = _domains.DOMAINS["parallel.tp"]
     assert d.describe() == "an integer in [1, 1e7]"
     assert list(d.ok([0, 1, 2.5, 8, 1e7, 2e7, np.nan, np.inf])) == \
         [False, True, False, True, True, False, False, False]
-    e = D.DOMAINS["system.matmul_efficiency"]
+    e = _domains.DOMAINS["system.matmul_efficiency"]
     assert e.describe() == "a number in (0, 1]"
     assert list(e.ok([0.0, 1e-9, 1.0, 1.0000001])) == [False, True, True, False]
-    assert D.DOMAINS["system.scale_up_bandwidth_Bps"].clip(1e2, 1e16) == (1e3, 1e15)
-    assert "| an integer in [1, 1e7] |" in D.table_markdown()
+    assert _domains.DOMAINS["system.scale_up_bandwidth_Bps"].clip(1e2, 1e16) == (1e3, 1e15)
+    assert "| an integer in [1, 1e7] |" in _domains.table_markdown()
 
 
 # ------------------------------------------------------------------ the CLI
@@ -169,7 +168,7 @@ def test_optimize_with_nothing_feasible_exits_3(capsys):
 
 
 def test_outputs_that_are_not_finite_or_above_peak_are_errors():
-    est = S.outputs(jax.jit(S.estimate)(BASE))
+    est = step.outputs(jax.jit(step.estimate)(BASE))
     sc.check_outputs(est)
     with pytest.raises(ValueError, match=r"time_to_train_s=inf is not finite.*gpu_mtbf_s"
                                          r".*\(overrides: x.y=1\)"):
@@ -182,7 +181,7 @@ def test_outputs_that_are_not_finite_or_above_peak_are_errors():
 def test_traced_knobs_outside_their_domain_raise_under_jit_vmap_and_grad():
     def step_time(e):
         scn = sc.set_knobs(BASE, {"system.matmul_efficiency": e})
-        return S.estimate(scn).step.step_time_s
+        return step.estimate(scn).step.step_time_s
 
     assert float(jax.jit(step_time)(0.5)) > 0
     for bad in (0.0, 7.0, jnp.nan):
@@ -198,11 +197,11 @@ def test_traced_knobs_outside_their_domain_raise_under_jit_vmap_and_grad():
 
 
 def test_concrete_checks_say_so_when_skipped_under_trace():
-    from codesign import _checks as C
+    from codesign import _checks
 
-    assert C.concrete(jnp.ones(2)) is not None
+    assert _checks.concrete(jnp.ones(2)) is not None
     seen = []
-    jax.jit(lambda x: seen.append(C.concrete(x)) or x)(1.0)
+    jax.jit(lambda x: seen.append(_checks.concrete(x)) or x)(1.0)
     assert seen == [None]  # skipped: Scenario.checked covers traced scenarios
 
 
@@ -210,14 +209,14 @@ def test_concrete_checks_say_so_when_skipped_under_trace():
 @functools.cache
 def _outputs_of_scenario():
     """outputs(estimate(scn)), jitted once; a recompile fails the test."""
-    return jax.jit(chex.assert_max_traces(lambda s: S.outputs(S.estimate(s)), n=1))
+    return jax.jit(chex.assert_max_traces(lambda s: step.outputs(step.estimate(s)), n=1))
 
 
 @functools.cache
 def _outputs_of_knobs():
     """outputs(estimate(set_knobs(BASE, values))) over every traced knob at once."""
     def f(values):
-        return S.outputs(S.estimate(sc.set_knobs(BASE, values)))
+        return step.outputs(step.estimate(sc.set_knobs(BASE, values)))
     return jax.jit(chex.assert_max_traces(f, n=1))
 
 
@@ -237,7 +236,7 @@ def _assert_answer_or_one_line_error(evaluate):
 
 def _numbers(key, big=10**400):
     """Any float, any integer (up to `big`), and values near the key's domain and its edges."""
-    d = D.DOMAINS.get(key, D.Domain(0.0, 1.0))
+    d = _domains.DOMAINS.get(key, _domains.Domain(0.0, 1.0))
     edges = [d.lo, d.hi, d.lo * (1 - 1e-12), d.hi * (1 + 1e-12), -d.hi, 0.0, 1.0]
     inside = (st.integers(int(d.lo), int(min(d.hi, 2**20))) if d.integer
               else st.floats(d.lo, d.hi, exclude_min=d.lo_open))
@@ -312,7 +311,7 @@ def test_property_scenario_tables_load_or_name_the_key(tables, with_preset):
     event("loaded")
     assert isinstance(scn, sc.Scenario)
     for key in sc.KNOBS:
-        D.check(key, sc.get_knob(scn, key))  # everything loaded lies in its domain
+        _domains.check(key, sc.get_knob(scn, key))  # everything loaded lies in its domain
 
 
 KNOB_VALUES = st.dictionaries(st.sampled_from(TRACED_KNOBS), st.floats(), max_size=4).flatmap(
@@ -328,7 +327,7 @@ def test_property_traced_knobs_answer_or_raise_naming_the_key(values):
     full = {k: np.asarray(sc.get_knob(BASE, k), dtype=np.float64) for k in TRACED_KNOBS}
     full.update({k: np.asarray(v, dtype=np.float64) for k, v in values.items()})
     outside = [k for k, v in values.items()
-               if not D.DOMAINS[k].ok_traced(np.asarray(v))]
+               if not _domains.DOMAINS[k].ok_traced(np.asarray(v))]
     try:
         out = _outputs_of_knobs()(full)
     except Exception as e:  # noqa: BLE001 - what a traced check raises depends on the transform
@@ -355,4 +354,4 @@ def test_docs_render_the_domain_table_and_the_exit_codes():
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "inputs.md").read_text()
     assert "## Exit codes and input domains" in page
-    assert D.table_markdown() in page, "docs/inputs.md's domain table is stale: re-render it"
+    assert _domains.table_markdown() in page, "docs/inputs.md's domain table is stale: re-render it"

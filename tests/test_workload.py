@@ -2,7 +2,7 @@
 
 import pytest
 
-from codesign import workload as W
+from codesign import workload
 
 # (preset, published parameter count, relative tolerance)
 PUBLISHED = [
@@ -20,15 +20,15 @@ PUBLISHED = [
 
 @pytest.mark.parametrize("name,params,tol", PUBLISHED)
 def test_parameter_counts_match_publications(name, params, tol):
-    assert float(W.model(name).params()) == pytest.approx(params, rel=tol)
+    assert float(workload.model(name).params()) == pytest.approx(params, rel=tol)
 
 
 def test_active_parameters_of_moe_models():
-    assert float(W.model("mixtral-8x7b").active_params_per_token()) == pytest.approx(12.9e9,
-                                                                                     rel=0.02)
+    assert float(workload.model("mixtral-8x7b").active_params_per_token()) == pytest.approx(12.9e9,
+                                                                                            rel=0.02)
     # DeepSeek-V3: 37B activated (MLA approximated by MHA: within 3%)
-    assert float(W.model("deepseek-v3").active_params_per_token()) == pytest.approx(37e9,
-                                                                                    rel=0.03)
+    assert float(workload.model("deepseek-v3").active_params_per_token()) == pytest.approx(37e9,
+                                                                                           rel=0.03)
 
 
 def _narayanan(B, s, L, h, V, recompute):
@@ -38,7 +38,7 @@ def _narayanan(B, s, L, h, V, recompute):
 
 @pytest.mark.parametrize("name", ["gpt3-175b", "megatron-1t", "megatron-530b"])
 def test_flops_follow_narayanan_2021(name):
-    m = W.model(name)
+    m = workload.model(name)
     B, s, L, h, V = 1536.0, float(m.seq_len), float(m.layers), float(m.hidden), float(m.vocab)
     tokens = B * s
     assert float(m.model_flops_per_token()) * tokens == pytest.approx(
@@ -51,7 +51,7 @@ def test_flops_follow_narayanan_2021(name):
 
 @pytest.mark.parametrize("tp,sp", [(1, False), (8, False), (8, True)])
 def test_activation_bytes_follow_korthikanti_2022(tp, sp):
-    m = W.model("gpt3-175b")
+    m = workload.model("gpt3-175b")
     s, b, h, a = 2048, 1, 12288, 96
     got = float(m.activation_bytes_per_layer(b, tp, sp, "none", False))
     want = (s * b * h / tp * (34 + 5 * a * s / h) if sp
@@ -66,13 +66,13 @@ def test_activation_bytes_follow_korthikanti_2022(tp, sp):
 
 def test_bad_models_are_rejected_with_the_field():
     with pytest.raises(ValueError, match="model.heads=30 must be a multiple of model.kv_heads=8"):
-        W.Transformer(4, 64, 30, 128, 1000, kv_heads=8)
+        workload.Transformer(4, 64, 30, 128, 1000, kv_heads=8)
     with pytest.raises(ValueError, match="model.layers=0"):
-        W.Transformer(0, 64, 8, 128, 1000)
+        workload.Transformer(0, 64, 8, 128, 1000)
     with pytest.raises(ValueError, match="model.top_k=9 must not exceed model.experts=8"):
-        W.Transformer(4, 64, 8, 128, 1000, moe_layers=2, experts=8, top_k=9,
-                      expert_ffn_hidden=64)
+        workload.Transformer(4, 64, 8, 128, 1000, moe_layers=2, experts=8, top_k=9,
+                             expert_ffn_hidden=64)
     with pytest.raises(ValueError, match="unknown"):
-        W.preset("gpt-5")
+        workload.preset("gpt-5")
     with pytest.raises(ValueError, match="recompute='some'"):
-        W.model("gpt3-175b").hardware_flops_per_token("some")
+        workload.model("gpt3-175b").hardware_flops_per_token("some")

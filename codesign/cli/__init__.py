@@ -8,7 +8,8 @@ with nothing feasible, a sweep whose every point is infeasible); 1 an internal
 fault (one line and a request to report it; CODESIGN_DEBUG=1 shows the traceback).
 
 The command computes in float64 (`jax_enable_x64`, set here for its own
-process; importing codesign sets nothing). Compiled models are cached on disk (JAX's persistent compilation cache) in
+process; importing codesign sets nothing). Compiled models are cached on disk
+(JAX's persistent compilation cache) in
 `$CODESIGN_CACHE` (default ~/.cache/codesign/xla; set it empty to disable), so a
 second run of the same command skips compilation.
 """

@@ -80,13 +80,12 @@ def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
         distributed.configure_cpu_devices(args.devices, reexec=True)
     import jax
 
-    from ..execute import algorithms as A
-    from ..execute import bench
+    from ..execute import algorithms, bench
 
-    op = A.check_op(args.op)
+    op = algorithms.check_op(args.op)
     mesh = bench.make_mesh(args.mesh)
     names = (bench.runnable_algorithms(op, mesh) if args.algorithm == "all"
-             else (args.algorithm or A.algorithm_names(op)[0],))
+             else (args.algorithm or algorithms.algorithm_names(op)[0],))
     for algorithm in names:
         bench.check_runnable(op, algorithm, mesh)
     bench.check_dtype(args.dtype)

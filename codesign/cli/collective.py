@@ -20,8 +20,7 @@ import json
 import jax
 import numpy as np
 
-from .. import _checks as C
-from .. import _domains
+from .. import _checks, _domains
 from .. import collectives as co
 from .. import hardware as hw
 from .. import scenario as sc
@@ -123,9 +122,9 @@ def _terms(op, names, n_bytes, ranks, tier, outer, local_ranks):
 
 
 def _evaluate_all(op: str, names: tuple, n_bytes, ranks: float, where: Placement) -> dict:
-    local = None if where.local_ranks is None else C.as_float(where.local_ranks)
+    local = None if where.local_ranks is None else _checks.as_float(where.local_ranks)
     n = np.atleast_1d(np.asarray(n_bytes, dtype=float))
-    out = _terms(op, names, n, C.as_float(ranks), where.tier, where.outer, local)
+    out = _terms(op, names, n, _checks.as_float(ranks), where.tier, where.outer, local)
     return jax.tree.map(np.asarray, out)
 
 
@@ -223,8 +222,8 @@ def run(args, name) -> int:
     where = placement(system, args.tier, ranks)
     _check_algorithm(args.algorithm, where, system)
     if args.algorithm in ("recursive_doubling", "halving_doubling"):
-        C.check("--ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
-                f"must be a power of two for --algorithm {args.algorithm}")
+        _checks.check("--ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
+                      f"must be a power of two for --algorithm {args.algorithm}")
     if args.size is None and args.sweep is None:
         raise ValueError("--bytes SIZE (or --sweep MIN:MAX) is required")
     if args.csv and not args.sweep:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 
-from .. import reliability as R
+from .. import reliability, step
 from .. import scenario as sc
-from .. import step as S
 from . import _output, _system
 from .estimate import evaluate
 
@@ -34,14 +33,15 @@ def add_arguments(parser, name) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def reliability_json(scn, est: S.Estimate) -> dict:
+def reliability_json(scn, est: step.Estimate) -> dict:
     """The reliability part of an estimate by JSON key (plain floats)."""
     rep, rel = est.reliability, scn.reliability
     out = {"step_time_s": float(est.step.step_time_s), "gpus": float(scn.system.gpus)}
     out.update({k: float(getattr(rep, k)) for k in REPORT_KEYS})
-    out["young_interval_s"] = float(R.young_interval_s(rep.checkpoint_write_s, rep.mtbf_s))
-    out["component_mtbf_s"] = {k: float(v)
-                               for k, v in R.component_mtbf_s(scn.system.gpus, rel).items()}
+    out["young_interval_s"] = float(
+        reliability.young_interval_s(rep.checkpoint_write_s, rep.mtbf_s))
+    mtbf = reliability.component_mtbf_s(scn.system.gpus, rel)
+    out["component_mtbf_s"] = {k: float(v) for k, v in mtbf.items()}
     out["straggler_q"] = float(rel.straggler_q)
     out["straggler_slowdown"] = float(rel.straggler_slowdown)
     out["straggler_sigma"] = float(rel.straggler_sigma)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .. import step as S
+from .. import step
 from ..plan import Plan
 from ..workload import Transformer
 from . import hlo
@@ -236,8 +236,9 @@ def compile_hlo(shape: AuditShape, devices: Sequence | None = None) -> dict:
 
     shardings = (param_sharding, batch_sharding)
     forward = jax.jit(loss, in_shardings=shardings).lower(params, tokens).compile()
-    step = jax.jit(train, in_shardings=shardings, out_shardings=(param_sharding, None))
-    return {"forward": forward.as_text(), "train": step.lower(params, tokens).compile().as_text(),
+    train_step = jax.jit(train, in_shardings=shardings, out_shardings=(param_sharding, None))
+    train_hlo = train_step.lower(params, tokens).compile().as_text()
+    return {"forward": forward.as_text(), "train": train_hlo,
             "mesh": mesh, "param_shards": _param_shards(params, param_sharding)}
 
 
@@ -289,7 +290,7 @@ def observed(program: str, text: str, shape: AuditShape, mesh) -> list[Observed]
 def predicted_rows(shape: AuditShape, system) -> list[dict]:
     """The traffic table of the scaled configuration (rows that move bytes)."""
     system = eqx.tree_at(lambda s: s.gpus, system, jnp.asarray(float(shape.dp * shape.tp)))
-    rows = jax.jit(S.step)(shape.transformer(), shape.plan(), system).traffic
+    rows = jax.jit(step.step)(shape.transformer(), shape.plan(), system).traffic
     out = []
     for r in rows:
         count, ranks = float(r.count_per_step), float(r.ranks)

@@ -33,7 +33,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from .. import collectives
-from . import algorithms as A
+from . import algorithms
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
           "int32": jnp.int32, "float64": jnp.float64}
@@ -83,13 +83,13 @@ def runnable_algorithms(op: str, mesh: BenchMesh) -> tuple[str, ...]:
     """The algorithms of `op` this mesh can run (hierarchical needs 2 axes,
     recursive doubling / halving-doubling a power-of-two rank count)."""
     p = mesh.ranks
-    return tuple(a for a in A.algorithm_names(op)
+    return tuple(a for a in algorithms.algorithm_names(op)
                  if not (a == "hierarchical" and len(mesh.axes) != 2)
                  and not (a in _POWER_OF_TWO_ONLY and p & (p - 1)))
 
 
 def check_runnable(op: str, algorithm: str, mesh: BenchMesh) -> None:
-    A.check_algorithm(op, algorithm)
+    algorithms.check_algorithm(op, algorithm)
     if algorithm not in runnable_algorithms(op, mesh):
         need = ("a 2D mesh, e.g. --mesh 2x4" if algorithm == "hierarchical"
                 else "a power-of-two number of ranks")
@@ -125,14 +125,14 @@ def expected_output(op: str, x: np.ndarray, ranks: int) -> np.ndarray:
         return blocks.reshape(ranks, ranks, -1).transpose(1, 0, 2).reshape(-1)
     if op == "send_recv":
         return np.roll(blocks, 1, axis=0).reshape(-1)
-    raise ValueError(f"op={op!r} has no expected output; choose one of {', '.join(A.OPS)}")
+    raise ValueError(f"op={op!r} has no expected output; choose one of {', '.join(algorithms.OPS)}")
 
 
 def compiled(op: str, algorithm: str, mesh: BenchMesh) -> Callable[[jax.Array], jax.Array]:
     """jit(shard_map(...)) running `op` by `algorithm` over every axis of the mesh on a
     global 1D array sharded on dimension 0."""
     axes = mesh.axes if len(mesh.axes) > 1 else mesh.axes[0]
-    body = lambda block: A.collective(op, algorithm, block, axes)  # noqa: E731
+    body = lambda block: algorithms.collective(op, algorithm, block, axes)  # noqa: E731
     return jax.jit(jax.shard_map(body, mesh=mesh.mesh, in_specs=P(axes), out_specs=P(axes)))
 
 
@@ -247,7 +247,7 @@ def run(op: str, algorithm: str, mesh: BenchMesh, sizes_bytes: Sequence[float], 
     on the machine slows one round of all sizes, not every call of one size
     (the minimum over rounds is the figure that then stands).
     """
-    op = A.check_op(op)
+    op = algorithms.check_op(op)
     check_runnable(op, algorithm, mesh)
     check_dtype(dtype)
     if iters < 1 or warmup < 0:
