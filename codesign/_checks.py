@@ -49,6 +49,12 @@ def fraction(name: str, value) -> None:
     check(name, value, lambda v: (v >= 0) & (v <= 1), "must lie in [0, 1]")
 
 
+def known(what: str, name: str, names) -> None:
+    """`name` is one of `names` (a preset, a target...), or a one-line error."""
+    if name not in names:
+        raise ValueError(f"{what} {name!r} is unknown; choose one of {', '.join(names)}")
+
+
 def as_float(value) -> jax.Array:
     """A float leaf: knobs are floats so they are differentiable (exact at integers)."""
     return jnp.asarray(value, dtype=float)

@@ -407,9 +407,7 @@ PRESET_NAMES = tuple(_PRESETS)
 
 def preset(name: str) -> Preset:
     """The preset `name` (see `PRESET_NAMES`) with its description and sources."""
-    if name not in _PRESETS:
-        raise ValueError(f"system preset {name!r} is unknown; choose one of "
-                         f"{', '.join(PRESET_NAMES)}")
+    _checks.known("system preset", name, PRESET_NAMES)
     return _PRESETS[name]()
 
 

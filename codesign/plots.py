@@ -35,6 +35,18 @@ def _save(fig, path=None):
     return fig
 
 
+def _finish(fig, ax, xlabel: str, ylabel: str, title: str, path=None, *, which="major",
+            **legend):
+    """Axis labels, title, grid and legend (`legend`: its keywords, default
+    fontsize 8); then `_save`."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which=which, alpha=0.3)
+    ax.legend(**{"fontsize": 8, **legend})
+    return _save(fig, path)
+
+
 def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=None,
                      title: str = "", path=None, ax=None):
     """Time against size (log-log), one line per algorithm of a collective.
@@ -61,14 +73,7 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
     if auto_s is not None:
         ax.loglog(sizes_bytes, auto_s, "k--", lw=2.5, alpha=0.6, label="auto (soft min)")
     ax.plot([], [], "o", color="gray", label="latency term = bandwidth term")
-    ax.set_xlabel("message size n (bytes)")
-    ax.set_ylabel("time (s)")
-    ax.set_title(title)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
-    if path is not None:
-        fig.savefig(path, dpi=150)
-    return fig
+    return _finish(fig, ax, "message size n (bytes)", "time (s)", title, path)
 
 
 # ------------------------------------------------------------ sweeps: codesign/_sweep_plots.py
@@ -109,12 +114,8 @@ def straggler_step_times(participants, curves: dict, *, monte_carlo=None, path=N
             ax.plot(*monte_carlo[label], "o", ms=5, color=line.get_color())
     if monte_carlo:
         ax.plot([], [], "o", color="gray", label="Monte Carlo mean")
-    ax.set_xlabel("participants p")
-    ax.set_ylabel("step time / straggler-free step time")
-    ax.set_title(title)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return _finish(fig, ax, "participants p", "step time / straggler-free step time", title,
+                   path, fontsize=7, ncol=2)
 
 
 def checkpoint_tradeoff(intervals_s, fraction, marks: dict, *, label=None, path=None, ax=None,
@@ -127,12 +128,8 @@ def checkpoint_tradeoff(intervals_s, fraction, marks: dict, *, label=None, path=
     for (name, (tau, f)), marker in zip(marks.items(), "o^sv", strict=False):
         ax.plot([tau], [f], marker, ms=7, color=line.get_color(), mfc="white" if marker == "o"
                 else line.get_color(), label=f"{name}: {tau:,.0f} s, {f:.2%}")
-    ax.set_xlabel("checkpoint interval (s of work)")
-    ax.set_ylabel("effective training time fraction")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _finish(fig, ax, "checkpoint interval (s of work)",
+                   "effective training time fraction", title, path, which="both")
 
 
 # ------------------------------------------------------- measured collectives (execute/)
@@ -142,12 +139,7 @@ def measured_busbw(series: dict, *, title: str = "", path=None, ax=None):
     fig, ax = _figure(ax)
     for label, (sizes, busbw) in series.items():
         ax.loglog(sizes, [b / 1e9 for b in busbw], "o-", ms=3, lw=1.5, label=label)
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
-    ax.set_title(title)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _finish(fig, ax, "size (bytes)", "busbw (GB/s)", title, path)
 
 
 def predicted_vs_measured(sizes_bytes, measured_s, predicted_s, held_out, *, title: str = "",
@@ -163,12 +155,7 @@ def predicted_vs_measured(sizes_bytes, measured_s, predicted_s, held_out, *, tit
               label="measured (fitted)")
     ax.loglog([sizes_bytes[i] for i in out], [measured_s[i] for i in out], "o", ms=7,
               mfc="none", label="measured (held out)")
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("time (s)")
-    ax.set_title(title)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _finish(fig, ax, "size (bytes)", "time (s)", title, path)
 
 
 # ------------------------------------------------------------ co-design (codesign.optimize)
@@ -188,14 +175,7 @@ def pareto(cost_usd, time_s, front_cost_usd=(), front_time_s=(), *, grid_front=N
     if len(front_cost_usd):
         ax.plot(np.asarray(front_cost_usd) / 1e6, np.asarray(front_time_s) / 86400, "o-",
                 color="tab:red", ms=5, label="gradient front (one run per budget)")
-    ax.set_xlabel("cost to train (million USD)")
-    ax.set_ylabel("time to train (days)")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    if path is not None:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-    return fig
+    return _finish(fig, ax, "cost to train (million USD)", "time to train (days)", title, path)
 
 
 # ------------------------------------------------------------ one estimate (codesign estimate)

@@ -383,9 +383,7 @@ PRESET_NAMES = tuple(_PRESETS)
 
 
 def preset(name: str) -> Preset:
-    if name not in _PRESETS:
-        raise ValueError(f"model preset {name!r} is unknown; choose one of "
-                         f"{', '.join(PRESET_NAMES)}")
+    _checks.known("model preset", name, PRESET_NAMES)
     return _PRESETS[name]()
 
 

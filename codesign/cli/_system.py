@@ -1,10 +1,23 @@
-"""Which system a command used: a text header line and a JSON field."""
+"""Which scenario and system a command uses: its arguments (scenario, --set,
+--system), a text header line and a JSON field."""
 
 from __future__ import annotations
 
 from ..hardware import System, Tier
+from ..scenario import BUILTIN
 from ..units import GB, us
 from .presets import to_json
+
+
+def add_scenario_arguments(parser, set_example: str = "") -> None:
+    """The scenario (optional, default `default`), `--set` and `--system`."""
+    parser.add_argument("scenario", nargs="?", default=None,
+                        help="TOML file or built-in name: " + ", ".join(BUILTIN)
+                        + " (default: default)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a scenario key (repeatable)" + set_example)
+    parser.add_argument("--system", help="system preset name or system TOML (e.g. from "
+                        "`codesign calibrate --out`)")
 
 
 def _tier(t: Tier) -> dict:

@@ -10,16 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from . import _system
+
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("scenario", nargs="?", default=None,
-                        help="TOML file or built-in scenario name (default: default)")
+    _system.add_scenario_arguments(parser)
     parser.add_argument("--mesh", default="dp=2,tp=4",
                         help="the cut to compile, AXIS=SIZE pairs over dp and tp "
                              "(default dp=2,tp=4)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a scenario key (repeatable)")
-    parser.add_argument("--system", help="system preset name or system TOML")
     parser.add_argument("--devices", type=int, default=8,
                         help="fake CPU devices when JAX runs on CPU (default 8)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -13,13 +13,7 @@ from . import _output, _system
 
 
 def add_arguments(parser, name):
-    parser.add_argument("scenario", nargs="?", default=None,
-                        help="TOML file or built-in name " + ", ".join(sc.BUILTIN)
-                        + " (default: default)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a scenario key (repeatable)")
-    parser.add_argument("--system", help="system preset name or system TOML (e.g. from "
-                        "`codesign calibrate --out`)")
+    _system.add_scenario_arguments(parser)
     if name == "roofline":
         parser.add_argument("--plot", metavar="FILE.png", help="draw the roofline")
     if name == "estimate":

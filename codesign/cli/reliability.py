@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 
 from .. import reliability, step
-from .. import scenario as sc
 from . import _output, _system
 from .estimate import evaluate
 
@@ -23,13 +22,7 @@ REPORT_KEYS = ("expected_step_time_s", "step_time_p50_s", "step_time_p99_s", "p_
 
 
 def add_arguments(parser, name) -> None:
-    parser.add_argument("scenario", nargs="?", default=None,
-                        help="TOML file or built-in name: " + ", ".join(sc.BUILTIN)
-                        + " (default: default)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a scenario key (repeatable), "
-                             "e.g. reliability.straggler_q=0.01")
-    parser.add_argument("--system", help="system preset name or system TOML")
+    _system.add_scenario_arguments(parser, ", e.g. reliability.straggler_q=0.01")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
