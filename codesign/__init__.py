@@ -9,17 +9,48 @@ working inside `with jax.enable_x64(True):`). In float32 the built-in scenarios'
 outputs agree to 1e-4 relative (tests/test_public_api.py).
 """
 
+# The modules, each a namespace with one job (README.md, "Layout").
 from . import collectives as collectives
+from . import execute as execute
+from . import fabric as fabric
+from . import hardware as hardware
+from . import plan as plan
+from . import plots as plots
+from . import reliability as reliability
+from . import scenario as scenario
+from . import step as step
+from . import traffic as traffic
 from . import units as units
+from . import validate as validate
+from . import workload as workload
+
+# The names most programs need.
+from .fabric import Prices as Prices
 from .hardware import Chip as Chip
 from .hardware import System as System
 from .hardware import Tier as Tier
 from .plan import Plan as Plan
+from .plan import Precision as Precision
+from .reliability import Reliability as Reliability
 from .scenario import Scenario as Scenario
+from .scenario import get_knob as get_knob
 from .scenario import load as load
 from .scenario import set_knobs as set_knobs
+from .step import Estimate as Estimate
 from .step import estimate as estimate
 from .step import outputs as outputs
+from .step import roofline as roofline
 from .workload import Transformer as Transformer
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # modules
+    "collectives", "execute", "fabric", "hardware", "plan", "plots", "reliability",
+    "scenario", "step", "traffic", "units", "validate", "workload",
+    # inputs
+    "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
+    "Scenario", "load", "get_knob", "set_knobs",
+    # models
+    "Estimate", "estimate", "outputs", "roofline",
+]

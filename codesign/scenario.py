@@ -148,6 +148,7 @@ KNOBS = tuple(_GETTERS)  # every float knob, by its scenario key
 
 
 def get_knob(scn: Scenario, name: str) -> jax.Array:
+    """The value of the float knob `name` (a scenario key, `KNOBS`) in `scn`."""
     if name not in _GETTERS:
         raise ValueError(f"knob {name!r} is unknown; knobs are scenario keys such as "
                          "system.scale_out_bandwidth_Bps, parallel.tp, training.micro_batch")

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _checks
+from ._checks import float_field
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTIONS = ("mha", "mla")  # multi-head (incl. GQA/MQA via kv_heads), multi-head latent
@@ -58,48 +59,38 @@ class Transformer(eqx.Module):
     of width `expert_ffn_hidden`. `gated` FFNs (SwiGLU) have three matrices.
     """
 
-    layers: jax.Array
-    hidden: jax.Array
-    heads: jax.Array
-    kv_heads: jax.Array
-    ffn_hidden: jax.Array
-    seq_len: jax.Array
-    vocab: jax.Array
-    moe_layers: jax.Array
-    experts: jax.Array
-    shared_experts: jax.Array
-    top_k: jax.Array
-    expert_ffn_hidden: jax.Array
-    q_lora_rank: jax.Array  # MLA only (0 = full-rank queries)
-    kv_lora_rank: jax.Array  # MLA only
-    qk_head_dim: jax.Array  # MLA only: per-head query/key width without RoPE
-    qk_rope_head_dim: jax.Array  # MLA only: decoupled RoPE width
-    v_head_dim: jax.Array  # MLA only
-    gated: bool = eqx.field(static=True, default=False)
-    tied_embeddings: bool = eqx.field(static=True, default=True)
-    attention: str = eqx.field(static=True, default="mha")
-    attention_kernel: str = eqx.field(static=True, default="flash")
-    dropout: bool = eqx.field(static=True, default=False)
-    name: str = eqx.field(static=True, default="custom")
+    layers: jax.Array = float_field()
+    hidden: jax.Array = float_field()
+    heads: jax.Array = float_field()
+    kv_heads: jax.Array = float_field(default=None, kw_only=True)  # default: heads (MHA)
+    ffn_hidden: jax.Array = float_field(default=None, kw_only=True)  # default: 4 hidden
+    seq_len: jax.Array = float_field()
+    vocab: jax.Array = float_field()
+    moe_layers: jax.Array = float_field(default=0.0, kw_only=True)
+    experts: jax.Array = float_field(default=0.0, kw_only=True)
+    shared_experts: jax.Array = float_field(default=0.0, kw_only=True)
+    top_k: jax.Array = float_field(default=0.0, kw_only=True)
+    expert_ffn_hidden: jax.Array = float_field(default=0.0, kw_only=True)
+    # MLA only (0 = full-rank queries)
+    q_lora_rank: jax.Array = float_field(default=0.0, kw_only=True)
+    kv_lora_rank: jax.Array = float_field(default=0.0, kw_only=True)  # MLA only
+    # MLA only: per-head query/key width without RoPE
+    qk_head_dim: jax.Array = float_field(default=0.0, kw_only=True)
+    # MLA only: decoupled RoPE width
+    qk_rope_head_dim: jax.Array = float_field(default=0.0, kw_only=True)
+    v_head_dim: jax.Array = float_field(default=0.0, kw_only=True)  # MLA only
+    gated: bool = eqx.field(static=True, default=False, kw_only=True)
+    tied_embeddings: bool = eqx.field(static=True, default=True, kw_only=True)
+    attention: str = eqx.field(static=True, default="mha", kw_only=True)
+    attention_kernel: str = eqx.field(static=True, default="flash", kw_only=True)
+    dropout: bool = eqx.field(static=True, default=False, kw_only=True)
+    name: str = eqx.field(static=True, default="custom", kw_only=True)
 
-    def __init__(self, layers, hidden, heads, seq_len, vocab, *, kv_heads=None,
-                 ffn_hidden=None, moe_layers=0, experts=0, shared_experts=0, top_k=0,
-                 expert_ffn_hidden=0, gated=False, tied_embeddings=True, attention="mha",
-                 attention_kernel="flash", dropout=False, q_lora_rank=0, kv_lora_rank=0,
-                 qk_head_dim=0, qk_rope_head_dim=0, v_head_dim=0, name="custom"):
-        f = _checks.as_float
-        self.layers, self.hidden, self.heads = f(layers), f(hidden), f(heads)
-        self.kv_heads = f(heads if kv_heads is None else kv_heads)
-        self.ffn_hidden = f(4 * hidden if ffn_hidden is None else ffn_hidden)
-        self.seq_len, self.vocab = f(seq_len), f(vocab)
-        self.moe_layers, self.experts = f(moe_layers), f(experts)
-        self.shared_experts, self.top_k = f(shared_experts), f(top_k)
-        self.expert_ffn_hidden = f(expert_ffn_hidden)
-        self.q_lora_rank, self.kv_lora_rank = f(q_lora_rank), f(kv_lora_rank)
-        self.qk_head_dim, self.qk_rope_head_dim = f(qk_head_dim), f(qk_rope_head_dim)
-        self.v_head_dim = f(v_head_dim)
-        self.gated, self.tied_embeddings, self.name = gated, tied_embeddings, name
-        self.attention, self.attention_kernel, self.dropout = attention, attention_kernel, dropout
+    def __post_init__(self):
+        if self.kv_heads is None:
+            self.kv_heads = self.heads
+        if self.ffn_hidden is None:
+            self.ffn_hidden = 4 * self.hidden
 
     def __check_init__(self):
         for k in ("layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden"):
