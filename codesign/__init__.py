@@ -9,20 +9,23 @@ working inside `with jax.enable_x64(True):`). In float32 the built-in scenarios'
 outputs agree to 1e-4 relative (tests/test_public_api.py).
 """
 
-# The modules, each a namespace with one job (README.md, "Layout").
+import importlib
+
+# The modules, each a namespace with one job (README.md, "Layout"). Those that
+# pull in matplotlib or the execution path load on first use (`__getattr__`),
+# so that `import codesign` and every command start fast.
 from . import collectives as collectives
-from . import execute as execute
 from . import fabric as fabric
 from . import hardware as hardware
 from . import plan as plan
-from . import plots as plots
 from . import reliability as reliability
 from . import scenario as scenario
 from . import step as step
 from . import traffic as traffic
 from . import units as units
-from . import validate as validate
 from . import workload as workload
+
+_ON_FIRST_USE = ("execute", "plots", "validate")
 
 # The names most programs need.
 from .fabric import Prices as Prices
@@ -54,3 +57,9 @@ __all__ = [
     # models
     "Estimate", "estimate", "outputs", "roofline",
 ]
+
+
+def __getattr__(name: str):
+    if name in _ON_FIRST_USE:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
