@@ -25,8 +25,6 @@ from . import traffic as traffic
 from . import units as units
 from . import workload as workload
 
-_ON_FIRST_USE = ("execute", "plots", "validate")
-
 # The names most programs need.
 from .fabric import Prices as Prices
 from .hardware import Chip as Chip
@@ -46,6 +44,7 @@ from .step import roofline as roofline
 from .workload import Transformer as Transformer
 
 __version__ = "0.1.0"
+_ON_FIRST_USE = ("execute", "plots", "validate")
 
 __all__ = [
     # modules
