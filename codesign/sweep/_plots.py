@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from . import units  # noqa: E402
+from .. import units  # noqa: E402
 
 # A sweep table is a dict column -> array (float, or object for categories).
 
