@@ -193,15 +193,10 @@ def _is_axis_table(value: dict) -> bool:
     return any(k in value for k in _KNOB_KINDS + ("log",))
 
 
-def _where(raw, field: str, prefix: str = "") -> dict:
-    """`{column: value or [values]}`; nested tables are dotted keys (`parallel.tp = 8`)."""
-    out = {}
-    for k, v in fields.table(raw, field).items():
-        if isinstance(v, dict):
-            out.update(_where(v, f"{field}.{k}", f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = tuple(v) if isinstance(v, list) else (v,)
-    return out
+def _where(raw, field: str) -> dict:
+    """`{column: (values...)}`; nested tables are dotted keys (`parallel.tp = 8`)."""
+    flat = scenario.flatten(fields.table(raw, field))
+    return {k: tuple(v) if isinstance(v, list) else (v,) for k, v in flat.items()}
 
 
 _PLOT_KEYS = ("file", "kind", "x", "y", "value", "series", "facet", "over", "goal", "where",
