@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import collectives, hardware, reliability, sweep, units
+from codesign import collectives, hardware, reliability, scenario, step, sweep, units
 from codesign.cli import main
 
 SMALL = {
@@ -256,6 +256,30 @@ def test_estimate_target_names_bad_scenario_keys():
     with pytest.raises(ValueError, match=r"parallel\.schedule='sideways'"):
         sweep.parse_spec({**base, "knobs": {"parallel": {"schedule": {
             "categories": ["sideways"]}}}})
+
+
+def test_estimate_roofline_columns_are_step_roofline():
+    """step.roofline traces (its tier is a jnp boolean), and the estimate target's
+    roofline columns are its values: a dimension that crosses domains is judged on
+    the bytes it sends over the slow tier, not on every wire byte."""
+    dp_first = {"placement": "dp,cp,ep,tp,pp"}  # DP 128 spans the 8-GPU domains
+    scn = scenario.load("llama3-405b", [("system", k, v) for k, v in dp_first.items()])
+    est = step.estimate(scn)
+    need = step.needed_flop_per_byte(scn.system, scn.plan.dtype)
+    eager = step.roofline(est.step, scn.system, scn.plan.dtype)["dp"]
+    dp = jax.jit(step.roofline, static_argnums=2)(est.step, scn.system, scn.plan.dtype)["dp"]
+    assert bool(dp["scale_out"]) and float(dp["bytes"]) < float(dp["wire_bytes"])
+    assert float(dp["needed_flop_per_byte"]) == float(need["scale_out"])
+    assert float(dp["flop_per_byte"]) == pytest.approx(
+        float(est.step.hardware_flops_per_step / est.step.gpus / dp["bytes"]), rel=1e-12)
+    assert float(eager["flop_per_byte"]) == pytest.approx(float(dp["flop_per_byte"]), rel=1e-12)
+    spec = sweep.parse_spec({
+        "target": "estimate", "base": {"scenario": "llama3-405b", "system": dp_first},
+        "knobs": {"system.scale_out_bandwidth_Bps": [float(scn.system.scale_out.bandwidth_Bps)]},
+        "outputs": ["flop_per_byte_dp", "wire_bytes_dp", "scale_out_needed_flop_per_byte"]})
+    values = sweep.point_function(sweep.make_job(spec), 0)(jnp.array(spec.knobs[0].values))
+    np.testing.assert_allclose(values, [eager["flop_per_byte"], eager["wire_bytes"],
+                                        need["scale_out"]], rtol=1e-12)
 
 
 def test_cli_bad_spec_is_one_line_and_exit_2(tmp_path, capsys):
