@@ -278,7 +278,7 @@ def parse_spec(raw: dict, *, name: str = "sweep", directory: Path | str = ".") -
     target = TARGETS[target_name]
     base = fields.table(raw.get("base", {}), "base")
     knobs_raw = scenario.flatten(fields.table(raw.get("knobs", {}), "knobs"),
-                                  is_leaf=_is_axis_table)
+                                 is_leaf=_is_axis_table)
     knobs = tuple(_parse_axis(k, v) for k, v in knobs_raw.items())
     directory = Path(directory)
     target.check(base, knobs, directory)
