@@ -12,14 +12,14 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ._sweep_plots import _STYLES  # noqa: E402
-from ._sweep_plots import SWEEP_DPI as SWEEP_DPI  # noqa: E402
-from ._sweep_plots import column_label as column_label  # noqa: E402
-from ._sweep_plots import column_text as column_text  # noqa: E402
-from ._sweep_plots import sweep_best as sweep_best  # noqa: E402
-from ._sweep_plots import sweep_heatmap as sweep_heatmap  # noqa: E402
-from ._sweep_plots import sweep_lines as sweep_lines  # noqa: E402
-from ._sweep_plots import value_text as value_text  # noqa: E402
+from .sweep._plots import _STYLES  # noqa: E402
+from .sweep._plots import SWEEP_DPI as SWEEP_DPI  # noqa: E402
+from .sweep._plots import column_label as column_label  # noqa: E402
+from .sweep._plots import column_text as column_text  # noqa: E402
+from .sweep._plots import sweep_best as sweep_best  # noqa: E402
+from .sweep._plots import sweep_heatmap as sweep_heatmap  # noqa: E402
+from .sweep._plots import sweep_lines as sweep_lines  # noqa: E402
+from .sweep._plots import value_text as value_text  # noqa: E402
 
 
 def _figure(ax=None, figsize=(7, 4.5)):
@@ -76,7 +76,7 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
     return _finish(fig, ax, "message size n (bytes)", "time (s)", title, path)
 
 
-# ------------------------------------------------------------ sweeps: codesign/_sweep_plots.py
+# ------------------------------------------------------------ sweeps: codesign/sweep/_plots.py
 
 
 def roofline(rows, path=None, title="network roofline"):

@@ -34,7 +34,7 @@ from . import collectives, fabric, reliability
 from . import traffic as T
 from .hardware import System
 from .plan import DTYPE_BYTES, Plan
-from .relax import smooth_max, smooth_min
+from .relax import safe_div, smooth_max, smooth_min
 from .workload import FLASH_BACKWARD_OVER_FORWARD, Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
@@ -463,26 +463,34 @@ def wire_bytes_per_gpu(row: T.Row) -> jax.Array:
         row.collective, row.ranks)
 
 
+def needed_flop_per_byte(system: System, dtype: str = "bf16") -> dict:
+    """The FLOP per byte each tier needs to stay compute-bound: peak / bandwidth
+    per direction (the seeds' 1,100 for H100 over NVLink divides by the
+    bidirectional 900 GB/s, which halves it)."""
+    peak = peak_flops_per_s(system, dtype)
+    return {"scale_up": peak / system.scale_up.bandwidth_Bps,
+            "scale_out": peak / system.scale_out.bandwidth_Bps}
+
+
 def roofline(s: Step, system: System, dtype: str = "bf16") -> dict:
     """The network roofline per dimension: FLOP per byte the plan achieves on
-    the wire against the FLOP per byte the tier needs to stay compute-bound,
-    peak / bandwidth (per direction; the seeds' 1,100 for H100 over NVLink
-    divides by the bidirectional 900 GB/s, which halves it). A dimension whose
-    traffic crosses domains is judged on the bytes it sends over the slow tier
-    (`Row.slow_tier_bytes`); one that stays inside on all its wire bytes."""
+    the wire against the FLOP per byte its tier needs to stay compute-bound
+    (`needed_flop_per_byte`). A dimension whose traffic crosses domains
+    (`scale_out`, a jnp boolean: traceable) is judged on the bytes it sends over
+    the slow tier (`Row.slow_tier_bytes`); one that stays inside on all its wire
+    bytes (`wire_bytes`). `flop_per_byte` is 0 for a dimension without traffic."""
     flops = s.hardware_flops_per_step / s.gpus
-    peak = peak_flops_per_s(system, dtype)
-    need = {"scale_up": peak / system.scale_up.bandwidth_Bps,
-            "scale_out": peak / system.scale_out.bandwidth_Bps}
+    need = needed_flop_per_byte(system, dtype)
     totals = {}
     for r in s.traffic:
         wire, slow = totals.get(r.dimension, (0.0, 0.0))
         totals[r.dimension] = (wire + wire_bytes_per_gpu(r), slow + r.slow_tier_bytes)
     out = {}
     for dim, (wire, slow) in totals.items():
-        tier = "scale_out" if float(slow) > 0 else "scale_up"
-        moved = jnp.asarray(slow if tier == "scale_out" else wire)
-        out[dim] = {"bytes": moved, "tier": tier, "needed_flop_per_byte": need[tier],
-                    "flop_per_byte": jnp.where(moved > 0, flops / jnp.maximum(moved, 1.0),
-                                               jnp.inf)}
+        scale_out = slow > 0
+        moved = jnp.where(scale_out, slow, wire)
+        out[dim] = {"bytes": moved, "wire_bytes": wire, "scale_out": scale_out,
+                    "needed_flop_per_byte": jnp.where(scale_out, need["scale_out"],
+                                                      need["scale_up"]),
+                    "flop_per_byte": safe_div(flops, moved)}
     return out

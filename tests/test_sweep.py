@@ -2,14 +2,13 @@
 against the cost functions it wraps, elasticities, sharding, resume, summaries."""
 
 import io
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import collectives, hardware, reliability, sweep, units
+from codesign import collectives, hardware, reliability, scenario, step, sweep, units
 from codesign.cli import main
 
 SMALL = {
@@ -28,18 +27,18 @@ SMALL = {
 }
 
 
-def plan_of(raw=SMALL, grad=None, **changes):
-    return sweep.make_plan(sweep.parse_spec({**raw, **changes}), grad)
+def job_of(raw=SMALL, grad=None, **changes):
+    return sweep.make_job(sweep.parse_spec({**raw, **changes}), grad)
 
 
-def run_and_merge(plan, out, **kw):
-    sweep.run(plan, out, progress=False, **kw)
-    return sweep.finish_sweep(plan, out, plots=False)
+def run_and_merge(job, out, **kw):
+    sweep.run(job, out, progress=False, **kw)
+    return sweep.finish_sweep(job, out, plots=False)
 
 
 def test_points_cover_the_grid_in_declaration_order():
-    plan = plan_of()
-    pts = plan.points
+    job = job_of()
+    pts = job.points
     assert pts.combos == (("ring",), ("tree",))
     assert pts.float_names == ("ranks", "n_bytes")
     assert pts.size == 2 * 2 * 11
@@ -47,7 +46,7 @@ def test_points_cover_the_grid_in_declaration_order():
     assert list(pts.floats[:11, 1]) == [1024.0 * 4**k for k in range(11)]
     assert list(pts.floats[::11, 0]) == [8.0, 64.0]
     # chunks never straddle a combo: 22 float points per combo -> 8 + 8 + 6
-    assert [(c.combo, c.stop - c.start) for c in plan.chunks] == [(0, 8), (0, 8), (0, 6),
+    assert [(c.combo, c.stop - c.start) for c in job.chunks] == [(0, 8), (0, 8), (0, 6),
                                                                   (1, 8), (1, 8), (1, 6)]
 
 
@@ -57,7 +56,7 @@ def test_bundle_categories_set_several_keys(tmp_path):
                {"label": "ar", "op": "all_reduce", "algorithm": "ring"},
                {"label": "a2a", "op": "all_to_all", "algorithm": "direct"}]},
                "ranks": [16.0]}}
-    table = run_and_merge(sweep.make_plan(sweep.parse_spec(raw)), tmp_path)["table"]
+    table = run_and_merge(sweep.make_job(sweep.parse_spec(raw)), tmp_path)["table"]
     assert list(table.data["collective"]) == ["ar", "a2a"]
     tier = hardware.system("dgx-h100").scale_out
     for i, (op, alg) in enumerate((("all_reduce", "ring"), ("all_to_all", "direct"))):
@@ -81,8 +80,8 @@ def test_random_knobs_are_seeded_and_crossed_with_the_grid():
 
 
 def test_values_match_the_cost_functions(tmp_path):
-    plan = plan_of()
-    table = run_and_merge(plan, tmp_path)["table"]
+    job = job_of()
+    table = run_and_merge(job, tmp_path)["table"]
     system = hardware.system("dgx-h100")
     d = table.data
     for alg in ("ring", "tree"):
@@ -97,8 +96,8 @@ def test_values_match_the_cost_functions(tmp_path):
 
 
 def test_elasticities_are_the_closed_forms_and_the_autodiff(tmp_path):
-    plan = plan_of(grad=True)
-    table = run_and_merge(plan, tmp_path)["table"]
+    job = job_of(grad=True)
+    table = run_and_merge(job, tmp_path)["table"]
     d = table.data
     ring = d["algorithm"] == "ring"
     # bandwidth term is linear in n, latency term does not depend on n
@@ -118,8 +117,8 @@ def test_elasticities_are_the_closed_forms_and_the_autodiff(tmp_path):
 
 
 def test_devices_and_chunking_do_not_change_the_result_files(tmp_path):
-    a = plan_of()
-    b = plan_of(chunk_size=5)
+    a = job_of()
+    b = job_of(chunk_size=5)
     run_and_merge(a, tmp_path / "a")
     run_and_merge(b, tmp_path / "b", devices=jax.local_devices()[:1])
     assert a.results_id == b.results_id and a.fingerprint != b.fingerprint
@@ -128,27 +127,27 @@ def test_devices_and_chunking_do_not_change_the_result_files(tmp_path):
 
 
 def test_resume_computes_only_what_is_missing(tmp_path):
-    plan = plan_of()
-    run_and_merge(plan, tmp_path)
+    job = job_of()
+    run_and_merge(job, tmp_path)
     before = (tmp_path / "results.csv").read_bytes()
     chunk_files = sorted((tmp_path / "chunks").glob("*.json"))
     assert len(chunk_files) == 6
     for path in chunk_files[1:3]:
         path.unlink()
     kept = chunk_files[0].stat().st_mtime_ns
-    result = sweep.run(plan, tmp_path, resume=True, progress=False)
+    result = sweep.run(job, tmp_path, resume=True, progress=False)
     assert (result.computed_chunks, result.skipped_chunks) == (2, 4)
     assert chunk_files[0].stat().st_mtime_ns == kept
-    sweep.finish_sweep(plan, tmp_path, plots=False)
+    sweep.finish_sweep(job, tmp_path, plots=False)
     assert (tmp_path / "results.csv").read_bytes() == before
     # a different spec in the same folder is refused, naming the way out
-    other = plan_of(knobs={**SMALL["knobs"], "ranks": {"values": [8, 32]}})
+    other = job_of(knobs={**SMALL["knobs"], "ranks": {"values": [8, 32]}})
     with pytest.raises(ValueError, match="another spec.*--resume"):
         sweep.run(other, tmp_path, resume=True, progress=False)
 
 
 def test_summary_best_and_ratio_follow_the_table(tmp_path):
-    done = run_and_merge(plan_of(), tmp_path)
+    done = run_and_merge(job_of(), tmp_path)
     t, text = done["table"], done["summary"]
     for p in (8.0, 64.0):
         rows = t.data["ranks"] == p
@@ -170,9 +169,9 @@ def test_plots_are_written(tmp_path):
          "over": "algorithm"},
         {"kind": "heatmap", "file": "grad.png", "x": "n_bytes", "y": "ranks",
          "value": "dlog(time_s)/dlog(ranks)"}]}
-    plan = sweep.make_plan(sweep.parse_spec(raw))
-    sweep.run(plan, tmp_path, progress=False)
-    done = sweep.finish_sweep(plan, tmp_path)
+    job = sweep.make_job(sweep.parse_spec(raw))
+    sweep.run(job, tmp_path, progress=False)
+    done = sweep.finish_sweep(job, tmp_path)
     # the elasticity map needs --grad: skipped, not an error
     assert [p.name for p in done["figures"]] == ["lines.png", "best.png"]
     assert all(p.stat().st_size > 1000 for p in done["figures"])
@@ -216,14 +215,14 @@ def test_progress_reports_rate_and_eta():
 def test_reliability_and_ecmp_targets_match_their_modules(tmp_path):
     raw = {"target": "reliability", "outputs": ["p_step_delayed", "mtbf_s"],
            "knobs": {"straggler_q": [0.01], "gpus": [100.0, 1000.0]}}
-    table = run_and_merge(sweep.make_plan(sweep.parse_spec(raw)), tmp_path / "r")["table"]
+    table = run_and_merge(sweep.make_job(sweep.parse_spec(raw)), tmp_path / "r")["table"]
     assert table.data["p_step_delayed"] == pytest.approx(1 - 0.99 ** np.array([100, 1000]))
     assert table.data["p_step_delayed"][0] == pytest.approx(0.634, abs=1e-3)  # 63%
     assert table.data["mtbf_s"] == pytest.approx(
         reliability.LLAMA3_GPU_MTBF_S / np.array([100, 1000]), rel=1e-11)
     raw = {"target": "ecmp", "knobs": {"routing": {"categories": ["ecmp", "spray"]},
                                        "k_flows": [8.0], "m_links": [8.0]}}
-    table = run_and_merge(sweep.make_plan(sweep.parse_spec(raw)), tmp_path / "e")["table"]
+    table = run_and_merge(sweep.make_job(sweep.parse_spec(raw)), tmp_path / "e")["table"]
     exact = 2.597232818603513  # E[max] of 8 balls in 8 bins (codesign._ecmp._max_load_exact)
     assert table.data["slowdown"][0] == pytest.approx(exact, rel=0.01)
     assert table.data["slowdown"][1] == 1.0
@@ -257,6 +256,30 @@ def test_estimate_target_names_bad_scenario_keys():
     with pytest.raises(ValueError, match=r"parallel\.schedule='sideways'"):
         sweep.parse_spec({**base, "knobs": {"parallel": {"schedule": {
             "categories": ["sideways"]}}}})
+
+
+def test_estimate_roofline_columns_are_step_roofline():
+    """step.roofline traces (its tier is a jnp boolean), and the estimate target's
+    roofline columns are its values: a dimension that crosses domains is judged on
+    the bytes it sends over the slow tier, not on every wire byte."""
+    dp_first = {"placement": "dp,cp,ep,tp,pp"}  # DP 128 spans the 8-GPU domains
+    scn = scenario.load("llama3-405b", [("system", k, v) for k, v in dp_first.items()])
+    est = step.estimate(scn)
+    need = step.needed_flop_per_byte(scn.system, scn.plan.dtype)
+    eager = step.roofline(est.step, scn.system, scn.plan.dtype)["dp"]
+    dp = jax.jit(step.roofline, static_argnums=2)(est.step, scn.system, scn.plan.dtype)["dp"]
+    assert bool(dp["scale_out"]) and float(dp["bytes"]) < float(dp["wire_bytes"])
+    assert float(dp["needed_flop_per_byte"]) == float(need["scale_out"])
+    assert float(dp["flop_per_byte"]) == pytest.approx(
+        float(est.step.hardware_flops_per_step / est.step.gpus / dp["bytes"]), rel=1e-12)
+    assert float(eager["flop_per_byte"]) == pytest.approx(float(dp["flop_per_byte"]), rel=1e-12)
+    spec = sweep.parse_spec({
+        "target": "estimate", "base": {"scenario": "llama3-405b", "system": dp_first},
+        "knobs": {"system.scale_out_bandwidth_Bps": [float(scn.system.scale_out.bandwidth_Bps)]},
+        "outputs": ["flop_per_byte_dp", "wire_bytes_dp", "scale_out_needed_flop_per_byte"]})
+    values = sweep.point_function(sweep.make_job(spec), 0)(jnp.array(spec.knobs[0].values))
+    np.testing.assert_allclose(values, [eager["flop_per_byte"], eager["wire_bytes"],
+                                        need["scale_out"]], rtol=1e-12)
 
 
 def test_cli_bad_spec_is_one_line_and_exit_2(tmp_path, capsys):

@@ -33,9 +33,9 @@ def write_spec(folder: Path, *, chunk_size: int, points: int) -> Path:
 
 def reference(spec: Path, out: Path) -> dict:
     """An uninterrupted run in this process (8 fake devices)."""
-    plan = sweep.make_plan(sweep.load_spec(spec))
-    sweep.run(plan, out, progress=False)
-    sweep.finish_sweep(plan, out, plots=False)
+    job = sweep.make_job(sweep.load_spec(spec))
+    sweep.run(job, out, progress=False)
+    sweep.finish_sweep(job, out, plots=False)
     return {name: (out / name).read_bytes() for name in RESULTS}
 
 

@@ -6,8 +6,7 @@ import json
 
 import jax
 
-from .. import scenario as sc
-from .. import step as S
+from .. import scenario, step
 from ..units import format_bytes
 from . import _output, _system
 
@@ -28,22 +27,22 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "reserve")
 
 @jax.jit
 def _estimate(scn):
-    est = S.estimate(scn)
-    return est, S.outputs(est)
+    est = step.estimate(scn)
+    return est, step.outputs(est)
 
 
 def evaluate(args):
     """(scenario, estimate) of the command line; an estimate with a non-finite
     output or an MFU above 1 is a ValueError (`scenario.check_outputs`)."""
-    scn = sc.load(args.scenario, args.set, system=args.system)
+    scn = scenario.load(args.scenario, args.set, system=args.system)
     est, out = _estimate(scn)
     if float(est.tokens) <= 0:  # time to train is not asked for
         out = {k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")}
-    sc.check_outputs(out, args.set)
+    scenario.check_outputs(out, args.set)
     return scn, est
 
 
-def traffic_rows(est: S.Estimate) -> list[dict]:
+def traffic_rows(est: step.Estimate) -> list[dict]:
     rows = []
     for r in est.step.traffic:
         if float(r.count_per_step) == 0 or float(r.ranks) <= 1:
@@ -57,8 +56,8 @@ def traffic_rows(est: S.Estimate) -> list[dict]:
     return rows
 
 
-def estimate_json(est: S.Estimate) -> dict:
-    out = {k: float(v) for k, v in S.outputs(est).items()}
+def estimate_json(est: step.Estimate) -> dict:
+    out = {k: float(v) for k, v in step.outputs(est).items()}
     out["fits_memory"] = bool(out["fits_memory"])
     out["breakdown_s"] = {k: float(v) for k, v in est.step.breakdown_s().items()}
     for k in list(out):
@@ -115,10 +114,10 @@ def _print_estimate(scn, out):
 
 def _roofline_rows(scn, est):
     rows = []
-    for dim, d in S.roofline(est.step, scn.system, scn.plan.dtype).items():
+    for dim, d in step.roofline(est.step, scn.system, scn.plan.dtype).items():
         if float(d["bytes"]) <= 0:
             continue
-        rows.append({"dimension": dim, "tier": d["tier"],
+        rows.append({"dimension": dim, "tier": "scale_out" if d["scale_out"] else "scale_up",
                      "wire_bytes_per_gpu": float(d["bytes"]),
                      "flop_per_byte": float(d["flop_per_byte"]),
                      "needed_flop_per_byte": float(d["needed_flop_per_byte"]),

@@ -73,13 +73,13 @@ def _check(args) -> None:
         raise ValueError("--processes spawns its own jax.distributed job; drop --coordinator")
 
 
-def _plan(args):
+def _job(args):
     spec = sweep.load_spec(args.spec)
     if args.chunk_size is not None:
         spec = dataclasses.replace(spec, chunk_size=args.chunk_size)
-    plan = sweep.make_plan(spec, args.grad)
+    job = sweep.make_job(spec, args.grad)
     out = Path(args.out) if args.out else Path("out") / "sweeps" / spec.name
-    return plan, out
+    return job, out
 
 
 def _worker_argv(args, name: str, **override) -> list[str]:
@@ -122,20 +122,20 @@ def _run(args, name: str) -> int:
         if jax.local_device_count() != args.cpu_devices:
             raise ValueError(f"--cpu-devices={args.cpu_devices} but JAX has "
                              f"{jax.local_device_count()} local devices")
-    plan, out = _plan(args)
-    result = sweep.run(plan, out, resume=args.resume, progress=not args.no_progress,
+    job, out = _job(args)
+    result = sweep.run(job, out, resume=args.resume, progress=not args.no_progress,
                        write=not args.no_write)
-    return _finish(args, plan, out, result)
+    return _finish(args, job, out, result)
 
 
 def _run_worker(args) -> int:
     """One process of a jax.distributed job (the launcher's bootstrap has joined it)."""
     import jax
 
-    plan, out = _plan(args)
+    job, out = _job(args)
     lead = jax.process_index() == 0
     try:
-        result = sweep.run(plan, out, resume=args.resume,
+        result = sweep.run(job, out, resume=args.resume,
                            progress=not args.no_progress and lead, write=not args.no_write)
         print(f"process {jax.process_index()} of {jax.process_count()} "
               f"({jax.local_device_count()} local devices): "
@@ -144,7 +144,7 @@ def _run_worker(args) -> int:
         jax.distributed.shutdown()  # before process 0 merges: nobody waits on it
     if not lead or args.no_finish:
         return 0  # process 0, or the process that spawned the workers, merges
-    return _finish(args, plan, out, result)
+    return _finish(args, job, out, result)
 
 
 def _run_cluster_worker(args, name: str, cluster) -> int:
@@ -176,13 +176,13 @@ def _run_local_processes(args, name: str) -> int:
     from ..execute import distributed
 
     n = args.processes
-    plan, out = _plan(args)
+    job, out = _job(args)
     start = time.perf_counter()
     if not args.no_write:
-        sweep.prepare_out_dir(plan, out, args.resume)
-    skipped = [c.id for c in plan.chunks
+        sweep.prepare_out_dir(job, out, args.resume)
+    skipped = [c.id for c in job.chunks
                if args.resume and not args.no_write
-               and sweep.read_chunk(plan, out, c) is not None]
+               and sweep.read_chunk(job, out, c) is not None]
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{distributed.free_port()}"
@@ -191,9 +191,9 @@ def _run_local_processes(args, name: str) -> int:
     commands = [distributed.worker_command(argv, coordinator=address, num_processes=n,
                                            process_id=i, devices=args.cpu_devices,
                                            timeout_s=args.join_timeout) for i in range(n)]
-    bar = sweep.Progress(plan.spec.name, len(plan.chunks), plan.points.size,
+    bar = sweep.Progress(job.spec.name, len(job.chunks), job.points.size,
                          enabled=not args.no_progress)
-    sizes = {c.id: c.stop - c.start for c in plan.chunks}
+    sizes = {c.id: c.stop - c.start for c in job.chunks}
     bar.skip(len(skipped), sum(sizes[i] for i in skipped))
 
     def progress() -> None:
@@ -207,15 +207,15 @@ def _run_local_processes(args, name: str) -> int:
                               timeout_s=args.timeout, on_poll=progress)
     finally:
         bar.close()
-    result = sweep.RunResult(out, len(plan.chunks) - len(skipped), len(skipped),
-                             plan.points.size, time.perf_counter() - start)
-    return _finish(args, plan, out, result)
+    result = sweep.RunResult(out, len(job.chunks) - len(skipped), len(skipped),
+                             job.points.size, time.perf_counter() - start)
+    return _finish(args, job, out, result)
 
 
-def _finish(args, plan, out: Path, result) -> int:
+def _finish(args, job, out: Path, result) -> int:
     if args.no_write:
         return 0
-    done = sweep.finish_sweep(plan, out, figures_dir=args.figures, plots=not args.no_plots)
+    done = sweep.finish_sweep(job, out, figures_dir=args.figures, plots=not args.no_plots)
     print(done["summary"], end="")
     print(f"\n{result.points} points, {result.computed_chunks} chunks computed, "
           f"{result.skipped_chunks} from disk, {result.seconds:.1f} s")

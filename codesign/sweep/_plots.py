@@ -4,13 +4,26 @@ result table, with human axis labels in the unit each column names.
 
 from __future__ import annotations
 
+import re
+import textwrap
+
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import ListedColormap, LogNorm, TwoSlopeNorm  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    FixedLocator,
+    FuncFormatter,
+    LogLocator,
+    NullFormatter,
+)
 
-from . import units  # noqa: E402
+from .. import units  # noqa: E402
 
 # A sweep table is a dict column -> array (float, or object for categories).
 
@@ -61,11 +74,19 @@ _COLUMN_TEXT = {
 }
 
 
+_ELASTICITY = re.compile(r"dlog\((.+)\)/dlog\((.+)\)")  # dlog(output)/dlog(knob)
+
+
+def _elasticity_of(columns) -> str | None:
+    """The output every one of `columns` is an elasticity of, or None."""
+    found = [_ELASTICITY.fullmatch(c) for c in columns]
+    outputs = {m.group(1) for m in found} if all(found) else set()
+    return outputs.pop() if len(outputs) == 1 else None
+
+
 def column_text(name: str) -> str:
     """A column's meaning without its unit: `breakdown_tp_s` -> "exposed TP time per step"."""
-    import re
-
-    found = re.fullmatch(r"dlog\((.+)\)/dlog\((.+)\)", name)
+    found = _ELASTICITY.fullmatch(name)
     if found:
         return f"d log({column_text(found.group(1))}) / d log({column_text(found.group(2))})"
     if name.startswith("scale:"):
@@ -117,8 +138,6 @@ def _sweep_tick(name: str, value: float) -> str:
 
 def _sweep_axis_formatter(ax_axis, name: str, log: bool, values=(), grid=False) -> None:
     """Ticks in the column's unit; a log axis over a few `grid` values ticks exactly those."""
-    import numpy as np
-    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     values = np.unique(np.asarray(values, dtype=float)) if len(values) else np.array([])
     values = values[np.isfinite(values) & (values > 0)] if log else values
@@ -141,8 +160,6 @@ def _sweep_axis_formatter(ax_axis, name: str, log: bool, values=(), grid=False) 
 
 
 def _sweep_panels(table: dict, facet, n_extra_rows: int = 0):
-    import numpy as np
-
     n = len(next(iter(table.values()))) if table else 0
     if facet is None:
         keys, masks = [None], [np.ones(n, dtype=bool)]
@@ -162,8 +179,6 @@ def _sweep_panels(table: dict, facet, n_extra_rows: int = 0):
 
 
 def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
-    import textwrap
-
     width = int(fig.get_figwidth() * 12)  # characters that fit at 11 pt
     fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=11)
     fig.tight_layout(rect=(0, 0.1 if legend_below else 0, 1, 1))
@@ -176,22 +191,16 @@ def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
 def _sweep_short(y: str, ys) -> str:
     """A legend name for column `y` among `ys`: "wrt <knob>" when every y column is an
     elasticity of the same output, else the column's label."""
-    import re
-
-    pattern = r"dlog\((.+)\)/dlog\((.+)\)"
-    found = [re.fullmatch(pattern, c) for c in ys]
-    if all(found) and len({m.group(1) for m in found}) == 1:
-        return "wrt " + column_text(re.fullmatch(pattern, y).group(2))
+    if _elasticity_of(ys) is not None:
+        return "wrt " + column_text(_ELASTICITY.fullmatch(y).group(2))
     return column_label(y)
 
 
 def _common_label(ys) -> str:
     """A y label for several columns: the shared unit, or the elasticity's output."""
-    import re
-
-    found = [re.fullmatch(r"dlog\((.+)\)/dlog\((.+)\)", c) for c in ys]
-    if all(found) and len({m.group(1) for m in found}) == 1:
-        return f"elasticity of {column_text(found[0].group(1))}"
+    output = _elasticity_of(ys)
+    if output is not None:
+        return f"elasticity of {column_text(output)}"
     shown = {units.unit_of(y)[1] for y in ys}
     if shown == {"s"}:
         return "time (s)"
@@ -201,8 +210,6 @@ def _common_label(ys) -> str:
 
 
 def _same_curve(a, b) -> bool:
-    import numpy as np
-
     (xa, ya), (xb, yb) = a, b
     return (len(xa) == len(xb) and np.allclose(xa, xb, rtol=1e-9, atol=0)
             and np.allclose(ya, yb, rtol=1e-6, atol=0, equal_nan=True))
@@ -218,8 +225,6 @@ def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, l
     line style per y column, a panel per `facet` value. Series drawn on top of an
     identical earlier one are named "(= that one)" in the legend, and each series
     has its own marker (and, with one y column, line style) so none hides another."""
-    import numpy as np
-    from matplotlib.lines import Line2D
 
     fig, panels = _sweep_panels(table, facet)
     for ax, panel_title, m in panels:
@@ -285,28 +290,27 @@ def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, l
 
 
 def _sweep_grid(table: dict, rows, x: str, y: str):
-    import numpy as np
-
     xs = np.unique(table[x][rows])
     ys = np.unique(table[y][rows])
     return xs, ys, np.searchsorted(xs, table[x][rows]), np.searchsorted(ys, table[y][rows])
 
 
-def _sweep_ticks(ax, xs, ys, x, y):
-    import numpy as np
-
+def _grid_axes(ax, xs, ys, x: str, y: str, *, xlabel, ylabel, logx, logy, title) -> None:
+    """Ticks at (at most 8 of) the grid's distinct values, labels and panel title."""
     for values, name, set_ticks, set_labels in ((xs, x, ax.set_xticks, ax.set_xticklabels),
                                                 (ys, y, ax.set_yticks, ax.set_yticklabels)):
         step = max(1, -(-len(values) // 8))
         idx = np.arange(0, len(values), step)
         set_ticks(idx)
         set_labels([_sweep_tick(name, float(values[i])) for i in idx], fontsize=7)
+    ax.set_xlabel((xlabel or column_label(x)) + (", log-spaced" if logx else ""))
+    ax.set_ylabel((ylabel or column_label(y)) + (", log-spaced" if logy else ""))
+    if title:
+        ax.set_title(title, fontsize=9)
 
 
 def _annotate_cells(ax, grid, norm, cmap) -> None:
     """Each cell's value, in black or white against its colour (small grids only)."""
-    import numpy as np
-
     if grid.size > 120:
         return
     colormap = plt.get_cmap(cmap)
@@ -327,8 +331,6 @@ def sweep_heatmap(table: dict, *, x: str, y: str, value: str, facet=None, logx=F
     Values of both signs get a diverging map centred on 0 (elasticities); positive
     values spanning more than 100x get a log colour scale.
     """
-    import numpy as np
-    from matplotlib.colors import LogNorm, TwoSlopeNorm
 
     fig, panels = _sweep_panels(table, facet)
     scale = units.unit_of(value)[0]
@@ -349,20 +351,14 @@ def sweep_heatmap(table: dict, *, x: str, y: str, value: str, facet=None, logx=F
                           interpolation="nearest")
         _annotate_cells(ax, grid, image.norm, cmap)
         fig.colorbar(image, ax=ax, shrink=0.85).set_label(column_label(value), fontsize=8)
-        _sweep_ticks(ax, xs, ys, x, y)
-        ax.set_xlabel((xlabel or column_label(x)) + (", log-spaced" if logx else ""))
-        ax.set_ylabel((ylabel or column_label(y)) + (", log-spaced" if logy else ""))
-        if panel_title:
-            ax.set_title(panel_title, fontsize=9)
+        _grid_axes(ax, xs, ys, x, y, xlabel=xlabel, ylabel=ylabel, logx=logx, logy=logy,
+                   title=panel_title)
     return _sweep_save(fig, title, path)
 
 
 def sweep_best(table: dict, *, x: str, y: str, value: str, over: str, goal="min", facet=None,
                logx=False, logy=False, title="", xlabel=None, ylabel=None, path=None):
     """Which category of `over` minimises (or maximises) `value` in each x-by-y cell."""
-    import numpy as np
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
 
     names = list(dict.fromkeys(table[over].tolist()))
     colors = plt.get_cmap("tab10").colors[:len(names)]
@@ -378,11 +374,8 @@ def sweep_best(table: dict, *, x: str, y: str, value: str, over: str, goal="min"
                 best[i, j], winner[i, j] = v, names.index(table[over][r])
         ax.imshow(winner, origin="lower", aspect="auto", cmap=ListedColormap(colors),
                   vmin=-0.5, vmax=len(names) - 0.5, interpolation="nearest")
-        _sweep_ticks(ax, xs, ys, x, y)
-        ax.set_xlabel((xlabel or column_label(x)) + (", log-spaced" if logx else ""))
-        ax.set_ylabel((ylabel or column_label(y)) + (", log-spaced" if logy else ""))
-        if panel_title:
-            ax.set_title(panel_title, fontsize=9)
+        _grid_axes(ax, xs, ys, x, y, xlabel=xlabel, ylabel=ylabel, logx=logx, logy=logy,
+                   title=panel_title)
     lowest = "lowest" if goal == "min" else "highest"
     fig.legend(handles=[Patch(color=c, label=n) for c, n in zip(colors, names, strict=True)],
                fontsize=8, loc="lower center", ncol=min(len(names), 5),
