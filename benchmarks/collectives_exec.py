@@ -59,6 +59,7 @@ def side_by_side(fn_a, fn_b, xs, iters: int, warmup: int):
 def run(sizes, iters: int, warmup: int) -> list[dict]:
     import jax
 
+    jax.config.update("jax_enable_x64", True)  # as the codesign command computes
     from codesign.execute import bench, calibrate
 
     flat, two_level = bench.make_mesh(None), None

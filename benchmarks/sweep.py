@@ -84,21 +84,22 @@ def _checkpoint_cost(spec: Path, out: Path, devices: int, repeats: int) -> dict:
 import json, time
 import jax
 jax.config.update("jax_num_cpu_devices", {devices})
+jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 from codesign import sweep
-plan = sweep.make_plan(sweep.load_spec({str(spec)!r}))
-ev = sweep._Evaluator(plan)
+job = sweep.make_job(sweep.load_spec({str(spec)!r}))
+ev = sweep.Evaluator(job)
 def once(write):
     start = time.perf_counter()
     if write:
-        sweep.prepare_out_dir(plan, {str(out)!r}, resume=False)
-    for chunk in plan.chunks:
-        rows = sweep.chunk_rows(plan, chunk, ev(chunk))
+        sweep.prepare_out_dir(job, {str(out)!r}, resume=False)
+    for chunk in job.chunks:
+        rows = sweep.chunk_rows(job, chunk, ev(chunk))
         if write:
-            sweep.write_chunk(plan, {str(out)!r}, chunk, rows)
+            sweep.write_chunk(job, {str(out)!r}, chunk, rows)
     return time.perf_counter() - start
 once(False)  # compile every combo
 times = {{w: min(once(w) for _ in range({repeats})) for w in (False, True)}}
-print(json.dumps({{"points": plan.points.size, "chunks": len(plan.chunks),
+print(json.dumps({{"points": job.points.size, "chunks": len(job.chunks),
                   "no_write_s": times[False], "write_s": times[True]}}))
 """
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
