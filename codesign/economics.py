@@ -8,9 +8,10 @@ inventory scaled to the scale-out bandwidth in rails of `port_Bps`, plus the
 scale-up switching), the power drawn (`power_w`: GPU boards and the scale-out
 fabric in such rails) and the cost to train (`cost_to_train_usd`: GPU-hours at
 a price plus the fabric's capital amortised over its lifetime). `step.estimate`
-(its `fabric_cost_usd` output) and the optimiser's metrics both read it, so one
-scenario has one fabric cost everywhere. Every function is jnp (differentiable,
-vmappable) and takes the relaxation temperature `t` where a count is rounded.
+(its `fabric_cost_usd` output, with `default_assumptions`) and the optimiser's
+metrics both read it, so one scenario has one fabric cost everywhere. Every
+function is jnp (differentiable, vmappable) and takes the relaxation
+temperature `t` where a count is rounded.
 """
 
 from __future__ import annotations

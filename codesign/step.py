@@ -421,18 +421,18 @@ def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
     return model.params() * (pr.bytes("params") + pr.optimizer_bytes_per_param)
 
 
-def estimate(scn, t=0.0, assumptions: economics.Assumptions | None = None) -> Estimate:
+def estimate(scn, t=0.0) -> Estimate:
     """The whole model of a `scenario.Scenario`, differentiable in every float;
-    the fabric priced with `assumptions` (default `economics.default_assumptions`).
-    Under jit/vmap/grad a knob outside its domain raises (`Scenario.checked`)."""
+    the fabric counted with the default `fabric.Prices` and priced with the
+    default `economics.Assumptions`. Under jit/vmap/grad a knob outside its
+    domain raises (`Scenario.checked`)."""
     scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
     checkpoint_bytes = checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
     inventory = fabric.inventory(scn.system, t=t)
-    a = economics.default_assumptions() if assumptions is None else assumptions
-    return Estimate(s, rel, inventory, economics.fabric_capex_usd(scn.system, inventory, a, t),
-                    scn.tokens)
+    capex = economics.fabric_capex_usd(scn.system, inventory, economics.default_assumptions(), t)
+    return Estimate(s, rel, inventory, capex, scn.tokens)
 
 
 def outputs(est: Estimate) -> dict:
