@@ -49,7 +49,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _checks as C
+from . import _checks
 from . import collectives as co
 from ._checks import float_field
 from ._ecmp import (
@@ -77,7 +77,7 @@ def span_gpus(group_size, stride) -> jax.Array:
     A group of every stride-th rank starting at an aligned offset covers
     `group_size x stride` consecutive indices (the block it is aligned to).
     """
-    return C.as_float(group_size) * C.as_float(stride)
+    return _checks.as_float(group_size) * _checks.as_float(stride)
 
 
 def crosses_pod(span, pod_size, t=0.0) -> jax.Array:
@@ -86,7 +86,7 @@ def crosses_pod(span, pod_size, t=0.0) -> jax.Array:
     Exact step at t = 0; for t > 0 the logistic sigmoid(log(span / pod) / t),
     smooth in span and pod size (1/2 at span = pod).
     """
-    span, pod_size = C.as_float(span), C.as_float(pod_size)
+    span, pod_size = _checks.as_float(span), _checks.as_float(pod_size)
     if isinstance(t, (int, float)) and t == 0:
         return (span > pod_size).astype(span.dtype) + 0.0 * pod_size
     x = (safe_log(span) - safe_log(pod_size)) / jnp.maximum(t, 1e-12)
@@ -100,7 +100,7 @@ def oversubscription_factor(system: System, span, t=0.0) -> jax.Array:
     Other topologies: 1.
     """
     if system.topology != "clos":
-        return jnp.ones_like(C.as_float(span))
+        return jnp.ones_like(_checks.as_float(span))
     return 1.0 + (system.oversubscription - 1.0) * crosses_pod(span, system.pod_size, t)
 
 
@@ -132,12 +132,12 @@ def crossing_fraction(span, across, block, exchange: bool = False, t=0.0) -> jax
     across of its hops cross, at most all. An exchange (all-to-all) sends to
     every member: 1 - block / span of its bytes leave. 0 when the group fits.
     """
-    span, block = C.as_float(span), C.as_float(block)
+    span, block = _checks.as_float(span), _checks.as_float(block)
     blocks = jnp.maximum(span / block, 1.0)
     inside = crosses_pod(span, block, t)
     if exchange:
         return inside * (1.0 - 1.0 / blocks)
-    return inside * jnp.minimum(blocks / jnp.maximum(C.as_float(across), 1.0), 1.0)
+    return inside * jnp.minimum(blocks / jnp.maximum(_checks.as_float(across), 1.0), 1.0)
 
 
 def pod_factor(system: System, span, across, exchange: bool = False, t=0.0) -> jax.Array:
@@ -150,7 +150,7 @@ def pod_factor(system: System, span, across, exchange: bool = False, t=0.0) -> j
     pod) is `oversubscription_factor`'s all-or-nothing k.
     """
     if system.topology != "clos":
-        return jnp.ones_like(C.as_float(span))
+        return jnp.ones_like(_checks.as_float(span))
     f = crossing_fraction(span, across, system.pod_size, exchange, t)
     return smooth_max(system.oversubscription * f, 1.0, t)
 
@@ -173,8 +173,8 @@ def group_flow_slowdown(system: System, span, across, exchange: bool = False,
     the sweeps' ECMP target runs), and a flow is slowed only above its line rate.
     """
     if system.routing != "ecmp" or system.topology == "torus":
-        return jnp.ones_like(C.as_float(span))
-    across = jnp.maximum(C.as_float(across), 1.0)
+        return jnp.ones_like(_checks.as_float(span))
+    across = jnp.maximum(_checks.as_float(across), 1.0)
     f = crossing_fraction(span, across, LEAF_DOWNLINKS * system.scale_up_domain, exchange, t)
     # (q capped at 512: the Poisson form holds to k / m ~ 600; the slowdown is ~1 there)
     q = jnp.clip(across - 1.0, 1.0, 512.0) if exchange else jnp.ones_like(across)
@@ -202,7 +202,7 @@ def rail_forwarding_cost(system: System, n_bytes, local_ranks, tier: Tier | None
     the rail of its destination. Zero Cost on other topologies; rings, trees
     and hierarchical collectives stay on their rail and never pay it."""
     tier = system.scale_up if tier is None else tier
-    c = co.cost("all_to_all", "direct", n_bytes, jnp.maximum(C.as_float(local_ranks), 1.0),
+    c = co.cost("all_to_all", "direct", n_bytes, jnp.maximum(_checks.as_float(local_ranks), 1.0),
                 tier)
     return c.scale(1.0 if forwards_through_scale_up(system) else 0.0)
 
@@ -251,7 +251,7 @@ def system_torus_shape(system: System) -> tuple:
     matches it, else `torus_shape`. A traced size (under jit): the preset's
     shape when the name is a preset, else a cube of side domain^(1/3) (floats).
     """
-    chips = C.concrete(system.scale_up_domain)
+    chips = _checks.concrete(system.scale_up_domain)
     preset = TORUS_SHAPES.get(system.name)
     if chips is None:
         return preset if preset is not None else (system.scale_up_domain ** (1 / 3),) * 3
@@ -269,7 +269,7 @@ def torus_dims_spanned(group_size, stride, shape, t=0.0) -> jax.Array:
     Each dimension counts min(log2(hi / lo), 1) (smooth_min with temperature
     t): exact 0 or 1 at aligned integer layouts, continuous in between.
     """
-    g, s = C.as_float(group_size), C.as_float(stride)
+    g, s = _checks.as_float(group_size), _checks.as_float(stride)
     total, c = 0.0, 1.0
     for n in shape:
         lo = jnp.clip(s / c, 1.0, n)
@@ -324,12 +324,14 @@ class Prices(eqx.Module):
     ocs_radix: jax.Array = float_field(default=128.0)  # optical circuit switch ports
     ocs_usd: jax.Array = float_field(default=50_000.0)
     ocs_w: jax.Array = float_field(default=108.0)
+
     def __check_init__(self):
-        C.check("prices.switch_radix", self.switch_radix, lambda v: v >= 4, "must be at least 4")
-        C.positive("prices.ocs_radix", self.ocs_radix)
+        _checks.check("prices.switch_radix", self.switch_radix, lambda v: v >= 4,
+                      "must be at least 4")
+        _checks.positive("prices.ocs_radix", self.ocs_radix)
         for f in ("switch_usd", "switch_w", "nic_usd", "nic_w", "transceiver_usd",
                   "transceiver_w", "cable_usd", "ocs_usd", "ocs_w"):
-            C.non_negative(f"prices.{f}", getattr(self, f))
+            _checks.non_negative(f"prices.{f}", getattr(self, f))
 
 
 @functools.cache
@@ -375,23 +377,25 @@ class Inventory(eqx.Module):
     power_per_gpu_w: jax.Array
 
 
-def fat_tree_levels(endpoints, radix) -> jax.Array:
+def fat_tree_levels(endpoints, radix, t=0.0) -> jax.Array:
     """Levels of a non-blocking folded Clos (fat tree) of radix-R switches for E endpoints.
 
     L levels hold up to 2 (R/2)^L endpoints (one switch holds R): L = max(1,
-    ceil(log(E/2) / log(R/2))).
+    ceil(log(E/2) / log(R/2))), the ceil relaxed with temperature t
+    (`relax.smooth_ceil`: exact at t = 0, with the envelope's slope).
     """
-    e, r = C.as_float(endpoints), C.as_float(radix)
-    levels = jnp.ceil(safe_log(e / 2.0) / jnp.log(r / 2.0) - 1e-9)
-    return jax.lax.stop_gradient(jnp.maximum(levels, 1.0))
+    e, r = _checks.as_float(endpoints), _checks.as_float(radix)
+    x = safe_log(e / 2.0) / jnp.log(r / 2.0)
+    return jnp.maximum(smooth_ceil(x - 1e-9, t), 1.0)
 
 
 def _fat_tree_ports(endpoints, radix):
     """(leaf ports, ports of the levels above the leaf) of a fat tree over `endpoints`.
 
     Every level below the top has E ports down and E up; the top has E down.
+    The level count is a staircase (no slope) for the counts.
     """
-    levels = fat_tree_levels(endpoints, radix)
+    levels = jax.lax.stop_gradient(fat_tree_levels(endpoints, radix))
     leaf = jnp.where(levels > 1, 2.0, 1.0) * endpoints
     upper = jnp.where(levels > 1, 2.0 * levels - 3.0, 0.0) * endpoints
     return leaf, upper, levels
@@ -496,8 +500,8 @@ def rail_only_all_to_all_penalty(system: System, n_bytes, ranks) -> jax.Array:
     same cross-domain exchange). The penalty is that extra forwarding hop;
     Wang et al. report 8.2-11.2%.
     """
-    g = jnp.minimum(system.scale_up_domain, C.as_float(ranks))
-    clos = co.cost("all_to_all", "direct", n_bytes, C.as_float(ranks) / g,
+    g = jnp.minimum(system.scale_up_domain, _checks.as_float(ranks))
+    clos = co.cost("all_to_all", "direct", n_bytes, _checks.as_float(ranks) / g,
                    system.scale_out).time_s
     hop = rail_forwarding_cost(with_topology(system, "rail_only"), n_bytes, g).time_s
     return hop / clos  # the same hop the traffic table adds to rail-only exchanges

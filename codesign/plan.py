@@ -4,17 +4,22 @@ Sizes and counts are float leaves (differentiable, exact at integers); the
 discrete choices (schedule, ZeRO stage, recompute, sequence parallelism,
 placement) are static. Expert parallelism shards the experts across the
 data-parallel ranks (Megatron, DeepSeek-V3): ep divides dp, and experts are
-replicated dp / ep times.
+replicated dp / ep times. The structural rules of a plan on a model and a
+machine are one table (`RULES`), read by `validate` and by the optimiser.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-from . import _checks as C
+from . import _checks
 from .workload import RECOMPUTE, Transformer
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe")
@@ -151,7 +156,7 @@ class Plan(eqx.Module):
                  schedule="1f1b", zero=0, sequence_parallel=False, recompute="none",
                  reshard_after_forward=True, dtype="bf16", placement=DEFAULT_PLACEMENT,
                  precision: Precision | None = None):
-        f = C.as_float
+        f = _checks.as_float
         self.dp, self.tp, self.pp, self.cp, self.ep = f(dp), f(tp), f(pp), f(cp), f(ep)
         self.micro_batch = f(micro_batch)
         self.global_batch = f(dp * micro_batch if global_batch is None else global_batch)
@@ -168,16 +173,16 @@ class Plan(eqx.Module):
 
     def __check_init__(self):
         for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "interleave"):
-            C.at_least_one(f"parallel.{k}" if k not in ("micro_batch", "global_batch")
+            _checks.at_least_one(f"parallel.{k}" if k not in ("micro_batch", "global_batch")
                            else f"training.{k}", getattr(self, k))
-        C.non_negative("parallel.moe_node_limit", self.moe_node_limit)
-        C.positive("parallel.dp_bucket_bytes", self.dp_bucket_bytes)
-        C.at_least_one("training.moe_imbalance", self.moe_imbalance)
-        C.check("parallel.comm_sm_fraction", self.comm_sm_fraction,
+        _checks.non_negative("parallel.moe_node_limit", self.moe_node_limit)
+        _checks.positive("parallel.dp_bucket_bytes", self.dp_bucket_bytes)
+        _checks.at_least_one("training.moe_imbalance", self.moe_imbalance)
+        _checks.check("parallel.comm_sm_fraction", self.comm_sm_fraction,
                 lambda v: (v >= 0) & (v < 1), "must lie in [0, 1)")
-        C.non_negative("parallel.zero_shard_size", self.zero_shard_size)
-        C.non_negative("parallel.fsdp_prefetch_layers", self.fsdp_prefetch_layers)
-        C.fraction("parallel.tp_overlap", self.tp_overlap)
+        _checks.non_negative("parallel.zero_shard_size", self.zero_shard_size)
+        _checks.non_negative("parallel.fsdp_prefetch_layers", self.fsdp_prefetch_layers)
+        _checks.fraction("parallel.tp_overlap", self.tp_overlap)
         _one_of("parallel.schedule", self.schedule, SCHEDULES)
         _one_of("training.recompute", self.recompute, RECOMPUTE)
         _one_of("training.dtype", self.dtype, DTYPES)
@@ -207,38 +212,117 @@ def _one_of(name, value, options):
         raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, options))}")
 
 
-def _divides(a_name, a, b_name, b) -> None:
-    av, bv = C.concrete(a), C.concrete(b)
-    if av is not None and bv is not None and (bv % av) != 0:
-        raise ValueError(f"{a_name}={av.item():g} must divide {b_name}={bv.item():g}")
+# ------------------------------------------------------------------- rules
+# The structural rules of a plan on a model and a machine, in one table read by
+# `validate` (concrete values, the first broken rule raises), the optimiser's
+# `structurally_feasible` (all rules, vmappable) and its admissible values (a
+# value of a varied knob is admissible iff every rule that reads it and no
+# other varied knob holds). A rule's predicate takes (model, plan, system)
+# and is jnp throughout; divisibility holds to 1e-9 relative.
+DP_FROM = ("system.gpus", "parallel.tp", "parallel.pp", "parallel.cp")  # dp = gpus / (tp pp cp)
+
+
+class Rule(NamedTuple):
+    """One structural rule: what it reads (scenario keys), when it holds, and
+    what `validate` says when it does not (None: `validate` skips the rule,
+    which only the optimiser needs)."""
+
+    name: str
+    reads: tuple  # the scenario keys the predicate reads
+    holds: Callable  # (model, plan, system) -> bool array
+    message: Callable | None  # (model, plan, system) -> str, on concrete values
+
+
+def integral(x) -> jax.Array:
+    """True where x is a whole number (to 1e-9 relative): the rules' integrality."""
+    return jnp.abs(x - jnp.round(x)) <= 1e-9 * jnp.maximum(1.0, jnp.abs(x))
+
+
+def _divides(a, b) -> jax.Array:
+    return integral(b / a)
+
+
+def _g(x) -> str:
+    return f"{float(np.asarray(x)):g}"
+
+
+def _value(key: str, m, p, s):
+    """The value of scenario key `key` ("section.field") on (model, plan, system)."""
+    section, field = key.split(".", 1)
+    return getattr({"model": m, "parallel": p, "training": p, "system": s}[section], field)
+
+
+def _divides_rule(a: str, b: str, validated: bool = True) -> Rule:
+    """Scenario key `a` divides scenario key `b`."""
+    name = f"{a.split('.', 1)[1]} | {b.split('.', 1)[1]}"
+    message = (lambda m, p, s: f"{a}={_g(_value(a, m, p, s))} must divide "
+               f"{b}={_g(_value(b, m, p, s))}") if validated else None
+    return Rule(name, (a, b), lambda m, p, s: _divides(_value(a, m, p, s), _value(b, m, p, s)),
+                message)
+
+
+def _gpus_message(m, p, s) -> str:
+    return (f"system.gpus={_g(s.gpus)} must equal dp*tp*pp*cp={_g(p.dp)}*{_g(p.tp)}*"
+            f"{_g(p.pp)}*{_g(p.cp)}={_g(p.gpus)}")
+
+
+RULES = (
+    Rule("gpus = dp tp pp cp", ("system.gpus", "parallel.dp", *DP_FROM[1:]),
+         lambda m, p, s: s.gpus == p.gpus, _gpus_message),
+    _divides_rule("parallel.tp", "model.heads"),
+    _divides_rule("parallel.tp", "model.kv_heads"),
+    _divides_rule("parallel.cp", "model.seq_len"),
+    _divides_rule("parallel.ep", "parallel.dp"),
+    Rule("zero_shard_size | dp cp", ("parallel.zero_shard_size", "parallel.dp", "parallel.cp"),
+         lambda m, p, s: (p.zero_shard_size <= 0) | _divides(p.zero_shard_size, p.dp * p.cp),
+         lambda m, p, s: f"parallel.zero_shard_size={_g(p.zero_shard_size)} must divide "
+         f"dp*cp={_g(p.dp * p.cp)}"),
+    Rule("ep | experts", ("parallel.ep", "model.experts", "model.moe_layers"),
+         lambda m, p, s: (m.moe_layers <= 0) | _divides(p.ep, jnp.maximum(m.experts, 1.0)),
+         lambda m, p, s: f"parallel.ep={_g(p.ep)} must divide model.experts={_g(m.experts)}"),
+    Rule("ep = 1 without experts", ("parallel.ep", "model.moe_layers"),
+         lambda m, p, s: (m.moe_layers > 0) | (p.ep == 1.0),
+         lambda m, p, s: f"parallel.ep={_g(p.ep)} needs an MoE model (model.moe_layers > 0)"),
+    Rule("dp micro_batch | global_batch",
+         ("parallel.dp", "training.micro_batch", "training.global_batch"),
+         lambda m, p, s: _divides(p.dp * p.micro_batch, p.global_batch),
+         lambda m, p, s: f"dp*micro_batch={_g(p.dp * p.micro_batch)} must divide "
+         f"training.global_batch={_g(p.global_batch)}"),
+    Rule("pp interleave <= layers", ("parallel.pp", "parallel.interleave", "model.layers"),
+         lambda m, p, s: p.pp * p.interleave <= m.layers + 1e-9,
+         lambda m, p, s: f"parallel.pp={_g(p.pp)} x parallel.interleave={_g(p.interleave)} = "
+         f"{_g(p.pp * p.interleave)} must not exceed model.layers={_g(m.layers)}"),
+    Rule("interleave needs the interleaved schedule", ("parallel.interleave",),
+         lambda m, p, s: jnp.logical_or(p.schedule == "interleaved", p.interleave == 1.0),
+         lambda m, p, s: f"parallel.interleave={_g(p.interleave)} needs "
+         f"parallel.schedule='interleaved' (got {p.schedule!r})"),
+    # The optimiser's own rows (no message: validate skips them; scenario
+    # loading checks dp itself, and validate is given no scale-up domain).
+    Rule("integral dp >= 1", ("parallel.dp",),
+         lambda m, p, s: integral(p.dp) & (p.dp >= 1.0 - 1e-9), None),
+    _divides_rule("training.micro_batch", "training.global_batch", False),
+    *(_divides_rule(k, "system.gpus", False) for k in DP_FROM[1:]),
+    _divides_rule("system.scale_up_domain", "system.gpus", False),  # whole domains
+    _divides_rule("system.gpus_per_node", "system.scale_up_domain", False),  # of whole nodes
+    _divides_rule("system.gpus_per_node", "system.gpus", False),  # whole nodes
+)
+
+
+class _GpuCount(NamedTuple):
+    """The part of a system `validate` is given: its GPU count."""
+
+    gpus: jax.Array
 
 
 def validate(plan: Plan, model: Transformer, gpus) -> None:
-    """Structural checks of a plan against a model and a GPU count (concrete values)."""
-    g = C.concrete(gpus)
-    if g is not None and C.concrete(plan.gpus) is not None and g != C.concrete(plan.gpus):
-        raise ValueError(
-            f"system.gpus={g.item():g} must equal dp*tp*pp*cp="
-            f"{plan.dp:g}*{plan.tp:g}*{plan.pp:g}*{plan.cp:g}={C.concrete(plan.gpus).item():g}")
-    _divides("parallel.tp", plan.tp, "model.heads", model.heads)
-    _divides("parallel.tp", plan.tp, "model.kv_heads", model.kv_heads)
-    _divides("parallel.cp", plan.cp, "model.seq_len", model.seq_len)
-    _divides("parallel.ep", plan.ep, "parallel.dp", plan.dp)
-    shard = C.concrete(plan.zero_shard_size)
-    if shard is not None and shard > 0:
-        _divides("parallel.zero_shard_size", plan.zero_shard_size, "dp*cp", plan.dp * plan.cp)
-    if C.concrete(model.moe_layers) is not None and C.concrete(model.moe_layers) > 0:
-        _divides("parallel.ep", plan.ep, "model.experts", model.experts)
-    elif C.concrete(plan.ep) is not None and C.concrete(plan.ep) > 1:
-        raise ValueError(f"parallel.ep={C.concrete(plan.ep).item():g} needs an MoE model "
-                         "(model.moe_layers > 0)")
-    _divides("dp*micro_batch", plan.dp * plan.micro_batch, "training.global_batch",
-             plan.global_batch)
-    layers, pp, v = (C.concrete(x) for x in (model.layers, plan.pp, plan.interleave))
-    if layers is not None and pp is not None and v is not None and pp * v > layers:
-        raise ValueError(f"parallel.pp={pp.item():g} x parallel.interleave={v.item():g} "
-                         f"= {(pp * v).item():g} must not exceed model.layers={layers.item():g}")
-    v = C.concrete(plan.interleave)
-    if v is not None and v > 1 and plan.schedule != "interleaved":
-        raise ValueError(f"parallel.interleave={v.item():g} needs parallel.schedule='interleaved'"
-                         f" (got {plan.schedule!r})")
+    """Structural checks of a plan against a model and a GPU count (concrete
+    values; a traced rule is skipped): the first rule of `RULES` with a
+    message that does not hold raises a one-line ValueError."""
+    system = _GpuCount(gpus)
+    with jax.ensure_compile_time_eval():
+        for rule in RULES:
+            if rule.message is None:
+                continue
+            ok = _checks.concrete(rule.holds(model, plan, system))
+            if ok is not None and not bool(ok):
+                raise ValueError(rule.message(model, plan, system))

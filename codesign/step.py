@@ -30,8 +30,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import collectives, fabric, reliability
-from . import traffic as T
+from . import collectives, economics, fabric, reliability, traffic
 from .hardware import System
 from .plan import DTYPE_BYTES, Plan
 from .relax import safe_div, smooth_max, smooth_min
@@ -158,7 +157,7 @@ def local_params(model: Transformer, plan: Plan, t=0.0, stage=1):
     """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
     tp (and ep for the routed experts), and by dp when ZeRO `stage` or higher
     is on (`stage=None`: never)."""
-    sh = T.shape(model, plan, t)
+    sh = traffic.shape(model, plan, t)
     share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
     experts = model.routed_expert_params()
     layer_params = model.params() - experts - model.embedding_params()
@@ -178,7 +177,7 @@ def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0):
 
 
 def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
-    sh = T.shape(model, plan, t)
+    sh = traffic.shape(model, plan, t)
     dense_mm, dense_af, dense_ab = _layer_forward_s(model, plan, system, moe=False)
     moe_mm, moe_af, moe_ab = _layer_forward_s(model, plan, system, moe=True)
     dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
@@ -259,7 +258,7 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
     """Weights, gradients and optimizer state by ZeRO stage and precision recipe;
     activations by recompute mode, attention kernel, sequence parallelism and
     the micro-batches in flight; the chip's reserve."""
-    sh = T.shape(model, plan, t)
+    sh = traffic.shape(model, plan, t)
     pr = plan.precision
     copies = 2.0 if plan.schedule == "dualpipe" else 1.0  # DualPipe keeps two copies
 
@@ -356,8 +355,8 @@ def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
     runs, so the hidden seconds times that fraction are added to the compute.
     """
     tm = timing(model, plan, system, t)
-    rows = T.table(model, plan, system, tm, t)
-    exposed = T.exposed_by_dimension(rows)
+    rows = traffic.table(model, plan, system, tm, t)
+    exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
     hidden = sum((r.time_s - r.exposed_s for r in rows), jnp.zeros(()))
     stolen = plan.comm_sm_fraction * hidden  # per step, spread over the micro-batches
@@ -407,6 +406,7 @@ class Estimate(eqx.Module):
     step: Step
     reliability: reliability.ReliabilityReport
     fabric: fabric.Inventory
+    fabric_capex_usd: jax.Array  # `economics.fabric_capex_usd` of the inventory
     tokens: jax.Array  # tokens to train on (0 = not set)
 
     @property
@@ -422,13 +422,17 @@ def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
 
 
 def estimate(scn, t=0.0) -> Estimate:
-    """The whole model of a `scenario.Scenario`, differentiable in every float.
-    Under jit/vmap/grad a knob outside its domain raises (`Scenario.checked`)."""
+    """The whole model of a `scenario.Scenario`, differentiable in every float;
+    the fabric counted with the default `fabric.Prices` and priced with the
+    default `economics.Assumptions`. Under jit/vmap/grad a knob outside its
+    domain raises (`Scenario.checked`)."""
     scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
     checkpoint_bytes = checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
-    return Estimate(s, rel, fabric.inventory(scn.system, t=t), scn.tokens)
+    inventory = fabric.inventory(scn.system, t=t)
+    capex = economics.fabric_capex_usd(scn.system, inventory, economics.default_assumptions(), t)
+    return Estimate(s, rel, inventory, capex, scn.tokens)
 
 
 def outputs(est: Estimate) -> dict:
@@ -449,14 +453,14 @@ def outputs(est: Estimate) -> dict:
         "p_step_delayed": r.p_step_delayed, "goodput": r.goodput,
         "effective_training_time_fraction": r.effective_training_time_fraction,
         "checkpoint_interval_s": r.checkpoint_interval_s, "mtbf_s": r.mtbf_s,
-        "fabric_cost_usd": f.cost_usd, "fabric_power_w": f.power_w,
+        "fabric_cost_usd": est.fabric_capex_usd, "fabric_power_w": f.power_w,
     }
     out["time_to_train_s"] = est.time_to_train_s
     out["gpu_hours"] = est.time_to_train_s * s.gpus / 3600.0
     return out
 
 
-def wire_bytes_per_gpu(row: T.Row) -> jax.Array:
+def wire_bytes_per_gpu(row: traffic.Row) -> jax.Array:
     """Bytes one GPU puts on its link per step for a row: nccl-tests' bus
     factor (bytes through each rank's link per byte of message) x size x count."""
     return row.count_per_step * row.message_bytes * collectives.bus_factor(

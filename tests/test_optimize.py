@@ -17,12 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import fabric
-from codesign import optimize as O
+from codesign import economics, fabric, optimize, step
 from codesign import scenario as sc
-from codesign import step as S
 from codesign.cli import main
-from codesign.plan import validate
+from codesign.cli._text import describe_elasticity  # private: the CLI's English, no public path
+from codesign.optimize import _grid  # private: the streamed grid's block settings
 from codesign.units import GB, day
 
 SCN = sc.load(None)
@@ -33,29 +32,46 @@ STARTS, STEPS, POINTS = 8, 40, 4  # the runs below share these shapes (one compi
 
 @pytest.fixture(scope="module")
 def small():
-    return O.problem(SCN, list(SMALL), SMALL)
+    return optimize.problem(SCN, list(SMALL), SMALL)
 
 
 @pytest.fixture(scope="module")
 def small_runs(small):
-    return (O.optimize(small, starts=STARTS, steps=STEPS),
-            O.grid_search(small, POINTS, progress=False))
+    return (optimize.optimize(small, starts=STARTS, steps=STEPS),
+            optimize.grid_search(small, POINTS, progress=False))
 
 
 # ----------------------------------------------------------------- problems
 def test_admissible_values_project_divisibility():
     # tp must divide heads = 96 and (GPUs fixed) 1024; micro_batch must divide 1536
-    p = O.problem(SCN, ["parallel.tp", "training.micro_batch", "parallel.interleave"],
-                  {"parallel.tp": (1, 96), "training.micro_batch": (1, 16),
-                   "parallel.interleave": (1, 4)})
+    p = optimize.problem(SCN, ["parallel.tp", "training.micro_batch", "parallel.interleave"],
+                         {"parallel.tp": (1, 96), "training.micro_batch": (1, 16),
+                          "parallel.interleave": (1, 4)})
     assert p.admissible[0].tolist() == [1, 2, 4, 8, 16, 32]
     assert p.admissible[1].tolist() == [1, 2, 3, 4, 6, 8, 12, 16]
     assert p.admissible[2].tolist() == [1, 2, 3, 4]  # pp 8 x interleave <= 96 layers
     assert p.knobs[0].integer and p.knobs[0].log
     # a non-interleaved schedule admits interleave 1 only; a dense model ep 1 only
-    q = O.problem(sc.load("megatron-8.3b"), ["parallel.interleave", "parallel.ep"],
-                  {"parallel.interleave": (1, 4), "parallel.ep": (1, 8)})
+    q = optimize.problem(sc.load("megatron-8.3b"), ["parallel.interleave", "parallel.ep"],
+                         {"parallel.interleave": (1, 4), "parallel.ep": (1, 8)})
     assert q.admissible[0].tolist() == [1] and q.admissible[1].tolist() == [1]
+
+
+@pytest.mark.parametrize("name", ["default", "deepseek-v3"])
+def test_a_knob_varied_alone_admits_exactly_its_feasible_values(name):
+    """Varied alone, a knob's admissible values are the integers in its
+    bounds at which every structural rule holds (`plan.RULES` read by both)."""
+    scn = sc.load(name)
+    for knob in ("parallel.tp", "parallel.pp", "parallel.dp", "parallel.cp", "parallel.ep",
+                 "training.micro_batch", "training.global_batch", "system.gpus",
+                 "system.scale_up_domain", "model.heads", "model.experts"):
+        if float(sc.get_knob(scn, knob)) == 0:
+            continue
+        lo, hi = optimize.default_bounds(scn, knob)
+        v = np.arange(lo, hi + 1)
+        ok = jax.vmap(lambda x, k=knob: optimize.structurally_feasible(
+            sc.set_knobs(scn, {k: x})))(jnp.asarray(v))
+        assert optimize.problem(scn, [knob]).admissible[0].tolist() == v[np.asarray(ok)].tolist()
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -72,50 +88,24 @@ def test_admissible_values_project_divisibility():
 def test_problem_errors_name_the_argument(kwargs, message):
     kwargs = {"bounds": None, **kwargs}
     with pytest.raises(ValueError, match=message):
-        O.problem(SCN, kwargs.pop("vary"), kwargs.pop("bounds"), **kwargs)
+        optimize.problem(SCN, kwargs.pop("vary"), kwargs.pop("bounds"), **kwargs)
 
 
 def test_objectives_that_need_tokens_say_so():
     with pytest.raises(ValueError, match="training.tokens"):
-        O.problem(sc.load("megatron-1t"), ["parallel.tp"], objective="time_to_train")
-
-
-def test_structural_rules_agree_with_plan_validate():
-    """`structurally_feasible` (vmapped) says yes exactly where plan.validate accepts."""
-    rng = np.random.default_rng(0)
-    names = ("parallel.tp", "parallel.pp", "parallel.cp", "training.micro_batch",
-             "parallel.interleave", "training.global_batch")
-    pts = np.stack([rng.choice([1, 2, 3, 4, 8, 16], 120), rng.choice([1, 2, 4, 8, 12, 64], 120),
-                    rng.choice([1, 2, 3, 4], 120), rng.choice([1, 2, 3, 4], 120),
-                    rng.choice([1, 2, 3, 13], 120), rng.choice([1536, 1024, 96], 120)],
-                   axis=1).astype(float)
-
-    def scenario(x):
-        return sc.set_knobs(SCN, dict(zip(names, x, strict=True)))
-
-    fast = np.asarray(jax.jit(jax.vmap(lambda x: O.structurally_feasible(scenario(x))))(
-        jnp.asarray(pts)))
-    for x, ok in zip(pts, fast, strict=True):
-        s = scenario(x)
-        try:
-            validate(s.plan, s.model, s.system.gpus)
-            valid = float(s.plan.dp) >= 1
-        except ValueError:
-            valid = False
-        assert ok == valid, dict(zip(names, x, strict=True))
-    assert 0 < fast.sum() < len(fast)  # both outcomes occur
+        optimize.problem(sc.load("megatron-1t"), ["parallel.tp"], objective="time_to_train")
 
 
 # --------------------------------------------------------------- relaxation
 def test_relaxed_model_equals_exact_model_at_integer_points(small):
     """At integer points the relaxed objective (penalty off) tends to the exact
     one as t -> 0: the error shrinks with t and is below 1e-6 at t = 1e-7."""
-    axes = O.grid_axes(small, POINTS)
+    axes = optimize.grid_axes(small, POINTS)
     pts = np.asarray(list(itertools.product(*axes)))[::47][:STARTS]
-    exact = O.evaluate(small, pts).loss
+    exact = optimize.evaluate(small, pts).loss
     t = jnp.geomspace(1.0, 1e-7, STEPS)
-    _, losses, _ = O._multistart(small.core, jnp.asarray(O.to_box(small, pts)), t,
-                                 jnp.zeros(STEPS), jnp.zeros(len(small.knobs)))
+    at = jax.vmap(jax.vmap(optimize.relaxed_loss, (None, None, 0, None)), (0, None, None, None))
+    losses = jax.jit(at)(jnp.asarray(optimize.to_box(small, pts)), small.core, t, 0.0)
     err = np.abs(np.asarray(losses) - exact[:, None])  # (points, temperatures)
     assert np.all(np.isfinite(err))
     assert np.all(err[:, -1] < 1e-6)
@@ -126,9 +116,9 @@ def test_relaxed_model_equals_exact_model_at_integer_points(small):
 # ------------------------------------------------------------ the two methods
 def test_grid_is_exhaustive(small, small_runs):
     _, grid = small_runs
-    pts = np.asarray(list(itertools.product(*O.grid_axes(small, POINTS))))
+    pts = np.asarray(list(itertools.product(*optimize.grid_axes(small, POINTS))))
     assert grid.grid_size == len(pts) == 5 * 5 * 4 * POINTS == grid.evaluations
-    ex = O.evaluate(small, pts)
+    ex = optimize.evaluate(small, pts)
     assert grid.feasible_points == int(ex.feasible.sum()) > 0
     i = int(np.argmin(np.where(ex.feasible, ex.objective, np.inf)))
     assert grid.value == pytest.approx(ex.objective[i], rel=1e-12)
@@ -142,18 +132,18 @@ def test_streamed_grid_is_a_plain_loop(monkeypatch):
     same feasible count and the same top points in order. Tiny blocks and
     calls make it cross block, call and GPU-count boundaries; the checkpoint
     interval does not move the step time, so every design ties 3 ways."""
-    monkeypatch.setattr(O, "GRID_STREAM_MIN", 0)
-    monkeypatch.setattr(O, "GRID_BLOCK", 8)
-    monkeypatch.setattr(O, "GRID_CALL_POINTS", 24)
+    monkeypatch.setattr(_grid, "GRID_STREAM_MIN", 0)
+    monkeypatch.setattr(_grid, "GRID_BLOCK", 8)
+    monkeypatch.setattr(_grid, "GRID_CALL_POINTS", 24)
     vary = {"parallel.tp": (1, 16), "system.gpus": (512, 1024),
             "reliability.checkpoint_interval_s": (60, 3600), "training.micro_batch": (1, 4)}
-    p = O.problem(SCN, list(vary), vary)
-    axes = O.grid_axes(p, 3)
+    p = optimize.problem(SCN, list(vary), vary)
+    axes = optimize.grid_axes(p, 3)
     pts = np.asarray(list(itertools.product(*axes)))
-    r = O.grid_search(p, 3, progress=False, top=5)
+    r = optimize.grid_search(p, 3, progress=False, top=5)
     assert p.names[1] == "system.gpus" and len(axes[1]) > 2  # enumerated out of C order
     assert r.profile["calls"] > 2 and r.grid_size == len(pts)
-    ex = O.evaluate(p, pts)
+    ex = optimize.evaluate(p, pts)
     score = np.where(ex.feasible, ex.loss, np.inf)
     order = np.lexsort((np.arange(len(pts)), score))[:5]  # ties: first in C order
     assert r.feasible_points == int(ex.feasible.sum()) > 5
@@ -166,15 +156,15 @@ def test_streamed_grid_is_a_plain_loop(monkeypatch):
 def test_streamed_pareto_front_is_non_dominated_over_the_grid(monkeypatch):
     """The streamed front (a running non-dominated set folded per block on the
     device) is `non_dominated` over every feasible grid point."""
-    monkeypatch.setattr(O, "GRID_BLOCK", 16)
-    monkeypatch.setattr(O, "GRID_CALL_POINTS", 64)
+    monkeypatch.setattr(_grid, "GRID_BLOCK", 16)
+    monkeypatch.setattr(_grid, "GRID_CALL_POINTS", 64)
     vary = {"parallel.tp": (1, 16), "system.gpus": (512, 1024), "training.micro_batch": (1, 4),
             "system.scale_out_bandwidth_Bps": (10 * GB, 200 * GB)}
-    p = O.problem(SCN, list(vary), vary, "time_to_train", budget_usd=2.5e6)
-    front = O.grid_pareto(p, 3, progress=False, capacity=64)
-    full = O.grid_search(p, 3, progress=False, keep=("cost_to_train_usd", "time_to_train_s"))
+    p = optimize.problem(SCN, list(vary), vary, "time_to_train", budget_usd=2.5e6)
+    front = optimize.grid_pareto(p, 3, progress=False, capacity=64)
+    full = optimize.grid_search(p, 3, progress=False, keep=("cost_to_train_usd", "time_to_train_s"))
     kept = full.metrics["grid"]
-    want = O.non_dominated(kept["cost_to_train_usd"], kept["time_to_train_s"])
+    want = optimize.non_dominated(kept["cost_to_train_usd"], kept["time_to_train_s"])
     assert front.feasible_points == full.feasible_points == len(kept["knobs"])
     assert 3 <= len(front.knobs) == len(want) < front.feasible_points
     assert [list(k.values()) for k in front.knobs] == [kept["knobs"][i] for i in want]
@@ -182,9 +172,9 @@ def test_streamed_pareto_front_is_non_dominated_over_the_grid(monkeypatch):
     np.testing.assert_allclose(front.b, np.asarray(kept["time_to_train_s"])[want], rtol=1e-12)
     assert front.profile["calls"] > 2
     with pytest.raises(ValueError, match="raise it"):
-        O.grid_pareto(p, 3, progress=False, capacity=1)
+        optimize.grid_pareto(p, 3, progress=False, capacity=1)
     with pytest.raises(ValueError, match="b='speed' is not a metric"):
-        O.grid_pareto(p, 3, b="speed", progress=False)
+        optimize.grid_pareto(p, 3, b="speed", progress=False)
 
 
 def test_gradients_match_values_recorded_before_the_speed_work():
@@ -196,15 +186,15 @@ def test_gradients_match_values_recorded_before_the_speed_work():
     for r in rec["step_time_grad"]:
         base = sc.load(r["scenario"])
         value, grad = jax.value_and_grad(
-            lambda k, base=base: S.estimate(sc.set_knobs(base, k)).step.step_time_s)(
+            lambda k, base=base: step.estimate(sc.set_knobs(base, k)).step.step_time_s)(
             {k: jnp.asarray(v) for k, v in r["knobs"].items()})
         assert float(value) == pytest.approx(r["step_time_s"], rel=1e-9)
         old = np.asarray([r["grad"][k] for k in sorted(r["grad"])])
         new = np.asarray([float(grad[k]) for k in sorted(r["grad"])])
         np.testing.assert_allclose(new, old, rtol=1e-9, atol=1e-12 * np.abs(old).max())
-    prob = O.problem(SCN, list(SMALL), SMALL, "cost_to_train_usd")
+    prob = optimize.problem(SCN, list(SMALL), SMALL, "cost_to_train_usd")
     for r in rec["relaxed_loss_grad"]:
-        value, grad = jax.value_and_grad(O.relaxed_loss)(jnp.asarray(r["z"]), prob.core,
+        value, grad = jax.value_and_grad(optimize.relaxed_loss)(jnp.asarray(r["z"]), prob.core,
                                                          r["t"], r["mu"])
         assert float(value) == pytest.approx(r["loss"], rel=1e-9)
         old = np.asarray(r["grad"])
@@ -234,13 +224,13 @@ def test_continuous_knob_is_polished_to_a_stationary_point(small):
     saves GPU-hours, so the optimum is interior; the gradient method finds it
     at least as well as a 16-point grid and the exact cost is flat there."""
     p = small.with_limits("cost_to_train_usd")
-    grad = O.optimize(p, starts=STARTS, steps=STEPS)
-    grid = O.grid_search(p, 16, progress=False)
+    grad = optimize.optimize(p, starts=STARTS, steps=STEPS)
+    grid = optimize.grid_search(p, 16, progress=False)
     assert grad.feasible and grad.value <= grid.value * (1 + 1e-9)
     bw = grad.best["system.scale_out_bandwidth_Bps"]
     assert 5 * GB < bw < 400 * GB
     x = np.asarray(list(grad.best.values()))
-    around = O.evaluate(p, [x * [1, 1, 1, 0.97], x * [1, 1, 1, 1 / 0.97]]).objective
+    around = optimize.evaluate(p, [x * [1, 1, 1, 0.97], x * [1, 1, 1, 1 / 0.97]]).objective
     assert np.all(around >= grad.value * (1 - 1e-9))
 
 
@@ -248,8 +238,8 @@ def test_maximised_objective(small):
     """tokens per joule is maximised: the gradient method at least matches the
     grid from above, and more bandwidth is not free any more (fabric power)."""
     p = small.with_limits("tokens_per_joule")
-    grad = O.optimize(p, starts=STARTS, steps=STEPS)
-    grid = O.grid_search(p, POINTS, progress=False)
+    grad = optimize.optimize(p, starts=STARTS, steps=STEPS)
+    grid = optimize.grid_search(p, POINTS, progress=False)
     assert grad.goal == grid.goal == "max" and grad.feasible
     assert grad.value >= grid.value * (1 - 1e-9)
     assert grad.value == pytest.approx(grad.metrics["tokens_per_joule"])
@@ -257,26 +247,29 @@ def test_maximised_objective(small):
 
 
 def test_limits_are_respected_or_reported_infeasible(small):
-    free = O.optimize(small, starts=STARTS, steps=STEPS)
+    def run(p):
+        return optimize.optimize(p, starts=STARTS, steps=STEPS)
+
+    free = run(small)
     boards_w = 1024 * 400.0  # A100 board power
-    tight = O.optimize(small.with_limits(budget_w=0.9 * boards_w), starts=STARTS, steps=STEPS)
+    tight = run(small.with_limits(budget_w=0.9 * boards_w))
     assert not tight.feasible  # the GPUs alone exceed it
-    watts = O.optimize(small.with_limits(budget_w=1.1 * boards_w), starts=STARTS, steps=STEPS)
+    watts = run(small.with_limits(budget_w=1.1 * boards_w))
     assert watts.feasible and watts.metrics["power_w"] <= 1.1 * boards_w
     assert watts.metrics["power_w"] < free.metrics["power_w"]  # it bought less bandwidth
-    memory = O.problem(SCN, list(SMALL), {**SMALL, "parallel.tp": (1, 2), "parallel.pp": (1, 2)})
-    r = O.grid_search(memory, POINTS, progress=False)  # 175B on <= 4-way model parallelism
+    memory = optimize.problem(SCN, list(SMALL),
+                              {**SMALL, "parallel.tp": (1, 2), "parallel.pp": (1, 2)})
+    r = optimize.grid_search(memory, POINTS, progress=False)  # 175B on <= 4-way model parallelism
     assert not r.feasible and r.feasible_points == 0
     budget = free.metrics["cost_to_train_usd"] * 1.01
-    capped = O.optimize(small.with_limits("time_to_train", budget_usd=budget),
-                        starts=STARTS, steps=STEPS)
+    capped = run(small.with_limits("time_to_train", budget_usd=budget))
     assert capped.feasible and capped.metrics["cost_to_train_usd"] <= budget
 
 
 def test_objective_metrics_follow_their_definitions(small, small_runs):
     grad, _ = small_runs
-    m = O.point_metrics(small, O._here(small))
-    a = O.Assumptions()
+    m = optimize.point_metrics(small, small.here)
+    a = economics.Assumptions()
     # cost = GPU-hours x price + fabric capex x time / lifetime (4 years)
     assert m["cost_to_train_usd"] == pytest.approx(
         m["gpu_hours"] * 2.0 + m["fabric_capex_usd"] * m["time_to_train_s"] / (4 * 365.25 * day))
@@ -288,13 +281,16 @@ def test_objective_metrics_follow_their_definitions(small, small_runs):
     assert m["fabric_capex_usd"] == pytest.approx(float(inv.cost_usd) * rails
                                                   + 1024 * links * 150.0)
     assert m["power_w"] == pytest.approx(1024 * 400.0 + float(inv.power_w) * rails)
+    # the estimate's fabric cost is the same capital cost (`economics`)
+    fabric_cost = step.outputs(step.estimate(SCN))["fabric_cost_usd"]
+    assert float(fabric_cost) == pytest.approx(m["fabric_capex_usd"], rel=1e-12)
     assert grad.metrics["step_time_s"] <= m["step_time_s"]  # at least as good as the scenario
 
 
 def test_non_dominated_front():
     a = [1.0, 2.0, 3.0, 2.5, 1.0]
     b = [5.0, 3.0, 1.0, 3.5, 6.0]
-    assert O.non_dominated(a, b).tolist() == [0, 1, 2]
+    assert optimize.non_dominated(a, b).tolist() == [0, 1, 2]
 
 
 # ---------------------------------------------------------------- sensitivity
@@ -303,21 +299,27 @@ OUTPUTS = ("step_time_s",)  # what the CLI differentiates by default (shared com
 
 @pytest.fixture(scope="module")
 def elasticities():
-    return O.elasticities(SCN, OUTPUTS)
+    return optimize.elasticities(SCN, OUTPUTS)
 
 
-def _at(moved: dict):
-    """(log outputs, elasticities) at the default scenario with `moved` knobs
-    changed, from the same compiled function as `elasticities`."""
-    values = {k: sc.get_knob(SCN, k) for k in O.SENSITIVITY_KNOBS if k != "parallel.dp"}
-    values.update({k: jnp.asarray(v, dtype=float) for k, v in moved.items()})
-    logs, jac = O._log_outputs_and_jacobian(SCN, values, OUTPUTS)
-    return np.asarray(logs), {k: np.asarray(jac[k]) * float(values[k]) for k in values}
+_log_outputs = jax.jit(lambda scn: jnp.stack([jnp.log(step.outputs(step.estimate(scn))[o])
+                                               for o in OUTPUTS]))
+
+
+def _logs(moved: dict) -> np.ndarray:
+    """Log outputs at the default scenario with the `moved` knobs changed."""
+    return np.asarray(_log_outputs(sc.set_knobs(SCN, moved)))
+
+
+def _elasticities(moved: dict) -> dict:
+    """{knob: elasticity of each output} there (the compilation `elasticities` shares)."""
+    el = optimize.elasticities(sc.set_knobs(SCN, moved), OUTPUTS)
+    return {k: np.asarray([el[o][k] for o in OUTPUTS]) for k in optimize.SENSITIVITY_KNOBS}
 
 
 def test_elasticities_are_finite_for_every_knob(elasticities):
     for out in OUTPUTS:
-        assert set(elasticities[out]) == set(O.SENSITIVITY_KNOBS)
+        assert set(elasticities[out]) == set(optimize.SENSITIVITY_KNOBS)
         assert all(math.isfinite(v) for v in elasticities[out].values())
     e = elasticities["step_time_s"]
     assert e["system.scale_out_bandwidth_Bps"] < 0 < e["system.scale_out_latency_s"]
@@ -335,10 +337,10 @@ STEPPED = ("parallel.pp", "parallel.interleave")
 
 def _differences(moved: dict, knob: str, h: float = 1e-4):
     """(central, forward, backward) differences of the log outputs in log knob."""
-    x = float({**{k: sc.get_knob(SCN, k) for k in O.SENSITIVITY_KNOBS}, **moved}[knob])
-    up = _at({**moved, knob: x * math.exp(h)})[0]
-    down = _at({**moved, knob: x * math.exp(-h)})[0]
-    here = _at(moved)[0]
+    x = float({**{k: sc.get_knob(SCN, k) for k in optimize.SENSITIVITY_KNOBS}, **moved}[knob])
+    up = _logs({**moved, knob: x * math.exp(h)})
+    down = _logs({**moved, knob: x * math.exp(-h)})
+    here = _logs(moved)
     return (up - down) / (2 * h), (up - here) / h, (here - down) / h
 
 
@@ -353,9 +355,9 @@ def test_elasticities_agree_with_central_finite_differences(elasticities, moved,
     there the elasticity lies between the one-sided slopes; with a 16-GPU
     domain every clip but cp's is strictly inside (cp = 1 is its group's size,
     the clip's upper bound, and cp is part of the data-parallel group)."""
-    _, el = _at(moved)
+    el = _elasticities(moved)
     found = set()
-    for knob in O.SENSITIVITY_KNOBS:
+    for knob in optimize.SENSITIVITY_KNOBS:
         if knob in STEPPED or knob == "parallel.dp":
             continue
         e = el[knob]
@@ -372,17 +374,16 @@ def test_elasticities_agree_with_central_finite_differences(elasticities, moved,
         np.testing.assert_allclose(e, central, rtol=1e-3, atol=1e-6, err_msg=knob)
     assert found == corners
     assert np.array_equal(np.asarray([elasticities[o]["parallel.tp"] for o in OUTPUTS]),
-                          _at({})[1]["parallel.tp"])
+                          _elasticities({})["parallel.tp"])
 
 
 def test_stepped_knobs_get_the_envelope_slope(elasticities, monkeypatch):
     """With ceil replaced by the identity (the envelope), central differences
     of the step time agree with the t = 0 elasticities of pp and interleave."""
-    from codesign import step as S
     from codesign import traffic
 
     monkeypatch.setattr(traffic, "smooth_ceil", lambda x, t=0.0: x)
-    f = jax.jit(lambda v: jnp.log(S.step(*(lambda s: (s.model, s.plan, s.system))(
+    f = jax.jit(lambda v: jnp.log(step.step(*(lambda s: (s.model, s.plan, s.system))(
         sc.set_knobs(SCN, v))).step_time_s))
     for knob in STEPPED:
         x = float(sc.get_knob(SCN, knob))
@@ -392,9 +393,9 @@ def test_stepped_knobs_get_the_envelope_slope(elasticities, monkeypatch):
 
 
 def test_describe_elasticity():
-    assert O.describe_elasticity("system.scale_out_bandwidth_Bps", -0.2) == \
+    assert describe_elasticity("system.scale_out_bandwidth_Bps", -0.2) == \
         "+10% scale-out bandwidth gives -1.89% step time"
-    assert "unset" in O.describe_elasticity("parallel.moe_node_limit", 0.0, value=0.0)
+    assert "unset" in describe_elasticity("parallel.moe_node_limit", 0.0, value=0.0)
 
 
 # ------------------------------------------------------------------------ CLI

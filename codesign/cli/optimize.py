@@ -6,10 +6,11 @@ import json
 import math
 import sys
 
-from .. import optimize as O
+from .. import economics, optimize
 from .. import scenario as sc
 from ..units import day, format_bytes, format_quantity, parse_quantity
 from . import INFEASIBLE, _output, _system
+from ._text import OUTPUT_WORDS, describe_elasticity
 
 _YEAR_S = 365.25 * day
 
@@ -31,7 +32,8 @@ def add_arguments(parser, name):
                             help="print only the N largest (0: all)")
         parser.add_argument("--all", action="store_true",
                             help="also the knobs whose elasticity is zero (omitted by default)")
-        parser.add_argument("--output", default="step_time_s", choices=O.SENSITIVITY_OUTPUTS,
+        parser.add_argument("--output", default="step_time_s",
+                            choices=optimize.SENSITIVITY_OUTPUTS,
                             help="the output to differentiate (default step_time_s; "
                             "time_to_train_s brings in the failure rates)")
         return
@@ -41,7 +43,7 @@ def add_arguments(parser, name):
     parser.add_argument("--bounds", action="append", default=[], metavar="KNOB=LO:HI",
                         help="range of a varied knob; units allowed (10GB/s:200GB/s). "
                         "Default: a factor 8 (4 for continuous knobs) around the scenario's value")
-    parser.add_argument("--objective", default="step_time", choices=tuple(O.OBJECTIVES))
+    parser.add_argument("--objective", default="step_time", choices=tuple(optimize.OBJECTIVES))
     limits = parser.add_mutually_exclusive_group()
     limits.add_argument("--budget-usd", type=float, metavar="X",
                         help="limit on the cost to train in dollars")
@@ -90,14 +92,14 @@ def _problem(args, scn):
                     ("--fabric-lifetime-years", args.fabric_lifetime_years)):
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name}={v:g} must be positive")
-    assumptions = O.Assumptions(usd_per_gpu_hour=args.usd_per_gpu_hour,
+    assumptions = economics.Assumptions(usd_per_gpu_hour=args.usd_per_gpu_hour,
                                 fabric_lifetime_s=args.fabric_lifetime_years * _YEAR_S)
-    return O.problem(scn, _vary(args.vary), parse_bounds(args.bounds), args.objective,
+    return optimize.problem(scn, _vary(args.vary), parse_bounds(args.bounds), args.objective,
                      budget_usd=args.budget_usd, budget_w=args.budget_w,
                      max_gpus=args.max_gpus, assumptions=assumptions)
 
 
-def _print_result(prob, r: O.Result, here: dict, show_path: bool):
+def _print_result(prob, r: optimize.Result, here: dict, show_path: bool):
     print(f"{r.method}: {r.objective} ({r.goal}) = {r.value:.6g}"
           f"{'' if r.feasible else '   NOT FEASIBLE (least-violating point shown)'}")
     for k, v in r.best.items():
@@ -119,12 +121,6 @@ def _print_result(prob, r: O.Result, here: dict, show_path: bool):
             print("  path:", json.dumps(step))
 
 
-_WORDS = {"step_time_s": "step time", "tokens_per_s": "tokens/s",
-          "time_to_train_s": "time to train", "gpu_hours": "GPU-hours",
-          "expected_step_time_s": "expected step time", "memory_bytes_per_gpu": "memory per GPU",
-          "mfu": "MFU", "goodput": "goodput"}
-
-
 def _sensitivity(args) -> int:
     scn = sc.load(args.scenario, args.set, system=args.system)
     if args.output in ("time_to_train_s", "gpu_hours") and float(scn.tokens) <= 0:
@@ -132,7 +128,7 @@ def _sensitivity(args) -> int:
                          "(add --set training.tokens=...)")
     if args.top < 0:
         raise ValueError(f"--top={args.top} must be at least 0")
-    el = O.elasticities(scn, (args.output,), args.knob or None)[args.output]
+    el = optimize.elasticities(scn, (args.output,), args.knob or None)[args.output]
     order = sorted(el, key=lambda k: (-abs(el[k]), k))
     values = {k: float(sc.get_knob(scn, k)) for k in order}
     if args.json:
@@ -147,24 +143,24 @@ def _sensitivity(args) -> int:
         _output.write_csv([{"knob": k, "elasticity": el[k], "value": values[k]} for k in shown])
         return 0
     print(_system.line(_system.info(scn.system, args.system)))
-    words = _WORDS[args.output]
+    words = OUTPUT_WORDS[args.output]
     print(f"{scn.name}: elasticity d log({words}) / d log(knob) at the scenario point, "
           "largest first")
     for k in shown:
         print(f"  {k:<36} {el[k]:+9.4f}   "
-              f"{O.describe_elasticity(k, el[k], words, value=values[k])}")
+              f"{describe_elasticity(k, el[k], words, value=values[k])}")
     if omitted:
         print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
     return 0
 
 
-def _top_rows(r: O.Result) -> list[dict]:
+def _top_rows(r: optimize.Result) -> list[dict]:
     """--top as table rows: rank, objective, the knobs, then every metric."""
     return [{"rank": i + 1, "objective": t["objective"], **t["knobs"], **t["metrics"]}
             for i, t in enumerate(r.top or [])]
 
 
-def _print_top(r: O.Result, n: int) -> None:
+def _print_top(r: optimize.Result, n: int) -> None:
     top = r.top or []
     print(f"top {len(top)} distinct feasible designs (of {n} asked), best first:")
     if not top:
@@ -190,12 +186,12 @@ def run(args, name) -> int:
     prob = _problem(args, scn)
     here = {k: float(sc.get_knob(scn, k)) for k in prob.names}
     if args.method == "grid":
-        r = O.grid_search(prob, args.grid_points, progress=not args.no_progress,
-                          top=max(args.top, O.GRID_TOP))
+        r = optimize.grid_search(prob, args.grid_points, progress=not args.no_progress,
+                                 top=max(args.top, optimize.GRID_TOP))
         r = r._replace(top=r.top[: args.top] if args.top else r.top)
     else:
-        r = O.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed,
-                       top=args.top)
+        r = optimize.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed,
+                              top=args.top)
     if args.json:
         print(json.dumps({**r.to_json(), **_output.echo(scn, args.system)}, indent=1))
     elif args.csv:

@@ -1,0 +1,99 @@
+"""Gradient co-design of hardware and plan knobs, checked against the exhaustive grid.
+
+A `Problem` names the knobs to vary (scenario keys, `scenario.KNOBS`), their
+bounds, an objective and the constraints. Two methods solve it:
+
+- `optimize` (gradient). Every knob lives in a unit box z in [0, 1]: log-spaced
+  between its bounds when the lower bound is positive (integer knobs become
+  positive reals optimised in log space), linear otherwise. The relaxed model
+  (`step.estimate(scn, t)`: smooth ceil/max/min with temperature t) is
+  minimised by projected Adam (optax; projection = clip to the box) from many
+  random starts in one vmapped, scanned run, while t anneals geometrically
+  from `T_START` to `T_END` and the penalty weight mu grows from `MU_START` to
+  `MU_END`. Smooth constraints (memory per GPU, budgets in dollars and watts,
+  GPU count, dp >= 1, micro-batches >= 1, ep <= dp, pp x interleave <= layers,
+  scale-up domain <= GPUs) are log-ratios g <= 0 with the penalty
+  mu max(g, 0)^2. Divisibility is a projection: every integer knob has an
+  admissible set (integers in its bounds that satisfy the rules of
+  `plan.RULES` that read it and no other varied knob: tp | heads, cp |
+  seq_len, ep | experts, micro_batch | global_batch, a divisor of a fixed GPU
+  count, ...), and each start's continuous optimum is rounded to the
+  admissible values that bracket it (the product over knobs). The candidates
+  are evaluated exactly (t = 0, vmapped) against the exact structural rules
+  (`structurally_feasible`: every rule of `plan.RULES`, those `plan.validate`
+  checks plus whole scale-up domains of whole nodes, ...), refined by a beam
+  search on the lattice (one integer knob moved up to `SINGLE_STEPS`
+  admissible values, or two moved one each), and the continuous knobs of the
+  best few are polished by Adam on the exact model with the integers fixed.
+  The best feasible point wins; `Result.path` records the way there.
+- `grid_search` (the yardstick). The Cartesian product of every admissible
+  value of every integer knob and `grid_points` values of every continuous knob
+  (log-spaced when the lower bound is positive), evaluated exactly; returns the
+  true optimum on the grid. Large grids stream: one compiled kernel enumerates
+  points on the device from their index, evaluates fixed-size blocks (knobs
+  the failure statistics depend on held fixed within a block) and keeps the
+  best few of each block on the device, so host memory is flat in the grid
+  size; a progress bar on stderr shows points per second. `grid_pareto`
+  streams the grid's exact Pareto front in two metrics the same way.
+
+Objectives (`OBJECTIVES`): step time, tokens per second, time to train (with
+goodput), cost to train in dollars and tokens per joule; `economics` prices
+them (`economics.Assumptions`, re-exported here: the prices and the
+amortisation, each labelled). `pareto_front` traces time against cost.
+`elasticities` gives d log(output) / d log(knob) for every hardware, plan and
+reliability knob by `jax.jacrev` at t = 0.
+
+Evaluations are counted as model evaluations: one exact evaluation, or one
+value-and-gradient of the relaxed model (which costs a few forward passes;
+wall time is reported beside it).
+
+Modules: `_problem` (knobs, bounds, admissible values, `Problem`), `_model`
+(metrics, constraints, relaxed loss, exact evaluation), `_result`,
+`_gradient` (`optimize`), `_grid` (`grid_search`), `_pareto` and
+`_sensitivity` (`elasticities`); the names below are the public API.
+"""
+
+from ..economics import Assumptions as Assumptions
+from ._gradient import optimize as optimize
+from ._grid import GRID_TOP as GRID_TOP
+from ._grid import GridProfile as GridProfile
+from ._grid import grid_axes as grid_axes
+from ._grid import grid_search as grid_search
+from ._grid import grid_size as grid_size
+from ._model import Exact as Exact
+from ._model import constraints as constraints
+from ._model import evaluate as evaluate
+from ._model import metrics as metrics
+from ._model import point_metrics as point_metrics
+from ._model import relaxed_loss as relaxed_loss
+from ._model import structurally_feasible as structurally_feasible
+from ._pareto import GridFront as GridFront
+from ._pareto import grid_pareto as grid_pareto
+from ._pareto import non_dominated as non_dominated
+from ._pareto import pareto_front as pareto_front
+from ._problem import CONSTRAINTS as CONSTRAINTS
+from ._problem import INTEGER_KNOBS as INTEGER_KNOBS
+from ._problem import LIMITS as LIMITS
+from ._problem import OBJECTIVES as OBJECTIVES
+from ._problem import Core as Core
+from ._problem import Knob as Knob
+from ._problem import Problem as Problem
+from ._problem import admissible_values as admissible_values
+from ._problem import apply as apply
+from ._problem import default_bounds as default_bounds
+from ._problem import problem as problem
+from ._problem import to_box as to_box
+from ._problem import to_values as to_values
+from ._result import Result as Result
+from ._sensitivity import SENSITIVITY_KNOBS as SENSITIVITY_KNOBS
+from ._sensitivity import SENSITIVITY_OUTPUTS as SENSITIVITY_OUTPUTS
+from ._sensitivity import elasticities as elasticities
+
+__all__ = [
+    "CONSTRAINTS", "GRID_TOP", "INTEGER_KNOBS", "LIMITS", "OBJECTIVES", "SENSITIVITY_KNOBS",
+    "SENSITIVITY_OUTPUTS", "Assumptions", "Core", "Exact", "GridFront", "GridProfile", "Knob",
+    "Problem", "Result", "admissible_values", "apply", "constraints", "default_bounds",
+    "elasticities", "evaluate", "grid_axes", "grid_pareto", "grid_search", "grid_size",
+    "metrics", "non_dominated", "optimize", "pareto_front", "point_metrics", "problem",
+    "relaxed_loss", "structurally_feasible", "to_box", "to_values",
+]

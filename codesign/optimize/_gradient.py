@@ -1,0 +1,247 @@
+
+"""The gradient method (`optimize`): projected Adam on the relaxed model from
+many random starts in one vmapped, scanned run (the temperature annealed, the
+penalty grown), rounding to the admissible values that bracket each optimum,
+exact evaluation, a beam search on the lattice of admissible values, and a
+polish of the continuous knobs on the exact model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ._model import MU_END, Exact, _concat, evaluate, relaxed_loss
+from ._problem import Core, Problem, to_box, to_values
+from ._result import Result, _key, _knob_dict, _result, _top
+
+# Optimiser settings (numerical choices, not physics).
+T_START, T_END = 0.3, 1e-3  # relaxation temperature, annealed geometrically
+MU_START = 10.0  # penalty weight, grown geometrically to MU_END
+LEARNING_RATE = 0.05  # Adam step in unit-box coordinates, cosine-decayed to 5% of it
+SINGLE_STEPS = 3  # lattice search: one knob moves up to this many admissible values
+
+
+def _best_index(ex: Exact) -> int | None:
+    if not np.any(ex.feasible):
+        return None
+    return int(np.argmin(np.where(ex.feasible, ex.loss, np.inf)))
+
+
+class _State(NamedTuple):
+    z: jax.Array  # (K,) unit-box point
+    opt: optax.OptState  # Adam's moments, (K,) each
+
+
+def _schedule(steps: int):
+    frac = jnp.arange(steps) / max(steps - 1, 1)
+    return T_START * (T_END / T_START) ** frac, MU_START * (MU_END / MU_START) ** frac
+
+
+def _descend(core: Core, z0: jax.Array, t: jax.Array, mu: jax.Array, mask: jax.Array):
+    """Projected Adam from z0 over the schedule (t, mu); coordinates where
+    `mask` is 0 stay put. Returns the final z and the (loss, z) history."""
+    opt = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, t.shape[0], alpha=0.05))
+    grad_fn = jax.value_and_grad(relaxed_loss)
+
+    def step(state: _State, tm):
+        loss, g = grad_fn(state.z, core, *tm)
+        g = jnp.where(jnp.isfinite(g), g, 0.0) * mask
+        updates, opt_state = opt.update(g, state.opt)
+        z = jnp.clip(optax.apply_updates(state.z, updates), 0.0, 1.0)
+        return _State(z, opt_state), (loss, state.z)
+
+    final, (losses, zs) = jax.lax.scan(step, _State(z0, opt.init(z0)), (t, mu))
+    return final.z, losses, zs
+
+
+@jax.jit
+def _multistart(core: Core, z0: jax.Array, t: jax.Array, mu: jax.Array, mask: jax.Array):
+    """Every start (rows of z0) descends at once: (final values, losses, value history)."""
+    zf, losses, zs = jax.vmap(lambda z: _descend(core, z, t, mu, mask))(z0)
+    values = jax.vmap(lambda z: to_values(core, z))
+    return values(zf), losses, jax.vmap(values)(zs)
+
+
+def _bracket(values: np.ndarray, x: float, width: int) -> np.ndarray:
+    """The `width` admissible values at or below x and the `width` above it."""
+    i = int(np.searchsorted(values, x, side="right"))
+    return values[max(0, i - width):i + width]
+
+
+def _round(prob: Problem, x: np.ndarray, width: int = 1) -> np.ndarray:
+    """Every combination of the admissible values bracketing each integer knob
+    (continuous knobs keep their value)."""
+    options = [_bracket(adm, xi, width) if k.integer else np.asarray([xi])
+               for k, adm, xi in zip(prob.knobs, prob.admissible, x, strict=True)]
+    return np.asarray(list(itertools.product(*options)), dtype=float)
+
+
+def _lattice_moves(prob: Problem, x: np.ndarray) -> np.ndarray:
+    """One integer knob moved up to `SINGLE_STEPS` admissible values either way,
+    or two moved one admissible value each."""
+    single, pairs = [], []
+    for i, (k, adm) in enumerate(zip(prob.knobs, prob.admissible, strict=True)):
+        if not k.integer:
+            continue
+        j = int(np.argmin(np.abs(adm - x[i])))
+        near = [jj for jj in range(j - SINGLE_STEPS, j + SINGLE_STEPS + 1)
+                if jj != j and 0 <= jj < len(adm)]
+        single += [(i, adm[jj]) for jj in near]
+        pairs.append([(i, adm[jj]) for jj in (j - 1, j + 1) if 0 <= jj < len(adm)])
+    out = []
+    for i, v in single:
+        y = x.copy()
+        y[i] = v
+        out.append(y)
+    for a in range(len(pairs)):
+        for b in range(a + 1, len(pairs)):
+            for (i, v), (i2, v2) in itertools.product(pairs[a], pairs[b]):
+                y = x.copy()
+                y[i], y[i2] = v, v2
+                out.append(y)
+    return np.asarray(out).reshape(-1, len(x))
+
+
+class _Pool(NamedTuple):
+    """Points evaluated exactly so far, with the start each descends from."""
+
+    x: np.ndarray  # (n, d) varied knob values
+    ex: Exact
+    origin: np.ndarray  # (n,) index of the start
+
+
+def _add(pool: _Pool | None, prob: Problem, x: np.ndarray, origin: np.ndarray) -> _Pool:
+    ex = evaluate(prob, x)
+    if pool is None:
+        return _Pool(x, ex, origin)
+    return _Pool(np.concatenate([pool.x, x]), _concat(pool.ex, ex),
+                 np.concatenate([pool.origin, origin]))
+
+
+def _ranked(pool: _Pool, k: int) -> np.ndarray:
+    """Indices of the k best structurally valid points by the penalised exact loss."""
+    score = np.where(pool.ex.structural, pool.ex.penalised, np.inf)
+    order = np.argsort(score, kind="stable")[:k]
+    return order[np.isfinite(score[order])]
+
+
+def _rounded_candidates(prob: Problem, xf: np.ndarray, width: int):
+    """Every start's bracketing admissible combinations, deduplicated, with origins."""
+    cands = [_round(prob, x, width) for x in xf]
+    origin = np.concatenate([np.full(len(c), i) for i, c in enumerate(cands)])
+    _, idx = np.unique(np.round(np.concatenate(cands), 9), axis=0, return_index=True)
+    return np.concatenate(cands)[idx], origin[idx]
+
+
+def _refine(prob: Problem, pool: _Pool, beam: int, rounds: int):
+    """Beam search on the lattice: each round expands (`_lattice_moves`) the
+    `beam` best points not yet expanded; it stops when the `beam` best have all
+    been expanded, or after `rounds`."""
+    log, evaluations = [], 0
+    seen = {_key(x) for x in pool.x}
+    expanded: set = set()
+    for r in range(rounds):
+        todo = [i for i in _ranked(pool, beam) if _key(pool.x[i]) not in expanded]
+        if not todo:
+            break
+        moves, origins = [], []
+        for i in todo:
+            expanded.add(_key(pool.x[i]))
+            for m in _lattice_moves(prob, pool.x[i]):
+                if _key(m) not in seen:
+                    seen.add(_key(m))
+                    moves.append(m)
+                    origins.append(pool.origin[i])
+        if moves:
+            pool = _add(pool, prob, np.asarray(moves), np.asarray(origins))
+            evaluations += len(moves)
+        log.append({"phase": "refine", "round": r, "expanded": len(todo),
+                    "evaluated": len(moves),
+                    "best_penalised_loss": float(pool.ex.penalised[_ranked(pool, 1)][0])})
+    return pool, evaluations, log
+
+
+def _polish(prob: Problem, pool: _Pool, count: int, starts: int, steps: int):
+    """Adam on the continuous knobs of the `count` best points, integers fixed,
+    on the exact model (t = 0). Reuses the descent's compiled shapes: the seeds
+    are padded to `starts` lanes by repetition (the repeats are not counted)."""
+    continuous = np.asarray([not k.integer for k in prob.knobs])
+    best = _ranked(pool, min(count, starts))
+    if not continuous.any() or len(best) == 0:
+        return pool, 0, []
+    seeds = pool.x[best]
+    lanes = np.concatenate([seeds, np.repeat(seeds[-1:], starts - len(seeds), 0)])
+    xp, _, _ = _multistart(prob.core, jnp.asarray(to_box(prob, lanes)), jnp.zeros(steps),
+                           jnp.full(steps, MU_END, dtype=float),
+                           jnp.asarray(continuous, dtype=float))
+    xp = np.array(xp)[: len(seeds)]
+    xp[:, ~continuous] = seeds[:, ~continuous]  # keep the integers exact
+    pool = _add(pool, prob, xp, pool.origin[best])
+    new = pool.ex.loss[-len(xp):][pool.ex.feasible[-len(xp):]]
+    log = [{"phase": "polish", "points": len(xp), "steps": steps,
+            "best_loss": float(new.min(initial=np.inf))}]
+    return pool, len(seeds) * steps + len(xp), log
+
+
+def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0,
+             width: int = 1, beam: int = 8, rounds: int = 8, polish: int = 8,
+             top: int = 0) -> Result:
+    """The gradient method (module docstring): relaxed multi-start descent,
+    rounding to the admissible neighbourhood (`width` values either side),
+    exact evaluation, lattice beam search (`beam` wide, at most `rounds`),
+    continuous polish of the `polish` best. Start 0 is the scenario's own point.
+    With `top` > 0, `Result.top` lists the `top` best distinct feasible points
+    of every one evaluated exactly on the way."""
+    if starts < 1 or steps < 2:
+        raise ValueError(f"starts={starts} must be >= 1 and steps={steps} >= 2")
+    if width < 1 or beam < 1:
+        raise ValueError(f"width={width} and beam={beam} must be >= 1")
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    x0 = np.stack([rng.uniform(k.lo, k.hi, starts) if not k.log
+                   else np.exp(rng.uniform(np.log(k.lo), np.log(k.hi), starts))
+                   for k in prob.knobs], axis=1)
+    x0[0] = prob.here
+    t, mu = _schedule(steps)
+    xf, losses, xs = (np.asarray(a) for a in _multistart(
+        prob.core, jnp.asarray(to_box(prob, x0)), t, mu, jnp.ones(len(prob.knobs))))
+    evaluations = starts * steps
+
+    cands, origin = _rounded_candidates(prob, xf, width)
+    pool = _add(None, prob, cands, origin)
+    evaluations += len(cands)
+    log = [{"phase": "round", "candidates": int(len(cands)),
+            "structural": int(np.sum(pool.ex.structural)),
+            "feasible": int(np.sum(pool.ex.feasible))}]
+    if any(k.integer for k in prob.knobs):
+        pool, n, more = _refine(prob, pool, beam, rounds)
+        evaluations, log = evaluations + n, log + more
+    pool, n, more = _polish(prob, pool, polish, starts, steps)
+    evaluations, log = evaluations + n, log + more
+
+    b = _best_index(pool.ex)
+    feasible = b is not None
+    if b is None:  # nothing feasible: report the least-violating valid point
+        ranked = _ranked(pool, 1)
+        b = int(ranked[0]) if len(ranked) else 0
+    win = int(pool.origin[b])
+    every = max(1, steps // 10)
+    path = [{"phase": "gradient", "start": win, "step": int(i), "t": float(t[i]),
+             "mu": float(mu[i]), "relaxed_loss": float(losses[win, i]),
+             "knobs": _knob_dict(prob, xs[win, i])}
+            for i in [*range(0, steps, every), steps - 1]]
+    path.append({"phase": "gradient_end", "start": win, "knobs": _knob_dict(prob, xf[win])})
+    path += log
+    path.append({"phase": "best", "knobs": _knob_dict(prob, pool.x[b]),
+                 "objective": float(pool.ex.objective[b]), "feasible": feasible})
+    return _result(prob, "gradient", pool.x[b], pool.ex.objective[b], feasible, evaluations,
+                   start, path, top=_top(prob, pool.x, pool.ex, top) if top > 0 else None)
+
+

@@ -1,0 +1,308 @@
+"""The exhaustive grid (`grid_search`), the yardstick of the gradient method:
+every admissible value of every integer knob and `grid_points` values of each
+continuous knob, evaluated exactly. Large grids stream: one compiled kernel
+enumerates the points on the device from their index, evaluates fixed-size
+blocks and keeps the best few, so host memory is flat in the grid size; the
+block machinery (`_Layout`, `_grid_block`, `_stream`) also serves the grid's
+Pareto front (`_pareto`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..relax import safe_log
+from ._model import CHUNK, _grid_point, evaluate
+from ._problem import OBJECTIVES, Core, Problem
+from ._result import Result, _result, _top
+
+# The streamed grid: blocks of GRID_BLOCK points (vmapped), GRID_CALL_POINTS
+# points per device call (a scan over blocks; one progress update), the
+# GRID_TOP best kept. Knobs in GRID_HOISTED (those the failure and straggler
+# statistics depend on: a quadrature per GPU count) are enumerated outermost
+# and held fixed within a block, so what depends on them alone is computed
+# once per block instead of once per point.
+GRID_BLOCK = 4096
+GRID_CALL_POINTS = 1 << 18
+GRID_TOP = 16
+GRID_HOISTED = ("system.gpus", "parallel.dp")
+GRID_STREAM_MIN = 1 << 16  # smaller grids go through `evaluate` (no kernel to compile)
+
+
+def grid_axes(prob: Problem, grid_points: int = 16) -> list[np.ndarray]:
+    """The values the grid takes per knob: every admissible integer, or
+    `grid_points` values of a continuous knob (log-spaced when lo > 0)."""
+    if grid_points < 2:
+        raise ValueError(f"grid_points={grid_points} must be at least 2")
+    axes = []
+    for k, adm in zip(prob.knobs, prob.admissible, strict=True):
+        if k.integer:
+            axes.append(adm)
+        elif k.log:
+            axes.append(np.geomspace(k.lo, k.hi, grid_points))
+        else:
+            axes.append(np.linspace(k.lo, k.hi, grid_points))
+    return axes
+
+
+def grid_size(prob: Problem, grid_points: int = 16) -> int:
+    return math.prod(len(a) for a in grid_axes(prob, grid_points))
+
+
+class _Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int, label: str, enabled: bool):
+        self.total, self.label, self.enabled = total, label, enabled
+        self.start = time.perf_counter()
+
+    def update(self, done: int):
+        if not self.enabled:
+            return
+        frac = done / max(self.total, 1)
+        elapsed = time.perf_counter() - self.start
+        rate = done / max(elapsed, 1e-9)
+        sys.stderr.write(f"\r{self.label} [{'#' * int(30 * frac):<30}] {frac:6.1%} "
+                         f"{done:,}/{self.total:,} points, {elapsed:.1f} s, {rate:,.0f} points/s")
+        if done >= self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+class _Layout(NamedTuple):
+    """How the streamed grid enumerates its points (static: one compilation per
+    layout). Knob positions `outer` (held fixed within a block) and `inner`
+    (vmapped), each enumerated in C order; `strides` are the strides of the
+    grid's own C order (`np.ravel_multi_index`), which breaks ties."""
+
+    outer: tuple  # knob positions enumerated outside the blocks
+    inner: tuple  # knob positions vmapped within a block
+    sizes: tuple  # axis length per knob position
+    strides: tuple  # C-order stride per knob position (the grid's flat index)
+    block: int  # points per block
+    per_outer: int  # blocks per combination of the outer knobs
+    blocks: int  # blocks in all
+    scan: int  # blocks per device call
+    top: int  # best points kept
+    objective: str  # the objective's name
+    limits: tuple  # the names of the limits set
+
+
+def _c_strides(sizes) -> tuple:
+    return tuple(int(math.prod(sizes[i + 1:])) for i in range(len(sizes)))
+
+
+def _layout(prob: Problem, sizes: tuple, top: int) -> _Layout:
+    outer = [i for i, n in enumerate(prob.names) if n in GRID_HOISTED]
+    if len(outer) == len(sizes):  # keep one knob to vmap over
+        outer = outer[:-1]
+    inner = [i for i in range(len(sizes)) if i not in outer]
+    n_inner = math.prod(sizes[i] for i in inner)
+    block = min(GRID_BLOCK, 1 << max(n_inner - 1, 1).bit_length())
+    per_outer = -(-n_inner // block)
+    blocks = per_outer * math.prod(sizes[i] for i in outer)
+    scan = max(1, min(GRID_CALL_POINTS // block, blocks))
+    return _Layout(tuple(outer), tuple(inner), tuple(sizes), _c_strides(sizes), block,
+                   per_outer, blocks, scan, top, prob.objective, tuple(sorted(prob.limits)))
+
+
+def _digits(index, positions, sizes):
+    """C-order digits of `index` over the axes at `positions`."""
+    strides = _c_strides([sizes[i] for i in positions])
+    return [(index // st) % sizes[i] for i, st in zip(positions, strides, strict=True)]
+
+
+def _merge_top(score, index, top: int):
+    """The `top` smallest scores, ties by the smaller grid index."""
+    score, index = jax.lax.sort((score, index), num_keys=2)
+    return score[:top], index[:top]
+
+
+def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple):
+    """Block j of the grid, evaluated exactly: (the `outputs` metrics (block,)
+    each, valid and feasible (block,), grid index (block,))."""
+    o, start = j // lay.per_outer, (j % lay.per_outer) * lay.block
+    local = start + jnp.arange(lay.block)
+    valid = (j < lay.blocks) & (local < math.prod(lay.sizes[i] for i in lay.inner))
+    digits = dict(zip(lay.outer, _digits(o, lay.outer, lay.sizes), strict=True))
+    digits |= dict(zip(lay.inner, _digits(local, lay.inner, lay.sizes), strict=True))
+    fixed = {i: table[i, digits[i]] for i in lay.outer}  # scalars: not batched
+
+    def one(inner_values):
+        values = fixed | dict(zip(lay.inner, inner_values, strict=True))
+        return _grid_point(core, tuple(values[i] for i in range(len(lay.sizes))), outputs,
+                           lay.limits)
+
+    out, feasible = jax.vmap(one)(tuple(table[i, digits[i]] for i in lay.inner))
+    index = sum(digits[i] * lay.strides[i] for i in range(len(lay.sizes)))
+    return out, valid & feasible, index
+
+
+@eqx.filter_jit
+def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout):
+    """Evaluate blocks first .. first + layout.scan - 1 of the grid exactly and
+    fold them into carry = (scores (top,), grid indices (top,), feasible count):
+    score = loss of a feasible point, inf otherwise."""
+    lay = layout
+    key, goal = OBJECTIVES[lay.objective]
+
+    def body(c, j):
+        best, where, count = c
+        (value,), ok, index = _grid_block(core, table, lay, j, (key,))
+        loss = goal * safe_log(value)
+        ok = ok & jnp.isfinite(loss)
+        score = jnp.where(ok, loss, jnp.inf)
+        neg, k = jax.lax.top_k(-score, min(lay.top, lay.block))  # ties: lower index first
+        best, where = _merge_top(jnp.concatenate([best, -neg]),
+                                 jnp.concatenate([where, index[k]]), lay.top)
+        return (best, where, count + jnp.sum(ok)), None
+
+    out, _ = jax.lax.scan(body, carry, first + jnp.arange(lay.scan))
+    return out
+
+
+class GridProfile(NamedTuple):
+    """Where the streamed grid's time went (seconds)."""
+
+    compile_s: float  # the first call's excess over a typical one (tracing, compiling)
+    stream_s: float  # enumeration, evaluation and top-N reduction (the device, streamed)
+    finish_s: float  # re-evaluating the kept best points and the winner's metrics
+    calls: int  # device calls (one progress update each)
+    points_per_s: float  # grid points per second of stream_s
+
+
+def _grid_table(axes: list) -> jax.Array:
+    """The grid's axes as one (knobs, longest axis) array (zero-padded)."""
+    table = np.zeros((len(axes), max(len(a) for a in axes)))
+    for i, a in enumerate(axes):
+        table[i, :len(a)] = a
+    return jnp.asarray(table)
+
+
+def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: _Progress):
+    """Run a block kernel over the whole grid: (final carry as numpy arrays,
+    seconds per device call)."""
+    total = math.prod(lay.sizes)
+    times = []
+    for first in range(0, lay.blocks, lay.scan):
+        t0 = time.perf_counter()
+        carry = jax.block_until_ready(
+            kernel(prob.core, table, carry, jnp.asarray(first, dtype=jnp.int64)))
+        times.append(time.perf_counter() - t0)
+        done = min(lay.blocks, first + lay.scan)
+        bar.update(total if done == lay.blocks else min(total, done * lay.block))
+    return jax.tree.map(np.asarray, carry), times
+
+
+def _stream_grid(prob: Problem, axes: list, top: int, bar: _Progress):
+    """The top-N kernel over the whole grid: (scores, grid indices of the `top`
+    best, feasible count, seconds per device call)."""
+    lay = _layout(prob, tuple(len(a) for a in axes), top)
+    carry = (jnp.full(top, jnp.inf, dtype=float), jnp.zeros(top, dtype=jnp.int64),
+             jnp.zeros((), dtype=jnp.int64))
+    kernel = lambda core, table, c, first: _grid_blocks(core, table, c, first, lay)  # noqa: E731
+    (score, index, count), times = _stream(prob, lay, _grid_table(axes), kernel, carry, bar)
+    return score, index, int(count), times
+
+
+def _profile(times: list, finish_s: float, total: int) -> GridProfile:
+    """The first call compiles: its excess over a typical call counts as
+    compilation (a grid done in one call counts whole as streaming)."""
+    typical = float(np.median(times[1:])) if len(times) > 1 else times[0]
+    compile_s = max(times[0] - typical, 0.0)
+    stream_s = sum(times) - compile_s
+    return GridProfile(compile_s, stream_s, finish_s, len(times), total / max(stream_s, 1e-12))
+
+
+def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: _Progress):
+    """The grid through `evaluate` in chunks of `CHUNK` (small grids share its
+    compilation; `keep` needs every feasible point's metrics): as
+    `_stream_grid`, plus the kept metrics."""
+    shape = tuple(len(a) for a in axes)
+    total = math.prod(shape)
+    score, index, count = np.full(0, np.inf), np.zeros(0, dtype=np.int64), 0
+    kept = {k: [] for k in (*keep, "knobs")} if keep else {}
+    times = []
+    for lo in range(0, total, CHUNK):
+        t0 = time.perf_counter()
+        idx = np.arange(lo, min(lo + CHUNK, total))
+        x = np.stack([a[i] for a, i in zip(axes, np.unravel_index(idx, shape), strict=True)],
+                     axis=1)
+        ex = evaluate(prob, x, CHUNK)
+        ok = ex.feasible & np.isfinite(ex.loss)
+        count += int(np.sum(ok))
+        score = np.concatenate([score, np.where(ok, ex.loss, np.inf)])
+        index = np.concatenate([index, idx])
+        order = np.lexsort((index, score))[:top]
+        score, index = score[order], index[order]
+        for k in keep:
+            kept[k] += ex.metrics[k][ex.feasible].tolist()
+        if keep:
+            kept["knobs"] += x[ex.feasible].tolist()
+        times.append(time.perf_counter() - t0)
+        bar.update(int(idx[-1]) + 1)
+    return score, index, count, times, kept
+
+
+def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
+                keep: tuple[str, ...] = (), max_points: int = 1_000_000_000,
+                top: int = GRID_TOP) -> Result:
+    """Evaluate every grid point exactly (module docstring) and return the best.
+
+    A grid of more than `GRID_STREAM_MIN` points streams: points are
+    enumerated on the device from their index, evaluated in fixed-size blocks
+    by one compiled kernel, and each block is reduced on the device to its
+    `top` best feasible points; only those reach the host, so memory stays
+    flat in the grid size. Smaller grids (or `keep`) go through `evaluate` in
+    chunks. The `top` are evaluated again (`evaluate`) and the best wins, ties
+    to the first in the grid's C order (knobs in the order given), as a plain
+    loop over the grid would find. `Result.top` lists them (knobs and
+    objective, best first) and `Result.profile` the timings (`GridProfile`).
+
+    `keep` names metrics to return for every feasible point (small grids; not
+    streamed), in `Result.metrics["grid"]` (lists), with the knob values under
+    "knobs"."""
+    start = time.perf_counter()
+    axes = grid_axes(prob, grid_points)
+    total = grid_size(prob, grid_points)
+    if total > max_points:
+        raise ValueError(f"the grid holds {total:,} points, more than max_points="
+                         f"{max_points:,}; narrow --bounds or lower --grid-points")
+    if top < 1:
+        raise ValueError(f"top={top} must be at least 1")
+    bar = _Progress(total, "grid", progress)
+    kept = {}
+    if keep or total <= GRID_STREAM_MIN:
+        score, index, feasible_points, times, kept = _host_grid(prob, axes, top, keep, bar)
+    else:
+        score, index, feasible_points, times = _stream_grid(prob, axes, top, bar)
+    finish = time.perf_counter()
+    index = index[np.isfinite(score)]
+    shape = tuple(len(a) for a in axes)
+    xs = np.stack([a[i] for a, i in zip(axes, np.unravel_index(index, shape), strict=True)],
+                  axis=1) if len(index) else np.zeros((0, len(axes)))
+    feasible = len(index) > 0
+    if feasible:
+        ex = evaluate(prob, xs)
+        order = np.lexsort((index, np.where(ex.feasible, ex.loss, np.inf)))
+        xs, ex = xs[order], jax.tree.map(lambda a: np.asarray(a)[order], ex)
+        best_x, best_value = xs[0], float(ex.objective[0])
+    else:
+        best_x, best_value = prob.here, np.nan
+    r = _result(prob, "grid", best_x, best_value, feasible, total, start, [], grid_size=total,
+                feasible_points=feasible_points)
+    profile = _profile(times, time.perf_counter() - finish, total)
+    best = _top(prob, xs, ex, len(xs)) if feasible else []
+    if keep:
+        r.metrics["grid"] = kept
+    return r._replace(top=best, profile=profile._asdict())
+
+

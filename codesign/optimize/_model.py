@@ -1,0 +1,178 @@
+"""The model the optimiser sees: the metrics of a scenario (objectives and the
+quantities the limits bound, dollars and watts from `economics`), the smooth
+constraints, the structural rules (`plan.RULES`), the relaxed loss the
+gradient method descends, and exact evaluation (t = 0, vmapped, in chunks).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import economics, plan, step
+from .. import scenario as sc
+from ..economics import Assumptions
+from ..relax import safe_log
+from ..scenario import Scenario
+from ._problem import LIMITS, OBJECTIVES, Core, Problem, apply, to_values
+
+MU_END = 1e4  # the penalty weight at the end of the descent, and the exact evaluation's
+CHUNK = 1024  # points per vmapped exact evaluation (candidate sets pad to it)
+_LIMITED = {"budget_usd": "cost_to_train_usd", "budget_w": "power_w", "max_gpus": "gpus"}
+
+
+def metrics(scn: Scenario, a: Assumptions, t=0.0) -> dict:
+    """The objectives and constraint quantities of one scenario (jnp scalars);
+    the dollars and watts are `economics`' under the problem's assumptions `a`
+    (the estimate's own `fabric_cost_usd` is priced with the default ones)."""
+    est = step.estimate(scn, t)
+    out = step.outputs(est)
+    s = scn.system
+    power = economics.power_w(s, est.fabric, a)
+    capex = economics.fabric_capex_usd(s, est.fabric, a, t)
+    return {
+        "step_time_s": out["step_time_s"], "tokens_per_s": out["tokens_per_s"],
+        "bubble_s": out["breakdown_pp_bubble_s"], "mfu": out["mfu"],
+        "time_to_train_s": out["time_to_train_s"], "goodput": out["goodput"],
+        "gpu_hours": out["gpu_hours"],
+        "cost_to_train_usd": economics.cost_to_train_usd(out["gpu_hours"], capex,
+                                                         out["time_to_train_s"], a),
+        "fabric_capex_usd": capex, "power_w": power,
+        "tokens_per_joule": out["tokens_per_s"] * out["goodput"] / power,
+        "memory_bytes_per_gpu": out["memory_bytes_per_gpu"],
+        "memory_capacity_bytes": out["memory_capacity_bytes"], "gpus": s.gpus,
+    }
+
+
+def _log_ratio(a, b):
+    return safe_log(a) - safe_log(b)
+
+
+def constraints(core: Core, scn: Scenario, m: dict) -> jax.Array:
+    """Log-ratio constraints g <= 0, in the order of `CONSTRAINTS`: memory, the
+    three limits (about -690 when unset), and the orderings dp >= 1,
+    micro-batches >= 1, ep <= dp, pp x interleave <= layers, domain <= GPUs."""
+    return jnp.stack(_constraint_terms(core, scn, m, LIMITS))
+
+
+def _constraint_terms(core: Core, scn: Scenario, m: dict, limits: tuple) -> list:
+    """The constraints of `constraints`, with only the named `limits`."""
+    p, model = scn.plan, scn.model
+    return [
+        _log_ratio(m["memory_bytes_per_gpu"], m["memory_capacity_bytes"]),
+        *(_log_ratio(m[_LIMITED[n]], core.limits[i]) for i, n in enumerate(LIMITS)
+          if n in limits),
+        _log_ratio(1.0, p.dp),
+        _log_ratio(p.dp * p.micro_batch, p.global_batch),
+        _log_ratio(p.ep, p.dp),
+        _log_ratio(p.pp * p.interleave, model.layers),
+        _log_ratio(scn.system.scale_up_domain, scn.system.gpus),
+    ]
+
+
+def structurally_feasible(scn: Scenario) -> jax.Array:
+    """True where the plan meets every structural rule of `plan.RULES`
+    (vmappable): those `plan.validate` checks (tp | heads and kv_heads, cp |
+    seq_len, ep | dp, ep | experts or ep = 1 without experts, dp micro_batch |
+    global_batch, pp interleave <= layers, ...) and the optimiser's own (an
+    integral dp >= 1, whole scale-up domains of whole nodes, ...)."""
+    m, p, s = scn.model, scn.plan, scn.system
+    return jnp.all(jnp.stack([jnp.asarray(r.holds(m, p, s)) for r in plan.RULES]))
+
+
+def _objective(core: Core, m: dict):
+    """(value of the objective, signed log: lower is better)."""
+    values = jnp.stack([m[key] for key, _ in OBJECTIVES.values()])
+    goals = jnp.asarray([goal for _, goal in OBJECTIVES.values()])
+    value = values[core.objective]
+    return value, goals[core.objective] * safe_log(value)
+
+
+def _penalty(g: jax.Array, mu) -> jax.Array:
+    """mu sum max(g, 0)^2: zero on feasible points (an active constraint costs
+    nothing), continuously differentiable across the boundary."""
+    return mu * jnp.sum(jnp.maximum(g, 0.0) ** 2)
+
+
+def relaxed_loss(z: jax.Array, core: Core, t, mu) -> jax.Array:
+    """The gradient method's objective at unit-box point z (K,): signed log
+    objective + penalty, on the model relaxed at temperature t."""
+    scn = apply(core, to_values(core, z))
+    m = metrics(scn, core.assumptions, t)
+    return _objective(core, m)[1] + _penalty(constraints(core, scn, m), mu)
+
+
+class Exact(NamedTuple):
+    """Exact (t = 0) evaluation of a batch of points."""
+
+    objective: jax.Array  # (n,) the objective's value
+    loss: jax.Array  # (n,) signed log objective (lower is better)
+    penalised: jax.Array  # (n,) loss + penalty at MU_END
+    feasible: jax.Array  # (n,) bool: structural rules and every constraint
+    structural: jax.Array  # (n,) bool: structural rules and integral varied integers
+    metrics: dict  # name -> (n,) every quantity of `metrics`
+
+
+def _structural_point(core: Core, scn: Scenario, values: tuple) -> jax.Array:
+    """The structural rules and integral values of the varied integer knobs."""
+    x = jnp.stack(jnp.broadcast_arrays(*values))
+    integral = jnp.all(jnp.where(core.integer > 0, plan.integral(x), True))
+    return structurally_feasible(scn) & integral
+
+
+def _exact_point(core: Core, values: tuple) -> Exact:
+    """Exact evaluation of one point given as K knob values (scalars)."""
+    scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
+    m = metrics(scn, core.assumptions)
+    g = constraints(core, scn, m)
+    value, loss = _objective(core, m)
+    structural = _structural_point(core, scn, values)
+    feasible = structural & jnp.all(g <= 1e-12)
+    return Exact(value, loss, loss + _penalty(g, MU_END), feasible, structural, m)
+
+
+def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple):
+    """(the metrics named in `outputs`, feasible) of one point as `_exact_point`
+    computes them, with the outputs and the set limits static, so that nothing
+    else is computed. A value not batched under `vmap` (a knob held fixed
+    across a block of the grid) keeps what is computed from it alone out of
+    the batch."""
+    scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
+    m = metrics(scn, core.assumptions)
+    g = jnp.stack(_constraint_terms(core, scn, m, limits))
+    feasible = _structural_point(core, scn, values) & jnp.all(g <= 1e-12)
+    return tuple(m[k] for k in outputs), feasible
+
+
+@jax.jit
+def _exact_batch(core: Core, x: jax.Array) -> Exact:
+    return jax.vmap(lambda xi: _exact_point(core, tuple(xi[i] for i in range(x.shape[1]))))(x)
+
+
+def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
+    """Exact evaluation of points x (n, varied knobs), in padded chunks of
+    `chunk` points (one compilation per problem's knobs and chunk size; what
+    the varied knobs do not touch, e.g. the failure statistics of a fixed GPU
+    count, is computed once per chunk)."""
+    full = np.atleast_2d(np.asarray(x, dtype=float))
+    parts = []
+    for i in range(0, len(full), chunk):
+        block = full[i:i + chunk]
+        pad = np.concatenate([block, np.repeat(block[-1:], chunk - len(block), 0)])
+        out = _exact_batch(prob.core, jnp.asarray(pad))
+        parts.append(jax.tree.map(lambda a, n=len(block): np.asarray(a)[:n], out))
+    return jax.tree.map(lambda *a: np.concatenate(a), *parts)
+
+
+def _concat(a: Exact, b: Exact) -> Exact:
+    return jax.tree.map(lambda u, v: np.concatenate([u, v]), a, b)
+
+
+def point_metrics(prob: Problem, x) -> dict:
+    """Every metric of one point (varied knob values), as floats."""
+    return {k: float(v[0]) for k, v in evaluate(prob, x).metrics.items()}
+
+

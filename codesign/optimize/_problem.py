@@ -1,0 +1,271 @@
+"""A co-design problem: the knobs varied, their bounds and admissible values, the
+objective and the limits (`problem`, `Problem`, `Core`), and the map between a
+point in the unit box, knob values and a scenario (`to_values`, `to_box`,
+`apply`). Integer knobs take the values the structural rules of
+`plan.RULES` admit given the knobs held fixed (`admissible_values`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _domains, plan
+from .. import scenario as sc
+from ..economics import Assumptions
+from ..scenario import Scenario
+
+INTEGER_KNOBS = frozenset({
+    "parallel.tp", "parallel.pp", "parallel.dp", "parallel.cp", "parallel.ep",
+    "parallel.interleave", "parallel.moe_node_limit", "training.micro_batch",
+    "training.global_batch", "system.gpus", "system.scale_up_domain",
+    "system.gpus_per_node", "system.pod_size",
+    *(f"model.{k}" for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len",
+                             "vocab", "moe_layers", "experts", "shared_experts", "top_k",
+                             "expert_ffn_hidden")),
+})
+# name -> (metric, goal): goal +1 minimises, -1 maximises
+OBJECTIVES = {
+    "step_time": ("step_time_s", 1.0),
+    "tokens_per_s": ("tokens_per_s", -1.0),
+    "time_to_train": ("time_to_train_s", 1.0),
+    "cost_to_train_usd": ("cost_to_train_usd", 1.0),
+    "tokens_per_joule": ("tokens_per_joule", -1.0),
+}
+_NEEDS_TOKENS = ("time_to_train", "cost_to_train_usd", "tokens_per_joule")
+LIMITS = ("budget_usd", "budget_w", "max_gpus")  # -> metric each one limits
+CONSTRAINTS = ("memory", *LIMITS, "dp>=1", "micro_batches>=1", "ep<=dp",
+               "pp*interleave<=layers", "scale_up_domain<=gpus")
+_NO_LIMIT = 1e300  # an unset limit: its log-ratio constraint is about -690
+
+
+class Knob(NamedTuple):
+    """One varied knob: its scenario key, bounds, and how it is relaxed."""
+
+    name: str
+    lo: float
+    hi: float
+    integer: bool
+    log: bool  # unit-box coordinate is log-spaced (lo > 0)
+
+
+class Core(eqx.Module):
+    """What the compiled functions see. The varied knobs (`coords`) are static;
+    their bounds, the objective and the limits are array leaves, so a new
+    range, budget or objective reuses the compilation."""
+
+    scenario: Scenario
+    assumptions: Assumptions
+    lo: jax.Array  # (K,) lower bounds of the K varied knobs
+    hi: jax.Array  # (K,)
+    logged: jax.Array  # (K,) 1.0 where the unit box is log-spaced (lo > 0)
+    integer: jax.Array  # (K,) 1.0 for integer knobs
+    objective: jax.Array  # () index into OBJECTIVES
+    limits: jax.Array  # (3,) budget_usd, budget_w, max_gpus (_NO_LIMIT: none)
+    coords: tuple = eqx.field(static=True)  # the K varied knobs' names
+
+
+class Problem(NamedTuple):
+    """What to vary, within which bounds, for which objective, under which limits."""
+
+    core: Core  # what the compiled descent and exact evaluation see
+    knobs: tuple  # of Knob, the varied ones
+    admissible: tuple  # per knob: np.ndarray of admissible integers, None if continuous
+    objective: str
+    limits: dict  # name -> value of the limits set
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.core.scenario
+
+    @property
+    def here(self) -> np.ndarray:
+        """The scenario's own values of the varied knobs (K,)."""
+        return np.asarray([_knob_value(self.scenario, n) for n in self.names])
+
+    def with_limits(self, objective: str | None = None, **limits) -> Problem:
+        """The same knobs with another objective and/or limits (None removes
+        one); shares the compilations of this problem."""
+        objective = self.objective if objective is None else objective
+        _check_objective(self.scenario, objective)
+        active = dict(self.limits)
+        for name, value in limits.items():
+            if name not in LIMITS:
+                raise ValueError(f"{name}= is not a limit; limits are {', '.join(LIMITS)}")
+            if value is None:
+                active.pop(name, None)
+            else:
+                _check_limit(name, value)
+                active[name] = float(value)
+        core = eqx.tree_at(lambda c: (c.objective, c.limits), self.core,
+                           (_objective_index(objective), _limit_array(active)))
+        return self._replace(core=core, objective=objective, limits=active)
+
+
+def _check_limit(name, value):
+    if not float(value) > 0:
+        raise ValueError(f"{name}={value} must be positive")
+
+
+def _check_objective(scn: Scenario, objective: str):
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if objective in _NEEDS_TOKENS and float(scn.tokens) <= 0:
+        raise ValueError(f"objective={objective!r} needs training.tokens > 0; the scenario "
+                         "sets none (add --set training.tokens=...)")
+
+
+def _objective_index(objective: str) -> jax.Array:
+    return jnp.asarray(tuple(OBJECTIVES).index(objective))
+
+
+def _limit_array(limits: dict) -> jax.Array:
+    return jnp.asarray([float(limits.get(n, _NO_LIMIT)) for n in LIMITS])
+
+
+def _knob_value(scn: Scenario, name: str) -> float:
+    return float(sc.get_knob(scn, name))
+
+
+def _structural_cap(scn: Scenario, name: str) -> float:
+    """The largest value a knob can take whatever the others are."""
+    m, p = scn.model, scn.plan
+    caps = {"parallel.tp": m.heads, "parallel.cp": m.seq_len, "parallel.pp": m.layers,
+            "parallel.interleave": m.layers, "parallel.ep": jnp.maximum(m.experts, 1.0),
+            "training.micro_batch": p.global_batch}
+    return float(caps[name]) if name in caps else math.inf
+
+
+def default_bounds(scn: Scenario, name: str) -> tuple[float, float]:
+    """A factor of 8 either side of the scenario's value (4 for continuous knobs),
+    clipped to [1, structural cap] for integer knobs."""
+    v = _knob_value(scn, name)
+    if v <= 0:
+        raise ValueError(f"{name}={v:g} in the scenario: give --bounds {name}=LO:HI "
+                         "(no default range around 0)")
+    if name in INTEGER_KNOBS:
+        return max(1.0, math.floor(v / 8)), min(math.ceil(v * 8), _structural_cap(scn, name))
+    return _domains.DOMAINS[name].clip(v / 4, v * 4) if name in _domains.DOMAINS \
+        else (v / 4, v * 4)
+
+
+def _reads(rule: plan.Rule, varied: tuple[str, ...]) -> set:
+    """The knobs a rule depends on when `varied` are: its keys, and where it
+    reads the one of dp and system.gpus that follows the other
+    (`scenario.set_knobs`), what that one follows from."""
+    reads = set(rule.reads)
+    derived, sources = (("system.gpus", ("parallel.dp", *plan.DP_FROM[1:]))
+                        if "parallel.dp" in varied else ("parallel.dp", plan.DP_FROM))
+    return reads | set(sources) if derived in reads else reads
+
+
+def admissible_values(scn: Scenario, name: str, lo: float, hi: float,
+                      varied: tuple[str, ...]) -> np.ndarray:
+    """Integers in [lo, hi] that satisfy the knob's own rules given the knobs
+    not varied (a projection of divisibility onto each knob): a value is
+    admissible iff every rule of `plan.RULES` that reads the knob and no other
+    varied knob holds."""
+    v = np.arange(math.ceil(lo - 1e-9), math.floor(hi + 1e-9) + 1, dtype=float)
+    values = {name: v}
+    if "parallel.dp" in varied and name != "parallel.dp":  # system.gpus follows dp
+        values["parallel.dp"] = sc.get_knob(scn, "parallel.dp")
+    s = sc.set_knobs(scn, values)
+    keep = np.ones(v.shape, dtype=bool)
+    for rule in plan.RULES:
+        reads = _reads(rule, varied)
+        if name in reads and not (reads - {name}) & set(varied):
+            keep &= np.broadcast_to(np.asarray(rule.holds(s.model, s.plan, s.system)), v.shape)
+    out = v[keep]
+    if out.size == 0:
+        raise ValueError(f"{name} has no admissible integer in [{lo:g}, {hi:g}] "
+                         "(divisibility with the knobs held fixed)")
+    return out
+
+
+def _parse_bounds(bounds) -> dict:
+    out = {}
+    for name, pair in (bounds or {}).items():
+        lo, hi = (float(x) for x in pair)
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo < 0 or hi <= lo:
+            raise ValueError(f"bounds {name}={lo:g}:{hi:g} must satisfy 0 <= LO < HI")
+        _domains.check_range(name, lo, hi)
+        out[name] = (lo, hi)
+    return out
+
+
+def problem(scn: Scenario, vary, bounds=None, objective: str = "step_time", *,
+            budget_usd=None, budget_w=None, max_gpus=None,
+            assumptions: Assumptions | None = None) -> Problem:
+    """A co-design problem on `scn`: vary the knobs `vary` (scenario keys) within
+    `bounds` ({knob: (lo, hi)}, default `default_bounds`) to optimise `objective`
+    under the limits given (None: no limit)."""
+    vary = tuple(dict.fromkeys(vary))
+    if not vary:
+        raise ValueError("vary=() names no knob; give at least one scenario key")
+    for name in vary:
+        sc.get_knob(scn, name)
+    _check_objective(scn, objective)
+    if "parallel.dp" in vary and "system.gpus" in vary:
+        raise ValueError("vary parallel.dp or system.gpus, not both (gpus = dp tp pp cp)")
+    given = _parse_bounds(bounds)
+    unknown = set(given) - set(vary)
+    if unknown:
+        raise ValueError(f"bounds for {', '.join(sorted(unknown))}, which is not varied "
+                         "(add it to --vary)")
+    limits = {n: v for n, v in (("budget_usd", budget_usd), ("budget_w", budget_w),
+                                ("max_gpus", max_gpus)) if v is not None}
+    for name, value in limits.items():
+        _check_limit(name, value)
+    knobs, admissible = [], []
+    for name in vary:
+        lo, hi = given.get(name) or default_bounds(scn, name)
+        integer = name in INTEGER_KNOBS
+        if integer and (lo != math.floor(lo) or hi != math.floor(hi)):
+            raise ValueError(f"bounds {name}={lo:g}:{hi:g} must be integers ({name} is a count)")
+        knobs.append(Knob(name, lo, hi, integer, lo > 0))
+        admissible.append(admissible_values(scn, name, lo, hi, vary) if integer else None)
+    a = assumptions or Assumptions()
+    goal, limit = _objective_index(objective), _limit_array(limits)
+    box = (jnp.asarray([getattr(k, n) for k in knobs], dtype=float)
+           for n in ("lo", "hi", "log", "integer"))
+    core = Core(scn, a, *box, goal, limit, coords=vary)
+    return Problem(core, tuple(knobs), tuple(admissible), objective,
+                   {n: float(v) for n, v in limits.items()})
+
+
+def to_values(core: Core, z: jax.Array) -> jax.Array:
+    """Unit-box coordinates (K,) -> knob values: log-spaced between the bounds
+    where lo > 0, linear otherwise."""
+    logged = core.logged > 0
+    safe_lo = jnp.where(logged, core.lo, 1.0)
+    safe_hi = jnp.where(logged, core.hi, 2.0)
+    geometric = safe_lo * jnp.exp(z * jnp.log(safe_hi / safe_lo))
+    return jnp.where(logged, geometric, core.lo + z * (core.hi - core.lo))
+
+
+def to_box(prob: Problem, x: np.ndarray) -> np.ndarray:
+    """Knob values (..., K) -> unit-box coordinates (inverse of `to_values`), clipped."""
+    x = np.asarray(x, dtype=float)
+    out = np.empty(x.shape)
+    for i, k in enumerate(prob.knobs):
+        if k.log:
+            out[..., i] = np.log(np.maximum(x[..., i], k.lo) / k.lo) / np.log(k.hi / k.lo)
+        else:
+            out[..., i] = (x[..., i] - k.lo) / (k.hi - k.lo)
+    return np.clip(out, 0.0, 1.0)
+
+
+def apply(core: Core, x: jax.Array) -> Scenario:
+    """The scenario with the varied knobs set to `x` (K,) (`scenario.set_knobs`:
+    dp follows system.gpus, or system.gpus follows dp when dp is varied)."""
+    return sc.set_knobs(core.scenario, {n: x[i] for i, n in enumerate(core.coords)})
+

@@ -1,0 +1,78 @@
+"""What a search returns: `Result` (the best point, its metrics, the path or the
+grid's counts, the best few distinct feasible points) and the helpers that
+build it from exactly evaluated points.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from ._model import Exact, point_metrics
+from ._problem import OBJECTIVES, Problem
+
+
+class Result(NamedTuple):
+    method: str  # "gradient" or "grid"
+    objective: str
+    goal: str  # "min" or "max"
+    value: float  # the objective at `best` (exact, t = 0)
+    best: dict  # knob -> value
+    feasible: bool
+    evaluations: int
+    wall_s: float
+    metrics: dict  # every metric at `best`
+    path: list  # gradient: the way there; grid: []
+    grid_size: int | None = None
+    feasible_points: int | None = None  # grid: how many points met every constraint
+    top: list | None = None  # the best distinct feasible points [{knobs, objective, metrics}]
+    profile: dict | None = None  # grid: `GridProfile` (seconds, points per second)
+
+    def to_json(self, with_path: bool = True) -> dict:
+        out = {"method": self.method, "best": self.best,
+               "objective": {"name": self.objective, "goal": self.goal, "value": self.value},
+               "feasible": self.feasible, "evaluations": self.evaluations,
+               "wall_s": self.wall_s, "metrics": self.metrics}
+        if self.grid_size is not None:
+            out["grid_size"] = self.grid_size
+            out["feasible_points"] = self.feasible_points
+        if self.top is not None:
+            out["top"] = self.top
+        if self.profile is not None:
+            out["profile"] = self.profile
+        if with_path and self.path:
+            out["path"] = self.path
+        return out
+
+
+def _result(prob, method, x, value, feasible, evaluations, start, path, **extra):
+    goal = "min" if OBJECTIVES[prob.objective][1] > 0 else "max"
+    return Result(method, prob.objective, goal, float(value), _knob_dict(prob, x),
+                  bool(feasible), int(evaluations), time.perf_counter() - start,
+                  point_metrics(prob, x), path, **extra)
+
+
+def _top(prob: Problem, x: np.ndarray, ex: Exact, n: int) -> list:
+    """The `n` best distinct feasible points of x (exactly evaluated as `ex`),
+    best first, ties in the order of x: [{knobs, objective, metrics}]."""
+    order = np.argsort(np.where(ex.feasible, ex.loss, np.inf), kind="stable")
+    out, seen = [], set()
+    for i in order:
+        if len(out) >= n or not ex.feasible[i]:
+            break
+        if _key(x[i]) in seen:
+            continue
+        seen.add(_key(x[i]))
+        out.append({"knobs": _knob_dict(prob, x[i]), "objective": float(ex.objective[i]),
+                    "metrics": {k: float(v[i]) for k, v in ex.metrics.items()}})
+    return out
+
+
+def _knob_dict(prob: Problem, x) -> dict:
+    return {n: float(v) for n, v in zip(prob.names, np.ravel(x), strict=True)}
+
+
+def _key(x: np.ndarray) -> tuple:
+    return tuple(np.round(x, 9))
