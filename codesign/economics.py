@@ -6,10 +6,11 @@ scale-out fabric, which `fabric.inventory` counts. This module owns what turns
 them into money: the fabric's capital cost (`fabric_capex_usd`: the scale-out
 inventory scaled to the scale-out bandwidth in rails of `port_Bps`, plus the
 scale-up switching), the power drawn (`power_w`: GPU boards and the scale-out
-fabric in such rails) and the cost to train (`cost_to_train_usd`: GPU-hours at
+fabric in such rails, `fabric_power_w`) and the cost to train (`cost_to_train_usd`: GPU-hours at
 a price plus the fabric's capital amortised over its lifetime). `step.estimate`
-(its `fabric_cost_usd` output, with `default_assumptions`) and the optimiser's
-metrics both read it, so one scenario has one fabric cost everywhere. Every
+(its `fabric_cost_usd` and `fabric_power_w` outputs, with
+`default_assumptions`), the optimiser's metrics and the sweeps' fabric target
+all read it, so one scenario has one fabric cost and power everywhere. Every
 function is jnp (differentiable, vmappable) and takes the relaxation
 temperature `t` where a count is rounded.
 """
@@ -22,6 +23,7 @@ import equinox as eqx
 import jax
 
 from . import _checks, fabric
+from ._checks import float_field
 from .hardware import System
 from .units import GB, day
 
@@ -59,12 +61,12 @@ class Assumptions(eqx.Module):
       share of the switch, board and copper.
     """
 
-    usd_per_gpu_hour: jax.Array = eqx.field(converter=_checks.as_float, default=2.0)
-    fabric_lifetime_s: jax.Array = eqx.field(converter=_checks.as_float, default=4 * _YEAR_S)
-    port_Bps: jax.Array = eqx.field(converter=_checks.as_float, default=400e9 / 8)
-    scale_up_link_Bps: jax.Array = eqx.field(converter=_checks.as_float, default=25 * GB)
-    scale_up_switch_radix: jax.Array = eqx.field(converter=_checks.as_float, default=64.0)
-    scale_up_usd_per_port: jax.Array = eqx.field(converter=_checks.as_float, default=150.0)
+    usd_per_gpu_hour: jax.Array = float_field(default=2.0)
+    fabric_lifetime_s: jax.Array = float_field(default=4 * _YEAR_S)
+    port_Bps: jax.Array = float_field(default=400e9 / 8)
+    scale_up_link_Bps: jax.Array = float_field(default=25 * GB)
+    scale_up_switch_radix: jax.Array = float_field(default=64.0)
+    scale_up_usd_per_port: jax.Array = float_field(default=150.0)
 
     def __repr__(self) -> str:
         """The prices and lifetimes with their units (concrete values; the
@@ -108,8 +110,11 @@ def fabric_capex_usd(system: System, inventory: fabric.Inventory, a: Assumptions
     one 400 Gb/s port per GPU) times the rails its bandwidth takes, plus the
     scale-up switching: (2L - 1) switch ports per link, B_up / link links per
     GPU, L the levels of a fat tree of `scale_up_switch_radix` switches over
-    the domain (`fabric.fat_tree_levels`, relaxed with temperature t)."""
+    the domain (`fabric.fat_tree_levels`, relaxed with temperature t). A torus
+    (TPU ICI) joins its chips directly: no scale-up switch ports."""
     rails = scale_out_rails(system, a)
+    if system.topology == "torus":
+        return inventory.cost_usd * rails
     levels = fabric.fat_tree_levels(system.scale_up_domain, a.scale_up_switch_radix, t)
     links = system.scale_up.bandwidth_Bps / a.scale_up_link_Bps
     up = ((system.scale_up_domain > 1) * (2.0 * levels - 1.0) * links
@@ -117,9 +122,15 @@ def fabric_capex_usd(system: System, inventory: fabric.Inventory, a: Assumptions
     return inventory.cost_usd * rails + up * system.gpus
 
 
+def fabric_power_w(system: System, inventory: fabric.Inventory, a: Assumptions) -> jax.Array:
+    """The scale-out fabric's power (`fabric.inventory`, one 400 Gb/s port per
+    GPU) times the rails its bandwidth takes."""
+    return inventory.power_w * scale_out_rails(system, a)
+
+
 def power_w(system: System, inventory: fabric.Inventory, a: Assumptions) -> jax.Array:
-    """GPU board power (`chip.tdp_w`) and the scale-out fabric's in rails."""
-    return system.chip.tdp_w * system.gpus + inventory.power_w * scale_out_rails(system, a)
+    """GPU board power (`chip.tdp_w`) and the scale-out fabric's (`fabric_power_w`)."""
+    return system.chip.tdp_w * system.gpus + fabric_power_w(system, inventory, a)
 
 
 def cost_to_train_usd(gpu_hours, capex_usd, time_to_train_s, a: Assumptions) -> jax.Array:

@@ -422,8 +422,11 @@ _LIKELY_INPUTS = {
     "effective_training_time_fraction": "reliability.gpu_mtbf_s, reliability.restart_s, "
                                         "reliability.checkpoint_write_s, system.gpus",
     "mtbf_s": "reliability.gpu_mtbf_s, system.gpus",
-    "fabric_cost_usd": "system.gpus, system.pod_size, system.oversubscription",
-    "fabric_power_w": "system.gpus, system.pod_size, system.oversubscription",
+    "fabric_cost_usd": "system.gpus, system.pod_size, system.oversubscription, "
+                       "system.scale_out_bandwidth_Bps, system.scale_up_bandwidth_Bps, "
+                       "system.scale_up_domain",
+    "fabric_power_w": "system.gpus, system.pod_size, system.oversubscription, "
+                      "system.scale_out_bandwidth_Bps",
 }
 _STEP_INPUTS = ("model sizes, training.global_batch, training.micro_batch, parallel.*, "
                 "system bandwidths, latencies and efficiencies")

@@ -407,6 +407,7 @@ class Estimate(eqx.Module):
     reliability: reliability.ReliabilityReport
     fabric: fabric.Inventory
     fabric_capex_usd: jax.Array  # `economics.fabric_capex_usd` of the inventory
+    fabric_power_w: jax.Array  # `economics.fabric_power_w` of the inventory
     tokens: jax.Array  # tokens to train on (0 = not set)
 
     @property
@@ -431,13 +432,15 @@ def estimate(scn, t=0.0) -> Estimate:
     checkpoint_bytes = checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
     inventory = fabric.inventory(scn.system, t=t)
-    capex = economics.fabric_capex_usd(scn.system, inventory, economics.default_assumptions(), t)
-    return Estimate(s, rel, inventory, capex, scn.tokens)
+    prices = economics.default_assumptions()
+    capex = economics.fabric_capex_usd(scn.system, inventory, prices, t)
+    power = economics.fabric_power_w(scn.system, inventory, prices)
+    return Estimate(s, rel, inventory, capex, power, scn.tokens)
 
 
 def outputs(est: Estimate) -> dict:
     """Every scalar of an estimate by its JSON key (jnp scalars; vmappable)."""
-    s, r, f = est.step, est.reliability, est.fabric
+    s, r = est.step, est.reliability
     out = {
         "step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s,
         "mfu": s.mfu, "mfu_causal": s.mfu_causal, "mfu_fp8_peak": s.mfu_fp8_peak, "hfu": s.hfu,
@@ -453,7 +456,7 @@ def outputs(est: Estimate) -> dict:
         "p_step_delayed": r.p_step_delayed, "goodput": r.goodput,
         "effective_training_time_fraction": r.effective_training_time_fraction,
         "checkpoint_interval_s": r.checkpoint_interval_s, "mtbf_s": r.mtbf_s,
-        "fabric_cost_usd": est.fabric_capex_usd, "fabric_power_w": f.power_w,
+        "fabric_cost_usd": est.fabric_capex_usd, "fabric_power_w": est.fabric_power_w,
     }
     out["time_to_train_s"] = est.time_to_train_s
     out["gpu_hours"] = est.time_to_train_s * s.gpus / 3600.0

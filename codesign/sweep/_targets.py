@@ -14,7 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import collectives, fabric, hardware, reliability, scenario, step, units
+from .. import collectives, economics, fabric, hardware, reliability, scenario, step, units
 from ..relax import safe_div
 from . import _fields as fields
 from . import _target as target
@@ -217,13 +217,14 @@ def fabric_target() -> Target:
     outputs = ("switches", "transceivers", "cables", "network_cost_usd", "network_power_w",
                "cost_usd", "power_w", "cost_per_gpu_usd", "power_per_gpu_w",
                "rail_only_cost_saving", "rail_only_power_saving", "all_to_all_penalty",
-               "scale_up_group_Bps")
+               "scale_up_group_Bps", "fabric_cost_usd", "fabric_power_w")
 
     def build(settings: dict, directory: Path) -> PointFn:
         system0 = _fabric_system(settings)
         constants = {**_FABRIC_DEFAULTS, **target.constants(settings, floats)}
         shape = fabric.system_torus_shape(system0) if system0.topology == "torus" else None
         prices0 = fabric.default_prices()  # outside the trace: it is cached
+        assumptions = economics.default_assumptions()
 
         def point(knobs: dict) -> dict:
             v = {**constants, **knobs}
@@ -241,7 +242,9 @@ def fabric_target() -> Target:
                     "power_per_gpu_w": inv.power_per_gpu_w,
                     "rail_only_cost_saving": cost_saving, "rail_only_power_saving": power_saving,
                     "all_to_all_penalty": fabric.rail_only_all_to_all_penalty(system, n, p),
-                    "scale_up_group_Bps": group.bandwidth_Bps}
+                    "scale_up_group_Bps": group.bandwidth_Bps,
+                    "fabric_cost_usd": economics.fabric_capex_usd(system, inv, assumptions),
+                    "fabric_power_w": economics.fabric_power_w(system, inv, assumptions)}
 
         return point
 
