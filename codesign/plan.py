@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks
+from ._checks import float_field
 from .workload import RECOMPUTE, Transformer
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe")
@@ -123,53 +124,45 @@ def recipe(dtype: str, **overrides) -> Precision:
 
 
 class Plan(eqx.Module):
-    dp: jax.Array
-    tp: jax.Array
-    pp: jax.Array
-    cp: jax.Array
-    ep: jax.Array
-    micro_batch: jax.Array  # sequences per micro-batch per data-parallel rank
-    global_batch: jax.Array  # sequences per step
-    interleave: jax.Array  # virtual stages per GPU (v)
-    moe_node_limit: jax.Array  # M: nodes a token may reach; 0 = unlimited
-    dp_bucket_bytes: jax.Array  # gradient bucket size of the data-parallel reduction
-    moe_imbalance: jax.Array  # tokens on the busiest expert rank / the mean (>= 1)
-    comm_sm_fraction: jax.Array  # share of compute lost while communication overlaps it
-    zero_shard_size: jax.Array  # HSDP: ZeRO shards inside groups of this many dp x cp ranks,
-    # replicated across them; 0 = shard over the whole dp x cp group
-    fsdp_prefetch_layers: jax.Array  # ZeRO-3 layers gathered ahead of the one computing
-    tp_overlap: jax.Array  # fraction of TP traffic hidden under GEMMs (TE userbuffers, async TP)
-    schedule: str = eqx.field(static=True, default="1f1b")
-    zero: int = eqx.field(static=True, default=0)
-    sequence_parallel: bool = eqx.field(static=True, default=False)
-    recompute: str = eqx.field(static=True, default="none")
-    reshard_after_forward: bool = eqx.field(static=True, default=True)
-    dtype: str = eqx.field(static=True, default="bf16")  # the recipe's name
-    placement: tuple = eqx.field(static=True, default=DEFAULT_PLACEMENT)
-    precision: Precision = eqx.field(static=True, default=None)
+    dp: jax.Array = float_field(default=1.0)
+    tp: jax.Array = float_field(default=1.0)
+    pp: jax.Array = float_field(default=1.0)
+    cp: jax.Array = float_field(default=1.0)
+    ep: jax.Array = float_field(default=1.0)
+    # sequences per micro-batch per data-parallel rank
+    micro_batch: jax.Array = float_field(default=1.0)
+    global_batch: jax.Array = float_field(default=None)  # sequences per step; dp micro_batch
+    interleave: jax.Array = float_field(default=1.0)  # virtual stages per GPU (v)
+    moe_node_limit: jax.Array = float_field(default=0.0)  # M: nodes a token may reach; 0 = all
+    # gradient bucket size of the data-parallel reduction
+    dp_bucket_bytes: jax.Array = float_field(default=25 * 2.0**20)
+    # tokens on the busiest expert rank / the mean (>= 1)
+    moe_imbalance: jax.Array = float_field(default=MOE_IMBALANCE)
+    # share of compute lost while communication overlaps it
+    comm_sm_fraction: jax.Array = float_field(default=COMM_SM_FRACTION)
+    # HSDP: ZeRO shards inside groups of this many dp x cp ranks, replicated
+    # across them; 0 = shard over the whole dp x cp group
+    zero_shard_size: jax.Array = float_field(default=0.0)
+    # ZeRO-3 layers gathered ahead of the one computing
+    fsdp_prefetch_layers: jax.Array = float_field(default=FSDP_PREFETCH_LAYERS)
+    # fraction of TP traffic hidden under GEMMs (TE userbuffers, async TP)
+    tp_overlap: jax.Array = float_field(default=0.0)
+    schedule: str = eqx.field(static=True, default="1f1b", kw_only=True)
+    zero: int = eqx.field(static=True, default=0, kw_only=True)
+    sequence_parallel: bool = eqx.field(static=True, default=False, kw_only=True)
+    recompute: str = eqx.field(static=True, default="none", kw_only=True)
+    reshard_after_forward: bool = eqx.field(static=True, default=True, kw_only=True)
+    dtype: str = eqx.field(static=True, default="bf16", kw_only=True)  # the recipe's name
+    placement: tuple = eqx.field(static=True, default=DEFAULT_PLACEMENT, kw_only=True,
+                                 converter=tuple)
+    # the per-part widths; default `recipe(dtype)`
+    precision: Precision = eqx.field(static=True, default=None, kw_only=True)
 
-    def __init__(self, dp=1, tp=1, pp=1, cp=1, ep=1, micro_batch=1, global_batch=None,
-                 interleave=1, moe_node_limit=0, dp_bucket_bytes=25 * 2**20,
-                 moe_imbalance=MOE_IMBALANCE, comm_sm_fraction=COMM_SM_FRACTION,
-                 zero_shard_size=0.0, fsdp_prefetch_layers=FSDP_PREFETCH_LAYERS,
-                 tp_overlap=0.0, *,
-                 schedule="1f1b", zero=0, sequence_parallel=False, recompute="none",
-                 reshard_after_forward=True, dtype="bf16", placement=DEFAULT_PLACEMENT,
-                 precision: Precision | None = None):
-        f = _checks.as_float
-        self.dp, self.tp, self.pp, self.cp, self.ep = f(dp), f(tp), f(pp), f(cp), f(ep)
-        self.micro_batch = f(micro_batch)
-        self.global_batch = f(dp * micro_batch if global_batch is None else global_batch)
-        self.interleave, self.moe_node_limit = f(interleave), f(moe_node_limit)
-        self.dp_bucket_bytes = f(dp_bucket_bytes)
-        self.moe_imbalance, self.comm_sm_fraction = f(moe_imbalance), f(comm_sm_fraction)
-        self.zero_shard_size = f(zero_shard_size)
-        self.fsdp_prefetch_layers, self.tp_overlap = f(fsdp_prefetch_layers), f(tp_overlap)
-        self.schedule, self.zero = schedule, zero
-        self.sequence_parallel, self.recompute = sequence_parallel, recompute
-        self.reshard_after_forward, self.dtype = reshard_after_forward, dtype
-        self.placement = tuple(placement)
-        self.precision = recipe(dtype) if precision is None else precision
+    def __post_init__(self):
+        if self.global_batch is None:
+            self.global_batch = self.dp * self.micro_batch
+        if self.precision is None:
+            self.precision = recipe(self.dtype)
 
     def __check_init__(self):
         for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "interleave"):
