@@ -394,7 +394,7 @@ def test_stepped_knobs_get_the_envelope_slope(elasticities, monkeypatch):
 
 def test_describe_elasticity():
     assert describe_elasticity("system.scale_out_bandwidth_Bps", -0.2) == \
-        "+10% scale-out bandwidth gives -1.89% step time"
+        "+10% scale-out bandwidth per accelerator gives -1.89% step time"
     assert "unset" in describe_elasticity("parallel.moe_node_limit", 0.0, value=0.0)
 
 

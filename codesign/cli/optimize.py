@@ -8,9 +8,10 @@ import sys
 
 from .. import economics, optimize
 from .. import scenario as sc
+from .._words import words
 from ..units import day, format_bytes, format_quantity, parse_quantity
 from . import INFEASIBLE, _output, _system
-from ._text import OUTPUT_WORDS, describe_elasticity
+from ._text import describe_elasticity
 
 _YEAR_S = 365.25 * day
 
@@ -143,12 +144,12 @@ def _sensitivity(args) -> int:
         _output.write_csv([{"knob": k, "elasticity": el[k], "value": values[k]} for k in shown])
         return 0
     print(_system.line(_system.info(scn.system, args.system)))
-    words = OUTPUT_WORDS[args.output]
-    print(f"{scn.name}: elasticity d log({words}) / d log(knob) at the scenario point, "
+    output_words = words(args.output)
+    print(f"{scn.name}: elasticity d log({output_words}) / d log(knob) at the scenario point, "
           "largest first")
     for k in shown:
         print(f"  {k:<36} {el[k]:+9.4f}   "
-              f"{describe_elasticity(k, el[k], words, value=values[k])}")
+              f"{describe_elasticity(k, el[k], output_words, value=values[k])}")
     if omitted:
         print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
     return 0
