@@ -12,9 +12,10 @@ outputs agree to 1e-4 relative (tests/test_public_api.py).
 import importlib
 
 # The modules, each a namespace with one job (README.md, "Layout"). Those that
-# pull in matplotlib or the execution path load on first use (`__getattr__`),
+# pull in matplotlib, optax or the execution path load on first use (`__getattr__`),
 # so that `import codesign` and every command start fast.
 from . import collectives as collectives
+from . import economics as economics
 from . import fabric as fabric
 from . import hardware as hardware
 from . import plan as plan
@@ -26,6 +27,7 @@ from . import units as units
 from . import workload as workload
 
 # The names most programs need.
+from .economics import Assumptions as Assumptions
 from .fabric import Prices as Prices
 from .hardware import Chip as Chip
 from .hardware import System as System
@@ -44,15 +46,15 @@ from .step import roofline as roofline
 from .workload import Transformer as Transformer
 
 __version__ = "0.1.0"
-_ON_FIRST_USE = ("execute", "plots", "validate")
+_ON_FIRST_USE = ("execute", "optimize", "plots", "sweep", "validate")
 
 __all__ = [
     # modules
-    "collectives", "execute", "fabric", "hardware", "plan", "plots", "reliability",
-    "scenario", "step", "traffic", "units", "validate", "workload",
+    "collectives", "economics", "execute", "fabric", "hardware", "optimize", "plan", "plots",
+    "reliability", "scenario", "step", "sweep", "traffic", "units", "validate", "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
-    "Scenario", "load", "get_knob", "set_knobs",
+    "Assumptions", "Scenario", "load", "get_knob", "set_knobs",
     # models
     "Estimate", "estimate", "outputs", "roofline",
 ]
