@@ -39,7 +39,7 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 
-from codesign import optimize as O  # noqa: E402
+from codesign import optimize  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
 from codesign.units import GB  # noqa: E402
 
@@ -89,27 +89,27 @@ PROBLEMS = {
 }
 
 
-def build(name: str) -> tuple[O.Problem, int, str]:
+def build(name: str) -> tuple[optimize.Problem, int, str]:
     source, overrides, vary, objective, limits, points, what = PROBLEMS[name]
     scn = sc.load(source, overrides)
-    return O.problem(scn, list(vary), vary, objective, **limits), points, what
+    return optimize.problem(scn, list(vary), vary, objective, **limits), points, what
 
 
-def gap_pct(prob: O.Problem, gradient: float, grid: float) -> float:
-    sign = O.OBJECTIVES[prob.objective][1]
+def gap_pct(prob: optimize.Problem, gradient: float, grid: float) -> float:
+    sign = optimize.OBJECTIVES[prob.objective][1]
     return 100.0 * sign * (gradient - grid) / abs(grid)
 
 
 def run(name: str, starts: int, steps: int, grid: bool, progress: bool) -> dict:
     prob, points, what = build(name)
-    size = O.grid_size(prob, points)
-    g = O.optimize(prob, starts=starts, steps=steps)
+    size = optimize.grid_size(prob, points)
+    g = optimize.optimize(prob, starts=starts, steps=steps)
     row = {"problem": name, "what": what, "objective": prob.objective,
            "knobs": list(prob.names), "grid_points": points, "grid_size": size,
            "gradient": {"value": g.value, "feasible": g.feasible, "evaluations": g.evaluations,
                         "wall_s": round(g.wall_s, 2), "best": g.best}}
     if grid:
-        r = O.grid_search(prob, points, progress=progress)
+        r = optimize.grid_search(prob, points, progress=progress)
         row["grid"] = {"value": r.value, "feasible": r.feasible, "evaluations": r.evaluations,
                        "feasible_points": r.feasible_points, "wall_s": round(r.wall_s, 2),
                        "best": r.best}

@@ -48,7 +48,7 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 
-from codesign import optimize as O  # noqa: E402
+from codesign import optimize  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
 from codesign.units import GB  # noqa: E402
 
@@ -79,10 +79,10 @@ PROBLEMS = {
 METHODS = ("grid", "gradient")
 
 
-def build(name: str) -> tuple[O.Problem, int, str]:
+def build(name: str) -> tuple[optimize.Problem, int, str]:
     source, overrides, vary, objective, limits, points, what = PROBLEMS[name]
     scn = sc.load(source, overrides)
-    return O.problem(scn, list(vary), vary, objective, **limits), points, what
+    return optimize.problem(scn, list(vary), vary, objective, **limits), points, what
 
 
 def peak_rss_mib() -> float:
@@ -92,22 +92,22 @@ def peak_rss_mib() -> float:
 def run_one(name: str, method: str, starts: int, steps: int) -> dict:
     """One (problem, method) in this process."""
     prob, points, what = build(name)
-    size = O.grid_size(prob, points)
+    size = optimize.grid_size(prob, points)
     row = {"problem": name, "method": method, "what": what, "objective": prob.objective,
            "knobs": list(prob.names), "grid_points": points, "grid_size": size}
     t0 = time.perf_counter()
     if method == "grid":
-        r = O.grid_search(prob, points, progress=False)
+        r = optimize.grid_search(prob, points, progress=False)
         wall = time.perf_counter() - t0
         row |= {"compile_s": r.profile["compile_s"], "stream_s": r.profile["stream_s"],
                 "finish_s": r.profile["finish_s"],
                 "stream_designs_per_s": r.profile["points_per_s"],
                 "feasible_points": r.feasible_points}
     else:
-        r = O.optimize(prob, starts=starts, steps=steps)
+        r = optimize.optimize(prob, starts=starts, steps=steps)
         wall = time.perf_counter() - t0
         t1 = time.perf_counter()
-        O.optimize(prob, starts=starts, steps=steps)
+        optimize.optimize(prob, starts=starts, steps=steps)
         row["compile_s"] = max(wall - (time.perf_counter() - t1), 0.0)
     row |= {"value": r.value, "feasible": r.feasible, "evaluations": r.evaluations,
             "wall_s": wall, "designs_per_s": r.evaluations / wall, "best": r.best,
@@ -121,18 +121,18 @@ def model_rate(repeats: int = 5) -> dict:
 
     import jax
 
-    from codesign import step as S
+    from codesign import step
 
     spec = importlib.util.spec_from_file_location("estimate", HERE / "estimate.py")
-    E = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(E)
+    estimate_bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(estimate_bench)
 
     base = sc.load(None)
     batch, chunk = 100_000, 25_000
-    chunks = list(E._chunks(E.random_knobs(batch, float(base.system.gpus)), chunk))
-    full = jax.jit(jax.vmap(lambda k: S.outputs(S.estimate(sc.set_knobs(base, k)))))
+    chunks = list(estimate_bench._chunks(estimate_bench.random_knobs(batch, float(base.system.gpus)), chunk))
+    full = jax.jit(jax.vmap(lambda k: step.outputs(step.estimate(sc.set_knobs(base, k)))))
     jax.block_until_ready(full(chunks[0]))
-    times = [E._timed(full, chunks)[0] for _ in range(repeats)]
+    times = [estimate_bench._timed(full, chunks)[0] for _ in range(repeats)]
     return {"kind": "model_rate", "evals_per_s": batch / statistics.median(times),
             "batch": batch, "chunk": chunk, "repeats": repeats}
 
@@ -147,7 +147,7 @@ def _child(name: str, method: str, args) -> dict:
 
 
 def gap_pct(objective: str, gradient: float, grid: float) -> float:
-    return 100.0 * O.OBJECTIVES[objective][1] * (gradient - grid) / abs(grid)
+    return 100.0 * optimize.OBJECTIVES[objective][1] * (gradient - grid) / abs(grid)
 
 
 def main(argv=None) -> int:

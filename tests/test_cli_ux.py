@@ -12,7 +12,7 @@ import pytest
 
 from codesign import collectives as co
 from codesign import hardware as hw
-from codesign import optimize as O
+from codesign import optimize
 from codesign.cli import main
 from codesign.plan import Plan
 
@@ -211,10 +211,10 @@ def test_cost_repr_has_units():
 
 
 def test_assumptions_repr_has_units():
-    text = repr(O.Assumptions(usd_per_gpu_hour=3.0))
+    text = repr(optimize.Assumptions(usd_per_gpu_hour=3.0))
     assert "$3 per GPU-hour" in text and "4 years" in text and "400 Gb/s" in text
     seen = []
-    jax.jit(lambda u: seen.append(repr(O.Assumptions(usd_per_gpu_hour=u))) or u)(2.0)
+    jax.jit(lambda u: seen.append(repr(optimize.Assumptions(usd_per_gpu_hour=u))) or u)(2.0)
     assert "usd_per_gpu_hour=" in seen[0]
 
 
