@@ -129,7 +129,8 @@ def model_rate(repeats: int = 5) -> dict:
 
     base = sc.load(None)
     batch, chunk = 100_000, 25_000
-    chunks = list(estimate_bench._chunks(estimate_bench.random_knobs(batch, float(base.system.gpus)), chunk))
+    knobs = estimate_bench.random_knobs(batch, float(base.system.gpus))
+    chunks = list(estimate_bench._chunks(knobs, chunk))
     full = jax.jit(jax.vmap(lambda k: step.outputs(step.estimate(sc.set_knobs(base, k)))))
     jax.block_until_ready(full(chunks[0]))
     times = [estimate_bench._timed(full, chunks)[0] for _ in range(repeats)]
