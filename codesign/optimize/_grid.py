@@ -10,7 +10,6 @@ Pareto front (`_pareto`).
 from __future__ import annotations
 
 import math
-import sys
 import time
 from typing import NamedTuple
 
@@ -19,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._progress import Progress
 from ..relax import safe_log
 from ._model import CHUNK, _grid_point, evaluate
 from ._problem import OBJECTIVES, Core, Problem
@@ -55,26 +55,6 @@ def grid_axes(prob: Problem, grid_points: int = 16) -> list[np.ndarray]:
 
 def grid_size(prob: Problem, grid_points: int = 16) -> int:
     return math.prod(len(a) for a in grid_axes(prob, grid_points))
-
-
-class _Progress:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, total: int, label: str, enabled: bool):
-        self.total, self.label, self.enabled = total, label, enabled
-        self.start = time.perf_counter()
-
-    def update(self, done: int):
-        if not self.enabled:
-            return
-        frac = done / max(self.total, 1)
-        elapsed = time.perf_counter() - self.start
-        rate = done / max(elapsed, 1e-9)
-        sys.stderr.write(f"\r{self.label} [{'#' * int(30 * frac):<30}] {frac:6.1%} "
-                         f"{done:,}/{self.total:,} points, {elapsed:.1f} s, {rate:,.0f} points/s")
-        if done >= self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 class _Layout(NamedTuple):
@@ -187,7 +167,7 @@ def _grid_table(axes: list) -> jax.Array:
     return jnp.asarray(table)
 
 
-def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: _Progress):
+def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: Progress):
     """Run a block kernel over the whole grid: (final carry as numpy arrays,
     seconds per device call)."""
     total = math.prod(lay.sizes)
@@ -198,11 +178,11 @@ def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: _
             kernel(prob.core, table, carry, jnp.asarray(first, dtype=jnp.int64)))
         times.append(time.perf_counter() - t0)
         done = min(lay.blocks, first + lay.scan)
-        bar.update(total if done == lay.blocks else min(total, done * lay.block))
+        bar.set(0, total if done == lay.blocks else min(total, done * lay.block))
     return jax.tree.map(np.asarray, carry), times
 
 
-def _stream_grid(prob: Problem, axes: list, top: int, bar: _Progress):
+def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress):
     """The top-N kernel over the whole grid: (scores, grid indices of the `top`
     best, feasible count, seconds per device call)."""
     lay = _layout(prob, tuple(len(a) for a in axes), top)
@@ -222,7 +202,7 @@ def _profile(times: list, finish_s: float, total: int) -> GridProfile:
     return GridProfile(compile_s, stream_s, finish_s, len(times), total / max(stream_s, 1e-12))
 
 
-def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: _Progress):
+def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: Progress):
     """The grid through `evaluate` in chunks of `CHUNK` (small grids share its
     compilation; `keep` needs every feasible point's metrics): as
     `_stream_grid`, plus the kept metrics."""
@@ -248,7 +228,7 @@ def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: _Progress)
         if keep:
             kept["knobs"] += x[ex.feasible].tolist()
         times.append(time.perf_counter() - t0)
-        bar.update(int(idx[-1]) + 1)
+        bar.set(0, int(idx[-1]) + 1)
     return score, index, count, times, kept
 
 
@@ -278,12 +258,13 @@ def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
                          f"{max_points:,}; narrow --bounds or lower --grid-points")
     if top < 1:
         raise ValueError(f"top={top} must be at least 1")
-    bar = _Progress(total, "grid", progress)
+    bar = Progress("grid", 0, total, enabled=progress)
     kept = {}
     if keep or total <= GRID_STREAM_MIN:
         score, index, feasible_points, times, kept = _host_grid(prob, axes, top, keep, bar)
     else:
         score, index, feasible_points, times = _stream_grid(prob, axes, top, bar)
+    bar.close()
     finish = time.perf_counter()
     index = index[np.isfinite(score)]
     shape = tuple(len(a) for a in axes)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._progress import Progress
 from ._gradient import optimize
 from ._grid import (
     _grid_block,
@@ -19,7 +20,6 @@ from ._grid import (
     _Layout,
     _layout,
     _profile,
-    _Progress,
     _stream,
     grid_axes,
     grid_size,
@@ -102,9 +102,10 @@ def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_us
              jnp.zeros((), dtype=jnp.int64))
     kernel = lambda core, table, c, first: _pareto_blocks(  # noqa: E731
         core, table, c, first, lay, (a, b))
-    bar = _Progress(total, "pareto", progress)
+    bar = Progress("pareto", 0, total, enabled=progress)
     ((fa, fb, fi), count, largest), times = _stream(prob, lay, _grid_table(axes), kernel,
                                                     carry, bar)
+    bar.close()
     if int(largest) > capacity:
         raise ValueError(f"the front of a block held {int(largest):,} points, more than "
                          f"capacity={capacity:,}: raise it")

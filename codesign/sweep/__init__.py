@@ -36,6 +36,7 @@ every target shares), `_targets` (the five targets, `TARGETS`), `_points`
 `_plots` (the matplotlib figures, re-exported by `codesign.plots`).
 """
 
+from .._progress import Progress as Progress
 from ._evaluate import Evaluator as Evaluator
 from ._evaluate import chunk_rows as chunk_rows
 from ._evaluate import point_function as point_function
@@ -46,7 +47,6 @@ from ._points import make_job as make_job
 from ._points import make_points as make_points
 from ._report import draw_plots as draw_plots
 from ._report import summarize as summarize
-from ._run import Progress as Progress
 from ._run import RunResult as RunResult
 from ._run import finish_sweep as finish_sweep
 from ._run import run as run

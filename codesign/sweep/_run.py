@@ -6,13 +6,12 @@ into results.csv/json and writes summary.txt and the figures."""
 from __future__ import annotations
 
 import dataclasses
-import math
-import sys
 import time
 from pathlib import Path
 
 import jax
 
+from .._progress import Progress
 from ._evaluate import Evaluator, chunk_rows
 from ._points import Job
 from ._report import draw_plots, summarize
@@ -25,57 +24,6 @@ from ._store import (
     results_json,
     write_chunk,
 )
-
-
-class Progress:
-    """`name [#####.....] 12/40 chunks 3,072/10,240 points 1.2e+03 points/s ETA 0:07`."""
-
-    def __init__(self, name: str, chunks: int, points: int, *, enabled: bool = True,
-                 stream=None):
-        self.name, self.total_chunks, self.total_points = name, chunks, points
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start = time.perf_counter()
-        self.chunks = self.points = self.skipped_points = 0
-        self._last = -math.inf
-
-    def skip(self, chunks: int, points: int) -> None:
-        self.chunks += chunks
-        self.points += points
-        self.skipped_points += points
-
-    def update(self, chunks: int, points: int) -> None:
-        self.chunks += chunks
-        self.points += points
-        self._draw(final=False)
-
-    def set(self, chunks: int, points: int) -> None:
-        self.chunks, self.points = chunks, points
-        self._draw(final=False)
-
-    def line(self) -> str:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        rate = (self.points - self.skipped_points) / elapsed
-        left = self.total_points - self.points
-        eta = f"{int(left / rate) // 60}:{int(left / rate) % 60:02d}" if rate > 0 else "?"
-        filled = int(20 * self.chunks / max(self.total_chunks, 1))
-        return (f"{self.name} [{'#' * filled}{'.' * (20 - filled)}] "
-                f"{self.chunks}/{self.total_chunks} chunks {self.points:,}/{self.total_points:,}"
-                f" points {rate:,.0f} points/s ETA {eta}")
-
-    def _draw(self, final: bool) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if not final and now - self._last < (0.1 if self.tty else 10.0):
-            return
-        self._last = now
-        end = "\n" if final or not self.tty else ""
-        print(("\r" if self.tty else "") + self.line(), end=end, file=self.stream, flush=True)
-
-    def close(self) -> None:
-        self._draw(final=True)
 
 
 @dataclasses.dataclass(frozen=True)
