@@ -83,12 +83,10 @@ class Assumptions(eqx.Module):
 
     def __check_init__(self):
         for name in _FIELDS:
-            v = _float(getattr(self, name))
-            if name != "scale_up_switch_radix" and v is not None and not v > 0:
-                raise ValueError(f"{name}={v:g} must be positive")
-        radix = _float(self.scale_up_switch_radix)
-        if radix is not None and not radix >= 4:
-            raise ValueError(f"scale_up_switch_radix={radix:g} must be at least 4")
+            if name != "scale_up_switch_radix":
+                _checks.positive(name, getattr(self, name))
+        _checks.check("scale_up_switch_radix", self.scale_up_switch_radix, lambda v: v >= 4,
+                      "must be at least 4")
 
 
 @functools.cache
