@@ -11,10 +11,11 @@ from . import _system
 from .presets import to_json
 
 
-def add_format(parser, csv_help: str | None = None) -> None:
+def add_format(parser, csv_help: str | None = None,
+               json_help: str = "machine-readable output") -> None:
     """`--json` and (for commands whose output is a table) `--csv`, exclusive."""
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--json", action="store_true", help="machine-readable output")
+    group.add_argument("--json", action="store_true", help=json_help)
     if csv_help is not None:
         group.add_argument("--csv", action="store_true", help=csv_help)
 

@@ -42,11 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls first")
     parser.add_argument("--dtype", default="float32",
                         help="float32, bfloat16, float16, int32 or float64")
-    fmt = parser.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true",
-                     help="one JSON object per size and line instead of the table")
-    fmt.add_argument("--csv", action="store_true",
-                     help="one CSV table (one header row) over every algorithm and size")
+    _output.add_format(parser, "one CSV table (one header row) over every algorithm and size",
+                       "one JSON object per size and line instead of the table")
     parser.add_argument("--out", default=None, help="also write the JSON lines to this file")
     parser.add_argument("--devices", type=int, default=DEFAULT_DEVICES,
                         help="fake CPU devices (per host) when JAX runs on CPU "

@@ -14,14 +14,13 @@ import json
 import sys
 
 from .. import validate
+from . import _output
 
 
 def add_arguments(parser, name) -> None:
-    out = parser.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true",
-                     help="a JSON list of rows (name, source, measure, published, predicted, "
-                          "error, calibration, fits_memory, note)")
-    out.add_argument("--csv", action="store_true", help="the rows as CSV")
+    _output.add_format(parser, "the rows as CSV",
+                       "a JSON list of rows (name, source, measure, published, predicted, "
+                       "error, calibration, fits_memory, note)")
 
 
 def _table(rows) -> None:
