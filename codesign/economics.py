@@ -25,9 +25,8 @@ import jax
 from . import _checks, fabric
 from ._checks import float_field
 from .hardware import System
-from .units import GB, day
+from .units import GB, year
 
-_YEAR_S = 365.25 * day
 _FIELDS = ("usd_per_gpu_hour", "fabric_lifetime_s", "port_Bps", "scale_up_link_Bps",
            "scale_up_switch_radix", "scale_up_usd_per_port")
 
@@ -62,7 +61,7 @@ class Assumptions(eqx.Module):
     """
 
     usd_per_gpu_hour: jax.Array = float_field(default=2.0)
-    fabric_lifetime_s: jax.Array = float_field(default=4 * _YEAR_S)
+    fabric_lifetime_s: jax.Array = float_field(default=4 * year)
     port_Bps: jax.Array = float_field(default=400e9 / 8)
     scale_up_link_Bps: jax.Array = float_field(default=25 * GB)
     scale_up_switch_radix: jax.Array = float_field(default=64.0)
@@ -75,7 +74,7 @@ class Assumptions(eqx.Module):
         if any(x is None for x in v.values()):
             return eqx.tree_pformat(self)
         return (f"Assumptions(${v['usd_per_gpu_hour']:.4g} per GPU-hour, fabric lifetime "
-                f"{v['fabric_lifetime_s'] / _YEAR_S:.4g} years, port "
+                f"{v['fabric_lifetime_s'] / year:.4g} years, port "
                 f"{v['port_Bps'] * 8 / 1e9:.4g} Gb/s, scale-up link "
                 f"{v['scale_up_link_Bps'] / GB:.4g} GB/s, switch radix "
                 f"{v['scale_up_switch_radix']:.4g}, ${v['scale_up_usd_per_port']:.4g} per "

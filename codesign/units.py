@@ -15,6 +15,7 @@ KiB, MiB, GiB, TiB = 2.0**10, 2.0**20, 2.0**30, 2.0**40
 Gbps = 1e9 / 8  # one gigabit per second, in bytes per second
 ns, us, ms, s = 1e-9, 1e-6, 1e-3, 1.0
 minute, hour, day = 60.0, 3600.0, 86400.0
+year = 365.25 * day  # a Julian year
 
 _BYTE_UNITS = {
     "B": B, "KB": KB, "MB": MB, "GB": GB, "TB": TB,

@@ -9,20 +9,13 @@ import sys
 from .. import economics, optimize
 from .. import scenario as sc
 from .._words import words
-from ..units import day, format_bytes, format_quantity, parse_quantity
+from ..units import day, format_bytes, format_quantity, parse_quantity, year
 from . import INFEASIBLE, _output, _system
 from ._text import describe_elasticity
 
-_YEAR_S = 365.25 * day
-
 
 def add_arguments(parser, name):
-    parser.add_argument("scenario", nargs="?", default=None,
-                        help="TOML file or built-in name " + ", ".join(sc.BUILTIN)
-                        + " (default: default)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a scenario key (repeatable)")
-    parser.add_argument("--system", help="system preset name or system TOML")
+    _system.add_scenario_arguments(parser)
     _output.add_format(parser, "the elasticities as CSV (one header row)" if name == "sensitivity"
                        else "the --top table as CSV (one header row)")
     if name == "sensitivity":
@@ -94,7 +87,7 @@ def _problem(args, scn):
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name}={v:g} must be positive")
     assumptions = economics.Assumptions(usd_per_gpu_hour=args.usd_per_gpu_hour,
-                                fabric_lifetime_s=args.fabric_lifetime_years * _YEAR_S)
+                                fabric_lifetime_s=args.fabric_lifetime_years * year)
     return optimize.problem(scn, _vary(args.vary), parse_bounds(args.bounds), args.objective,
                      budget_usd=args.budget_usd, budget_w=args.budget_w,
                      max_gpus=args.max_gpus, assumptions=assumptions)
