@@ -50,7 +50,7 @@ def value_text(name: str, value) -> str:
         return str(value)
     scale, unit = units.unit_of(name)
     if unit == "bytes":
-        return _sweep_tick(name, value)
+        return units.format_bytes(value)
     text = f"{value / scale:.4g}"
     return f"{text} {unit}" if unit else text
 
