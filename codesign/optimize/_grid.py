@@ -57,6 +57,17 @@ def grid_size(prob: Problem, grid_points: int = 16) -> int:
     return math.prod(len(a) for a in grid_axes(prob, grid_points))
 
 
+def _capped_axes(prob: Problem, grid_points: int, max_points: int) -> tuple[list, int]:
+    """The grid's axes and size; a ValueError when it has more than `max_points`."""
+    axes = grid_axes(prob, grid_points)
+    total = math.prod(len(a) for a in axes)
+    if total > max_points:
+        raise ValueError(f"the grid has {total:,} points (grid_points={grid_points} over "
+                         f"{len(axes)} knobs), above the cap max_points={max_points:,}; "
+                         "narrow the bounds or lower grid_points")
+    return axes, total
+
+
 class _Layout(NamedTuple):
     """How the streamed grid enumerates its points (static: one compilation per
     layout). Knob positions `outer` (held fixed within a block) and `inner`
@@ -251,11 +262,7 @@ def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
     streamed), in `Result.metrics["grid"]` (lists), with the knob values under
     "knobs"."""
     start = time.perf_counter()
-    axes = grid_axes(prob, grid_points)
-    total = grid_size(prob, grid_points)
-    if total > max_points:
-        raise ValueError(f"the grid holds {total:,} points, more than max_points="
-                         f"{max_points:,}; narrow --bounds or lower --grid-points")
+    axes, total = _capped_axes(prob, grid_points, max_points)
     if top < 1:
         raise ValueError(f"top={top} must be at least 1")
     bar = Progress("grid", 0, total, enabled=progress)

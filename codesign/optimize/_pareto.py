@@ -15,14 +15,13 @@ import numpy as np
 from .._progress import Progress
 from ._gradient import optimize
 from ._grid import (
+    _capped_axes,
     _grid_block,
     _grid_table,
     _Layout,
     _layout,
     _profile,
     _stream,
-    grid_axes,
-    grid_size,
 )
 from ._model import metrics
 from ._problem import Core, Problem
@@ -91,11 +90,7 @@ def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_us
                              f"{', '.join(names)}")
     if capacity < 1:
         raise ValueError(f"capacity={capacity} must be at least 1")
-    axes = grid_axes(prob, grid_points)
-    total = grid_size(prob, grid_points)
-    if total > max_points:
-        raise ValueError(f"the grid holds {total:,} points, more than max_points="
-                         f"{max_points:,}; narrow the bounds or lower grid_points")
+    axes, total = _capped_axes(prob, grid_points, max_points)
     lay = _layout(prob, tuple(len(x) for x in axes), 1)
     inf = jnp.full(capacity, jnp.inf, dtype=float)
     carry = ((inf, inf, jnp.zeros(capacity, dtype=jnp.int64)), jnp.zeros((), dtype=jnp.int64),
