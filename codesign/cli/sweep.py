@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 
 from .. import sweep
+from .._progress import Progress
+from ..sweep._store import prepare_out_dir, read_chunk
 from .bench import DEFAULT_JOIN_TIMEOUT_S
 
 LAUNCHER_OPTIONS = ("processes", "coordinator", "num_processes", "process_id", "join_timeout",
@@ -179,10 +181,10 @@ def _run_local_processes(args, name: str) -> int:
     job, out = _job(args)
     start = time.perf_counter()
     if not args.no_write:
-        sweep.prepare_out_dir(job, out, args.resume)
+        prepare_out_dir(job, out, args.resume)
     skipped = [c.id for c in job.chunks
                if args.resume and not args.no_write
-               and sweep.read_chunk(job, out, c) is not None]
+               and read_chunk(job, out, c) is not None]
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{distributed.free_port()}"
@@ -191,7 +193,7 @@ def _run_local_processes(args, name: str) -> int:
     commands = [distributed.worker_command(argv, coordinator=address, num_processes=n,
                                            process_id=i, devices=args.cpu_devices,
                                            timeout_s=args.join_timeout) for i in range(n)]
-    bar = sweep.Progress(job.spec.name, len(job.chunks), job.points.size,
+    bar = Progress(job.spec.name, len(job.chunks), job.points.size,
                          enabled=not args.no_progress)
     sizes = {c.id: c.stop - c.start for c in job.chunks}
     bar.skip(len(skipped), sum(sizes[i] for i in skipped))
