@@ -45,12 +45,19 @@ COMMANDS = {
 
 
 OK, BAD_INPUT, INFEASIBLE, INTERNAL = 0, 2, 3, 1
+ENTRY = "codesign.cli:main"  # what every worker process of a launch runs (execute.distributed)
 EXIT_CODES = """exit codes: 0 an answer; 2 bad input (one line naming the key, value and domain);
 3 valid input without a feasible answer; 1 internal fault (CODESIGN_DEBUG=1: traceback)"""
 REPORT = ("this is a bug in codesign: please report it with the command line "
           "(CODESIGN_DEBUG=1 shows the traceback)")
 # a value check that fired inside a compiled function (`equinox.error_if`)
 _TRACED = re.compile(r"EquinoxRuntimeError: ([^\n]+)")
+
+
+def restart_command() -> list[str]:
+    """This command again, as a fresh process (`python -m codesign ARGS`): what
+    `execute.distributed.configure_cpu_devices` restarts when JAX already runs."""
+    return [sys.executable, "-m", "codesign", *sys.argv[1:]]
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ import sys
 
 from .._progress import Progress
 from ..units import parse_size_range
-from . import _output
+from . import ENTRY, _output, restart_command
 
 DEFAULT_SIZES = "4KiB:4MiB"
 DEFAULT_DEVICES = 8
@@ -83,7 +83,7 @@ def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
     from ..execute import distributed
 
     if not distributed.joined():  # a worker was set up (and joined) by its bootstrap
-        distributed.configure_cpu_devices(args.devices, reexec=True)
+        distributed.configure_cpu_devices(args.devices, restart=restart_command())
     import jax
 
     from ..execute import algorithms, bench
@@ -162,7 +162,7 @@ def launch(args: argparse.Namespace, name: str, *, devices: int | None) -> int |
             raise ValueError(f"processes={n} must divide devices={devices}")
         address = f"127.0.0.1:{distributed.free_port()}"
         commands = [distributed.worker_command(
-            argv, coordinator=address, num_processes=n, process_id=i,
+            ENTRY, argv, coordinator=address, num_processes=n, process_id=i,
             devices=None if devices is None else devices // n, timeout_s=args.join_timeout)
             for i in range(n)]
         done = distributed.supervise(commands, join_timeout_s=args.join_timeout,
@@ -179,7 +179,7 @@ def launch(args: argparse.Namespace, name: str, *, devices: int | None) -> int |
         if cluster is None:
             return None
         address, total, index = None, cluster.num_processes, cluster.process_id
-    command = distributed.worker_command(argv, coordinator=address, num_processes=total,
+    command = distributed.worker_command(ENTRY, argv, coordinator=address, num_processes=total,
                                          process_id=index, devices=devices,
                                          timeout_s=args.join_timeout)
     done = distributed.supervise([command], join_timeout_s=args.join_timeout,
