@@ -22,6 +22,8 @@ from . import ENTRY, _output, restart_command
 DEFAULT_SIZES = "4KiB:4MiB"
 DEFAULT_DEVICES = 8
 DEFAULT_JOIN_TIMEOUT_S = 60
+# the library's names of what to change -> this command's flags (cli.in_flags)
+FLAGS = {"op": "--op", "ranks": "--ranks", "prior": "a preset (--system)", "preset": "--system"}
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:

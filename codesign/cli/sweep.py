@@ -27,6 +27,9 @@ from .bench import DEFAULT_JOIN_TIMEOUT_S
 
 LAUNCHER_OPTIONS = ("processes", "coordinator", "num_processes", "process_id", "join_timeout",
                     "timeout", "cpu_devices")
+# the library's names of what to change -> this command's flags (cli.in_flags)
+FLAGS = {"grad": "--grad", "resume": "--resume", "out_dir": "--out",
+         "chunk_size": "--chunk-size or the spec's chunk_size"}
 SWEEP_JOIN_TIMEOUT_S = 2 * DEFAULT_JOIN_TIMEOUT_S  # every process compiles the point function
 
 

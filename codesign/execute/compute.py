@@ -399,8 +399,8 @@ def system_toml(result: ComputeFit, *, preset: str, dtype: str, device: str,
         value = result.constants[name]
         if not 0 < value <= 1:
             raise ValueError(f"{name}={value:.3g} is not in (0, 1]: the {preset} preset's peak "
-                             f"or hbm_Bps is below what this {device} achieves; pass the "
-                             "preset of this chip with --system")
+                             f"or hbm_Bps is below what this {device} achieves; pass this "
+                             "chip's preset as `preset`")
     held = result.holdout()
     lines = [f"# codesign calibrate compute --dtype {dtype}: {device} ({platform}), "
              f"{len(result.kernels)} kernels, constants relative to the {preset} preset's peaks",

@@ -257,7 +257,7 @@ def worker_command(entry: str, args: Sequence[str], *, coordinator: str | None,
 
 
 def local_env(extra: Mapping | None = None) -> dict:
-    """The environment of local (`--processes`) workers: JAX on CPU unless the user
+    """The environment of local (one machine, N processes) workers: JAX on CPU unless the user
     chose a platform, and no inherited forced CPU device count (each worker fakes
     its share)."""
     flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "",

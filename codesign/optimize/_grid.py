@@ -70,7 +70,7 @@ def _capped_axes(prob: Problem, grid_points: int, max_points: int, block_points:
     if total > max_points:
         raise ValueError(f"the grid has {total:,} points (grid_points={grid_points} over "
                          f"{len(axes)} knobs), above the cap max_points={max_points:,}; "
-                         "narrow the bounds or lower grid_points")
+                         "narrow `bounds` or lower `grid_points`")
     return axes, total
 
 
