@@ -347,8 +347,11 @@ OPS = tuple(_ALGORITHMS)
 
 
 def check_op(op: str) -> str:
-    """`op` normalised as the cost model names it (`collectives`), if executable."""
-    name = _check_op(op)
+    """`op` normalised as the cost model spells it (`collectives`), if executable."""
+    try:
+        name = _check_op(op)
+    except ValueError:  # not even a modelled collective
+        name = None
     if name not in _ALGORITHMS:
         raise ValueError(f"op={op!r} is not executable; choose one of {', '.join(OPS)}")
     return name
