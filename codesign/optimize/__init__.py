@@ -33,7 +33,7 @@ bounds, an objective and the constraints. Two methods solve it:
   points on the device from their index, evaluates fixed-size blocks (knobs
   the failure statistics depend on held fixed within a block) and keeps the
   best few of each block on the device, so host memory is flat in the grid
-  size; a progress bar on stderr shows points per second. `grid_pareto`
+  size; asked (`progress=True`), a bar on stderr shows points per second. `grid_pareto`
   streams the grid's exact Pareto front in two metrics the same way.
 
 Objectives (`OBJECTIVES`): step time, tokens per second, time to train (with
