@@ -89,8 +89,10 @@ PROBLEMS = {
 }
 
 
-def build(name: str) -> tuple[optimize.Problem, int, str]:
-    source, overrides, vary, objective, limits, points, what = PROBLEMS[name]
+def build(name: str, problems: dict = PROBLEMS) -> tuple[optimize.Problem, int, str]:
+    """The `optimize.Problem` of `problems[name]`, its grid points and its description
+    (benchmarks/search.py passes its own table, which takes a problem from this one)."""
+    source, overrides, vary, objective, limits, points, what = problems[name]
     scn = sc.load(source, overrides)
     return optimize.problem(scn, list(vary), vary, objective, **limits), points, what
 

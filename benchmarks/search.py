@@ -29,6 +29,7 @@ the grid's evaluations).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -52,22 +53,26 @@ from codesign import optimize  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
 from codesign.units import GB  # noqa: E402
 
+
+def _benchmark(name: str):
+    """Another benchmark of this directory, as a module (the directory is off the path)."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 _LLAMA70B = ("llama3-405b", ["model.preset=llama3-70b", "system.gpus=2048",
                              "training.tokens=15e12"])
 _LLAMA70B_VARY = {
     "parallel.tp": (1, 8), "parallel.pp": (1, 16), "parallel.interleave": (1, 4),
     "training.micro_batch": (1, 8), "parallel.cp": (1, 8), "system.scale_up_domain": (8, 32),
     "system.scale_out_bandwidth_Bps": (10 * GB, 200 * GB), "system.gpus": (1024, 4096)}
-# name -> (scenario, overrides, vary {knob: (lo, hi)}, objective, limits, grid_points, what)
+# name -> (scenario, overrides, vary {knob: (lo, hi)}, objective, limits, grid_points, what);
+# the GPT-3 problem and `build` are benchmarks/codesign.py's (one definition)
+_CODESIGN = _benchmark("codesign")
 PROBLEMS = {
-    "gpt3_plan_and_bandwidth": (
-        "default", [],
-        {"parallel.tp": (1, 32), "parallel.pp": (1, 64), "training.micro_batch": (1, 16),
-         "parallel.interleave": (1, 8),
-         "system.scale_out_bandwidth_Bps": (10 * GB, 200 * GB),
-         "system.scale_up_bandwidth_Bps": (100 * GB, 900 * GB)},
-        "cost_to_train_usd", {}, 20,
-        "GPT-3 175B on 1,024 A100s: 3D plan and both tiers' bandwidths, cheapest run"),
+    "gpt3_plan_and_bandwidth": _CODESIGN.PROBLEMS["gpt3_plan_and_bandwidth"],
     "llama70b_plan_domain_gpus": (
         *_LLAMA70B, _LLAMA70B_VARY, "time_to_train", {}, 4,
         "Llama-3-70B on 1,024-4,096 H100s: tp, pp, interleave, micro-batch, cp, scale-up "
@@ -79,19 +84,13 @@ PROBLEMS = {
 METHODS = ("grid", "gradient")
 
 
-def build(name: str) -> tuple[optimize.Problem, int, str]:
-    source, overrides, vary, objective, limits, points, what = PROBLEMS[name]
-    scn = sc.load(source, overrides)
-    return optimize.problem(scn, list(vary), vary, objective, **limits), points, what
-
-
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
 def run_one(name: str, method: str, starts: int, steps: int) -> dict:
     """One (problem, method) in this process."""
-    prob, points, what = build(name)
+    prob, points, what = _CODESIGN.build(name, PROBLEMS)
     size = optimize.grid_size(prob, points)
     row = {"problem": name, "method": method, "what": what, "objective": prob.objective,
            "knobs": list(prob.names), "grid_points": points, "grid_size": size}

@@ -86,16 +86,18 @@ import jax
 jax.config.update("jax_num_cpu_devices", {devices})
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 from codesign import sweep
+from codesign.sweep._evaluate import Evaluator, chunk_rows  # the loop inside sweep.run
+from codesign.sweep._store import prepare_out_dir, write_chunk
 job = sweep.make_job(sweep.load_spec({str(spec)!r}))
-ev = sweep.Evaluator(job)
+ev = Evaluator(job)
 def once(write):
     start = time.perf_counter()
     if write:
-        sweep.prepare_out_dir(job, {str(out)!r}, resume=False)
+        prepare_out_dir(job, {str(out)!r}, resume=False)
     for chunk in job.chunks:
-        rows = sweep.chunk_rows(job, chunk, ev(chunk))
+        rows = chunk_rows(job, chunk, ev(chunk))
         if write:
-            sweep.write_chunk(job, {str(out)!r}, chunk, rows)
+            write_chunk(job, {str(out)!r}, chunk, rows)
     return time.perf_counter() - start
 once(False)  # compile every combo
 times = {{w: min(once(w) for _ in range({repeats})) for w in (False, True)}}

@@ -1,5 +1,6 @@
 """The one progress bar of long runs (a sweep's chunks, the streamed grid's
-points), on stderr: never on stdout, which carries the answer."""
+points, a benchmark's steps), on stderr: never on stdout, which carries the
+answer. The library draws it only when its caller asks (`progress=True`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ class Progress:
     """`name [#####.....] 12/40 chunks 3,072/10,240 points 1.2e+03 points/s ETA 0:07`
     on `stream` (stderr): redrawn in place on a terminal (at most every 0.1 s),
     a line every 10 s otherwise, the last one on `close`. With `chunks` = 0
-    the bar follows the points alone (`name [#####.....] 3,072/10,240 points ...`)."""
+    the bar follows the points alone (`name [#####.....] 3,072/10,240 points ...`);
+    `unit` names what is counted ("points", or e.g. "steps", "kernels")."""
 
     def __init__(self, name: str, chunks: int, points: int, *, enabled: bool = True,
-                 stream=None):
+                 stream=None, unit: str = "points"):
         self.name, self.total_chunks, self.total_points = name, chunks, points
+        self.unit = unit
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -48,7 +51,8 @@ class Progress:
         filled = int(20 * done / max(total, 1))
         chunks = f"{self.chunks}/{self.total_chunks} chunks " if self.total_chunks else ""
         return (f"{self.name} [{'#' * filled}{'.' * (20 - filled)}] {chunks}"
-                f"{self.points:,}/{self.total_points:,} points {rate:,.0f} points/s ETA {eta}")
+                f"{self.points:,}/{self.total_points:,} {self.unit} {rate:,.0f} {self.unit}/s "
+                f"ETA {eta}")
 
     def _draw(self, final: bool) -> None:
         if not self.enabled:

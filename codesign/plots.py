@@ -1,30 +1,36 @@
 """Matplotlib figures used by the CLI, the sweeps and the notebooks.
 
 Every function takes plain arrays / result objects and a path or an Axes, and
-returns the Figure; nothing here computes a cost.
+returns the Figure; nothing here computes a cost. A new figure is pyplot's
+(a notebook shows it, `plt.show()` draws it) on whatever backend the caller's
+matplotlib has: this module chooses none (the `codesign` command draws
+off-screen, Agg, choosing it where it saves a figure). The sweep figures
+(`sweep_lines`, ...) are written to files and never touch pyplot.
 """
 
 from __future__ import annotations
 
 import matplotlib
 
-matplotlib.use("Agg")
+from .sweep._plots import _STYLES
+from .sweep._plots import SWEEP_DPI as SWEEP_DPI
+from .sweep._plots import column_label as column_label
+from .sweep._plots import column_text as column_text
+from .sweep._plots import sweep_best as sweep_best
+from .sweep._plots import sweep_heatmap as sweep_heatmap
+from .sweep._plots import sweep_lines as sweep_lines
+from .sweep._plots import value_text as value_text
 
-import matplotlib.pyplot as plt  # noqa: E402
 
-from .sweep._plots import _STYLES  # noqa: E402
-from .sweep._plots import SWEEP_DPI as SWEEP_DPI  # noqa: E402
-from .sweep._plots import column_label as column_label  # noqa: E402
-from .sweep._plots import column_text as column_text  # noqa: E402
-from .sweep._plots import sweep_best as sweep_best  # noqa: E402
-from .sweep._plots import sweep_heatmap as sweep_heatmap  # noqa: E402
-from .sweep._plots import sweep_lines as sweep_lines  # noqa: E402
-from .sweep._plots import value_text as value_text  # noqa: E402
+def _pyplot():
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _figure(ax=None, figsize=(7, 4.5)):
     """(figure, axes): the given axes' figure, or a new one."""
-    fig = ax.figure if ax is not None else plt.figure(figsize=figsize)
+    fig = ax.figure if ax is not None else _pyplot().figure(figsize=figsize)
     return fig, (ax if ax is not None else fig.add_subplot())
 
 
@@ -56,7 +62,8 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
     (+ reduction) term: left of the dot it is latency-bound, right of it
     bandwidth-bound. `auto_s` (optional) is the `auto` choice, drawn dashed.
     """
-    fig = ax.figure if ax is not None else plt.figure(figsize=(7.5, 5), layout="constrained")
+    fig = ax.figure if ax is not None else _pyplot().figure(figsize=(7.5, 5),
+                                                            layout="constrained")
     ax = ax if ax is not None else fig.add_subplot()
     import numpy as np
 
@@ -81,7 +88,7 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
 
 def roofline(rows, path=None, title="network roofline"):
     """Bars of FLOP per byte achieved per dimension, against the tiers' needs."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = _pyplot().subplots(figsize=(6, 3.5))
     names = [f"{r['dimension']} ({r['tier']})" for r in rows]
     ax.bar(names, [r["flop_per_byte"] for r in rows], color="tab:blue", label="achieved")
     for tier, style in (("scale_up", "--"), ("scale_out", ":")):
@@ -185,8 +192,8 @@ def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: fl
     part's share) and the memory per GPU by part (one stacked bar, GB) against
     the HBM capacity (a dashed line). `breakdown_s` and `memory_bytes` map a
     part's name to its value."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2),
-                                      gridspec_kw={"width_ratios": [2.2, 1]})
+    fig, (left, right) = _pyplot().subplots(1, 2, figsize=(11, 4.2),
+                                            gridspec_kw={"width_ratios": [2.2, 1]})
     names = list(breakdown_s)
     times = [float(breakdown_s[k]) for k in names]
     total = sum(times)
@@ -202,7 +209,7 @@ def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: fl
     left.grid(True, axis="x", alpha=0.3)
 
     bottom = 0.0
-    colors = plt.get_cmap("tab10").colors
+    colors = matplotlib.colormaps["tab10"].colors
     for i, (k, v) in enumerate(memory_bytes.items()):
         gb = float(v) / 1e9
         right.bar(["memory per GPU"], [gb], bottom=bottom, color=colors[i % len(colors)],

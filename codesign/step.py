@@ -422,17 +422,17 @@ def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
     return model.params() * (pr.bytes("params") + pr.optimizer_bytes_per_param)
 
 
-def estimate(scn, t=0.0) -> Estimate:
+def estimate(scn, t=0.0, assumptions=None) -> Estimate:
     """The whole model of a `scenario.Scenario`, differentiable in every float;
-    the fabric counted with the default `fabric.Prices` and priced with the
-    default `economics.Assumptions`. Under jit/vmap/grad a knob outside its
-    domain raises (`Scenario.checked`)."""
+    the fabric counted with the default `fabric.Prices` and priced with
+    `assumptions` (an `economics.Assumptions`; None: the default ones). Under
+    jit/vmap/grad a knob outside its domain raises (`Scenario.checked`)."""
     scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
     checkpoint_bytes = checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
     inventory = fabric.inventory(scn.system, t=t)
-    prices = economics.default_assumptions()
+    prices = economics.default_assumptions() if assumptions is None else assumptions
     capex = economics.fabric_capex_usd(scn.system, inventory, prices, t)
     power = economics.fabric_power_w(scn.system, inventory, prices)
     return Estimate(s, rel, inventory, capex, power, scn.tokens)

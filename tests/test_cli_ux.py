@@ -15,6 +15,7 @@ from codesign import hardware as hw
 from codesign import optimize
 from codesign.cli import main
 from codesign.plan import Plan
+from codesign.scenario import load
 
 PLAN_FIELDS = {f.name for f in dataclasses.fields(Plan)}
 
@@ -176,6 +177,25 @@ def test_optimize_top_is_distinct_and_sorted(method, capsys):
     assert "top 4 distinct feasible designs" in text
 
 
+def test_library_errors_name_quantities_and_the_command_its_flags(capsys):
+    """The library asks for a change in its own words (`grid_points`); the command
+    prints the same message with the flag that makes the change."""
+    argv = ["optimize", "--method", "grid", "--grid-points", "100000", "--vary",
+            "system.scale_out_bandwidth_Bps,system.scale_up_bandwidth_Bps,parallel.tp_overlap"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        "codesign optimize: error: parallel.tp_overlap=0 in the scenario: give --bounds "
+        "parallel.tp_overlap=LO:HI (no default range around 0)")
+    assert main([*argv, "--bounds", "parallel.tp_overlap=0.1:0.9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("codesign optimize: error: the grid has 1,000,000,000,000,000 points "
+                          "(grid_points=100000 over 3 knobs), above the cap max_points=")
+    assert err.endswith("; narrow --bounds or lower --grid-points"), err
+    vary = {"system.scale_out_bandwidth_Bps": (1e10, 1e11), "parallel.tp_overlap": (0.1, 0.9)}
+    prob = optimize.problem(load(None), list(vary), vary)
+    with pytest.raises(ValueError, match=r"\(grid_points=100000 over 2 knobs\), above the cap "
+                       r"max_points=1,000,000; narrow `bounds` or lower `grid_points`$"):
+        optimize.grid_search(prob, 100000, max_points=1_000_000)
 def test_optimize_csv_needs_top(capsys):
     err = _run(capsys, "optimize", "--vary", "parallel.tp", "--csv", code=2).err
     assert "--top" in err

@@ -44,7 +44,8 @@ def test_bench_json_records_follow_nccl_tests_definitions(capsys, tmp_path):
         assert r["algbw_Bps"] == pytest.approx(r["size_bytes"] / r["time_s"])
         assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 2 * 7 / 8)
     assert [json.loads(line) for line in out.read_text().splitlines()] == records
-    assert "5/5 all_reduce ring" in captured.err  # the progress bar (2 warm-ups, 3 rounds)
+    # the one progress bar (codesign._progress): 2 warm-ups and 3 rounds
+    assert f"bench all_reduce ring [{'#' * 20}] 5/5 steps " in captured.err
 
 
 def test_bench_table_reads_back_as_an_nccl_tests_log(capsys):

@@ -20,8 +20,8 @@ import pytest
 from codesign import economics, fabric, optimize, step
 from codesign import scenario as sc
 from codesign.cli import main
-from codesign.cli._text import describe_elasticity  # private: the CLI's English, no public path
-from codesign.optimize import _grid  # private: the streamed grid's block settings
+from codesign.optimize._model import relaxed_loss  # internal: the loss the descent follows
+from codesign.optimize._problem import to_box  # internal: the descent's unit box
 from codesign.units import GB, day
 
 SCN = sc.load(None)
@@ -104,8 +104,8 @@ def test_relaxed_model_equals_exact_model_at_integer_points(small):
     pts = np.asarray(list(itertools.product(*axes)))[::47][:STARTS]
     exact = optimize.evaluate(small, pts).loss
     t = jnp.geomspace(1.0, 1e-7, STEPS)
-    at = jax.vmap(jax.vmap(optimize.relaxed_loss, (None, None, 0, None)), (0, None, None, None))
-    losses = jax.jit(at)(jnp.asarray(optimize.to_box(small, pts)), small.core, t, 0.0)
+    at = jax.vmap(jax.vmap(relaxed_loss, (None, None, 0, None)), (0, None, None, None))
+    losses = jax.jit(at)(jnp.asarray(to_box(small, pts)), small.core, t, 0.0)
     err = np.abs(np.asarray(losses) - exact[:, None])  # (points, temperatures)
     assert np.all(np.isfinite(err))
     assert np.all(err[:, -1] < 1e-6)
@@ -125,22 +125,19 @@ def test_grid_is_exhaustive(small, small_runs):
     assert list(grid.best.values()) == pts[i].tolist()
 
 
-def test_streamed_grid_is_a_plain_loop(monkeypatch):
+def test_streamed_grid_is_a_plain_loop():
     """The streamed grid (blocks on the device, GPU count held per block and
     enumerated outermost, top-N per block) finds what a plain loop over the
     grid in C order finds: the best feasible point, ties to the first, the
     same feasible count and the same top points in order. Tiny blocks and
     calls make it cross block, call and GPU-count boundaries; the checkpoint
     interval does not move the step time, so every design ties 3 ways."""
-    monkeypatch.setattr(_grid, "GRID_STREAM_MIN", 0)
-    monkeypatch.setattr(_grid, "GRID_BLOCK", 8)
-    monkeypatch.setattr(_grid, "GRID_CALL_POINTS", 24)
     vary = {"parallel.tp": (1, 16), "system.gpus": (512, 1024),
             "reliability.checkpoint_interval_s": (60, 3600), "training.micro_batch": (1, 4)}
     p = optimize.problem(SCN, list(vary), vary)
     axes = optimize.grid_axes(p, 3)
     pts = np.asarray(list(itertools.product(*axes)))
-    r = optimize.grid_search(p, 3, progress=False, top=5)
+    r = optimize.grid_search(p, 3, top=5, stream=True, block_points=8, call_points=24)
     assert p.names[1] == "system.gpus" and len(axes[1]) > 2  # enumerated out of C order
     assert r.profile["calls"] > 2 and r.grid_size == len(pts)
     ex = optimize.evaluate(p, pts)
@@ -153,15 +150,13 @@ def test_streamed_grid_is_a_plain_loop(monkeypatch):
     assert score[order[0]] == score[order[1]] == score[order[2]]  # a three-way tie
 
 
-def test_streamed_pareto_front_is_non_dominated_over_the_grid(monkeypatch):
+def test_streamed_pareto_front_is_non_dominated_over_the_grid():
     """The streamed front (a running non-dominated set folded per block on the
     device) is `non_dominated` over every feasible grid point."""
-    monkeypatch.setattr(_grid, "GRID_BLOCK", 16)
-    monkeypatch.setattr(_grid, "GRID_CALL_POINTS", 64)
     vary = {"parallel.tp": (1, 16), "system.gpus": (512, 1024), "training.micro_batch": (1, 4),
             "system.scale_out_bandwidth_Bps": (10 * GB, 200 * GB)}
     p = optimize.problem(SCN, list(vary), vary, "time_to_train", budget_usd=2.5e6)
-    front = optimize.grid_pareto(p, 3, progress=False, capacity=64)
+    front = optimize.grid_pareto(p, 3, capacity=64, block_points=16, call_points=64)
     full = optimize.grid_search(p, 3, progress=False, keep=("cost_to_train_usd", "time_to_train_s"))
     kept = full.metrics["grid"]
     want = optimize.non_dominated(kept["cost_to_train_usd"], kept["time_to_train_s"])
@@ -172,7 +167,7 @@ def test_streamed_pareto_front_is_non_dominated_over_the_grid(monkeypatch):
     np.testing.assert_allclose(front.b, np.asarray(kept["time_to_train_s"])[want], rtol=1e-12)
     assert front.profile["calls"] > 2
     with pytest.raises(ValueError, match="raise it"):
-        optimize.grid_pareto(p, 3, progress=False, capacity=1)
+        optimize.grid_pareto(p, 3, capacity=1, block_points=16, call_points=64)
     with pytest.raises(ValueError, match="b='speed' is not a metric"):
         optimize.grid_pareto(p, 3, b="speed", progress=False)
 
@@ -194,7 +189,7 @@ def test_gradients_match_values_recorded_before_the_speed_work():
         np.testing.assert_allclose(new, old, rtol=1e-9, atol=1e-12 * np.abs(old).max())
     prob = optimize.problem(SCN, list(SMALL), SMALL, "cost_to_train_usd")
     for r in rec["relaxed_loss_grad"]:
-        value, grad = jax.value_and_grad(optimize.relaxed_loss)(jnp.asarray(r["z"]), prob.core,
+        value, grad = jax.value_and_grad(relaxed_loss)(jnp.asarray(r["z"]), prob.core,
                                                          r["t"], r["mu"])
         assert float(value) == pytest.approx(r["loss"], rel=1e-9)
         old = np.asarray(r["grad"])
@@ -392,12 +387,6 @@ def test_stepped_knobs_get_the_envelope_slope(elasticities, monkeypatch):
         assert elasticities["step_time_s"][knob] == pytest.approx(float(fd), rel=1e-3, abs=1e-6)
 
 
-def test_describe_elasticity():
-    assert describe_elasticity("system.scale_out_bandwidth_Bps", -0.2) == \
-        "+10% scale-out bandwidth per accelerator gives -1.89% step time"
-    assert "unset" in describe_elasticity("parallel.moe_node_limit", 0.0, value=0.0)
-
-
 # ------------------------------------------------------------------------ CLI
 def _cli(capsys, *argv):
     rc = main(list(argv))
@@ -461,5 +450,11 @@ def test_cli_sensitivity(capsys, elasticities):
     lines = out.strip().splitlines()  # system, title, 3 knobs, the zeros omitted
     assert rc == 0 and len(lines) == 6 and "gives" in out and "omitted" in lines[-1]
     assert out.startswith("system dgx-a100 (from scenario): A100-SXM4-80GB;")
+    rc, out, _ = _cli(capsys, "sensitivity", "default", "--all", "--knob",
+                      "system.scale_out_bandwidth_Bps", "--knob", "parallel.moe_node_limit")
+    e = elasticities["step_time_s"]["system.scale_out_bandwidth_Bps"]  # 10% more: 1.1^e - 1
+    assert rc == 0 and out.splitlines()[2].endswith(
+        f"+10% scale-out bandwidth per accelerator gives {(1.1 ** e - 1) * 100:+.2f}% step time")
+    assert out.splitlines()[3].endswith("moe node limit is 0 (unset): no local effect")
     rc, _, err = _cli(capsys, "sensitivity", "megatron-1t", "--output", "time_to_train_s")
     assert rc == 2 and "training.tokens" in err

@@ -48,6 +48,33 @@ def test_import_sets_no_jax_option_and_float32_agrees_with_float64():
     # every built-in scenario the worst is the same figure (checked by hand, not here: time)
 
 
+def test_importing_every_module_sets_nothing_and_prints_nothing():
+    """`import codesign` and every submodule (plots, sweep, optimize, execute, cli,
+    ...) leave JAX's config, matplotlib's rcParams and backend and the
+    environment as they were, and write nothing to stdout or stderr."""
+    code = (
+        "import importlib, os, pkgutil, jax, matplotlib\n"
+        "rc = matplotlib.rcParams\n"
+        "state = lambda: (dict(os.environ), dict(jax.config.values),\n"
+        "                 {k: repr(rc._get(k)) for k in rc}, rc._get_backend_or_none())\n"
+        "before = state()\n"
+        "import codesign\n"
+        "names = [m.name for m in pkgutil.walk_packages(codesign.__path__, 'codesign.')\n"
+        "         if not m.name.endswith('__main__')]\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        "assert {'codesign.plots', 'codesign.sweep', 'codesign.optimize', 'codesign.execute',\n"
+        "        'codesign.execute.distributed', 'codesign.cli.sweep'} <= set(names)\n"
+        "after = state()\n"
+        "for what, a, b in zip(('environ', 'jax.config', 'rcParams', 'backend'), before, after):\n"
+        "    assert a == b, (what, {k: (a.get(k), b.get(k)) for k in set(a) | set(b)\n"
+        "                           if a.get(k) != b.get(k)} if isinstance(a, dict) else (a, b))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "" and proc.stderr == ""
+
+
 def test_readme_library_example_prints_what_it_says():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## As a library", 1)[1]

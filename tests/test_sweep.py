@@ -1,7 +1,7 @@
 """The sweep runner in one process: spec parsing and errors, points, evaluation
 against the cost functions it wraps, elasticities, sharding, resume, summaries."""
 
-import io
+import re
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,7 @@ def job_of(raw=SMALL, grad=None, **changes):
 
 
 def run_and_merge(job, out, **kw):
-    sweep.run(job, out, progress=False, **kw)
+    sweep.run(job, out, **kw)
     return sweep.finish_sweep(job, out, plots=False)
 
 
@@ -142,8 +142,9 @@ def test_resume_computes_only_what_is_missing(tmp_path):
     assert (tmp_path / "results.csv").read_bytes() == before
     # a different spec in the same folder is refused, naming the way out
     other = job_of(knobs={**SMALL["knobs"], "ranks": {"values": [8, 32]}})
-    with pytest.raises(ValueError, match="another spec.*--resume"):
-        sweep.run(other, tmp_path, resume=True, progress=False)
+    with pytest.raises(ValueError, match="another spec.*; rerun without `resume` or choose "
+                                         "another `out_dir`"):
+        sweep.run(other, tmp_path, resume=True)
 
 
 def test_summary_best_and_ratio_follow_the_table(tmp_path):
@@ -201,15 +202,20 @@ def test_plot_labels_read_without_a_caption(tmp_path):
     assert width >= 5.2 * plots.SWEEP_DPI - 1 and plots.SWEEP_DPI >= 150
 
 
-def test_progress_reports_rate_and_eta():
-    stream = io.StringIO()
-    bar = sweep.Progress("demo", 10, 100, stream=stream)
-    bar.skip(2, 20)
-    bar.update(1, 10)
-    bar.close()
-    line = stream.getvalue().strip().splitlines()[-1]
-    assert line.startswith("demo [######")
-    assert "3/10 chunks 30/100 points" in line and "points/s" in line and "ETA" in line
+def test_run_draws_progress_on_stderr_only_when_asked(tmp_path, capsys):
+    job = job_of()
+    chunks, points = len(job.chunks), job.points.size
+    sweep.run(job, tmp_path / "quiet")  # the library is quiet by default
+    assert capsys.readouterr() == ("", "")
+    sweep.run(job, tmp_path / "loud", progress=True)
+    out, err = capsys.readouterr()
+    line = err.strip().splitlines()[-1]
+    assert out == "" and line.startswith(f"small [{'#' * 20}] {chunks}/{chunks} chunks "
+                                         f"{points}/{points} points ")
+    assert re.search(r" [1-9][0-9,]* points/s ETA 0:00$", line), line
+    sweep.run(job, tmp_path / "loud", resume=True, progress=True)  # every chunk on disk
+    assert capsys.readouterr().err.strip().endswith(
+        f"{chunks}/{chunks} chunks {points}/{points} points 0 points/s ETA ?")
 
 
 def test_reliability_and_ecmp_targets_match_their_modules(tmp_path):

@@ -1,6 +1,9 @@
 """The `codesign` command: one sub-module per sub-command, loaded on demand.
 
-Each sub-module defines `add_arguments(parser, name)` and `run(args, name) -> int`.
+Each sub-module defines `add_arguments(parser, name)` and `run(args, name) -> int`,
+and may define `FLAGS`: the library's name of a quantity -> the flag that sets
+it here. A library error names what to change in backquotes (narrow `bounds`);
+the command prints it with its flag (narrow --bounds).
 
 Exit codes: 0 an answer; 2 bad input (one line on stderr naming the key or flag,
 the value and its domain); 3 valid input without a feasible answer (optimize
@@ -45,12 +48,21 @@ COMMANDS = {
 
 
 OK, BAD_INPUT, INFEASIBLE, INTERNAL = 0, 2, 3, 1
+ENTRY = "codesign.cli:main"  # what every worker process of a launch runs (execute.distributed)
 EXIT_CODES = """exit codes: 0 an answer; 2 bad input (one line naming the key, value and domain);
 3 valid input without a feasible answer; 1 internal fault (CODESIGN_DEBUG=1: traceback)"""
 REPORT = ("this is a bug in codesign: please report it with the command line "
           "(CODESIGN_DEBUG=1 shows the traceback)")
 # a value check that fired inside a compiled function (`equinox.error_if`)
 _TRACED = re.compile(r"EquinoxRuntimeError: ([^\n]+)")
+# what a library error asks its caller to change: `grid_points`
+_QUANTITY = re.compile(r"`([\w.]+)`")
+
+
+def restart_command() -> list[str]:
+    """This command again, as a fresh process (`python -m codesign ARGS`): what
+    `execute.distributed.configure_cpu_devices` restarts when JAX already runs."""
+    return [sys.executable, "-m", "codesign", *sys.argv[1:]]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,6 +126,12 @@ def _one_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def in_flags(text: str, flags: dict) -> str:
+    """A library message in the command's words: each `quantity` it asks to change
+    as the flag that sets it (`flags`, a sub-command module's FLAGS); others stay."""
+    return _QUANTITY.sub(lambda m: flags.get(m.group(1), m.group(0)), text)
+
+
 def _traced_message(e: BaseException) -> str | None:
     m = _TRACED.search(str(e))
     return m.group(1).strip() if m else None
@@ -134,7 +152,8 @@ def _run(module, args, name) -> int:
         if traced is not None or isinstance(e, (ValueError, FileNotFoundError, KeyError)):
             if debug:
                 traceback.print_exc()
-            print(f"codesign {name}: error: {traced or _one_line(e)}", file=sys.stderr)
+            text = in_flags(traced or _one_line(e), getattr(module, "FLAGS", {}))
+            print(f"codesign {name}: error: {text}", file=sys.stderr)
             return BAD_INPUT
         return _internal(name, e, debug)
     except Exception as e:  # noqa: BLE001 - every other exception is a fault of ours

@@ -1,5 +1,6 @@
 """What every command's output shares: the `--json` / `--csv` switch, CSV tables,
-the scenario echo in JSON, and the line naming a file a command wrote."""
+the scenario echo in JSON, the figures' backend and the line naming a file a
+command wrote."""
 
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ def echo(scn, source: str | None) -> dict:
     """The scenario's name and its resolved plan and system, for every JSON output."""
     return {"scenario": scn.name, "plan": to_json(scn.plan),
             "system": _system.info(scn.system, source)}
+
+
+def plots():
+    """`codesign.plots`, drawing off-screen: the command only writes figures to files,
+    so it chooses matplotlib's file backend (Agg) for its process, here."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .. import plots as module
+
+    return module
 
 
 def wrote(path, args) -> None:

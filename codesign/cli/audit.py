@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import _system
+from . import _system, restart_command
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace, name: str) -> int:
     from ..execute import distributed
 
-    distributed.configure_cpu_devices(args.devices, reexec=True)
+    distributed.configure_cpu_devices(args.devices, restart=restart_command())
     from .. import scenario as sc
     from ..execute import audit
     from . import _output

@@ -15,12 +15,15 @@ import argparse
 import json
 import sys
 
+from .._progress import Progress
 from ..units import parse_size_range
-from . import _output
+from . import ENTRY, _output, restart_command
 
 DEFAULT_SIZES = "4KiB:4MiB"
 DEFAULT_DEVICES = 8
 DEFAULT_JOIN_TIMEOUT_S = 60
+# the library's names of what to change -> this command's flags (cli.in_flags)
+FLAGS = {"op": "--op", "ranks": "--ranks", "prior": "a preset (--system)", "preset": "--system"}
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -62,19 +65,27 @@ def run(args: argparse.Namespace, name: str) -> int:
 
 
 # ------------------------------------------------------------------ one process
-def _progress_bar(done: int, total: int, label: str) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    end = "\n" if done == total else ""
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<40}{end}")
-    sys.stderr.flush()
+def _steps_bar(name: str):
+    """A `bench.run` progress callback (done, total, label) drawing the one
+    progress bar (`codesign._progress.Progress`) of `name` on stderr."""
+    bar = None
+
+    def update(done: int, total: int, label: str) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = Progress(name, 0, total, unit="steps")
+        bar.set(0, done)
+        if done >= total:
+            bar.close()
+
+    return update
 
 
 def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
     from ..execute import distributed
 
     if not distributed.joined():  # a worker was set up (and joined) by its bootstrap
-        distributed.configure_cpu_devices(args.devices, reexec=True)
+        distributed.configure_cpu_devices(args.devices, restart=restart_command())
     import jax
 
     from ..execute import algorithms, bench
@@ -87,12 +98,13 @@ def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
         bench.check_runnable(op, algorithm, mesh)
     bench.check_dtype(args.dtype)
     lead = jax.process_index() == 0
-    progress = _progress_bar if lead and not args.no_progress else None
+    show = lead and not args.no_progress
     platform = f"{mesh.ranks} x {jax.devices()[0].platform} in {jax.process_count()} process(es)"
     records = []
     for algorithm in names:
         rows = bench.run(op, algorithm, mesh, sizes, dtype=args.dtype, iters=args.iters,
-                         warmup=args.warmup, progress=progress)
+                         warmup=args.warmup,
+                         progress=_steps_bar(f"bench {op} {algorithm}") if show else None)
         records += rows
         if lead and not args.csv:
             _print_rows(rows, args, mesh, algorithm, platform, sys.stdout)
@@ -152,7 +164,7 @@ def launch(args: argparse.Namespace, name: str, *, devices: int | None) -> int |
             raise ValueError(f"processes={n} must divide devices={devices}")
         address = f"127.0.0.1:{distributed.free_port()}"
         commands = [distributed.worker_command(
-            argv, coordinator=address, num_processes=n, process_id=i,
+            ENTRY, argv, coordinator=address, num_processes=n, process_id=i,
             devices=None if devices is None else devices // n, timeout_s=args.join_timeout)
             for i in range(n)]
         done = distributed.supervise(commands, join_timeout_s=args.join_timeout,
@@ -169,7 +181,7 @@ def launch(args: argparse.Namespace, name: str, *, devices: int | None) -> int |
         if cluster is None:
             return None
         address, total, index = None, cluster.num_processes, cluster.process_id
-    command = distributed.worker_command(argv, coordinator=address, num_processes=total,
+    command = distributed.worker_command(ENTRY, argv, coordinator=address, num_processes=total,
                                          process_id=index, devices=devices,
                                          timeout_s=args.join_timeout)
     done = distributed.supervise([command], join_timeout_s=args.join_timeout,
@@ -313,15 +325,11 @@ def _run_calibrate_compute(args: argparse.Namespace) -> int:
                 raise ValueError(f"{key}={value} must be at least 1")
             grid[key] = value
     lead = jax.process_index() == 0
-    total, done = compute.grid_size(grid), [0]
-
-    def progress(label: str) -> None:
-        done[0] += 1
-        _progress_bar(done[0], total, label)
-
+    bar = Progress("calibrate compute", 0, compute.grid_size(grid), unit="kernels",
+                   enabled=lead and not args.no_progress)
     kernels = compute.measure(args.dtype, grid, platform=platform, iters=args.iters,
-                              warmup=args.warmup,
-                              progress=progress if lead and not args.no_progress else None)
+                              warmup=args.warmup, progress=lambda label: bar.update(0, 1))
+    bar.close()
     result = compute.fit(kernels, peaks, holdout_every=args.holdout_every)
     if not lead:
         return 0

@@ -193,8 +193,7 @@ def _table(args, sizes, result, ranks: float, where: Placement) -> str:
 
 
 def _plot(args, sizes, ranks: float, where: Placement) -> None:
-    from .. import plots
-
+    plots = _output.plots()
     grid = np.geomspace(sizes[0], sizes[-1], max(64, 8 * len(sizes)))
     names = tuple(a for a in co.algorithms(args.op, hierarchical=where.outer is not None)
                   if (a != "in_network" or float(where.flat_tier.in_network_efficiency) > 0)

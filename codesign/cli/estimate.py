@@ -126,8 +126,7 @@ def _roofline_rows(scn, est):
 
 
 def _plot_estimate(scn, out: dict, path: str) -> None:
-    from .. import plots
-
+    plots = _output.plots()
     memory = {k: out[f"memory_{k}_bytes"] for k in MEMORY_PARTS}
     plots.estimate_breakdown(out["breakdown_s"], memory, out["memory_capacity_bytes"],
                              path=path, title=f"{scn.name}: {scn.model.name} on "
@@ -156,8 +155,7 @@ def run(args, name) -> int:
     if name == "roofline":
         rows = _roofline_rows(scn, est)
         if args.plot:
-            from .. import plots
-            plots.roofline(rows, args.plot, title=f"{scn.name}: network roofline")
+            _output.plots().roofline(rows, args.plot, title=f"{scn.name}: network roofline")
         if not _table(args, scn, rows, {"plot": args.plot} if args.plot else None):
             print(_system.line(system))
             print(f"{'dim':<4} {'tier':<10} {'bytes/GPU/step':>15} {'FLOP/byte':>11} "

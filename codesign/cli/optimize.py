@@ -13,6 +13,10 @@ from ..units import day, format_bytes, format_quantity, parse_quantity, year
 from . import INFEASIBLE, _output, _system
 from ._text import describe_elasticity
 
+# the library's names of what to change -> this command's flags (cli.in_flags)
+FLAGS = {"bounds": "--bounds", "grid_points": "--grid-points", "vary": "--vary",
+         "training.tokens": "--set training.tokens=..."}
+
 
 def add_arguments(parser, name):
     _system.add_scenario_arguments(parser)

@@ -20,10 +20,16 @@ import sys
 from pathlib import Path
 
 from .. import sweep
+from .._progress import Progress
+from ..sweep._store import prepare_out_dir, read_chunk
+from . import ENTRY, restart_command
 from .bench import DEFAULT_JOIN_TIMEOUT_S
 
 LAUNCHER_OPTIONS = ("processes", "coordinator", "num_processes", "process_id", "join_timeout",
                     "timeout", "cpu_devices")
+# the library's names of what to change -> this command's flags (cli.in_flags)
+FLAGS = {"grad": "--grad", "resume": "--resume", "out_dir": "--out",
+         "chunk_size": "--chunk-size or the spec's chunk_size"}
 SWEEP_JOIN_TIMEOUT_S = 2 * DEFAULT_JOIN_TIMEOUT_S  # every process compiles the point function
 
 
@@ -116,7 +122,7 @@ def _run(args, name: str) -> int:
     if args.coordinator is not None or cluster is not None:
         return _run_cluster_worker(args, name, cluster)
     if args.cpu_devices is not None:
-        distributed.configure_cpu_devices(args.cpu_devices, reexec=True)
+        distributed.configure_cpu_devices(args.cpu_devices, restart=restart_command())
         import jax
 
         if jax.local_device_count() != args.cpu_devices:
@@ -158,7 +164,7 @@ def _run_cluster_worker(args, name: str, cluster) -> int:
     else:
         address, total, index = None, cluster.num_processes, cluster.process_id
     command = distributed.worker_command(
-        _worker_argv(args, name), coordinator=address, num_processes=total, process_id=index,
+        ENTRY, _worker_argv(args, name), coordinator=address, num_processes=total, process_id=index,
         devices=args.cpu_devices, timeout_s=args.join_timeout)
     done = distributed.supervise([command], join_timeout_s=args.join_timeout,
                                  coordinator=address or "", process_ids=[index],
@@ -179,20 +185,20 @@ def _run_local_processes(args, name: str) -> int:
     job, out = _job(args)
     start = time.perf_counter()
     if not args.no_write:
-        sweep.prepare_out_dir(job, out, args.resume)
+        prepare_out_dir(job, out, args.resume)
     skipped = [c.id for c in job.chunks
                if args.resume and not args.no_write
-               and sweep.read_chunk(job, out, c) is not None]
+               and read_chunk(job, out, c) is not None]
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{distributed.free_port()}"
     argv = _worker_argv(args, name, out=str(out), resume=True, no_progress=True,
                         no_finish=True)
-    commands = [distributed.worker_command(argv, coordinator=address, num_processes=n,
+    commands = [distributed.worker_command(ENTRY, argv, coordinator=address, num_processes=n,
                                            process_id=i, devices=args.cpu_devices,
                                            timeout_s=args.join_timeout) for i in range(n)]
-    bar = sweep.Progress(job.spec.name, len(job.chunks), job.points.size,
-                         enabled=not args.no_progress)
+    bar = Progress(job.spec.name, len(job.chunks), job.points.size,
+                   enabled=not args.no_progress)
     sizes = {c.id: c.stop - c.start for c in job.chunks}
     bar.skip(len(skipped), sum(sizes[i] for i in skipped))
 

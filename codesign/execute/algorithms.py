@@ -39,6 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..collectives import _check_op
+
 Axes = str | tuple[str, ...]
 TREE_PIPELINE_CHUNKS = 4  # pieces each tree streams: latency (K + depth) steps of n/K
 
@@ -345,7 +347,11 @@ OPS = tuple(_ALGORITHMS)
 
 
 def check_op(op: str) -> str:
-    name = str(op).replace("-", "_")
+    """`op` normalised as the cost model spells it (`collectives`), if executable."""
+    try:
+        name = _check_op(op)
+    except ValueError:  # not even a modelled collective
+        name = None
     if name not in _ALGORITHMS:
         raise ValueError(f"op={op!r} is not executable; choose one of {', '.join(OPS)}")
     return name

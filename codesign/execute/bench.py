@@ -91,7 +91,7 @@ def runnable_algorithms(op: str, mesh: BenchMesh) -> tuple[str, ...]:
 def check_runnable(op: str, algorithm: str, mesh: BenchMesh) -> None:
     algorithms.check_algorithm(op, algorithm)
     if algorithm not in runnable_algorithms(op, mesh):
-        need = ("a 2D mesh, e.g. --mesh 2x4" if algorithm == "hierarchical"
+        need = ("a 2D mesh, e.g. 2x4" if algorithm == "hierarchical"
                 else "a power-of-two number of ranks")
         raise ValueError(f"algorithm={algorithm!r} needs {need}; got mesh={mesh.spec!r}")
 

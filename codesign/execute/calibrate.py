@@ -249,7 +249,7 @@ def _fixed_tiers(needed: set, fitted: Iterable[str], prior: System | None) -> di
     if prior is None:
         raise ValueError(f"multi-node runs are fitted as hierarchical and need the "
                          f"{', '.join(sorted(missing))} tier too: add a single-node run for it "
-                         "or pass a preset (--system) to take it from")
+                         "or pass `prior` to take it from")
     return {t: Tier(getattr(prior, t).effective_Bps, getattr(prior, t).latency_s, 1.0,
                     getattr(prior, t).reduction_Bps) for t in missing}
 

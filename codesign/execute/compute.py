@@ -23,7 +23,8 @@ and H the chip's hbm_Bps from the preset:
 
     GEMM       t = (2mkn / P + e (mk + kn + mn) / (H hbm_efficiency)) / matmul_efficiency + o
     attention  t = flops / (P16 attention_efficiency) + o per kernel
-               (forward 4 b s^2 heads head_dim x 0.5 causal; backward 2.5 x forward)
+               (forward 4 b s^2 heads head_dim x 0.5 causal; backward
+               workload.FLASH_BACKWARD_OVER_FORWARD x forward)
     stream     t = bytes read and written / (H hbm_efficiency) + o
 
 with o = kernel_overhead_s and e the bytes per element. The four constants are
@@ -44,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hardware import System
+from ..workload import FLASH_BACKWARD_OVER_FORWARD
 from .calibrate import _minimise
 
 KINDS = ("gemm", "attention", "stream")
@@ -52,7 +54,6 @@ CONSTANTS = ("matmul_efficiency", "hbm_efficiency", "attention_efficiency", "ker
 DTYPES = {"bf16": (jnp.bfloat16, 2, "peak_flops_per_s"),
           "fp8": (jnp.float8_e4m3fn, 1, "peak_fp8_flops_per_s"),
           "fp32": (jnp.float32, 4, "peak_fp32_flops_per_s")}
-ATTENTION_BACKWARD_FACTOR = 2.5  # backward FLOPs / forward FLOPs (FlashAttention-2)
 FIT_STEPS = 4000
 # The default grids (accelerator, CPU). CPU ones are tiny: they calibrate the
 # machinery and this CPU, in seconds.
@@ -124,9 +125,10 @@ def gemm_work(m: float, k: float, n: float, elem_bytes: float) -> tuple[float, f
 
 def attention_flops(batch: float, seq: float, heads: float, head_dim: float, *,
                     causal: bool = True, backward: bool = False) -> float:
-    """4 b s^2 heads head_dim (x 0.5 causal) forward; x (1 + 2.5) with the backward."""
+    """4 b s^2 heads head_dim (x 0.5 causal) forward; x (1 + FLASH_BACKWARD_OVER_FORWARD)
+    with the backward."""
     forward = 4.0 * batch * seq**2 * heads * head_dim * (0.5 if causal else 1.0)
-    return forward * (1.0 + ATTENTION_BACKWARD_FACTOR) if backward else forward
+    return forward * (1.0 + FLASH_BACKWARD_OVER_FORWARD) if backward else forward
 
 
 # ------------------------------------------------------------------ timing
@@ -397,8 +399,8 @@ def system_toml(result: ComputeFit, *, preset: str, dtype: str, device: str,
         value = result.constants[name]
         if not 0 < value <= 1:
             raise ValueError(f"{name}={value:.3g} is not in (0, 1]: the {preset} preset's peak "
-                             f"or hbm_Bps is below what this {device} achieves; pass the "
-                             "preset of this chip with --system")
+                             f"or hbm_Bps is below what this {device} achieves; pass this "
+                             "chip's preset as `preset`")
     held = result.holdout()
     lines = [f"# codesign calibrate compute --dtype {dtype}: {device} ({platform}), "
              f"{len(result.kernels)} kernels, constants relative to the {preset} preset's peaks",

@@ -1,19 +1,21 @@
-"""Several processes on one global mesh: the one launcher of `bench`, `sweep` and
-`calibrate compute`, with bounded waits.
+"""Several processes on one global mesh: the one launcher (of the `codesign`
+command's `bench`, `sweep` and `calibrate compute`), with bounded waits.
 
 Three ways to start:
-- `--processes N` on one machine starts N worker processes joined through a
+- N processes on one machine: N worker processes joined through a
   coordinator on 127.0.0.1 (CPU collectives over gloo), each with devices / N
   fake CPU devices;
 - on a cluster JAX recognises (SLURM under `srun`, Open MPI under `mpirun`,
   Cloud TPU pods, Kubernetes; see `detect_cluster`) every process starts one
   worker that calls `jax.distributed.initialize()` with no arguments: JAX
   reads the coordinator, the process count and id from the environment;
-- anywhere else every host runs the command with `--coordinator HOST:PORT
-  --num-processes N --process-id I`.
-A worker is `BOOTSTRAP`: it joins first, then runs the codesign command with
-the options of its launcher's command line (`forwarded_argv`: every option
-that shapes the result, from the parsed arguments).
+- anywhere else every host names the coordinator, the process count and its
+  own id.
+A worker is `BOOTSTRAP`: it joins first, then calls the entry point its
+launcher names (`module:function`, given the worker's arguments; the CLI's
+is its `main` and the options of its own command line, `forwarded_argv`:
+every option that shapes the result, from the parsed arguments). This module
+knows no command: its callers say what to run.
 A supervisor watches the workers: when one exits with an error the others are
 killed and the run ends with one clear line; a worker that has not joined
 within the join timeout (plus `JOIN_GRACE_S` to import and start) is killed
@@ -56,14 +58,15 @@ def joined() -> bool:
     return os.environ.get(JOINED_ENV) == "1"
 
 
-def configure_cpu_devices(n: int, *, reexec: bool = False) -> None:
+def configure_cpu_devices(n: int, *, restart: Sequence[str] | None = None) -> None:
     """Fake `n` CPU devices, before any JAX computation.
 
     Skipped when XLA_FLAGS already forces a device count (the user's choice,
     or tests/conftest.py). It only affects the CPU backend: on a GPU or TPU
     host JAX still computes on the accelerators. If JAX already runs on CPU
-    with another count (something computed at import), `reexec=True` restarts
-    this command with the count in XLA_FLAGS; otherwise it is an error.
+    with another count (something computed at import), `restart` (a command
+    line: this process's own) replaces this process with it, the count in
+    XLA_FLAGS; without one it is an error.
     """
     if n < 1:
         raise ValueError(f"devices={n} must be at least 1")
@@ -76,12 +79,11 @@ def configure_cpu_devices(n: int, *, reexec: bool = False) -> None:
         pass
     if jax.default_backend() != "cpu" or len(jax.devices("cpu")) == n:
         return
-    if reexec:
+    if restart is not None:
         flags = f"{os.environ.get('XLA_FLAGS', '')} --{_FORCE_FLAG}={int(n)}".strip()
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "codesign", *sys.argv[1:]],
-                  {**os.environ, "XLA_FLAGS": flags})
+        os.execve(restart[0], list(restart), {**os.environ, "XLA_FLAGS": flags})
     raise ValueError(f"devices={n}: JAX already runs on {len(jax.devices('cpu'))} CPU devices; "
                      "set the count before any JAX computation")
 
@@ -182,12 +184,12 @@ def forwarded_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
     return positional + optional
 
 
-# A worker joins before anything imports codesign: jax.distributed.initialize must
-# run before the first JAX computation, and a module's import may compute. So the
-# worker is `python -c BOOTSTRAP CONFIG ARGS...`: it arranges to die with its
+# A worker joins before anything imports its entry point: jax.distributed.initialize
+# must run before the first JAX computation, and a module's import may compute. So
+# the worker is `python -c BOOTSTRAP CONFIG ARGS...`: it arranges to die with its
 # supervisor, sets the CPU device count and gloo, joins with bounded waits (with
-# no coordinator, JAX detects the cluster), prints JOINED_MARKER, then runs
-# `codesign ARGS`.
+# no coordinator, JAX detects the cluster), prints JOINED_MARKER, then imports
+# the entry point's module and exits with what `function(ARGS)` returns.
 BOOTSTRAP = """
 import json, os, signal, sys, threading, time
 cfg = json.loads(sys.argv[1])
@@ -220,22 +222,28 @@ else:
                                shutdown_timeout_seconds=t)
 os.environ[cfg["joined_env"]] = "1"
 print(cfg["marker"], jax.process_index(), "of", jax.process_count(), file=sys.stderr, flush=True)
-from codesign.cli import main
-code = main(sys.argv[2:])
+import importlib
+module, function = cfg["entry"].split(":")
+code = getattr(importlib.import_module(module), function)(sys.argv[2:])
 jax.distributed.shutdown()
 sys.exit(code)
 """
 
 
-def worker_command(args: Sequence[str], *, coordinator: str | None, num_processes: int,
-                   process_id: int, devices: int | None, timeout_s: int) -> list[str]:
-    """The command line of one worker: joins, then runs `codesign *args`.
+def worker_command(entry: str, args: Sequence[str], *, coordinator: str | None,
+                   num_processes: int, process_id: int, devices: int | None,
+                   timeout_s: int) -> list[str]:
+    """The command line of one worker: joins, then calls `entry` ("module:function",
+    e.g. "codesign.cli:main") with the list `args` and exits with what it returns.
 
     `coordinator=None`: JAX detects the cluster (`detect_cluster`);
     `num_processes` and `process_id` are then what it will find.
     `devices`: fake CPU devices (None: JAX's default). The worker dies with
     the process that calls this (its supervisor).
     """
+    module, _, function = str(entry).partition(":")
+    if not (module and function.isidentifier()):
+        raise ValueError(f"entry={entry!r} must look like module:function")
     if coordinator is not None:
         check_coordinator(coordinator)
     if num_processes < 1 or not 0 <= process_id < num_processes:
@@ -244,12 +252,12 @@ def worker_command(args: Sequence[str], *, coordinator: str | None, num_processe
     config = {"coordinator": coordinator, "num_processes": int(num_processes),
               "process_id": int(process_id), "devices": None if devices is None else int(devices),
               "timeout_s": int(timeout_s), "marker": JOINED_MARKER, "joined_env": JOINED_ENV,
-              "parent_pid": os.getpid(), "parent_poll_s": PARENT_POLL_S}
+              "parent_pid": os.getpid(), "parent_poll_s": PARENT_POLL_S, "entry": str(entry)}
     return [sys.executable, "-c", BOOTSTRAP, json.dumps(config), *map(str, args)]
 
 
 def local_env(extra: Mapping | None = None) -> dict:
-    """The environment of local (`--processes`) workers: JAX on CPU unless the user
+    """The environment of local (one machine, N processes) workers: JAX on CPU unless the user
     chose a platform, and no inherited forced CPU device count (each worker fakes
     its share)."""
     flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "",

@@ -69,7 +69,7 @@ def _op_from(text: str, source: str, op: str | None) -> str:
         if alias in base:
             return _OP_ALIASES[alias]
     raise ValueError(f"{source}: cannot tell which nccl-tests collective this is (no *_perf "
-                     "name in the text or file name); pass --op")
+                     "name in the text or file name); pass `op`")
 
 
 def _columns(lines: list[str], source: str) -> list[str]:
@@ -112,7 +112,7 @@ def parse(text: str, *, source: str = "<text>", op: str | None = None,
         ranks = sum(1 for ln in lines if re.match(r"#\s+Rank\s+\d+\s+(Group|Pid)", ln))
     if ranks < 1:
         raise ValueError(f"{source}: no '#  Rank N Group ...' lines to count ranks from; "
-                         "pass --ranks")
+                         "pass `ranks`")
     return NcclLog(_op_from(text, source, op), int(ranks), tuple(rows), source)
 
 

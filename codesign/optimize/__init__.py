@@ -33,7 +33,7 @@ bounds, an objective and the constraints. Two methods solve it:
   points on the device from their index, evaluates fixed-size blocks (knobs
   the failure statistics depend on held fixed within a block) and keeps the
   best few of each block on the device, so host memory is flat in the grid
-  size; a progress bar on stderr shows points per second. `grid_pareto`
+  size; asked (`progress=True`), a bar on stderr shows points per second. `grid_pareto`
   streams the grid's exact Pareto front in two metrics the same way.
 
 Objectives (`OBJECTIVES`): step time, tokens per second, time to train (with
@@ -50,50 +50,38 @@ wall time is reported beside it).
 Modules: `_problem` (knobs, bounds, admissible values, `Problem`), `_model`
 (metrics, constraints, relaxed loss, exact evaluation), `_result`,
 `_gradient` (`optimize`), `_grid` (`grid_search`), `_pareto` and
-`_sensitivity` (`elasticities`); the names below are the public API.
+`_sensitivity` (`elasticities`); the names below are the public API (the
+relaxed loss, the unit box and the constraint vector are internals of `_model`
+and `_problem`).
 """
 
 from ..economics import Assumptions as Assumptions
 from ._gradient import optimize as optimize
 from ._grid import GRID_TOP as GRID_TOP
-from ._grid import GridProfile as GridProfile
 from ._grid import grid_axes as grid_axes
 from ._grid import grid_search as grid_search
 from ._grid import grid_size as grid_size
 from ._model import Exact as Exact
-from ._model import constraints as constraints
 from ._model import evaluate as evaluate
-from ._model import metrics as metrics
 from ._model import point_metrics as point_metrics
-from ._model import relaxed_loss as relaxed_loss
 from ._model import structurally_feasible as structurally_feasible
 from ._pareto import GridFront as GridFront
 from ._pareto import grid_pareto as grid_pareto
 from ._pareto import non_dominated as non_dominated
 from ._pareto import pareto_front as pareto_front
-from ._problem import CONSTRAINTS as CONSTRAINTS
 from ._problem import INTEGER_KNOBS as INTEGER_KNOBS
-from ._problem import LIMITS as LIMITS
 from ._problem import OBJECTIVES as OBJECTIVES
-from ._problem import Core as Core
-from ._problem import Knob as Knob
 from ._problem import Problem as Problem
-from ._problem import admissible_values as admissible_values
-from ._problem import apply as apply
 from ._problem import default_bounds as default_bounds
 from ._problem import problem as problem
-from ._problem import to_box as to_box
-from ._problem import to_values as to_values
 from ._result import Result as Result
 from ._sensitivity import SENSITIVITY_KNOBS as SENSITIVITY_KNOBS
 from ._sensitivity import SENSITIVITY_OUTPUTS as SENSITIVITY_OUTPUTS
 from ._sensitivity import elasticities as elasticities
 
 __all__ = [
-    "CONSTRAINTS", "GRID_TOP", "INTEGER_KNOBS", "LIMITS", "OBJECTIVES", "SENSITIVITY_KNOBS",
-    "SENSITIVITY_OUTPUTS", "Assumptions", "Core", "Exact", "GridFront", "GridProfile", "Knob",
-    "Problem", "Result", "admissible_values", "apply", "constraints", "default_bounds",
-    "elasticities", "evaluate", "grid_axes", "grid_pareto", "grid_search", "grid_size",
-    "metrics", "non_dominated", "optimize", "pareto_front", "point_metrics", "problem",
-    "relaxed_loss", "structurally_feasible", "to_box", "to_values",
+    "GRID_TOP", "INTEGER_KNOBS", "OBJECTIVES", "SENSITIVITY_KNOBS", "SENSITIVITY_OUTPUTS",
+    "Assumptions", "Exact", "GridFront", "Problem", "Result", "default_bounds", "elasticities",
+    "evaluate", "grid_axes", "grid_pareto", "grid_search", "grid_size", "non_dominated",
+    "optimize", "pareto_front", "point_metrics", "problem", "structurally_feasible",
 ]

@@ -26,7 +26,8 @@ from ._result import Result, _result, _top
 
 # The streamed grid: blocks of GRID_BLOCK points (vmapped), GRID_CALL_POINTS
 # points per device call (a scan over blocks; one progress update), the
-# GRID_TOP best kept. Knobs in GRID_HOISTED (those the failure and straggler
+# GRID_TOP best kept (the defaults of `grid_search`'s `block_points`,
+# `call_points` and `top`). Knobs in GRID_HOISTED (those the failure and straggler
 # statistics depend on: a quadrature per GPU count) are enumerated outermost
 # and held fixed within a block, so what depends on them alone is computed
 # once per block instead of once per point.
@@ -57,6 +58,22 @@ def grid_size(prob: Problem, grid_points: int = 16) -> int:
     return math.prod(len(a) for a in grid_axes(prob, grid_points))
 
 
+def _capped_axes(prob: Problem, grid_points: int, max_points: int, block_points: int,
+                 call_points: int) -> tuple[list, int]:
+    """The grid's axes and size; a ValueError when it has more than `max_points`
+    or the streaming sizes are not positive."""
+    for name, value in (("block_points", block_points), ("call_points", call_points)):
+        if value < 1:
+            raise ValueError(f"{name}={value} must be at least 1")
+    axes = grid_axes(prob, grid_points)
+    total = math.prod(len(a) for a in axes)
+    if total > max_points:
+        raise ValueError(f"the grid has {total:,} points (grid_points={grid_points} over "
+                         f"{len(axes)} knobs), above the cap max_points={max_points:,}; "
+                         "narrow `bounds` or lower `grid_points`")
+    return axes, total
+
+
 class _Layout(NamedTuple):
     """How the streamed grid enumerates its points (static: one compilation per
     layout). Knob positions `outer` (held fixed within a block) and `inner`
@@ -80,16 +97,17 @@ def _c_strides(sizes) -> tuple:
     return tuple(int(math.prod(sizes[i + 1:])) for i in range(len(sizes)))
 
 
-def _layout(prob: Problem, sizes: tuple, top: int) -> _Layout:
+def _layout(prob: Problem, sizes: tuple, top: int, block_points: int = GRID_BLOCK,
+            call_points: int = GRID_CALL_POINTS) -> _Layout:
     outer = [i for i, n in enumerate(prob.names) if n in GRID_HOISTED]
     if len(outer) == len(sizes):  # keep one knob to vmap over
         outer = outer[:-1]
     inner = [i for i in range(len(sizes)) if i not in outer]
     n_inner = math.prod(sizes[i] for i in inner)
-    block = min(GRID_BLOCK, 1 << max(n_inner - 1, 1).bit_length())
+    block = min(block_points, 1 << max(n_inner - 1, 1).bit_length())
     per_outer = -(-n_inner // block)
     blocks = per_outer * math.prod(sizes[i] for i in outer)
-    scan = max(1, min(GRID_CALL_POINTS // block, blocks))
+    scan = max(1, min(call_points // block, blocks))
     return _Layout(tuple(outer), tuple(inner), tuple(sizes), _c_strides(sizes), block,
                    per_outer, blocks, scan, top, prob.objective, tuple(sorted(prob.limits)))
 
@@ -182,10 +200,11 @@ def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: P
     return jax.tree.map(np.asarray, carry), times
 
 
-def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress):
+def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress, block_points: int,
+                 call_points: int):
     """The top-N kernel over the whole grid: (scores, grid indices of the `top`
     best, feasible count, seconds per device call)."""
-    lay = _layout(prob, tuple(len(a) for a in axes), top)
+    lay = _layout(prob, tuple(len(a) for a in axes), top, block_points, call_points)
     carry = (jnp.full(top, jnp.inf, dtype=float), jnp.zeros(top, dtype=jnp.int64),
              jnp.zeros((), dtype=jnp.int64))
     kernel = lambda core, table, c, first: _grid_blocks(core, table, c, first, lay)  # noqa: E731
@@ -232,38 +251,40 @@ def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: Progress):
     return score, index, count, times, kept
 
 
-def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = True,
+def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = False,
                 keep: tuple[str, ...] = (), max_points: int = 1_000_000_000,
-                top: int = GRID_TOP) -> Result:
+                top: int = GRID_TOP, stream: bool | None = None,
+                block_points: int = GRID_BLOCK, call_points: int = GRID_CALL_POINTS) -> Result:
     """Evaluate every grid point exactly (module docstring) and return the best.
 
-    A grid of more than `GRID_STREAM_MIN` points streams: points are
-    enumerated on the device from their index, evaluated in fixed-size blocks
-    by one compiled kernel, and each block is reduced on the device to its
-    `top` best feasible points; only those reach the host, so memory stays
+    A grid of more than `GRID_STREAM_MIN` points streams (`stream`: True or
+    False decides instead): points are enumerated on the device from their
+    index, evaluated in blocks of `block_points` by one compiled kernel,
+    `call_points` per device call, and each block is reduced on the device to
+    its `top` best feasible points; only those reach the host, so memory stays
     flat in the grid size. Smaller grids (or `keep`) go through `evaluate` in
-    chunks. The `top` are evaluated again (`evaluate`) and the best wins, ties
-    to the first in the grid's C order (knobs in the order given), as a plain
-    loop over the grid would find. `Result.top` lists them (knobs and
-    objective, best first) and `Result.profile` the timings (`GridProfile`).
+    chunks. `progress` draws a bar on stderr. The `top` are evaluated again
+    (`evaluate`) and the best wins, ties to the first in the grid's C order
+    (knobs in the order given), as a plain loop over the grid would find.
+    `Result.top` lists them (knobs and objective, best first) and
+    `Result.profile` the timings (`GridProfile`).
 
     `keep` names metrics to return for every feasible point (small grids; not
     streamed), in `Result.metrics["grid"]` (lists), with the knob values under
     "knobs"."""
     start = time.perf_counter()
-    axes = grid_axes(prob, grid_points)
-    total = grid_size(prob, grid_points)
-    if total > max_points:
-        raise ValueError(f"the grid holds {total:,} points, more than max_points="
-                         f"{max_points:,}; narrow --bounds or lower --grid-points")
+    axes, total = _capped_axes(prob, grid_points, max_points, block_points, call_points)
     if top < 1:
         raise ValueError(f"top={top} must be at least 1")
+    if keep and stream:
+        raise ValueError(f"keep={keep!r} needs every point's metrics: stream=True cannot")
     bar = Progress("grid", 0, total, enabled=progress)
     kept = {}
-    if keep or total <= GRID_STREAM_MIN:
+    if not (total > GRID_STREAM_MIN if stream is None else stream) or keep:
         score, index, feasible_points, times, kept = _host_grid(prob, axes, top, keep, bar)
     else:
-        score, index, feasible_points, times = _stream_grid(prob, axes, top, bar)
+        score, index, feasible_points, times = _stream_grid(prob, axes, top, bar,
+                                                            block_points, call_points)
     bar.close()
     finish = time.perf_counter()
     index = index[np.isfinite(score)]

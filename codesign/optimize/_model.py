@@ -27,12 +27,12 @@ _LIMITED = {"budget_usd": "cost_to_train_usd", "budget_w": "power_w", "max_gpus"
 def metrics(scn: Scenario, a: Assumptions, t=0.0) -> dict:
     """The objectives and constraint quantities of one scenario (jnp scalars);
     the dollars and watts are `economics`' under the problem's assumptions `a`
-    (the estimate's own `fabric_cost_usd` is priced with the default ones)."""
-    est = step.estimate(scn, t)
+    (the estimate is priced with them)."""
+    est = step.estimate(scn, t, a)
     out = step.outputs(est)
     s = scn.system
     power = economics.power_w(s, est.fabric, a)
-    capex = economics.fabric_capex_usd(s, est.fabric, a, t)
+    capex = est.fabric_capex_usd
     return {
         "step_time_s": out["step_time_s"], "tokens_per_s": out["tokens_per_s"],
         "bubble_s": out["breakdown_pp_bubble_s"], "mfu": out["mfu"],

@@ -15,14 +15,15 @@ import numpy as np
 from .._progress import Progress
 from ._gradient import optimize
 from ._grid import (
+    GRID_BLOCK,
+    GRID_CALL_POINTS,
+    _capped_axes,
     _grid_block,
     _grid_table,
     _Layout,
     _layout,
     _profile,
     _stream,
-    grid_axes,
-    grid_size,
 )
 from ._model import metrics
 from ._problem import Core, Problem
@@ -77,13 +78,16 @@ class GridFront(NamedTuple):
 
 
 def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_usd",
-                b: str = "time_to_train_s", *, progress: bool = True,
-                capacity: int = 1024, max_points: int = 1_000_000_000) -> GridFront:
+                b: str = "time_to_train_s", *, progress: bool = False,
+                capacity: int = 1024, max_points: int = 1_000_000_000,
+                block_points: int = GRID_BLOCK, call_points: int = GRID_CALL_POINTS) -> GridFront:
     """The feasible grid points not dominated in the metrics (a, b) (both
-    minimised; names of `metrics`), streamed as `grid_search` streams: each
-    block is folded on the device into a running non-dominated set of at most
-    `capacity` points, so memory stays flat. Equal to `non_dominated` over
-    every feasible point (ties to the first in the grid's C order)."""
+    minimised; names of `metrics`), streamed as `grid_search` streams (blocks
+    of `block_points`, `call_points` per device call): each block is folded
+    on the device into a running non-dominated set of at most `capacity`
+    points, so memory stays flat. Equal to `non_dominated` over every feasible
+    point (ties to the first in the grid's C order). `progress` draws a bar
+    on stderr."""
     names = tuple(jax.eval_shape(lambda: metrics(prob.scenario, prob.core.assumptions)))
     for field, metric in (("a", a), ("b", b)):
         if metric not in names:
@@ -91,12 +95,8 @@ def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_us
                              f"{', '.join(names)}")
     if capacity < 1:
         raise ValueError(f"capacity={capacity} must be at least 1")
-    axes = grid_axes(prob, grid_points)
-    total = grid_size(prob, grid_points)
-    if total > max_points:
-        raise ValueError(f"the grid holds {total:,} points, more than max_points="
-                         f"{max_points:,}; narrow the bounds or lower grid_points")
-    lay = _layout(prob, tuple(len(x) for x in axes), 1)
+    axes, total = _capped_axes(prob, grid_points, max_points, block_points, call_points)
+    lay = _layout(prob, tuple(len(x) for x in axes), 1, block_points, call_points)
     inf = jnp.full(capacity, jnp.inf, dtype=float)
     carry = ((inf, inf, jnp.zeros(capacity, dtype=jnp.int64)), jnp.zeros((), dtype=jnp.int64),
              jnp.zeros((), dtype=jnp.int64))

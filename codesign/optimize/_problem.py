@@ -121,7 +121,7 @@ def _check_objective(scn: Scenario, objective: str):
         raise ValueError(f"objective={objective!r} is not one of {', '.join(OBJECTIVES)}")
     if objective in _NEEDS_TOKENS and float(scn.tokens) <= 0:
         raise ValueError(f"objective={objective!r} needs training.tokens > 0; the scenario "
-                         "sets none (add --set training.tokens=...)")
+                         "sets none (give `training.tokens`)")
 
 
 def _objective_index(objective: str) -> jax.Array:
@@ -150,7 +150,7 @@ def default_bounds(scn: Scenario, name: str) -> tuple[float, float]:
     clipped to [1, structural cap] for integer knobs."""
     v = _knob_value(scn, name)
     if v <= 0:
-        raise ValueError(f"{name}={v:g} in the scenario: give --bounds {name}=LO:HI "
+        raise ValueError(f"{name}={v:g} in the scenario: give `bounds` {name}=LO:HI "
                          "(no default range around 0)")
     if name in INTEGER_KNOBS:
         return max(1.0, math.floor(v / 8)), min(math.ceil(v * 8), _structural_cap(scn, name))
@@ -220,7 +220,7 @@ def problem(scn: Scenario, vary, bounds=None, objective: str = "step_time", *,
     unknown = set(given) - set(vary)
     if unknown:
         raise ValueError(f"bounds for {', '.join(sorted(unknown))}, which is not varied "
-                         "(add it to --vary)")
+                         "(add it to `vary`)")
     limits = {n: v for n, v in (("budget_usd", budget_usd), ("budget_w", budget_w),
                                 ("max_gpus", max_gpus)) if v is not None}
     for name, value in limits.items():

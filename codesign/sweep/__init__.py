@@ -33,45 +33,31 @@ every target shares), `_targets` (the five targets, `TARGETS`), `_points`
 (points, chunks, the `Job`), `_evaluate` (point functions, the sharded
 `Evaluator`), `_store` (chunk files, manifest, merge, results.json), `_report`
 (summary.txt, figures), `_run` (the run loop, progress, `finish_sweep`),
-`_plots` (the matplotlib figures, re-exported by `codesign.plots`).
+`_plots` (the matplotlib figures, re-exported by `codesign.plots`). The names
+below are the public API; the chunk machinery (`Evaluator`, `chunk_rows`,
+`write_chunk`, `read_chunk`, `prepare_out_dir`, ...) stays in its modules.
 """
 
-from .._progress import Progress as Progress
-from ._evaluate import Evaluator as Evaluator
-from ._evaluate import chunk_rows as chunk_rows
 from ._evaluate import point_function as point_function
-from ._points import Chunk as Chunk
 from ._points import Job as Job
 from ._points import Points as Points
 from ._points import make_job as make_job
 from ._points import make_points as make_points
-from ._report import draw_plots as draw_plots
-from ._report import summarize as summarize
 from ._run import RunResult as RunResult
 from ._run import finish_sweep as finish_sweep
 from ._run import run as run
 from ._spec import DEFAULT_CHUNK_SIZE as DEFAULT_CHUNK_SIZE
 from ._spec import SIGNIFICANT_DIGITS as SIGNIFICANT_DIGITS
-from ._spec import Axis as Axis
-from ._spec import PlotSpec as PlotSpec
 from ._spec import Spec as Spec
-from ._spec import SummarySpec as SummarySpec
 from ._spec import columns as columns
 from ._spec import load_spec as load_spec
 from ._spec import parse_spec as parse_spec
 from ._store import Table as Table
-from ._store import merge as merge
-from ._store import prepare_out_dir as prepare_out_dir
-from ._store import read_chunk as read_chunk
-from ._store import results_json as results_json
-from ._store import write_chunk as write_chunk
 from ._target import Target as Target
 from ._targets import TARGETS as TARGETS
 
 __all__ = [
-    "Axis", "Chunk", "DEFAULT_CHUNK_SIZE", "Evaluator", "Job", "PlotSpec", "Points", "Progress",
-    "RunResult", "SIGNIFICANT_DIGITS", "Spec", "SummarySpec", "TARGETS", "Table", "Target",
-    "chunk_rows", "columns", "draw_plots", "finish_sweep", "load_spec", "make_job",
-    "make_points", "merge", "parse_spec", "point_function", "prepare_out_dir", "read_chunk",
-    "results_json", "run", "summarize", "write_chunk",
+    "DEFAULT_CHUNK_SIZE", "Job", "Points", "RunResult", "SIGNIFICANT_DIGITS", "Spec", "TARGETS",
+    "Table", "Target", "columns", "finish_sweep", "load_spec", "make_job", "make_points",
+    "parse_spec", "point_function", "run",
 ]

@@ -8,23 +8,20 @@ import textwrap
 
 import matplotlib
 import numpy as np
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.colors import ListedColormap, LogNorm, TwoSlopeNorm  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import (  # noqa: E402
+from matplotlib.colors import ListedColormap, LogNorm, TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import (
     FixedLocator,
     FuncFormatter,
     LogLocator,
     NullFormatter,
 )
 
-from .. import units  # noqa: E402
-from .._words import ELASTICITY as _ELASTICITY  # noqa: E402
-from .._words import words as column_text  # noqa: E402
+from .. import units
+from .._words import ELASTICITY as _ELASTICITY
+from .._words import words as column_text
 
 # A sweep table is a dict column -> array (float, or object for categories).
 
@@ -105,8 +102,8 @@ def _sweep_panels(table: dict, facet, n_extra_rows: int = 0):
         masks = [col == k for k in keys]
     ncols = 2 if len(keys) == 4 else min(len(keys), 3)
     nrows = -(-len(keys) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.0 * nrows + n_extra_rows),
-                             squeeze=False)
+    fig = Figure(figsize=(5.2 * ncols, 4.0 * nrows + n_extra_rows))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
     titles = [None if k is None else f"{column_text(facet)}: {value_text(facet, k)}"
@@ -120,7 +117,6 @@ def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
     fig.tight_layout(rect=(0, 0.1 if legend_below else 0, 1, 1))
     if path is not None:
         fig.savefig(path, dpi=SWEEP_DPI)
-        plt.close(fig)
     return fig
 
 
@@ -249,7 +245,7 @@ def _annotate_cells(ax, grid, norm, cmap) -> None:
     """Each cell's value, in black or white against its colour (small grids only)."""
     if grid.size > 120:
         return
-    colormap = plt.get_cmap(cmap)
+    colormap = matplotlib.colormaps[cmap]
     for (i, j), v in np.ndenumerate(grid):
         if not np.isfinite(v):
             continue
@@ -297,7 +293,7 @@ def sweep_best(table: dict, *, x: str, y: str, value: str, over: str, goal="min"
     """Which category of `over` minimises (or maximises) `value` in each x-by-y cell."""
 
     names = list(dict.fromkeys(table[over].tolist()))
-    colors = plt.get_cmap("tab10").colors[:len(names)]
+    colors = matplotlib.colormaps["tab10"].colors[:len(names)]
     fig, panels = _sweep_panels(table, facet)
     for ax, panel_title, m in panels:
         rows = np.flatnonzero(m)

@@ -100,7 +100,7 @@ def make_job(spec: Spec, grad: bool | str | None = None) -> Job:
     elif grad in spec.outputs:
         grad_outputs = (grad,)
     else:
-        raise ValueError(f"--grad {grad!r} is not one of outputs ({', '.join(spec.outputs)})")
+        raise ValueError(f"grad={grad!r} is not one of outputs ({', '.join(spec.outputs)})")
     points = make_points(spec)
     record = {
         "version": _FORMAT_VERSION, "target": spec.target, "base": spec.base,

@@ -41,11 +41,12 @@ def _barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def run(job: Job, out_dir: str | Path, *, resume: bool = False, progress: bool = True,
+def run(job: Job, out_dir: str | Path, *, resume: bool = False, progress: bool = False,
         write: bool = True, devices=None) -> RunResult:
     """Evaluate the chunks of `job` this process owns and write them; returns once every
     process is done (then process 0 calls `finish_sweep`).
 
+    `progress` draws a bar on stderr (`codesign._progress.Progress`);
     `write=False` evaluates without touching the disk (benchmarks the checkpoint cost);
     `devices` (default: all local devices) is the mesh the batch is sharded over.
     """

@@ -346,7 +346,7 @@ def _check_columns(spec: Spec) -> None:
     def need(name, field):
         if name is not None and name not in known and name not in elastic:
             raise ValueError(f"{field}={name!r} is not a result column; choose from "
-                             f"{', '.join(sorted(known))} (or dlog(y)/dlog(x) with --grad)")
+                             f"{', '.join(sorted(known))} (or dlog(y)/dlog(x) with `grad`)")
 
     for i, p in enumerate(spec.plots):
         for key in ("x", "value", "facet", "over"):

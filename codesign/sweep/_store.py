@@ -72,10 +72,10 @@ def _what_differs(manifest: dict, job: Job) -> str:
     """What makes the sweep described by `manifest` (manifest.json) differ from `job`."""
     grad = list(job.grad_outputs)
     if "grad" in manifest and manifest["grad"] != grad:
-        return f"another --grad (outputs {manifest['grad']} != {grad})"
+        return f"another `grad` (outputs {manifest['grad']} != {grad})"
     if manifest.get("results_id") == job.results_id:
         return (f"another chunk size (chunk_size={manifest.get('chunk_size')} != "
-                f"{job.spec.chunk_size}; --chunk-size or the spec's chunk_size)")
+                f"{job.spec.chunk_size}; choose `chunk_size`)")
     return (f"another spec (its points, knobs, base or outputs: fingerprint "
             f"{manifest.get('fingerprint')} != {job.fingerprint})")
 
@@ -89,8 +89,9 @@ def prepare_out_dir(job: Job, out_dir: Path, resume: bool) -> None:
     if resume and manifest.exists():
         old = json.loads(manifest.read_text())
         if old.get("fingerprint") != job.fingerprint:
-            raise ValueError(f"--out {str(out_dir)!r} holds a sweep with {_what_differs(old, job)}"
-                             f"; rerun without --resume or choose another --out")
+            raise ValueError(f"out_dir={str(out_dir)!r} holds a sweep with "
+                             f"{_what_differs(old, job)}; rerun without `resume` or choose "
+                             "another `out_dir`")
     for path in chunks_dir.iterdir():
         if path.name.startswith(".") or not resume:
             path.unlink()
@@ -141,7 +142,7 @@ def merge(job: Job, out_dir: str | Path) -> Table:
         got = read_chunk(job, Path(out_dir), chunk)
         if got is None:
             raise ValueError(f"chunk {chunk.id} of sweep {job.spec.name!r} is missing in "
-                             f"{str(out_dir)!r}; rerun with --resume")
+                             f"{str(out_dir)!r}; rerun with `resume`")
         rows.extend(got)
     rows.sort(key=lambda r: r[0])
     cats = len(job.points.categorical)
