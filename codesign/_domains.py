@@ -58,9 +58,11 @@ class Domain:
         return self.lo * (1 - TRACED_SLACK), self.hi * (1 + TRACED_SLACK), self.lo_open
 
     def ok_traced(self, v) -> np.ndarray:
-        """Membership of a value under the traced check's relaxation (`traced`)."""
+        """Membership of a value under the traced check's relaxation (`traced`), as
+        XLA on CPU compares it: subnormal values flushed to zero."""
         lo, hi, lo_open = self.traced()
         v = np.asarray(v, dtype=float)
+        v = np.where(np.abs(v) < np.finfo(v.dtype).tiny, 0.0, v)
         with np.errstate(invalid="ignore"):
             return ((v > lo) if lo_open else (v >= lo)) & (v <= hi)
 
@@ -128,12 +130,13 @@ def traced_bounds(domains) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(lo), np.asarray(hi), np.asarray(lo_open)
 
 
-def table_markdown(domains: dict) -> str:
-    """The table of domains in docs/inputs.md: one row per distinct domain, its
-    keys listed (`domains`: {key: Domain}, `scenario.DOMAINS`)."""
-    groups: dict[str, list[str]] = {}
+def table_markdown(domains: dict, units: dict) -> str:
+    """The table of domains in docs/inputs.md: one row per distinct domain and
+    unit, its keys listed (`domains`: {key: Domain}, `units`: {key: unit})."""
+    groups: dict[tuple, list[str]] = {}
     for key, domain in domains.items():
-        groups.setdefault(domain.describe(), []).append(key)
-    rows = ["| domain | keys |", "|---|---|"]
-    rows += [f"| {d} | {', '.join(f'`{k}`' for k in keys)} |" for d, keys in groups.items()]
+        groups.setdefault((domain.describe(), units[key]), []).append(key)
+    rows = ["| domain | unit | keys |", "|---|---|---|"]
+    rows += [f"| {d} | {u} | {', '.join(f'`{k}`' for k in keys)} |"
+             for (d, u), keys in groups.items()]
     return "\n".join(rows)

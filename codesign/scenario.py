@@ -167,7 +167,7 @@ def check(key: str, value) -> None:
 
 def domains_markdown() -> str:
     """docs/inputs.md's table of the domains of every float key."""
-    return _domains.table_markdown(DOMAINS)
+    return _domains.table_markdown(DOMAINS, {k: KEYS[k].declaration.unit for k in DOMAINS})
 
 
 # ----------------------------------------------------------------- knobs

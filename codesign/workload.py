@@ -69,7 +69,7 @@ class Transformer(eqx.Module):
     ffn_hidden: jax.Array = float_field("model.ffn_hidden", count(MAX_WIDTH), default=None,
                                         kw_only=True)
     seq_len: jax.Array = float_field("model.seq_len", count(MAX_WIDTH), unit="tokens")
-    vocab: jax.Array = float_field("model.vocab", count(MAX_WIDTH), unit="tokens")
+    vocab: jax.Array = float_field("model.vocab", count(MAX_WIDTH))
     moe_layers: jax.Array = float_field("model.moe_layers", count(1e4, lo=0.0), default=0.0,
                                         kw_only=True)
     experts: jax.Array = float_field("model.experts", count(1e5, lo=0.0), default=0.0,
