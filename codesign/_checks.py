@@ -3,14 +3,15 @@
 Every input field of a Module is declared once, on its dataclass field
 (`float_field`, `static_field`): its scenario key, domain (`_domains.Domain`)
 or choices, unit and default live in the field's metadata (`declaration`).
-`check_fields` checks a Module's concrete values against them (every input
-Module's `__check_init__` calls it), and `scenario` derives its schema, knobs,
-domains, loader and traced check from them.
+Every construction checks the field's concrete value against them (the
+field's converter), and `scenario` derives its schema, knobs, domains, loader
+and traced check from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import equinox as eqx
 import jax
@@ -96,40 +97,42 @@ def declaration(field: dataclasses.Field) -> Declaration | None:
     return field.metadata.get("declaration")
 
 
+def _checked(decl: Declaration, convert, value):
+    """`convert(value)`, checked against `decl`: a concrete float outside its
+    domain, or a static value outside its choices, is a one-line `ValueError`
+    naming the key and the value (traced values are skipped)."""
+    value = convert(value)
+    if decl.domain is not None:
+        v = concrete(value)
+        if v is not None and not np.all(decl.domain.ok(v)):
+            raise ValueError(f"{decl.key}={fmt(v)} must be {decl.domain.describe()}")
+    elif decl.choices is not None:
+        one_of(decl.key, value, decl.choices)
+    return value
+
+
 def float_field(key: str | None = None, domain: Domain | None = None, *,
                 unit: str | None = None, scenario: bool = True, **kwargs):
     """A dataclass field of an `eqx.Module` stored as a float leaf (`as_float`):
     what every knob of a hardware, plan, reliability or price module is. With
     `key` it is declared: its scenario key (or, with `scenario=False`, the name
     its errors use), its domain and unit (default: what the key's name says,
-    `*_s`, `*_bytes`, `*_Bps`); `kwargs` go to `eqx.field` (default, kw_only)."""
+    `*_s`, `*_bytes`, `*_Bps`), and every construction checks a concrete value
+    against the domain; `kwargs` go to `eqx.field` (default, kw_only)."""
     if key is None:
         return eqx.field(converter=as_float, **kwargs)
     if unit is None:
         unit = next((u for suffix, u in _UNITS if key.endswith(suffix)), "")
     decl = Declaration(key, float, domain=domain, unit=unit, scenario=scenario)
-    return eqx.field(converter=as_float, metadata={"declaration": decl}, **kwargs)
+    return eqx.field(converter=functools.partial(_checked, decl, as_float),
+                     metadata={"declaration": decl}, **kwargs)
 
 
-def static_field(key: str, kind: type, *, choices: tuple | None = None, **kwargs):
+def static_field(key: str, kind: type, *, choices: tuple | None = None,
+                 converter=lambda value: value, **kwargs):
     """A static (structural) field declared with its scenario key, its type in a
-    scenario table and the values it may take; `kwargs` go to `eqx.field`."""
+    scenario table and the values it may take (checked on every construction,
+    after `converter`); `kwargs` go to `eqx.field`."""
     decl = Declaration(key, kind, choices=None if choices is None else tuple(choices))
-    return eqx.field(static=True, metadata={"declaration": decl}, **kwargs)
-
-
-def check_fields(module: eqx.Module) -> None:
-    """Check the declared fields of `module`: a concrete float outside its
-    domain, or a static value outside its choices, is a one-line `ValueError`
-    naming the key and the value (traced values are skipped)."""
-    for field in dataclasses.fields(module):
-        decl = declaration(field)
-        if decl is None:
-            continue
-        value = getattr(module, field.name)
-        if decl.domain is not None:
-            v = concrete(value)
-            if v is not None and not np.all(decl.domain.ok(v)):
-                raise ValueError(f"{decl.key}={fmt(v)} must be {decl.domain.describe()}")
-        elif decl.choices is not None:
-            one_of(decl.key, value, decl.choices)
+    return eqx.field(static=True, converter=functools.partial(_checked, decl, converter),
+                     metadata={"declaration": decl}, **kwargs)

@@ -117,10 +117,6 @@ class Chip(eqx.Module):
         if self.hbm_reserve_bytes is None:
             self.hbm_reserve_bytes = default_hbm_reserve_bytes(self.hbm_bytes)
 
-    def __check_init__(self):
-        _checks.check_fields(self)
-
-
 class Tier(eqx.Module):
     """One level of the network, seen from one GPU.
 
@@ -141,9 +137,6 @@ class Tier(eqx.Module):
     # 0 = no in-network reduction
     in_network_efficiency: jax.Array = float_field("in_network_efficiency", UNIT, scenario=False,
                                                    default=0.0)
-
-    def __check_init__(self):
-        _checks.check_fields(self)
 
     @property
     def effective_Bps(self) -> jax.Array:
@@ -177,10 +170,6 @@ class System(eqx.Module):
     routing: str = static_field("system.routing", str, choices=ROUTINGS, default="adaptive")
     # the preset's torus shape (TPUs), which a traced scale_up_domain keeps; () = none
     torus_shape: tuple = eqx.field(static=True, default=(), kw_only=True)
-
-    def __check_init__(self):
-        _checks.check_fields(self)
-
 
 def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
                            reduction_Bps: float) -> float:

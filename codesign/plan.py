@@ -63,9 +63,6 @@ class Precision(eqx.Module):
     master: str = static_field("training.master_dtype", str, choices=("fp32", "bf16", "none"))
     optimizer: str = static_field("training.optimizer_dtype", str, choices=WIDE_DTYPES)
 
-    def __check_init__(self):
-        _checks.check_fields(self)
-
     def bytes(self, part: str) -> float:
         """Bytes per element of `part` (a field name)."""
         return DTYPE_BYTES[getattr(self, part)]
@@ -187,7 +184,6 @@ class Plan(eqx.Module):
             self.precision = recipe(self.dtype)
 
     def __check_init__(self):
-        _checks.check_fields(self)
         if sorted(self.placement) != sorted(DIMENSIONS):
             raise ValueError(f"system.placement={','.join(self.placement)!r} must order "
                              f"each of {','.join(DIMENSIONS)} exactly once")

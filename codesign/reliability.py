@@ -131,7 +131,6 @@ class Reliability(eqx.Module):
     tor_share: jax.Array = float_field("reliability.tor_share", UNIT, default=0.5)
 
     def __check_init__(self):
-        _checks.check_fields(self)
         shares = [_checks.concrete(getattr(self, f)) for f in _SHARE_FIELDS]
         if all(s is not None for s in shares) and abs(sum(float(s) for s in shares) - 1) > 1e-6:
             raise ValueError(f"reliability.share_*={sum(float(s) for s in shares):g} "

@@ -63,9 +63,6 @@ class Scenario(eqx.Module):
     tokens: jax.Array = float_field("training.tokens", _domains.interval(0.0, 1e18),
                                     unit="tokens", default=0.0)
 
-    def __check_init__(self):
-        _checks.check_fields(self)
-
     def checked(self) -> Scenario:
         """This scenario, its leaves guarded by `equinox.branched_error_if`: under
         jit/vmap/grad a knob outside its domain (`DOMAINS`, relaxed as
@@ -122,24 +119,33 @@ class Key(NamedTuple):
     declaration: _checks.Declaration
 
 
-def declared_keys(cls: type = Scenario, path: tuple = (), prefix: str = "") -> dict[str, Key]:
-    """{scenario key: Key} of every declared field of `cls` and of the Modules it
-    holds (a sub-Module field's metadata `prefix` prefixes its keys: the tiers'
-    system.scale_up_* and system.scale_out_*), in field order."""
+def declarations(cls: type, path: tuple = (), prefix: str = ""):
+    """(scenario key, Key) of every declared scenario field of `cls` and of the
+    Modules it holds (a sub-Module field's metadata `prefix` prefixes its keys:
+    the tiers' system.scale_up_* and system.scale_out_*), in field order."""
     hints = typing.get_type_hints(cls)
-    out = {}
     for f in dataclasses.fields(cls):
         decl = _checks.declaration(f)
         if decl is not None:
             if decl.scenario:
-                out[prefix + decl.key] = Key((*path, f.name), decl)
+                yield prefix + decl.key, Key((*path, f.name), decl)
         elif isinstance(hints.get(f.name), type) and issubclass(hints[f.name], eqx.Module):
-            out.update(declared_keys(hints[f.name], (*path, f.name),
-                                     prefix + f.metadata.get("prefix", "")))
+            yield from declarations(hints[f.name], (*path, f.name),
+                                    prefix + f.metadata.get("prefix", ""))
+
+
+def declared_keys(cls: type) -> dict[str, Key]:
+    """{scenario key: Key} of `declarations(cls)`; a key declared twice is an error."""
+    out: dict[str, Key] = {}
+    for key, where in declarations(cls):
+        if key in out:
+            raise TypeError(f"scenario key {key} is declared twice: at "
+                            f"{'.'.join(out[key].path)} and {'.'.join(where.path)}")
+        out[key] = where
     return out
 
 
-KEYS = declared_keys()
+KEYS = declared_keys(Scenario)
 _BY_SECTION = sorted(KEYS, key=lambda k: SECTIONS.index(k.split(".", 1)[0]))  # stable
 SCHEMA: dict[str, dict[str, type]] = {s: {} for s in SECTIONS}
 for _key, _kind in (*_LOADER_KEYS.items(), *((k, KEYS[k].declaration.kind) for k in _BY_SECTION)):

@@ -111,12 +111,11 @@ class Transformer(eqx.Module):
             self.ffn_hidden = 4 * self.hidden
 
     def __check_init__(self):
-        """The declared domains, then the rules between keys (`_relation`; a traced
-        operand skips a rule: `scenario.Scenario.checked` covers it)."""
-        _checks.check_fields(self)
+        """The rules between keys (each field's domain is checked by its
+        declaration); a rule with a traced operand is skipped here, and
+        `scenario.Scenario.checked` covers it."""
         g = lambda x: f"{x.item():g}"  # noqa: E731
-        layers, heads, kv_heads = (_checks.concrete(x) for x in (
-            self.layers, self.heads, self.kv_heads))
+        layers, kv_heads = _checks.concrete(self.layers), _checks.concrete(self.kv_heads)
         if layers is not None:
             _checks.check("model.moe_layers", self.moe_layers, lambda v: v <= layers,
                           f"must not exceed model.layers={g(layers)}")
