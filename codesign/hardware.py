@@ -117,6 +117,7 @@ class Chip(eqx.Module):
         if self.hbm_reserve_bytes is None:
             self.hbm_reserve_bytes = default_hbm_reserve_bytes(self.hbm_bytes)
 
+
 class Tier(eqx.Module):
     """One level of the network, seen from one GPU.
 
@@ -170,6 +171,7 @@ class System(eqx.Module):
     routing: str = static_field("system.routing", str, choices=ROUTINGS, default="adaptive")
     # the preset's torus shape (TPUs), which a traced scale_up_domain keeps; () = none
     torus_shape: tuple = eqx.field(static=True, default=(), kw_only=True)
+
 
 def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
                            reduction_Bps: float) -> float:
