@@ -37,6 +37,7 @@ from .plan import Precision as Precision
 from .reliability import Reliability as Reliability
 from .scenario import Scenario as Scenario
 from .scenario import get_knob as get_knob
+from .scenario import labels as labels
 from .scenario import load as load
 from .scenario import set_knobs as set_knobs
 from .step import Estimate as Estimate
@@ -54,7 +55,7 @@ __all__ = [
     "reliability", "scenario", "step", "sweep", "traffic", "units", "validate", "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
-    "Assumptions", "Scenario", "load", "get_knob", "set_knobs",
+    "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",
     # models
     "Estimate", "estimate", "outputs", "roofline",
 ]

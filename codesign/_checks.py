@@ -1,11 +1,24 @@
-"""Input checks that name the field and its value (shared by every module)."""
+"""Field declarations and the input checks that name the field and its value.
+
+Every input field of a Module is declared once, on its dataclass field
+(`float_field`, `static_field`): its scenario key, domain (`_domains.Domain`)
+or choices, unit and default live in the field's metadata (`declaration`).
+Every construction checks the field's concrete value against them (the
+field's converter), and `scenario` derives its schema, knobs, domains, loader
+and traced check from them.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+import functools
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ._domains import Domain, fmt
 
 
 def concrete(value) -> np.ndarray | None:
@@ -18,10 +31,6 @@ def concrete(value) -> np.ndarray | None:
         return np.asarray(value, dtype=float)
     except (TypeError, jax.errors.ConcretizationTypeError):
         return None
-
-
-def fmt(value: np.ndarray) -> str:
-    return f"{value.item():g}" if value.size == 1 else np.array2string(value)
 
 
 def check(name: str, value, ok, requirement: str) -> None:
@@ -55,12 +64,75 @@ def known(what: str, name: str, names) -> None:
         raise ValueError(f"{what} {name!r} is unknown; choose one of {', '.join(names)}")
 
 
+def one_of(name: str, value, options) -> None:
+    if value not in options:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, options))}")
+
+
 def as_float(value) -> jax.Array:
     """A float leaf: knobs are floats so they are differentiable (exact at integers)."""
     return jnp.asarray(value, dtype=float)
 
 
-def float_field(**kwargs):
+# ------------------------------------------------------------- declarations
+_UNITS = (("_Bps", "B/s"), ("_bytes", "bytes"), ("_s", "s"))  # what a key's name says
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """One input field: what errors call it and, when `scenario`, its scenario
+    key (a `Tier`'s keys are relative: `System` prefixes them); its domain
+    (float fields) or choices; its type in a scenario table; its unit."""
+
+    key: str
+    kind: type  # float, or the static field's type in a TOML table (bool, int, str)
+    domain: Domain | None = None
+    choices: tuple | None = None
+    unit: str = ""
+    scenario: bool = True  # False: checked, but not a scenario key (a chip's peaks)
+
+
+def declaration(field: dataclasses.Field) -> Declaration | None:
+    """The declaration of a dataclass field (None: the field declares nothing)."""
+    return field.metadata.get("declaration")
+
+
+def _checked(decl: Declaration, convert, value):
+    """`convert(value)`, checked against `decl`: a concrete float outside its
+    domain, or a static value outside its choices, is a one-line `ValueError`
+    naming the key and the value (traced values are skipped)."""
+    value = convert(value)
+    if decl.domain is not None:
+        v = concrete(value)
+        if v is not None and not np.all(decl.domain.ok(v)):
+            raise ValueError(f"{decl.key}={fmt(v)} must be {decl.domain.describe()}")
+    elif decl.choices is not None:
+        one_of(decl.key, value, decl.choices)
+    return value
+
+
+def float_field(key: str | None = None, domain: Domain | None = None, *,
+                unit: str | None = None, scenario: bool = True, **kwargs):
     """A dataclass field of an `eqx.Module` stored as a float leaf (`as_float`):
-    what every knob of a hardware, plan, reliability or price module is."""
-    return eqx.field(converter=as_float, **kwargs)
+    what every knob of a hardware, plan, reliability or price module is. With
+    `key` it is declared: its scenario key (or, with `scenario=False`, the name
+    its errors use), its domain and unit (default: what the key's name says,
+    `*_s`, `*_bytes`, `*_Bps`), and every construction checks a concrete value
+    against the domain; `kwargs` go to `eqx.field` (default, kw_only)."""
+    if key is None:
+        return eqx.field(converter=as_float, **kwargs)
+    if unit is None:
+        unit = next((u for suffix, u in _UNITS if key.endswith(suffix)), "")
+    decl = Declaration(key, float, domain=domain, unit=unit, scenario=scenario)
+    return eqx.field(converter=functools.partial(_checked, decl, as_float),
+                     metadata={"declaration": decl}, **kwargs)
+
+
+def static_field(key: str, kind: type, *, choices: tuple | None = None,
+                 converter=lambda value: value, **kwargs):
+    """A static (structural) field declared with its scenario key, its type in a
+    scenario table and the values it may take (checked on every construction,
+    after `converter`); `kwargs` go to `eqx.field`."""
+    decl = Declaration(key, kind, choices=None if choices is None else tuple(choices))
+    return eqx.field(static=True, converter=functools.partial(_checked, decl, converter),
+                     metadata={"declaration": decl}, **kwargs)

@@ -42,6 +42,7 @@ Packet spraying / adaptive routing spreads every flow over all links
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -214,11 +215,8 @@ def forwards_through_scale_up(system: System) -> bool:
 
 # -------------------------------------------------------------------------- torus
 
-# Full-pod torus shapes (x, y, z), ranks laid out x fastest.
-# TPU v4: 64 cubes of 4x4x4 chips joined by optical circuit switches into a
-# 16x16x16 pod (Jouppi et al., ISCA 2023). TPU v5p: the largest slice, 16x20x28
-# = 8,960 chips (Google Cloud TPU v5p documentation).
-TORUS_SHAPES = {"tpu-v4": (16, 16, 16), "tpu-v5p": (16, 20, 28)}
+# Torus shapes are (x, y, z), ranks laid out x fastest; the presets' full-pod
+# shapes are `hardware.System.torus_shape`.
 TORUS_DIMS = 3  # the presets' scale_up.bandwidth_Bps is 2 links x 3 dimensions
 
 
@@ -247,12 +245,12 @@ def torus_shape(chips: int) -> tuple[int, int, int]:
 def system_torus_shape(system: System) -> tuple:
     """The torus shape of `system`'s scale-up domain.
 
-    A concrete domain size: the preset's shape (`TORUS_SHAPES`) when the size
-    matches it, else `torus_shape`. A traced size (under jit): the preset's
-    shape when the name is a preset, else a cube of side domain^(1/3) (floats).
+    A concrete domain size: the preset's shape (`System.torus_shape`) when the
+    size matches it, else `torus_shape`. A traced size (under jit): the preset's
+    shape when it has one, else a cube of side domain^(1/3) (floats).
     """
     chips = _checks.concrete(system.scale_up_domain)
-    preset = TORUS_SHAPES.get(system.name)
+    preset = system.torus_shape or None
     if chips is None:
         return preset if preset is not None else (system.scale_up_domain ** (1 / 3),) * 3
     if preset is not None and math.prod(preset) == float(chips):
@@ -468,10 +466,7 @@ def inventory(system: System, prices: Prices | None = None, t=0.0) -> Inventory:
 
 def with_topology(system: System, topology: str) -> System:
     """`system` with another topology (same GPUs, domain, tiers)."""
-    return System(system.chip, system.gpus, system.scale_up_domain, system.scale_up,
-                  system.scale_out, system.gpus_per_node, system.pod_size,
-                  system.oversubscription, topology=topology, name=system.name,
-                  routing=system.routing)
+    return dataclasses.replace(system, topology=topology)
 
 
 def rail_only_saving(system: System, prices: Prices | None = None):

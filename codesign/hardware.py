@@ -10,12 +10,25 @@ separate efficiency factor, calibrated where the reference gives a measurement
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import equinox as eqx
 import jax
 
 from . import _checks
-from ._checks import float_field
+from ._checks import float_field, static_field
+from ._domains import (
+    BANDWIDTH,
+    EFFICIENCY,
+    LATENCY,
+    MAX_GPUS,
+    MIN_BPS,
+    POSITIVE,
+    UNIT,
+    Domain,
+    count,
+    interval,
+)
 from .units import GB, Gbps, KiB, us
 
 TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
@@ -68,22 +81,33 @@ class Chip(eqx.Module):
     its tensors (CUDA context, communicator buffers, allocator fragmentation).
     """
 
-    peak_flops_per_s: jax.Array = float_field()  # dense 16-bit (bf16/fp16) tensor peak, vendor
-    peak_fp8_flops_per_s: jax.Array = float_field()  # dense 8-bit peak (fp8, or int8 where no fp8)
-    hbm_bytes: jax.Array = float_field()
-    hbm_Bps: jax.Array = float_field()
-    matmul_efficiency: jax.Array = float_field(default=0.8)  # large-GEMM fraction of peak
-    tdp_w: jax.Array = float_field(default=700.0, kw_only=True)  # board power, vendor figure
+    # dense 16-bit (bf16/fp16) tensor peak, vendor
+    peak_flops_per_s: jax.Array = float_field("chip.peak_flops_per_s", POSITIVE, scenario=False)
+    # dense 8-bit peak (fp8, or int8 where no fp8)
+    peak_fp8_flops_per_s: jax.Array = float_field("chip.peak_fp8_flops_per_s", POSITIVE,
+                                                  scenario=False)
+    hbm_bytes: jax.Array = float_field("chip.hbm_bytes", POSITIVE, scenario=False)
+    hbm_Bps: jax.Array = float_field("chip.hbm_Bps", POSITIVE, scenario=False)
+    # large-GEMM fraction of peak
+    matmul_efficiency: jax.Array = float_field("system.matmul_efficiency", EFFICIENCY,
+                                               default=0.8)
+    # board power, vendor figure
+    tdp_w: jax.Array = float_field("chip.tdp_w", POSITIVE, scenario=False, default=700.0,
+                                   kw_only=True)
     # dense 32-bit matmul peak (TF32 where it exists); default half the 16-bit peak
-    peak_fp32_flops_per_s: jax.Array = float_field(default=None, kw_only=True)
+    peak_fp32_flops_per_s: jax.Array = float_field("chip.peak_fp32_flops_per_s", POSITIVE,
+                                                   scenario=False, default=None, kw_only=True)
     # fused attention kernel, fraction of 16-bit peak; default ATTENTION_EFFICIENCY
-    attention_efficiency: jax.Array = float_field(default=None, kw_only=True)
+    attention_efficiency: jax.Array = float_field("system.attention_efficiency", EFFICIENCY,
+                                                  default=None, kw_only=True)
     # achieved fraction of hbm_Bps for streaming kernels
-    hbm_efficiency: jax.Array = float_field(default=HBM_EFFICIENCY, kw_only=True)
-    kernel_overhead_s: jax.Array = float_field(default=KERNEL_OVERHEAD_S, kw_only=True)
+    hbm_efficiency: jax.Array = float_field("system.hbm_efficiency", EFFICIENCY,
+                                            default=HBM_EFFICIENCY, kw_only=True)
+    kernel_overhead_s: jax.Array = float_field("system.kernel_overhead_s", interval(0.0, 1.0),
+                                               default=KERNEL_OVERHEAD_S, kw_only=True)
     # HBM not available to the training tensors; default `default_hbm_reserve_bytes`
-    hbm_reserve_bytes: jax.Array = float_field(default=None, kw_only=True)
-    name: str = eqx.field(static=True, default="chip", kw_only=True)
+    hbm_reserve_bytes: jax.Array = float_field("system.hbm_reserve_bytes", interval(0.0, 1e15),
+                                               default=None, kw_only=True)
 
     def __post_init__(self):
         if self.peak_fp32_flops_per_s is None:
@@ -92,16 +116,6 @@ class Chip(eqx.Module):
             self.attention_efficiency = ATTENTION_EFFICIENCY
         if self.hbm_reserve_bytes is None:
             self.hbm_reserve_bytes = default_hbm_reserve_bytes(self.hbm_bytes)
-
-    def __check_init__(self):
-        for f in ("peak_flops_per_s", "peak_fp8_flops_per_s", "peak_fp32_flops_per_s",
-                  "hbm_bytes", "hbm_Bps", "tdp_w"):
-            _checks.positive(f"chip.{f}", getattr(self, f))
-        for f in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency"):
-            _checks.check(f"chip.{f}", getattr(self, f), lambda v: (v > 0) & (v <= 1),
-                    "must lie in (0, 1]")
-        _checks.non_negative("chip.kernel_overhead_s", self.kernel_overhead_s)
-        _checks.non_negative("chip.hbm_reserve_bytes", self.hbm_reserve_bytes)
 
 
 class Tier(eqx.Module):
@@ -114,20 +128,16 @@ class Tier(eqx.Module):
     `bandwidth_Bps`; 0 means they cannot.
     """
 
-    bandwidth_Bps: jax.Array = float_field()  # per GPU, per direction, vendor peak
-    latency_s: jax.Array = float_field()  # per message (alpha)
+    # per GPU, per direction, vendor peak
+    bandwidth_Bps: jax.Array = float_field("bandwidth_Bps", BANDWIDTH)
+    latency_s: jax.Array = float_field("latency_s", LATENCY)  # per message (alpha)
     # achievable fraction of bandwidth_Bps for ring-like algorithms
-    efficiency: jax.Array = float_field(default=1.0)
-    reduction_Bps: jax.Array = float_field(default=1e12)  # bytes reduced per s by the GPU
-    in_network_efficiency: jax.Array = float_field(default=0.0)  # 0 = no in-network reduction
-
-    def __check_init__(self):
-        _checks.positive("bandwidth_Bps", self.bandwidth_Bps)
-        _checks.non_negative("latency_s", self.latency_s)
-        _checks.check("efficiency", self.efficiency, lambda v: (v > 0) & (v <= 1),
-                "must lie in (0, 1]")
-        _checks.positive("reduction_Bps", self.reduction_Bps)
-        _checks.fraction("in_network_efficiency", self.in_network_efficiency)
+    efficiency: jax.Array = float_field("efficiency", EFFICIENCY, default=1.0)
+    # bytes reduced per s by the GPU; 1e30 = reduction free (calibrate's folded gamma)
+    reduction_Bps: jax.Array = float_field("reduction_Bps", Domain(MIN_BPS, 1e30), default=1e12)
+    # 0 = no in-network reduction
+    in_network_efficiency: jax.Array = float_field("in_network_efficiency", UNIT, scenario=False,
+                                                   default=0.0)
 
     @property
     def effective_Bps(self) -> jax.Array:
@@ -145,30 +155,22 @@ class System(eqx.Module):
     """
 
     chip: Chip
-    gpus: jax.Array = float_field()
-    scale_up_domain: jax.Array = float_field()
-    scale_up: Tier
-    scale_out: Tier
-    gpus_per_node: jax.Array = float_field()
-    pod_size: jax.Array = float_field(default=1e9)
-    oversubscription: jax.Array = float_field(default=1.0)
-    topology: str = eqx.field(static=True, default="two_tier")
-    name: str = eqx.field(static=True, default="custom")
-    routing: str = eqx.field(static=True, default="adaptive")
-
-    def __check_init__(self):
-        if self.routing not in ROUTINGS:
-            raise ValueError(f"system.routing={self.routing!r} is not one of "
-                             f"{', '.join(ROUTINGS)}")
-        _checks.at_least_one("system.gpus", self.gpus)
-        _checks.at_least_one("system.scale_up_domain", self.scale_up_domain)
-        _checks.at_least_one("system.gpus_per_node", self.gpus_per_node)
-        _checks.at_least_one("system.pod_size", self.pod_size)
-        _checks.at_least_one("system.oversubscription", self.oversubscription)
-        if self.topology not in TOPOLOGIES:
-            raise ValueError(
-                f"system.topology={self.topology!r} is not one of {', '.join(TOPOLOGIES)}"
-            )
+    gpus: jax.Array = float_field("system.gpus", count(MAX_GPUS), unit="GPUs")
+    scale_up_domain: jax.Array = float_field("system.scale_up_domain", count(MAX_GPUS),
+                                             unit="GPUs")
+    # its keys are system.scale_up_* and system.scale_out_*
+    scale_up: Tier = eqx.field(metadata={"prefix": "system.scale_up_"})
+    scale_out: Tier = eqx.field(metadata={"prefix": "system.scale_out_"})
+    gpus_per_node: jax.Array = float_field("system.gpus_per_node", count(MAX_GPUS), unit="GPUs")
+    # 1e9 = one pod, no oversubscription
+    pod_size: jax.Array = float_field("system.pod_size", interval(1.0, 1e9), unit="GPUs",
+                                      default=1e9)
+    oversubscription: jax.Array = float_field("system.oversubscription", interval(1.0, 1e3),
+                                              default=1.0)
+    topology: str = static_field("system.topology", str, choices=TOPOLOGIES, default="two_tier")
+    routing: str = static_field("system.routing", str, choices=ROUTINGS, default="adaptive")
+    # the preset's torus shape (TPUs), which a traced scale_up_domain keeps; () = none
+    torus_shape: tuple = eqx.field(static=True, default=(), kw_only=True)
 
 
 def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
@@ -226,7 +228,7 @@ TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700
 # TF32), A100 156 TF32, H100/H800 494.7 TF32, B200/GB200 half their 16-bit peak
 # (TF32); TPUs have no 32-bit matrix unit: three bf16 passes (assumption).
 def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32):
-    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, name=name, tdp_w=TDP_W[name],
+    return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, tdp_w=TDP_W[name],
                 peak_fp32_flops_per_s=fp32)
 
 
@@ -239,11 +241,13 @@ class Preset:
     system: System
     description: str
     sources: dict  # field -> where its number comes from
+    chip: str  # the chip's name (a label: the pytree holds only its numbers)
 
 
 def _dgx_v100() -> Preset:
     hbm_Bps = 0.9e12  # vendor: V100 SXM3 HBM2 0.9 TB/s
-    chip = _gpu_chip("V100-SXM3-32GB",
+    chip_name = "V100-SXM3-32GB"
+    chip = _gpu_chip(chip_name,
                      125e12,  # vendor: V100 tensor-core peak 125 TFLOP/s
                      125e12,  # no 8-bit tensor-core path on V100: same as fp16
                      32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY, 15.7e12)  # vendor: 32 GB
@@ -254,16 +258,18 @@ def _dgx_v100() -> Preset:
         System(chip, 512, 16, _tier(up_bw, SCALE_UP_LATENCY_S, up_eff, hbm_Bps),
                # vendor: 8x 100 Gb/s IB per 16-GPU node ("100 GB/s between servers")
                _tier(8 * 100 * Gbps / 16, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
-               16, topology="two_tier", name="dgx-v100"),
+               16, topology="two_tier"),
         "DGX-2H: 16x V100 32 GB on NVSwitch, 8x 100 Gb/s IB per node (Megatron-LM 2019)",
         {"chip": "datasheet (V100)", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
          "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "latency": _LATENCY},
+        chip_name,
     )
 
 
 def _dgx_a100() -> Preset:
     hbm_Bps = 2.0e12  # vendor: A100 80 GB HBM2e 2.0 TB/s
-    chip = _gpu_chip("A100-SXM4-80GB", 312e12,  # vendor: 312 TFLOP/s bf16 dense
+    chip_name = "A100-SXM4-80GB"
+    chip = _gpu_chip(chip_name, 312e12,  # vendor: 312 TFLOP/s bf16 dense
                      624e12,  # vendor datasheet: int8 dense 624 TOPS (no fp8)
                      80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY, 156e12)
     up_bw = 600 * GB / 2  # vendor: NVLink3 600 GB/s bidir
@@ -273,11 +279,12 @@ def _dgx_a100() -> Preset:
                      _calibrated_efficiency(230 * GB, up_bw, hbm_Bps / 2), hbm_Bps),
                # vendor: 8x HDR 200 Gb/s per node, one per GPU
                _tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
-               8, topology="two_tier", name="dgx-a100"),
+               8, topology="two_tier"),
         "DGX A100 80 GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s per node",
         {"chip": "datasheet (A100)", "scale_up.efficiency": "nccl-tests: 8x A100 busbw ~230 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
          "latency": _LATENCY},
+        chip_name,
     )
 
 
@@ -291,33 +298,37 @@ def _dgx_h100() -> Preset:
     hbm_Bps = 3.35e12
     up_bw = 900 * GB / 2  # vendor: NVLink4 900 GB/s bidir
     nvls_eff = 480 * GB / (2 * 7 / 8) / up_bw  # vendor: NVLS all-reduce busbw ~480 GB/s
+    chip_name = "H100-SXM5-80GB"
     return Preset(
-        System(_h100_chip("H100-SXM5-80GB"), 1024, 8,
+        System(_h100_chip(chip_name), 1024, 8,
                _tier(up_bw, SCALE_UP_LATENCY_S,
                      _calibrated_efficiency(370 * GB, up_bw, hbm_Bps / 2), hbm_Bps,
                      nvls_eff),
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # vendor: NDR
-               8, topology="two_tier", name="dgx-h100"),
+               8, topology="two_tier"),
         "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
         {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "latency": _LATENCY},
+        chip_name,
     )
 
 
 def _h800() -> Preset:
     hbm_Bps = 3.35e12
     up_bw = 400 * GB / 2  # vendor: H800 NVLink 400 GB/s bidir nominal
+    chip_name = "H800"
     return Preset(
-        System(_h100_chip("H800"), 2048, 8,
+        System(_h100_chip(chip_name), 2048, 8,
                # DeepSeek-V3: ~160 GB/s achieved over NVLink
                _tier(up_bw, SCALE_UP_LATENCY_S, 160 * GB / up_bw, hbm_Bps),
                # DeepSeek-V3: IB 50 GB/s per GPU (taken as achieved: ratio 3.2x)
                _tier(50 * GB, SCALE_OUT_LATENCY_S, 1.0, hbm_Bps),
-               8, topology="two_tier", name="h800"),
+               8, topology="two_tier"),
         "H800 nodes as DeepSeek-V3 describes them: NVLink ~160 GB/s, IB 50 GB/s per GPU",
         {"chip": "datasheet (H800)", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
          "scale_out": "DeepSeek-V3: 50 GB/s", "latency": _LATENCY},
+        chip_name,
     )
 
 
@@ -335,36 +346,40 @@ def _nvlink5_tier(hbm_Bps: float) -> Tier:
 
 
 def _dgx_b200() -> Preset:
-    chip = _b200_chip("B200", 2.25e15,  # vendor: ~2.25 PFLOP/s dense 16-bit
+    chip_name = "B200"
+    chip = _b200_chip(chip_name, 2.25e15,  # vendor: ~2.25 PFLOP/s dense 16-bit
                       4.5e15,  # vendor datasheet: fp8 dense ~4.5 PFLOP/s
                       180 * GB)  # vendor: 180-192 GB
     return Preset(
         System(chip, 1024, 8, _nvlink5_tier(8e12),
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # vendor
-               8, topology="two_tier", name="dgx-b200"),
+               8, topology="two_tier"),
         "DGX B200: NVLink5, 8x 400 Gb/s per node",
         {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "scale_out": "vendor: 8x 400 Gb/s", "latency": _LATENCY},
+        chip_name,
     )
 
 
 def _gb200_nvl72() -> Preset:
-    chip = _b200_chip("GB200", 2.5e15,  # vendor: ~2.5 PFLOP/s dense 16-bit
+    chip_name = "GB200"
+    chip = _b200_chip(chip_name, 2.5e15,  # vendor: ~2.5 PFLOP/s dense 16-bit
                       5e15,  # vendor datasheet: fp8 dense ~5 PFLOP/s
                       186 * GB)  # vendor: ~186 GB
     return Preset(
         System(chip, 1152, 72, _nvlink5_tier(8e12),
                # vendor: 400-800 Gb/s per GPU; we take 400 Gb/s (ConnectX-7 class)
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
-               4, topology="two_tier", name="gb200-nvl72"),  # 4 GPUs per compute tray
+               4, topology="two_tier"),  # 4 GPUs per compute tray
         "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
         {"chip": "datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "latency": _LATENCY},
+        chip_name,
     )
 
 
-def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, pod_chips) -> System:
+def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, torus_shape) -> System:
     # A 3D torus: 6 nearest-neighbour ICI links per chip; a collective on the
     # torus drives all of them, so the per-chip bandwidth is 6 x per-link.
     chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3)
@@ -372,17 +387,22 @@ def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, pod_chips) -> System:
     # The data-centre network beside the torus is not in the vendor tables: assumption of
     # 200 Gb/s per 4-chip host, labelled as such.
     dcn = _tier(200 * Gbps / 4, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
-    return System(chip, pod_chips, pod_chips, ici, dcn, 4, topology="torus", name=name)
+    pod_chips = math.prod(torus_shape)
+    return System(chip, pod_chips, pod_chips, ici, dcn, 4, topology="torus",
+                  torus_shape=torus_shape)
 
 
 def _tpu_v4() -> Preset:
     return Preset(
         _tpu("tpu-v4", 275e12, 275e12,  # vendor: 275 TFLOP/s bf16; int8 peak is the same
              32 * KiB**3, 1.2e12,  # vendor: 32 GiB, 1.2 TB/s
-             4.5e10, 4096),  # vendor: ICI ~4.5e10 B/s per link one way; 4096 chips (OCS)
+             # vendor: ICI ~4.5e10 B/s per link one way; 64 cubes of 4x4x4 chips joined
+             # by optical circuit switches into a 16x16x16 pod (Jouppi et al., ISCA 2023)
+             4.5e10, (16, 16, 16)),
         "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
          "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
+        "tpu-v4",
     )
 
 
@@ -390,10 +410,13 @@ def _tpu_v5p() -> Preset:
     return Preset(
         _tpu("tpu-v5p", 459e12, 918e12,  # vendor: 459 TFLOP/s bf16; datasheet int8 918 TOPS
              95 * GB, 2.76e12,  # vendor: 95 GB, 2.76 TB/s
-             9e10, 8960),  # vendor: ICI ~9e10 B/s per link one way; 8960 chips per pod
+             # vendor: ICI ~9e10 B/s per link one way; the largest slice, 16x20x28 =
+             # 8,960 chips (Google Cloud TPU v5p documentation)
+             9e10, (16, 20, 28)),
         "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
          "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
+        "tpu-v5p",
     )
 
 

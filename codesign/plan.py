@@ -20,12 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks
-from ._checks import float_field
+from ._checks import float_field, static_field
+from ._domains import MAX_GPUS, UNIT, Domain, count, interval
 from .workload import RECOMPUTE, Transformer
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe")
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "none": 0.0}
 DTYPES = ("fp32", "fp16", "bf16", "fp8")  # recipes (training.dtype)
+WIDE_DTYPES = ("fp32", "bf16", "fp16")  # widths of the parts that are never fp8
+NARROW_DTYPES = (*WIDE_DTYPES, "fp8")  # widths of the other parts
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 COMM_SM_FRACTION = 20.0 / 132.0  # DeepSeek-V3: 20 of the H800's 132 SMs run communication
@@ -50,23 +53,15 @@ class Precision(eqx.Module):
     the master copy); `optimizer` each of Adam's two moments.
     """
 
-    gemm: str = eqx.field(static=True)
-    attention: str = eqx.field(static=True)
-    activations: str = eqx.field(static=True)
-    ep_dispatch: str = eqx.field(static=True)
-    ep_combine: str = eqx.field(static=True)
-    grad_reduce: str = eqx.field(static=True)
-    params: str = eqx.field(static=True)
-    master: str = eqx.field(static=True)
-    optimizer: str = eqx.field(static=True)
-
-    def __check_init__(self):
-        for part in PRECISION_PARTS:
-            allowed = ("fp32", "bf16", "none") if part == "master" else (
-                ("fp32", "bf16", "fp16") if part in ("grad_reduce", "params", "optimizer",
-                                                     "attention")
-                else tuple(DTYPE_BYTES)[:4])
-            _one_of(f"training.{part}_dtype", getattr(self, part), allowed)
+    gemm: str = static_field("training.gemm_dtype", str, choices=NARROW_DTYPES)
+    attention: str = static_field("training.attention_dtype", str, choices=WIDE_DTYPES)
+    activations: str = static_field("training.activations_dtype", str, choices=NARROW_DTYPES)
+    ep_dispatch: str = static_field("training.ep_dispatch_dtype", str, choices=NARROW_DTYPES)
+    ep_combine: str = static_field("training.ep_combine_dtype", str, choices=NARROW_DTYPES)
+    grad_reduce: str = static_field("training.grad_reduce_dtype", str, choices=WIDE_DTYPES)
+    params: str = static_field("training.params_dtype", str, choices=WIDE_DTYPES)
+    master: str = static_field("training.master_dtype", str, choices=("fp32", "bf16", "none"))
+    optimizer: str = static_field("training.optimizer_dtype", str, choices=WIDE_DTYPES)
 
     def bytes(self, part: str) -> float:
         """Bytes per element of `part` (a field name)."""
@@ -115,7 +110,7 @@ RECIPES = {
 
 def recipe(dtype: str, **overrides) -> Precision:
     """The recipe `dtype` (see RECIPES) with parts overridden by name."""
-    _one_of("training.dtype", dtype, DTYPES)
+    _checks.one_of("training.dtype", dtype, DTYPES)
     for k in overrides:
         if k not in PRECISION_PARTS:
             raise ValueError(f"training.{k}_dtype is not a precision part; parts are "
@@ -123,39 +118,63 @@ def recipe(dtype: str, **overrides) -> Precision:
     return Precision(**{**RECIPES[dtype], **overrides})
 
 
+def _placement(order) -> tuple:
+    """`system.placement`: "tp,cp,ep,dp,pp" (as a scenario table writes it) or a sequence."""
+    return tuple(s.strip() for s in order.split(",")) if isinstance(order, str) else tuple(order)
+
+
 class Plan(eqx.Module):
-    dp: jax.Array = float_field(default=1.0)
-    tp: jax.Array = float_field(default=1.0)
-    pp: jax.Array = float_field(default=1.0)
-    cp: jax.Array = float_field(default=1.0)
-    ep: jax.Array = float_field(default=1.0)
+    dp: jax.Array = float_field("parallel.dp", count(MAX_GPUS), default=1.0)
+    tp: jax.Array = float_field("parallel.tp", count(MAX_GPUS), default=1.0)
+    pp: jax.Array = float_field("parallel.pp", count(MAX_GPUS), default=1.0)
+    cp: jax.Array = float_field("parallel.cp", count(MAX_GPUS), default=1.0)
+    ep: jax.Array = float_field("parallel.ep", count(MAX_GPUS), default=1.0)
     # sequences per micro-batch per data-parallel rank
-    micro_batch: jax.Array = float_field(default=1.0)
-    global_batch: jax.Array = float_field(default=None)  # sequences per step; dp micro_batch
-    interleave: jax.Array = float_field(default=1.0)  # virtual stages per GPU (v)
-    moe_node_limit: jax.Array = float_field(default=0.0)  # M: nodes a token may reach; 0 = all
+    micro_batch: jax.Array = float_field("training.micro_batch", count(1e9), unit="sequences",
+                                         default=1.0)
+    # sequences per step; default dp micro_batch
+    global_batch: jax.Array = float_field("training.global_batch", count(1e9),
+                                          unit="sequences", default=None)
+    # virtual stages per GPU (v)
+    interleave: jax.Array = float_field("parallel.interleave", count(1e4), default=1.0)
+    # M: nodes a token may reach; 0 = all
+    moe_node_limit: jax.Array = float_field("parallel.moe_node_limit", count(MAX_GPUS, lo=0.0),
+                                            unit="nodes", default=0.0)
     # gradient bucket size of the data-parallel reduction
-    dp_bucket_bytes: jax.Array = float_field(default=25 * 2.0**20)
+    dp_bucket_bytes: jax.Array = float_field("parallel.dp_bucket_bytes", interval(1.0, 1e15),
+                                             default=25 * 2.0**20)
     # tokens on the busiest expert rank / the mean (>= 1)
-    moe_imbalance: jax.Array = float_field(default=MOE_IMBALANCE)
-    # share of compute lost while communication overlaps it
-    comm_sm_fraction: jax.Array = float_field(default=COMM_SM_FRACTION)
+    moe_imbalance: jax.Array = float_field("training.moe_imbalance", interval(1.0, 1e3),
+                                           default=MOE_IMBALANCE)
+    # share of compute lost while communication overlaps it; below 1: some SMs compute
+    comm_sm_fraction: jax.Array = float_field("parallel.comm_sm_fraction", Domain(0.0, 0.99),
+                                              default=COMM_SM_FRACTION)
     # HSDP: ZeRO shards inside groups of this many dp x cp ranks, replicated
     # across them; 0 = shard over the whole dp x cp group
-    zero_shard_size: jax.Array = float_field(default=0.0)
+    zero_shard_size: jax.Array = float_field("parallel.zero_shard_size",
+                                             count(MAX_GPUS, lo=0.0), unit="ranks", default=0.0)
     # ZeRO-3 layers gathered ahead of the one computing
-    fsdp_prefetch_layers: jax.Array = float_field(default=FSDP_PREFETCH_LAYERS)
+    fsdp_prefetch_layers: jax.Array = float_field("parallel.fsdp_prefetch_layers",
+                                                  count(1e4, lo=0.0), unit="layers",
+                                                  default=FSDP_PREFETCH_LAYERS)
     # fraction of TP traffic hidden under GEMMs (TE userbuffers, async TP)
-    tp_overlap: jax.Array = float_field(default=0.0)
-    schedule: str = eqx.field(static=True, default="1f1b", kw_only=True)
-    zero: int = eqx.field(static=True, default=0, kw_only=True)
-    sequence_parallel: bool = eqx.field(static=True, default=False, kw_only=True)
-    recompute: str = eqx.field(static=True, default="none", kw_only=True)
-    reshard_after_forward: bool = eqx.field(static=True, default=True, kw_only=True)
-    dtype: str = eqx.field(static=True, default="bf16", kw_only=True)  # the recipe's name
-    placement: tuple = eqx.field(static=True, default=DEFAULT_PLACEMENT, kw_only=True,
-                                 converter=tuple)
-    # the per-part widths; default `recipe(dtype)`
+    tp_overlap: jax.Array = float_field("parallel.tp_overlap", UNIT, default=0.0)
+    schedule: str = static_field("parallel.schedule", str, choices=SCHEDULES, default="1f1b",
+                                 kw_only=True)
+    zero: int = static_field("parallel.zero", int, choices=(0, 1, 2, 3), default=0,
+                             kw_only=True)
+    sequence_parallel: bool = static_field("parallel.sequence_parallel", bool, default=False,
+                                           kw_only=True)
+    recompute: str = static_field("training.recompute", str, choices=RECOMPUTE, default="none",
+                                  kw_only=True)
+    reshard_after_forward: bool = static_field("parallel.reshard_after_forward", bool,
+                                               default=True, kw_only=True)
+    # the recipe's name
+    dtype: str = static_field("training.dtype", str, choices=DTYPES, default="bf16",
+                              kw_only=True)
+    placement: tuple = static_field("system.placement", str, default=DEFAULT_PLACEMENT,
+                                    kw_only=True, converter=_placement)
+    # the per-part widths (training.<part>_dtype); default `recipe(dtype)`
     precision: Precision = eqx.field(static=True, default=None, kw_only=True)
 
     def __post_init__(self):
@@ -165,21 +184,6 @@ class Plan(eqx.Module):
             self.precision = recipe(self.dtype)
 
     def __check_init__(self):
-        for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "interleave"):
-            _checks.at_least_one(f"parallel.{k}" if k not in ("micro_batch", "global_batch")
-                           else f"training.{k}", getattr(self, k))
-        _checks.non_negative("parallel.moe_node_limit", self.moe_node_limit)
-        _checks.positive("parallel.dp_bucket_bytes", self.dp_bucket_bytes)
-        _checks.at_least_one("training.moe_imbalance", self.moe_imbalance)
-        _checks.check("parallel.comm_sm_fraction", self.comm_sm_fraction,
-                lambda v: (v >= 0) & (v < 1), "must lie in [0, 1)")
-        _checks.non_negative("parallel.zero_shard_size", self.zero_shard_size)
-        _checks.non_negative("parallel.fsdp_prefetch_layers", self.fsdp_prefetch_layers)
-        _checks.fraction("parallel.tp_overlap", self.tp_overlap)
-        _one_of("parallel.schedule", self.schedule, SCHEDULES)
-        _one_of("training.recompute", self.recompute, RECOMPUTE)
-        _one_of("training.dtype", self.dtype, DTYPES)
-        _one_of("parallel.zero", self.zero, (0, 1, 2, 3))
         if sorted(self.placement) != sorted(DIMENSIONS):
             raise ValueError(f"system.placement={','.join(self.placement)!r} must order "
                              f"each of {','.join(DIMENSIONS)} exactly once")
@@ -198,11 +202,6 @@ def data_parallel(gpus, tp, pp, cp):
     """dp = gpus / (tp pp cp): the one place the data-parallel width follows
     from a GPU count (scenario loading, `scenario.set_knobs`, the optimiser)."""
     return gpus / (tp * pp * cp)
-
-
-def _one_of(name, value, options):
-    if value not in options:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, options))}")
 
 
 # ------------------------------------------------------------------- rules

@@ -42,6 +42,7 @@ from jax.scipy.special import log_ndtr
 
 from . import _checks
 from ._checks import as_float, float_field
+from ._domains import BANDWIDTH, DURATION, UNIT, Domain, interval
 from .relax import safe_log
 from .units import day
 
@@ -97,35 +98,39 @@ class Reliability(eqx.Module):
       ToR or a host's link) of switch and cable failures non-fatal.
     """
 
-    straggler_q: jax.Array = float_field(default=0.0)
-    straggler_slowdown: jax.Array = float_field(default=2.0)
-    straggler_sigma: jax.Array = float_field(default=0.01)
-    gpu_mtbf_s: jax.Array = float_field(default=LLAMA3_GPU_MTBF_S)
-    share_gpu: jax.Array = float_field(default=COMPONENT_SHARES["gpu"])
-    share_hbm: jax.Array = float_field(default=COMPONENT_SHARES["hbm"])
-    share_nic: jax.Array = float_field(default=COMPONENT_SHARES["nic"])
-    share_switch_cable: jax.Array = float_field(default=COMPONENT_SHARES["switch_cable"])
-    share_host: jax.Array = float_field(default=COMPONENT_SHARES["host"])
-    share_software: jax.Array = float_field(default=COMPONENT_SHARES["software"])
-    checkpoint_write_s: jax.Array = float_field(default=0.0)
-    storage_Bps: jax.Array = float_field(default=STORAGE_BPS)
-    restart_s: jax.Array = float_field(default=600.0)
-    checkpoint_interval_s: jax.Array = float_field(default=0.0)
-    spare_fraction: jax.Array = float_field(default=1.0)
-    replacement_s: jax.Array = float_field(default=3600.0)
-    dual_homed: jax.Array = float_field(default=0.0)
-    tor_share: jax.Array = float_field(default=0.5)
+    straggler_q: jax.Array = float_field("reliability.straggler_q", UNIT, default=0.0)
+    # a slow participant's time over a healthy one's
+    straggler_slowdown: jax.Array = float_field("reliability.straggler_slowdown",
+                                                interval(1.0, 1e3), default=2.0)
+    straggler_sigma: jax.Array = float_field("reliability.straggler_sigma", interval(0.0, 5.0),
+                                             default=0.01)
+    gpu_mtbf_s: jax.Array = float_field("reliability.gpu_mtbf_s", Domain(0.0, 1e12, lo_open=True),
+                                        default=LLAMA3_GPU_MTBF_S)
+    share_gpu: jax.Array = float_field("reliability.share_gpu", UNIT,
+                                       default=COMPONENT_SHARES["gpu"])
+    share_hbm: jax.Array = float_field("reliability.share_hbm", UNIT,
+                                       default=COMPONENT_SHARES["hbm"])
+    share_nic: jax.Array = float_field("reliability.share_nic", UNIT,
+                                       default=COMPONENT_SHARES["nic"])
+    share_switch_cable: jax.Array = float_field("reliability.share_switch_cable", UNIT,
+                                                default=COMPONENT_SHARES["switch_cable"])
+    share_host: jax.Array = float_field("reliability.share_host", UNIT,
+                                        default=COMPONENT_SHARES["host"])
+    share_software: jax.Array = float_field("reliability.share_software", UNIT,
+                                            default=COMPONENT_SHARES["software"])
+    checkpoint_write_s: jax.Array = float_field("reliability.checkpoint_write_s", DURATION,
+                                                default=0.0)
+    storage_Bps: jax.Array = float_field("reliability.storage_Bps", BANDWIDTH,
+                                         default=STORAGE_BPS)
+    restart_s: jax.Array = float_field("reliability.restart_s", DURATION, default=600.0)
+    checkpoint_interval_s: jax.Array = float_field("reliability.checkpoint_interval_s", DURATION,
+                                                   default=0.0)
+    spare_fraction: jax.Array = float_field("reliability.spare_fraction", UNIT, default=1.0)
+    replacement_s: jax.Array = float_field("reliability.replacement_s", DURATION, default=3600.0)
+    dual_homed: jax.Array = float_field("reliability.dual_homed", UNIT, default=0.0)
+    tor_share: jax.Array = float_field("reliability.tor_share", UNIT, default=0.5)
 
     def __check_init__(self):
-        for f in ("straggler_q", "spare_fraction", "dual_homed", "tor_share") + _SHARE_FIELDS:
-            _checks.fraction(f"reliability.{f}", getattr(self, f))
-        _checks.check("reliability.straggler_slowdown", self.straggler_slowdown, lambda v: v >= 1,
-                "must be at least 1 (a slow participant's time over a healthy one's)")
-        for f in ("straggler_sigma", "checkpoint_write_s", "restart_s",
-                  "checkpoint_interval_s", "replacement_s"):
-            _checks.non_negative(f"reliability.{f}", getattr(self, f))
-        _checks.positive("reliability.gpu_mtbf_s", self.gpu_mtbf_s)
-        _checks.positive("reliability.storage_Bps", self.storage_Bps)
         shares = [_checks.concrete(getattr(self, f)) for f in _SHARE_FIELDS]
         if all(s is not None for s in shares) and abs(sum(float(s) for s in shares) - 1) > 1e-6:
             raise ValueError(f"reliability.share_*={sum(float(s) for s in shares):g} "

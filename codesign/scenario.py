@@ -1,34 +1,25 @@
 """Scenario files (TOML) <-> pytrees, with validation that names the key.
 
-A scenario has five tables; explicit keys override a preset:
-
-    [model]       preset, layers, hidden, heads, kv_heads, ffn_hidden, seq_len, vocab,
-                  moe_layers, experts, shared_experts, top_k, expert_ffn_hidden,
-                  gated, tied_embeddings, attention (mha, mla), attention_kernel
-                  (flash, naive), dropout, and for MLA q_lora_rank, kv_lora_rank,
-                  qk_head_dim, qk_rope_head_dim, v_head_dim
-    [training]    global_batch, micro_batch, moe_imbalance, recompute, dtype (the precision recipe:
-                  fp32, fp16, bf16, fp8), tokens, and <part>_dtype overriding one part
-                  of the recipe (plan.PRECISION_PARTS)
-    [parallel]    tp, pp, dp, cp, ep, interleave, schedule, zero, sequence_parallel,
-                  moe_node_limit, dp_bucket_bytes, reshard_after_forward, comm_sm_fraction,
-                  zero_shard_size (HSDP), fsdp_prefetch_layers, tp_overlap
-    [system]      preset, gpus, scale_up_domain, gpus_per_node, pod_size, oversubscription,
-                  matmul_efficiency, attention_efficiency, hbm_efficiency,
-                  kernel_overhead_s, hbm_reserve_bytes, topology, routing (ecmp, spray,
-                  adaptive), placement, and for each tier
-                  (scale_up_, scale_out_): bandwidth_Bps, latency_s, efficiency, reduction_Bps
-    [reliability] every field of `reliability.Reliability`
+A scenario has five tables (`SECTIONS`: [model], [training], [parallel],
+[system], [reliability]); explicit keys override a preset (`model.preset`,
+`system.preset`; docs/inputs.md lists every key). Each key is declared once,
+on the pytree field that holds it (`_checks.float_field`,
+`_checks.static_field`: its key, domain or choices, unit and default; a
+Tier's fields appear as system.scale_up_* and system.scale_out_*). Everything
+else derives from those declarations: `KEYS` (key -> field), `SCHEMA` (the
+tables' keys and types), `KNOBS` and `get_knob` / `set_knobs` (the float
+keys), `DOMAINS` (their domains, rendered in docs/inputs.md), the loader (the
+fields' own defaults, keyword construction) and the checks.
 
 `system.gpus` and `parallel.dp` determine each other (gpus = dp tp pp cp): give
-either. Every numeric key has a domain (`_domains.DOMAINS`: positive, integer,
-in (0, 1], within a physical bound); a value outside it, a key of the wrong
-type or an unreadable file is a `ValueError` that names the key (or file), the
-value and the domain. `check_outputs` rejects an estimate with a non-finite
-output or an MFU above 1, and `Scenario.checked` does the domain checks on
-traced values (`equinox.error_if`; `step.estimate` calls it). Built-in
-scenarios (`BUILTIN`) are TOML files shipped in codesign/scenarios/;
-`load(None)` is the default (GPT-3 175B on 1024 A100s).
+either. A value outside its domain, a key of the wrong type or an unreadable
+file is a `ValueError` that names the key (or file), the value and the domain.
+`check_outputs` rejects an estimate with a non-finite output or an MFU above 1,
+and `Scenario.checked` does the domain checks on traced values
+(`equinox.error_if`; `step.estimate` calls it). What names a scenario in
+output (its name, model and system presets, chip) is `labels`, outside the
+pytree. Built-in scenarios (`BUILTIN`) are TOML files shipped in
+codesign/scenarios/; `load(None)` is the default (GPT-3 175B on 1024 A100s).
 """
 
 from __future__ import annotations
@@ -37,8 +28,10 @@ import ast
 import dataclasses
 import functools
 import tomllib
+import typing
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -46,113 +39,155 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks, _domains, hardware, workload
-from .hardware import System, Tier
-from .plan import (
-    COMM_SM_FRACTION,
-    DEFAULT_PLACEMENT,
-    FSDP_PREFETCH_LAYERS,
-    MOE_IMBALANCE,
-    PRECISION_PARTS,
-    Plan,
-    data_parallel,
-    recipe,
-    validate,
-)
+from ._checks import float_field
+from .hardware import System
+from .plan import Plan, Precision, data_parallel, recipe, validate
 from .reliability import Reliability
 from .units import parse_quantity
 from .workload import Transformer
 
-_MODEL_FLOATS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
-                 "moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden",
-                 "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")
-_PLAN_FLOATS_KEYS = ("tp", "pp", "dp", "cp", "ep", "interleave", "moe_node_limit",
-                     "dp_bucket_bytes", "comm_sm_fraction", "zero_shard_size",
-                     "fsdp_prefetch_layers", "tp_overlap")
-_TIER_FIELDS = ("bandwidth_Bps", "latency_s", "efficiency", "reduction_Bps")
-_CHIP_FLOATS = ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
-                "kernel_overhead_s", "hbm_reserve_bytes")
-_RELIABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(Reliability))
-
-SCHEMA: dict[str, dict[str, type | tuple]] = {
-    "model": {"preset": str, **dict.fromkeys(_MODEL_FLOATS, float), "gated": bool,
-              "tied_embeddings": bool, "attention": str, "attention_kernel": str,
-              "dropout": bool},
-    "training": {"global_batch": float, "micro_batch": float, "moe_imbalance": float,
-                 "recompute": str, "dtype": str,
-                 "tokens": float, **{f"{part}_dtype": str for part in PRECISION_PARTS}},
-    "parallel": {**dict.fromkeys(_PLAN_FLOATS_KEYS, float),
-                 "schedule": str, "zero": int, "sequence_parallel": bool,
-                 "reshard_after_forward": bool},
-    "system": {"preset": str, **dict.fromkeys(
-        ("gpus", "scale_up_domain", "gpus_per_node", "pod_size", "oversubscription",
-         *_CHIP_FLOATS), float),
-        **{f"{tier}_{f}": float for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
-        "topology": str, "placement": str, "routing": str},
-    "reliability": dict.fromkeys(_RELIABILITY_FIELDS, float),
-}
-
 BUILTIN = ("default", "megatron-8.3b", "megatron-1t", "llama3-405b", "deepseek-v3")
+DEFAULT_SYSTEM = "dgx-a100"  # the system preset of a scenario that names none
 
 
 class Scenario(eqx.Module):
+    """A model, a plan, a system and its reliability, and the tokens to train
+    on: the pytree every cost model takes. What names it in output lives
+    outside it (`labels`), so renaming a scenario recompiles nothing."""
+
     model: Transformer
     plan: Plan
     system: System
     reliability: Reliability
-    tokens: jax.Array  # tokens to train on (0 = not set)
-    name: str = eqx.field(static=True, default="scenario")
+    # tokens to train on (0 = not set)
+    tokens: jax.Array = float_field("training.tokens", _domains.interval(0.0, 1e18),
+                                    unit="tokens", default=0.0)
 
     def checked(self) -> Scenario:
         """This scenario, its leaves guarded by `equinox.branched_error_if`: under
-        jit/vmap/grad a knob outside its domain (`_domains.DOMAINS`, integrality
-        aside) raises an error naming the key instead of flowing on as NaN."""
-        invalid, index, messages = _domains.traced_error(
-            {k: g(self) for k, g in _GETTERS.items()}, _relations(self.model))
-        return eqx.branched_error_if(self, invalid, index, messages)
+        jit/vmap/grad a knob outside its domain (`DOMAINS`, relaxed as
+        `_domains.Domain.traced` says) or a broken rule between model keys
+        raises an error naming the key instead of flowing on as NaN. One
+        comparison of the stacked knobs against arrays of bounds; the first
+        offending key (in `KNOBS` order), then rule, names the error."""
+        values = [get_knob(self, k) for k in _TRACED]
+        if all(jnp.ndim(v) == 0 for v in values):
+            flat, owner = jnp.stack(values), _TRACED_OWNER
+        else:  # array leaves (a stacked batch of scenarios): every element is checked
+            flat = jnp.concatenate([jnp.ravel(v) for v in values])
+            owner = np.repeat(np.arange(len(values)), [np.size(v) for v in values])
+        lo, hi, lo_open = (x[owner] for x in _TRACED_BOUNDS)
+        outside = ~(jnp.where(lo_open, flat > lo, flat >= lo) & (flat <= hi))
+        bad = jnp.concatenate([outside, _relations(self.model)])
+        which = np.concatenate([owner, len(_TRACED) + np.arange(len(_RELATION_MESSAGES))])
+        return eqx.branched_error_if(self, jnp.any(bad), jnp.asarray(which)[jnp.argmax(bad)],
+                                     _TRACED_MESSAGES + _RELATION_MESSAGES)
 
 
-def _relations(m: Transformer) -> list:
-    """The model's rules between keys that keep the step model meaningful, as
-    (violated, message) pairs for the traced check (load checks them concretely)."""
+_RELATION_MESSAGES = ("model.moe_layers must not exceed model.layers",
+                      "model.kv_heads must not exceed model.heads",
+                      "model.experts must be at least 1 in an MoE model",
+                      "model.top_k must be at least 1 in an MoE model",
+                      "model.top_k must not exceed model.experts",
+                      "model.expert_ffn_hidden must be at least 1 in an MoE model")
+
+
+def _relations(m: Transformer) -> jax.Array:
+    """Which of the model's rules between keys (`_RELATION_MESSAGES`) are broken,
+    as one comparison lhs > rhs (the last four only in an MoE model): the
+    traced check of what `Transformer.__check_init__` checks concretely."""
+    one = jnp.ones_like(m.layers)
+    lhs = jnp.stack(jnp.broadcast_arrays(m.moe_layers, m.kv_heads, one, one, m.top_k, one))
+    rhs = jnp.stack(jnp.broadcast_arrays(m.layers, m.heads, m.experts, m.top_k, m.experts,
+                                         m.expert_ffn_hidden))
     moe = m.moe_layers > 0
-    return [(m.moe_layers > m.layers, "model.moe_layers must not exceed model.layers"),
-            (m.kv_heads > m.heads, "model.kv_heads must not exceed model.heads"),
-            (moe & (m.experts < 1), "model.experts must be at least 1 in an MoE model"),
-            (moe & (m.top_k < 1), "model.top_k must be at least 1 in an MoE model"),
-            (moe & (m.top_k > m.experts), "model.top_k must not exceed model.experts"),
-            (moe & (m.expert_ffn_hidden < 1),
-             "model.expert_ffn_hidden must be at least 1 in an MoE model")]
+    gate = jnp.stack(jnp.broadcast_arrays(True, True, moe, moe, moe, moe))
+    return jnp.any((gate & (lhs > rhs)).reshape(len(_RELATION_MESSAGES), -1), axis=1)
+
+
+# ------------------------------------------------------- the declared keys
+SECTIONS = ("model", "training", "parallel", "system", "reliability")
+# keys the loader reads that are no field: the presets the other keys override
+_LOADER_KEYS = {"model.preset": str, "system.preset": str}
+
+
+class Key(NamedTuple):
+    """A scenario key: where its field is (attributes from a Scenario) and its
+    declaration (`_checks.Declaration`)."""
+
+    path: tuple[str, ...]
+    declaration: _checks.Declaration
+
+
+def declarations(cls: type, path: tuple = (), prefix: str = ""):
+    """(scenario key, Key) of every declared scenario field of `cls` and of the
+    Modules it holds (a sub-Module field's metadata `prefix` prefixes its keys:
+    the tiers' system.scale_up_* and system.scale_out_*), in field order."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        decl = _checks.declaration(f)
+        if decl is not None:
+            if decl.scenario:
+                yield prefix + decl.key, Key((*path, f.name), decl)
+        elif isinstance(hints.get(f.name), type) and issubclass(hints[f.name], eqx.Module):
+            yield from declarations(hints[f.name], (*path, f.name),
+                                    prefix + f.metadata.get("prefix", ""))
+
+
+def declared_keys(cls: type) -> dict[str, Key]:
+    """{scenario key: Key} of `declarations(cls)`; a key declared twice is an error."""
+    out: dict[str, Key] = {}
+    for key, where in declarations(cls):
+        if key in out:
+            raise TypeError(f"scenario key {key} is declared twice: at "
+                            f"{'.'.join(out[key].path)} and {'.'.join(where.path)}")
+        out[key] = where
+    return out
+
+
+KEYS = declared_keys(Scenario)
+_BY_SECTION = sorted(KEYS, key=lambda k: SECTIONS.index(k.split(".", 1)[0]))  # stable
+SCHEMA: dict[str, dict[str, type]] = {s: {} for s in SECTIONS}
+for _key, _kind in (*_LOADER_KEYS.items(), *((k, KEYS[k].declaration.kind) for k in _BY_SECTION)):
+    _section, _name = _key.split(".", 1)
+    SCHEMA[_section][_name] = _kind
+KNOBS = tuple(k for k in _BY_SECTION if KEYS[k].declaration.kind is float)  # every float knob
+DOMAINS: dict[str, _domains.Domain] = {k: KEYS[k].declaration.domain for k in KNOBS}
+# constrained by other keys, not by a fixed domain, when traced: dp follows
+# gpus / (tp pp cp) in `set_knobs` and the optimiser keeps dp >= 1 as a
+# constraint it may cross while it searches
+RELATIONAL = ("parallel.dp",)
+_TRACED = tuple(k for k in KNOBS if k not in RELATIONAL)
+_TRACED_OWNER = np.arange(len(_TRACED))
+_TRACED_BOUNDS = _domains.traced_bounds([DOMAINS[k] for k in _TRACED])
+_TRACED_MESSAGES = tuple(f"{k} must be {DOMAINS[k].describe()} (a traced value is outside)"
+                         for k in _TRACED)
+
+
+def check(key: str, value) -> None:
+    """Raise `ValueError("{key}={value} must be {domain}")` when the value of the
+    float key `key` is outside its domain."""
+    if key in DOMAINS:
+        _domains.check_in(key, value, DOMAINS[key])
+
+
+def domains_markdown() -> str:
+    """docs/inputs.md's table of the domains of every float key."""
+    return _domains.table_markdown(DOMAINS, {k: KEYS[k].declaration.unit for k in DOMAINS})
 
 
 # ----------------------------------------------------------------- knobs
-def _path(*names):
-    """A getter of the leaf at `scn.<names[0]>.<names[1]>...`."""
-    return lambda scn: functools.reduce(getattr, names, scn)
-
-
-_SYSTEM_FLOATS = ("gpus", "scale_up_domain", "gpus_per_node", "pod_size", "oversubscription")
-_GETTERS = {
-    **{f"model.{k}": _path("model", k) for k in _MODEL_FLOATS},
-    "training.global_batch": _path("plan", "global_batch"),
-    "training.micro_batch": _path("plan", "micro_batch"),
-    "training.moe_imbalance": _path("plan", "moe_imbalance"),
-    "training.tokens": _path("tokens"),
-    **{f"parallel.{k}": _path("plan", k) for k in _PLAN_FLOATS_KEYS},
-    **{f"system.{k}": _path("system", k) for k in _SYSTEM_FLOATS},
-    **{f"system.{k}": _path("system", "chip", k) for k in _CHIP_FLOATS},
-    **{f"system.{tier}_{f}": _path("system", tier, f)
-       for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
-    **{f"reliability.{k}": _path("reliability", k) for k in _RELIABILITY_FIELDS},
-}
-KNOBS = tuple(_GETTERS)  # every float knob, by its scenario key
+def _getter(key: str):
+    """A getter of the leaf of `key` in a Scenario."""
+    return lambda scn: functools.reduce(getattr, KEYS[key].path, scn)
 
 
 def get_knob(scn: Scenario, name: str) -> jax.Array:
     """The value of the float knob `name` (a scenario key, `KNOBS`) in `scn`."""
-    if name not in _GETTERS:
+    if name not in DOMAINS:
         raise ValueError(f"knob {name!r} is unknown; knobs are scenario keys such as "
                          "system.scale_out_bandwidth_Bps, parallel.tp, training.micro_batch")
-    return _GETTERS[name](scn)
+    return _getter(name)(scn)
 
 
 def set_knobs(scn: Scenario, values: dict) -> Scenario:
@@ -163,7 +198,7 @@ def set_knobs(scn: Scenario, values: dict) -> Scenario:
     """
     for name, value in values.items():
         get_knob(scn, name)
-        scn = eqx.tree_at(_GETTERS[name], scn, jnp.asarray(value, dtype=float))
+        scn = eqx.tree_at(_getter(name), scn, jnp.asarray(value, dtype=float))
     p = scn.plan
     if "parallel.dp" in values:
         scn = eqx.tree_at(lambda s: s.system.gpus, scn, p.dp * p.tp * p.pp * p.cp)
@@ -247,8 +282,8 @@ def _coerce(section: str, key: str, value):
         if isinstance(value, int) and abs(value) > 1e300:  # beyond float64
             digits = str(abs(value))
             raise ValueError(f"{name}={'-' if value < 0 else ''}{digits[0]}e+{len(digits) - 1}"
-                             f" must be {_domains.DOMAINS[name].describe()}")
-        _domains.check(name, float(value))
+                             f" must be {DOMAINS[name].describe()}")
+        check(name, float(value))
         return float(value)
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -272,102 +307,85 @@ def _merge(tables: dict, overrides) -> dict:
     return out
 
 
-def _tier(name: str, **kw) -> Tier:
-    """A Tier whose errors name the scenario key (system.scale_out_bandwidth_Bps=...)."""
-    try:
-        return Tier(**kw)
-    except ValueError as e:
-        raise ValueError(f"system.{name}_{e}") from None
+def _given(cls: type, t: dict, prefix: str = "") -> dict:
+    """{field: value} of the declared scenario keys of `cls`'s own fields that
+    the merged tables `t` set (a Tier's keys under `prefix`)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        decl = _checks.declaration(f)
+        if decl is not None and decl.scenario:
+            section, name = (prefix + decl.key).split(".", 1)
+            if name in t.get(section, {}):
+                out[f.name] = t[section][name]
+    return out
+
+
+def _updated(module: eqx.Module, t: dict, prefix: str = "") -> eqx.Module:
+    """`module` (a preset) with the keys the tables `t` set, in it and in the
+    Modules it holds; rebuilt, so its checks run on the result."""
+    changes = _given(type(module), t, prefix)
+    for f in dataclasses.fields(module):
+        sub = getattr(module, f.name)
+        if _checks.declaration(f) is None and isinstance(sub, eqx.Module):
+            new = _updated(sub, t, prefix + f.metadata.get("prefix", ""))
+            if new is not sub:
+                changes[f.name] = new
+    return dataclasses.replace(module, **changes) if changes else module
+
+
+def _default(cls: type, name: str):
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def _system(t: dict) -> System:
-    if "preset" in t and Path(str(t["preset"])).suffix == ".toml":
-        raise ValueError(f"system.preset={t['preset']!r}: pass a system file with --system")
-    base = hardware.system(t.get("preset", "dgx-a100"))
-    tiers = {}
-    for tier in ("scale_up", "scale_out"):
-        old: Tier = getattr(base, tier)
-        kw = {f: t.get(f"{tier}_{f}", getattr(old, f)) for f in _TIER_FIELDS}
-        tiers[tier] = _tier(tier, **kw, in_network_efficiency=old.in_network_efficiency)
-    chip = base.chip
-    for k in _CHIP_FLOATS:
-        if k in t:
-            chip = eqx.tree_at(lambda c, k=k: getattr(c, k), chip, _checks.as_float(t[k]))
-    type(chip).__check_init__(chip)
-    return System(chip, t.get("gpus", base.gpus), t.get("scale_up_domain", base.scale_up_domain),
-                  tiers["scale_up"], tiers["scale_out"],
-                  t.get("gpus_per_node", base.gpus_per_node), t.get("pod_size", base.pod_size),
-                  t.get("oversubscription", base.oversubscription),
-                  topology=t.get("topology", base.topology), name=base.name,
-                  routing=t.get("routing", base.routing))
+    preset = t["system"].get("preset", DEFAULT_SYSTEM)
+    if Path(str(preset)).suffix == ".toml":
+        raise ValueError(f"system.preset={preset!r}: pass a system file with --system")
+    return _updated(hardware.system(preset), t)
 
 
 def _model(t: dict) -> Transformer:
-    base = workload.model(t["preset"]) if "preset" in t else None
-    if base is None:
-        missing = [k for k in ("layers", "hidden", "heads", "seq_len", "vocab") if k not in t]
-        if missing:
-            keys = ", ".join("model." + k for k in missing)
-            raise ValueError(f"[model] needs a preset or {keys}")
-    get = lambda k: t.get(k, getattr(base, k) if base is not None else None)  # noqa: E731
-    statics = {"gated": False, "tied_embeddings": True, "attention": "mha",
-               "attention_kernel": "flash", "dropout": False}
-    return Transformer(
-        get("layers"), get("hidden"), get("heads"), get("seq_len"), get("vocab"),
-        kv_heads=get("kv_heads"), ffn_hidden=get("ffn_hidden"),
-        **{k: get(k) or 0 for k in _MODEL_FLOATS[7:]},
-        **{k: t.get(k, getattr(base, k) if base is not None else v)
-           for k, v in statics.items()},
-        name=base.name if base is not None else "custom")
+    if "preset" in t["model"]:
+        return _updated(workload.model(t["model"]["preset"]), t)
+    given = _given(Transformer, t)
+    required = [f.name for f in dataclasses.fields(Transformer)
+                if f.default is dataclasses.MISSING]
+    missing = [k for k in required if k not in given]
+    if missing:
+        raise ValueError(f"[model] needs a preset or {', '.join('model.' + k for k in missing)}")
+    return Transformer(**given)
 
 
-def _plan(tr: dict, pa: dict, system: System, placement: str | None) -> Plan:
-    tp, pp, cp = pa.get("tp", 1.0), pa.get("pp", 1.0), pa.get("cp", 1.0)
-    if "dp" in pa:
-        dp = pa["dp"]
-    else:
-        dp = data_parallel(float(system.gpus), tp, pp, cp)
+def _plan(t: dict, gpus: float) -> Plan:
+    given = _given(Plan, t)
+    get = lambda k: given.get(k, _default(Plan, k))  # noqa: E731
+    if "dp" not in given:
+        dp = data_parallel(gpus, get("tp"), get("pp"), get("cp"))
         if dp != int(dp) or dp < 1:
-            raise ValueError(f"system.gpus={float(system.gpus):g} is not a multiple of "
-                             f"tp*pp*cp={tp * pp * cp:g}; set parallel.dp or system.gpus")
-    micro = tr.get("micro_batch", 1.0)
-    order = tuple(s.strip() for s in placement.split(",")) if placement else DEFAULT_PLACEMENT
-    return Plan(dp, tp, pp, cp, pa.get("ep", 1.0), micro, tr.get("global_batch", dp * micro),
-                pa.get("interleave", 1.0), pa.get("moe_node_limit", 0.0),
-                pa.get("dp_bucket_bytes", 25 * 2.0**20),
-                tr.get("moe_imbalance", MOE_IMBALANCE),
-                pa.get("comm_sm_fraction", COMM_SM_FRACTION), pa.get("zero_shard_size", 0.0),
-                pa.get("fsdp_prefetch_layers", FSDP_PREFETCH_LAYERS), pa.get("tp_overlap", 0.0),
-                schedule=pa.get("schedule", "interleaved" if pa.get("interleave", 1) > 1
-                                else "1f1b"),
-                zero=pa.get("zero", 0), sequence_parallel=pa.get("sequence_parallel", False),
-                recompute=tr.get("recompute", "none"),
-                reshard_after_forward=pa.get("reshard_after_forward", True),
-                dtype=tr.get("dtype", "bf16"), placement=order,
-                precision=recipe(tr.get("dtype", "bf16"), **{
-                    part: tr[f"{part}_dtype"] for part in PRECISION_PARTS
-                    if f"{part}_dtype" in tr}))
+            raise ValueError(f"system.gpus={gpus:g} is not a multiple of "
+                             f"tp*pp*cp={get('tp') * get('pp') * get('cp'):g}; set "
+                             "parallel.dp or system.gpus")
+        given["dp"] = dp
+    given.setdefault("schedule", "interleaved" if get("interleave") > 1 else "1f1b")
+    return Plan(**given, precision=recipe(get("dtype"), **_given(Precision, t)))
 
 
-def from_tables(tables: dict, overrides=(), name: str = "scenario") -> Scenario:
+def from_tables(tables: dict, overrides=()) -> Scenario:
     """Build and validate a Scenario from raw TOML tables plus `section.key=value` overrides."""
     t = _merge(tables, overrides)
-    system = _system(t["system"])
-    if "dp" in t["parallel"] and "gpus" not in t["system"]:
-        pa = t["parallel"]
+    pa = t["parallel"]
+    if "dp" in pa and "gpus" not in t["system"]:  # gpus follows dp
         gpus = pa["dp"] * pa.get("tp", 1.0) * pa.get("pp", 1.0) * pa.get("cp", 1.0)
-        if not _domains.DOMAINS["system.gpus"].ok(gpus):
+        if not DOMAINS["system.gpus"].ok(gpus):
             raise ValueError(f"system.gpus=dp*tp*pp*cp={gpus:g} must be "
-                             f"{_domains.DOMAINS['system.gpus'].describe()}")
-        system = eqx.tree_at(lambda s: s.gpus, system, _checks.as_float(gpus))
-        System.__check_init__(system)
-    model = _model(t["model"])
-    plan = _plan(t["training"], t["parallel"], system, t["system"].get("placement"))
+                             f"{DOMAINS['system.gpus'].describe()}")
+        t["system"]["gpus"] = gpus
+    system = _system(t)
+    model = _model(t)
+    plan = _plan(t, float(system.gpus))
     validate(plan, model, system.gpus)
-    reliability = Reliability(**t["reliability"])
-    tokens = t["training"].get("tokens", 0.0)
-    _checks.non_negative("training.tokens", tokens)
-    return Scenario(model, plan, system, reliability, _checks.as_float(tokens), name)
+    return Scenario(model=model, plan=plan, system=system,
+                    reliability=Reliability(**_given(Reliability, t)), **_given(Scenario, t))
 
 
 def system_table(system: str) -> dict:
@@ -389,26 +407,68 @@ def system_table(system: str) -> dict:
     return extra
 
 
-def system(spec: str, default_preset: str = "dgx-a100") -> System:
+def system(spec: str, default_preset: str = DEFAULT_SYSTEM) -> System:
     """A System from a preset name or a system TOML file alone (no scenario):
     what `codesign collective --system` takes. A file without `preset` builds
     on `default_preset`."""
-    table = {"preset": default_preset, **system_table(spec)}
-    return _system(_merge({"system": table}, ())["system"])
+    return _system(_merge({"system": _system_only(spec, default_preset)}, ()))
 
 
-def load(source: str | Path | None = None, overrides=(), system: str | None = None) -> Scenario:
-    """A scenario from a path or built-in name (None: the default), with
-    `section.key=value` overrides and an optional `system` preset name or
-    system TOML file (e.g. written by `codesign calibrate --out`)."""
+def _system_only(spec: str, default_preset: str) -> dict:
+    return {"preset": default_preset, **system_table(spec)}
+
+
+def _tables(source: str | Path | None, system: str | None) -> dict:
+    """The raw tables of a scenario (`read`) with `system`'s [system] keys over its own."""
     tables = read(source)
     if not isinstance(tables.get("system", {}), dict):
         raise ValueError(f"system={tables['system']!r} must be a table ([system])")
     if system is not None:
         tables = {**tables, "system": {**tables.get("system", {}), **system_table(system)}}
+    return tables
+
+
+def load(source: str | Path | None = None, overrides=(), system: str | None = None) -> Scenario:
+    """A scenario from a path or built-in name (None: the default), with
+    `section.key=value` overrides and an optional `system` preset name or
+    system TOML file (e.g. written by `codesign calibrate --out`). What names
+    it in output is `labels` (same arguments)."""
+    return from_tables(_tables(source, system), overrides)
+
+
+# ----------------------------------------------------------------- labels
+class SystemLabels(NamedTuple):
+    """What names a system in output: its preset and that preset's chip."""
+
+    preset: str
+    chip: str
+
+
+class Labels(NamedTuple):
+    """What names a scenario in output, derived from its tables and preset
+    names and kept out of the pytree (renaming a scenario recompiles nothing)."""
+
+    scenario: str  # the built-in name, or the file's stem
+    model: str  # the model preset, or "custom"
+    system: SystemLabels
+
+
+def _system_labels(table: dict) -> SystemLabels:
+    preset = table.get("preset", DEFAULT_SYSTEM)
+    return SystemLabels(preset, hardware.preset(preset).chip)
+
+
+def labels(source: str | Path | None = None, overrides=(), system: str | None = None) -> Labels:
+    """The labels of the scenario `load(source, overrides, system)` returns."""
+    t = _merge(_tables(source, system), overrides)
     name = "default" if source is None else str(source)
-    name = name if name in BUILTIN else Path(name).stem
-    return from_tables(tables, overrides, name)
+    return Labels(name if name in BUILTIN else Path(name).stem,
+                  t["model"].get("preset", "custom"), _system_labels(t["system"]))
+
+
+def system_labels(spec: str, default_preset: str = DEFAULT_SYSTEM) -> SystemLabels:
+    """The labels of the System `system(spec, default_preset)` returns."""
+    return _system_labels(_merge({"system": _system_only(spec, default_preset)}, ())["system"])
 
 
 # ----------------------------------------------------------------- outputs

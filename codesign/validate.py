@@ -159,7 +159,7 @@ def predict(check: Check) -> tuple[float, bool]:
     """(the model's value of `check.measure`, whether the plan fits in memory)."""
     if check.collective is not None:
         return _collective(check.collective), True
-    scn = scenario_lib.from_tables(check.tables, name=check.name)
+    scn = scenario_lib.from_tables(check.tables)
     out = step_lib.outputs(step_lib.estimate(scn))
     fits = bool(out["fits_memory"])
     if check.measure == "aggregate_hardware_pflops":

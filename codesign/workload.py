@@ -43,7 +43,8 @@ import jax
 import jax.numpy as jnp
 
 from . import _checks
-from ._checks import float_field
+from ._checks import float_field, static_field
+from ._domains import MAX_WIDTH, count
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTIONS = ("mha", "mla")  # multi-head (incl. GQA/MQA via kv_heads), multi-head latent
@@ -59,32 +60,49 @@ class Transformer(eqx.Module):
     of width `expert_ffn_hidden`. `gated` FFNs (SwiGLU) have three matrices.
     """
 
-    layers: jax.Array = float_field()
-    hidden: jax.Array = float_field()
-    heads: jax.Array = float_field()
-    kv_heads: jax.Array = float_field(default=None, kw_only=True)  # default: heads (MHA)
-    ffn_hidden: jax.Array = float_field(default=None, kw_only=True)  # default: 4 hidden
-    seq_len: jax.Array = float_field()
-    vocab: jax.Array = float_field()
-    moe_layers: jax.Array = float_field(default=0.0, kw_only=True)
-    experts: jax.Array = float_field(default=0.0, kw_only=True)
-    shared_experts: jax.Array = float_field(default=0.0, kw_only=True)
-    top_k: jax.Array = float_field(default=0.0, kw_only=True)
-    expert_ffn_hidden: jax.Array = float_field(default=0.0, kw_only=True)
+    layers: jax.Array = float_field("model.layers", count(1e4))
+    hidden: jax.Array = float_field("model.hidden", count(MAX_WIDTH))
+    heads: jax.Array = float_field("model.heads", count(1e5))
+    # default: heads (MHA)
+    kv_heads: jax.Array = float_field("model.kv_heads", count(1e5), default=None, kw_only=True)
+    # default: 4 hidden
+    ffn_hidden: jax.Array = float_field("model.ffn_hidden", count(MAX_WIDTH), default=None,
+                                        kw_only=True)
+    seq_len: jax.Array = float_field("model.seq_len", count(MAX_WIDTH), unit="tokens")
+    vocab: jax.Array = float_field("model.vocab", count(MAX_WIDTH))
+    moe_layers: jax.Array = float_field("model.moe_layers", count(1e4, lo=0.0), default=0.0,
+                                        kw_only=True)
+    experts: jax.Array = float_field("model.experts", count(1e5, lo=0.0), default=0.0,
+                                     kw_only=True)
+    shared_experts: jax.Array = float_field("model.shared_experts", count(1e4, lo=0.0),
+                                            default=0.0, kw_only=True)
+    top_k: jax.Array = float_field("model.top_k", count(1e5, lo=0.0), default=0.0, kw_only=True)
+    expert_ffn_hidden: jax.Array = float_field("model.expert_ffn_hidden", count(MAX_WIDTH, lo=0.0),
+                                               default=0.0, kw_only=True)
     # MLA only (0 = full-rank queries)
-    q_lora_rank: jax.Array = float_field(default=0.0, kw_only=True)
-    kv_lora_rank: jax.Array = float_field(default=0.0, kw_only=True)  # MLA only
+    q_lora_rank: jax.Array = float_field("model.q_lora_rank", count(MAX_WIDTH, lo=0.0),
+                                         default=0.0, kw_only=True)
+    # MLA only
+    kv_lora_rank: jax.Array = float_field("model.kv_lora_rank", count(MAX_WIDTH, lo=0.0),
+                                          default=0.0, kw_only=True)
     # MLA only: per-head query/key width without RoPE
-    qk_head_dim: jax.Array = float_field(default=0.0, kw_only=True)
+    qk_head_dim: jax.Array = float_field("model.qk_head_dim", count(MAX_WIDTH, lo=0.0),
+                                         default=0.0, kw_only=True)
     # MLA only: decoupled RoPE width
-    qk_rope_head_dim: jax.Array = float_field(default=0.0, kw_only=True)
-    v_head_dim: jax.Array = float_field(default=0.0, kw_only=True)  # MLA only
-    gated: bool = eqx.field(static=True, default=False, kw_only=True)
-    tied_embeddings: bool = eqx.field(static=True, default=True, kw_only=True)
-    attention: str = eqx.field(static=True, default="mha", kw_only=True)
-    attention_kernel: str = eqx.field(static=True, default="flash", kw_only=True)
-    dropout: bool = eqx.field(static=True, default=False, kw_only=True)
-    name: str = eqx.field(static=True, default="custom", kw_only=True)
+    qk_rope_head_dim: jax.Array = float_field("model.qk_rope_head_dim", count(MAX_WIDTH, lo=0.0),
+                                              default=0.0, kw_only=True)
+    # MLA only
+    v_head_dim: jax.Array = float_field("model.v_head_dim", count(MAX_WIDTH, lo=0.0),
+                                        default=0.0, kw_only=True)
+    gated: bool = static_field("model.gated", bool, default=False, kw_only=True)
+    tied_embeddings: bool = static_field("model.tied_embeddings", bool, default=True,
+                                         kw_only=True)
+    attention: str = static_field("model.attention", str, choices=ATTENTIONS, default="mha",
+                                  kw_only=True)
+    attention_kernel: str = static_field("model.attention_kernel", str,
+                                         choices=ATTENTION_KERNELS, default="flash",
+                                         kw_only=True)
+    dropout: bool = static_field("model.dropout", bool, default=False, kw_only=True)
 
     def __post_init__(self):
         if self.kv_heads is None:
@@ -93,23 +111,17 @@ class Transformer(eqx.Module):
             self.ffn_hidden = 4 * self.hidden
 
     def __check_init__(self):
-        for k in ("layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden"):
-            _checks.at_least_one(f"model.{k}", getattr(self, k))
-        for k in ("moe_layers", "experts", "shared_experts", "top_k", "expert_ffn_hidden"):
-            _checks.non_negative(f"model.{k}", getattr(self, k))
-        _checks.check("model.moe_layers", self.moe_layers,
-                      lambda v: v <= _checks.concrete(self.layers),
-                      f"must not exceed model.layers={_checks.concrete(self.layers).item():g}")
-        kv_heads = _checks.concrete(self.kv_heads)
-        _checks.check("model.heads", self.heads, lambda v: v % kv_heads == 0,
-                      f"must be a multiple of model.kv_heads={kv_heads.item():g}")
-        for k, options in (("attention", ATTENTIONS), ("attention_kernel", ATTENTION_KERNELS)):
-            if getattr(self, k) not in options:
-                raise ValueError(f"model.{k}={getattr(self, k)!r} is not one of "
-                                 f"{', '.join(options)}")
-        for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim",
-                  "v_head_dim"):
-            _checks.non_negative(f"model.{k}", getattr(self, k))
+        """The rules between keys (each field's domain is checked by its
+        declaration); a rule with a traced operand is skipped here, and
+        `scenario.Scenario.checked` covers it."""
+        g = lambda x: f"{x.item():g}"  # noqa: E731
+        layers, kv_heads = _checks.concrete(self.layers), _checks.concrete(self.kv_heads)
+        if layers is not None:
+            _checks.check("model.moe_layers", self.moe_layers, lambda v: v <= layers,
+                          f"must not exceed model.layers={g(layers)}")
+        if kv_heads is not None:
+            _checks.check("model.heads", self.heads, lambda v: v % kv_heads == 0,
+                          f"must be a multiple of model.kv_heads={g(kv_heads)}")
         if self.attention == "mla":
             for k in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
                 _checks.at_least_one(f"model.{k}", getattr(self, k))
@@ -119,8 +131,9 @@ class Transformer(eqx.Module):
             _checks.at_least_one("model.top_k", self.top_k)
             _checks.at_least_one("model.expert_ffn_hidden", self.expert_ffn_hidden)
             experts = _checks.concrete(self.experts)
-            _checks.check("model.top_k", self.top_k, lambda v: v <= experts,
-                          f"must not exceed model.experts={experts.item():g}")
+            if experts is not None:
+                _checks.check("model.top_k", self.top_k, lambda v: v <= experts,
+                              f"must not exceed model.experts={g(experts)}")
 
     # ---------------------------------------------------------------- shapes
     @property
@@ -318,44 +331,44 @@ _PRESETS = {
     # Shoeybi et al. 2019: the 1.2B single-GPU baseline (40 layers, h 1536,
     # 16 heads), 39 TFLOP/s on one V100: calibrates the V100 matmul efficiency.
     "megatron-1.2b": lambda: Preset(
-        Transformer(40, 1536, 16, 1024, 51200, name="megatron-1.2b", **_MEGATRON_2019_2021),
+        Transformer(40, 1536, 16, 1024, 51200, **_MEGATRON_2019_2021),
         "Megatron-LM 2019 1.2B single-GPU baseline", {"shape": "Shoeybi et al. 2019"}),
     "megatron-8.3b": lambda: Preset(
-        Transformer(72, 3072, 32, 1024, 51200, name="megatron-8.3b", **_MEGATRON_2019_2021),
+        Transformer(72, 3072, 32, 1024, 51200, **_MEGATRON_2019_2021),
         "Megatron-LM 2019 GPT-2 8.3B", {"shape": "Shoeybi et al. 2019, Table 1"}),
     # Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, n_ctx 2048;
     # vocab 51,200 as in Megatron's GPT runs (Narayanan et al. 2021).
     "gpt3-175b": lambda: Preset(
-        Transformer(96, 12288, 96, 2048, 51200, name="gpt3-175b", **_MEGATRON_2019_2021),
+        Transformer(96, 12288, 96, 2048, 51200, **_MEGATRON_2019_2021),
         "GPT-3 175B", {"shape": "Brown et al. 2020, Table 2.1"}),
     # Smith et al. 2022 (MT-NLG): 105 layers, h 20480, 128 heads, seq 2048.
     "megatron-530b": lambda: Preset(
-        Transformer(105, 20480, 128, 2048, 51200, name="megatron-530b",
+        Transformer(105, 20480, 128, 2048, 51200,
                     **_MEGATRON_2019_2021),
         "Megatron-Turing NLG 530B", {"shape": "Smith et al. 2022"}),
     # Narayanan et al. 2021, Table 1: 1T: 128 layers, h 25600, 160 heads, seq 2048.
     "megatron-1t": lambda: Preset(
-        Transformer(128, 25600, 160, 2048, 51200, name="megatron-1t", **_MEGATRON_2019_2021),
+        Transformer(128, 25600, 160, 2048, 51200, **_MEGATRON_2019_2021),
         "Megatron 1T (Narayanan et al. 2021)", {"shape": "Narayanan et al. 2021, Table 1"}),
     # Llama 3 herd paper (Dubey et al. 2024), Table 3; seq 8192, vocab 128,256, untied.
     "llama3-8b": lambda: Preset(
         Transformer(32, 4096, 32, 8192, 128256, kv_heads=8, ffn_hidden=14336, gated=True,
-                    tied_embeddings=False, name="llama3-8b"),
+                    tied_embeddings=False),
         "Llama 3 8B", {"shape": "Dubey et al. 2024, Table 3"}),
     "llama3-70b": lambda: Preset(
         Transformer(80, 8192, 64, 8192, 128256, kv_heads=8, ffn_hidden=28672, gated=True,
-                    tied_embeddings=False, name="llama3-70b"),
+                    tied_embeddings=False),
         "Llama 3 70B", {"shape": "Dubey et al. 2024, Table 3"}),
     "llama3-405b": lambda: Preset(
         Transformer(126, 16384, 128, 8192, 128256, kv_heads=8, ffn_hidden=53248, gated=True,
-                    tied_embeddings=False, name="llama3-405b"),
+                    tied_embeddings=False),
         "Llama 3 405B", {"shape": "Dubey et al. 2024, Table 3"}),
     # Jiang et al. 2024 (Mixtral): 32 layers, h 4096, 32 heads, 8 kv heads, 8 experts
     # of width 14336, top-2, vocab 32,000; seq 4096 (training context assumed).
     "mixtral-8x7b": lambda: Preset(
         Transformer(32, 4096, 32, 4096, 32000, kv_heads=8, ffn_hidden=14336, moe_layers=32,
                     experts=8, top_k=2, expert_ffn_hidden=14336, gated=True,
-                    tied_embeddings=False, name="mixtral-8x7b"),
+                    tied_embeddings=False),
         "Mixtral 8x7B", {"shape": "Jiang et al. 2024", "seq_len": "assumption"}),
     # DeepSeek-V3 report: 61 layers, h 7168, 128 heads, first 3 layers dense
     # (ffn 18432), 256 routed + 1 shared expert of width 2048, top-8, vocab
@@ -365,8 +378,7 @@ _PRESETS = {
         Transformer(61, 7168, 128, 4096, 129280, ffn_hidden=18432, moe_layers=58,
                     experts=256, shared_experts=1, top_k=8, expert_ffn_hidden=2048,
                     gated=True, tied_embeddings=False, attention="mla", q_lora_rank=1536,
-                    kv_lora_rank=512, qk_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-                    name="deepseek-v3"),
+                    kv_lora_rank=512, qk_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
         "DeepSeek-V3 671B (MoE, 37B active, MLA)",
         {"shape": "DeepSeek-V3 technical report, sections 2.1 and 4.2"}),
 }

@@ -110,7 +110,9 @@ def test_calibrate_records_its_system_preset_in_the_file(capsys, tmp_path):
     table = tomllib.loads(toml_path.read_text())["system"]
     assert table["preset"] == "dgx-h100"
     scn = scenario.load(None, system=str(toml_path))
-    assert scn.system.name == system("dgx-h100").name
+    assert scenario.labels(None, system=str(toml_path)).system.preset == "dgx-h100"
+    assert float(scn.system.chip.peak_flops_per_s) == float(
+        system("dgx-h100").chip.peak_flops_per_s)
     assert float(scn.system.scale_up.bandwidth_Bps) == pytest.approx(
         fits["scale_up"]["bandwidth_Bps"], rel=1e-6)
 

@@ -23,7 +23,7 @@ def test_dp_determines_gpus_when_given(tmp_path):
     f.write_text('[model]\npreset = "llama3-8b"\n[parallel]\ndp = 4\ntp = 2\n'
                  '[training]\nglobal_batch = 16\n[system]\npreset = "dgx-h100"\n')
     s = sc.load(str(f))
-    assert float(s.system.gpus) == 8 and s.model.name == "llama3-8b"
+    assert float(s.system.gpus) == 8 and sc.labels(str(f)).model == "llama3-8b"
 
 
 @pytest.mark.parametrize("override,message", [

@@ -25,35 +25,35 @@ FLOAT_KEYS = tuple(f"{s}.{k}" for s, keys in sc.SCHEMA.items()
                    for k, kind in keys.items() if kind is float)
 ALL_KEYS = tuple(f"{s}.{k}" for s, keys in sc.SCHEMA.items() for k in keys)
 BASE = sc.load(None)
-TRACED_KNOBS = tuple(k for k in sc.KNOBS if k not in _domains.RELATIONAL)
+TRACED_KNOBS = tuple(k for k in sc.KNOBS if k not in sc.RELATIONAL)
 PROPERTY = settings(max_examples=2000, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
 # ------------------------------------------------------------------ the table
 def test_every_float_key_and_knob_has_a_domain():
-    assert set(FLOAT_KEYS) <= set(_domains.DOMAINS), set(FLOAT_KEYS) - set(_domains.DOMAINS)
-    assert set(sc.KNOBS) <= set(_domains.DOMAINS)
-    assert set(_domains.DOMAINS) <= set(FLOAT_KEYS), "a domain for a key the schema lacks"
+    assert set(FLOAT_KEYS) <= set(sc.DOMAINS), set(FLOAT_KEYS) - set(sc.DOMAINS)
+    assert set(sc.KNOBS) <= set(sc.DOMAINS)
+    assert set(sc.DOMAINS) <= set(FLOAT_KEYS), "a domain for a key the schema lacks"
 
 
 def test_every_builtin_scenario_lies_inside_the_domains():
     for name in sc.BUILTIN:
         scn = sc.load(name)
         for key in sc.KNOBS:
-            _domains.check(key, sc.get_knob(scn, key))
+            sc.check(key, sc.get_knob(scn, key))
 
 
 def test_domain_membership_and_description():
-    d = _domains.DOMAINS["parallel.tp"]
+    d = sc.DOMAINS["parallel.tp"]
     assert d.describe() == "an integer in [1, 1e7]"
     assert list(d.ok([0, 1, 2.5, 8, 1e7, 2e7, np.nan, np.inf])) == \
         [False, True, False, True, True, False, False, False]
-    e = _domains.DOMAINS["system.matmul_efficiency"]
+    e = sc.DOMAINS["system.matmul_efficiency"]
     assert e.describe() == "a number in (0, 1]"
     assert list(e.ok([0.0, 1e-9, 1.0, 1.0000001])) == [False, True, True, False]
-    assert _domains.DOMAINS["system.scale_up_bandwidth_Bps"].clip(1e2, 1e16) == (1e3, 1e15)
-    assert "| an integer in [1, 1e7] |" in _domains.table_markdown()
+    assert sc.DOMAINS["system.scale_up_bandwidth_Bps"].clip(1e2, 1e16) == (1e3, 1e15)
+    assert "| an integer in [1, 1e7] |" in sc.domains_markdown()
 
 
 # ------------------------------------------------------------------ the CLI
@@ -236,7 +236,7 @@ def _assert_answer_or_one_line_error(evaluate):
 
 def _numbers(key, big=10**400):
     """Any float, any integer (up to `big`), and values near the key's domain and its edges."""
-    d = _domains.DOMAINS.get(key, _domains.Domain(0.0, 1.0))
+    d = sc.DOMAINS.get(key, _domains.Domain(0.0, 1.0))
     edges = [d.lo, d.hi, d.lo * (1 - 1e-12), d.hi * (1 + 1e-12), -d.hi, 0.0, 1.0]
     inside = (st.integers(int(d.lo), int(min(d.hi, 2**20))) if d.integer
               else st.floats(d.lo, d.hi, exclude_min=d.lo_open))
@@ -311,7 +311,7 @@ def test_property_scenario_tables_load_or_name_the_key(tables, with_preset):
     event("loaded")
     assert isinstance(scn, sc.Scenario)
     for key in sc.KNOBS:
-        _domains.check(key, sc.get_knob(scn, key))  # everything loaded lies in its domain
+        sc.check(key, sc.get_knob(scn, key))  # everything loaded lies in its domain
 
 
 KNOB_VALUES = st.dictionaries(st.sampled_from(TRACED_KNOBS), st.floats(), max_size=4).flatmap(
@@ -327,7 +327,7 @@ def test_property_traced_knobs_answer_or_raise_naming_the_key(values):
     full = {k: np.asarray(sc.get_knob(BASE, k), dtype=np.float64) for k in TRACED_KNOBS}
     full.update({k: np.asarray(v, dtype=np.float64) for k, v in values.items()})
     outside = [k for k, v in values.items()
-               if not _domains.DOMAINS[k].ok_traced(np.asarray(v))]
+               if not sc.DOMAINS[k].ok_traced(np.asarray(v))]
     try:
         out = _outputs_of_knobs()(full)
     except Exception as e:  # noqa: BLE001 - what a traced check raises depends on the transform
@@ -354,4 +354,4 @@ def test_docs_render_the_domain_table_and_the_exit_codes():
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "inputs.md").read_text()
     assert "## Exit codes and input domains" in page
-    assert _domains.table_markdown() in page, "docs/inputs.md's domain table is stale: re-render it"
+    assert sc.domains_markdown() in page, "docs/inputs.md's domain table is stale: re-render it"

@@ -32,10 +32,11 @@ def write_csv(rows: list[dict], stream=None) -> None:
     writer.writerows(rows)
 
 
-def echo(scn, source: str | None) -> dict:
-    """The scenario's name and its resolved plan and system, for every JSON output."""
-    return {"scenario": scn.name, "plan": to_json(scn.plan),
-            "system": _system.info(scn.system, source)}
+def echo(scn, labels, source: str | None) -> dict:
+    """The scenario's name and its resolved plan and system, for every JSON output
+    (`labels`: `scenario.labels` of the scenario)."""
+    return {"scenario": labels.scenario, "plan": to_json(scn.plan),
+            "system": _system.info(scn.system, labels.system, source)}
 
 
 def plots():

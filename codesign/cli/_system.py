@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..hardware import System, Tier
-from ..scenario import BUILTIN
+from ..scenario import BUILTIN, SystemLabels
 from ..units import GB, us
 from .presets import to_json
 
@@ -26,17 +26,17 @@ def _tier(t: Tier) -> dict:
             "in_network_efficiency": float(t.in_network_efficiency)}
 
 
-def info(system: System, source: str | None) -> dict:
+def info(system: System, labels: SystemLabels, source: str | None) -> dict:
     """The preset, chip, tiers and where they came from (`--system` or the
-    scenario), with every number of the chip (`chip_spec`) and the topology."""
-    chip = {k: v for k, v in to_json(system.chip).items() if k != "name"}
-    return {"preset": system.name, "chip": system.chip.name,
+    scenario), with every number of the chip (`chip_spec`) and the topology
+    (`labels`: `scenario.labels(...).system` or `scenario.system_labels`)."""
+    return {"preset": labels.preset, "chip": labels.chip,
             "source": source or "scenario", "gpus": float(system.gpus),
             "scale_up_domain": float(system.scale_up_domain),
             "scale_up": _tier(system.scale_up), "scale_out": _tier(system.scale_out),
             "gpus_per_node": float(system.gpus_per_node), "pod_size": float(system.pod_size),
             "oversubscription": float(system.oversubscription), "topology": system.topology,
-            "routing": system.routing, "chip_spec": chip}
+            "routing": system.routing, "chip_spec": to_json(system.chip)}
 
 
 def line(d: dict) -> str:

@@ -33,9 +33,11 @@ def run(args: argparse.Namespace, name: str) -> int:
 
     mesh = audit.parse_mesh(args.mesh)
     scn = sc.load(args.scenario, args.set, system=args.system)
-    report = audit.run(scn, mesh, name=scn.name)
+    labels = sc.labels(args.scenario, args.set, system=args.system)
+    report = audit.run(scn, mesh, name=labels.scenario)
     if args.json:
-        print(json.dumps({**report.as_json(), **_output.echo(scn, args.system)}, indent=2))
+        print(json.dumps({**report.as_json(), **_output.echo(scn, labels, args.system)},
+                         indent=2))
     else:
         print(audit.format_report(report))
     return 0

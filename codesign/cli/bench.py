@@ -275,6 +275,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
                                        op=args.op, ranks=args.ranks,
                                        local_ranks=args.local_ranks)
     prior = sc.system(args.system) if args.system else None
+    preset = sc.system_labels(args.system).preset if args.system else None
     result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
@@ -286,7 +287,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
             print(calibrate.predictions_table(result))
     if args.out:
         with open(args.out, "w") as f:
-            f.write(calibrate.system_toml(result, preset=prior.name if prior else None))
+            f.write(calibrate.system_toml(result, preset=preset))
         _output.wrote(args.out, args)
     return 0
 
@@ -314,7 +315,7 @@ def _run_calibrate_compute(args: argparse.Namespace) -> int:
         raise ValueError(f"no preset matches device {kind!r} ({platform}): pass --system PRESET "
                          "(its peak FLOP/s and hbm_Bps are what the constants are relative to)")
     chosen = sc.system(spec)  # a preset name or a system TOML (its chip's peaks)
-    preset = chosen.name
+    preset = sc.system_labels(spec).preset
     peaks = compute.Peaks.of(chosen, args.dtype)
     grid = compute.default_grid(platform)
     if args.sizes is not None:

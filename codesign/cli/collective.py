@@ -76,14 +76,15 @@ class Placement:
         return SPANNING if two_tier else self.flat_label
 
 
-def placement(system: hw.System, tier: str | None, ranks: float) -> Placement:
-    """Resolve `--tier` (None = by the ranks) on `system` for `ranks` participants."""
+def placement(system: hw.System, tier: str | None, ranks: float, preset: str) -> Placement:
+    """Resolve `--tier` (None = by the ranks) on `system` (named `preset` in
+    errors) for `ranks` participants."""
     domain = float(system.scale_up_domain)
     tier = tier or ("scale_up" if ranks <= domain else "hierarchical")
     if tier == "scale_up":
         if ranks > domain:
             raise ValueError(f"ranks={ranks:g} exceed the {domain:g}-GPU scale-up domain of "
-                             f"{system.name}; use --tier scale_out or --tier hierarchical")
+                             f"{preset}; use --tier scale_out or --tier hierarchical")
         return Placement(system.scale_up, None, None, "scale_up", system.scale_up)
     if tier == "scale_out":
         return Placement(system.scale_out, None, None, "scale_out", system.scale_out)
@@ -93,7 +94,7 @@ def placement(system: hw.System, tier: str | None, ranks: float) -> Placement:
                      system.scale_out if spans else system.scale_up)
 
 
-def _check_algorithm(algorithm: str, where: Placement, system: hw.System) -> None:
+def _check_algorithm(algorithm: str, where: Placement, preset: str) -> None:
     """What `collectives.cost` cannot know: whether the chosen tier can run `algorithm`."""
     if (algorithm == "hierarchical" or algorithm in co.pipelined_algorithms()) \
             and where.outer is None:
@@ -101,7 +102,7 @@ def _check_algorithm(algorithm: str, where: Placement, system: hw.System) -> Non
                          f"{where.flat_label} or pass --tier hierarchical")
     if algorithm == "in_network" and float(where.flat_tier.in_network_efficiency) == 0:
         raise ValueError(f"algorithm='in_network' needs switches that reduce (NVLS/SHARP); "
-                         f"the {where.flat_label} tier of {system.name} has none")
+                         f"the {where.flat_label} tier of {preset} has none")
 
 
 @functools.partial(jax.jit, static_argnames=("op", "names"))
@@ -214,12 +215,13 @@ def _plot(args, sizes, ranks: float, where: Placement) -> None:
 
 def run(args, name) -> int:
     system = sc.system(args.system, default_preset=DEFAULT_SYSTEM)
+    labels = sc.system_labels(args.system, default_preset=DEFAULT_SYSTEM)
     _domains.check_in("--ranks", args.ranks, _domains.count(_domains.MAX_GPUS))
     ranks = float(args.ranks)
     co.algorithms(args.op)  # names an unknown op
     op = args.op = args.op.replace("-", "_")
-    where = placement(system, args.tier, ranks)
-    _check_algorithm(args.algorithm, where, system)
+    where = placement(system, args.tier, ranks, labels.preset)
+    _check_algorithm(args.algorithm, where, labels.preset)
     if args.algorithm in ("recursive_doubling", "halving_doubling"):
         _checks.check("--ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
                       f"must be a power of two for --algorithm {args.algorithm}")
@@ -227,7 +229,8 @@ def run(args, name) -> int:
         raise ValueError("--bytes SIZE (or --sweep MIN:MAX) is required")
     if args.csv and not args.sweep:
         raise ValueError("--csv prints the --sweep table; add --sweep MIN:MAX")
-    out: dict = {"op": op, "ranks": ranks, "system": _system.info(system, args.system)}
+    out: dict = {"op": op, "ranks": ranks,
+                 "system": _system.info(system, labels, args.system)}
 
     if args.size is not None:
         n_bytes = parse_bytes(args.size, name="bytes")

@@ -32,14 +32,14 @@ def _estimate(scn):
 
 
 def evaluate(args):
-    """(scenario, estimate) of the command line; an estimate with a non-finite
-    output or an MFU above 1 is a ValueError (`scenario.check_outputs`)."""
+    """(scenario, its labels, estimate) of the command line; an estimate with a
+    non-finite output or an MFU above 1 is a ValueError (`scenario.check_outputs`)."""
     scn = scenario.load(args.scenario, args.set, system=args.system)
     est, out = _estimate(scn)
     if float(est.tokens) <= 0:  # time to train is not asked for
         out = {k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")}
     scenario.check_outputs(out, args.set)
-    return scn, est
+    return scn, scenario.labels(args.scenario, args.set, system=args.system), est
 
 
 def traffic_rows(est: step.Estimate) -> list[dict]:
@@ -79,10 +79,10 @@ def _print_traffic(rows):
               f"{r['exposed_s']:>9.3f}")
 
 
-def _print_estimate(scn, out):
+def _print_estimate(scn, labels, out):
     p = scn.plan
-    print(f"scenario {scn.name}: {scn.model.name} on {float(scn.system.gpus):.0f} x "
-          f"{scn.system.chip.name} ({scn.system.name})")
+    print(f"scenario {labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
+          f"{labels.system.chip} ({labels.system.preset})")
     print(_system.line(out["system"]))
     print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
           f"cp {float(p.cp):g}  ep {float(p.ep):g}  micro-batches {float(p.micro_batches):g}  "
@@ -125,18 +125,19 @@ def _roofline_rows(scn, est):
     return rows
 
 
-def _plot_estimate(scn, out: dict, path: str) -> None:
+def _plot_estimate(scn, labels, out: dict, path: str) -> None:
     plots = _output.plots()
     memory = {k: out[f"memory_{k}_bytes"] for k in MEMORY_PARTS}
     plots.estimate_breakdown(out["breakdown_s"], memory, out["memory_capacity_bytes"],
-                             path=path, title=f"{scn.name}: {scn.model.name} on "
-                             f"{float(scn.system.gpus):.0f} x {scn.system.chip.name}")
+                             path=path, title=f"{labels.scenario}: {labels.model} on "
+                             f"{float(scn.system.gpus):.0f} x {labels.system.chip}")
 
 
-def _table(args, scn, rows: list[dict], extra: dict | None = None) -> bool:
+def _table(args, scn, labels, rows: list[dict], extra: dict | None = None) -> bool:
     """Print `rows` as JSON (with the scenario echo) or CSV; False for text."""
     if args.json:
-        print(json.dumps({**_output.echo(scn, args.system), **(extra or {}), "rows": rows},
+        print(json.dumps({**_output.echo(scn, labels, args.system), **(extra or {}),
+                          "rows": rows},
                          indent=1))
     elif args.csv:
         _output.write_csv(rows)
@@ -144,19 +145,19 @@ def _table(args, scn, rows: list[dict], extra: dict | None = None) -> bool:
 
 
 def run(args, name) -> int:
-    scn, est = evaluate(args)
-    system = _system.info(scn.system, args.system)
+    scn, labels, est = evaluate(args)
+    system = _system.info(scn.system, labels.system, args.system)
     if name == "traffic":
         rows = traffic_rows(est)
-        if not _table(args, scn, rows):
+        if not _table(args, scn, labels, rows):
             print(_system.line(system))
             _print_traffic(rows)
         return 0
     if name == "roofline":
         rows = _roofline_rows(scn, est)
         if args.plot:
-            _output.plots().roofline(rows, args.plot, title=f"{scn.name}: network roofline")
-        if not _table(args, scn, rows, {"plot": args.plot} if args.plot else None):
+            _output.plots().roofline(rows, args.plot, title=f"{labels.scenario}: network roofline")
+        if not _table(args, scn, labels, rows, {"plot": args.plot} if args.plot else None):
             print(_system.line(system))
             print(f"{'dim':<4} {'tier':<10} {'bytes/GPU/step':>15} {'FLOP/byte':>11} "
                   f"{'needed':>9}  bound")
@@ -168,14 +169,14 @@ def run(args, name) -> int:
         if args.plot:
             _output.wrote(args.plot, args)
         return 0
-    out = {**estimate_json(est), **_output.echo(scn, args.system)}
+    out = {**estimate_json(est), **_output.echo(scn, labels, args.system)}
     if args.plot:
-        _plot_estimate(scn, out, args.plot)
+        _plot_estimate(scn, labels, out, args.plot)
         out["plot"] = args.plot
     if args.json:
         print(json.dumps(out, indent=1))
     else:
-        _print_estimate(scn, out)
+        _print_estimate(scn, labels, out)
         print()
         _print_traffic(out["traffic"])
         if args.plot:

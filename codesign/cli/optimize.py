@@ -121,6 +121,7 @@ def _print_result(prob, r: optimize.Result, here: dict, show_path: bool):
 
 def _sensitivity(args) -> int:
     scn = sc.load(args.scenario, args.set, system=args.system)
+    labels = sc.labels(args.scenario, args.set, system=args.system)
     if args.output in ("time_to_train_s", "gpu_hours") and float(scn.tokens) <= 0:
         raise ValueError(f"--output {args.output} needs training.tokens > 0 "
                          "(add --set training.tokens=...)")
@@ -130,7 +131,7 @@ def _sensitivity(args) -> int:
     order = sorted(el, key=lambda k: (-abs(el[k]), k))
     values = {k: float(sc.get_knob(scn, k)) for k in order}
     if args.json:
-        print(json.dumps({**_output.echo(scn, args.system), "output": args.output,
+        print(json.dumps({**_output.echo(scn, labels, args.system), "output": args.output,
                           "elasticities": {k: el[k] for k in order}, "values": values},
                          indent=1))
         return 0
@@ -140,10 +141,10 @@ def _sensitivity(args) -> int:
     if args.csv:
         _output.write_csv([{"knob": k, "elasticity": el[k], "value": values[k]} for k in shown])
         return 0
-    print(_system.line(_system.info(scn.system, args.system)))
+    print(_system.line(_system.info(scn.system, labels.system, args.system)))
     output_words = words(args.output)
-    print(f"{scn.name}: elasticity d log({output_words}) / d log(knob) at the scenario point, "
-          "largest first")
+    print(f"{labels.scenario}: elasticity d log({output_words}) / d log(knob) at the scenario "
+          "point, largest first")
     for k in shown:
         print(f"  {k:<36} {el[k]:+9.4f}   "
               f"{describe_elasticity(k, el[k], output_words, value=values[k])}")
@@ -181,6 +182,7 @@ def run(args, name) -> int:
     if args.csv and not args.top:
         raise ValueError("--csv prints the --top table; add --top N")
     scn = sc.load(args.scenario, args.set, system=args.system)
+    labels = sc.labels(args.scenario, args.set, system=args.system)
     prob = _problem(args, scn)
     here = {k: float(sc.get_knob(scn, k)) for k in prob.names}
     if args.method == "grid":
@@ -191,11 +193,11 @@ def run(args, name) -> int:
         r = optimize.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed,
                               top=args.top)
     if args.json:
-        print(json.dumps({**r.to_json(), **_output.echo(scn, args.system)}, indent=1))
+        print(json.dumps({**r.to_json(), **_output.echo(scn, labels, args.system)}, indent=1))
     elif args.csv:
         _output.write_csv(_top_rows(r))
     else:
-        print(_system.line(_system.info(scn.system, args.system)))
+        print(_system.line(_system.info(scn.system, labels.system, args.system)))
         _print_result(prob, r, here, args.path)
         if args.top:
             _print_top(r, args.top)

@@ -69,7 +69,7 @@ def _describe(name: str, preset: hw.Preset) -> str:
     unit = "chip" if s.topology == "torus" else "GPU"  # TPUs are not GPUs
     lines = [
         f"{name}: {preset.description}",
-        f"  chip       {chip.name}: {float(chip.peak_flops_per_s) / 1e12:g} TFLOP/s 16-bit, "
+        f"  chip       {preset.chip}: {float(chip.peak_flops_per_s) / 1e12:g} TFLOP/s 16-bit, "
         f"{float(chip.peak_fp8_flops_per_s) / 1e12:g} TFLOP/s 8-bit (dense peaks), "
         f"HBM {float(chip.hbm_bytes) / GB:.4g} GB at {float(chip.hbm_Bps) / TB:g} TB/s, "
         f"matmul efficiency {float(chip.matmul_efficiency):g}",
@@ -91,7 +91,8 @@ def run(args, name) -> int:
     if args.json:
         print(json.dumps({
             "hardware": {n: {"description": p.description, "sources": p.sources,
-                             "system": to_json(p.system)} for n, p in hardware.items()},
+                             "chip": p.chip, "system": to_json(p.system)}
+                         for n, p in hardware.items()},
             "models": {n: {"description": m.description, "sources": to_json(m.sources),
                            "model": to_json(m.model)} for n, m in models.items()},
         }, indent=1))

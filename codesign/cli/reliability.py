@@ -43,10 +43,10 @@ def reliability_json(scn, est: step.Estimate) -> dict:
     return out
 
 
-def _print(scn, out: dict) -> None:
+def _print(scn, labels, out: dict) -> None:
     hours = out["mtbf_s"] / 3600
-    print(f"scenario {scn.name}: {scn.model.name} on {out['gpus']:.0f} x "
-          f"{scn.system.chip.name} ({scn.system.name}, {scn.system.topology})")
+    print(f"scenario {labels.scenario}: {labels.model} on {out['gpus']:.0f} x "
+          f"{labels.system.chip} ({labels.system.preset}, {scn.system.topology})")
     print(f"stragglers   q {out['straggler_q']:g}, slowdown {out['straggler_slowdown']:g}x, "
           f"jitter sigma {out['straggler_sigma']:g}; P(step delayed) "
           f"{out['p_step_delayed']:.1%} over {out['gpus']:.0f} participants")
@@ -67,12 +67,12 @@ def _print(scn, out: dict) -> None:
 
 
 def run(args, name) -> int:
-    scn, est = evaluate(args)
+    scn, labels, est = evaluate(args)
     out = reliability_json(scn, est)
-    out.update(_output.echo(scn, args.system))
+    out.update(_output.echo(scn, labels, args.system))
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         print(_system.line(out["system"]))
-        _print(scn, out)
+        _print(scn, labels, out)
     return 0

@@ -90,7 +90,7 @@ class AuditShape:
     def transformer(self) -> Transformer:
         return Transformer(self.layers, self.hidden, self.heads, self.seq_len, self.vocab,
                            kv_heads=self.kv_heads, ffn_hidden=self.ffn_hidden, gated=self.gated,
-                           tied_embeddings=self.tied_embeddings, name="audit")
+                           tied_embeddings=self.tied_embeddings)
 
     def plan(self) -> Plan:
         return Plan(self.dp, self.tp, 1, 1, 1, self.micro_batch, self.dp * self.micro_batch,

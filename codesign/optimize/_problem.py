@@ -20,15 +20,8 @@ from .. import scenario as sc
 from ..economics import Assumptions
 from ..scenario import Scenario
 
-INTEGER_KNOBS = frozenset({
-    "parallel.tp", "parallel.pp", "parallel.dp", "parallel.cp", "parallel.ep",
-    "parallel.interleave", "parallel.moe_node_limit", "training.micro_batch",
-    "training.global_batch", "system.gpus", "system.scale_up_domain",
-    "system.gpus_per_node", "system.pod_size",
-    *(f"model.{k}" for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len",
-                             "vocab", "moe_layers", "experts", "shared_experts", "top_k",
-                             "expert_ffn_hidden")),
-})
+# the knobs whose declared domain is integers (`scenario.DOMAINS`)
+INTEGER_KNOBS = frozenset(k for k, d in sc.DOMAINS.items() if d.integer)
 # name -> (metric, goal): goal +1 minimises, -1 maximises
 OBJECTIVES = {
     "step_time": ("step_time_s", 1.0),
@@ -154,8 +147,7 @@ def default_bounds(scn: Scenario, name: str) -> tuple[float, float]:
                          "(no default range around 0)")
     if name in INTEGER_KNOBS:
         return max(1.0, math.floor(v / 8)), min(math.ceil(v * 8), _structural_cap(scn, name))
-    return _domains.DOMAINS[name].clip(v / 4, v * 4) if name in _domains.DOMAINS \
-        else (v / 4, v * 4)
+    return sc.DOMAINS[name].clip(v / 4, v * 4)
 
 
 def _reads(rule: plan.Rule, varied: tuple[str, ...]) -> set:
@@ -197,7 +189,8 @@ def _parse_bounds(bounds) -> dict:
         lo, hi = (float(x) for x in pair)
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo < 0 or hi <= lo:
             raise ValueError(f"bounds {name}={lo:g}:{hi:g} must satisfy 0 <= LO < HI")
-        _domains.check_range(name, lo, hi)
+        if name in sc.DOMAINS:
+            _domains.check_range(name, sc.DOMAINS[name], lo, hi)
         out[name] = (lo, hi)
     return out
 
