@@ -14,12 +14,12 @@ import dataclasses
 import equinox as eqx
 import jax
 
-from . import _checks
+from . import _checks, strategies
 from ._checks import float_field
+from .strategies import ROUTINGS as ROUTINGS
+from .strategies import TOPOLOGIES as TOPOLOGIES
+from .strategies import Adaptive, Routing, Topology, Torus, TwoTier
 from .units import GB, Gbps, KiB, us
-
-TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
-ROUTINGS = ("ecmp", "spray", "adaptive")  # how the scale-out fabric spreads flows
 
 # Compute constants shared by every chip unless its preset says otherwise
 # (docs/sources.md has each source):
@@ -138,10 +138,12 @@ class System(eqx.Module):
     """A training machine: chips, a scale-up domain, a scale-out fabric, pods.
 
     `scale_up_domain` GPUs share the fast tier (an NVLink domain, a TPU slice);
-    the `scale_out` tier joins domains, one NIC (rail) per GPU. Above
-    `pod_size` GPUs the scale-out fabric is oversubscribed `oversubscription`:1.
-    `routing`: "ecmp" hashes each flow onto one path (collisions, see
-    `fabric.group_flow_slowdown`); "adaptive" / "spray" spread every flow.
+    the `scale_out` tier joins domains, one NIC (rail) per GPU. `topology`
+    (`strategies.Topology`) is how the fabric joins them: a `Clos` carries its
+    pods and oversubscription, a `Torus` its shape. `routing`
+    (`strategies.Routing`, or its name): `Ecmp` hashes each flow onto one path
+    (collisions, see `fabric.group_flow_slowdown`); `Adaptive` / `Spray` spread
+    every flow.
     """
 
     chip: Chip
@@ -150,25 +152,18 @@ class System(eqx.Module):
     scale_up: Tier
     scale_out: Tier
     gpus_per_node: jax.Array = float_field()
-    pod_size: jax.Array = float_field(default=1e9)
-    oversubscription: jax.Array = float_field(default=1.0)
-    topology: str = eqx.field(static=True, default="two_tier")
+    topology: Topology = TwoTier()
     name: str = eqx.field(static=True, default="custom")
-    routing: str = eqx.field(static=True, default="adaptive")
+    routing: Routing = eqx.field(default=Adaptive(), converter=strategies.routing)
 
     def __check_init__(self):
-        if self.routing not in ROUTINGS:
-            raise ValueError(f"system.routing={self.routing!r} is not one of "
-                             f"{', '.join(ROUTINGS)}")
         _checks.at_least_one("system.gpus", self.gpus)
         _checks.at_least_one("system.scale_up_domain", self.scale_up_domain)
         _checks.at_least_one("system.gpus_per_node", self.gpus_per_node)
-        _checks.at_least_one("system.pod_size", self.pod_size)
-        _checks.at_least_one("system.oversubscription", self.oversubscription)
-        if self.topology not in TOPOLOGIES:
-            raise ValueError(
-                f"system.topology={self.topology!r} is not one of {', '.join(TOPOLOGIES)}"
-            )
+        if not isinstance(self.topology, Topology):
+            raise ValueError(f"system.topology={self.topology!r} must be a strategies.Topology "
+                             f"({', '.join(TOPOLOGIES)}; `strategies.topology` parses a name)")
+        self.topology.check_domain(self.scale_up_domain)
 
 
 def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
@@ -254,7 +249,7 @@ def _dgx_v100() -> Preset:
         System(chip, 512, 16, _tier(up_bw, SCALE_UP_LATENCY_S, up_eff, hbm_Bps),
                # vendor: 8x 100 Gb/s IB per 16-GPU node ("100 GB/s between servers")
                _tier(8 * 100 * Gbps / 16, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
-               16, topology="two_tier", name="dgx-v100"),
+               16, name="dgx-v100"),
         "DGX-2H: 16x V100 32 GB on NVSwitch, 8x 100 Gb/s IB per node (Megatron-LM 2019)",
         {"chip": "datasheet (V100)", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
          "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "latency": _LATENCY},
@@ -273,7 +268,7 @@ def _dgx_a100() -> Preset:
                      _calibrated_efficiency(230 * GB, up_bw, hbm_Bps / 2), hbm_Bps),
                # vendor: 8x HDR 200 Gb/s per node, one per GPU
                _tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
-               8, topology="two_tier", name="dgx-a100"),
+               8, name="dgx-a100"),
         "DGX A100 80 GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s per node",
         {"chip": "datasheet (A100)", "scale_up.efficiency": "nccl-tests: 8x A100 busbw ~230 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
@@ -297,7 +292,7 @@ def _dgx_h100() -> Preset:
                      _calibrated_efficiency(370 * GB, up_bw, hbm_Bps / 2), hbm_Bps,
                      nvls_eff),
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # vendor: NDR
-               8, topology="two_tier", name="dgx-h100"),
+               8, name="dgx-h100"),
         "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
         {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
@@ -314,7 +309,7 @@ def _h800() -> Preset:
                _tier(up_bw, SCALE_UP_LATENCY_S, 160 * GB / up_bw, hbm_Bps),
                # DeepSeek-V3: IB 50 GB/s per GPU (taken as achieved: ratio 3.2x)
                _tier(50 * GB, SCALE_OUT_LATENCY_S, 1.0, hbm_Bps),
-               8, topology="two_tier", name="h800"),
+               8, name="h800"),
         "H800 nodes as DeepSeek-V3 describes them: NVLink ~160 GB/s, IB 50 GB/s per GPU",
         {"chip": "datasheet (H800)", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
          "scale_out": "DeepSeek-V3: 50 GB/s", "latency": _LATENCY},
@@ -341,7 +336,7 @@ def _dgx_b200() -> Preset:
     return Preset(
         System(chip, 1024, 8, _nvlink5_tier(8e12),
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # vendor
-               8, topology="two_tier", name="dgx-b200"),
+               8, name="dgx-b200"),
         "DGX B200: NVLink5, 8x 400 Gb/s per node",
         {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "scale_out": "vendor: 8x 400 Gb/s", "latency": _LATENCY},
@@ -356,7 +351,7 @@ def _gb200_nvl72() -> Preset:
         System(chip, 1152, 72, _nvlink5_tier(8e12),
                # vendor: 400-800 Gb/s per GPU; we take 400 Gb/s (ConnectX-7 class)
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
-               4, topology="two_tier", name="gb200-nvl72"),  # 4 GPUs per compute tray
+               4, name="gb200-nvl72"),  # 4 GPUs per compute tray
         "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
         {"chip": "datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
@@ -364,22 +359,26 @@ def _gb200_nvl72() -> Preset:
     )
 
 
-def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, pod_chips) -> System:
-    # A 3D torus: 6 nearest-neighbour ICI links per chip; a collective on the
-    # torus drives all of them, so the per-chip bandwidth is 6 x per-link.
+def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape) -> System:
+    # A 3D torus of `shape` chips: 6 nearest-neighbour ICI links per chip; a
+    # collective on the torus drives all of them, so the per-chip bandwidth is
+    # 6 x per-link.
     chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3)
     ici = _tier(6 * link_Bps, SCALE_UP_LATENCY_S, 1.0, hbm_Bps)
     # The data-centre network beside the torus is not in the vendor tables: assumption of
     # 200 Gb/s per 4-chip host, labelled as such.
     dcn = _tier(200 * Gbps / 4, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
-    return System(chip, pod_chips, pod_chips, ici, dcn, 4, topology="torus", name=name)
+    torus = Torus(shape)
+    return System(chip, torus.chips, torus.chips, ici, dcn, 4, topology=torus, name=name)
 
 
 def _tpu_v4() -> Preset:
     return Preset(
         _tpu("tpu-v4", 275e12, 275e12,  # vendor: 275 TFLOP/s bf16; int8 peak is the same
              32 * KiB**3, 1.2e12,  # vendor: 32 GiB, 1.2 TB/s
-             4.5e10, 4096),  # vendor: ICI ~4.5e10 B/s per link one way; 4096 chips (OCS)
+             # vendor: ICI ~4.5e10 B/s per link one way; 64 cubes of 4x4x4 chips joined
+             # by optical circuit switches into a 16x16x16 pod (Jouppi et al., ISCA 2023)
+             4.5e10, (16, 16, 16)),
         "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
          "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
@@ -390,7 +389,9 @@ def _tpu_v5p() -> Preset:
     return Preset(
         _tpu("tpu-v5p", 459e12, 918e12,  # vendor: 459 TFLOP/s bf16; datasheet int8 918 TOPS
              95 * GB, 2.76e12,  # vendor: 95 GB, 2.76 TB/s
-             9e10, 8960),  # vendor: ICI ~9e10 B/s per link one way; 8960 chips per pod
+             # vendor: ICI ~9e10 B/s per link one way; the largest slice, 16x20x28 =
+             # 8,960 chips (Google Cloud TPU v5p documentation)
+             9e10, (16, 20, 28)),
         "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
          "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},

@@ -1,8 +1,9 @@
 """How a model is cut across the machine: a `Plan`.
 
 Sizes and counts are float leaves (differentiable, exact at integers); the
-discrete choices (schedule, ZeRO stage, recompute, sequence parallelism,
-placement) are static. Expert parallelism shards the experts across the
+discrete choices are static (ZeRO stage, sequence parallelism, placement)
+or strategies (`strategies.Schedule`, `strategies.Recompute`: types that own
+their formulas). Expert parallelism shards the experts across the
 data-parallel ranks (Megatron, DeepSeek-V3): ep divides dp, and experts are
 replicated dp / ep times. The structural rules of a plan on a model and a
 machine are one table (`RULES`), read by `validate` and by the optimiser.
@@ -19,11 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks
+from . import _checks, strategies
 from ._checks import float_field
-from .workload import RECOMPUTE, Transformer
+from .strategies import SCHEDULES as SCHEDULES
+from .strategies import NoRecompute, OneFOneB, Recompute, Schedule
+from .workload import Transformer
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe")
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "none": 0.0}
 DTYPES = ("fp32", "fp16", "bf16", "fp8")  # recipes (training.dtype)
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -147,10 +149,13 @@ class Plan(eqx.Module):
     fsdp_prefetch_layers: jax.Array = float_field(default=FSDP_PREFETCH_LAYERS)
     # fraction of TP traffic hidden under GEMMs (TE userbuffers, async TP)
     tp_overlap: jax.Array = float_field(default=0.0)
-    schedule: str = eqx.field(static=True, default="1f1b", kw_only=True)
+    # the pipeline schedule (`strategies.Schedule`, or its name)
+    schedule: Schedule = eqx.field(default=OneFOneB(), kw_only=True, converter=strategies.schedule)
     zero: int = eqx.field(static=True, default=0, kw_only=True)
     sequence_parallel: bool = eqx.field(static=True, default=False, kw_only=True)
-    recompute: str = eqx.field(static=True, default="none", kw_only=True)
+    # what backward recomputes (`strategies.Recompute`, or its name)
+    recompute: Recompute = eqx.field(default=NoRecompute(), kw_only=True,
+                                     converter=strategies.recompute)
     reshard_after_forward: bool = eqx.field(static=True, default=True, kw_only=True)
     dtype: str = eqx.field(static=True, default="bf16", kw_only=True)  # the recipe's name
     placement: tuple = eqx.field(static=True, default=DEFAULT_PLACEMENT, kw_only=True,
@@ -176,8 +181,6 @@ class Plan(eqx.Module):
         _checks.non_negative("parallel.zero_shard_size", self.zero_shard_size)
         _checks.non_negative("parallel.fsdp_prefetch_layers", self.fsdp_prefetch_layers)
         _checks.fraction("parallel.tp_overlap", self.tp_overlap)
-        _one_of("parallel.schedule", self.schedule, SCHEDULES)
-        _one_of("training.recompute", self.recompute, RECOMPUTE)
         _one_of("training.dtype", self.dtype, DTYPES)
         _one_of("parallel.zero", self.zero, (0, 1, 2, 3))
         if sorted(self.placement) != sorted(DIMENSIONS):
@@ -286,9 +289,9 @@ RULES = (
          lambda m, p, s: f"parallel.pp={_g(p.pp)} x parallel.interleave={_g(p.interleave)} = "
          f"{_g(p.pp * p.interleave)} must not exceed model.layers={_g(m.layers)}"),
     Rule("interleave needs the interleaved schedule", ("parallel.interleave",),
-         lambda m, p, s: jnp.logical_or(p.schedule == "interleaved", p.interleave == 1.0),
+         lambda m, p, s: jnp.logical_or(p.schedule.interleaves, p.interleave == 1.0),
          lambda m, p, s: f"parallel.interleave={_g(p.interleave)} needs "
-         f"parallel.schedule='interleaved' (got {p.schedule!r})"),
+         f"parallel.schedule='interleaved' (got {p.schedule.name!r})"),
     # The optimiser's own rows (no message: validate skips them; scenario
     # loading checks dp itself, and validate is given no scale-up domain).
     Rule("integral dp >= 1", ("parallel.dp",),

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _domains, hardware, workload
+from . import _checks, _domains, hardware, strategies, workload
 from .hardware import System, Tier
 from .plan import (
     COMM_SM_FRACTION,
@@ -107,7 +107,7 @@ class Scenario(eqx.Module):
         jit/vmap/grad a knob outside its domain (`_domains.DOMAINS`, integrality
         aside) raises an error naming the key instead of flowing on as NaN."""
         invalid, index, messages = _domains.traced_error(
-            {k: g(self) for k, g in _GETTERS.items()}, _relations(self.model))
+            {k: _GETTERS[k](self) for k in knobs(self)}, _relations(self.model))
         return eqx.branched_error_if(self, invalid, index, messages)
 
 
@@ -130,7 +130,10 @@ def _path(*names):
     return lambda scn: functools.reduce(getattr, names, scn)
 
 
-_SYSTEM_FLOATS = ("gpus", "scale_up_domain", "gpus_per_node", "pod_size", "oversubscription")
+_SYSTEM_FLOATS = ("gpus", "scale_up_domain", "gpus_per_node")
+# the topology's own float keys (a Clos's pods): knobs of the scenarios whose
+# topology reads them
+_TOPOLOGY_FLOATS = ("pod_size", "oversubscription")
 _GETTERS = {
     **{f"model.{k}": _path("model", k) for k in _MODEL_FLOATS},
     "training.global_batch": _path("plan", "global_batch"),
@@ -139,6 +142,7 @@ _GETTERS = {
     "training.tokens": _path("tokens"),
     **{f"parallel.{k}": _path("plan", k) for k in _PLAN_FLOATS_KEYS},
     **{f"system.{k}": _path("system", k) for k in _SYSTEM_FLOATS},
+    **{f"system.{k}": _path("system", "topology", k) for k in _TOPOLOGY_FLOATS},
     **{f"system.{k}": _path("system", "chip", k) for k in _CHIP_FLOATS},
     **{f"system.{tier}_{f}": _path("system", tier, f)
        for tier in ("scale_up", "scale_out") for f in _TIER_FIELDS},
@@ -147,11 +151,27 @@ _GETTERS = {
 KNOBS = tuple(_GETTERS)  # every float knob, by its scenario key
 
 
+def _absent(scn: Scenario) -> frozenset:
+    """The topology keys of `KNOBS` that `scn`'s topology does not read."""
+    own = scn.system.topology.params()
+    return frozenset(f"system.{k}" for k in _TOPOLOGY_FLOATS if k not in own)
+
+
+def knobs(scn: Scenario) -> tuple:
+    """The float knobs of `scn`: `KNOBS` less the topology keys its topology
+    does not read (a Clos's pod_size and oversubscription)."""
+    absent = _absent(scn)
+    return tuple(k for k in KNOBS if k not in absent)
+
+
 def get_knob(scn: Scenario, name: str) -> jax.Array:
     """The value of the float knob `name` (a scenario key, `KNOBS`) in `scn`."""
     if name not in _GETTERS:
         raise ValueError(f"knob {name!r} is unknown; knobs are scenario keys such as "
                          "system.scale_out_bandwidth_Bps, parallel.tp, training.micro_batch")
+    if name in _absent(scn):
+        raise ValueError(f"{name} is not a knob of topology {scn.system.topology.name}: only "
+                         f"{strategies.readers(name.split('.', 1)[1])} reads it")
     return _GETTERS[name](scn)
 
 
@@ -280,7 +300,30 @@ def _tier(name: str, **kw) -> Tier:
         raise ValueError(f"system.{name}_{e}") from None
 
 
-def _system(t: dict) -> System:
+def _topology(t: dict, base: System, domain, late: frozenset) -> strategies.Topology:
+    """The topology of a [system] table: `system.topology` parsed (default: the
+    preset's) with its own keys (a Clos's pod_size and oversubscription), for a
+    scale-up domain of `domain` GPUs (a torus takes its shape from it).
+
+    A topology key its topology does not read is refused (a one-line
+    ValueError naming the key and the topology), unless it was given in an
+    earlier layer than the topology itself (preset < scenario or system file <
+    `--set` overrides, the keys in `late`): `--set system.topology=rail_only` on
+    a scenario whose Clos has pods replaces that Clos, pods and all."""
+    layer = lambda k: 2 if k in late else 1  # noqa: E731 - where key k was given
+    cls = strategies.topology_class(t["topology"]) if "topology" in t else type(base.topology)
+    top = layer("topology") if "topology" in t else 0
+    reads = strategies.float_params(cls)
+    params = {k: t[k] for k in _TOPOLOGY_FLOATS
+              if k in t and (k in reads or layer(k) >= top)}
+    if cls is type(base.topology):
+        if not params and float(domain) == float(base.scale_up_domain):
+            return base.topology  # the preset's own (a TPU's cited torus shape)
+        params = {**base.topology.params(), **params}
+    return cls.of(domain, **params)
+
+
+def _system(t: dict, late: frozenset = frozenset()) -> System:
     if "preset" in t and Path(str(t["preset"])).suffix == ".toml":
         raise ValueError(f"system.preset={t['preset']!r}: pass a system file with --system")
     base = hardware.system(t.get("preset", "dgx-a100"))
@@ -294,11 +337,10 @@ def _system(t: dict) -> System:
         if k in t:
             chip = eqx.tree_at(lambda c, k=k: getattr(c, k), chip, _checks.as_float(t[k]))
     type(chip).__check_init__(chip)
-    return System(chip, t.get("gpus", base.gpus), t.get("scale_up_domain", base.scale_up_domain),
-                  tiers["scale_up"], tiers["scale_out"],
-                  t.get("gpus_per_node", base.gpus_per_node), t.get("pod_size", base.pod_size),
-                  t.get("oversubscription", base.oversubscription),
-                  topology=t.get("topology", base.topology), name=base.name,
+    domain = t.get("scale_up_domain", base.scale_up_domain)
+    return System(chip, t.get("gpus", base.gpus), domain, tiers["scale_up"], tiers["scale_out"],
+                  t.get("gpus_per_node", base.gpus_per_node),
+                  topology=_topology(t, base, domain, late), name=base.name,
                   routing=t.get("routing", base.routing))
 
 
@@ -352,7 +394,8 @@ def _plan(tr: dict, pa: dict, system: System, placement: str | None) -> Plan:
 def from_tables(tables: dict, overrides=(), name: str = "scenario") -> Scenario:
     """Build and validate a Scenario from raw TOML tables plus `section.key=value` overrides."""
     t = _merge(tables, overrides)
-    system = _system(t["system"])
+    items = (parse_override(o) if isinstance(o, str) else o for o in overrides or ())
+    system = _system(t["system"], frozenset(k for section, k, _ in items if section == "system"))
     if "dp" in t["parallel"] and "gpus" not in t["system"]:
         pa = t["parallel"]
         gpus = pa["dp"] * pa.get("tp", 1.0) * pa.get("pp", 1.0) * pa.get("cp", 1.0)
