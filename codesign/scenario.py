@@ -13,9 +13,10 @@ A scenario has five tables; explicit keys override a preset:
     [parallel]    tp, pp, dp, cp, ep, interleave, schedule, zero, sequence_parallel,
                   moe_node_limit, dp_bucket_bytes, reshard_after_forward, comm_sm_fraction,
                   zero_shard_size (HSDP), fsdp_prefetch_layers, tp_overlap
-    [system]      preset, gpus, scale_up_domain, gpus_per_node, pod_size, oversubscription,
+    [system]      preset, gpus, scale_up_domain, gpus_per_node, topology (two_tier, clos,
+                  rail_only, torus), pod_size and oversubscription (a clos's only),
                   matmul_efficiency, attention_efficiency, hbm_efficiency,
-                  kernel_overhead_s, hbm_reserve_bytes, topology, routing (ecmp, spray,
+                  kernel_overhead_s, hbm_reserve_bytes, routing (ecmp, spray,
                   adaptive), placement, and for each tier
                   (scale_up_, scale_out_): bandwidth_Bps, latency_s, efficiency, reduction_Bps
     [reliability] every field of `reliability.Reliability`

@@ -241,3 +241,15 @@ def test_slowdowns():
         fabric.ecmp_expected_max_load(-1, 4)
     with pytest.raises(ValueError, match="exact ECMP load"):
         fabric.ecmp_expected_max_load(2.5, 4, exact=True)
+
+
+def test_leaf_downlinks_are_half_the_switch_radix():
+    assert float(fabric.leaf_downlinks()) == 32.0  # a radix-64 switch, 32 down and 32 up
+    assert float(fabric.leaf_downlinks(fabric.Prices(switch_radix=128.0))) == 64.0
+    ecmp = eqx.tree_at(lambda s: s.routing, H100, fabric.Ecmp())
+    # one member per leaf: all d flows of a leaf hashed onto its d uplinks
+    for radix in (64.0, 128.0):
+        prices = fabric.Prices(switch_radix=radix)
+        d = radix / 2
+        got = fabric.group_flow_slowdown(ecmp, 64 * d * 8, 64.0, prices=prices)
+        assert float(got) == pytest.approx(float(fabric.ecmp_slowdown(d, d, exact=False)))
