@@ -224,7 +224,7 @@ def _fabric_check(floats: tuple, categories: tuple):
         for k in _FABRIC_TOPOLOGY:
             if (k in base or any(a.name == k for a in axes)) and k not in reads:
                 raise ValueError(f"{k} is set but no topology of the sweep reads it: only "
-                                 f"{strategies.readers(k)} does (a topology category)")
+                                 f"{strategies.readers(k)} does (add it to the categories)")
 
     return check
 
