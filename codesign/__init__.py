@@ -22,6 +22,7 @@ from . import plan as plan
 from . import reliability as reliability
 from . import scenario as scenario
 from . import step as step
+from . import strategies as strategies
 from . import traffic as traffic
 from . import units as units
 from . import workload as workload
@@ -52,7 +53,8 @@ _ON_FIRST_USE = ("execute", "optimize", "plots", "sweep", "validate")
 __all__ = [
     # modules
     "collectives", "economics", "execute", "fabric", "hardware", "optimize", "plan", "plots",
-    "reliability", "scenario", "step", "sweep", "traffic", "units", "validate", "workload",
+    "reliability", "scenario", "step", "strategies", "sweep", "traffic", "units", "validate",
+    "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
     "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",

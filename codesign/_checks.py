@@ -1,8 +1,9 @@
 """Field declarations and the input checks that name the field and its value.
 
 Every input field of a Module is declared once, on its dataclass field
-(`float_field`, `static_field`): its scenario key, domain (`_domains.Domain`)
-or choices, unit and default live in the field's metadata (`declaration`).
+(`float_field`, `static_field`, `strategy_field`): its scenario key, domain
+(`_domains.Domain`) or choices, unit and default live in the field's metadata
+(`declaration`).
 Every construction checks the field's concrete value against them (the
 field's converter), and `scenario` derives its schema, knobs, domains, loader
 and traced check from them.
@@ -90,6 +91,8 @@ class Declaration:
     choices: tuple | None = None
     unit: str = ""
     scenario: bool = True  # False: checked, but not a scenario key (a chip's peaks)
+    # a strategy field's classes (`strategies`): their own declared fields are keys too
+    variants: tuple = ()
 
 
 def declaration(field: dataclasses.Field) -> Declaration | None:
@@ -135,4 +138,17 @@ def static_field(key: str, kind: type, *, choices: tuple | None = None,
     after `converter`); `kwargs` go to `eqx.field`."""
     decl = Declaration(key, kind, choices=None if choices is None else tuple(choices))
     return eqx.field(static=True, converter=functools.partial(_checked, decl, converter),
+                     metadata={"declaration": decl}, **kwargs)
+
+
+def strategy_field(key: str, parse, variants: tuple, **kwargs):
+    """A strategy field (`strategies`): a pytree of one of the classes
+    `variants`, or what `parse(value, key=key)` makes of a name (it raises the
+    one-line error naming the key and the choices). Declared with its scenario
+    key, a name in a scenario table (choices: the classes' names); each class's
+    own declared fields are scenario keys too (a Clos's system.pod_size).
+    `kwargs` go to `eqx.field`."""
+    decl = Declaration(key, str, choices=tuple(c.name for c in variants),
+                       variants=tuple(variants))
+    return eqx.field(converter=functools.partial(parse, key=key),
                      metadata={"declaration": decl}, **kwargs)

@@ -1,6 +1,6 @@
 """ECMP hash collisions: the expected maximum load of k flows hashed onto m
 equal-cost links (balls into bins) and the slowdown it costs a collective;
-`fabric` re-exports every name here and applies it to a group's flows."""
+`fabric` re-exports every name here, `strategies.Ecmp` applies it to flows."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks
-from .hardware import ROUTINGS
 from .relax import safe_log
 
 
@@ -113,24 +112,6 @@ def ecmp_slowdown(k_flows, m_links, exact: bool | None = None) -> jax.Array:
     # floor under the Poisson approximation, which falls below it for k << m
     floor = jnp.maximum(jnp.minimum(k, 1.0), k / m)
     return jnp.maximum(ecmp_expected_max_load(k_flows, m_links, exact), floor) / ideal
-
-
-# Packet spraying and adaptive routing spread each flow over every link, so the
-# busiest link carries k/m flows (slowdown 1). ASSUMPTION: 0 extra cost; a real
-# deployment pays reordering/probe overhead, pass `overhead` to model it.
-
-
-def flow_slowdown(k_flows, m_links, routing: str = "ecmp", overhead=0.0) -> jax.Array:
-    """Slowdown of a collective of `k_flows` elephant flows over `m_links` equal-cost links.
-
-    `ecmp`: `ecmp_slowdown`; `spray` / `adaptive`: 1 + `overhead`.
-    """
-    if routing not in ROUTINGS:
-        raise ValueError(f"routing={routing!r} is not one of {', '.join(ROUTINGS)}")
-    _checks.non_negative("overhead", overhead)
-    if routing == "ecmp":
-        return ecmp_slowdown(k_flows, m_links)
-    return 1.0 + _checks.as_float(overhead) + 0.0 * _checks.as_float(k_flows)
 
 
 def ecmp_monte_carlo(key: jax.Array, k_flows: int, m_links: int, trials: int = 20_000):

@@ -181,22 +181,18 @@ def _crossings(nodes):
     return nodes * _one(nodes)
 
 
-def _rail_ring(share):
+def _rail_ring(passes: float):
     """NCCL's rail-parallel ring: g channels, each a ring over all p ranks that
-    enters and leaves every domain through a different GPU's NIC. Of the p
-    hops of a ring, N cross domains; each GPU sends `share` x n in all, N/p of
-    it through its own NIC and the rest over the scale-up tier."""
+    enters and leaves every domain through a different GPU's NIC, `passes`
+    times around (2 for an all-reduce: reduce-scatter then all-gather). Of the
+    p hops of a ring, N cross domains; each GPU sends `passes` x (p-1)/p x n in
+    all, N/p of it through its own NIC and the rest over the scale-up tier."""
     def terms(p, g):
         nodes = p / g
         cross = _crossings(nodes) / p
-        hops = 2.0 * (p - 1.0) if share is _f2 else p - 1.0
-        return (hops * (1.0 - cross), hops * cross, share(p) * (1.0 - cross),
-                share(p) * cross)
+        hops, share = passes * (p - 1.0), passes * _f(p)
+        return (hops * (1.0 - cross), hops * cross, share * (1.0 - cross), share * cross)
     return terms
-
-
-def _f2(p):
-    return 2.0 * _f(p)
 
 
 # Pipelined two-tier algorithms: p ranks, g per scale-up domain, N = p / g
@@ -221,14 +217,14 @@ def _f2(p):
 # (NVLS) and runs the trees across on each GPU's shard (NCCL's NVLSTree).
 _PIPELINED: dict[str, dict[str, Callable]] = {
     "all_reduce": {
-        "rail_ring": _rail_ring(_f2),
+        "rail_ring": _rail_ring(2.0),
         "rail_tree": lambda p, g: (2.0 * (g - 1.0), 2.0 * log2_ranks(p / g),
                                    2.0 * _f(g), 2.0 * _one(p / g) / g),
         "nvls_tree": lambda p, g: (2.0 * _one(g), 2.0 * log2_ranks(p / g), _one(g),
                                    2.0 * _one(p / g) / g),
     },
-    "reduce_scatter": {"rail_ring": _rail_ring(_f)},
-    "all_gather": {"rail_ring": _rail_ring(_f)},
+    "reduce_scatter": {"rail_ring": _rail_ring(1.0)},
+    "all_gather": {"rail_ring": _rail_ring(1.0)},
 }
 
 

@@ -110,7 +110,7 @@ def fabric_capex_usd(system: System, inventory: fabric.Inventory, a: Assumptions
     the domain (`fabric.fat_tree_levels`, relaxed with temperature t). A torus
     (TPU ICI) joins its chips directly: no scale-up switch ports."""
     rails = scale_out_rails(system, a)
-    if system.topology == "torus":
+    if not system.topology.switched_scale_up:
         return inventory.cost_usd * rails
     levels = fabric.fat_tree_levels(system.scale_up_domain, a.scale_up_switch_radix, t)
     links = system.scale_up.bandwidth_Bps / a.scale_up_link_Bps

@@ -10,13 +10,12 @@ separate efficiency factor, calibrated where the reference gives a measurement
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import equinox as eqx
 import jax
 
-from . import _checks
-from ._checks import float_field, static_field
+from . import _checks, strategies
+from ._checks import float_field, strategy_field
 from ._domains import (
     BANDWIDTH,
     EFFICIENCY,
@@ -29,10 +28,10 @@ from ._domains import (
     count,
     interval,
 )
+from .strategies import ROUTINGS as ROUTINGS
+from .strategies import TOPOLOGIES as TOPOLOGIES
+from .strategies import Adaptive, Routing, Topology, Torus, TwoTier
 from .units import GB, Gbps, KiB, us
-
-TOPOLOGIES = ("two_tier", "clos", "rail_only", "torus")
-ROUTINGS = ("ecmp", "spray", "adaptive")  # how the scale-out fabric spreads flows
 
 # Compute constants shared by every chip unless its preset says otherwise
 # (docs/sources.md has each source):
@@ -148,10 +147,12 @@ class System(eqx.Module):
     """A training machine: chips, a scale-up domain, a scale-out fabric, pods.
 
     `scale_up_domain` GPUs share the fast tier (an NVLink domain, a TPU slice);
-    the `scale_out` tier joins domains, one NIC (rail) per GPU. Above
-    `pod_size` GPUs the scale-out fabric is oversubscribed `oversubscription`:1.
-    `routing`: "ecmp" hashes each flow onto one path (collisions, see
-    `fabric.group_flow_slowdown`); "adaptive" / "spray" spread every flow.
+    the `scale_out` tier joins domains, one NIC (rail) per GPU. `topology`
+    (`strategies.Topology`) is how the fabric joins them: a `Clos` carries its
+    pods and oversubscription, a `Torus` its shape. `routing`
+    (`strategies.Routing`, or its name): `Ecmp` hashes each flow onto one path
+    (collisions, see `fabric.group_flow_slowdown`); `Adaptive` / `Spray` spread
+    every flow.
     """
 
     chip: Chip
@@ -162,15 +163,14 @@ class System(eqx.Module):
     scale_up: Tier = eqx.field(metadata={"prefix": "system.scale_up_"})
     scale_out: Tier = eqx.field(metadata={"prefix": "system.scale_out_"})
     gpus_per_node: jax.Array = float_field("system.gpus_per_node", count(MAX_GPUS), unit="GPUs")
-    # 1e9 = one pod, no oversubscription
-    pod_size: jax.Array = float_field("system.pod_size", interval(1.0, 1e9), unit="GPUs",
-                                      default=1e9)
-    oversubscription: jax.Array = float_field("system.oversubscription", interval(1.0, 1e3),
-                                              default=1.0)
-    topology: str = static_field("system.topology", str, choices=TOPOLOGIES, default="two_tier")
-    routing: str = static_field("system.routing", str, choices=ROUTINGS, default="adaptive")
-    # the preset's torus shape (TPUs), which a traced scale_up_domain keeps; () = none
-    torus_shape: tuple = eqx.field(static=True, default=(), kw_only=True)
+    # its own keys are a Clos's system.pod_size and system.oversubscription
+    topology: Topology = strategy_field("system.topology", strategies.as_topology,
+                                        strategies.TOPOLOGY_CLASSES, default=TwoTier())
+    routing: Routing = strategy_field("system.routing", strategies.routing,
+                                      strategies.ROUTING_CLASSES, default=Adaptive())
+
+    def __check_init__(self):
+        self.topology.check_domain(self.scale_up_domain)
 
 
 def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
@@ -258,7 +258,7 @@ def _dgx_v100() -> Preset:
         System(chip, 512, 16, _tier(up_bw, SCALE_UP_LATENCY_S, up_eff, hbm_Bps),
                # vendor: 8x 100 Gb/s IB per 16-GPU node ("100 GB/s between servers")
                _tier(8 * 100 * Gbps / 16, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
-               16, topology="two_tier"),
+               16),
         "DGX-2H: 16x V100 32 GB on NVSwitch, 8x 100 Gb/s IB per node (Megatron-LM 2019)",
         {"chip": "datasheet (V100)", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
          "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "latency": _LATENCY},
@@ -279,7 +279,7 @@ def _dgx_a100() -> Preset:
                      _calibrated_efficiency(230 * GB, up_bw, hbm_Bps / 2), hbm_Bps),
                # vendor: 8x HDR 200 Gb/s per node, one per GPU
                _tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
-               8, topology="two_tier"),
+               8),
         "DGX A100 80 GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s per node",
         {"chip": "datasheet (A100)", "scale_up.efficiency": "nccl-tests: 8x A100 busbw ~230 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
@@ -305,7 +305,7 @@ def _dgx_h100() -> Preset:
                      _calibrated_efficiency(370 * GB, up_bw, hbm_Bps / 2), hbm_Bps,
                      nvls_eff),
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # vendor: NDR
-               8, topology="two_tier"),
+               8),
         "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
         {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
@@ -324,7 +324,7 @@ def _h800() -> Preset:
                _tier(up_bw, SCALE_UP_LATENCY_S, 160 * GB / up_bw, hbm_Bps),
                # DeepSeek-V3: IB 50 GB/s per GPU (taken as achieved: ratio 3.2x)
                _tier(50 * GB, SCALE_OUT_LATENCY_S, 1.0, hbm_Bps),
-               8, topology="two_tier"),
+               8),
         "H800 nodes as DeepSeek-V3 describes them: NVLink ~160 GB/s, IB 50 GB/s per GPU",
         {"chip": "datasheet (H800)", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
          "scale_out": "DeepSeek-V3: 50 GB/s", "latency": _LATENCY},
@@ -353,7 +353,7 @@ def _dgx_b200() -> Preset:
     return Preset(
         System(chip, 1024, 8, _nvlink5_tier(8e12),
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # vendor
-               8, topology="two_tier"),
+               8),
         "DGX B200: NVLink5, 8x 400 Gb/s per node",
         {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "scale_out": "vendor: 8x 400 Gb/s", "latency": _LATENCY},
@@ -370,7 +370,7 @@ def _gb200_nvl72() -> Preset:
         System(chip, 1152, 72, _nvlink5_tier(8e12),
                # vendor: 400-800 Gb/s per GPU; we take 400 Gb/s (ConnectX-7 class)
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
-               4, topology="two_tier"),  # 4 GPUs per compute tray
+               4),  # 4 GPUs per compute tray
         "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
         {"chip": "datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
@@ -379,17 +379,17 @@ def _gb200_nvl72() -> Preset:
     )
 
 
-def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, torus_shape) -> System:
-    # A 3D torus: 6 nearest-neighbour ICI links per chip; a collective on the
-    # torus drives all of them, so the per-chip bandwidth is 6 x per-link.
+def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape) -> System:
+    # A 3D torus of `shape` chips: 6 nearest-neighbour ICI links per chip; a
+    # collective on the torus drives all of them, so the per-chip bandwidth is
+    # 6 x per-link.
     chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3)
     ici = _tier(6 * link_Bps, SCALE_UP_LATENCY_S, 1.0, hbm_Bps)
     # The data-centre network beside the torus is not in the vendor tables: assumption of
     # 200 Gb/s per 4-chip host, labelled as such.
     dcn = _tier(200 * Gbps / 4, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
-    pod_chips = math.prod(torus_shape)
-    return System(chip, pod_chips, pod_chips, ici, dcn, 4, topology="torus",
-                  torus_shape=torus_shape)
+    torus = Torus(shape)
+    return System(chip, torus.chips, torus.chips, ici, dcn, 4, topology=torus)
 
 
 def _tpu_v4() -> Preset:

@@ -1,8 +1,9 @@
 """How a model is cut across the machine: a `Plan`.
 
 Sizes and counts are float leaves (differentiable, exact at integers); the
-discrete choices (schedule, ZeRO stage, recompute, sequence parallelism,
-placement) are static. Expert parallelism shards the experts across the
+discrete choices are static (ZeRO stage, sequence parallelism, placement)
+or strategies (`strategies.Schedule`, `strategies.Recompute`: types that own
+their formulas). Expert parallelism shards the experts across the
 data-parallel ranks (Megatron, DeepSeek-V3): ep divides dp, and experts are
 replicated dp / ep times. The structural rules of a plan on a model and a
 machine are one table (`RULES`), read by `validate` and by the optimiser.
@@ -19,12 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks
-from ._checks import float_field, static_field
+from . import _checks, strategies
+from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_GPUS, UNIT, Domain, count, interval
-from .workload import RECOMPUTE, Transformer
+from .strategies import SCHEDULES as SCHEDULES
+from .strategies import NoRecompute, OneFOneB, Recompute, Schedule
+from .workload import Transformer
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero_bubble", "dualpipe")
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "none": 0.0}
 DTYPES = ("fp32", "fp16", "bf16", "fp8")  # recipes (training.dtype)
 WIDE_DTYPES = ("fp32", "bf16", "fp16")  # widths of the parts that are never fp8
@@ -159,14 +161,18 @@ class Plan(eqx.Module):
                                                   default=FSDP_PREFETCH_LAYERS)
     # fraction of TP traffic hidden under GEMMs (TE userbuffers, async TP)
     tp_overlap: jax.Array = float_field("parallel.tp_overlap", UNIT, default=0.0)
-    schedule: str = static_field("parallel.schedule", str, choices=SCHEDULES, default="1f1b",
-                                 kw_only=True)
+    # the pipeline schedule (`strategies.Schedule`, or its name)
+    schedule: Schedule = strategy_field("parallel.schedule", strategies.schedule,
+                                        strategies.SCHEDULE_CLASSES, default=OneFOneB(),
+                                        kw_only=True)
     zero: int = static_field("parallel.zero", int, choices=(0, 1, 2, 3), default=0,
                              kw_only=True)
     sequence_parallel: bool = static_field("parallel.sequence_parallel", bool, default=False,
                                            kw_only=True)
-    recompute: str = static_field("training.recompute", str, choices=RECOMPUTE, default="none",
-                                  kw_only=True)
+    # what backward recomputes (`strategies.Recompute`, or its name)
+    recompute: Recompute = strategy_field("training.recompute", strategies.recompute,
+                                          strategies.RECOMPUTE_CLASSES, default=NoRecompute(),
+                                          kw_only=True)
     reshard_after_forward: bool = static_field("parallel.reshard_after_forward", bool,
                                                default=True, kw_only=True)
     # the recipe's name
@@ -285,9 +291,9 @@ RULES = (
          lambda m, p, s: f"parallel.pp={_g(p.pp)} x parallel.interleave={_g(p.interleave)} = "
          f"{_g(p.pp * p.interleave)} must not exceed model.layers={_g(m.layers)}"),
     Rule("interleave needs the interleaved schedule", ("parallel.interleave",),
-         lambda m, p, s: jnp.logical_or(p.schedule == "interleaved", p.interleave == 1.0),
+         lambda m, p, s: jnp.logical_or(p.schedule.interleaves, p.interleave == 1.0),
          lambda m, p, s: f"parallel.interleave={_g(p.interleave)} needs "
-         f"parallel.schedule='interleaved' (got {p.schedule!r})"),
+         f"parallel.schedule='interleaved' (got {p.schedule.name!r})"),
     # The optimiser's own rows (no message: validate skips them; scenario
     # loading checks dp itself, and validate is given no scale-up domain).
     Rule("integral dp >= 1", ("parallel.dp",),

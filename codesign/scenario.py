@@ -4,12 +4,17 @@ A scenario has five tables (`SECTIONS`: [model], [training], [parallel],
 [system], [reliability]); explicit keys override a preset (`model.preset`,
 `system.preset`; docs/inputs.md lists every key). Each key is declared once,
 on the pytree field that holds it (`_checks.float_field`,
-`_checks.static_field`: its key, domain or choices, unit and default; a
-Tier's fields appear as system.scale_up_* and system.scale_out_*). Everything
-else derives from those declarations: `KEYS` (key -> field), `SCHEMA` (the
-tables' keys and types), `KNOBS` and `get_knob` / `set_knobs` (the float
-keys), `DOMAINS` (their domains, rendered in docs/inputs.md), the loader (the
-fields' own defaults, keyword construction) and the checks.
+`_checks.static_field`, `_checks.strategy_field`: its key, domain or choices,
+unit and default; a Tier's fields appear as system.scale_up_* and
+system.scale_out_*; a strategy's own fields, a Clos's system.pod_size and
+system.oversubscription, are keys of the scenarios whose strategy has them,
+`knobs(scn)`). Everything else derives from those declarations: `KEYS` (key
+-> field), `SCHEMA` (the tables' keys and types), `KNOBS` and `get_knob` /
+`set_knobs` (the float keys), `DOMAINS` (their domains, rendered in
+docs/inputs.md), the loader (the fields' own defaults, keyword construction)
+and the checks. The strategies (`system.topology`, `system.routing`,
+`parallel.schedule`, `training.recompute`) are names in a table, parsed by
+`strategies`; a pod key with a topology that does not read it is refused.
 
 `system.gpus` and `parallel.dp` determine each other (gpus = dp tp pp cp): give
 either. A value outside its domain, a key of the wrong type or an unreadable
@@ -38,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _domains, hardware, workload
+from . import _checks, _domains, hardware, strategies, workload
 from ._checks import float_field
 from .hardware import System
 from .plan import Plan, Precision, data_parallel, recipe, validate
@@ -69,13 +74,16 @@ class Scenario(eqx.Module):
         `_domains.Domain.traced` says) or a broken rule between model keys
         raises an error naming the key instead of flowing on as NaN. One
         comparison of the stacked knobs against arrays of bounds; the first
-        offending key (in `KNOBS` order), then rule, names the error."""
-        values = [get_knob(self, k) for k in _TRACED]
+        offending key (in `KNOBS` order), then rule, names the error; only the
+        scenario's own knobs (`knobs`) are checked."""
+        absent = _absent(self)
+        present = np.asarray([i for i, k in enumerate(_TRACED) if k not in absent])
+        values = [get_knob(self, _TRACED[i]) for i in present]
         if all(jnp.ndim(v) == 0 for v in values):
-            flat, owner = jnp.stack(values), _TRACED_OWNER
+            flat, owner = jnp.stack(values), present
         else:  # array leaves (a stacked batch of scenarios): every element is checked
             flat = jnp.concatenate([jnp.ravel(v) for v in values])
-            owner = np.repeat(np.arange(len(values)), [np.size(v) for v in values])
+            owner = np.repeat(present, [np.size(v) for v in values])
         lo, hi, lo_open = (x[owner] for x in _TRACED_BOUNDS)
         outside = ~(jnp.where(lo_open, flat > lo, flat >= lo) & (flat <= hi))
         bad = jnp.concatenate([outside, _relations(self.model)])
@@ -112,26 +120,32 @@ _LOADER_KEYS = {"model.preset": str, "system.preset": str}
 
 
 class Key(NamedTuple):
-    """A scenario key: where its field is (attributes from a Scenario) and its
-    declaration (`_checks.Declaration`)."""
+    """A scenario key: where its field is (attributes from a Scenario), its
+    declaration (`_checks.Declaration`) and, for a field of one strategy
+    class (a Clos's pods), that class: the key exists only where the strategy
+    is one."""
 
     path: tuple[str, ...]
     declaration: _checks.Declaration
+    owner: type | None = None
 
 
-def declarations(cls: type, path: tuple = (), prefix: str = ""):
+def declarations(cls: type, path: tuple = (), prefix: str = "", owner: type | None = None):
     """(scenario key, Key) of every declared scenario field of `cls` and of the
     Modules it holds (a sub-Module field's metadata `prefix` prefixes its keys:
-    the tiers' system.scale_up_* and system.scale_out_*), in field order."""
+    the tiers' system.scale_up_* and system.scale_out_*; a strategy field is
+    followed by the fields of each of its classes), in field order."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         decl = _checks.declaration(f)
         if decl is not None:
             if decl.scenario:
-                yield prefix + decl.key, Key((*path, f.name), decl)
+                yield prefix + decl.key, Key((*path, f.name), decl, owner)
+            for variant in decl.variants:
+                yield from declarations(variant, (*path, f.name), prefix, variant)
         elif isinstance(hints.get(f.name), type) and issubclass(hints[f.name], eqx.Module):
             yield from declarations(hints[f.name], (*path, f.name),
-                                    prefix + f.metadata.get("prefix", ""))
+                                    prefix + f.metadata.get("prefix", ""), owner)
 
 
 def declared_keys(cls: type) -> dict[str, Key]:
@@ -158,7 +172,6 @@ DOMAINS: dict[str, _domains.Domain] = {k: KEYS[k].declaration.domain for k in KN
 # constraint it may cross while it searches
 RELATIONAL = ("parallel.dp",)
 _TRACED = tuple(k for k in KNOBS if k not in RELATIONAL)
-_TRACED_OWNER = np.arange(len(_TRACED))
 _TRACED_BOUNDS = _domains.traced_bounds([DOMAINS[k] for k in _TRACED])
 _TRACED_MESSAGES = tuple(f"{k} must be {DOMAINS[k].describe()} (a traced value is outside)"
                          for k in _TRACED)
@@ -182,11 +195,28 @@ def _getter(key: str):
     return lambda scn: functools.reduce(getattr, KEYS[key].path, scn)
 
 
+def _absent(scn: Scenario) -> frozenset:
+    """The keys of strategy classes (`Key.owner`: a Clos's pods) that `scn`'s
+    strategies are not."""
+    return frozenset(k for k, w in KEYS.items() if w.owner is not None
+                     and not isinstance(functools.reduce(getattr, w.path[:-1], scn), w.owner))
+
+
+def knobs(scn: Scenario) -> tuple:
+    """The float knobs of `scn`: `KNOBS` less the keys of strategies it does not
+    use (a Clos's pod_size and oversubscription, without a Clos)."""
+    absent = _absent(scn)
+    return tuple(k for k in KNOBS if k not in absent)
+
+
 def get_knob(scn: Scenario, name: str) -> jax.Array:
-    """The value of the float knob `name` (a scenario key, `KNOBS`) in `scn`."""
+    """The value of the float knob `name` (a scenario key, `knobs(scn)`) in `scn`."""
     if name not in DOMAINS:
         raise ValueError(f"knob {name!r} is unknown; knobs are scenario keys such as "
                          "system.scale_out_bandwidth_Bps, parallel.tp, training.micro_batch")
+    if name in _absent(scn):
+        raise ValueError(f"{name} is not a knob of topology {scn.system.topology.name}: only "
+                         f"{strategies.readers(KEYS[name].path[-1])} reads it")
     return _getter(name)(scn)
 
 
@@ -320,28 +350,62 @@ def _given(cls: type, t: dict, prefix: str = "") -> dict:
     return out
 
 
-def _updated(module: eqx.Module, t: dict, prefix: str = "") -> eqx.Module:
+def _updated(module: eqx.Module, t: dict, prefix: str = "", **fixed) -> eqx.Module:
     """`module` (a preset) with the keys the tables `t` set, in it and in the
-    Modules it holds; rebuilt, so its checks run on the result."""
-    changes = _given(type(module), t, prefix)
+    Modules it holds, and the fields `fixed`; rebuilt, so its checks run on the
+    result."""
+    changes = {**_given(type(module), t, prefix), **fixed}
     for f in dataclasses.fields(module):
         sub = getattr(module, f.name)
         if _checks.declaration(f) is None and isinstance(sub, eqx.Module):
             new = _updated(sub, t, prefix + f.metadata.get("prefix", ""))
             if new is not sub:
                 changes[f.name] = new
-    return dataclasses.replace(module, **changes) if changes else module
+    if all(changes[k] is getattr(module, k) for k in changes):
+        return module
+    return dataclasses.replace(module, **changes)
 
 
 def _default(cls: type, name: str):
     return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
-def _system(t: dict) -> System:
+# {field: its name in [system]} of the topologies' own keys (a Clos's pods)
+_TOPOLOGY_KEYS = {w.path[-1]: k.split(".", 1)[1] for k, w in KEYS.items()
+                  if w.path[:-1] == ("system", "topology")}
+
+
+def _topology(t: dict, base: System, domain, late: frozenset) -> strategies.Topology:
+    """The topology of a [system] table `t`: `system.topology` parsed (default:
+    the preset's) with its own keys (a Clos's pod_size and oversubscription),
+    for a scale-up domain of `domain` GPUs (a torus takes its shape from it).
+
+    A topology key its topology does not read is refused (a one-line
+    ValueError naming the key and the topology), unless it was given in an
+    earlier layer than the topology itself (preset < scenario or system file <
+    `--set` overrides, the keys in `late`): `--set system.topology=rail_only` on
+    a scenario whose Clos has pods replaces that Clos, pods and all."""
+    layer = lambda k: 2 if k in late else 1  # noqa: E731 - where key k was given
+    cls = strategies.topology_class(t["topology"]) if "topology" in t else type(base.topology)
+    top = layer("topology") if "topology" in t else 0
+    reads = strategies.float_params(cls)
+    params = {f: t[k] for f, k in _TOPOLOGY_KEYS.items()
+              if k in t and (f in reads or layer(k) >= top)}
+    if cls is type(base.topology):
+        if not params and float(domain) == float(base.scale_up_domain):
+            return base.topology  # the preset's own (a TPU's cited torus shape)
+        params = {**base.topology.params(), **params}
+    return cls.of(domain, **params)
+
+
+def _system(t: dict, late: frozenset = frozenset()) -> System:
+    """The System of the merged tables `t` (`late`: the [system] keys `--set` gave)."""
     preset = t["system"].get("preset", DEFAULT_SYSTEM)
     if Path(str(preset)).suffix == ".toml":
         raise ValueError(f"system.preset={preset!r}: pass a system file with --system")
-    return _updated(hardware.system(preset), t)
+    base = hardware.system(preset)
+    domain = t["system"].get("scale_up_domain", base.scale_up_domain)
+    return _updated(base, t, topology=_topology(t["system"], base, domain, late))
 
 
 def _model(t: dict) -> Transformer:
@@ -373,6 +437,8 @@ def _plan(t: dict, gpus: float) -> Plan:
 def from_tables(tables: dict, overrides=()) -> Scenario:
     """Build and validate a Scenario from raw TOML tables plus `section.key=value` overrides."""
     t = _merge(tables, overrides)
+    items = (parse_override(o) if isinstance(o, str) else o for o in overrides or ())
+    late = frozenset(k for section, k, _ in items if section == "system")
     pa = t["parallel"]
     if "dp" in pa and "gpus" not in t["system"]:  # gpus follows dp
         gpus = pa["dp"] * pa.get("tp", 1.0) * pa.get("pp", 1.0) * pa.get("cp", 1.0)
@@ -380,7 +446,7 @@ def from_tables(tables: dict, overrides=()) -> Scenario:
             raise ValueError(f"system.gpus=dp*tp*pp*cp={gpus:g} must be "
                              f"{DOMAINS['system.gpus'].describe()}")
         t["system"]["gpus"] = gpus
-    system = _system(t)
+    system = _system(t, late)
     model = _model(t)
     plan = _plan(t, float(system.gpus))
     validate(plan, model, system.gpus)

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 from . import collectives, economics, fabric, reliability, traffic
 from .hardware import System
 from .plan import DTYPE_BYTES, Plan
-from .relax import safe_div, smooth_max, smooth_min
+from .relax import safe_div
+from .strategies import NoRecompute
 from .workload import FLASH_BACKWARD_OVER_FORWARD, Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
@@ -193,43 +194,26 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
         + system.chip.kernel_overhead_s
     logits = logits + loss
     forward = matrix + att_fwd + logits
-    recompute = {"none": 0.0, "selective": att_fwd, "full": matrix + att_fwd}[plan.recompute]
+    recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
     backward = 2.0 * (matrix + logits) + att_bwd + recompute
     m = sh.micro_batches
-    attention_fwd = m * att_fwd * (2.0 if plan.recompute != "none" else 1.0)
+    attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd
     return Timing(forward, backward, attention, m * (forward + backward),
                   optimizer_time_s(model, plan, system, t), attention_fwd, sh.layers_on_stage)
 
 
 def bubble_s(plan: Plan, micro_batch_s, t=0.0) -> jax.Array:
-    """Idle time of the pipeline per step, for the schedule.
-
-    gpipe / 1f1b: (p-1) t_mb (fraction (p-1)/(m+p-1) of the step);
-    interleaved: (p-1) t_mb / v; zero_bubble (ZB-H1, Qi et al. 2023):
-    (p-1)(F + B - 2W) = (p-1) t_mb / 3 with F = W = t_mb/3, B = 2 t_mb/3;
-    dualpipe (DeepSeek-V3, Table 2): (p/2 - 1)(F&B + B - 3W) = (p/2 - 1) 2 t_mb / 3.
-    """
-    p = plan.pp
-    if plan.schedule in ("gpipe", "1f1b"):
-        return (p - 1.0) * micro_batch_s
-    if plan.schedule == "interleaved":
-        return (p - 1.0) * micro_batch_s / plan.interleave
-    if plan.schedule == "zero_bubble":
-        return (p - 1.0) * micro_batch_s / 3.0
-    return smooth_max(p / 2.0 - 1.0, 0.0, t) * 2.0 * micro_batch_s / 3.0
+    """Idle time of the pipeline per step, for the plan's schedule
+    (`strategies.Schedule.bubble_s`: gpipe / 1f1b (p-1) t_mb, interleaved
+    (p-1) t_mb / v, zero_bubble (p-1) t_mb / 3, dualpipe (p/2 - 1) 2 t_mb / 3)."""
+    return plan.schedule.bubble_s(plan.pp, plan.interleave, micro_batch_s, t)
 
 
 def in_flight_micro_batches(plan: Plan, t=0.0) -> jax.Array:
-    """Micro-batches whose activations the first stage holds at once."""
-    m, p = plan.micro_batches, plan.pp
-    if plan.schedule == "gpipe":
-        return m
-    if plan.schedule == "interleaved":  # Korthikanti et al. 2022, section 4.2.3
-        return smooth_min(p * (1.0 + (p - 1.0) / (p * plan.interleave)), m, t)
-    if plan.schedule == "dualpipe":  # DeepSeek-V3, Table 2: PP + 1
-        return smooth_min(p + 1.0, m, t)
-    return smooth_min(p, m, t)  # 1f1b, zero_bubble (ZB-H1 keeps 1F1B's memory)
+    """Micro-batches whose activations the first stage holds at once
+    (`strategies.Schedule.in_flight_micro_batches`)."""
+    return plan.schedule.in_flight_micro_batches(plan.micro_batches, plan.pp, plan.interleave, t)
 
 
 class Memory(eqx.Module):
@@ -260,7 +244,7 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
     the micro-batches in flight; the chip's reserve."""
     sh = traffic.shape(model, plan, t)
     pr = plan.precision
-    copies = 2.0 if plan.schedule == "dualpipe" else 1.0  # DualPipe keeps two copies
+    copies = plan.schedule.weight_copies  # DualPipe keeps two copies
 
     def sharded(per_param, stage):
         dense, routed = local_params(model, plan, t, stage)
@@ -282,8 +266,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
     per_mb = (dense_layers * per_layer(plan.recompute, False)
               + sh.moe_layers_on_stage * per_layer(plan.recompute, True))
     activations = per_mb * in_flight_micro_batches(plan, t)
-    if plan.recompute == "full":  # the layer being recomputed holds its full activations
-        activations = activations + per_layer("none", False)
+    if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
+        activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
     # fp32 logits of one micro-batch on the last stage
     activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
         * model.vocab / plan.tp

@@ -161,7 +161,7 @@ def _tp_rows(model, plan, system, sh, compute_s, t):
     except the share `plan.tp_overlap` hidden under the GEMMs (Transformer
     Engine's userbuffers, async TP), at most the step's compute `compute_s`."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations")
-    per_layer = 4.0 + (2.0 if plan.recompute == "full" else 0.0)
+    per_layer = 2.0 + 2.0 * plan.recompute.layer_forwards
     count = per_layer * sh.layers_on_stage * sh.micro_batches
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
     rows = []
@@ -183,7 +183,7 @@ def _cp_rows(model, plan, system, sh, timing, t):
     n = (plan.micro_batch * model.seq_len * model.kv_elements_per_token() / plan.tp
          * plan.precision.bytes("attention"))
     per = sh.layers_on_stage * sh.micro_batches
-    fwd = (2.0 if plan.recompute == "full" else 1.0) * per
+    fwd = plan.recompute.layer_forwards * per
     ag, ranks, inside = group_cost("all_gather", n, plan, ("cp",), system, t)
     rs, _, _ = group_cost("reduce_scatter", n, plan, ("cp",), system, t)
     fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag.time_s, per * ag.time_s, per * rs.time_s
@@ -236,7 +236,7 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     """
     # forward dispatch in its width; the combine and both backward exchanges
     # (gradients) in the combine width (+ a dispatch and a combine when recomputed)
-    redo = 1.0 if plan.recompute == "full" else 0.0
+    redo = plan.recompute.layer_forwards - 1.0
     width = ((1.0 + redo) * plan.precision.bytes("ep_dispatch")
              + (3.0 + redo) * plan.precision.bytes("ep_combine")) / (4.0 + 2.0 * redo)
     per_token = model.hidden * width
@@ -257,10 +257,10 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     pick = fast.time_s >= slow.time_s
     one = jax.tree.map(lambda a, b: jnp.where(pick, a, b), fast, slow)
     one = one.scale(safe_div(one_s, one.time_s))
-    count = (4.0 + (2.0 if plan.recompute == "full" else 0.0)) * sh.moe_layers_on_stage \
+    count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
         * sh.micro_batches
     time = count * one_s
-    exposed = smooth_max(time - overlap_s, 0.0, t) if plan.schedule == "dualpipe" else time
+    exposed = plan.schedule.exposed_all_to_all_s(time, overlap_s, t)
     return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one, ranks, inside,
                  exposed=exposed, slow_bytes=count * cross_bytes * (model.moe_layers > 0))]
 

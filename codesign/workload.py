@@ -40,13 +40,12 @@ import dataclasses
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 
-from . import _checks
+from . import _checks, strategies
 from ._checks import float_field, static_field
 from ._domains import MAX_WIDTH, count
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = strategies.RECOMPUTES
 ATTENTIONS = ("mha", "mla")  # multi-head (incl. GQA/MQA via kv_heads), multi-head latent
 ATTENTION_KERNELS = ("flash", "naive")
 FLASH_BACKWARD_OVER_FORWARD = 2.5  # FlashAttention-2 backward: 5 GEMMs vs 2 (Dao 2023)
@@ -248,20 +247,15 @@ class Transformer(eqx.Module):
         """Forward + backward (3x forward): the FLOPs MFU counts."""
         return 3 * self.forward_flops_per_token(causal)
 
-    def hardware_flops_per_token(self, recompute: str) -> jax.Array:
-        """Model FLOPs plus what recomputation adds: the FLOPs HFU counts."""
-        _check_recompute(recompute)
-        if recompute == "full":
-            extra = self.forward_flops_per_token() - self.logits_flops_per_token()
-        elif recompute == "selective":
-            extra = self.layers * self.attention_score_flops_per_token()
-        else:
-            extra = jnp.zeros(())
+    def hardware_flops_per_token(self, recompute) -> jax.Array:
+        """Model FLOPs plus what recomputation (a `strategies.Recompute` or its
+        name) adds: the FLOPs HFU counts."""
+        extra = strategies.recompute(recompute, "recompute").extra_flops_per_token(self)
         return self.model_flops_per_token() + extra
 
     # ----------------------------------------------------------- activations
     def activation_bytes_per_layer(self, micro_batch, tp, sequence_parallel: bool,
-                                   recompute: str, moe: bool, cp=1.0, precision=None
+                                   recompute, moe: bool, cp=1.0, precision=None
                                    ) -> jax.Array:
         """Bytes one layer keeps for backward, per GPU, per micro-batch in flight.
 
@@ -270,12 +264,13 @@ class Transformer(eqx.Module):
         dropout masks unless sequence parallelism divides those too; context
         parallelism divides s. `precision` (plan.Precision) scales the 16-bit
         accounting by the activation width; an fp8 GEMM recipe caches the
-        linear layers' inputs in 8 bits (DeepSeek-V3, section 3.3).
+        linear layers' inputs in 8 bits (DeepSeek-V3, section 3.3). `recompute`
+        is a `strategies.Recompute` or its name.
         """
-        _check_recompute(recompute)
+        recompute = strategies.recompute(recompute, "recompute")
         width = 1.0 if precision is None else precision.bytes("activations") / 2.0
         s, b, h = self.seq_len / cp, micro_batch, self.hidden
-        if recompute == "full":  # only the layer input survives
+        if not recompute.keeps_layer_activations:  # only the layer input survives
             return width * 2 * s * b * h / (tp if sequence_parallel else 1.0)
         f = ((self.top_k + self.shared_experts) * self.expert_ffn_hidden if moe
              else self.ffn_hidden)
@@ -297,7 +292,7 @@ class Transformer(eqx.Module):
         if self.attention == "mla":
             replicated = replicated + 2 * (self.q_lora_rank + self.kv_lora_rank
                                            + self.qk_rope_head_dim) * s * b * width
-        if recompute == "selective":  # the attention core is recomputed
+        if not recompute.keeps_attention_core:  # the attention core is recomputed
             scores = 0.0 * scores
             if self.attention == "mla":  # DeepSeek-V3 (section 3.2.3) also recomputes
                 # the up-projected per-head Q, K, V and every RMSNorm
@@ -305,10 +300,6 @@ class Transformer(eqx.Module):
                 replicated = replicated - 4.0 * s * b * h * width
         return (split + scores) / tp + replicated / (tp if sequence_parallel else 1.0)
 
-
-def _check_recompute(recompute: str) -> None:
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute={recompute!r} is not one of {', '.join(RECOMPUTE)}")
 
 
 # --------------------------------------------------------------------------- presets

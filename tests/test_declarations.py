@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import _checks, _domains, optimize, step, workload
+from codesign import _checks, _domains, optimize, step, strategies, workload
 from codesign import scenario as sc
 from codesign.hardware import System, Tier
 from codesign.plan import Plan, Precision
@@ -50,6 +50,26 @@ def test_schema_knobs_domains_and_integer_knobs_are_derived():
             "model.q_lora_rank", "model.v_head_dim"} <= optimize.INTEGER_KNOBS
     assert "system.pod_size" not in optimize.INTEGER_KNOBS
     assert sc.DOMAINS["parallel.comm_sm_fraction"].hi == 0.99
+
+
+def test_strategies_are_declared_once_with_their_own_keys():
+    """The four strategy keys are names in a table (choices: the classes' names);
+    a Clos's pods are declared once, on Clos, reachable via system.topology, and
+    knobs only of the scenarios whose topology is a Clos."""
+    for key, classes in (("system.topology", strategies.TOPOLOGY_CLASSES),
+                         ("system.routing", strategies.ROUTING_CLASSES),
+                         ("parallel.schedule", strategies.SCHEDULE_CLASSES),
+                         ("training.recompute", strategies.RECOMPUTE_CLASSES)):
+        decl = sc.KEYS[key].declaration
+        assert decl.kind is str and decl.choices == tuple(c.name for c in classes), key
+    for key in ("system.pod_size", "system.oversubscription"):
+        where = sc.KEYS[key]
+        assert where.path == ("system", "topology", key.split(".")[1])
+        assert where.owner is strategies.Clos and key in sc.KNOBS
+        assert key not in sc.knobs(sc.load(None))  # a two-tier fabric has no pods
+        assert key in sc.knobs(sc.load("llama3-405b"))  # its Clos has
+    assert {f.name for f in dataclasses.fields(System)}.isdisjoint(
+        {"pod_size", "oversubscription", "torus_shape"})  # the topology carries them
 
 
 def test_a_new_declared_field_appears_in_the_derived_tables():
@@ -110,8 +130,7 @@ def test_module_checks_read_the_declared_domains():
     with pytest.raises(ValueError, match=r"^parallel.schedule='pipedream' is not one of"):
         Plan(schedule="pipedream")
     with pytest.raises(ValueError, match=r"^system.pod_size=0.5 must be a number in \[1, 1e9\]$"):
-        s = sc.load(None).system
-        System(s.chip, 8, 8, s.scale_up, s.scale_out, 8, pod_size=0.5)
+        strategies.Clos(pod_size=0.5)
 
 
 def test_the_traced_check_is_one_vectorised_comparison():

@@ -12,11 +12,15 @@ from codesign import hardware as hw
 
 
 def _with(system, **kw):
+    """`system` with a topology by name (first), then float leaves by name (a
+    Clos's pods on its topology)."""
+    if "topology" in kw:
+        system = fabric.with_topology(
+            system, fabric.topology(kw.pop("topology"), system.scale_up_domain))
     for k, v in kw.items():
-        if k == "topology":
-            system = fabric.with_topology(system, v)
-        else:
-            system = eqx.tree_at(lambda s, k=k: getattr(s, k), system, jnp.asarray(float(v)))
+        where = ((lambda s, k=k: getattr(s.topology, k)) if k in ("pod_size", "oversubscription")
+                 else (lambda s, k=k: getattr(s, k)))
+        system = eqx.tree_at(where, system, jnp.asarray(float(v)))
     return system
 
 
@@ -63,14 +67,15 @@ def test_smooth_pod_crossing():
 
 
 def _bw(x):
-    s = eqx.tree_at(lambda s: (s.oversubscription, s.pod_size), LLAMA3, (x[0], x[1]))
+    s = eqx.tree_at(lambda s: (s.topology.oversubscription, s.topology.pod_size), LLAMA3,
+                    (x[0], x[1]))
     return jnp.log(fabric.scale_out_tier(s, x[2], t=0.5).bandwidth_Bps)
 
 
 def test_gradients_in_oversubscription_pod_size_and_span():
     # exact step (t = 0): d bandwidth / d k = -B / k^2 when the group crosses
     g = jax.grad(lambda k: fabric.scale_out_tier(
-        eqx.tree_at(lambda s: s.oversubscription, LLAMA3, k), 16_384.0).bandwidth_Bps)(7.0)
+        eqx.tree_at(lambda s: s.topology.oversubscription, LLAMA3, k), 16_384.0).bandwidth_Bps)(7.0)
     assert float(g) == pytest.approx(-OUT_BW / 49)
     # smooth (t = 0.5): pod size and span matter continuously; central differences
     x0 = np.array([7.0, 3072.0, 4096.0])
@@ -96,7 +101,8 @@ def test_torus_shapes():
     assert fabric.torus_shape(8960) == (16, 20, 28)  # the v5p pod, derived
     assert fabric.torus_shape(13) == (1, 1, 13)
     assert fabric.torus_shape(2048) == (8, 16, 16)
-    assert fabric.system_torus_shape(hw.system("tpu-v5p")) == (16, 20, 28)
+    assert hw.system("tpu-v5p").topology.shape == (16, 20, 28)  # the preset's own
+    assert fabric.Torus.of(2048).shape == (8, 16, 16)
     with pytest.raises(ValueError, match="chips=0"):
         fabric.torus_shape(0)
 
@@ -112,7 +118,7 @@ def test_torus_group_drives_only_the_dimensions_it_spans():
     assert bw(512, 8) == pytest.approx(full)  # dp over tp 8: x (2 values), y, z
     assert bw(4096, 1) == pytest.approx(full)
     assert bw(1, 1) == pytest.approx(full / 3)  # a group of one: floor, moves no bytes
-    # under jit the preset's shape is used and gives the same numbers
+    # the torus carries its shape: the same numbers under jit
     jitted = jax.jit(lambda s, g, st: fabric.scale_up_tier(s, g, st).bandwidth_Bps)
     assert float(jitted(v4, 256.0, 1.0)) == pytest.approx(2 * full / 3)
     # switched fabrics: unchanged
@@ -235,3 +241,15 @@ def test_slowdowns():
         fabric.ecmp_expected_max_load(-1, 4)
     with pytest.raises(ValueError, match="exact ECMP load"):
         fabric.ecmp_expected_max_load(2.5, 4, exact=True)
+
+
+def test_leaf_downlinks_are_half_the_switch_radix():
+    assert float(fabric.leaf_downlinks()) == 32.0  # a radix-64 switch, 32 down and 32 up
+    assert float(fabric.leaf_downlinks(fabric.Prices(switch_radix=128.0))) == 64.0
+    ecmp = eqx.tree_at(lambda s: s.routing, H100, fabric.Ecmp())
+    # one member per leaf: all d flows of a leaf hashed onto its d uplinks
+    for radix in (64.0, 128.0):
+        prices = fabric.Prices(switch_radix=radix)
+        d = radix / 2
+        got = fabric.group_flow_slowdown(ecmp, 64 * d * 8, 64.0, prices=prices)
+        assert float(got) == pytest.approx(float(fabric.ecmp_slowdown(d, d, exact=False)))

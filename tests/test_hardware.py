@@ -8,6 +8,7 @@ import pytest
 
 from codesign import collectives as co
 from codesign import hardware as hw
+from codesign import strategies
 from codesign.cli import main
 from codesign.units import GB, GiB
 
@@ -26,7 +27,7 @@ def test_every_preset_is_a_float_pytree_with_sources(name):
     leaves = jax.tree.leaves(p.system)
     assert all(leaf.dtype == jnp.float64 and leaf.shape == () for leaf in leaves)
     knobs = [p.system.chip.peak_flops_per_s, p.system.chip.hbm_Bps, p.system.scale_up_domain,
-             p.system.gpus_per_node, p.system.pod_size, p.system.oversubscription]
+             p.system.gpus_per_node]  # no preset is a Clos: no pods
     for tier in (p.system.scale_up, p.system.scale_out):
         knobs += [tier.bandwidth_Bps, tier.latency_s, tier.efficiency, tier.reduction_Bps,
                   tier.in_network_efficiency]
@@ -52,7 +53,7 @@ def test_preset_numbers_match_the_reference():
         pytest.approx(3.2)  # DeepSeek-V3: "roughly 3.2 times"
     assert float(hw.system("gb200-nvl72").scale_up_domain) == 72
     assert float(hw.system("dgx-v100").scale_up_domain) == 16
-    assert hw.system("tpu-v4").topology == "torus"
+    assert hw.system("tpu-v4").topology == strategies.Torus((16, 16, 16))
     assert float(hw.system("tpu-v5p").scale_up.bandwidth_Bps) == 6 * 9e10
 
 

@@ -295,3 +295,16 @@ def test_cli_bad_spec_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "knobs.ranks.grid=[1, 2] must be [low, high, points]" in err
     assert main(["sweep", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_fabric_target_pods_need_a_clos_combo():
+    """The fabric target's pod_size / oversubscription configure its clos combos;
+    set where no combo is a Clos they are refused, not ignored."""
+    base = {"target": "fabric", "base": {"system": "dgx-h100", "pod_size": 3072}}
+    with pytest.raises(ValueError, match=r"pod_size is set but no topology of the sweep "
+                                         r"reads it: only clos does"):
+        sweep.parse_spec({**base, "knobs": {"topology": {"categories": ["two_tier",
+                                                                        "rail_only"]}}})
+    with pytest.raises(ValueError, match=r"topology='ring' is not one of"):
+        sweep.parse_spec({**base, "knobs": {"topology": {"categories": ["ring"]}}})
+    sweep.parse_spec({**base, "knobs": {"topology": {"categories": ["two_tier", "clos"]}}})

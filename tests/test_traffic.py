@@ -212,7 +212,7 @@ def test_rail_only_pays_the_forwarding_hop_in_ep(run):
     scn = sc.load("deepseek-v3")
     # the hop: the slow-tier bytes of one exchange regrouped over NVLink first
     cross = float(clos.slow_tier_bytes / clos.count_per_step)
-    hop = fabric.rail_forwarding_cost(fabric.with_topology(scn.system, "rail_only"), cross,
+    hop = fabric.rail_forwarding_cost(fabric.with_topology(scn.system, fabric.RailOnly()), cross,
                                       float(clos.ranks_inside)).time_s
     assert float(rail.time_s - clos.time_s) == pytest.approx(
         float(clos.count_per_step * hop), rel=1e-6)
@@ -222,7 +222,7 @@ def test_rail_only_pays_the_forwarding_hop_in_ep(run):
     penalty = fabric.rail_only_all_to_all_penalty(scn.system, 1e8, 64.0)
     direct = co.cost("all_to_all", "direct", 1e8, 8.0, scn.system.scale_out).time_s
     assert float(penalty) == pytest.approx(float(fabric.rail_forwarding_cost(
-        fabric.with_topology(scn.system, "rail_only"), 1e8, 8.0).time_s / direct))
+        fabric.with_topology(scn.system, fabric.RailOnly()), 1e8, 8.0).time_s / direct))
 
 
 def test_pods_cost_by_the_ring_hops_that_cross():
@@ -255,8 +255,10 @@ def test_group_flow_slowdown_matches_balls_into_bins():
     s = dataclasses.replace(hardware.system("dgx-h100"), routing="ecmp")
     # a ring of 64 members, one per leaf (a leaf holds 32 domains of 8 GPUs): all
     # 32 flows of a leaf go up, hashed onto its 32 uplinks
+    # (the smooth Poisson form, eagerly as under jit: within 3% of the exact 3.53)
     got = float(fabric.group_flow_slowdown(s, 64 * 256.0, 64.0))
-    assert got == pytest.approx(float(fabric.flow_slowdown(32.0, 32.0)), rel=1e-6)
+    assert got == pytest.approx(float(fabric.ecmp_slowdown(32.0, 32.0, exact=False)), rel=1e-6)
+    assert got == pytest.approx(float(fabric.flow_slowdown(32.0, 32.0)), rel=0.03)
     assert got > 2.0
     # inside one leaf nothing goes up
     assert float(fabric.group_flow_slowdown(s, 256.0, 32.0)) == 1.0

@@ -25,7 +25,7 @@ FLOAT_KEYS = tuple(f"{s}.{k}" for s, keys in sc.SCHEMA.items()
                    for k, kind in keys.items() if kind is float)
 ALL_KEYS = tuple(f"{s}.{k}" for s, keys in sc.SCHEMA.items() for k in keys)
 BASE = sc.load(None)
-TRACED_KNOBS = tuple(k for k in sc.KNOBS if k not in sc.RELATIONAL)
+TRACED_KNOBS = tuple(k for k in sc.knobs(BASE) if k not in sc.RELATIONAL)
 PROPERTY = settings(max_examples=2000, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
@@ -40,7 +40,7 @@ def test_every_float_key_and_knob_has_a_domain():
 def test_every_builtin_scenario_lies_inside_the_domains():
     for name in sc.BUILTIN:
         scn = sc.load(name)
-        for key in sc.KNOBS:
+        for key in sc.knobs(scn):
             sc.check(key, sc.get_knob(scn, key))
 
 
@@ -241,7 +241,7 @@ def _numbers(key, big=10**400):
     inside = (st.integers(int(d.lo), int(min(d.hi, 2**20))) if d.integer
               else st.floats(d.lo, d.hi, exclude_min=d.lo_open))
     powers = st.integers(0, 14).map(lambda k: float(2**k))
-    here = float(sc.get_knob(BASE, key)) if key in sc.KNOBS else 1.0
+    here = float(sc.get_knob(BASE, key)) if key in sc.knobs(BASE) else 1.0
     near = st.integers(-3, 3).map(lambda k: here * 2.0**k)  # keeps divisibility often
     return st.one_of(st.floats(), st.integers(-big, big), st.sampled_from(edges),
                      inside, powers, near, near)
@@ -310,7 +310,7 @@ def test_property_scenario_tables_load_or_name_the_key(tables, with_preset):
         return
     event("loaded")
     assert isinstance(scn, sc.Scenario)
-    for key in sc.KNOBS:
+    for key in sc.knobs(scn):
         sc.check(key, sc.get_knob(scn, key))  # everything loaded lies in its domain
 
 

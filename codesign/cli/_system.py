@@ -34,9 +34,11 @@ def info(system: System, labels: SystemLabels, source: str | None) -> dict:
             "source": source or "scenario", "gpus": float(system.gpus),
             "scale_up_domain": float(system.scale_up_domain),
             "scale_up": _tier(system.scale_up), "scale_out": _tier(system.scale_out),
-            "gpus_per_node": float(system.gpus_per_node), "pod_size": float(system.pod_size),
-            "oversubscription": float(system.oversubscription), "topology": system.topology,
-            "routing": system.routing, "chip_spec": to_json(system.chip)}
+            "gpus_per_node": float(system.gpus_per_node),
+            "pod_size": float(system.topology.pod_size),
+            "oversubscription": float(system.topology.oversubscription),
+            "topology": system.topology.name, "routing": system.routing.name,
+            "chip_spec": to_json(system.chip)}
 
 
 def line(d: dict) -> str:

@@ -86,7 +86,7 @@ def _print_estimate(scn, labels, out):
     print(_system.line(out["system"]))
     print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
           f"cp {float(p.cp):g}  ep {float(p.ep):g}  micro-batches {float(p.micro_batches):g}  "
-          f"schedule {p.schedule}  zero {p.zero}  recompute {p.recompute}  {p.dtype}  "
+          f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
           f"attention {scn.model.attention}/{scn.model.attention_kernel}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
     for k, v in out["breakdown_s"].items():

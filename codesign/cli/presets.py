@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from .. import hardware as hw
+from ..strategies import Strategy
 from ..units import GB, TB, us
 
 
@@ -22,7 +23,10 @@ def add_arguments(parser, name) -> None:
 
 
 def to_json(obj):
-    """Modules and dataclasses as nested dicts; scalar arrays as floats."""
+    """Modules and dataclasses as nested dicts (a strategy by its name); scalar
+    arrays as floats."""
+    if isinstance(obj, Strategy):
+        return obj.name
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
@@ -66,7 +70,8 @@ def _tier_lines(label: str, tier: hw.Tier) -> list[str]:
 
 def _describe(name: str, preset: hw.Preset) -> str:
     s, chip = preset.system, preset.system.chip
-    unit = "chip" if s.topology == "torus" else "GPU"  # TPUs are not GPUs
+    pods = s.topology  # a topology without pods reads as one pod at 1:1
+    unit = "GPU" if s.topology.switched_scale_up else "chip"  # a torus's TPUs are not GPUs
     lines = [
         f"{name}: {preset.description}",
         f"  chip       {preset.chip}: {float(chip.peak_flops_per_s) / 1e12:g} TFLOP/s 16-bit, "
@@ -74,9 +79,9 @@ def _describe(name: str, preset: hw.Preset) -> str:
         f"HBM {float(chip.hbm_bytes) / GB:.4g} GB at {float(chip.hbm_Bps) / TB:g} TB/s, "
         f"matmul efficiency {float(chip.matmul_efficiency):g}",
         f"  system     {float(s.gpus):g} {unit}s, scale-up domain {float(s.scale_up_domain):g}, "
-        f"{float(s.gpus_per_node):g} {unit}s per node, topology {s.topology}, "
-        + (f"pods of {float(s.pod_size):g} {unit}s, oversubscription "
-           f"{float(s.oversubscription):g}:1 above" if float(s.pod_size) < float(s.gpus)
+        f"{float(s.gpus_per_node):g} {unit}s per node, topology {s.topology.name}, "
+        + (f"pods of {float(pods.pod_size):g} {unit}s, oversubscription "
+           f"{float(pods.oversubscription):g}:1 above" if float(pods.pod_size) < float(s.gpus)
            else "no oversubscription"),
         *_tier_lines("scale-up", s.scale_up),
         *_tier_lines("scale-out", s.scale_out),

@@ -46,7 +46,7 @@ def reliability_json(scn, est: step.Estimate) -> dict:
 def _print(scn, labels, out: dict) -> None:
     hours = out["mtbf_s"] / 3600
     print(f"scenario {labels.scenario}: {labels.model} on {out['gpus']:.0f} x "
-          f"{labels.system.chip} ({labels.system.preset}, {scn.system.topology})")
+          f"{labels.system.chip} ({labels.system.preset}, {scn.system.topology.name})")
     print(f"stragglers   q {out['straggler_q']:g}, slowdown {out['straggler_slowdown']:g}x, "
           f"jitter sigma {out['straggler_sigma']:g}; P(step delayed) "
           f"{out['p_step_delayed']:.1%} over {out['gpus']:.0f} participants")

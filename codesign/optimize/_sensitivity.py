@@ -41,7 +41,9 @@ def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
     raising system.gpus does: the two share one elasticity. A knob at 0
     (unset, e.g. moe_node_limit on a dense model) has elasticity 0.
     """
-    knobs = tuple(SENSITIVITY_KNOBS if knobs is None else knobs)
+    if knobs is None:  # those of the scenario (a Clos's pods only on a Clos)
+        knobs = tuple(k for k in sc.knobs(scn) if k in SENSITIVITY_KNOBS)
+    knobs = tuple(knobs)
     outputs = tuple(outputs)
     for k in knobs:
         sc.get_knob(scn, k)

@@ -14,7 +14,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import collectives, economics, fabric, hardware, reliability, scenario, step, units
+from .. import (
+    collectives,
+    economics,
+    fabric,
+    hardware,
+    reliability,
+    scenario,
+    step,
+    strategies,
+    units,
+)
 from ..relax import safe_div
 from . import _fields as fields
 from . import _target as target
@@ -163,17 +173,17 @@ def ecmp_target() -> Target:
         routings = [base.get("routing", "ecmp")] + [
             r for k in axes if k.kind == "categories" for r in k.values]
         for r in routings:
-            if r not in hardware.ROUTINGS:
-                raise ValueError(f"routing={r!r} is not one of {', '.join(hardware.ROUTINGS)}")
+            strategies.routing(r, "routing")
 
     def build(settings: dict, directory: Path) -> PointFn:
-        routing = settings.get("routing", _ECMP_DEFAULTS["routing"])
+        routing = strategies.routing(settings.get("routing", _ECMP_DEFAULTS["routing"]),
+                                     "routing")
         constants = {**_ECMP_DEFAULTS, **target.constants(settings, floats)}
 
         def point(knobs: dict) -> dict:
             v = {**constants, **knobs}
             k, m = jnp.asarray(v["k_flows"], float), jnp.asarray(v["m_links"], float)
-            slow = fabric.flow_slowdown(k, m, routing, v["overhead"])
+            slow = routing.flow_slowdown(k, m, v["overhead"])
             ideal = jnp.maximum(k / m, 1.0)
             return {"expected_max_load": slow * ideal, "ideal_load": ideal, "slowdown": slow,
                     "bandwidth_fraction": 1.0 / slow}
@@ -187,18 +197,36 @@ def ecmp_target() -> Target:
 
 # ------------------------------------------------------------------ fabric
 
-_FABRIC_SYSTEM = ("gpus", "scale_up_domain", "pod_size", "oversubscription")
+_FABRIC_SYSTEM = ("gpus", "scale_up_domain")
+_FABRIC_TOPOLOGY = ("pod_size", "oversubscription")  # read by the topologies that have pods
 _FABRIC_DEFAULTS = {"system": "dgx-h100", "n_bytes": 64 * units.MiB, "ranks": 256.0,
                     "group_size": 8.0, "stride": 1.0}
 
 
 def _fabric_system(settings: dict, directory: Path | None = None) -> hardware.System:
     system = hardware.system(str(settings.get("system", _FABRIC_DEFAULTS["system"])))
-    topology = settings.get("topology", system.topology)
-    if topology not in hardware.TOPOLOGIES:
-        raise ValueError(f"topology={topology!r} is not one of "
-                         f"{', '.join(hardware.TOPOLOGIES)}")
-    return fabric.with_topology(system, topology)
+    if "topology" in settings:
+        cls = strategies.topology_class(settings["topology"], "topology")
+        if cls is not type(system.topology):
+            system = fabric.with_topology(system, cls.of(system.scale_up_domain))
+    return system
+
+
+def _fabric_check(floats: tuple, categories: tuple):
+    """The fabric target's check: the axes, every combo's system, and a pod knob
+    (base or axis) only where some combo's topology reads it: the pods configure
+    the Clos combos of a sweep (rail-only and two-tier ones have none)."""
+
+    def check(base: dict, axes: tuple, directory: Path) -> None:
+        target.make_check("fabric", floats, categories, _fabric_system)(base, axes, directory)
+        reads = {k for settings in target.all_settings(base, axes)
+                 for k in _fabric_system(settings).topology.params()}
+        for k in _FABRIC_TOPOLOGY:
+            if (k in base or any(a.name == k for a in axes)) and k not in reads:
+                raise ValueError(f"{k} is set but no topology of the sweep reads it: only "
+                                 f"{strategies.readers(k)} does (add it to the categories)")
+
+    return check
 
 
 def fabric_target() -> Target:
@@ -207,12 +235,14 @@ def fabric_target() -> Target:
     scale-up bandwidth a group sees on a torus or a switch (`fabric.scale_up_tier`).
 
     Categorical: `system` (preset), `topology` (two_tier, clos, rail_only, torus).
-    Float knobs: `gpus`, `scale_up_domain`, `pod_size`, `oversubscription`, every
+    Float knobs: `gpus`, `scale_up_domain`, `pod_size` and `oversubscription`
+    (of the clos combos; refused when no combo is a Clos), every
     `fabric.Prices` field (switch_radix, switch_usd, ...), `n_bytes` and `ranks`
     of the all-to-all, `group_size` and `stride` of the scale-up group.
     """
     prices_fields = target.field_names(fabric.Prices)
-    floats = _FABRIC_SYSTEM + prices_fields + ("n_bytes", "ranks", "group_size", "stride")
+    floats = (_FABRIC_SYSTEM + _FABRIC_TOPOLOGY + prices_fields
+              + ("n_bytes", "ranks", "group_size", "stride"))
     categories = ("system", "topology")
     outputs = ("switches", "transceivers", "cables", "network_cost_usd", "network_power_w",
                "cost_usd", "power_w", "cost_per_gpu_usd", "power_per_gpu_w",
@@ -222,18 +252,21 @@ def fabric_target() -> Target:
     def build(settings: dict, directory: Path) -> PointFn:
         system0 = _fabric_system(settings)
         constants = {**_FABRIC_DEFAULTS, **target.constants(settings, floats)}
-        shape = fabric.system_torus_shape(system0) if system0.topology == "torus" else None
         prices0 = fabric.default_prices()  # outside the trace: it is cached
         assumptions = economics.default_assumptions()
 
         def point(knobs: dict) -> dict:
             v = {**constants, **knobs}
             system = target.replace_leaves(system0, v, _FABRIC_SYSTEM)
+            own = tuple(system.topology.params())  # a Clos's pods
+            if own:
+                system = eqx.tree_at(lambda s: s.topology, system,
+                                     target.replace_leaves(system.topology, v, own))
             prices = target.replace_leaves(prices0, v, prices_fields)
             inv = fabric.inventory(system, prices)
             cost_saving, power_saving = fabric.rail_only_saving(system, prices)
             n, p = jnp.asarray(v["n_bytes"], float), jnp.asarray(v["ranks"], float)
-            group = fabric.scale_up_tier(system, v["group_size"], v["stride"], shape=shape)
+            group = fabric.scale_up_tier(system, v["group_size"], v["stride"])
             return {"switches": inv.leaf_switches + inv.spine_switches + inv.core_switches
                     + inv.ocs_switches, "transceivers": inv.transceivers, "cables": inv.cables,
                     "network_cost_usd": inv.network_cost_usd,
@@ -250,7 +283,7 @@ def fabric_target() -> Target:
 
     return Target("fabric", "fabric inventory (switches, optics, cost, power) per topology; "
                   "rail-only penalty", floats, categories, target.fixed_outputs(outputs),
-                  target.make_check("fabric", floats, categories, _fabric_system), build,
+                  _fabric_check(floats, categories), build,
                   target.no_fingerprint)
 
 

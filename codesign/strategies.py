@@ -1,0 +1,651 @@
+"""Strategies as types: the fabric's topology and routing, the pipeline
+schedule, and what backward recomputes.
+
+Each family is an abstract `eqx.Module` declaring the interface; each strategy
+a small final class that owns its formulas and carries the parameters only it
+reads: a Clos its pods (`pod_size`, `oversubscription`: float leaves, so
+differentiable knobs), a torus its shape (static: the shape is structure).
+A name is parsed once, by `topology`, `routing`, `schedule` and `recompute`:
+an unknown name is a one-line ValueError naming the key and the choices, so
+no other code compares strategy names.
+
+Topologies (`fabric` applies them to a `hardware.System`):
+
+- `TwoTier`: a non-blocking fat tree over every GPU, one NIC each.
+- `Clos`: pods of `pod_size` GPUs at full bisection, `oversubscription`:1
+  above them (Llama 3: 3,072-GPU pods at 1:7). A group whose flows leave its
+  pod is slowed by the share that crosses (`pod_factor`; see `fabric` for why
+  the whole group slows); groups that fit in a pod are assumed placed inside one.
+- `RailOnly`: no spine: GPU i of every scale-up domain hangs off rail i only, so
+  cross-rail traffic is first forwarded through the scale-up domain.
+- `Torus`: the scale-up domain is a 3D torus (ICI) of `shape`; a group drives
+  only the links of the dimensions it spans; the scale-out tier is the
+  data-centre network between pods, unchanged.
+
+Routings: `Ecmp` hashes each flow onto one path (collisions, `_ecmp`);
+`Spray` / `Adaptive` spread every flow over all paths.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import _checks
+from ._checks import float_field
+from ._domains import interval
+from ._ecmp import ecmp_slowdown
+from .relax import safe_log, smooth_ceil, smooth_max, smooth_min
+
+ONE_POD_GPUS = 1e9  # the pod size of a fabric without pods: every group fits in one
+
+
+class Strategy(eqx.Module):
+    """A strategy of one of the four families, known by its `name`."""
+
+    name: eqx.AbstractClassVar[str]
+
+
+def _parse(key: str, value, family: type, classes: tuple):
+    """`value` if it is a `family` already, else the strategy named `value`."""
+    if isinstance(value, family):
+        return value
+    by_name = {c.name: c for c in classes}
+    if not isinstance(value, str) or value not in by_name:
+        raise ValueError(f"{key}={value!r} is not one of {', '.join(by_name)}")
+    return by_name[value]()
+
+
+def _tier_bandwidth(tier, bandwidth_Bps):
+    return eqx.tree_at(lambda x: x.bandwidth_Bps, tier, bandwidth_Bps)
+
+
+# ------------------------------------------------------------------- placement
+
+
+def crosses_pod(span, pod_size, t=0.0) -> jax.Array:
+    """1 when a group spanning `span` GPUs leaves its pod, else 0.
+
+    Exact step at t = 0; for t > 0 the logistic sigmoid(log(span / pod) / t),
+    smooth in span and pod size (1/2 at span = pod).
+    """
+    span, pod_size = _checks.as_float(span), _checks.as_float(pod_size)
+    if isinstance(t, (int, float)) and t == 0:
+        return (span > pod_size).astype(span.dtype) + 0.0 * pod_size
+    x = (safe_log(span) - safe_log(pod_size)) / jnp.maximum(t, 1e-12)
+    return jax.nn.sigmoid(x)
+
+
+def crossing_fraction(span, across, block, exchange: bool = False, t=0.0) -> jax.Array:
+    """Share of a group's slow-tier flows that leave a block of `block` GPUs
+    (a pod, a leaf switch) when the group spans `span` GPU indices with
+    `across` members on the slow tier (one per scale-up domain it touches).
+
+    A ring (or tree) ordered block by block leaves each block once: blocks /
+    across of its hops cross, at most all. An exchange (all-to-all) sends to
+    every member: 1 - block / span of its bytes leave. 0 when the group fits.
+    """
+    span, block = _checks.as_float(span), _checks.as_float(block)
+    blocks = jnp.maximum(span / block, 1.0)
+    inside = crosses_pod(span, block, t)
+    if exchange:
+        return inside * (1.0 - 1.0 / blocks)
+    return inside * jnp.minimum(blocks / jnp.maximum(_checks.as_float(across), 1.0), 1.0)
+
+
+# ------------------------------------------------------------------- fat trees
+
+
+def fat_tree_levels(endpoints, radix, t=0.0) -> jax.Array:
+    """Levels of a non-blocking folded Clos (fat tree) of radix-R switches for E endpoints.
+
+    L levels hold up to 2 (R/2)^L endpoints (one switch holds R): L = max(1,
+    ceil(log(E/2) / log(R/2))), the ceil relaxed with temperature t
+    (`relax.smooth_ceil`: exact at t = 0, with the envelope's slope).
+    """
+    e, r = _checks.as_float(endpoints), _checks.as_float(radix)
+    x = safe_log(e / 2.0) / jnp.log(r / 2.0)
+    return jnp.maximum(smooth_ceil(x - 1e-9, t), 1.0)
+
+
+def _fat_tree_ports(endpoints, radix):
+    """(leaf ports, ports of the levels above the leaf) of a fat tree over `endpoints`.
+
+    Every level below the top has E ports down and E up; the top has E down.
+    The level count is a staircase (no slope) for the counts.
+    """
+    levels = jax.lax.stop_gradient(fat_tree_levels(endpoints, radix))
+    leaf = jnp.where(levels > 1, 2.0, 1.0) * endpoints
+    upper = jnp.where(levels > 1, 2.0 * levels - 3.0, 0.0) * endpoints
+    return leaf, upper, levels
+
+
+# ------------------------------------------------------------------- torus
+
+TORUS_DIMS = 3  # the presets' scale_up.bandwidth_Bps is 2 links x 3 dimensions
+# TPU v4 (Jouppi et al. 2023): the faces of each 4x4x4 cube (96 of its 384 link
+# ends) go optical through the OCSes: 1.5 optical link ends per chip.
+TORUS_OPTICAL_ENDS_PER_CHIP = 96 / 64
+
+
+def torus_shape(chips: int) -> tuple[int, int, int]:
+    """The most cube-like (x <= y <= z, x y z = chips) shape: smallest z, then largest x.
+
+    Reproduces both TPU presets: 4096 -> (16, 16, 16), 8960 -> (16, 20, 28). A
+    prime count gives (1, 1, chips): a ring.
+    """
+    n = int(round(float(chips)))
+    if n < 1 or abs(n - float(chips)) > 1e-9:
+        raise ValueError(f"torus chips={chips} must be a positive integer")
+    best = (1, 1, n)
+    for x in range(1, round(n ** (1 / 3)) + 2):
+        if n % x:
+            continue
+        for y in range(x, math.isqrt(n // x) + 1):
+            if (n // x) % y:
+                continue
+            z = n // x // y
+            if z >= y and (z, -x) < (best[2], -best[0]):
+                best = (x, y, z)
+    return best
+
+
+def torus_dims_spanned(group_size, stride, shape, t=0.0) -> jax.Array:
+    """How many torus dimensions a group of `group_size` ranks `stride` apart spans.
+
+    Along dimension d (size n_d, c_d ranks per step along it) the group's
+    coordinates step by lo = clip(stride / c_d, 1, n_d) up to
+    hi = clip(stride x group_size / c_d, 1, n_d); it spans d when hi / lo >= 2.
+    Each dimension counts min(log2(hi / lo), 1) (smooth_min with temperature
+    t): exact 0 or 1 at aligned integer layouts, continuous in between.
+    """
+    g, s = _checks.as_float(group_size), _checks.as_float(stride)
+    total, c = 0.0, 1.0
+    for n in shape:
+        lo = jnp.clip(s / c, 1.0, n)
+        hi = jnp.clip(s * g / c, 1.0, n)
+        extent = hi / lo
+        total = total + smooth_min(safe_log(extent) / jnp.log(2.0), 1.0, t)
+        c *= n
+    return total
+
+
+# ------------------------------------------------------------------- topologies
+
+
+class Topology(Strategy):
+    """How the scale-out fabric joins the GPUs (and, for a torus, the scale-up domain).
+
+    A topology without pods reads as one pod at 1:1 (`pod_size`,
+    `oversubscription`); only `Clos` carries (and reads) them.
+    """
+
+    # cross-rail traffic hops through the scale-up domain first (rail-only)
+    forwards_through_scale_up: ClassVar[bool] = False
+    # the scale-up domain is switched (NVSwitch): not a torus of direct links
+    switched_scale_up: ClassVar[bool] = True
+
+    @property
+    def pod_size(self):
+        return ONE_POD_GPUS
+
+    @property
+    def oversubscription(self):
+        return 1.0
+
+    @classmethod
+    def of(cls, scale_up_domain, **params) -> Topology:
+        """This topology for a scale-up domain of `scale_up_domain` GPUs, with its
+        own parameters `params` (scenario keys `system.<name>`); a parameter it
+        does not read is a one-line ValueError naming the key and the topology."""
+        _check_params(cls, params)
+        return cls(**params)
+
+    def params(self) -> dict:
+        """Its float parameters by scenario key (`system.<name>`)."""
+        return {k: getattr(self, k) for k in float_params(type(self))}
+
+    def check_domain(self, scale_up_domain) -> None:
+        """Raise when a (concrete) scale-up domain does not fit the topology."""
+
+    def scale_up_tier(self, tier, group_size, stride, t=0.0):
+        """The fast tier seen by a group of `group_size` ranks `stride` apart:
+        switched domains give every group the full per-GPU bandwidth."""
+        return tier
+
+    def scale_out_tier(self, tier, span, t=0.0):
+        """The slow tier seen by a group spanning `span` GPU indices (`fabric.scale_out_tier`)."""
+        return tier
+
+    def pod_factor(self, span, across, exchange: bool = False, t=0.0) -> jax.Array | None:
+        """The bandwidth divisor of a group from the pods its flows leave; None
+        without pods (no divide at all)."""
+        return None
+
+    def leaf_block(self, scale_up_domain, leaf_downlinks) -> jax.Array | None:
+        """GPUs under one leaf switch's block (rail-optimised: the same-index GPU of
+        `leaf_downlinks` domains), where ECMP hashes flows onto the uplinks;
+        None without leaf switches."""
+        return leaf_downlinks * scale_up_domain
+
+    @abc.abstractmethod
+    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+        """(leaf, spine, core) switch ports of the scale-out fabric."""
+
+    def links(self, gpus, gpus_per_node, ports, ocs_radix, t=0.0) -> tuple:
+        """(NICs, optical circuit switches, links, transceivers) of the fabric
+        with `ports` = (leaf, spine, core) switch ports: one NIC per GPU, every
+        link optical with a transceiver at each end."""
+        leaf, spine, core = ports
+        nics = gpus
+        links = (nics + leaf + spine + core) / 2.0
+        return nics, jnp.zeros_like(gpus), links, 2.0 * links
+
+
+def _check_params(cls, params: dict) -> None:
+    reads = float_params(cls)
+    for k, v in params.items():
+        if k not in reads:
+            raise ValueError(f"system.{k}={float(v):g} does not apply to topology "
+                             f"{cls.name}: only {readers(k)} reads it")
+
+
+def float_params(cls) -> tuple[str, ...]:
+    """The float parameters a topology class carries (scenario keys `system.<name>`)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("static", False))
+
+
+def readers(key: str) -> str:
+    """The topologies that read parameter `key`, by name."""
+    return ", ".join(c.name for c in TOPOLOGY_CLASSES if key in float_params(c)) or "none"
+
+
+class TwoTier(Topology):
+    """A non-blocking fat tree over all GPUs (one NIC per GPU)."""
+
+    name: ClassVar[str] = "two_tier"
+
+    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+        leaf, upper, levels = _fat_tree_ports(gpus, radix)
+        top = jnp.where(levels > 2, gpus, 0.0)  # a 3+-level tree's top level is its "core"
+        return leaf, upper - top, top
+
+
+class Clos(Topology):
+    """Pods of `pod_size` GPUs as non-blocking fat trees, `oversubscription`:1
+    above them: N/k uplinks from the pods into one aggregation layer of N/k ports.
+
+    The defaults are one pod at 1:1 (a Clos that never oversubscribes)."""
+
+    name: ClassVar[str] = "clos"
+    pod_size: jax.Array = float_field("system.pod_size", interval(1.0, ONE_POD_GPUS),
+                                      unit="GPUs", default=ONE_POD_GPUS)
+    oversubscription: jax.Array = float_field("system.oversubscription", interval(1.0, 1e3),
+                                              default=1.0)
+
+    def oversubscription_factor(self, span, t=0.0) -> jax.Array:
+        """1 + (k - 1) x crosses_pod: k when the group leaves its pod, 1 inside."""
+        return 1.0 + (self.oversubscription - 1.0) * crosses_pod(span, self.pod_size, t)
+
+    def scale_out_tier(self, tier, span, t=0.0):
+        """bandwidth / oversubscription when the span exceeds `pod_size`; smooth in
+        span, pod size and oversubscription with temperature t (exact at t = 0)."""
+        return _tier_bandwidth(tier, tier.bandwidth_Bps / self.oversubscription_factor(span, t))
+
+    def pod_factor(self, span, across, exchange: bool = False, t=0.0) -> jax.Array:
+        """max(1, k f): f the share of flows that leave the pod (`crossing_fraction`).
+
+        Every GPU of a pod runs its copy of the collective at once, so the pod's
+        uplinks (1/k of what its GPUs inject) carry the crossing share f of that
+        injection: the crossing hops slow by k f when k f > 1, and a ring waits
+        for them. f = 1 (a flat exchange, or a ring with one member per pod) is
+        `oversubscription_factor`'s all-or-nothing k.
+        """
+        f = crossing_fraction(span, across, self.pod_size, exchange, t)
+        return smooth_max(self.oversubscription * f, 1.0, t)
+
+    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+        # pods are fat trees over min(N, P); their top level sends N/k up to a
+        # single aggregation ("core") layer when the job spans more than one pod.
+        pod = jnp.minimum(gpus, self.pod_size)
+        pods = gpus / pod
+        leaf, upper, _ = _fat_tree_ports(pod, radix)
+        cross = crosses_pod(gpus, self.pod_size, t)
+        uplinks = cross * gpus / self.oversubscription
+        return leaf * pods, upper * pods + uplinks, uplinks
+
+
+class RailOnly(Topology):
+    """`scale_up_domain` rails, each a non-blocking fat tree over the N / G GPUs
+    of that rail; no spine joining the rails (Wang et al.)."""
+
+    name: ClassVar[str] = "rail_only"
+    forwards_through_scale_up: ClassVar[bool] = True
+
+    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+        leaf, upper, _ = _fat_tree_ports(gpus / scale_up_domain, radix)
+        g = scale_up_domain
+        return leaf * g, upper * g, jnp.zeros_like(gpus)
+
+
+class Torus(Topology):
+    """The scale-up domain as a 3D torus of `shape` (x, y, z), ranks laid out x
+    fastest; `Torus.of(chips)` takes the most cube-like shape (`torus_shape`).
+
+    A group drives only the links of the dimensions it spans (a ring along one
+    dimension uses 2 of the 6 links). Its fabric is 3 links per chip (6 ends),
+    1.5 optical ends per chip through OCSes (TPU v4's cube faces), and one
+    data-centre NIC per host (the data-centre network is shared, not counted).
+    """
+
+    name: ClassVar[str] = "torus"
+    switched_scale_up: ClassVar[bool] = False
+    shape: tuple = eqx.field(static=True, converter=lambda s: tuple(int(n) for n in s))
+
+    def __check_init__(self):
+        if len(self.shape) != TORUS_DIMS or min(self.shape) < 1:
+            raise ValueError(f"torus shape={self.shape} must be {TORUS_DIMS} positive sizes")
+
+    @classmethod
+    def of(cls, scale_up_domain, **params) -> Torus:
+        _check_params(cls, params)  # it reads none
+        return cls(torus_shape(scale_up_domain))
+
+    @property
+    def chips(self) -> int:
+        return math.prod(self.shape)
+
+    def check_domain(self, scale_up_domain) -> None:
+        v = _checks.concrete(scale_up_domain)
+        if v is not None and float(v) != self.chips:
+            raise ValueError(f"system.scale_up_domain={float(v):g} must equal the torus's "
+                             f"{'x'.join(map(str, self.shape))} = {self.chips} chips")
+
+    def scale_up_tier(self, tier, group_size, stride, t=0.0):
+        """bandwidth x max(dims spanned, 1) / 3 (a group of one moves no bytes, so
+        the floor only keeps the tier valid)."""
+        dims = torus_dims_spanned(group_size, stride, self.shape, t)
+        return _tier_bandwidth(tier, tier.bandwidth_Bps * jnp.maximum(dims, 1.0) / TORUS_DIMS)
+
+    def leaf_block(self, scale_up_domain, leaf_downlinks) -> None:
+        return None  # no leaf switches: nothing to hash onto
+
+    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+        z = jnp.zeros_like(gpus)
+        return z, z, z
+
+    def links(self, gpus, gpus_per_node, ports, ocs_radix, t=0.0) -> tuple:
+        nics = gpus / gpus_per_node
+        optical_ends = TORUS_OPTICAL_ENDS_PER_CHIP * gpus
+        ocs = smooth_ceil(optical_ends / ocs_radix, t)
+        links = 3.0 * gpus + nics  # ICI links + host-to-network links
+        return nics, ocs, links, optical_ends + 2.0 * nics
+
+
+TOPOLOGY_CLASSES = (TwoTier, Clos, RailOnly, Torus)
+TOPOLOGIES = tuple(c.name for c in TOPOLOGY_CLASSES)
+
+
+def topology_class(name: str, key: str = "system.topology") -> type[Topology]:
+    """The topology class named `name`."""
+    by_name = {c.name: c for c in TOPOLOGY_CLASSES}
+    if not isinstance(name, str) or name not in by_name:
+        raise ValueError(f"{key}={name!r} is not one of {', '.join(TOPOLOGIES)}")
+    return by_name[name]
+
+
+def as_topology(value, key: str = "system.topology") -> Topology:
+    """`value`, a `Topology`; anything else is a one-line ValueError (a name
+    needs its scale-up domain: `topology` parses it)."""
+    if not isinstance(value, Topology):
+        raise ValueError(f"{key}={value!r} must be a strategies.Topology "
+                         f"({', '.join(TOPOLOGIES)}; `strategies.topology` parses a name)")
+    return value
+
+
+def topology(name: str, scale_up_domain, **params) -> Topology:
+    """The topology `name` (system.topology) for a scale-up domain of
+    `scale_up_domain` GPUs with its own parameters (`Topology.of`)."""
+    return topology_class(name).of(scale_up_domain, **params)
+
+
+# ------------------------------------------------------------------- routing
+
+
+class Routing(Strategy):
+    """How the scale-out fabric spreads a collective's flows over equal-cost paths."""
+
+    collides: eqx.AbstractClassVar[bool]  # flows can share a link by chance
+
+    @abc.abstractmethod
+    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=None) -> jax.Array:
+        """Slowdown of a collective of `k_flows` elephant flows over `m_links` links."""
+
+
+class Ecmp(Routing):
+    """Each flow hashed onto one path: balls into bins (`_ecmp.ecmp_slowdown`);
+    `exact` as `ecmp_expected_max_load` (None: exact at concrete integers)."""
+
+    name: ClassVar[str] = "ecmp"
+    collides: ClassVar[bool] = True
+
+    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=None) -> jax.Array:
+        _checks.non_negative("overhead", overhead)
+        return ecmp_slowdown(k_flows, m_links, exact)
+
+
+# Packet spraying and adaptive routing spread each flow over every link, so the
+# busiest link carries k/m flows (slowdown 1). ASSUMPTION: 0 extra cost; a real
+# deployment pays reordering/probe overhead, pass `overhead` to model it.
+class _Spreading(Routing):
+    collides: ClassVar[bool] = False
+
+    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=None) -> jax.Array:
+        """1 + `overhead`."""
+        _checks.non_negative("overhead", overhead)
+        return 1.0 + _checks.as_float(overhead) + 0.0 * _checks.as_float(k_flows)
+
+
+class Spray(_Spreading):
+    """Packet spraying: every packet on its own path."""
+
+    name: ClassVar[str] = "spray"
+
+
+class Adaptive(_Spreading):
+    """Adaptive routing: flows follow the least loaded path."""
+
+    name: ClassVar[str] = "adaptive"
+
+
+ROUTING_CLASSES = (Ecmp, Spray, Adaptive)
+ROUTINGS = tuple(c.name for c in ROUTING_CLASSES)
+
+
+def routing(value, key: str = "system.routing") -> Routing:
+    """The routing named `value` (or `value` itself if it is a `Routing`)."""
+    return _parse(key, value, Routing, ROUTING_CLASSES)
+
+
+# ------------------------------------------------------------------- pipeline schedules
+
+
+class Schedule(Strategy):
+    """A pipeline schedule: its bubble and the micro-batches the first stage holds.
+
+    `pp` stages, `micro_batches` m per step, `interleave` v virtual stages per
+    GPU (read by `Interleaved` only), `micro_batch_s` t_mb: one micro-batch's
+    forward and backward on one stage.
+    """
+
+    interleaves: ClassVar[bool] = False  # runs v > 1 virtual stages per GPU
+    weight_copies: ClassVar[float] = 1.0  # copies of the stage's weights each GPU holds
+
+    @abc.abstractmethod
+    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+        """Idle time of the pipeline per step."""
+
+    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
+        """Micro-batches whose activations the first stage holds at once: min(p, m)."""
+        return smooth_min(pp, micro_batches, t)
+
+    def exposed_all_to_all_s(self, time_s, overlap_s, t=0.0) -> jax.Array:
+        """The part of the MoE all-to-alls' `time_s` left on the critical path
+        (`overlap_s`: compute another micro-batch could hide it under)."""
+        return time_s
+
+
+class GPipe(Schedule):
+    """All forwards, then all backwards (Huang et al. 2019): (p-1) t_mb idle,
+    fraction (p-1)/(m+p-1) of the step; every micro-batch in flight."""
+
+    name: ClassVar[str] = "gpipe"
+
+    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+        return (pp - 1.0) * micro_batch_s
+
+    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
+        return micro_batches
+
+
+class OneFOneB(Schedule):
+    """One forward, one backward (PipeDream-Flush): GPipe's bubble, at most p in flight."""
+
+    name: ClassVar[str] = "1f1b"
+
+    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+        return (pp - 1.0) * micro_batch_s
+
+
+class Interleaved(Schedule):
+    """1F1B over v virtual stages per GPU (Narayanan et al. 2021): (p-1) t_mb / v
+    idle; p (1 + (p-1)/(p v)) in flight (Korthikanti et al. 2022, section 4.2.3)."""
+
+    name: ClassVar[str] = "interleaved"
+    interleaves: ClassVar[bool] = True
+
+    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+        return (pp - 1.0) * micro_batch_s / interleave
+
+    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
+        return smooth_min(pp * (1.0 + (pp - 1.0) / (pp * interleave)), micro_batches, t)
+
+
+class ZeroBubble(Schedule):
+    """ZB-H1 (Qi et al. 2023): (p-1)(F + B - 2W) = (p-1) t_mb / 3 idle with
+    F = W = t_mb/3, B = 2 t_mb/3; 1F1B's memory."""
+
+    name: ClassVar[str] = "zero_bubble"
+
+    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+        return (pp - 1.0) * micro_batch_s / 3.0
+
+
+class DualPipe(Schedule):
+    """DeepSeek-V3 (Table 2): (p/2 - 1)(F&B + B - 3W) = (p/2 - 1) 2 t_mb / 3 idle,
+    p + 1 in flight, two copies of the weights; the MoE all-to-alls overlap the
+    other micro-batch's compute."""
+
+    name: ClassVar[str] = "dualpipe"
+    weight_copies: ClassVar[float] = 2.0
+
+    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+        return smooth_max(pp / 2.0 - 1.0, 0.0, t) * 2.0 * micro_batch_s / 3.0
+
+    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
+        return smooth_min(pp + 1.0, micro_batches, t)
+
+    def exposed_all_to_all_s(self, time_s, overlap_s, t=0.0) -> jax.Array:
+        return smooth_max(time_s - overlap_s, 0.0, t)
+
+
+SCHEDULE_CLASSES = (GPipe, OneFOneB, Interleaved, ZeroBubble, DualPipe)
+SCHEDULES = tuple(c.name for c in SCHEDULE_CLASSES)
+
+
+def schedule(value, key: str = "parallel.schedule") -> Schedule:
+    """The schedule named `value` (or `value` itself if it is a `Schedule`)."""
+    return _parse(key, value, Schedule, SCHEDULE_CLASSES)
+
+
+# ------------------------------------------------------------------- recomputation
+
+
+class Recompute(Strategy):
+    """What backward recomputes instead of storing (Korthikanti et al. 2022)."""
+
+    # forwards of each layer per micro-batch, its TP/CP/EP communication with it
+    layer_forwards: eqx.AbstractClassVar[float]
+    # forwards of the attention core (the scores) per micro-batch
+    attention_forwards: eqx.AbstractClassVar[float]
+    # False: only the layer input is stored, the layer is recomputed whole
+    keeps_layer_activations: ClassVar[bool] = True
+    # False: the attention core's activations are recomputed, not stored
+    keeps_attention_core: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def extra_forward_s(self, layers_s, attention_forward_s):
+        """Forward time backward adds, from a stage's layer (GEMM) forward time
+        and its attention core's."""
+
+    @abc.abstractmethod
+    def extra_flops_per_token(self, model) -> jax.Array:
+        """FLOPs per token recomputation adds to the model's (what HFU counts)."""
+
+
+class NoRecompute(Recompute):
+    name: ClassVar[str] = "none"
+    layer_forwards: ClassVar[float] = 1.0
+    attention_forwards: ClassVar[float] = 1.0
+
+    def extra_forward_s(self, layers_s, attention_forward_s):
+        return 0.0
+
+    def extra_flops_per_token(self, model) -> jax.Array:
+        return jnp.zeros(())
+
+
+class SelectiveRecompute(Recompute):
+    """The attention core (scores, softmax) recomputed in backward."""
+
+    name: ClassVar[str] = "selective"
+    layer_forwards: ClassVar[float] = 1.0
+    attention_forwards: ClassVar[float] = 2.0
+    keeps_attention_core: ClassVar[bool] = False
+
+    def extra_forward_s(self, layers_s, attention_forward_s):
+        return attention_forward_s
+
+    def extra_flops_per_token(self, model) -> jax.Array:
+        return model.layers * model.attention_score_flops_per_token()
+
+
+class FullRecompute(Recompute):
+    """Every layer's forward run again in backward from its stored input."""
+
+    name: ClassVar[str] = "full"
+    layer_forwards: ClassVar[float] = 2.0
+    attention_forwards: ClassVar[float] = 2.0
+    keeps_layer_activations: ClassVar[bool] = False
+    keeps_attention_core: ClassVar[bool] = False
+
+    def extra_forward_s(self, layers_s, attention_forward_s):
+        return layers_s + attention_forward_s
+
+    def extra_flops_per_token(self, model) -> jax.Array:
+        return model.forward_flops_per_token() - model.logits_flops_per_token()
+
+
+RECOMPUTE_CLASSES = (NoRecompute, SelectiveRecompute, FullRecompute)
+RECOMPUTES = tuple(c.name for c in RECOMPUTE_CLASSES)
+
+
+def recompute(value, key: str = "training.recompute") -> Recompute:
+    """The recomputation named `value` (or `value` itself if it is a `Recompute`)."""
+    return _parse(key, value, Recompute, RECOMPUTE_CLASSES)
