@@ -155,14 +155,18 @@ def _f2(p):
 # Every (op, algorithm) is one `_Row` of `_ROWS`: its terms are linear in a few
 # closed forms of p, g = ranks per scale-up domain and N = p / g (`_FEATURES`),
 #
-#   time = L alpha_0 + L_out alpha_1 + (W beta_0 + C gamma_0) n (+) (W_out beta_1 + C_out gamma_1) n
+#   time = L alpha_0 + L_out alpha_1 + L_back alpha_0
+#          + (W beta_0 + C gamma_0) n (+) (W_out beta_1 + C_out gamma_1) n_out + W_back beta_0 n
 #
 # where tier 0 is the tier the row runs on (`_flat_tier` for a flat algorithm,
-# the fast tier of a two-tier one), tier 1 is the slow `outer`, and (+) is a sum
-# for phases that run one after the other and a max for the pipelined two-tier
-# algorithms, whose two streams overlap (NCCL's chunks flow through NVLink and
-# the NICs together): latencies add, time = latencies + max(W n beta_0 + C n
-# gamma_0, W_out n beta_1). An `in_network` row moves W at tier 0's in-network
+# the fast tier of a two-tier one), tier 1 is the slow `outer` (on n_out = n /
+# g bytes, one rail per GPU, for a `per_rail` row; n otherwise), the `_back`
+# terms are a last phase on tier 0 (hierarchical all-reduce's all-gather), and
+# (+) is a sum for phases that run one after the other and a max for the
+# pipelined two-tier algorithms, whose two streams overlap (NCCL's chunks flow
+# through NVLink and the NICs together): latencies add, time = latencies +
+# max(W n beta_0 + C n gamma_0, W_out n beta_1). The phases add in this order,
+# as the algorithms run. An `in_network` row moves W at tier 0's in-network
 # bandwidth (`bandwidth_Bps` x `in_network_efficiency`; 1e30 s where the tier
 # has none). `choose` evaluates every candidate of an op in one expression: the
 # coefficients are one matrix product (rows x features) and the times one
@@ -170,7 +174,8 @@ def _f2(p):
 #
 # Features: "p-1", "f(p)" = (p-1)/p, "lg(p)" = log2 p, "one(p)" = min(log2 p, 1)
 # (the constants 1 and 2 of the table, vanishing at p = 1), the same of g and N,
-# "x/g" = x / g, and "rail_ring(share).i" = term i of `_rail_ring(share)`.
+# "one(N)/g" = min(log2 N, 1) / g, and "rail_ring(share).i" = term i of
+# `_rail_ring(share)`.
 #
 # Pipelined two-tier algorithms (p ranks, g per domain, N = p / g domains, one
 # NIC (rail) per GPU; C is the reduction share of the op's ring):
@@ -190,7 +195,7 @@ def _f2(p):
 # each: ~2 n / g per NIC); nvls_tree reduces inside the domain in the NVSwitch
 # (NVLS) and runs the trees across on each GPU's shard (NCCL's NVLSTree).
 
-_TERM_NAMES = ("L", "W", "C", "L_out", "W_out", "C_out")
+_TERM_NAMES = ("L", "W", "C", "L_out", "W_out", "C_out", "L_back", "W_back")
 
 
 class _Row(NamedTuple):
@@ -200,16 +205,18 @@ class _Row(NamedTuple):
     two_tier: bool = False  # on (tier, outer); else on `_flat_tier`
     in_network: bool = False  # W at tier 0's in-network bandwidth (NVLS / SHARP)
     pipelined: bool = False  # the two tiers' streams overlap (max, not sum)
+    per_rail: bool = False  # the outer phase moves n / g bytes on each of g rails
 
 
 def _flat(L, W, C=None, *, in_network=False) -> _Row:
     return _Row({"L": L, "W": W, **({"C": C} if C else {})}, in_network=in_network)
 
 
-def _two(L, L_out, W, W_out, C=None, C_out=None, *, in_network=False, pipelined=False) -> _Row:
-    terms = {"L": L, "L_out": L_out, "W": W, "W_out": W_out,
-             **({"C": C} if C else {}), **({"C_out": C_out} if C_out else {})}
-    return _Row(terms, two_tier=True, in_network=in_network, pipelined=pipelined)
+def _two(L, L_out, W, W_out, C=None, C_out=None, *, back=(None, None), in_network=False,
+         pipelined=False, per_rail=False) -> _Row:
+    terms = {"L": L, "L_out": L_out, "W": W, "W_out": W_out, "C": C, "C_out": C_out,
+             "L_back": back[0], "W_back": back[1]}
+    return _Row({t: v for t, v in terms.items() if v}, True, in_network, pipelined, per_rail)
 
 
 def _rail_ring_row(share: str, reduction: bool) -> _Row:
@@ -236,8 +243,9 @@ _ROWS: dict[str, dict[str, _Row]] = {
         "tree": _flat({"lg(p)": 2.0}, {"one(p)": 2.0}, {"one(p)": 1.0}),
         "in_network": _flat({"one(p)": 2.0}, {"one(p)": 1.0}, in_network=True),
         # reduce-scatter inside, all-reduce of n/g across (g rails), all-gather inside
-        "hierarchical": _two({"g-1": 2.0}, {"N-1": 2.0}, {"f(g)": 2.0}, {"f(N)/g": 2.0},
-                             {"f(g)": 1.0}, {"f(N)/g": 1.0}),
+        "hierarchical": _two({"g-1": 1.0}, {"N-1": 2.0}, {"f(g)": 1.0}, {"f(N)": 2.0},
+                             {"f(g)": 1.0}, {"f(N)": 1.0},
+                             back=({"g-1": 1.0}, {"f(g)": 1.0}), per_rail=True),
         "rail_ring": _rail_ring_row("2f", reduction=True),
         "rail_tree": _two({"g-1": 2.0}, {"lg(N)": 2.0}, {"f(g)": 2.0}, {"one(N)/g": 2.0},
                           {"f(p)": 1.0}, pipelined=True),
@@ -249,8 +257,8 @@ _ROWS: dict[str, dict[str, _Row]] = {
         "direct": _RING_RS,
         "recursive_doubling": _flat({"lg(p)": 1.0}, {"f(p)": 1.0}, {"f(p)": 1.0}),
         # reduce-scatter inside, then across on n/g
-        "hierarchical": _two({"g-1": 1.0}, {"N-1": 1.0}, {"f(g)": 1.0}, {"f(N)/g": 1.0},
-                             {"f(g)": 1.0}, {"f(N)/g": 1.0}),
+        "hierarchical": _two({"g-1": 1.0}, {"N-1": 1.0}, {"f(g)": 1.0}, {"f(N)": 1.0},
+                             {"f(g)": 1.0}, {"f(N)": 1.0}, per_rail=True),
         "rail_ring": _rail_ring_row("f", reduction=True),
     },
     "all_gather": {
@@ -258,7 +266,8 @@ _ROWS: dict[str, dict[str, _Row]] = {
         "direct": _RING_AG,
         "recursive_doubling": _flat({"lg(p)": 1.0}, {"f(p)": 1.0}),
         # across on n/g, then inside
-        "hierarchical": _two({"g-1": 1.0}, {"N-1": 1.0}, {"f(g)": 1.0}, {"f(N)/g": 1.0}),
+        "hierarchical": _two({"g-1": 1.0}, {"N-1": 1.0}, {"f(g)": 1.0}, {"f(N)": 1.0},
+                             per_rail=True),
         "rail_ring": _rail_ring_row("f", reduction=False),
     },
     "all_to_all": {
@@ -291,7 +300,7 @@ def _features() -> dict[str, Callable]:
                   f"f({x})": lambda v, x=x: v(f"{x}-1") / v(x),
                   f"lg({x})": lambda v, x=x: log2_ranks(v(x)),
                   f"one({x})": lambda v, x=x: jnp.minimum(v(f"lg({x})"), 1.0)}
-    table |= {f"{name}/g": lambda v, name=name: v(name) / v("g") for name in ("f(N)", "one(N)")}
+    table["one(N)/g"] = lambda v: v("one(N)") / v("g")
     for share, fn in (("2f", _f2), ("f", _f)):
         table[f"rail_ring({share})"] = lambda v, fn=fn: _rail_ring(fn)(v("p"), v("g"))
         table |= {f"rail_ring({share}).{i}": lambda v, share=share, i=i:
@@ -302,8 +311,8 @@ def _features() -> dict[str, Callable]:
 _FEATURES = _features()
 
 
-def _basis(names, ranks, local_ranks) -> list:
-    """The values of the features `names`, each computed once."""
+def _basis(ranks, local_ranks) -> Callable:
+    """feature name -> value, each computed once (g = local ranks clipped to [1, p])."""
     memo = {"p": ranks}
     if local_ranks is not None:
         memo["g"] = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
@@ -313,7 +322,7 @@ def _basis(names, ranks, local_ranks) -> list:
             memo[name] = _FEATURES[name](get)
         return memo[name]
 
-    return [get(name) for name in names]
+    return get
 
 
 class _Table(NamedTuple):
@@ -322,6 +331,7 @@ class _Table(NamedTuple):
     two_tier: np.ndarray  # per row
     in_network: np.ndarray
     pipelined: np.ndarray
+    per_rail: np.ndarray
 
 
 @functools.cache
@@ -334,7 +344,7 @@ def _table(op: str, names: tuple[str, ...]) -> _Table:
         if m.any():
             matrices[t] = m
     flags = (np.array([getattr(r, f) for r in rows]) for f in ("two_tier", "in_network",
-                                                                 "pipelined"))
+                                                                 "pipelined", "per_rail"))
     return _Table(features, matrices, *flags)
 
 
@@ -359,8 +369,8 @@ def _costs(op: str, names: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: T
         raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in
                                    (n_bytes, ranks, *jax.tree.leaves((local_ranks, tier, outer)))))
-    phi = jnp.stack([jnp.broadcast_to(v, shape)
-                     for v in _basis(table.features, ranks, local_ranks)])
+    feature = _basis(ranks, local_ranks)
+    phi = jnp.stack([jnp.broadcast_to(feature(f), shape) for f in table.features])
     coef = {t: jnp.tensordot(jnp.asarray(m, phi.dtype), phi, axes=1,
                              precision=jax.lax.Precision.HIGHEST)
             for t, m in table.matrices.items()}
@@ -388,15 +398,20 @@ def _costs(op: str, names: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: T
     reduction = coef["C"] * n_bytes / tier0("reduction_Bps") if "C" in coef else zero
     if "L_out" in coef:
         latency = latency + coef["L_out"] * outer.latency_s
-    if "W_out" in coef:
-        out = coef["W_out"] * n_bytes / outer.effective_Bps
+        n_out = n_bytes
+        if table.per_rail.any():
+            n_out = jnp.where(per_row(table.per_rail), n_bytes / feature("g"), n_bytes)
+        out = coef["W_out"] * n_out / outer.effective_Bps
         serial = bandwidth + out
         if table.pipelined.any():  # the reduction (tier 0's) streams with tier 0
             streams = jnp.maximum(bandwidth + reduction, out) - reduction
             serial = jnp.where(per_row(table.pipelined), streams, serial)
         bandwidth = serial
-    if "C_out" in coef:
-        reduction = reduction + coef["C_out"] * n_bytes / outer.reduction_Bps
+        if "C_out" in coef:
+            reduction = reduction + coef["C_out"] * n_out / outer.reduction_Bps
+    if "L_back" in coef:
+        latency = latency + coef["L_back"] * tier0("latency_s")
+        bandwidth = bandwidth + coef["W_back"] * n_bytes / tier0("effective_Bps")
     return Cost(*jnp.broadcast_arrays(latency, bandwidth, reduction, zero)[:3])
 
 

@@ -7,6 +7,8 @@ NaN-free everywhere (double-`where` on every log and divide).
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -14,7 +16,7 @@ import jax.numpy as jnp
 def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
     """log(x) for x > 0; a finite value (and a zero gradient) elsewhere."""
     ok = x > tiny
-    return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), jnp.log(tiny))
+    return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), math.log(tiny))
 
 
 def safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -29,7 +31,7 @@ def log2_ranks(p: jax.Array) -> jax.Array:
     The discrete algorithms take ceil(log2 p) rounds; we use log2 p, which is
     exact at powers of two and smooth in between (documented approximation).
     """
-    return safe_log(jnp.maximum(p, 1.0)) / jnp.log(2.0)
+    return jnp.log(jnp.maximum(p, 1.0)) / math.log(2.0)  # (max: no log of p < 1)
 
 
 def smooth_max(a: jax.Array, b: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
