@@ -81,7 +81,7 @@ import numpy as np
 
 from . import _checks
 from .hardware import Tier
-from .relax import log2_ranks, safe_div, safe_log, softmin_weights
+from .relax import log2_ranks, safe_div, soft_min
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
        "reduce", "send_recv")
@@ -377,6 +377,7 @@ def _costs(op: str, names: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: T
     per_row = lambda flags: flags.reshape(flags.shape + (1,) * len(shape))  # noqa: E731
     flat = None if table.two_tier.all() else _flat_tier(tier, outer, ranks, local_ranks)
 
+    @functools.cache
     def tier0(field):  # a field of the tier each row runs on (the first of two)
         if flat is None:
             return getattr(tier, field)
@@ -465,13 +466,11 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     stacked = _costs(op, names, n_bytes, ranks, tier, outer, local_ranks)
     times = stacked.time_s
     if isinstance(temperature, (int, float)) and temperature == 0:  # the exact minimum
-        best = jnp.argmin(times, axis=0)
-        weights = jax.nn.one_hot(best, len(names), axis=0, dtype=times.dtype)
-        pick = lambda x: jnp.take_along_axis(x, best[None], axis=0)[0]  # noqa: E731
-        return jax.tree.map(pick, stacked), weights, names
-    weights = softmin_weights(times, temperature, axis=0)  # equal at p = 1 (all zero)
-    t = jnp.maximum(temperature, 1e-6)  # as softmin_weights
-    soft_min_s = jnp.exp(-t * jax.nn.logsumexp(-safe_log(times) / t, axis=0))
+        weights = jax.nn.one_hot(jnp.argmin(times, axis=0), len(names), axis=0,
+                                 dtype=times.dtype)
+        # the winner's terms, exactly: every other term is finite, times 0
+        return jax.tree.map(lambda x: jnp.sum(weights * x, axis=0), stacked), weights, names
+    soft_min_s, weights = soft_min(times, temperature, axis=0)  # weights equal at p = 1
     scale = safe_div(soft_min_s, jnp.sum(weights * times, axis=0))  # in (k^-T, 1]
     return jax.tree.map(lambda x: scale * jnp.sum(weights * x, axis=0), stacked), weights, names
 
