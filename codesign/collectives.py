@@ -371,9 +371,8 @@ def _costs(op: str, names: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: T
                                    (n_bytes, ranks, *jax.tree.leaves((local_ranks, tier, outer)))))
     feature = _basis(ranks, local_ranks)
     phi = jnp.stack([jnp.broadcast_to(feature(f), shape) for f in table.features])
-    coef = {t: jnp.tensordot(jnp.asarray(m, phi.dtype), phi, axes=1,
-                             precision=jax.lax.Precision.HIGHEST)
-            for t, m in table.matrices.items()}
+    coef = {t: jnp.sum(jnp.asarray(m, phi.dtype).reshape(m.shape + (1,) * len(shape)) * phi,
+                       axis=1) for t, m in table.matrices.items()}
     per_row = lambda flags: flags.reshape(flags.shape + (1,) * len(shape))  # noqa: E731
     flat = None if table.two_tier.all() else _flat_tier(tier, outer, ranks, local_ranks)
 
