@@ -25,6 +25,14 @@ evaluates them in chunks of `--chunk` scenarios:
   `grad_blocked_max_rel_diff` checks that blocks change no gradient.
 - compile_s: first-call time of the full-estimate function (trace + compile +
   one chunk), and the same for the two step-time functions.
+- scenarios: for each built-in scenario, the size of the jaxpr of one full
+  estimate (`equations`: every equation, those of sub-jaxprs included, as
+  `jit`, `custom_jvp` and loop bodies nest them; `top_level_equations`), the
+  time to trace, lower and XLA-compile it (unbatched, as `codesign estimate`
+  runs it), and `equations_by_module`: the equations each codesign module
+  emits (the innermost codesign frame of each equation's traceback; library
+  code such as jnp.interp counts for the codesign function that called it).
+  `--profile-only` prints just these.
 
 Also reports how many outputs or gradients were not finite (should be 0).
 """
@@ -32,6 +40,7 @@ Also reports how many outputs or gradients were not finite (should be 0).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -45,6 +54,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import jax  # noqa: E402
+import jax.extend as jex  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -66,6 +76,54 @@ UNIFORM = {
     "system.scale_out_efficiency": (0.6, 1.0),
     "system.matmul_efficiency": (0.4, 0.9),
 }
+
+
+def count_equations(jaxpr, by_module: collections.Counter | None = None) -> int:
+    """Equations of `jaxpr` and of every sub-jaxpr (a nested jit, a custom_jvp's
+    function, a loop body), counted where they appear; `by_module` tallies them by
+    the codesign module of the innermost codesign frame that emitted them."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += 1
+        if by_module is not None:
+            by_module[_module(eqn)] += 1
+        for sub in jex.core.jaxprs_in_params(eqn.params):
+            total += count_equations(sub, by_module)
+    return total
+
+
+def _module(eqn) -> str:
+    traceback = eqn.source_info.traceback
+    for frame in traceback.frames if traceback is not None else ():
+        path = Path(frame.file_name)
+        if "codesign" in path.parts[:-1]:
+            parts = path.parts[len(path.parts) - path.parts[::-1].index("codesign") - 1:]
+            return ".".join(parts)[:-3]
+    return "other"
+
+
+def compile_profile(names=sc.BUILTIN) -> dict:
+    """Per built-in scenario: the jaxpr of one full estimate (`step.outputs` of
+    `step.estimate`) and the seconds to trace, lower and compile it."""
+    def full(scn):
+        return step.outputs(step.estimate(scn))
+
+    out = {}
+    for name in names:
+        scn = sc.load(name)
+        t0 = time.perf_counter()
+        closed = jax.make_jaxpr(full)(scn)
+        t1 = time.perf_counter()
+        lowered = jax.jit(full).lower(scn)
+        t2 = time.perf_counter()
+        lowered.compile()
+        t3 = time.perf_counter()
+        by_module = collections.Counter()
+        total = count_equations(closed.jaxpr, by_module)
+        out[name] = {"equations": total, "top_level_equations": len(closed.jaxpr.eqns),
+                     "trace_s": t1 - t0, "lower_s": t2 - t1, "xla_compile_s": t3 - t2,
+                     "equations_by_module": dict(by_module.most_common())}
+    return out
 
 
 def random_knobs(n: int, gpus: float, seed: int = 0) -> dict[str, np.ndarray]:
@@ -111,7 +169,13 @@ def main(argv=None) -> dict:
                     help="points per vmapped block in the blocked timings (divides --chunk)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats (median)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile-only", action="store_true",
+                    help="print only the per-scenario jaxpr sizes and compile times")
     args = ap.parse_args(argv)
+    if args.profile_only:
+        result = {"scenarios": compile_profile()}
+        print(json.dumps(result))
+        return result
     if args.batch % args.chunk:
         ap.error(f"--batch={args.batch} must be a multiple of --chunk={args.chunk}")
     if args.chunk % args.block:
@@ -195,6 +259,7 @@ def main(argv=None) -> dict:
         "nonfinite_outputs": nonfinite_outputs,
         "nonfinite_grads": {k: v for k, v in nonfinite_grads.items() if v},
         "forward_max_abs_diff_s": fwd_match,
+        "scenarios": compile_profile(),
         "device": {"platform": dev.platform, "kind": dev.device_kind,
                    "count": jax.device_count(), "cpu_count": os.cpu_count(),
                    "machine": platform.machine(), "jax": jax.__version__,

@@ -5,7 +5,7 @@ A collective over p ranks on n bytes on one `Tier` costs
     time = L(p) alpha + W(p) n beta + C(p) n gamma
 
 with alpha = tier.latency_s, beta = 1 / tier.effective_Bps, gamma = 1 /
-tier.reduction_Bps. `_TERMS` holds (L, W, C) for every (op, algorithm) pair,
+tier.reduction_Bps. `_ROWS` holds (L, W, C) for every (op, algorithm) pair,
 so the table below is the whole model:
 
 | op             | algorithm          | L             | W            | C          |
@@ -70,15 +70,18 @@ differ by 5% get weights in the ratio of about e : 1.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _checks
 from .hardware import Tier
-from .relax import log2_ranks, safe_div, safe_log, softmin_weights
+from .relax import log2_ranks, safe_div, soft_min
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
        "reduce", "send_recv")
@@ -117,63 +120,12 @@ class Cost(eqx.Module):
                 f"bandwidth {bw / scale:.4g} {unit} + reduction {red / scale:.4g} {unit})")
 
 
-Terms = Callable[[jax.Array], tuple]  # p -> (L, W, C); W/C multiply n
-
-
 def _one(p):
     return jnp.minimum(log2_ranks(p), 1.0)
 
 
 def _f(p):
     return (p - 1.0) / p
-
-
-_BCAST = {
-    "ring": lambda p: (p - 1.0, _one(p), 0.0),
-    "tree": lambda p: (log2_ranks(p), _one(p), 0.0),
-    "recursive_doubling": lambda p: (log2_ranks(p), log2_ranks(p), 0.0),
-    "halving_doubling": lambda p: (log2_ranks(p) + p - 1.0, 2 * _f(p), 0.0),
-}
-
-
-def _with_reduction(terms: Terms, share: Callable) -> Terms:
-    return lambda p: terms(p)[:2] + (share(p),)
-
-
-_TERMS: dict[str, dict[str, Terms]] = {
-    "all_reduce": {
-        "ring": lambda p: (2 * (p - 1.0), 2 * _f(p), _f(p)),
-        "recursive_doubling": lambda p: (log2_ranks(p),) * 3,
-        "halving_doubling": lambda p: (2 * log2_ranks(p), 2 * _f(p), _f(p)),
-        "tree": lambda p: (2 * log2_ranks(p), 2 * _one(p), _one(p)),
-        "in_network": lambda p: (2 * _one(p), _one(p), 0.0),
-    },
-    "reduce_scatter": {
-        "ring": lambda p: (p - 1.0, _f(p), _f(p)),
-        "direct": lambda p: (p - 1.0, _f(p), _f(p)),
-        "recursive_doubling": lambda p: (log2_ranks(p), _f(p), _f(p)),
-    },
-    "all_gather": {
-        "ring": lambda p: (p - 1.0, _f(p), 0.0),
-        "direct": lambda p: (p - 1.0, _f(p), 0.0),
-        "recursive_doubling": lambda p: (log2_ranks(p), _f(p), 0.0),
-    },
-    "all_to_all": {
-        "direct": lambda p: (p - 1.0, _f(p), 0.0),
-        "recursive_doubling": lambda p: (log2_ranks(p), log2_ranks(p) / 2, 0.0),
-    },
-    "broadcast": {**_BCAST, "in_network": lambda p: (_one(p), _one(p), 0.0)},
-    "reduce": {
-        "ring": _with_reduction(_BCAST["ring"], _one),
-        "tree": _with_reduction(_BCAST["tree"], _one),
-        "recursive_doubling": _with_reduction(_BCAST["recursive_doubling"], log2_ranks),
-        "halving_doubling": _with_reduction(_BCAST["halving_doubling"], _f),
-        "in_network": lambda p: (_one(p), _one(p), 0.0),
-    },
-    "send_recv": {"direct": lambda p: (_one(p), _one(p), 0.0)},
-}
-_HIERARCHICAL_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
-                     "broadcast", "reduce")
 
 
 def _crossings(nodes):
@@ -195,13 +147,36 @@ def _rail_ring(passes: float):
     return terms
 
 
-# Pipelined two-tier algorithms: p ranks, g per scale-up domain, N = p / g
-# domains, one NIC (rail) per GPU. Both tiers stream at once, so the time is
-#   L_up alpha_up + L_out alpha_out + max(W_up n beta_up + C n gamma, W_out n beta_out)
-# (NCCL's chunks flow through NVLink and the NICs together). Terms: (p, g) ->
-# (L_up, L_out, W_up, W_out); C is the reduction share of the op's ring.
+# ------------------------------------------------------------- the candidates as data
+# Every (op, algorithm) is one `_Row` of `_ROWS`: its terms are linear in a few
+# closed forms of p, g = ranks per scale-up domain and N = p / g (`_FEATURES`),
 #
-# | op             | algorithm | L_up           | L_out          | W_up            | W_out        |
+#   time = L alpha_0 + L_out alpha_1 + L_back alpha_0
+#          + (W beta_0 + C gamma_0) n (+) (W_out beta_1 + C_out gamma_1) n_out + W_back beta_0 n
+#
+# where tier 0 is the tier the row runs on (`_flat_tier` for a flat algorithm,
+# the fast tier of a two-tier one), tier 1 is the slow `outer` (on n_out = n /
+# g bytes, one rail per GPU, for a `per_rail` row; n otherwise), the `_back`
+# terms are a last phase on tier 0 (hierarchical all-reduce's all-gather), and
+# (+) is a sum for phases that run one after the other and a max for the
+# pipelined two-tier algorithms, whose two streams overlap (NCCL's chunks flow
+# through NVLink and the NICs together): latencies add, time = latencies +
+# max(W n beta_0 + C n gamma_0, W_out n beta_1). The phases add in this order,
+# as the algorithms run. An `in_network` row moves W at tier 0's in-network
+# bandwidth (`bandwidth_Bps` x `in_network_efficiency`; 1e30 s where the tier
+# has none). `choose` evaluates every candidate of an op in one expression: the
+# coefficients are one matrix product (rows x features) and the times one
+# vectorised formula, so a new algorithm adds a row, not equations.
+#
+# Features: "p-1", "f(p)" = (p-1)/p, "lg(p)" = log2 p, "one(p)" = min(log2 p, 1)
+# (the constants 1 and 2 of the table, vanishing at p = 1), the same of g and N,
+# "one(N)/g" = min(log2 N, 1) / g, and "rail_ring(passes).i" = term i of
+# `_rail_ring(passes)`.
+#
+# Pipelined two-tier algorithms (p ranks, g per domain, N = p / g domains, one
+# NIC (rail) per GPU; C is the reduction share of the op's ring):
+#
+# | op             | algorithm | L              | L_out          | W               | W_out        |
 # |----------------|-----------|----------------|----------------|-----------------|--------------|
 # | all_reduce     | rail_ring | 2(p-1)(1-N/p)  | 2(p-1) N/p     | 2(p-1)/p (1-N/p)| 2(p-1)/p / g |
 # | all_reduce     | rail_tree | 2(g-1)         | 2 log2 N       | 2(g-1)/g        | 2 / g        |
@@ -215,32 +190,239 @@ def _rail_ring(passes: float):
 # chain inside each domain and a double binary tree across (one per rail, n / g
 # each: ~2 n / g per NIC); nvls_tree reduces inside the domain in the NVSwitch
 # (NVLS) and runs the trees across on each GPU's shard (NCCL's NVLSTree).
-_PIPELINED: dict[str, dict[str, Callable]] = {
+
+_TERM_NAMES = ("L", "W", "C", "L_out", "W_out", "C_out", "L_back", "W_back")
+
+
+class _Row(NamedTuple):
+    """One algorithm of one op: {term: {feature: coefficient}} and how it runs."""
+
+    terms: dict
+    two_tier: bool = False  # on (tier, outer); else on `_flat_tier`
+    in_network: bool = False  # W at tier 0's in-network bandwidth (NVLS / SHARP)
+    pipelined: bool = False  # the two tiers' streams overlap (max, not sum)
+    per_rail: bool = False  # the outer phase moves n / g bytes on each of g rails
+
+
+def _flat(L, W, C=None, *, in_network=False) -> _Row:
+    return _Row({"L": L, "W": W, **({"C": C} if C else {})}, in_network=in_network)
+
+
+def _two(L, L_out, W, W_out, C=None, C_out=None, *, back=(None, None), in_network=False,
+         pipelined=False, per_rail=False) -> _Row:
+    terms = {"L": L, "L_out": L_out, "W": W, "W_out": W_out, "C": C, "C_out": C_out,
+             "L_back": back[0], "W_back": back[1]}
+    return _Row({t: v for t, v in terms.items() if v}, True, in_network, pipelined, per_rail)
+
+
+def _rail_ring_row(passes: int, reduction: bool) -> _Row:
+    t = [{f"rail_ring({passes}).{i}": 1.0} for i in range(4)]
+    return _two(*t, C={"f(p)": 1.0} if reduction else None, pipelined=True)
+
+
+_BCAST = {
+    "ring": ({"p-1": 1.0}, {"one(p)": 1.0}),
+    "tree": ({"lg(p)": 1.0}, {"one(p)": 1.0}),
+    "recursive_doubling": ({"lg(p)": 1.0}, {"lg(p)": 1.0}),
+    "halving_doubling": ({"lg(p)": 1.0, "p-1": 1.0}, {"f(p)": 2.0}),
+}
+_REDUCE_SHARE = {"ring": "one(p)", "tree": "one(p)", "recursive_doubling": "lg(p)",
+                 "halving_doubling": "f(p)"}
+_RING_RS = _flat({"p-1": 1.0}, {"f(p)": 1.0}, {"f(p)": 1.0})
+_RING_AG = _flat({"p-1": 1.0}, {"f(p)": 1.0})
+
+_ROWS: dict[str, dict[str, _Row]] = {
     "all_reduce": {
-        "rail_ring": _rail_ring(2.0),
-        "rail_tree": lambda p, g: (2.0 * (g - 1.0), 2.0 * log2_ranks(p / g),
-                                   2.0 * _f(g), 2.0 * _one(p / g) / g),
-        "nvls_tree": lambda p, g: (2.0 * _one(g), 2.0 * log2_ranks(p / g), _one(g),
-                                   2.0 * _one(p / g) / g),
+        "ring": _flat({"p-1": 2.0}, {"f(p)": 2.0}, {"f(p)": 1.0}),
+        "recursive_doubling": _flat({"lg(p)": 1.0}, {"lg(p)": 1.0}, {"lg(p)": 1.0}),
+        "halving_doubling": _flat({"lg(p)": 2.0}, {"f(p)": 2.0}, {"f(p)": 1.0}),
+        "tree": _flat({"lg(p)": 2.0}, {"one(p)": 2.0}, {"one(p)": 1.0}),
+        "in_network": _flat({"one(p)": 2.0}, {"one(p)": 1.0}, in_network=True),
+        # reduce-scatter inside, all-reduce of n/g across (g rails), all-gather inside
+        "hierarchical": _two({"g-1": 1.0}, {"N-1": 2.0}, {"f(g)": 1.0}, {"f(N)": 2.0},
+                             {"f(g)": 1.0}, {"f(N)": 1.0},
+                             back=({"g-1": 1.0}, {"f(g)": 1.0}), per_rail=True),
+        "rail_ring": _rail_ring_row(2, reduction=True),
+        "rail_tree": _two({"g-1": 2.0}, {"lg(N)": 2.0}, {"f(g)": 2.0}, {"one(N)/g": 2.0},
+                          {"f(p)": 1.0}, pipelined=True),
+        "nvls_tree": _two({"one(g)": 2.0}, {"lg(N)": 2.0}, {"one(g)": 1.0}, {"one(N)/g": 2.0},
+                          in_network=True, pipelined=True),
     },
-    "reduce_scatter": {"rail_ring": _rail_ring(1.0)},
-    "all_gather": {"rail_ring": _rail_ring(1.0)},
+    "reduce_scatter": {
+        "ring": _RING_RS,
+        "direct": _RING_RS,
+        "recursive_doubling": _flat({"lg(p)": 1.0}, {"f(p)": 1.0}, {"f(p)": 1.0}),
+        # reduce-scatter inside, then across on n/g
+        "hierarchical": _two({"g-1": 1.0}, {"N-1": 1.0}, {"f(g)": 1.0}, {"f(N)": 1.0},
+                             {"f(g)": 1.0}, {"f(N)": 1.0}, per_rail=True),
+        "rail_ring": _rail_ring_row(1, reduction=True),
+    },
+    "all_gather": {
+        "ring": _RING_AG,
+        "direct": _RING_AG,
+        "recursive_doubling": _flat({"lg(p)": 1.0}, {"f(p)": 1.0}),
+        # across on n/g, then inside
+        "hierarchical": _two({"g-1": 1.0}, {"N-1": 1.0}, {"f(g)": 1.0}, {"f(N)": 1.0},
+                             per_rail=True),
+        "rail_ring": _rail_ring_row(1, reduction=False),
+    },
+    "all_to_all": {
+        "direct": _flat({"p-1": 1.0}, {"f(p)": 1.0}),
+        "recursive_doubling": _flat({"lg(p)": 1.0}, {"lg(p)": 0.5}),
+        # an exchange inside, then one across: each rank forwards n bytes over each
+        "hierarchical": _two({"g-1": 1.0}, {"N-1": 1.0}, {"f(g)": 1.0}, {"f(N)": 1.0}),
+    },
+    "broadcast": {
+        **{a: _flat(L, W) for a, (L, W) in _BCAST.items()},
+        "in_network": _flat({"one(p)": 1.0}, {"one(p)": 1.0}, in_network=True),
+        # cross once, fan out inside (pipelined trees)
+        "hierarchical": _two({"lg(g)": 1.0}, {"lg(N)": 1.0}, {"one(g)": 1.0}, {"one(N)": 1.0}),
+    },
+    "reduce": {
+        **{a: _flat(L, W, {_REDUCE_SHARE[a]: 1.0}) for a, (L, W) in _BCAST.items()},
+        "in_network": _flat({"one(p)": 1.0}, {"one(p)": 1.0}, in_network=True),
+        "hierarchical": _two({"lg(g)": 1.0}, {"lg(N)": 1.0}, {"one(g)": 1.0}, {"one(N)": 1.0},
+                             {"one(g)": 1.0}, {"one(N)": 1.0}),
+    },
+    "send_recv": {"direct": _flat({"one(p)": 1.0}, {"one(p)": 1.0})},
 }
 
 
+def _features() -> dict[str, Callable]:
+    """name -> value(get), where get(other name) is another feature (computed once)."""
+    table: dict[str, Callable] = {"N": lambda v: v("p") / v("g")}
+    for x in ("p", "g", "N"):
+        table |= {f"{x}-1": lambda v, x=x: v(x) - 1.0,
+                  f"f({x})": lambda v, x=x: v(f"{x}-1") / v(x),
+                  f"lg({x})": lambda v, x=x: log2_ranks(v(x)),
+                  f"one({x})": lambda v, x=x: jnp.minimum(v(f"lg({x})"), 1.0)}
+    table["one(N)/g"] = lambda v: v("one(N)") / v("g")
+    for passes in (1, 2):
+        table[f"rail_ring({passes})"] = lambda v, passes=passes: _rail_ring(float(passes))(
+            v("p"), v("g"))
+        table |= {f"rail_ring({passes}).{i}": lambda v, passes=passes, i=i:
+                  v(f"rail_ring({passes})")[i] for i in range(4)}
+    return table
+
+
+_FEATURES = _features()
+
+
+def _basis(ranks, local_ranks) -> Callable:
+    """feature name -> value, each computed once (g = local ranks clipped to [1, p])."""
+    memo = {"p": ranks}
+    if local_ranks is not None:
+        memo["g"] = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
+
+    def get(name):
+        if name not in memo:
+            memo[name] = _FEATURES[name](get)
+        return memo[name]
+
+    return get
+
+
+class _Table(NamedTuple):
+    features: tuple[str, ...]
+    matrices: dict  # term -> (rows, features) coefficients; terms that are all zero left out
+    two_tier: np.ndarray  # per row
+    in_network: np.ndarray
+    pipelined: np.ndarray
+    per_rail: np.ndarray
+
+
+@functools.cache
+def _table(op: str, names: tuple[str, ...]) -> _Table:
+    rows = [_ROWS[op][a] for a in names]
+    features = tuple(dict.fromkeys(f for r in rows for term in r.terms.values() for f in term))
+    matrices = {}
+    for t in _TERM_NAMES:
+        m = np.array([[r.terms.get(t, {}).get(f, 0.0) for f in features] for r in rows])
+        if m.any():
+            matrices[t] = m
+    flags = (np.array([getattr(r, f) for r in rows]) for f in ("two_tier", "in_network",
+                                                                 "pipelined", "per_rail"))
+    return _Table(features, matrices, *flags)
+
+
+def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
+    """The tier a flat algorithm over `ranks` runs on: `outer` once it leaves the domain."""
+    if outer is None:
+        return tier
+    # (a relative slack of 1e-6: a group that fits only misses it by a relaxed
+    # clip's rounding, t log 2, near t = 0)
+    inside = ranks <= local_ranks * (1.0 + 1e-6)
+    return jax.tree.map(lambda a, b: jnp.where(inside, a, b), tier, outer)
+
+
+def _costs(op: str, names: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier | None,
+           local_ranks) -> Cost:
+    """The Costs of the algorithms `names` of `op`, stacked on a leading axis (one
+    expression for all of them; `_ROWS`). Every leaf has the shape (len(names),) +
+    the common shape of n_bytes, ranks, local_ranks and the tiers' leaves."""
+    table = _table(op, names)
+    if table.two_tier.any() and outer is None:
+        algorithm = names[int(np.argmax(table.two_tier))]
+        raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in
+                                   (n_bytes, ranks, *jax.tree.leaves((local_ranks, tier, outer)))))
+    feature = _basis(ranks, local_ranks)
+    phi = jnp.stack([jnp.broadcast_to(feature(f), shape) for f in table.features])
+    coef = {t: jnp.sum(jnp.asarray(m, phi.dtype).reshape(m.shape + (1,) * len(shape)) * phi,
+                       axis=1) for t, m in table.matrices.items()}
+    per_row = lambda flags: flags.reshape(flags.shape + (1,) * len(shape))  # noqa: E731
+    flat = None if table.two_tier.all() else _flat_tier(tier, outer, ranks, local_ranks)
+
+    @functools.cache
+    def tier0(field):  # a field of the tier each row runs on (the first of two)
+        if flat is None:
+            return getattr(tier, field)
+        if not table.two_tier.any():
+            return getattr(flat, field)
+        return jnp.where(per_row(table.two_tier), getattr(tier, field), getattr(flat, field))
+
+    zero = jnp.zeros((len(names),) + shape)
+    latency = coef["L"] * tier0("latency_s")
+    if table.in_network.any():
+        in_network = per_row(table.in_network)
+        efficiency = tier0("in_network_efficiency")
+        ok = efficiency > 0
+        bps = jnp.where(in_network, tier0("bandwidth_Bps") * jnp.where(ok, efficiency, 1.0),
+                        tier0("effective_Bps"))
+        bandwidth = jnp.where(in_network & ~ok, _UNSUPPORTED_S, coef["W"] * n_bytes / bps)
+    else:
+        bandwidth = coef["W"] * n_bytes / tier0("effective_Bps")
+    reduction = coef["C"] * n_bytes / tier0("reduction_Bps") if "C" in coef else zero
+    if "L_out" in coef:
+        latency = latency + coef["L_out"] * outer.latency_s
+        n_out = n_bytes
+        if table.per_rail.any():
+            n_out = jnp.where(per_row(table.per_rail), n_bytes / feature("g"), n_bytes)
+        out = coef["W_out"] * n_out / outer.effective_Bps
+        serial = bandwidth + out
+        if table.pipelined.any():  # the reduction (tier 0's) streams with tier 0
+            streams = jnp.maximum(bandwidth + reduction, out) - reduction
+            serial = jnp.where(per_row(table.pipelined), streams, serial)
+        bandwidth = serial
+        if "C_out" in coef:
+            reduction = reduction + coef["C_out"] * n_out / outer.reduction_Bps
+    if "L_back" in coef:
+        latency = latency + coef["L_back"] * tier0("latency_s")
+        bandwidth = bandwidth + coef["W_back"] * n_bytes / tier0("effective_Bps")
+    return Cost(*jnp.broadcast_arrays(latency, bandwidth, reduction, zero)[:3])
+
+
 def pipelined_algorithms() -> tuple[str, ...]:
-    """The two-tier pipelined algorithms of any op (`_PIPELINED`)."""
-    return tuple(dict.fromkeys(a for table in _PIPELINED.values() for a in table))
+    """The two-tier pipelined algorithms of any op (the pipelined rows of `_ROWS`)."""
+    return tuple(dict.fromkeys(a for rows in _ROWS.values() for a, r in rows.items()
+                               if r.pipelined))
 
 
 def algorithms(op: str, *, hierarchical: bool = False) -> tuple[str, ...]:
     """The algorithms defined for `op` (plus `hierarchical` and the pipelined
-    two-tier algorithms of `_PIPELINED` when asked)."""
+    two-tier algorithms when asked)."""
     op = _check_op(op)
-    names = tuple(_TERMS[op])
-    if not hierarchical or op not in _HIERARCHICAL_OPS:
-        return names
-    return names + ("hierarchical",) + tuple(_PIPELINED.get(op, ()))
+    return tuple(a for a, r in _ROWS[op].items() if hierarchical or not r.two_tier)
 
 
 def _check_op(op: str) -> str:
@@ -255,93 +437,6 @@ def _check_algorithm(op: str, algorithm: str) -> None:
     if algorithm not in valid:
         raise ValueError(f"algorithm={algorithm!r} is not defined for op={op!r}; "
                          f"choose one of {', '.join(valid)}")
-
-
-def _flat(op: str, algorithm: str, n_bytes, ranks, tier: Tier) -> Cost:
-    L, W, Cr = _TERMS[op][algorithm](ranks)
-    if algorithm == "in_network":
-        eff = tier.in_network_efficiency
-        ok = eff > 0
-        bandwidth_s = jnp.where(
-            ok, W * n_bytes / (tier.bandwidth_Bps * jnp.where(ok, eff, 1.0)), _UNSUPPORTED_S)
-    else:
-        bandwidth_s = W * n_bytes / tier.effective_Bps
-    # every term gets the common shape of (n, p, tier) so candidates stack in `choose`
-    zero = jnp.zeros(jnp.broadcast_shapes(jnp.shape(n_bytes), jnp.shape(ranks)))
-    terms = jnp.broadcast_arrays(L * tier.latency_s, bandwidth_s,
-                                 Cr * n_bytes / tier.reduction_Bps, zero)
-    return Cost(*terms[:3])
-
-
-def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
-    """The tier a flat algorithm over `ranks` runs on: `outer` once it leaves the domain."""
-    if outer is None:
-        return tier
-    # (a relative slack of 1e-6: a group that fits only misses it by a relaxed
-    # clip's rounding, t log 2, near t = 0)
-    inside = ranks <= local_ranks * (1.0 + 1e-6)
-    return jax.tree.map(lambda a, b: jnp.where(inside, a, b), tier, outer)
-
-
-def _hierarchical(op: str, n_bytes, ranks, tier: Tier, outer: Tier, local_ranks) -> Cost:
-    g = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
-    across = ranks / g
-    inside = lambda o, n: _flat(o, "ring", n, g, tier)  # noqa: E731
-    out = lambda o, n: _flat(o, "ring", n, across, outer)  # noqa: E731
-    if op == "all_reduce":
-        return (inside("reduce_scatter", n_bytes) + out("all_reduce", n_bytes / g)
-                + inside("all_gather", n_bytes))
-    if op == "reduce_scatter":
-        return inside("reduce_scatter", n_bytes) + out("reduce_scatter", n_bytes / g)
-    if op == "all_gather":
-        return out("all_gather", n_bytes / g) + inside("all_gather", n_bytes)
-    if op == "all_to_all":
-        return (_flat(op, "direct", n_bytes, g, tier)
-                + _flat(op, "direct", n_bytes, across, outer))
-    # broadcast / reduce: cross once, fan out inside (pipelined trees)
-    return _flat(op, "tree", n_bytes, across, outer) + _flat(op, "tree", n_bytes, g, tier)
-
-
-def _pipelined(op: str, algorithm: str, n_bytes, ranks, tier: Tier, outer: Tier,
-               local_ranks) -> Cost:
-    """A `_PIPELINED` algorithm: latencies add, the two tiers' streams overlap.
-
-    The Cost's reduction term is the op's ring reduction; its bandwidth term is
-    what the slower stream adds beyond it (the three still sum to the time)."""
-    g = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
-    L_up, L_out, W_up, W_out = _PIPELINED[op][algorithm](ranks, g)
-    c_share = {"all_reduce": _f, "reduce_scatter": _f}.get(op, lambda p: 0.0 * p)(ranks)
-    if algorithm == "nvls_tree":
-        eff = tier.in_network_efficiency
-        ok = eff > 0
-        up_bw = jnp.where(ok, W_up * n_bytes / (tier.bandwidth_Bps * jnp.where(ok, eff, 1.0)),
-                          _UNSUPPORTED_S)
-        c_share = 0.0 * c_share  # reduced in the switch
-    else:
-        up_bw = W_up * n_bytes / tier.effective_Bps
-    reduction = c_share * n_bytes / tier.reduction_Bps
-    out_bw = W_out * n_bytes / outer.effective_Bps
-    stream = jnp.maximum(up_bw + reduction, out_bw)
-    latency = L_up * tier.latency_s + L_out * outer.latency_s
-    zero = jnp.zeros(jnp.broadcast_shapes(jnp.shape(n_bytes), jnp.shape(ranks)))
-    terms = jnp.broadcast_arrays(latency, stream - reduction, reduction, zero)
-    return Cost(*terms[:3])
-
-
-def _candidates(op, n_bytes, ranks, tier, outer, local_ranks):
-    names = algorithms(op, hierarchical=outer is not None and local_ranks is not None)
-    costs = [_one_algorithm(op, a, n_bytes, ranks, tier, outer, local_ranks) for a in names]
-    return names, costs
-
-
-def _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks) -> Cost:
-    if algorithm == "hierarchical" or algorithm in _PIPELINED.get(op, ()):
-        if outer is None:
-            raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
-        if algorithm != "hierarchical":
-            return _pipelined(op, algorithm, n_bytes, ranks, tier, outer, local_ranks)
-        return _hierarchical(op, n_bytes, ranks, tier, outer, local_ranks)
-    return _flat(op, algorithm, n_bytes, ranks, _flat_tier(tier, outer, ranks, local_ranks))
 
 
 def _check_tiers(outer, local_ranks):
@@ -363,17 +458,15 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     """
     op = _check_op(op)
     local_ranks = _check_tiers(outer, local_ranks)
-    names, costs = _candidates(op, n_bytes, ranks, tier, outer, local_ranks)
-    times = jnp.stack([c.time_s for c in costs])
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *costs)
+    names = algorithms(op, hierarchical=outer is not None)
+    stacked = _costs(op, names, n_bytes, ranks, tier, outer, local_ranks)
+    times = stacked.time_s
     if isinstance(temperature, (int, float)) and temperature == 0:  # the exact minimum
-        best = jnp.argmin(times, axis=0)
-        weights = jax.nn.one_hot(best, len(names), axis=0, dtype=times.dtype)
-        pick = lambda x: jnp.take_along_axis(x, best[None], axis=0)[0]  # noqa: E731
-        return jax.tree.map(pick, stacked), weights, names
-    weights = softmin_weights(times, temperature, axis=0)  # equal at p = 1 (all zero)
-    t = jnp.maximum(temperature, 1e-6)  # as softmin_weights
-    soft_min_s = jnp.exp(-t * jax.nn.logsumexp(-safe_log(times) / t, axis=0))
+        weights = jax.nn.one_hot(jnp.argmin(times, axis=0), len(names), axis=0,
+                                 dtype=times.dtype)
+        # the winner's terms, exactly: every other term is finite, times 0
+        return jax.tree.map(lambda x: jnp.sum(weights * x, axis=0), stacked), weights, names
+    soft_min_s, weights = soft_min(times, temperature, axis=0)  # weights equal at p = 1
     scale = safe_div(soft_min_s, jnp.sum(weights * times, axis=0))  # in (k^-T, 1]
     return jax.tree.map(lambda x: scale * jnp.sum(weights * x, axis=0), stacked), weights, names
 
@@ -400,7 +493,8 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
                        else _flat_tier(tier, outer, ranks, local_ranks)).in_network_efficiency,
                 lambda v: v > 0,
                 "must be positive: this tier has no in-network reduction (NVLS/SHARP)")
-    return _one_algorithm(op, algorithm, n_bytes, ranks, tier, outer, local_ranks)
+    return jax.tree.map(lambda x: x[0],
+                        _costs(op, (algorithm,), n_bytes, ranks, tier, outer, local_ranks))
 
 
 def bus_factor(op: str, ranks) -> jax.Array:

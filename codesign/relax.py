@@ -7,6 +7,8 @@ NaN-free everywhere (double-`where` on every log and divide).
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -14,7 +16,7 @@ import jax.numpy as jnp
 def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
     """log(x) for x > 0; a finite value (and a zero gradient) elsewhere."""
     ok = x > tiny
-    return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), jnp.log(tiny))
+    return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), math.log(tiny))
 
 
 def safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -29,7 +31,7 @@ def log2_ranks(p: jax.Array) -> jax.Array:
     The discrete algorithms take ceil(log2 p) rounds; we use log2 p, which is
     exact at powers of two and smooth in between (documented approximation).
     """
-    return safe_log(jnp.maximum(p, 1.0)) / jnp.log(2.0)
+    return jnp.log(jnp.maximum(p, 1.0)) / math.log(2.0)  # (max: no log of p < 1)
 
 
 def smooth_max(a: jax.Array, b: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
@@ -63,10 +65,14 @@ def smooth_ceil(x: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
     return x + (1.0 - frac) * (1.0 - jnp.exp(-frac / jnp.maximum(t, 1e-6)))
 
 
-def softmin_weights(values: jax.Array, t: float | jax.Array, axis: int = 0) -> jax.Array:
-    """Weights of a soft argmin over `values` (positive times) in log space.
+def soft_min(values: jax.Array, t: float | jax.Array, axis: int = 0):
+    """(soft minimum, weights) of positive `values` along `axis`, in log space:
+    (sum_i v_i^(-1/t))^(-t) and w_i = softmax(-log v_i / t).
 
-    w_i = softmax(-log v_i / t): a ratio of e between two candidates whose times
-    differ by a factor exp(t). At t -> 0 it is the one-hot argmin.
+    The weights give a ratio of e between two candidates whose values differ by
+    a factor exp(t); as t -> 0 they are the one-hot argmin and the soft minimum
+    the minimum (t is floored at 1e-6).
     """
-    return jax.nn.softmax(-safe_log(values) / jnp.maximum(t, 1e-6), axis=axis)
+    t = jnp.maximum(t, 1e-6)
+    z = -safe_log(values) / t
+    return jnp.exp(-t * jax.nn.logsumexp(z, axis=axis)), jax.nn.softmax(z, axis=axis)

@@ -34,10 +34,12 @@ time of about 92% (Llama 3 reports "higher than 90%"): the restart time
 from __future__ import annotations
 
 import functools
+import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import log_ndtr
 
 from . import _checks
@@ -155,38 +157,53 @@ _N_GAP = 128  # grid points between them
 _MIN_SIGMA = 1e-6  # sigma = 0 is evaluated as this (a step function to ~1e-6)
 
 
-def _log_cdf(u, q, s, sigma):
+_UNIT = np.linspace(0.0, 1.0, _N_PEAK)  # the grid's shape (`_grid`), as jnp.linspace
+_UNIT_GAP = np.linspace(0.0, 1.0, _N_GAP)[1:]
+
+
+def _log_cdf(u, mix):
     """log F(e^u): the per-participant step-time CDF (units of the base time), log space."""
-    healthy = safe_log(1.0 - q) + log_ndtr(u / sigma)
-    slow = safe_log(q) + log_ndtr((u - safe_log(s)) / sigma)
-    return jnp.logaddexp(healthy, slow)
+    log_w, log_s, sigma = mix
+    z = log_ndtr(jnp.stack(jnp.broadcast_arrays(u / sigma, (u - log_s) / sigma)))
+    return jnp.logaddexp(log_w[0] + z[0], log_w[1] + z[1])  # healthy, slow
 
 
-def _log_pdf_u(u, q, s, sigma):
+def _log_pdf_u(u, mix):
     """log dF/du at e^u."""
-    log_phi = lambda z: -0.5 * z * z - 0.5 * jnp.log(2 * jnp.pi)  # noqa: E731
-    healthy = safe_log(1.0 - q) + log_phi(u / sigma)
-    slow = safe_log(q) + log_phi((u - safe_log(s)) / sigma)
-    return jnp.logaddexp(healthy, slow) - jnp.log(sigma)
+    log_w, log_s, sigma = mix
+    z = jnp.stack(jnp.broadcast_arrays(u / sigma, (u - log_s) / sigma))
+    log_phi = -0.5 * z * z - 0.5 * math.log(2 * math.pi)
+    return jnp.logaddexp(log_w[0] + log_phi[0], log_w[1] + log_phi[1]) - jnp.log(sigma)
 
 
 def _params(rel: Reliability):
+    """(log weights (healthy, slow), log slowdown, sigma) of the per-participant mixture."""
+    q = rel.straggler_q
     sigma = jnp.maximum(rel.straggler_sigma, _MIN_SIGMA)
-    return rel.straggler_q, rel.straggler_slowdown, sigma
+    return (safe_log(1.0 - q), safe_log(q)), safe_log(rel.straggler_slowdown), sigma
 
 
-def _grid(s, sigma):
+def _grid(log_s, sigma):
     """A monotone log-time grid: dense within 10 sigma of log 1 and of log s, sparse between.
 
     When the two modes overlap (log s < 20 sigma) the gap collapses to a point
     at log(s)/2 and the dense parts meet there.
     """
     w = _K_SIGMA * sigma
-    ls = safe_log(s)
-    m1, m2 = jnp.minimum(w, ls / 2), jnp.maximum(ls - w, ls / 2)
-    a = jnp.linspace(0.0, 1.0, _N_PEAK)
-    gap = jnp.linspace(0.0, 1.0, _N_GAP)[1:]
-    return jnp.concatenate([-w + (m1 + w) * a, m1 + (m2 - m1) * gap, m2 + (ls + w - m2) * a[1:]])
+    m1, m2 = jnp.minimum(w, log_s / 2), jnp.maximum(log_s - w, log_s / 2)
+    return jnp.concatenate([-w + (m1 + w) * _UNIT, m1 + (m2 - m1) * _UNIT_GAP,
+                            m2 + (log_s + w - m2) * _UNIT[1:]])
+
+
+def _interp(x, xp, fp):
+    """jnp.interp(x, xp, fp) for a non-decreasing xp, finding the interval by
+    comparing every x with every xp at once (no search loop)."""
+    i = jnp.clip(jnp.sum(xp <= x[..., None], axis=-1), 1, len(xp) - 1)
+    x0, f0 = xp[i - 1], fp[i - 1]
+    dx = xp[i] - x0
+    flat = jnp.abs(dx) <= np.spacing(np.finfo(dx.dtype).eps)
+    f = jnp.where(flat, f0, f0 + ((x - x0) / jnp.where(flat, 1.0, dx)) * (fp[i] - f0))
+    return jnp.where(x < xp[0], fp[0], jnp.where(x > xp[-1], fp[-1], f))
 
 
 @jax.jit
@@ -199,17 +216,18 @@ def _max_stats(participants, rel: Reliability, levels):
     one Newton step, which also carries the gradient (the implicit-function
     derivative at the root).
     """
-    q, s, sigma = _params(rel)
+    mix = _params(rel)
     p = as_float(participants)
     sg = jax.lax.stop_gradient
-    u = _grid(s, sigma)
-    log_cdf_max = p * _log_cdf(u, q, s, sigma)  # log of F^p on the grid
+    u = _grid(*mix[1:])
+    log_cdf_max = p * _log_cdf(u, mix)  # log of F^p on the grid
     y = -jnp.expm1(log_cdf_max) * jnp.exp(u)
     mean = jnp.exp(u[0]) + jnp.sum(0.5 * (y[1:] + y[:-1]) * jnp.diff(u))
     target = jnp.log(levels)
-    u0 = sg(jnp.interp(target, log_cdf_max, u))
-    slope = p * jnp.exp(_log_pdf_u(u0, q, s, sigma) - _log_cdf(u0, q, s, sigma))
-    u1 = u0 - (p * _log_cdf(u0, q, s, sigma) - target) / jnp.maximum(sg(slope), 1e-300)
+    u0 = sg(_interp(target, log_cdf_max, u))
+    log_cdf0 = _log_cdf(u0, mix)
+    slope = p * jnp.exp(_log_pdf_u(u0, mix) - log_cdf0)
+    u1 = u0 - (p * log_cdf0 - target) / jnp.maximum(sg(slope), 1e-300)
     return mean, jnp.exp(u1)
 
 

@@ -239,6 +239,36 @@ def test_auto_is_a_soft_minimum(op):
     assert cold == pytest.approx(fastest, rel=1e-9)
 
 
+def _each_time(op, algorithm, sizes, p, tier, **kw):
+    """One algorithm costed alone; 1e30 s where it needs NVLS the tier lacks (as in auto)."""
+    try:
+        return np.asarray(co.cost(op, algorithm, sizes, p, tier, **kw).time_s)
+    except ValueError as e:
+        assert "in_network_efficiency" in str(e)
+        return np.full(sizes.shape, 1e30)
+
+
+@pytest.mark.parametrize("op", co.OPS)
+def test_auto_over_two_tiers_is_the_minimum_of_each_algorithm_alone(op):
+    """`choose` costs every candidate in one expression: its exact minimum, its winner
+    and its soft minimum are those of the algorithms costed one by one (flat ones on
+    the slow tier once they leave the domain, NVLS only where the tier has it)."""
+    sizes = np.array([64.0, 4 * MiB, 8 * GiB])
+    kw = dict(outer=OUTER, local_ranks=8.0)
+    names = co.algorithms(op, hierarchical=True)
+    T = co.AUTO_TEMPERATURE
+    for p, tier in ((8.0, TIER), (64.0, TIER), (512.0, H100.scale_up)):
+        times = np.stack([_each_time(op, a, sizes, p, tier, **kw) for a in names], axis=-1)
+        fastest = times.min(axis=-1)
+        exact, w, got_names = co.choose(op, sizes, p, tier, temperature=0, **kw)
+        assert got_names == names
+        assert np.asarray(exact.time_s) == pytest.approx(fastest, rel=1e-12)
+        winner = times[np.arange(len(sizes)), np.argmax(np.asarray(w), axis=0)]
+        assert winner == pytest.approx(fastest, rel=1e-12)
+        soft = np.asarray(co.choose(op, sizes, p, tier, **kw)[0].time_s)
+        assert soft == pytest.approx(np.sum(times ** (-1 / T), axis=-1) ** -T, rel=1e-9), p
+
+
 def _scaled_cost(cases, jit=False, n0=1 * MiB, p0=12.0, b0=1e11, a0=2e-6):
     """u -> time / time(u = 1) of each (op, algorithm, two_tiers) case, u = the relative
     (bytes, ranks, bandwidth, latency), so every input and output is O(1)."""

@@ -27,6 +27,18 @@ def test_p_step_delayed_reproduces_the_seed():
     assert np.isfinite(float(g))
 
 
+def test_quantile_interpolation_is_jnp_interp():
+    """The quantile's first guess interpolates log F^p on the grid by comparison
+    (no search loop): the same numbers as jnp.interp, flat stretches and points
+    beyond either end included."""
+    xp = jnp.asarray(np.concatenate([np.linspace(-50.0, -1.0, 40), [-1.0, -1.0],
+                                     np.linspace(-0.5, 0.0, 30), [0.0]]))
+    fp = jnp.asarray(np.linspace(-3.0, 2.0, xp.size))
+    x = jnp.asarray([-60.0, -50.0, -7.3, -1.0, -0.75, -1e-9, 0.0, 0.5])
+    got = reliability._interp(x, xp, fp)
+    assert np.array_equal(np.asarray(got), np.asarray(jnp.interp(x, xp, fp)))
+
+
 def test_llama3_interruption_rate_defaults():
     assert reliability.LLAMA3_GPU_MTBF_S == pytest.approx(16_384 * 54 * day / 419)
     rel = reliability.Reliability()
