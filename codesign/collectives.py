@@ -340,8 +340,7 @@ def _table(op: str, names: tuple[str, ...]) -> _Table:
         m = np.array([[r.terms.get(t, {}).get(f, 0.0) for f in features] for r in rows])
         if m.any():
             matrices[t] = m
-    flags = (np.array([getattr(r, f) for r in rows]) for f in ("two_tier", "in_network",
-                                                                 "pipelined", "per_rail"))
+    flags = (np.array([getattr(r, f) for r in rows]) for f in _Table._fields[2:])  # _Row's
     return _Table(features, matrices, *flags)
 
 
