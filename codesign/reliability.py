@@ -191,8 +191,11 @@ def _grid(log_s, sigma):
     """
     w = _K_SIGMA * sigma
     m1, m2 = jnp.minimum(w, log_s / 2), jnp.maximum(log_s - w, log_s / 2)
-    return jnp.concatenate([-w + (m1 + w) * _UNIT, m1 + (m2 - m1) * _UNIT_GAP,
-                            m2 + (log_s + w - m2) * _UNIT[1:]])
+    # in the trace's dtype: a bare NumPy constant lowers as float32 in a float64
+    # trace once jax_enable_x64 is switched on after a float32 one (JAX 0.10)
+    unit, gap = (jnp.asarray(x, w.dtype) for x in (_UNIT, _UNIT_GAP))
+    return jnp.concatenate([-w + (m1 + w) * unit, m1 + (m2 - m1) * gap,
+                            m2 + (log_s + w - m2) * unit[1:]])
 
 
 def _interp(x, xp, fp):
