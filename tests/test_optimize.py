@@ -460,3 +460,30 @@ def test_cli_sensitivity(capsys, elasticities):
     assert out.splitlines()[3].endswith("moe node limit is 0 (unset): no local effect")
     rc, _, err = _cli(capsys, "sensitivity", "megatron-1t", "--output", "time_to_train_s")
     assert rc == 2 and "training.tokens" in err
+
+
+def test_gradient_method_compiles_once_per_problem(monkeypatch):
+    """The descent (its relaxed loss and gradient), the exact evaluation and the
+    rule check are traced once per problem's knobs: not again across restarts
+    (another seed), annealing stages or the polish (one executable each), nor
+    for another objective or limit; `Result.profile` counts the compiling."""
+    import chex
+
+    from codesign.optimize import _gradient, _model
+
+    wrap = lambda fn: chex.assert_max_traces(fn, n=1)  # noqa: E731
+    monkeypatch.setattr(_gradient, "relaxed_loss", wrap(_gradient.relaxed_loss))
+    monkeypatch.setattr(_model, "_exact_point", wrap(_model._exact_point))
+    monkeypatch.setattr(_gradient, "_structural_point", wrap(_gradient._structural_point))
+    # knobs no other test varies, so that nothing is compiled for them yet
+    vary = {"parallel.tp": (1, 16), "parallel.pp": (1, 16),
+            "system.scale_up_bandwidth_Bps": (100 * GB, 900 * GB)}
+    p = optimize.problem(SCN, list(vary), vary)
+    first = optimize.optimize(p, starts=STARTS, steps=STEPS)
+    again = optimize.optimize(p.with_limits("cost_to_train_usd", budget_w=1e6), starts=STARTS,
+                              steps=STEPS, seed=1)
+    assert first.profile["compile_s"] > 0 and again.profile["compile_s"] == 0
+    assert again.wall_s < first.wall_s
+    monkeypatch.undo()  # the grid compiles its own evaluation
+    grid = optimize.grid_search(p, POINTS, progress=False)
+    assert first.value <= grid.value * 1.01  # within 1% of the grid optimum

@@ -19,13 +19,21 @@ bounds, an objective and the constraints. Two methods solve it:
   seq_len, ep | experts, micro_batch | global_batch, a divisor of a fixed GPU
   count, ...), and each start's continuous optimum is rounded to the
   admissible values that bracket it (the product over knobs). The candidates
-  are evaluated exactly (t = 0, vmapped) against the exact structural rules
-  (`structurally_feasible`: every rule of `plan.RULES`, those `plan.validate`
-  checks plus whole scale-up domains of whole nodes, ...), refined by a beam
-  search on the lattice (one integer knob moved up to `SINGLE_STEPS`
-  admissible values, or two moved one each), and the continuous knobs of the
-  best few are polished by Adam on the exact model with the integers fixed.
-  The best feasible point wins; `Result.path` records the way there.
+  are checked against the exact structural rules (`structurally_feasible`:
+  every rule of `plan.RULES`, those `plan.validate` checks plus whole scale-up
+  domains of whole nodes, ...); one that breaks a rule coupling several knobs
+  (gpus = dp tp pp cp with dp micro_batch | global_batch, ...) is repaired by
+  moving one integer knob to its nearest admissible value at which every rule
+  holds. They are evaluated exactly (t = 0, vmapped), refined by a beam search
+  on the lattice (one integer knob moved up to `SINGLE_STEPS` admissible
+  values, or two moved one each, repaired the same way), and the continuous
+  knobs of the best few are polished by Adam on the exact model with the
+  integers fixed. The best feasible point wins; `Result.path` records the way
+  there. The descent (relaxed loss and gradient, every start and step in one
+  scan), the exact evaluation and the rule check are compiled ahead of time
+  once per problem's knobs (on the CPU with XLA options that compile fast:
+  they run for about a second) and reused by every later call;
+  `Result.profile["compile_s"]` says how much of the wall time was compiling.
 - `grid_search` (the yardstick). The Cartesian product of every admissible
   value of every integer knob and `grid_points` values of every continuous knob
   (log-spaced when the lower bound is positive), evaluated exactly; returns the

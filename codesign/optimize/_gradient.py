@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ._model import MU_END, Exact, _concat, evaluate, relaxed_loss
+from .. import scenario as sc
+from ._model import MU_END, Exact, _concat, _exact_batch, _structural_point, chunked, relaxed_loss
 from ._problem import Core, Problem, to_box, to_values
 from ._result import Result, _key, _knob_dict, _result, _top
 
@@ -26,6 +27,47 @@ T_START, T_END = 0.3, 1e-3  # relaxation temperature, annealed geometrically
 MU_START = 10.0  # penalty weight, grown geometrically to MU_END
 LEARNING_RATE = 0.05  # Adam step in unit-box coordinates, cosine-decayed to 5% of it
 SINGLE_STEPS = 3  # lattice search: one knob moves up to this many admissible values
+EXACT_CHUNK = 256  # points per exact evaluation of the method (candidate sets pad to it)
+RULE_CHUNK = 1 << 14  # points per check of the structural rules alone
+REPAIRS = 2  # a point that breaks a structural rule is replaced by its 2 nearest repairs
+# XLA:CPU options for the method's two compilations (descent, exact evaluation).
+# Both run for about a second in all, while compiling them at XLA's defaults
+# took 70 s and 19 s on the Llama-3-70B problem of benchmarks/search.py; with
+# the classic emitters at LLVM -O0 they compile in about 10 s and 2.5 s and run
+# 1.3-5x slower (the values agree to rounding).
+CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False,
+                        "xla_backend_optimization_level": 0}
+_COMPILED: dict = {}  # (jitted function, argument structure and types) -> executable
+
+
+def _compiled(jitted, *args):
+    """`jitted` lowered and compiled ahead of time for the structure, shapes and
+    dtypes of `args` (once per process; `CPU_COMPILER_OPTIONS` on the CPU):
+    (the executable, seconds spent tracing and compiling it in this call)."""
+    leaves, tree = jax.tree.flatten(args)
+    key = (jitted, tree, tuple(jax.typeof(x) for x in leaves))
+    if key in _COMPILED:
+        return _COMPILED[key], 0.0
+    t0 = time.perf_counter()
+    options = CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
+    _COMPILED[key] = jitted.lower(*args).compile(compiler_options=options)
+    return _COMPILED[key], time.perf_counter() - t0
+
+
+class _Clock:
+    """Where the method's wall time goes (seconds): compiling, descending, exact evaluation."""
+
+    def __init__(self):
+        self.s = {"compile_s": 0.0, "descent_s": 0.0, "exact_s": 0.0}
+
+    def run(self, jitted, phase: str, *args):
+        """jitted(*args) through its cached executable, timed."""
+        fn, compile_s = _compiled(jitted, *args)
+        self.s["compile_s"] += compile_s
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        self.s[phase] += time.perf_counter() - t0
+        return out
 
 
 def _best_index(ex: Exact) -> int | None:
@@ -109,6 +151,66 @@ def _lattice_moves(prob: Problem, x: np.ndarray) -> np.ndarray:
     return np.asarray(out).reshape(-1, len(x))
 
 
+@jax.jit
+def _structural_batch(core: Core, x: jax.Array) -> jax.Array:
+    """The structural rules (`_structural_point`) at points x (n, K): (n,) bool."""
+    def one(xi):
+        values = tuple(xi[i] for i in range(x.shape[1]))
+        return _structural_point(core, sc.set_knobs(core.scenario, dict(zip(
+            core.coords, values, strict=True))), values)
+    return jax.vmap(one)(x)
+
+
+def _structural(prob: Problem, clock: _Clock, x: np.ndarray) -> np.ndarray:
+    out = np.empty(len(x), dtype=bool)
+    for i in range(0, len(x), RULE_CHUNK):
+        block = x[i:i + RULE_CHUNK]
+        pad = np.concatenate([block, np.repeat(block[-1:], RULE_CHUNK - len(block), 0)])
+        out[i:i + len(block)] = np.asarray(clock.run(_structural_batch, "exact_s", prob.core,
+                                                     jnp.asarray(pad)))[:len(block)]
+    return out
+
+
+def _repaired(prob: Problem, clock: _Clock, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points of x (n, K) that meet the structural rules, and for each that
+    does not, its `REPAIRS` nearest repairs (in log distance): one integer knob
+    moved to the nearest admissible value below or above at which every rule
+    holds with the other knobs as they are (the rules couple knobs, e.g. gpus
+    = dp tp pp cp with dp micro_batch | global_batch, which bracketing each
+    knob alone rarely meets). Returns (points, index in x of each one's source)."""
+    ok = _structural(prob, clock, x)
+    bad = np.flatnonzero(~ok)
+    keep, source = [x[ok]], [np.flatnonzero(ok)]
+    if len(bad) == 0:
+        return x[ok], source[0]
+    fixes, dist = [], []
+    for i, (k, adm) in enumerate(zip(prob.knobs, prob.admissible, strict=True)):
+        if not k.integer or len(adm) < 2:
+            continue
+        trial = np.repeat(x[bad], len(adm), 0)
+        trial[:, i] = np.tile(adm, len(bad))
+        valid = _structural(prob, clock, trial).reshape(len(bad), len(adm))
+        pos = np.searchsorted(adm, x[bad, i])  # admissible values below: adm[:pos]
+        cols = np.arange(len(adm))
+        below = np.where(valid & (cols < pos[:, None]), cols, -1).max(axis=1)
+        above = np.where(valid & (cols >= pos[:, None]), cols, len(adm)).min(axis=1)
+        for j in (below, above):
+            found = (j >= 0) & (j < len(adm))
+            y = x[bad].copy()
+            y[found, i] = adm[j[found]]
+            fixes.append(y)
+            dist.append(np.where(found, np.abs(np.log(y[:, i] / np.maximum(x[bad, i], 1e-300))),
+                                 np.inf))
+    if fixes:
+        fixes, dist = np.stack(fixes, axis=1), np.stack(dist, axis=1)  # (bad, options, K)
+        order = np.argsort(dist, axis=1, kind="stable")[:, :REPAIRS]
+        rows = np.arange(len(bad))[:, None]
+        found = np.isfinite(dist[rows, order])
+        keep.append(fixes[rows, order][found])
+        source.append(np.broadcast_to(bad[:, None], order.shape)[found])
+    return np.concatenate(keep), np.concatenate(source)
+
+
 class _Pool(NamedTuple):
     """Points evaluated exactly so far, with the start each descends from."""
 
@@ -117,8 +219,16 @@ class _Pool(NamedTuple):
     origin: np.ndarray  # (n,) index of the start
 
 
-def _add(pool: _Pool | None, prob: Problem, x: np.ndarray, origin: np.ndarray) -> _Pool:
-    ex = evaluate(prob, x)
+def _exact(prob: Problem, clock: _Clock, x: np.ndarray) -> Exact:
+    """Exact evaluation of points x (n, K): the vmapped `_exact_batch` that
+    `evaluate` and the grid use, compiled once for `EXACT_CHUNK` points."""
+    return chunked(lambda core, xs: clock.run(_exact_batch, "exact_s", core, xs), prob.core,
+                   x, EXACT_CHUNK)
+
+
+def _add(pool: _Pool | None, prob: Problem, clock: _Clock, x: np.ndarray,
+         origin: np.ndarray) -> _Pool:
+    ex = _exact(prob, clock, x)
     if pool is None:
         return _Pool(x, ex, origin)
     return _Pool(np.concatenate([pool.x, x]), _concat(pool.ex, ex),
@@ -132,15 +242,17 @@ def _ranked(pool: _Pool, k: int) -> np.ndarray:
     return order[np.isfinite(score[order])]
 
 
-def _rounded_candidates(prob: Problem, xf: np.ndarray, width: int):
-    """Every start's bracketing admissible combinations, deduplicated, with origins."""
+def _rounded_candidates(prob: Problem, clock: _Clock, xf: np.ndarray, width: int):
+    """Every start's bracketing admissible combinations, repaired (`_repaired`)
+    and deduplicated, with origins."""
     cands = [_round(prob, x, width) for x in xf]
     origin = np.concatenate([np.full(len(c), i) for i, c in enumerate(cands)])
-    _, idx = np.unique(np.round(np.concatenate(cands), 9), axis=0, return_index=True)
-    return np.concatenate(cands)[idx], origin[idx]
+    cands, source = _repaired(prob, clock, np.concatenate(cands))
+    _, idx = np.unique(np.round(cands, 9), axis=0, return_index=True)
+    return cands[idx], origin[source[idx]]
 
 
-def _refine(prob: Problem, pool: _Pool, beam: int, rounds: int):
+def _refine(prob: Problem, clock: _Clock, pool: _Pool, beam: int, rounds: int):
     """Beam search on the lattice: each round expands (`_lattice_moves`) the
     `beam` best points not yet expanded; it stops when the `beam` best have all
     been expanded, or after `rounds`."""
@@ -151,16 +263,21 @@ def _refine(prob: Problem, pool: _Pool, beam: int, rounds: int):
         todo = [i for i in _ranked(pool, beam) if _key(pool.x[i]) not in expanded]
         if not todo:
             break
-        moves, origins = [], []
+        tried, sources = [], []
         for i in todo:
             expanded.add(_key(pool.x[i]))
-            for m in _lattice_moves(prob, pool.x[i]):
-                if _key(m) not in seen:
-                    seen.add(_key(m))
-                    moves.append(m)
-                    origins.append(pool.origin[i])
+            m = _lattice_moves(prob, pool.x[i])
+            tried.append(m)
+            sources.append(np.full(len(m), pool.origin[i]))
+        tried, at = _repaired(prob, clock, np.concatenate(tried))
+        moves, origins = [], []
+        for m, o in zip(tried, np.concatenate(sources)[at], strict=True):
+            if _key(m) not in seen:
+                seen.add(_key(m))
+                moves.append(m)
+                origins.append(o)
         if moves:
-            pool = _add(pool, prob, np.asarray(moves), np.asarray(origins))
+            pool = _add(pool, prob, clock, np.asarray(moves), np.asarray(origins))
             evaluations += len(moves)
         log.append({"phase": "refine", "round": r, "expanded": len(todo),
                     "evaluated": len(moves),
@@ -168,22 +285,23 @@ def _refine(prob: Problem, pool: _Pool, beam: int, rounds: int):
     return pool, evaluations, log
 
 
-def _polish(prob: Problem, pool: _Pool, count: int, starts: int, steps: int):
+def _polish(prob: Problem, clock: _Clock, pool: _Pool, count: int, starts: int, steps: int):
     """Adam on the continuous knobs of the `count` best points, integers fixed,
-    on the exact model (t = 0). Reuses the descent's compiled shapes: the seeds
-    are padded to `starts` lanes by repetition (the repeats are not counted)."""
+    on the exact model (t = 0). Runs the descent's executable: the seeds are
+    padded to `starts` lanes by repetition (the repeats are not counted)."""
     continuous = np.asarray([not k.integer for k in prob.knobs])
     best = _ranked(pool, min(count, starts))
     if not continuous.any() or len(best) == 0:
         return pool, 0, []
     seeds = pool.x[best]
     lanes = np.concatenate([seeds, np.repeat(seeds[-1:], starts - len(seeds), 0)])
-    xp, _, _ = _multistart(prob.core, jnp.asarray(to_box(prob, lanes)), jnp.zeros(steps),
-                           jnp.full(steps, MU_END, dtype=float),
-                           jnp.asarray(continuous, dtype=float))
+    xp, _, _ = clock.run(_multistart, "descent_s", prob.core,
+                         jnp.asarray(to_box(prob, lanes)), jnp.zeros(steps),
+                         jnp.full(steps, MU_END, dtype=float),
+                         jnp.asarray(continuous, dtype=float))
     xp = np.array(xp)[: len(seeds)]
     xp[:, ~continuous] = seeds[:, ~continuous]  # keep the integers exact
-    pool = _add(pool, prob, xp, pool.origin[best])
+    pool = _add(pool, prob, clock, xp, pool.origin[best])
     new = pool.ex.loss[-len(xp):][pool.ex.feasible[-len(xp):]]
     log = [{"phase": "polish", "points": len(xp), "steps": steps,
             "best_loss": float(new.min(initial=np.inf))}]
@@ -198,32 +316,37 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     exact evaluation, lattice beam search (`beam` wide, at most `rounds`),
     continuous polish of the `polish` best. Start 0 is the scenario's own point.
     With `top` > 0, `Result.top` lists the `top` best distinct feasible points
-    of every one evaluated exactly on the way."""
+    of every one evaluated exactly on the way. Two executables per problem's
+    knobs, `starts` and `steps` (the descent, the exact evaluation), compiled
+    on first use and reused by every later call; `Result.profile` says where
+    the wall time went (`compile_s`: tracing and compiling, 0 when reused)."""
     if starts < 1 or steps < 2:
         raise ValueError(f"starts={starts} must be >= 1 and steps={steps} >= 2")
     if width < 1 or beam < 1:
         raise ValueError(f"width={width} and beam={beam} must be >= 1")
     start = time.perf_counter()
+    clock = _Clock()
     rng = np.random.default_rng(seed)
     x0 = np.stack([rng.uniform(k.lo, k.hi, starts) if not k.log
                    else np.exp(rng.uniform(np.log(k.lo), np.log(k.hi), starts))
                    for k in prob.knobs], axis=1)
     x0[0] = prob.here
     t, mu = _schedule(steps)
-    xf, losses, xs = (np.asarray(a) for a in _multistart(
-        prob.core, jnp.asarray(to_box(prob, x0)), t, mu, jnp.ones(len(prob.knobs))))
+    xf, losses, xs = (np.asarray(a) for a in clock.run(
+        _multistart, "descent_s", prob.core, jnp.asarray(to_box(prob, x0)), t, mu,
+        jnp.ones(len(prob.knobs))))
     evaluations = starts * steps
 
-    cands, origin = _rounded_candidates(prob, xf, width)
-    pool = _add(None, prob, cands, origin)
+    cands, origin = _rounded_candidates(prob, clock, xf, width)
+    pool = _add(None, prob, clock, cands, origin)
     evaluations += len(cands)
     log = [{"phase": "round", "candidates": int(len(cands)),
             "structural": int(np.sum(pool.ex.structural)),
             "feasible": int(np.sum(pool.ex.feasible))}]
     if any(k.integer for k in prob.knobs):
-        pool, n, more = _refine(prob, pool, beam, rounds)
+        pool, n, more = _refine(prob, clock, pool, beam, rounds)
         evaluations, log = evaluations + n, log + more
-    pool, n, more = _polish(prob, pool, polish, starts, steps)
+    pool, n, more = _polish(prob, clock, pool, polish, starts, steps)
     evaluations, log = evaluations + n, log + more
 
     b = _best_index(pool.ex)
@@ -241,7 +364,7 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     path += log
     path.append({"phase": "best", "knobs": _knob_dict(prob, pool.x[b]),
                  "objective": float(pool.ex.objective[b]), "feasible": feasible})
+    metrics = {k: float(v[b]) for k, v in pool.ex.metrics.items()}
     return _result(prob, "gradient", pool.x[b], pool.ex.objective[b], feasible, evaluations,
-                   start, path, top=_top(prob, pool.x, pool.ex, top) if top > 0 else None)
-
-
+                   start, path, metrics=metrics, profile=dict(clock.s),
+                   top=_top(prob, pool.x, pool.ex, top) if top > 0 else None)

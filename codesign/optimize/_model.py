@@ -157,12 +157,18 @@ def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
     `chunk` points (one compilation per problem's knobs and chunk size; what
     the varied knobs do not touch, e.g. the failure statistics of a fixed GPU
     count, is computed once per chunk)."""
+    return chunked(_exact_batch, prob.core, x, chunk)
+
+
+def chunked(batch, core: Core, x, chunk: int) -> Exact:
+    """`batch` (`_exact_batch`, or an executable compiled from it for `chunk`
+    points) over points x (n, K) in padded chunks of `chunk` points, as numpy."""
     full = np.atleast_2d(np.asarray(x, dtype=float))
     parts = []
     for i in range(0, len(full), chunk):
         block = full[i:i + chunk]
         pad = np.concatenate([block, np.repeat(block[-1:], chunk - len(block), 0)])
-        out = _exact_batch(prob.core, jnp.asarray(pad))
+        out = batch(core, jnp.asarray(pad))
         parts.append(jax.tree.map(lambda a, n=len(block): np.asarray(a)[:n], out))
     return jax.tree.map(lambda *a: np.concatenate(a), *parts)
 

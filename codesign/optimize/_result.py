@@ -28,7 +28,7 @@ class Result(NamedTuple):
     grid_size: int | None = None
     feasible_points: int | None = None  # grid: how many points met every constraint
     top: list | None = None  # the best distinct feasible points [{knobs, objective, metrics}]
-    profile: dict | None = None  # grid: `GridProfile` (seconds, points per second)
+    profile: dict | None = None  # seconds: grid `GridProfile`, gradient its `compile_s` ...
 
     def to_json(self, with_path: bool = True) -> dict:
         out = {"method": self.method, "best": self.best,
@@ -47,11 +47,15 @@ class Result(NamedTuple):
         return out
 
 
-def _result(prob, method, x, value, feasible, evaluations, start, path, **extra):
+def _result(prob, method, x, value, feasible, evaluations, start, path, metrics=None,
+            **extra):
+    """The `Result` of a search that found x; `metrics` (every metric at x, as
+    floats) when the search evaluated them already, else `point_metrics`."""
     goal = "min" if OBJECTIVES[prob.objective][1] > 0 else "max"
+    metrics = point_metrics(prob, x) if metrics is None else metrics
     return Result(method, prob.objective, goal, float(value), _knob_dict(prob, x),
                   bool(feasible), int(evaluations), time.perf_counter() - start,
-                  point_metrics(prob, x), path, **extra)
+                  metrics, path, **extra)
 
 
 def _top(prob: Problem, x: np.ndarray, ex: Exact, n: int) -> list:
