@@ -40,8 +40,9 @@ class Domain:
     integer: bool = False
 
     def ok(self, v) -> np.ndarray:
-        """Elementwise membership of a NumPy value (NaN and inf are outside)."""
-        v = np.asarray(v, dtype=float)
+        """Elementwise membership of a NumPy value (NaN and inf are outside;
+        a subnormal value counts as 0, as the traced check sees it)."""
+        v = flushed(v)
         with np.errstate(invalid="ignore"):
             inside = (v > self.lo) if self.lo_open else (v >= self.lo)
             inside = inside & (v <= self.hi) & np.isfinite(v)
@@ -61,8 +62,7 @@ class Domain:
         """Membership of a value under the traced check's relaxation (`traced`), as
         XLA on CPU compares it: subnormal values flushed to zero."""
         lo, hi, lo_open = self.traced()
-        v = np.asarray(v, dtype=float)
-        v = np.where(np.abs(v) < np.finfo(v.dtype).tiny, 0.0, v)
+        v = flushed(v)
         with np.errstate(invalid="ignore"):
             return ((v > lo) if lo_open else (v >= lo)) & (v <= hi)
 
@@ -75,6 +75,14 @@ class Domain:
     def clip(self, lo: float, hi: float) -> tuple[float, float]:
         """[lo, hi] intersected with the domain (for default optimiser ranges)."""
         return max(lo, self.lo), min(hi, self.hi)
+
+
+def flushed(v) -> np.ndarray:
+    """`v` as a float array with subnormal values flushed to zero, as XLA on CPU
+    compares them: the concrete and the traced checks then agree on a value
+    like 1e-310 (it counts as 0)."""
+    v = np.asarray(v, dtype=float)
+    return np.where(np.abs(v) < np.finfo(v.dtype).tiny, 0.0, v)
 
 
 def _g(x: float) -> str:
@@ -104,7 +112,9 @@ POSITIVE = Domain(0.0, math.inf, lo_open=True)  # a vendor figure (peaks, capaci
 
 def fmt(v) -> str:
     v = np.asarray(v)
-    return f"{v.item():g}" if v.size == 1 else np.array2string(v)
+    text = f"{v.item():g}" if v.size == 1 else np.array2string(v)
+    subnormal = (v != 0) & (flushed(v) == 0) if v.dtype.kind == "f" else False
+    return text + (" (a subnormal number, which counts as 0)" if np.any(subnormal) else "")
 
 
 def check_in(name: str, value, domain: Domain) -> None:
