@@ -60,7 +60,7 @@ def default_hbm_reserve_bytes(hbm_bytes):
 
 def gemm_efficiency(achieved_flops_per_s, n, peak_flops_per_s, hbm_Bps,
                     element_bytes=2.0) -> float:
-    """The `matmul_efficiency` at which `step.gemm_time_s` gives a square n^3
+    """The `matmul_efficiency` at which `compute.gemm_time_s` gives a square n^3
     GEMM the measured throughput: E = (flops / peak + bytes / HBM) / measured time."""
     flops, moved = 2.0 * n**3, 3.0 * element_bytes * n**2
     return (flops / peak_flops_per_s + moved / (hbm_Bps * HBM_EFFICIENCY)) * (
@@ -71,7 +71,7 @@ class Chip(eqx.Module):
     """One accelerator.
 
     `matmul_efficiency` is the fraction of peak a large, well-shaped GEMM
-    achieves; `step.py` lowers it for small GEMMs (see `step.gemm_time_s`).
+    achieves; `compute.py` lowers it for small GEMMs (see `compute.gemm_time_s`).
     `attention_efficiency` is the fraction of the 16-bit peak a fused attention
     kernel (FlashAttention) achieves over forward and backward;
     `hbm_efficiency` the fraction of `hbm_Bps` a streaming (memory-bound)
@@ -210,7 +210,7 @@ A100_MATMUL_EFFICIENCY = 0.795  # Narayanan et al. 2021: 1T on 3072 A100s, 163 T
 V100_MATMUL_EFFICIENCY = 0.530  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
 # H100-class tensor cores: an 8192^3 BF16 GEMM on an H200 (same tensor cores,
 # 4.8e12 B/s HBM3e) ran at 769-798e12 FLOP/s (public microbenchmark, mean of
-# ten); the midpoint through the GEMM roofline of step.gemm_time_s. H800 has the
+# ten); the midpoint through the GEMM roofline of compute.gemm_time_s. H800 has the
 # same tensor cores; B200/GB200 borrow it (assumption: no public figure here);
 # TPUs borrow A100's fitted factor (assumption).
 H100_MATMUL_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8192, 989e12, 4.8e12)

@@ -19,7 +19,7 @@ and the checks. The strategies (`system.topology`, `system.routing`,
 `system.gpus` and `parallel.dp` determine each other (gpus = dp tp pp cp): give
 either. A value outside its domain, a key of the wrong type or an unreadable
 file is a `ValueError` that names the key (or file), the value and the domain.
-`check_outputs` rejects an estimate with a non-finite output or an MFU above 1,
+`step.check_outputs` rejects an estimate with a non-finite output or an MFU above 1,
 and `Scenario.checked` does the domain checks on traced values
 (`equinox.error_if`; `step.estimate` calls it). What names a scenario in
 output (its name, model and system presets, chip) is `labels`, outside the
@@ -535,49 +535,3 @@ def labels(source: str | Path | None = None, overrides=(), system: str | None = 
 def system_labels(spec: str, default_preset: str = DEFAULT_SYSTEM) -> SystemLabels:
     """The labels of the System `system(spec, default_preset)` returns."""
     return _system_labels(_merge({"system": _system_only(spec, default_preset)}, ())["system"])
-
-
-# ----------------------------------------------------------------- outputs
-# output -> the inputs it follows from most directly (named when it is not finite)
-_LIKELY_INPUTS = {
-    "time_to_train_s": "training.tokens, reliability.gpu_mtbf_s, reliability.restart_s, "
-                       "system.gpus",
-    "gpu_hours": "training.tokens, reliability.gpu_mtbf_s, system.gpus",
-    "goodput": "reliability.gpu_mtbf_s, reliability.restart_s, reliability.straggler_*, "
-               "system.gpus",
-    "effective_training_time_fraction": "reliability.gpu_mtbf_s, reliability.restart_s, "
-                                        "reliability.checkpoint_write_s, system.gpus",
-    "mtbf_s": "reliability.gpu_mtbf_s, system.gpus",
-    "fabric_cost_usd": "system.gpus, system.pod_size, system.oversubscription, "
-                       "system.scale_out_bandwidth_Bps, system.scale_up_bandwidth_Bps, "
-                       "system.scale_up_domain",
-    "fabric_power_w": "system.gpus, system.pod_size, system.oversubscription, "
-                      "system.scale_out_bandwidth_Bps",
-}
-_STEP_INPUTS = ("model sizes, training.global_batch, training.micro_batch, parallel.*, "
-                "system bandwidths, latencies and efficiencies")
-
-
-def check_outputs(out: dict, overrides=()) -> None:
-    """Raise a one-line `ValueError` if an estimate's outputs ({key: scalar}, as
-    `step.outputs`) hold a non-finite number or an MFU/HFU above 1, naming the
-    output, the inputs it follows from, and the `--set` overrides given."""
-    given = [o if isinstance(o, str) else f"{o[0]}.{o[1]}={o[2]!r}" for o in overrides]
-    hint = f" (overrides: {', '.join(given)})" if given else ""
-    for key, value in out.items():
-        v = _checks.concrete(value)
-        if v is None:
-            continue
-        negative = bool(np.any(v <= 0)) if key == "step_time_s" else bool(np.any(v < 0))
-        if negative and bool(np.all(np.isfinite(v))):
-            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is impossible (a negative "
-                             f"or zero quantity); check {_LIKELY_INPUTS.get(key, _STEP_INPUTS)}"
-                             f"{hint}")
-        if not bool(np.all(np.isfinite(v))):
-            inputs = _LIKELY_INPUTS.get(key, _STEP_INPUTS)
-            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is not finite: an input is "
-                             f"beyond what the model can represent; check {inputs}{hint}")
-        if key in ("mfu", "hfu") and bool(np.any(v > 1.0 + 1e-9)):
-            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} exceeds 1 (more FLOP/s than "
-                             f"the chip's peak): check system.matmul_efficiency and the "
-                             f"model and plan keys{hint}")

@@ -1,27 +1,7 @@
-"""The training step: compute + exposed communication + pipeline bubble, memory,
-MFU and HFU — one differentiable function of (model, plan, system).
-
-Compute. A GEMM of shape (M x K) @ (K x N) runs at
-    peak x matmul_efficiency x I / (I + I_ridge),
-a roofline on its arithmetic intensity I = 2MKN / (bytes of A, B and C) with a
-saturation term: I_ridge = peak / HBM bandwidth is where a GEMM turns
-compute-bound, and `chip.matmul_efficiency` is the ceiling a large GEMM
-reaches. Thin GEMMs (small hidden sizes, or a narrow slice after tensor
-parallelism) fall below it smoothly. Memory-bound operators (norms, softmax,
-element-wise) stream the layer's activations at HBM speed: twice (write and
-read) in forward, twice that in backward.
-
-Calibration (the only throughput figures in the seeds; rerun with
-`calibrate_matmul_efficiency`, checked in tests/test_step.py):
-- A100 `matmul_efficiency`: Narayanan et al. 2021, 1T parameters on 3072
-  A100s (tp 8, pp 64, global batch 3072, micro-batch 1, full recompute):
-  163 TFLOP/s per GPU of hardware FLOPs (502 PFLOP/s, 52% of peak).
-- V100 `matmul_efficiency`: Shoeybi et al. 2019, 39 TFLOP/s on one V100 for
-  the 1.2B baseline (40 layers, h 1536, 16 heads, seq 1024; batch 8 and full
-  recompute assumed). The 8.3B run on 512 V100s (15.1 PFLOP/s, 76% scaling)
-  is then a prediction, checked in tests.
-- H100, H800, B200, GB200, TPU: no figure in the seeds; they borrow A100's
-  factor (labelled in hardware.py).
+"""The training step: compute (`compute`) + exposed communication (`traffic`)
++ pipeline bubble, its memory (`memory`), MFU and HFU — one differentiable
+function of (model, plan, system); and the estimate of a whole scenario with
+reliability and fabric, its outputs by JSON key and their check.
 """
 
 from __future__ import annotations
@@ -29,178 +9,13 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from . import collectives, economics, fabric, reliability, traffic
+from . import _checks, collectives, compute, economics, fabric, memory, reliability, traffic
 from .hardware import System
-from .plan import DTYPE_BYTES, Plan
+from .plan import Plan
 from .relax import safe_div
-from .strategies import NoRecompute
-from .workload import FLASH_BACKWARD_OVER_FORWARD, Transformer
-
-KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
-# residual adds, the activation, rotary/bias (assumption; GEMMs and the attention
-# kernel pay their own overhead in gemm_time_s / attention_time_s)
-
-
-def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
-    """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16)."""
-    chip = system.chip
-    return {"fp8": chip.peak_fp8_flops_per_s, "fp32": chip.peak_fp32_flops_per_s}.get(
-        dtype, chip.peak_flops_per_s)
-
-
-def streaming_time_s(system: System, n_bytes) -> jax.Array:
-    """Seconds a memory-bound kernel takes to move `n_bytes` (read + written)."""
-    return n_bytes / (system.chip.hbm_Bps * system.chip.hbm_efficiency)
-
-
-def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
-    """Seconds for `count` GEMMs of (m x k) @ (k x n), run as one (batched or
-    grouped) kernel (see module docstring).
-
-    flops / (peak x E x I / (I + I_ridge)) simplifies to
-    (flops / peak + bytes / achieved HBM bandwidth) / E: the compute and memory
-    times add, divided by the large-GEMM efficiency E; plus one kernel's fixed
-    overhead.
-    """
-    flops = 2.0 * m * k * n
-    moved = DTYPE_BYTES[dtype] * (m * k + k * n + m * n)
-    seconds = flops / peak_flops_per_s(system, dtype) + streaming_time_s(system, moved)
-    return count * seconds / system.chip.matmul_efficiency + system.chip.kernel_overhead_s
-
-
-def attention_time_s(model: Transformer, plan: Plan, system: System):
-    """(forward, backward) seconds of one layer's attention scores (Q K^T, softmax,
-    A V), one micro-batch, per GPU.
-
-    flash: one fused kernel executing the unmasked half of the score FLOPs at
-    `chip.attention_efficiency` of the peak in the attention width; backward
-    2.5x the forward's FLOPs (it recomputes the scores). naive: batched GEMMs
-    over the whole s x s matrix (one (query x key) pair per head), backward
-    twice the forward; the softmax traffic over s x s is in the memory-bound
-    term (the scores are part of the stored activations).
-    """
-    d = plan.precision.attention
-    queries = model.seq_len / plan.cp
-    if model.attention_kernel == "flash":
-        flops = (plan.micro_batch * queries * model.attention_score_flops_per_token() / plan.tp
-                 * model.executed_score_fraction())
-        fwd = flops / (peak_flops_per_s(system, d) * system.chip.attention_efficiency)
-        overhead = system.chip.kernel_overhead_s
-        return fwd + overhead, FLASH_BACKWARD_OVER_FORWARD * fwd + overhead
-    heads = model.heads / plan.tp * plan.micro_batch
-    fwd = (gemm_time_s(system, queries, model.qk_width, model.seq_len, d, heads)
-           + gemm_time_s(system, queries, model.seq_len, model.v_width, d, heads))
-    return fwd, 2.0 * fwd
-
-
-def _linear_time_s(system, tokens, k, n, split, tp, dtype):
-    """One weight matrix of `attention_gemms`, cut by tensor parallelism."""
-    k = k / tp if split == "k" else k
-    n = n / tp if split == "n" else n
-    return gemm_time_s(system, tokens, k, n, dtype)
-
-
-class Timing(eqx.Module):
-    """Compute of the slowest stage: one micro-batch, and what rows hide under."""
-
-    forward_s: jax.Array  # one micro-batch forward
-    backward_s: jax.Array  # one micro-batch backward (incl. recomputation)
-    attention_s: jax.Array  # per step: attention-score compute (ring attention hides under it)
-    overlap_s: jax.Array  # per step: compute another micro-batch can hide comm under
-    optimizer_s: jax.Array  # per step: the optimizer update over the local shard
-    attention_forward_s: jax.Array  # per step: the forward part of attention_s (+ recompute)
-    layers: jax.Array  # layers on the slowest stage (per-layer times: forward_s / layers)
-
-    @property
-    def micro_batch_s(self) -> jax.Array:
-        return self.forward_s + self.backward_s
-
-
-def _layer_forward_s(model: Transformer, plan: Plan, system: System, moe: bool):
-    """(matrix + memory-bound, attention forward, attention backward) seconds of
-    one layer, one micro-batch, per GPU."""
-    d = plan.precision.gemm
-    tokens = plan.micro_batch * model.seq_len / plan.cp
-    h, tp = model.hidden, plan.tp
-    mats = 2.0 if model.gated else 1.0
-    t = sum(_linear_time_s(system, tokens, k, n, split, tp, d)
-            for k, n, split in model.attention_gemms())
-    if moe:
-        f_e = jnp.maximum(model.expert_ffn_hidden, 1.0)  # finite for dense models too
-        experts = jnp.maximum(model.experts, 1.0)
-        # the busiest expert rank sets the pace: moe_imbalance x the mean load
-        per_expert = tokens * plan.ep * model.top_k / experts * plan.moe_imbalance
-        local = experts / plan.ep
-        t += gemm_time_s(system, per_expert, h, mats * f_e / tp, d, local)
-        t += gemm_time_s(system, per_expert, f_e / tp, h, d, local)
-        shared = model.shared_experts * f_e
-        t += (gemm_time_s(system, tokens, h, mats * shared / tp, d)
-              + gemm_time_s(system, tokens, shared / tp, h, d)) * (model.shared_experts > 0)
-        # router (16-bit, replicated) and the permute / unpermute of the top_k
-        # copies of each token (read + write each, a kernel each)
-        t += gemm_time_s(system, tokens, h, experts, plan.precision.attention)
-        copies = tokens * model.top_k * h * plan.precision.bytes("activations")
-        t += streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
-    else:
-        f = model.ffn_hidden
-        t += gemm_time_s(system, tokens, h, mats * f / tp, d)
-        t += gemm_time_s(system, tokens, f / tp, h, d)
-    att_fwd, att_bwd = attention_time_s(model, plan, system)
-    stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
-                                              "none", moe, plan.cp, plan.precision)
-    memory = streaming_time_s(system, 2.0 * stored)
-    overhead = KERNELS_PER_LAYER * system.chip.kernel_overhead_s
-    return t + memory + overhead, att_fwd, att_bwd
-
-
-def local_params(model: Transformer, plan: Plan, t=0.0, stage=1):
-    """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
-    tp (and ep for the routed experts), and by dp when ZeRO `stage` or higher
-    is on (`stage=None`: never)."""
-    sh = traffic.shape(model, plan, t)
-    share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
-    experts = model.routed_expert_params()
-    layer_params = model.params() - experts - model.embedding_params()
-    dense = (layer_params * share + model.vocab * model.hidden) / plan.tp
-    routed = experts * share / (plan.ep * plan.tp)
-    sharded = stage is not None and plan.zero >= stage
-    return (dense / (plan.dp if sharded else 1.0),
-            routed / (plan.dp / plan.ep if sharded else 1.0))
-
-
-def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0):
-    """One Adam step over the local shard (ZeRO >= 1 shards it over dp): a
-    memory-bound pass over gradients, master weights, moments and weights."""
-    dense, routed = local_params(model, plan, t, stage=1)
-    moved = (dense + routed) * plan.precision.optimizer_step_bytes_per_param
-    return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
-
-
-def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
-    sh = traffic.shape(model, plan, t)
-    dense_mm, dense_af, dense_ab = _layer_forward_s(model, plan, system, moe=False)
-    moe_mm, moe_af, moe_ab = _layer_forward_s(model, plan, system, moe=True)
-    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
-    matrix = dense_layers * dense_mm + sh.moe_layers_on_stage * moe_mm
-    att_fwd = dense_layers * dense_af + sh.moe_layers_on_stage * moe_af
-    att_bwd = dense_layers * dense_ab + sh.moe_layers_on_stage * moe_ab
-    tokens = plan.micro_batch * model.seq_len / plan.cp
-    logits = gemm_time_s(system, tokens, model.hidden, model.vocab / plan.tp,
-                         plan.precision.attention)  # the output layer stays 16-bit
-    # the loss: fp32 logits written, then read by softmax / cross-entropy; in
-    # backward their gradient written and read again (memory-bound)
-    loss = streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp) \
-        + system.chip.kernel_overhead_s
-    logits = logits + loss
-    forward = matrix + att_fwd + logits
-    recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
-    backward = 2.0 * (matrix + logits) + att_bwd + recompute
-    m = sh.micro_batches
-    attention_fwd = m * att_fwd * plan.recompute.attention_forwards
-    attention = attention_fwd + m * att_bwd
-    return Timing(forward, backward, attention, m * (forward + backward),
-                  optimizer_time_s(model, plan, system, t), attention_fwd, sh.layers_on_stage)
+from .workload import Transformer
 
 
 def bubble_s(plan: Plan, micro_batch_s, t=0.0) -> jax.Array:
@@ -208,72 +23,6 @@ def bubble_s(plan: Plan, micro_batch_s, t=0.0) -> jax.Array:
     (`strategies.Schedule.bubble_s`: gpipe / 1f1b (p-1) t_mb, interleaved
     (p-1) t_mb / v, zero_bubble (p-1) t_mb / 3, dualpipe (p/2 - 1) 2 t_mb / 3)."""
     return plan.schedule.bubble_s(plan.pp, plan.interleave, micro_batch_s, t)
-
-
-def in_flight_micro_batches(plan: Plan, t=0.0) -> jax.Array:
-    """Micro-batches whose activations the first stage holds at once
-    (`strategies.Schedule.in_flight_micro_batches`)."""
-    return plan.schedule.in_flight_micro_batches(plan.micro_batches, plan.pp, plan.interleave, t)
-
-
-class Memory(eqx.Module):
-    """Bytes per GPU on the fullest stage."""
-
-    weights_bytes: jax.Array
-    gradients_bytes: jax.Array
-    optimizer_bytes: jax.Array
-    activations_bytes: jax.Array
-    reserve_bytes: jax.Array  # CUDA context, communicator buffers, fragmentation
-    capacity_bytes: jax.Array
-
-    @property
-    def total_bytes(self) -> jax.Array:
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.reserve_bytes)
-
-    def breakdown_bytes(self) -> dict:
-        """Each term of `total_bytes` by name."""
-        return {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
-                "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
-                "reserve": self.reserve_bytes}
-
-
-def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
-    """Weights, gradients and optimizer state by ZeRO stage and precision recipe;
-    activations by recompute mode, attention kernel, sequence parallelism and
-    the micro-batches in flight; the chip's reserve."""
-    sh = traffic.shape(model, plan, t)
-    pr = plan.precision
-    copies = plan.schedule.weight_copies  # DualPipe keeps two copies
-
-    def sharded(per_param, stage):
-        dense, routed = local_params(model, plan, t, stage)
-        return per_param * copies * (dense + routed)
-
-    weights = sharded(pr.bytes("params"), 3)
-    if plan.zero == 3:  # gathered weights: one layer at a time, or all kept for backward
-        experts = model.routed_expert_params()
-        layer_params = model.params() - experts - model.embedding_params()
-        gathered = (layer_params / model.layers + experts / jnp.maximum(model.layers, 1.0)
-                    / plan.ep) / plan.tp
-        dense, routed = local_params(model, plan, t, stage=None)
-        keep = (dense + routed) * (1.0 - 1.0 / plan.dp)
-        weights = weights + pr.bytes("params") * (
-            2.0 * gathered if plan.reshard_after_forward else keep)
-    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
-    per_layer = lambda recompute, moe: model.activation_bytes_per_layer(  # noqa: E731
-        plan.micro_batch, plan.tp, plan.sequence_parallel, recompute, moe, plan.cp, pr)
-    per_mb = (dense_layers * per_layer(plan.recompute, False)
-              + sh.moe_layers_on_stage * per_layer(plan.recompute, True))
-    activations = per_mb * in_flight_micro_batches(plan, t)
-    if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
-        activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
-    # fp32 logits of one micro-batch on the last stage
-    activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
-        * model.vocab / plan.tp
-    return Memory(weights, sharded(pr.bytes("grad_reduce"), 2),
-                  sharded(pr.optimizer_bytes_per_param, 1), activations,
-                  system.chip.hbm_reserve_bytes, system.chip.hbm_bytes)
 
 
 class Step(eqx.Module):
@@ -291,9 +40,9 @@ class Step(eqx.Module):
     peak_fp8_flops_per_s: jax.Array
     optimizer_s: jax.Array
     gpus: jax.Array
-    memory: Memory
+    memory: memory.Memory
     traffic: tuple  # of traffic.Row
-    timing: Timing
+    timing: compute.Timing
 
     @property
     def mfu(self):
@@ -338,7 +87,7 @@ def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
     occupy (`plan.comm_sm_fraction`) are lost to the GEMMs for as long as it
     runs, so the hidden seconds times that fraction are added to the compute.
     """
-    tm = timing(model, plan, system, t)
+    tm = compute.timing(model, plan, system, t)
     rows = traffic.table(model, plan, system, tm, t)
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
@@ -346,18 +95,18 @@ def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
     stolen = plan.comm_sm_fraction * hidden  # per step, spread over the micro-batches
     per_mb = tm.micro_batch_s + (exposed["tp"] + exposed["cp"] + exposed["ep"] + stolen) / m
     bubble = bubble_s(plan, per_mb, t)
-    compute = m * tm.micro_batch_s + stolen
-    step_time = compute + bubble + sum(exposed.values()) + tm.optimizer_s
+    compute_s = m * tm.micro_batch_s + stolen
+    step_time = compute_s + bubble + sum(exposed.values()) + tm.optimizer_s
     tokens = plan.global_batch * model.seq_len
     return Step(
-        step_time_s=step_time, compute_s=compute, bubble_s=bubble, exposed_s=exposed,
+        step_time_s=step_time, compute_s=compute_s, bubble_s=bubble, exposed_s=exposed,
         tokens_per_s=tokens / step_time,
         model_flops_per_step=tokens * model.model_flops_per_token(),
         model_flops_causal_per_step=tokens * model.model_flops_per_token(causal=True),
         hardware_flops_per_step=tokens * model.hardware_flops_per_token(plan.recompute),
         peak_flops_per_s=system.chip.peak_flops_per_s,
         peak_fp8_flops_per_s=system.chip.peak_fp8_flops_per_s, optimizer_s=tm.optimizer_s,
-        gpus=plan.gpus, memory=memory(model, plan, system, t), traffic=rows, timing=tm)
+        gpus=plan.gpus, memory=memory.memory(model, plan, system, t), traffic=rows, timing=tm)
 
 
 def calibrate_matmul_efficiency(model: Transformer, plan: Plan, system: System,
@@ -400,12 +149,6 @@ class Estimate(eqx.Module):
         return self.reliability.time_to_train_s(self.tokens / self.step.tokens_per_s)
 
 
-def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
-    """Bytes of one checkpoint: weights, master weights and Adam moments."""
-    pr = plan.precision
-    return model.params() * (pr.bytes("params") + pr.optimizer_bytes_per_param)
-
-
 def estimate(scn, t=0.0, assumptions=None) -> Estimate:
     """The whole model of a `scenario.Scenario`, differentiable in every float;
     the fabric counted with the default `fabric.Prices` and priced with
@@ -413,7 +156,7 @@ def estimate(scn, t=0.0, assumptions=None) -> Estimate:
     jit/vmap/grad a knob outside its domain raises (`Scenario.checked`)."""
     scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
-    checkpoint_bytes = checkpoint_bytes_total(scn.model, scn.plan)
+    checkpoint_bytes = memory.checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
     inventory = fabric.inventory(scn.system, t=t)
     prices = economics.default_assumptions() if assumptions is None else assumptions
@@ -423,7 +166,8 @@ def estimate(scn, t=0.0, assumptions=None) -> Estimate:
 
 
 def outputs(est: Estimate) -> dict:
-    """Every scalar of an estimate by its JSON key (jnp scalars; vmappable)."""
+    """Every scalar of an estimate by its JSON key (jnp scalars; vmappable);
+    `check_outputs` checks them."""
     s, r = est.step, est.reliability
     out = {
         "step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s,
@@ -458,7 +202,7 @@ def needed_flop_per_byte(system: System, dtype: str = "bf16") -> dict:
     """The FLOP per byte each tier needs to stay compute-bound: peak / bandwidth
     per direction (the seeds' 1,100 for H100 over NVLink divides by the
     bidirectional 900 GB/s, which halves it)."""
-    peak = peak_flops_per_s(system, dtype)
+    peak = compute.peak_flops_per_s(system, dtype)
     return {"scale_up": peak / system.scale_up.bandwidth_Bps,
             "scale_out": peak / system.scale_out.bandwidth_Bps}
 
@@ -485,3 +229,49 @@ def roofline(s: Step, system: System, dtype: str = "bf16") -> dict:
                                                       need["scale_up"]),
                     "flop_per_byte": safe_div(flops, moved)}
     return out
+
+
+# ----------------------------------------------------------------- outputs
+# output -> the inputs it follows from most directly (named when it is not finite)
+_LIKELY_INPUTS = {
+    "time_to_train_s": "training.tokens, reliability.gpu_mtbf_s, reliability.restart_s, "
+                       "system.gpus",
+    "gpu_hours": "training.tokens, reliability.gpu_mtbf_s, system.gpus",
+    "goodput": "reliability.gpu_mtbf_s, reliability.restart_s, reliability.straggler_*, "
+               "system.gpus",
+    "effective_training_time_fraction": "reliability.gpu_mtbf_s, reliability.restart_s, "
+                                        "reliability.checkpoint_write_s, system.gpus",
+    "mtbf_s": "reliability.gpu_mtbf_s, system.gpus",
+    "fabric_cost_usd": "system.gpus, system.pod_size, system.oversubscription, "
+                       "system.scale_out_bandwidth_Bps, system.scale_up_bandwidth_Bps, "
+                       "system.scale_up_domain",
+    "fabric_power_w": "system.gpus, system.pod_size, system.oversubscription, "
+                      "system.scale_out_bandwidth_Bps",
+}
+_STEP_INPUTS = ("model sizes, training.global_batch, training.micro_batch, parallel.*, "
+                "system bandwidths, latencies and efficiencies")
+
+
+def check_outputs(out: dict, overrides=()) -> None:
+    """Raise a one-line `ValueError` if an estimate's outputs ({key: scalar}, as
+    `step.outputs`) hold a non-finite number or an MFU/HFU above 1, naming the
+    output, the inputs it follows from, and the `--set` overrides given."""
+    given = [o if isinstance(o, str) else f"{o[0]}.{o[1]}={o[2]!r}" for o in overrides]
+    hint = f" (overrides: {', '.join(given)})" if given else ""
+    for key, value in out.items():
+        v = _checks.concrete(value)
+        if v is None:
+            continue
+        negative = bool(np.any(v <= 0)) if key == "step_time_s" else bool(np.any(v < 0))
+        if negative and bool(np.all(np.isfinite(v))):
+            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is impossible (a negative "
+                             f"or zero quantity); check {_LIKELY_INPUTS.get(key, _STEP_INPUTS)}"
+                             f"{hint}")
+        if not bool(np.all(np.isfinite(v))):
+            inputs = _LIKELY_INPUTS.get(key, _STEP_INPUTS)
+            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is not finite: an input is "
+                             f"beyond what the model can represent; check {inputs}{hint}")
+        if key in ("mfu", "hfu") and bool(np.any(v > 1.0 + 1e-9)):
+            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} exceeds 1 (more FLOP/s than "
+                             f"the chip's peak): check system.matmul_efficiency and the "
+                             f"model and plan keys{hint}")

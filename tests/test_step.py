@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import hardware, plan, step, traffic, workload
+from codesign import hardware, memory, plan, step, traffic, workload
 from codesign import scenario as sc
 
 
@@ -173,7 +173,7 @@ def test_every_output_is_finite_on_every_builtin(run):
 
 def test_memory_follows_zero_stages():
     scn = sc.load(None)
-    mems = [step.memory(scn.model, dataclasses.replace(scn.plan, zero=z), scn.system)
+    mems = [memory.memory(scn.model, dataclasses.replace(scn.plan, zero=z), scn.system)
             for z in (0, 1, 2, 3)]
     dp = float(scn.plan.dp)
     assert float(mems[1].optimizer_bytes) == pytest.approx(float(mems[0].optimizer_bytes) / dp)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import hardware, plan, step, validate, workload
+from codesign import compute, hardware, memory, plan, step, validate, workload
 from codesign import scenario as sc
 from codesign.cli import main
 
@@ -51,7 +51,7 @@ def test_causal_kernel_executes_half_the_scores():
     m = workload.model("llama3-8b")
     pl = plan.Plan(dp=1, micro_batch=1, global_batch=1)
     h100 = hardware.system("dgx-h100")
-    fwd, bwd = step.attention_time_s(m, pl, h100)
+    fwd, bwd = compute.attention_time_s(m, pl, h100)
     flops = 8192 * float(m.attention_score_flops_per_token()) * 0.5
     expected = flops / (989e12 * hardware.ATTENTION_EFFICIENCY)
     overhead = float(h100.chip.kernel_overhead_s)
@@ -88,7 +88,7 @@ def test_recipe_widths_reach_the_wire_and_memory():
           for name, s in (("fp16", fp16), ("bf16", bf16))}
     moved = {k: float(r.message_bytes * r.count_per_step) for k, r in dp.items()}
     assert moved["bf16"] == pytest.approx(2 * moved["fp16"], rel=1e-3)  # fixed-size buckets
-    m16, m32 = step.memory(fp16.model, fp16.plan, fp16.system), step.memory(
+    m16, m32 = memory.memory(fp16.model, fp16.plan, fp16.system), memory.memory(
         bf16.model, bf16.plan, bf16.system)
     assert float(m32.gradients_bytes) == pytest.approx(2 * float(m16.gradients_bytes))
     with pytest.raises(ValueError, match="training.ep_dispatch_dtype='fp4'"):
@@ -97,10 +97,10 @@ def test_recipe_widths_reach_the_wire_and_memory():
 
 def test_optimizer_step_streams_the_local_shard():
     scn = sc.load("llama3-405b")
-    dense, routed = step.local_params(scn.model, scn.plan, stage=1)
+    dense, routed = compute.local_params(scn.model, scn.plan, stage=1)
     chip = scn.system.chip
     expected = float(dense + routed) * 30.0 / float(chip.hbm_Bps * chip.hbm_efficiency)
-    got = float(step.optimizer_time_s(scn.model, scn.plan, scn.system))
+    got = float(compute.optimizer_time_s(scn.model, scn.plan, scn.system))
     assert got == pytest.approx(expected + float(chip.kernel_overhead_s), rel=1e-9)
 
 

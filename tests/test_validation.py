@@ -169,12 +169,12 @@ def test_optimize_with_nothing_feasible_exits_3(capsys):
 
 def test_outputs_that_are_not_finite_or_above_peak_are_errors():
     est = step.outputs(jax.jit(step.estimate)(BASE))
-    sc.check_outputs(est)
+    step.check_outputs(est)
     with pytest.raises(ValueError, match=r"time_to_train_s=inf is not finite.*gpu_mtbf_s"
                                          r".*\(overrides: x.y=1\)"):
-        sc.check_outputs({**est, "time_to_train_s": jnp.inf}, ["x.y=1"])
+        step.check_outputs({**est, "time_to_train_s": jnp.inf}, ["x.y=1"])
     with pytest.raises(ValueError, match="mfu=1.5 exceeds 1"):
-        sc.check_outputs({**est, "mfu": jnp.asarray(1.5)})
+        step.check_outputs({**est, "mfu": jnp.asarray(1.5)})
 
 
 # ------------------------------------------------------------------ traced checks
@@ -285,7 +285,7 @@ def test_property_set_strings_answer_or_name_the_key(overrides):
         event("loaded, structure changed")
         return  # a string or bool key changed the static structure: checked at load level
     event(_assert_answer_or_one_line_error(
-        lambda: sc.check_outputs(out := _outputs_of_scenario()(scn), overrides) or out))
+        lambda: step.check_outputs(out := _outputs_of_scenario()(scn), overrides) or out))
 
 
 def test_a_subnormal_value_counts_as_zero_in_the_concrete_and_the_traced_check():
@@ -348,7 +348,7 @@ def test_property_traced_knobs_answer_or_raise_naming_the_key(values):
         event("traced error: " + ("domain" if outside else "relation"))
         return
     assert not outside, f"{outside} outside their domains went through"
-    event(_assert_answer_or_one_line_error(lambda: sc.check_outputs(out) or out))
+    event(_assert_answer_or_one_line_error(lambda: step.check_outputs(out) or out))
 
 
 def test_the_guard_threads_every_leaf():

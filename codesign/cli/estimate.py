@@ -33,12 +33,12 @@ def _estimate(scn):
 
 def evaluate(args):
     """(scenario, its labels, estimate) of the command line; an estimate with a
-    non-finite output or an MFU above 1 is a ValueError (`scenario.check_outputs`)."""
+    non-finite output or an MFU above 1 is a ValueError (`step.check_outputs`)."""
     scn = scenario.load(args.scenario, args.set, system=args.system)
     est, out = _estimate(scn)
     if float(est.tokens) <= 0:  # time to train is not asked for
         out = {k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")}
-    scenario.check_outputs(out, args.set)
+    step.check_outputs(out, args.set)
     return scn, scenario.labels(args.scenario, args.set, system=args.system), est
 
 

@@ -1,0 +1,202 @@
+"""Compute of a training step: the seconds its GEMMs, attention kernels,
+memory-bound operators and optimizer update take on one GPU (`timing`), read
+by `step` with the traffic it hides under.
+
+A GEMM of shape (M x K) @ (K x N) runs at
+    peak x matmul_efficiency x I / (I + I_ridge),
+a roofline on its arithmetic intensity I = 2MKN / (bytes of A, B and C) with a
+saturation term: I_ridge = peak / HBM bandwidth is where a GEMM turns
+compute-bound, and `chip.matmul_efficiency` is the ceiling a large GEMM
+reaches. Thin GEMMs (small hidden sizes, or a narrow slice after tensor
+parallelism) fall below it smoothly. Memory-bound operators (norms, softmax,
+element-wise) stream the layer's activations at HBM speed: twice (write and
+read) in forward, twice that in backward.
+
+Calibration (the only throughput figures in the seeds; rerun with
+`calibrate_matmul_efficiency`, checked in tests/test_step.py):
+- A100 `matmul_efficiency`: Narayanan et al. 2021, 1T parameters on 3072
+  A100s (tp 8, pp 64, global batch 3072, micro-batch 1, full recompute):
+  163 TFLOP/s per GPU of hardware FLOPs (502 PFLOP/s, 52% of peak).
+- V100 `matmul_efficiency`: Shoeybi et al. 2019, 39 TFLOP/s on one V100 for
+  the 1.2B baseline (40 layers, h 1536, 16 heads, seq 1024; batch 8 and full
+  recompute assumed). The 8.3B run on 512 V100s (15.1 PFLOP/s, 76% scaling)
+  is then a prediction, checked in tests.
+- H100, H800, B200, GB200, TPU: no figure in the seeds; they borrow A100's
+  factor (labelled in hardware.py).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import traffic
+from .hardware import System
+from .plan import DTYPE_BYTES, Plan
+from .workload import FLASH_BACKWARD_OVER_FORWARD, Transformer
+
+KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
+# residual adds, the activation, rotary/bias (assumption; GEMMs and the attention
+# kernel pay their own overhead in gemm_time_s / attention_time_s)
+
+
+def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
+    """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16)."""
+    chip = system.chip
+    return {"fp8": chip.peak_fp8_flops_per_s, "fp32": chip.peak_fp32_flops_per_s}.get(
+        dtype, chip.peak_flops_per_s)
+
+
+def streaming_time_s(system: System, n_bytes) -> jax.Array:
+    """Seconds a memory-bound kernel takes to move `n_bytes` (read + written)."""
+    return n_bytes / (system.chip.hbm_Bps * system.chip.hbm_efficiency)
+
+
+def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
+    """Seconds for `count` GEMMs of (m x k) @ (k x n), run as one (batched or
+    grouped) kernel (see module docstring).
+
+    flops / (peak x E x I / (I + I_ridge)) simplifies to
+    (flops / peak + bytes / achieved HBM bandwidth) / E: the compute and memory
+    times add, divided by the large-GEMM efficiency E; plus one kernel's fixed
+    overhead.
+    """
+    flops = 2.0 * m * k * n
+    moved = DTYPE_BYTES[dtype] * (m * k + k * n + m * n)
+    seconds = flops / peak_flops_per_s(system, dtype) + streaming_time_s(system, moved)
+    return count * seconds / system.chip.matmul_efficiency + system.chip.kernel_overhead_s
+
+
+def attention_time_s(model: Transformer, plan: Plan, system: System):
+    """(forward, backward) seconds of one layer's attention scores (Q K^T, softmax,
+    A V), one micro-batch, per GPU.
+
+    flash: one fused kernel executing the unmasked half of the score FLOPs at
+    `chip.attention_efficiency` of the peak in the attention width; backward
+    2.5x the forward's FLOPs (it recomputes the scores). naive: batched GEMMs
+    over the whole s x s matrix (one (query x key) pair per head), backward
+    twice the forward; the softmax traffic over s x s is in the memory-bound
+    term (the scores are part of the stored activations).
+    """
+    d = plan.precision.attention
+    queries = model.seq_len / plan.cp
+    if model.attention_kernel == "flash":
+        flops = (plan.micro_batch * queries * model.attention_score_flops_per_token() / plan.tp
+                 * model.executed_score_fraction())
+        fwd = flops / (peak_flops_per_s(system, d) * system.chip.attention_efficiency)
+        overhead = system.chip.kernel_overhead_s
+        return fwd + overhead, FLASH_BACKWARD_OVER_FORWARD * fwd + overhead
+    heads = model.heads / plan.tp * plan.micro_batch
+    fwd = (gemm_time_s(system, queries, model.qk_width, model.seq_len, d, heads)
+           + gemm_time_s(system, queries, model.seq_len, model.v_width, d, heads))
+    return fwd, 2.0 * fwd
+
+
+def _linear_time_s(system, tokens, k, n, split, tp, dtype):
+    """One weight matrix of `attention_gemms`, cut by tensor parallelism."""
+    k = k / tp if split == "k" else k
+    n = n / tp if split == "n" else n
+    return gemm_time_s(system, tokens, k, n, dtype)
+
+
+class Timing(eqx.Module):
+    """Compute of the slowest stage: one micro-batch, and what rows hide under."""
+
+    forward_s: jax.Array  # one micro-batch forward
+    backward_s: jax.Array  # one micro-batch backward (incl. recomputation)
+    attention_s: jax.Array  # per step: attention-score compute (ring attention hides under it)
+    overlap_s: jax.Array  # per step: compute another micro-batch can hide comm under
+    optimizer_s: jax.Array  # per step: the optimizer update over the local shard
+    attention_forward_s: jax.Array  # per step: the forward part of attention_s (+ recompute)
+    layers: jax.Array  # layers on the slowest stage (per-layer times: forward_s / layers)
+
+    @property
+    def micro_batch_s(self) -> jax.Array:
+        return self.forward_s + self.backward_s
+
+
+def _layer_forward_s(model: Transformer, plan: Plan, system: System, moe: bool):
+    """(matrix + memory-bound, attention forward, attention backward) seconds of
+    one layer, one micro-batch, per GPU."""
+    d = plan.precision.gemm
+    tokens = plan.micro_batch * model.seq_len / plan.cp
+    h, tp = model.hidden, plan.tp
+    mats = 2.0 if model.gated else 1.0
+    t = sum(_linear_time_s(system, tokens, k, n, split, tp, d)
+            for k, n, split in model.attention_gemms())
+    if moe:
+        f_e = jnp.maximum(model.expert_ffn_hidden, 1.0)  # finite for dense models too
+        experts = jnp.maximum(model.experts, 1.0)
+        # the busiest expert rank sets the pace: moe_imbalance x the mean load
+        per_expert = tokens * plan.ep * model.top_k / experts * plan.moe_imbalance
+        local = experts / plan.ep
+        t += gemm_time_s(system, per_expert, h, mats * f_e / tp, d, local)
+        t += gemm_time_s(system, per_expert, f_e / tp, h, d, local)
+        shared = model.shared_experts * f_e
+        t += (gemm_time_s(system, tokens, h, mats * shared / tp, d)
+              + gemm_time_s(system, tokens, shared / tp, h, d)) * (model.shared_experts > 0)
+        # router (16-bit, replicated) and the permute / unpermute of the top_k
+        # copies of each token (read + write each, a kernel each)
+        t += gemm_time_s(system, tokens, h, experts, plan.precision.attention)
+        copies = tokens * model.top_k * h * plan.precision.bytes("activations")
+        t += streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
+    else:
+        f = model.ffn_hidden
+        t += gemm_time_s(system, tokens, h, mats * f / tp, d)
+        t += gemm_time_s(system, tokens, f / tp, h, d)
+    att_fwd, att_bwd = attention_time_s(model, plan, system)
+    stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
+                                              "none", moe, plan.cp, plan.precision)
+    memory = streaming_time_s(system, 2.0 * stored)
+    overhead = KERNELS_PER_LAYER * system.chip.kernel_overhead_s
+    return t + memory + overhead, att_fwd, att_bwd
+
+
+def local_params(model: Transformer, plan: Plan, t=0.0, stage=1):
+    """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
+    tp (and ep for the routed experts), and by dp when ZeRO `stage` or higher
+    is on (`stage=None`: never)."""
+    sh = traffic.shape(model, plan, t)
+    share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
+    experts = model.routed_expert_params()
+    layer_params = model.params() - experts - model.embedding_params()
+    dense = (layer_params * share + model.vocab * model.hidden) / plan.tp
+    routed = experts * share / (plan.ep * plan.tp)
+    sharded = stage is not None and plan.zero >= stage
+    return (dense / (plan.dp if sharded else 1.0),
+            routed / (plan.dp / plan.ep if sharded else 1.0))
+
+
+def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0):
+    """One Adam step over the local shard (ZeRO >= 1 shards it over dp): a
+    memory-bound pass over gradients, master weights, moments and weights."""
+    dense, routed = local_params(model, plan, t, stage=1)
+    moved = (dense + routed) * plan.precision.optimizer_step_bytes_per_param
+    return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
+
+
+def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
+    sh = traffic.shape(model, plan, t)
+    dense_mm, dense_af, dense_ab = _layer_forward_s(model, plan, system, moe=False)
+    moe_mm, moe_af, moe_ab = _layer_forward_s(model, plan, system, moe=True)
+    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
+    matrix = dense_layers * dense_mm + sh.moe_layers_on_stage * moe_mm
+    att_fwd = dense_layers * dense_af + sh.moe_layers_on_stage * moe_af
+    att_bwd = dense_layers * dense_ab + sh.moe_layers_on_stage * moe_ab
+    tokens = plan.micro_batch * model.seq_len / plan.cp
+    logits = gemm_time_s(system, tokens, model.hidden, model.vocab / plan.tp,
+                         plan.precision.attention)  # the output layer stays 16-bit
+    # the loss: fp32 logits written, then read by softmax / cross-entropy; in
+    # backward their gradient written and read again (memory-bound)
+    loss = streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp) \
+        + system.chip.kernel_overhead_s
+    logits = logits + loss
+    forward = matrix + att_fwd + logits
+    recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
+    backward = 2.0 * (matrix + logits) + att_bwd + recompute
+    m = sh.micro_batches
+    attention_fwd = m * att_fwd * plan.recompute.attention_forwards
+    attention = attention_fwd + m * att_bwd
+    return Timing(forward, backward, attention, m * (forward + backward),
+                  optimizer_time_s(model, plan, system, t), attention_fwd, sh.layers_on_stage)

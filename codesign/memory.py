@@ -1,0 +1,89 @@
+"""Memory of a training step: the bytes one GPU of the fullest stage holds —
+weights, gradients and optimizer state by ZeRO stage and precision recipe,
+activations by recompute mode and the micro-batches the schedule keeps in
+flight, the chip's reserve — and the bytes of a checkpoint."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import traffic
+from .compute import local_params
+from .hardware import System
+from .plan import Plan
+from .strategies import NoRecompute
+from .workload import Transformer
+
+
+def in_flight_micro_batches(plan: Plan, t=0.0) -> jax.Array:
+    """Micro-batches whose activations the first stage holds at once
+    (`strategies.Schedule.in_flight_micro_batches`)."""
+    return plan.schedule.in_flight_micro_batches(plan.micro_batches, plan.pp, plan.interleave, t)
+
+
+class Memory(eqx.Module):
+    """Bytes per GPU on the fullest stage."""
+
+    weights_bytes: jax.Array
+    gradients_bytes: jax.Array
+    optimizer_bytes: jax.Array
+    activations_bytes: jax.Array
+    reserve_bytes: jax.Array  # CUDA context, communicator buffers, fragmentation
+    capacity_bytes: jax.Array
+
+    @property
+    def total_bytes(self) -> jax.Array:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.reserve_bytes)
+
+    def breakdown_bytes(self) -> dict:
+        """Each term of `total_bytes` by name."""
+        return {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
+                "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
+                "reserve": self.reserve_bytes}
+
+
+def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
+    """Weights, gradients and optimizer state by ZeRO stage and precision recipe;
+    activations by recompute mode, attention kernel, sequence parallelism and
+    the micro-batches in flight; the chip's reserve."""
+    sh = traffic.shape(model, plan, t)
+    pr = plan.precision
+    copies = plan.schedule.weight_copies  # DualPipe keeps two copies
+
+    def sharded(per_param, stage):
+        dense, routed = local_params(model, plan, t, stage)
+        return per_param * copies * (dense + routed)
+
+    weights = sharded(pr.bytes("params"), 3)
+    if plan.zero == 3:  # gathered weights: one layer at a time, or all kept for backward
+        experts = model.routed_expert_params()
+        layer_params = model.params() - experts - model.embedding_params()
+        gathered = (layer_params / model.layers + experts / jnp.maximum(model.layers, 1.0)
+                    / plan.ep) / plan.tp
+        dense, routed = local_params(model, plan, t, stage=None)
+        keep = (dense + routed) * (1.0 - 1.0 / plan.dp)
+        weights = weights + pr.bytes("params") * (
+            2.0 * gathered if plan.reshard_after_forward else keep)
+    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
+    per_layer = lambda recompute, moe: model.activation_bytes_per_layer(  # noqa: E731
+        plan.micro_batch, plan.tp, plan.sequence_parallel, recompute, moe, plan.cp, pr)
+    per_mb = (dense_layers * per_layer(plan.recompute, False)
+              + sh.moe_layers_on_stage * per_layer(plan.recompute, True))
+    activations = per_mb * in_flight_micro_batches(plan, t)
+    if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
+        activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
+    # fp32 logits of one micro-batch on the last stage
+    activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
+        * model.vocab / plan.tp
+    return Memory(weights, sharded(pr.bytes("grad_reduce"), 2),
+                  sharded(pr.optimizer_bytes_per_param, 1), activations,
+                  system.chip.hbm_reserve_bytes, system.chip.hbm_bytes)
+
+
+def checkpoint_bytes_total(model: Transformer, plan: Plan) -> jax.Array:
+    """Bytes of one checkpoint: weights, master weights and Adam moments."""
+    pr = plan.precision
+    return model.params() * (pr.bytes("params") + pr.optimizer_bytes_per_param)
