@@ -1,13 +1,48 @@
-"""Fake 8 CPU devices before any JAX computation (the real execution path runs on them)."""
+"""Fake 8 CPU devices before any JAX computation (the real execution path runs on them).
 
+The suite compiles with XLA:CPU's fast-compile options (the classic emitters at
+LLVM -O0, as the gradient method compiles on the CPU: `optimize._gradient.
+CPU_COMPILER_OPTIONS`): compiling is most of the suite's time, and what the
+tests check (values, errors, gradients) does not depend on how hard XLA
+optimises the code, only how fast it runs. Subprocesses (notebook kernels,
+multi-process runs) inherit the flags. The `codesign` command's persistent
+compilation cache (`CODESIGN_CACHE`) is a fresh directory of this session, so
+the suite neither reads nor fills the user's, and CLI runs in subprocesses share
+the compiles of this session only.
+"""
+
+import atexit
 import os
+import shutil
+import tempfile
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-).strip()
+_FLAGS = ("--xla_force_host_platform_device_count=8", "--xla_cpu_use_fusion_emitters=false",
+          "--xla_backend_optimization_level=0")
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ.get("XLA_FLAGS", ""), *(f for f in _FLAGS if f not in os.environ.get(
+        "XLA_FLAGS", ""))]).strip()
+
+_CACHE = tempfile.mkdtemp(prefix="codesign-test-cache-")
+os.environ["CODESIGN_CACHE"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 # what the `codesign` command sets for its process (importing codesign sets nothing)
 jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(scope="session")
+def step_time_value_and_grad():
+    """(step time, its gradient w.r.t. `knobs`) of `(scn, knobs)`, as
+    `step.estimate(scenario.set_knobs(scn, knobs))`, jitted once for the session:
+    the scenario is an argument, not a closure, so every scenario of one static
+    structure (and one set of knob names) shares one compile across the files."""
+    from codesign import scenario, step
+
+    def step_time_s(scn, knobs):
+        return step.estimate(scenario.set_knobs(scn, knobs)).step.step_time_s
+
+    return jax.jit(jax.value_and_grad(step_time_s, argnums=1))

@@ -1,6 +1,10 @@
 """The traffic table as large models are trained today: ZeRO stages' bytes, FSDP
 per-layer exposure, HSDP, context parallelism, NCCL's pipelined rail algorithms
-across nodes, TP overlap, pods, rail-only forwarding and ECMP."""
+across nodes, TP overlap, pods, rail-only forwarding and ECMP.
+
+Scenarios are estimated eagerly: most have a static structure of their own, and
+an eager estimate (~0.2 s once JAX's primitives are warm) costs less than
+compiling one (2-4 s)."""
 
 import dataclasses
 
@@ -15,11 +19,6 @@ from codesign import collectives as co
 from codesign import fabric, hardware, step, traffic
 from codesign import scenario as sc
 from codesign.units import GiB
-
-
-@pytest.fixture(scope="module")
-def run():
-    return jax.jit(step.estimate)
 
 
 def _rows(est, dimension):
@@ -99,8 +98,8 @@ def _wire_params(est, collective):
                if r.collective == collective)
 
 
-def test_zero_stages_move_their_own_bytes(run):
-    ests = {z: run(_gpt3_zero(z)) for z in (1, 2, 3)}
+def test_zero_stages_move_their_own_bytes():
+    ests = {z: step.estimate(_gpt3_zero(z)) for z in (1, 2, 3)}
     scn = _gpt3_zero(3)
     m = float(scn.plan.micro_batches)
     params = float(scn.model.params())
@@ -116,7 +115,7 @@ def test_zero_stages_move_their_own_bytes(run):
     assert _wire_params(ests[1], "reduce_scatter") == pytest.approx(params * gb, rel=1e-6)
     for z in (1, 2):
         assert _wire_params(ests[z], "all_gather") == pytest.approx(params * pb, rel=1e-6)
-    no_reshard = run(_gpt3_zero(3, extra=("parallel.reshard_after_forward=false",)))
+    no_reshard = step.estimate(_gpt3_zero(3, extra=("parallel.reshard_after_forward=false",)))
     assert _wire_params(no_reshard, "all_gather") == pytest.approx(m * params * pb, rel=1e-6)
 
 
@@ -128,7 +127,7 @@ def test_layered_exposure_closed_form():
     assert float(traffic.layered_exposed_s(c, f, L, 0.0)) == pytest.approx(L * c)  # no prefetch
 
 
-def test_fsdp_throughput_per_gpu_falls_as_dp_grows(run):
+def test_fsdp_throughput_per_gpu_falls_as_dp_grows():
     """GPT-3 175B, ZeRO-3, tp = pp = 1, global batch 1536, one micro-batch per GPU."""
     tput, exposed = [], []
     for dp in (128, 512, 1536):
@@ -137,16 +136,16 @@ def test_fsdp_throughput_per_gpu_falls_as_dp_grows(run):
                              "training.global_batch=1536", f"training.micro_batch={1536 // dp}",
                              "parallel.schedule=1f1b", "parallel.interleave=1",
                              "system.preset=dgx-h100"])
-        e = run(scn)
+        e = step.estimate(scn)
         tput.append(float(e.step.tokens_per_s) / dp)
         exposed.append(float(e.step.exposed_s["dp"]) / float(e.step.step_time_s))
     assert tput[0] > tput[1] > tput[2]
     assert exposed[0] < exposed[2]
 
 
-def test_hsdp_shards_inside_and_all_reduces_across(run):
-    full = run(_gpt3_zero(3))
-    hsdp = run(_gpt3_zero(3, extra=("parallel.zero_shard_size=8",)))
+def test_hsdp_shards_inside_and_all_reduces_across():
+    full = step.estimate(_gpt3_zero(3))
+    hsdp = step.estimate(_gpt3_zero(3, extra=("parallel.zero_shard_size=8",)))
     shard_rows = [r for r in _rows(hsdp, "dp") if r.algorithm.startswith("zero3")]
     assert all(float(r.ranks) == 8 and r.tier == "scale_up" for r in shard_rows)
     rep = [r for r in _rows(hsdp, "dp") if r.algorithm.startswith("hsdp")]
@@ -164,9 +163,9 @@ def test_zero_shard_size_must_divide_dp_cp():
 
 
 # ------------------------------------------------------------------ CP
-def test_context_parallel_ranks_join_the_dp_group(run):
-    base = run(sc.load("llama3-405b"))
-    cp2 = run(sc.load("llama3-405b", ["parallel.cp=2"]))
+def test_context_parallel_ranks_join_the_dp_group():
+    base = step.estimate(sc.load("llama3-405b"))
+    cp2 = step.estimate(sc.load("llama3-405b", ["parallel.cp=2"]))
     ranks = lambda e: {float(r.ranks) for r in _rows(e, "dp") if r.count_per_step > 0}  # noqa: E731
     assert ranks(base) == {128.0}
     assert ranks(cp2) == {128.0}  # dp 64 x cp 2
@@ -182,10 +181,10 @@ def test_context_parallel_ranks_join_the_dp_group(run):
 
 
 # ------------------------------------------------------------------ TP
-def test_tp_overlap_hides_tp_time_and_charges_compute(run):
+def test_tp_overlap_hides_tp_time_and_charges_compute():
     base = sc.load("llama3-405b")
     half = sc.load("llama3-405b", ["parallel.tp_overlap=0.5"])
-    a, b = run(base), run(half)
+    a, b = step.estimate(base), step.estimate(half)
     ta, tb = sum(float(r.time_s) for r in _rows(a, "tp")), sum(
         float(r.time_s) for r in _rows(b, "tp"))
     assert ta == pytest.approx(tb, rel=1e-9)
@@ -201,9 +200,9 @@ def test_tp_auto_uses_nvls_on_h100():
 
 
 # ------------------------------------------------------------------ topology
-def test_rail_only_pays_the_forwarding_hop_in_ep(run):
+def test_rail_only_pays_the_forwarding_hop_in_ep():
     def ep(topology):
-        e = run(sc.load("deepseek-v3", [f"system.topology={topology}",
+        e = step.estimate(sc.load("deepseek-v3", [f"system.topology={topology}",
                                         "parallel.schedule=1f1b"]))
         return _rows(e, "ep")[0], e
 
@@ -237,12 +236,12 @@ def test_pods_cost_by_the_ring_hops_that_cross():
     assert float(fabric.pod_factor(s, 3072.0, 3072.0)) == 1.0  # inside a pod
 
 
-def test_ecmp_routing_slows_crossing_groups(run):
+def test_ecmp_routing_slows_crossing_groups():
     # dp placed outside pp: its ring leaves a leaf at every other hop (the
     # default placement keeps the dp ring inside 4 leaves: ECMP barely matters)
     where = "system.placement='tp,cp,ep,pp,dp'"
-    spray = run(sc.load("llama3-405b", [where]))
-    ecmp = run(sc.load("llama3-405b", [where, "system.routing=ecmp"]))
+    spray = step.estimate(sc.load("llama3-405b", [where]))
+    ecmp = step.estimate(sc.load("llama3-405b", [where, "system.routing=ecmp"]))
     dp = lambda e: sum(float(r.time_s) for r in _rows(e, "dp"))  # noqa: E731
     assert dp(ecmp) > dp(spray)
     tp = lambda e: sum(float(r.time_s) for r in _rows(e, "tp"))  # noqa: E731
