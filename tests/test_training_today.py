@@ -159,8 +159,13 @@ def test_new_knobs_have_finite_gradients_and_vmap_without_recompiling():
     assert signs["system.kernel_overhead_s"] > 0 and signs["training.moe_imbalance"] > 0
 
 
-def test_validate_lists_published_figures():
-    rows = validate.run()
+@pytest.fixture(scope="module")
+def validate_rows():
+    return validate.run()
+
+
+def test_validate_lists_published_figures(validate_rows):
+    rows = validate_rows
     predictions = [r for r in rows if not r["calibration"]]
     assert len(predictions) >= 15
     assert all(r["source"] and r["measure"] in validate.MEASURES for r in rows)
@@ -172,6 +177,35 @@ def test_validate_lists_published_figures():
     by_name = {r["name"]: r for r in rows}
     assert by_name["Megatron-LM 8.3B on 512 V100 (tp 8, dp 64)"]["predicted"] == pytest.approx(
         15.1, rel=0.05)
+
+
+def test_validate_holds_every_public_run_with_its_source_and_assumptions(validate_rows):
+    """The 27 runs of the 2023-2025 stacks: 10 NeMo 24.07 FP8 rows, 6 NeMo
+    long-sequence rows, 10 llm-foundry MPT rows and the Megatron-Core Mixtral
+    row, each naming its repository and the commit it was read at, with its
+    assumptions in the note; the summary counts them per chip family and measure."""
+    rows = validate_rows
+    assert len(rows) >= 50
+    sets = {"NeMo 24.07 ": 10, "NeMo Llama 2 7B FP8 seq ": 6, "llm-foundry MPT-": 10,
+            "Megatron-Core 0.8 Mixtral": 1}
+    for prefix, n in sets.items():
+        mine = [r for r in rows if r["name"].startswith(prefix)]
+        assert len(mine) == n, prefix
+        assert all(" at " in r["source"] and r["note"] and not r["calibration"]
+                   for r in mine), prefix
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["NeMo 24.07 LLAMA3-8B FP8 on 8 H100 (tp 1, pp 1, cp 2, vp 1)"][
+        "published"] == 12273
+    assert by_name["llm-foundry MPT-70b seq 2048 on 64 a100_80gb (FULL_SHARD, AC True)"][
+        "family"] == "A100"
+    s = validate.summary(rows)
+    assert s["refused"] == sum(bool(r["refused"]) for r in rows)
+    assert sum(v["predictions"] for v in s["by_family"].values()) == s["predictions"]
+    assert sum(v["predictions"] for v in s["by_measure"].values()) == s["predictions"]
+    assert s["by_family"]["H100"]["predictions"] >= 28
+    h100 = sorted(abs(r["error"]) for r in rows
+                  if r["family"] == "H100" and not r["calibration"])
+    assert s["by_family"]["H100"]["max_abs_error"] == pytest.approx(h100[-1])
 
 
 def test_validate_cli_json(capsys):
