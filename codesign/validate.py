@@ -329,7 +329,7 @@ def predict(check: Check) -> tuple[float, bool, str]:
         step_lib.check_outputs(out if float(est.tokens) > 0 else {
             k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")})
         refused = ""
-    except ValueError as e:
+    except (ValueError, step_lib.OutputOutOfRange) as e:
         refused = str(e)
     fits = bool(out["fits_memory"])
     gpus = float(scn.system.gpus)

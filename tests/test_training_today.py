@@ -77,8 +77,56 @@ def test_fp8_recipe_keeps_attention_and_logits_in_bf16():
     fp8 = _out(sc.load("llama3-405b", ["training.dtype='fp8'"]))
     speedup = float(bf16["step_time_s"]) / float(fp8["step_time_s"])
     assert 1.05 < speedup < 1.6  # not the 1.65x of running everything at the fp8 peak
-    # MFU stays against the 16-bit peak; the fp8-peak figure is half of it on H100
-    assert float(fp8["mfu_fp8_peak"]) == pytest.approx(float(fp8["mfu"]) * 989 / 1979)
+    # MFU stays against the 16-bit peak; against the GEMMs' (fp8) peak it is half of it
+    # on H100, and a bf16 recipe's GEMM peak is the 16-bit one
+    assert float(fp8["mfu_gemm_peak"]) == pytest.approx(float(fp8["mfu"]) * 989 / 1979)
+    assert float(fp8["hfu_gemm_peak"]) == pytest.approx(float(fp8["hfu"]) * 989 / 1979)
+    assert float(bf16["mfu_gemm_peak"]) == pytest.approx(float(bf16["mfu"]))
+
+
+NEMO_LLAMA3_8B_FP8 = """
+[model]
+preset = "llama3-8b"
+[training]
+dtype = "fp8"
+global_batch = 128
+micro_batch = 1
+[parallel]
+cp = 2
+zero = 1
+[system]
+preset = "dgx-h100"
+gpus = 8
+"""
+
+
+def test_an_fp8_estimate_above_the_16_bit_peak_is_an_answer(capsys, tmp_path):
+    """NeMo 24.07's Llama 3 8B FP8 run on 8 H100s (cp 2): its 16-bit HFU exceeds 1,
+    which an fp8 recipe may; against the fp8 peak it is below 1: exit 0."""
+    path = tmp_path / "nemo-llama3-8b.toml"
+    path.write_text(NEMO_LLAMA3_8B_FP8)
+    assert main(["estimate", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hfu"] > 1.0 > out["hfu_gemm_peak"]
+    assert out["hfu_gemm_peak"] == pytest.approx(out["hfu"] * 989 / 1979)
+
+
+def test_utilisation_above_the_precisions_own_peak_is_the_models_fault(capsys, monkeypatch):
+    """An HFU above 1 against the GEMMs' own peak is impossible output: exit 1
+    with one line that says so (not exit 2, which blames the input)."""
+    est = _out(sc.load("llama3-405b"))
+    step.check_outputs({**est, "hfu": jnp.asarray(1.3)})  # 16-bit HFU: not checked
+    with pytest.raises(step.OutputOutOfRange, match="hfu_gemm_peak=1.2 exceeds 1"):
+        step.check_outputs({**est, "hfu_gemm_peak": jnp.asarray(1.2)})
+    real = step.outputs
+    monkeypatch.setattr(step, "outputs", lambda e: {**real(e), "mfu_gemm_peak": 1.5 + 0 * real(
+        e)["mfu"]})
+    from codesign.cli import estimate as cli_estimate
+    monkeypatch.setattr(cli_estimate, "_estimate", lambda scn: (
+        step.estimate(scn), step.outputs(step.estimate(scn))))
+    assert main(["estimate"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "mfu_gemm_peak=1.5 exceeds 1" in err and "bug" in err
 
 
 def test_recipe_widths_reach_the_wire_and_memory():
@@ -199,7 +247,7 @@ def test_validate_holds_every_public_run_with_its_source_and_assumptions(validat
     assert by_name["llm-foundry MPT-70b seq 2048 on 64 a100_80gb (FULL_SHARD, AC True)"][
         "family"] == "A100"
     s = validate.summary(rows)
-    assert s["refused"] == sum(bool(r["refused"]) for r in rows)
+    assert s["refused"] == sum(bool(r["refused"]) for r in rows) == 0  # no row refused
     assert sum(v["predictions"] for v in s["by_family"].values()) == s["predictions"]
     assert sum(v["predictions"] for v in s["by_measure"].values()) == s["predictions"]
     assert s["by_family"]["H100"]["predictions"] >= 28
