@@ -159,8 +159,9 @@ def _megatron_parallel(tp, pp, cp, vp, ep=1) -> dict:
     return out
 
 
-def _nemo(model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens_per_s_per_gpu):
-    """A row of NeMo 24.07's FP8 pre-training table (DGX H100)."""
+def _nemo(model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens_per_s_per_gpu, why=""):
+    """A row of NeMo 24.07's FP8 pre-training table (DGX H100); `why`: what the
+    model's memory says of the plan when it does not fit."""
     return Check(
         f"NeMo 24.07 {model} FP8 on {gpus} H100 (tp {tp}, pp {pp}, cp {cp}, vp {vp})",
         _NEMO_PERF, "tokens_per_s_per_gpu", tokens_per_s_per_gpu,
@@ -169,7 +170,12 @@ def _nemo(model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens_per_s_per_gpu):
                       "dtype": "fp8"},
          "parallel": _megatron_parallel(tp, pp, cp, vp),
          "system": {"preset": "dgx-h100", "gpus": gpus}},
-        note=f"{_MEGATRON_ASSUMED}; vocab and tied embeddings of GPT-3 assumed")
+        note=f"{_MEGATRON_ASSUMED}; vocab and tied embeddings of GPT-3 assumed{why}")
+
+
+_FP32_GRADIENTS = ("; does not fit the model's 80 GB: Megatron's fp32 gradient buffer "
+                   "(the bf16 recipe's default) on {} parameters per GPU; the source prints "
+                   "neither the gradient width nor recomputation")
 
 
 def _nemo_long(seq_k, gpus, gbs, tp, dp, cp, tflops):
@@ -259,15 +265,19 @@ CHECKS: tuple[Check, ...] = (
                "the FP8 GEMMs' fine-grained scaling are not modelled)"),
     # --- NeMo 24.07 performance summary, FP8 on DGX H100 (tokens/s/GPU)
     _nemo("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406),
-    _nemo("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851),
+    _nemo("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851,
+          _FP32_GRADIENTS.format("10B (tp 2, pp 1)")),
     _nemo("GPT3-175B", 128, 256, 1, 2048, 4, 8, 1, 6, 716),
     _nemo("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 1, 6, 825),
     _nemo("LLAMA2-7B", 8, 128, 1, 4096, 1, 1, 1, 1, 16934),
     _nemo("LLAMA2-13B", 16, 128, 1, 4096, 1, 4, 1, 10, 8715),
     _nemo("LLAMA2-70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1728),
-    _nemo("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273),
+    _nemo("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273,
+          "; over the model's 80 GB by less than its HBM reserve (2 GiB + 5%, an "
+          "assumption): the fp32 gradient buffer of all 8B parameters (pp 1)"),
     _nemo("LLAMA3-70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524),
-    _nemo("Nemotron-340B", 128, 32, 1, 4096, 8, 8, 1, 12, 326),
+    _nemo("Nemotron-340B", 128, 32, 1, 4096, 8, 8, 1, 12, 326,
+          _FP32_GRADIENTS.format("5.3B (tp 8, pp 8), optimizer state over dp 2 only,")),
     # --- NeMo long-sequence Llama 2 7B FP8 with context parallelism (TFLOP/s/GPU)
     _nemo_long(4, 4, 1024, 1, 4, 1, 768),
     _nemo_long(16, 16, 256, 2, 8, 1, 660),
