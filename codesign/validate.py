@@ -173,9 +173,9 @@ def _nemo(model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens_per_s_per_gpu, why=
         note=f"{_MEGATRON_ASSUMED}; vocab and tied embeddings of GPT-3 assumed{why}")
 
 
-_FP32_GRADIENTS = ("; does not fit the model's 80 GB: Megatron's fp32 gradient buffer "
-                   "(the bf16 recipe's default) on {} parameters per GPU; the source prints "
-                   "neither the gradient width nor recomputation")
+_FP32_GRADIENTS = ("; does not fit the model's 80 GB: {} with Megatron's fp32 gradient "
+                   "buffer (the bf16 recipe's default); the source prints neither the "
+                   "gradient width nor recomputation")
 
 
 def _nemo_long(seq_k, gpus, gbs, tp, dp, cp, tflops):
@@ -266,7 +266,7 @@ CHECKS: tuple[Check, ...] = (
     # --- NeMo 24.07 performance summary, FP8 on DGX H100 (tokens/s/GPU)
     _nemo("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406),
     _nemo("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851,
-          _FP32_GRADIENTS.format("10B (tp 2, pp 1)")),
+          _FP32_GRADIENTS.format("10B parameters per GPU (tp 2, pp 1)")),
     _nemo("GPT3-175B", 128, 256, 1, 2048, 4, 8, 1, 6, 716),
     _nemo("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 1, 6, 825),
     _nemo("LLAMA2-7B", 8, 128, 1, 4096, 1, 1, 1, 1, 16934),
@@ -277,7 +277,8 @@ CHECKS: tuple[Check, ...] = (
           "assumption): the fp32 gradient buffer of all 8B parameters (pp 1)"),
     _nemo("LLAMA3-70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524),
     _nemo("Nemotron-340B", 128, 32, 1, 4096, 8, 8, 1, 12, 326,
-          _FP32_GRADIENTS.format("5.3B (tp 8, pp 8), optimizer state over dp 2 only,")),
+          _FP32_GRADIENTS.format(
+              "5.3B parameters per GPU (tp 8, pp 8), optimizer state sharded over dp 2 only,")),
     # --- NeMo long-sequence Llama 2 7B FP8 with context parallelism (TFLOP/s/GPU)
     _nemo_long(4, 4, 1024, 1, 4, 1, 768),
     _nemo_long(16, 16, 256, 2, 8, 1, 660),
