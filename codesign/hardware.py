@@ -80,13 +80,16 @@ class Chip(eqx.Module):
     its tensors (CUDA context, communicator buffers, allocator fragmentation).
     """
 
-    # dense 16-bit (bf16/fp16) tensor peak, vendor
-    peak_flops_per_s: jax.Array = float_field("chip.peak_flops_per_s", POSITIVE, scenario=False)
+    # dense 16-bit (bf16/fp16) tensor peak, vendor; a [system] key, so a chip that
+    # does not exist yet can be described
+    peak_flops_per_s: jax.Array = float_field("system.peak_flops_per_s", POSITIVE,
+                                              unit="FLOP/s")
     # dense 8-bit peak (fp8, or int8 where no fp8)
-    peak_fp8_flops_per_s: jax.Array = float_field("chip.peak_fp8_flops_per_s", POSITIVE,
-                                                  scenario=False)
-    hbm_bytes: jax.Array = float_field("chip.hbm_bytes", POSITIVE, scenario=False)
-    hbm_Bps: jax.Array = float_field("chip.hbm_Bps", POSITIVE, scenario=False)
+    peak_fp8_flops_per_s: jax.Array = float_field("system.peak_fp8_flops_per_s", POSITIVE,
+                                                  unit="FLOP/s")
+    # HBM capacity per GPU (`hbm_reserve_bytes` follows it unless given)
+    hbm_bytes: jax.Array = float_field("system.hbm_bytes", POSITIVE)
+    hbm_Bps: jax.Array = float_field("system.hbm_Bps", POSITIVE)
     # large-GEMM fraction of peak
     matmul_efficiency: jax.Array = float_field("system.matmul_efficiency", EFFICIENCY,
                                                default=0.8)

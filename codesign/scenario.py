@@ -404,6 +404,10 @@ def _system(t: dict, late: frozenset = frozenset()) -> System:
     if Path(str(preset)).suffix == ".toml":
         raise ValueError(f"system.preset={preset!r}: pass a system file with --system")
     base = hardware.system(preset)
+    if "hbm_bytes" in t["system"] and "hbm_reserve_bytes" not in t["system"]:
+        # the reserve is the default's for the capacity given, not the preset's
+        base = eqx.tree_at(lambda s: s.chip.hbm_reserve_bytes, base, jnp.asarray(
+            hardware.default_hbm_reserve_bytes(float(t["system"]["hbm_bytes"]))))
     domain = t["system"].get("scale_up_domain", base.scale_up_domain)
     return _updated(base, t, topology=_topology(t["system"], base, domain, late))
 

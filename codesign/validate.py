@@ -206,6 +206,8 @@ def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu
     if mp == "PURE":  # FSDP mixed precision PURE: gradients reduced in bf16
         training["grad_reduce_dtype"] = "bf16"
     system = {"preset": "dgx-h100" if chip.startswith("h100") else "dgx-a100", "gpus": gpus}
+    if chip == "a100_40gb":  # NVIDIA A100 datasheet: 40 GB of HBM2 at 1,555 GB/s
+        system |= {"hbm_bytes": 40e9, "hbm_Bps": 1.555e12}
     return Check(
         f"llm-foundry MPT-{size} seq {seq} on {gpus} {chip} ({fsdp}, AC {ac})",
         _FOUNDRY, "tokens_per_s_per_gpu", tokens_per_s_per_gpu,
