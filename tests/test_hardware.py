@@ -86,7 +86,7 @@ def test_unknown_preset_names_the_value():
     (lambda: hw.Chip(1e15, 2e15, 8e10, 3e12, matmul_efficiency=0.0),
      "system.matmul_efficiency=0"),
     (lambda: hw.Chip(float("nan"), 2e15, 8e10, 3e12),
-     "chip.peak_flops_per_s=nan must be a number > 0"),
+     "system.peak_flops_per_s=nan must be a number > 0"),
 ])
 def test_bad_hardware_numbers_raise_naming_field_and_value(build, message):
     with pytest.raises(ValueError, match=message):
