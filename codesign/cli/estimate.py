@@ -94,11 +94,14 @@ def _print_estimate(scn, labels, out):
     for k, v in out["breakdown_s"].items():
         share = v / out["step_time_s"] if out["step_time_s"] else 0.0
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
-    print(f"MFU {out['mfu']:.1%} (causal {out['mfu_causal']:.1%}, of the {p.precision.gemm} "
-          f"peak {out['mfu_gemm_peak']:.1%})   HFU {out['hfu']:.1%} (of the {p.precision.gemm} "
-          f"peak {out['hfu_gemm_peak']:.1%})   model "
-          f"{out['model_tflops_per_gpu']:.1f} / hardware {out['hardware_tflops_per_gpu']:.1f} "
-          f"TFLOP/s per GPU")
+    # against the 16-bit peak and, GEMMs in another width, against their own peak
+    gemm = p.precision.gemm
+    own = gemm not in ("bf16", "fp16")
+    mfu_own = f", of the {gemm} peak {out['mfu_gemm_peak']:.1%}" if own else ""
+    hfu_own = f" (of the {gemm} peak {out['hfu_gemm_peak']:.1%})" if own else ""
+    print(f"MFU {out['mfu']:.1%} (causal {out['mfu_causal']:.1%}{mfu_own})   "
+          f"HFU {out['hfu']:.1%}{hfu_own}   model {out['model_tflops_per_gpu']:.1f} / hardware "
+          f"{out['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU")
     print(f"memory           {format_bytes(out['memory_bytes_per_gpu'])} of "
           f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
           f"({'fits' if out['fits_memory'] else 'DOES NOT FIT'})")

@@ -26,7 +26,7 @@ def add_arguments(parser, name) -> None:
 
 
 def _stats_line(label: str, s: dict) -> str:
-    return (f"  {label:<22} {s['predictions']:>3} predictions: median |error| "
+    return (f"  {label:<25} {s['predictions']:>3} predictions: median |error| "
             f"{s['median_abs_error']:6.1%}, max {s['max_abs_error']:6.1%}")
 
 
