@@ -272,6 +272,15 @@ _STEP_INPUTS = ("model sizes, training.global_batch, training.micro_batch, paral
                 "system bandwidths, latencies and efficiencies")
 
 
+# outputs that are at most 1 whatever the input -> what more than 1 would mean
+_AT_MOST_ONE = {
+    "mfu_gemm_peak": "more FLOP/s than the peak of the precision the GEMMs run in",
+    "hfu_gemm_peak": "more FLOP/s than the peak of the precision the GEMMs run in",
+    "p_step_delayed": "a probability", "goodput": "a fraction of the wall time",
+    "effective_training_time_fraction": "a fraction of the wall time",
+}
+
+
 class OutputOutOfRange(ArithmeticError):
     """An output outside its physical range (utilisation above 1 against the
     peak of the precision the step computes in): the model's fault, not the
@@ -281,10 +290,11 @@ class OutputOutOfRange(ArithmeticError):
 def check_outputs(out: dict, overrides=()) -> None:
     """Check an estimate's outputs ({key: scalar}, as `step.outputs`): a
     non-finite or negative number is a one-line `ValueError` naming the output,
-    the inputs it follows from, and the `--set` overrides given; MFU or HFU
-    above 1 against the peak of the GEMMs' precision (`mfu_gemm_peak`,
-    `hfu_gemm_peak`) is an `OutputOutOfRange`. The 16-bit `mfu` and `hfu` may
-    exceed 1 for an fp8 recipe: legitimate, not checked."""
+    the inputs it follows from, and the `--set` overrides given; an output
+    above its physical bound of 1 (MFU or HFU against the peak of the GEMMs'
+    precision, `mfu_gemm_peak` and `hfu_gemm_peak`; a probability; goodput) is
+    an `OutputOutOfRange`. The 16-bit `mfu` and `hfu` may exceed 1 for an fp8
+    recipe: legitimate, not checked."""
     given = [o if isinstance(o, str) else f"{o[0]}.{o[1]}={o[2]!r}" for o in overrides]
     hint = f" (overrides: {', '.join(given)})" if given else ""
     for key, value in out.items():
@@ -300,7 +310,6 @@ def check_outputs(out: dict, overrides=()) -> None:
             inputs = _LIKELY_INPUTS.get(key, _STEP_INPUTS)
             raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is not finite: an input is "
                              f"beyond what the model can represent; check {inputs}{hint}")
-        if key in ("mfu_gemm_peak", "hfu_gemm_peak") and bool(np.any(v > 1.0 + 1e-9)):
-            raise OutputOutOfRange(
-                f"the estimate's {key}={_checks.fmt(v)} exceeds 1 (more FLOP/s than the peak "
-                f"of the precision the GEMMs run in): the step model is wrong here{hint}")
+        if key in _AT_MOST_ONE and bool(np.any(v > 1.0 + 1e-9)):
+            raise OutputOutOfRange(f"the estimate's {key}={_checks.fmt(v)} exceeds 1 "
+                                   f"({_AT_MOST_ONE[key]}): the model is wrong here{hint}")
