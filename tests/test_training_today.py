@@ -258,6 +258,17 @@ def test_validate_holds_every_public_run_with_its_source_and_assumptions(validat
     assert s["by_family"]["H100"]["max_abs_error"] == pytest.approx(h100[-1])
 
 
+def test_nemo_counts_model_flops_over_the_whole_attention_matrix():
+    """NeMo 24.07's Llama 2 7B row (780 model TFLOP/s at 16,934 tokens/s per GPU)
+    counts 46.1 GFLOP per token: the model's whole-matrix convention, not the
+    causal half, which is what the long-sequence rows' TFLOPS are read as."""
+    tables = next(c.tables for c in validate.CHECKS if c.name.startswith("NeMo 24.07 LLAMA2-7B"))
+    model = sc.from_tables(tables).model
+    per_token = 780e12 / 16934
+    assert float(model.model_flops_per_token()) == pytest.approx(per_token, rel=0.002)
+    assert float(model.model_flops_per_token(causal=True)) < 0.95 * per_token
+
+
 def test_validate_cli_json(capsys):
     assert main(["validate", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
