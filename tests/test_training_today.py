@@ -269,9 +269,20 @@ def test_nemo_counts_model_flops_over_the_whole_attention_matrix():
     assert float(model.model_flops_per_token(causal=True)) < 0.95 * per_token
 
 
-def test_validate_cli_json(capsys):
+def test_validate_cli_json_and_text(capsys, monkeypatch, validate_rows):
+    monkeypatch.setattr(validate, "run", lambda: validate_rows)  # evaluated once, above
     assert main(["validate", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert set(rows[0]) >= {"name", "source", "measure", "published", "predicted", "error"}
+    assert set(rows[0]) >= {"name", "source", "measure", "family", "published", "predicted",
+                            "error", "calibration", "fits_memory", "refused", "note"}
     s = validate.summary(rows)
     assert 0 <= s["median_abs_error"] <= s["max_abs_error"]
+    assert main(["validate"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    i = text.index("by chip family:")
+    families = text[i + 1:text.index("by measure:")]
+    assert [line.split()[0] for line in families] == sorted(s["by_family"])
+    h100 = s["by_family"]["H100"]
+    assert any(line.split()[:2] == ["H100", str(h100["predictions"])]
+               and f"{h100['median_abs_error']:.1%}" in line for line in families)
+    assert any("calibration" in line for line in text[1:7])  # the calibration rows say so
