@@ -155,17 +155,28 @@ def _layer_forward_s(model: Transformer, plan: Plan, system: System, moe: bool):
 
 def local_params(model: Transformer, plan: Plan, t=0.0, stage=1):
     """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
-    tp (and ep for the routed experts), and by dp when ZeRO `stage` or higher
-    is on (`stage=None`: never)."""
+    tp (and ep for the routed experts), and, when ZeRO `stage` or higher is on
+    (`stage=None`: never), over the group the framework shards over: every
+    dp x cp rank holds the same weights (Megatron's distributed optimizer
+    shards over dp x cp), the routed experts' over their dp / ep replicas x cp;
+    HSDP (`plan.zero_shard_size` > 0) shards inside groups of that many of
+    them and replicates across. The fullest stage holds one embedding matrix
+    (input on the first stage, output on the last), both when pp = 1."""
     sh = traffic.shape(model, plan, t)
     share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
     experts = model.routed_expert_params()
     layer_params = model.params() - experts - model.embedding_params()
-    dense = (layer_params * share + model.vocab * model.hidden) / plan.tp
+    embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
+    dense = (layer_params * share + embedding) / plan.tp
     routed = experts * share / (plan.ep * plan.tp)
-    sharded = stage is not None and plan.zero >= stage
-    return (dense / (plan.dp if sharded else 1.0),
-            routed / (plan.dp / plan.ep if sharded else 1.0))
+    if stage is None or plan.zero < stage:
+        return dense, routed
+
+    def shard(ranks):  # the ranks one shard group spans
+        return jnp.where(plan.zero_shard_size > 0,
+                         jnp.clip(plan.zero_shard_size, 1.0, ranks), ranks)
+
+    return (dense / shard(plan.dp * plan.cp), routed / shard(plan.dp / plan.ep * plan.cp))
 
 
 def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0):

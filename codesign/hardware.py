@@ -80,13 +80,16 @@ class Chip(eqx.Module):
     its tensors (CUDA context, communicator buffers, allocator fragmentation).
     """
 
-    # dense 16-bit (bf16/fp16) tensor peak, vendor
-    peak_flops_per_s: jax.Array = float_field("chip.peak_flops_per_s", POSITIVE, scenario=False)
+    # dense 16-bit (bf16/fp16) tensor peak, vendor; a [system] key, so a chip that
+    # does not exist yet can be described
+    peak_flops_per_s: jax.Array = float_field("system.peak_flops_per_s", POSITIVE,
+                                              unit="FLOP/s")
     # dense 8-bit peak (fp8, or int8 where no fp8)
-    peak_fp8_flops_per_s: jax.Array = float_field("chip.peak_fp8_flops_per_s", POSITIVE,
-                                                  scenario=False)
-    hbm_bytes: jax.Array = float_field("chip.hbm_bytes", POSITIVE, scenario=False)
-    hbm_Bps: jax.Array = float_field("chip.hbm_Bps", POSITIVE, scenario=False)
+    peak_fp8_flops_per_s: jax.Array = float_field("system.peak_fp8_flops_per_s", POSITIVE,
+                                                  unit="FLOP/s")
+    # HBM capacity per GPU (`hbm_reserve_bytes` follows it unless given)
+    hbm_bytes: jax.Array = float_field("system.hbm_bytes", POSITIVE)
+    hbm_Bps: jax.Array = float_field("system.hbm_Bps", POSITIVE)
     # large-GEMM fraction of peak
     matmul_efficiency: jax.Array = float_field("system.matmul_efficiency", EFFICIENCY,
                                                default=0.8)
@@ -217,11 +220,12 @@ H100_MATMUL_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8192, 989e12, 
 
 
 # Board power (vendor datasheets): V100 SXM3 450 W (DGX-2H), A100 SXM4 400 W,
-# H100/H800 SXM5 700 W, B200 1000 W (DGX B200), GB200 1200 W per GPU (a 2,700 W
-# superchip less its CPU: assumption), TPU v4 192 W (Jouppi et al. 2023, peak),
-# TPU v5p 350 W (not published: assumption).
+# H100/H800 SXM5 700 W, H200 SXM up to 700 W, B200 1000 W (DGX B200), GB200
+# 1200 W per GPU (a 2,700 W superchip less its CPU: assumption), TPU v4 192 W
+# (Jouppi et al. 2023, peak), TPU v5p 350 W (not published: assumption).
 TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
-         "H800": 700.0, "B200": 1000.0, "GB200": 1200.0, "tpu-v4": 192.0, "tpu-v5p": 350.0}
+         "H200-SXM-141GB": 700.0, "H800": 700.0, "B200": 1000.0, "GB200": 1200.0,
+         "tpu-v4": 192.0, "tpu-v5p": 350.0}
 
 
 # Dense 32-bit matmul peaks (vendor datasheets): V100 15.7 TFLOP/s FP32 (no
@@ -309,6 +313,35 @@ def _dgx_h100() -> Preset:
         "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
         {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
+         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "latency": _LATENCY},
+        chip_name,
+    )
+
+
+def _dgx_h200() -> Preset:
+    # NVIDIA H200 Tensor Core GPU datasheet (SXM): the H100's tensor cores and peaks
+    # (989 TFLOP/s bf16, 1,979 fp8, 494.7 TF32 dense; the datasheet quotes them
+    # with sparsity, twice these), 141 GB HBM3e at 4.8 TB/s, NVLink4 900 GB/s
+    hbm_Bps = 4.8e12
+    chip_name = "H200-SXM-141GB"
+    chip = _gpu_chip(chip_name, 989e12, 1979e12, 141 * GB, hbm_Bps,
+                     H100_MATMUL_EFFICIENCY,  # measured on an H200 (see above)
+                     494.7e12)
+    up_bw = 900 * GB / 2
+    # no nccl-tests figure for DGX H200 here: DGX H100's factors (same NVLink4 and
+    # NVSwitch), calibrated with H100's reduction speed
+    return Preset(
+        System(chip, 1024, 8,
+               _tier(up_bw, SCALE_UP_LATENCY_S,
+                     _calibrated_efficiency(370 * GB, up_bw, 3.35e12 / 2), hbm_Bps,
+                     480 * GB / (2 * 7 / 8) / up_bw),
+               # vendor (DGX H200): 8x ConnectX-7 400 Gb/s NDR, one per GPU
+               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
+               8),
+        "DGX H200: 8x H200 141 GB HBM3e, NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
+        {"chip": "datasheet (H200 SXM)",
+         "matmul_efficiency": "8192^3 BF16 GEMM microbenchmark on an H200",
+         "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "latency": _LATENCY},
         chip_name,
     )
@@ -422,7 +455,7 @@ def _tpu_v5p() -> Preset:
 
 _PRESETS = {
     "dgx-v100": _dgx_v100, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100,
-    "h800": _h800, "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
+    "dgx-h200": _dgx_h200, "h800": _h800, "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
     "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p,
 }
 PRESET_NAMES = tuple(_PRESETS)

@@ -46,7 +46,9 @@ class Memory(eqx.Module):
 
 
 def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
-    """Weights, gradients and optimizer state by ZeRO stage and precision recipe;
+    """Weights, gradients and optimizer state by ZeRO stage and precision recipe,
+    sharded over the group the framework shards over (`compute.local_params`:
+    dp x cp, or HSDP's `parallel.zero_shard_size` groups);
     activations by recompute mode, attention kernel, sequence parallelism and
     the micro-batches in flight; the chip's reserve."""
     sh = traffic.shape(model, plan, t)
@@ -64,7 +66,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
         gathered = (layer_params / model.layers + experts / jnp.maximum(model.layers, 1.0)
                     / plan.ep) / plan.tp
         dense, routed = local_params(model, plan, t, stage=None)
-        keep = (dense + routed) * (1.0 - 1.0 / plan.dp)
+        shard_dense, shard_routed = local_params(model, plan, t, stage=3)
+        keep = dense + routed - shard_dense - shard_routed  # the other ranks' shards
         weights = weights + pr.bytes("params") * (
             2.0 * gathered if plan.reshard_after_forward else keep)
     dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage

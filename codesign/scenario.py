@@ -19,7 +19,8 @@ and the checks. The strategies (`system.topology`, `system.routing`,
 `system.gpus` and `parallel.dp` determine each other (gpus = dp tp pp cp): give
 either. A value outside its domain, a key of the wrong type or an unreadable
 file is a `ValueError` that names the key (or file), the value and the domain.
-`step.check_outputs` rejects an estimate with a non-finite output or an MFU above 1,
+`step.check_outputs` rejects an estimate with a non-finite or negative output
+(and, as the model's fault, one outside its physical range),
 and `Scenario.checked` does the domain checks on traced values
 (`equinox.error_if`; `step.estimate` calls it). What names a scenario in
 output (its name, model and system presets, chip) is `labels`, outside the
@@ -404,6 +405,10 @@ def _system(t: dict, late: frozenset = frozenset()) -> System:
     if Path(str(preset)).suffix == ".toml":
         raise ValueError(f"system.preset={preset!r}: pass a system file with --system")
     base = hardware.system(preset)
+    if "hbm_bytes" in t["system"] and "hbm_reserve_bytes" not in t["system"]:
+        # the reserve is the default's for the capacity given, not the preset's
+        base = eqx.tree_at(lambda s: s.chip.hbm_reserve_bytes, base, jnp.asarray(
+            hardware.default_hbm_reserve_bytes(float(t["system"]["hbm_bytes"]))))
     domain = t["system"].get("scale_up_domain", base.scale_up_domain)
     return _updated(base, t, topology=_topology(t["system"], base, domain, late))
 

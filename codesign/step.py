@@ -37,7 +37,8 @@ class Step(eqx.Module):
     model_flops_causal_per_step: jax.Array  # attention scores counted for the causal half
     hardware_flops_per_step: jax.Array
     peak_flops_per_s: jax.Array  # dense 16-bit peak: MFU's denominator, whatever the recipe
-    peak_fp8_flops_per_s: jax.Array
+    # the dense peak of the width the GEMMs run in (`gemm_peak_flops_per_s`)
+    peak_gemm_flops_per_s: jax.Array
     optimizer_s: jax.Array
     gpus: jax.Array
     memory: memory.Memory
@@ -54,10 +55,18 @@ class Step(eqx.Module):
         return self.mfu * self.model_flops_causal_per_step / self.model_flops_per_step
 
     @property
-    def mfu_fp8_peak(self):
-        """MFU against the chip's dense fp8 peak (beside the conventional one)."""
+    def mfu_gemm_peak(self):
+        """MFU against the peak of the precision the GEMMs run in (the fp8 peak
+        for an fp8 recipe), beside the conventional 16-bit one; at most 1."""
         return self.model_flops_per_step / (
-            self.step_time_s * self.gpus * self.peak_fp8_flops_per_s)
+            self.step_time_s * self.gpus * self.peak_gemm_flops_per_s)
+
+    @property
+    def hfu_gemm_peak(self):
+        """HFU against the peak of the precision the GEMMs run in; at most 1
+        (an fp8 recipe's 16-bit HFU may exceed 1, this may not)."""
+        return self.hardware_flops_per_step / (
+            self.step_time_s * self.gpus * self.peak_gemm_flops_per_s)
 
     @property
     def hfu(self):
@@ -77,6 +86,16 @@ class Step(eqx.Module):
                 "cp": self.exposed_s["cp"], "dp": self.exposed_s["dp"],
                 "ep": self.exposed_s["ep"], "pp_p2p": self.exposed_s["pp"],
                 "pp_bubble": self.bubble_s, "optimizer": self.optimizer_s}
+
+
+def gemm_peak_flops_per_s(plan: Plan, system: System) -> jax.Array:
+    """The dense peak of the precision the GEMMs run in (`plan.precision.gemm`),
+    or of the attention width where that is faster (fp32 GEMMs beside bf16
+    attention): no step executes its FLOPs faster, so utilisation against it
+    is at most 1."""
+    pr = plan.precision
+    return jnp.maximum(compute.peak_flops_per_s(system, pr.gemm),
+                       compute.peak_flops_per_s(system, pr.attention))
 
 
 def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
@@ -105,7 +124,7 @@ def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
         model_flops_causal_per_step=tokens * model.model_flops_per_token(causal=True),
         hardware_flops_per_step=tokens * model.hardware_flops_per_token(plan.recompute),
         peak_flops_per_s=system.chip.peak_flops_per_s,
-        peak_fp8_flops_per_s=system.chip.peak_fp8_flops_per_s, optimizer_s=tm.optimizer_s,
+        peak_gemm_flops_per_s=gemm_peak_flops_per_s(plan, system), optimizer_s=tm.optimizer_s,
         gpus=plan.gpus, memory=memory.memory(model, plan, system, t), traffic=rows, timing=tm)
 
 
@@ -171,7 +190,8 @@ def outputs(est: Estimate) -> dict:
     s, r = est.step, est.reliability
     out = {
         "step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s,
-        "mfu": s.mfu, "mfu_causal": s.mfu_causal, "mfu_fp8_peak": s.mfu_fp8_peak, "hfu": s.hfu,
+        "mfu": s.mfu, "mfu_causal": s.mfu_causal, "hfu": s.hfu,
+        "mfu_gemm_peak": s.mfu_gemm_peak, "hfu_gemm_peak": s.hfu_gemm_peak,
         "model_tflops_per_gpu": s.model_flops_per_s_per_gpu / 1e12,
         "hardware_tflops_per_gpu": s.hardware_flops_per_s_per_gpu / 1e12,
         "memory_bytes_per_gpu": s.memory.total_bytes,
@@ -252,10 +272,29 @@ _STEP_INPUTS = ("model sizes, training.global_batch, training.micro_batch, paral
                 "system bandwidths, latencies and efficiencies")
 
 
+# outputs that are at most 1 whatever the input -> what more than 1 would mean
+_AT_MOST_ONE = {
+    "mfu_gemm_peak": "more FLOP/s than the peak of the precision the GEMMs run in",
+    "hfu_gemm_peak": "more FLOP/s than the peak of the precision the GEMMs run in",
+    "p_step_delayed": "a probability", "goodput": "a fraction of the wall time",
+    "effective_training_time_fraction": "a fraction of the wall time",
+}
+
+
+class OutputOutOfRange(ArithmeticError):
+    """An output outside its physical range (utilisation above 1 against the
+    peak of the precision the step computes in): the model's fault, not the
+    input's; the command line exits 1 with this one line."""
+
+
 def check_outputs(out: dict, overrides=()) -> None:
-    """Raise a one-line `ValueError` if an estimate's outputs ({key: scalar}, as
-    `step.outputs`) hold a non-finite number or an MFU/HFU above 1, naming the
-    output, the inputs it follows from, and the `--set` overrides given."""
+    """Check an estimate's outputs ({key: scalar}, as `step.outputs`): a
+    non-finite or negative number is a one-line `ValueError` naming the output,
+    the inputs it follows from, and the `--set` overrides given; an output
+    above its physical bound of 1 (MFU or HFU against the peak of the GEMMs'
+    precision, `mfu_gemm_peak` and `hfu_gemm_peak`; a probability; goodput) is
+    an `OutputOutOfRange`. The 16-bit `mfu` and `hfu` may exceed 1 for an fp8
+    recipe: legitimate, not checked."""
     given = [o if isinstance(o, str) else f"{o[0]}.{o[1]}={o[2]!r}" for o in overrides]
     hint = f" (overrides: {', '.join(given)})" if given else ""
     for key, value in out.items():
@@ -271,7 +310,6 @@ def check_outputs(out: dict, overrides=()) -> None:
             inputs = _LIKELY_INPUTS.get(key, _STEP_INPUTS)
             raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is not finite: an input is "
                              f"beyond what the model can represent; check {inputs}{hint}")
-        if key in ("mfu", "hfu") and bool(np.any(v > 1.0 + 1e-9)):
-            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} exceeds 1 (more FLOP/s than "
-                             f"the chip's peak): check system.matmul_efficiency and the "
-                             f"model and plan keys{hint}")
+        if key in _AT_MOST_ONE and bool(np.any(v > 1.0 + 1e-9)):
+            raise OutputOutOfRange(f"the estimate's {key}={_checks.fmt(v)} exceeds 1 "
+                                   f"({_AT_MOST_ONE[key]}): the model is wrong here{hint}")

@@ -15,6 +15,7 @@ to compile one.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from . import collectives, hardware
 from . import scenario as scenario_lib
@@ -26,6 +27,7 @@ MEASURES = {
     "aggregate_hardware_pflops": "PFLOP/s over all GPUs, hardware FLOPs",
     "mfu": "model FLOPs utilisation against the 16-bit peak (full s x s attention)",
     "mfu_causal": "MFU counting only the causal half of the attention scores",
+    "tokens_per_s_per_gpu": "tokens per second per GPU (no FLOP convention)",
     "step_time_s": "seconds per iteration",
     "gpu_hours": "GPU-hours to train on the scenario's tokens (failures included)",
     "busbw_GBps": "nccl-tests bus bandwidth, GB/s",
@@ -100,6 +102,128 @@ def _nccl(name, preset, algorithm, tier, ranks, busbw_GBps, note):
                  calibration=True, note=note)
 
 
+# --------------------------------------------------- runs of 2023-2025 stacks
+# Each set copies a published table (source named with the repository and the
+# commit it was read at); where the source is silent the set makes ONE
+# assumption for all its rows, said in each row's note; nothing is tuned per row.
+_NEMO_PERF = ("NVIDIA NeMo 24.07 performance summary (NVIDIA/NeMo "
+              "docs/source/performance/performance_summary.md at 9c5c5e97, Pretraining "
+              "table, DGX-H100); architectures from NeMo-Megatron-Launcher's training "
+              "yamls (GPT-3, Nemotron) and NeMo's llama.py")
+_NEMO_LONG = ("NVIDIA NeMo long-sequence performance (NVIDIA/NeMo "
+              "docs/source/performance/performance_long_sequence.md at 8cfedd72, "
+              "LLAMA2-7B (FP8) - H100, the CP columns)")
+_FOUNDRY = ("MosaicML llm-foundry MPT training benchmarks (mosaicml/llm-foundry "
+            "scripts/train/benchmarking/README.md at 8c8dd48f; architectures from its "
+            "scripts/train/yamls/pretrain/mpt-*.yaml)")
+_MCORE_MOE = ("Megatron-Core MoE README (NVIDIA/Megatron-LM "
+              "megatron/core/transformer/moe/README.md at 0b981f9c): 438 TFLOPS headline "
+              "and the Reference Best Parallel Mapping table; architecture from "
+              "yanring/Megatron-MoE-ModelZoo Mixtral-8x7B.yaml")
+# Megatron / NeMo recipe as the sources state or imply: Megatron's distributed
+# optimizer (ZeRO-1 over dp x cp), sequence parallelism with tp, the
+# interleaved schedule where vp > 1, flash attention, no dropout.
+_MEGATRON_ASSUMED = ("recompute none (not printed; one assumption for every NeMo and "
+                     "Megatron-Core row)")
+# model architectures the NeMo tables name: (layers, hidden, heads, kv_heads,
+# ffn_hidden, vocab, gated, tied embeddings)
+_NEMO_MODELS = {
+    # GPT-3 shapes from the launcher yamls (ffn 4h); vocab 51,200 and tied
+    # embeddings as Megatron's GPT runs (assumption: the table prints neither)
+    "GPT3-5B": (24, 4096, 32, 32, 16384, 51200, False, True),
+    "GPT3-20B": (44, 6144, 48, 48, 24576, 51200, False, True),
+    "GPT3-175B": (96, 12288, 96, 96, 49152, 51200, False, True),
+    # Llama 2 (Touvron et al. 2023: vocab 32,000, SwiGLU, untied)
+    "LLAMA2-7B": (32, 4096, 32, 32, 11008, 32000, True, False),
+    "LLAMA2-13B": (40, 5120, 40, 40, 13824, 32000, True, False),
+    "LLAMA2-70B": (80, 8192, 64, 8, 28672, 32000, True, False),
+    # Llama 3 (Dubey et al. 2024, Table 3: vocab 128,256)
+    "LLAMA3-8B": (32, 4096, 32, 8, 14336, 128256, True, False),
+    "LLAMA3-70B": (80, 8192, 64, 8, 28672, 128256, True, False),
+    # Nemotron-4 340B (NVIDIA 2024 report: vocab 256,000, squared-ReLU MLP, untied)
+    "Nemotron-340B": (96, 18432, 96, 8, 73728, 256000, False, False),
+}
+
+
+def _nemo_model(name: str, seq_len: int) -> dict:
+    layers, hidden, heads, kv, ffn, vocab, gated, tied = _NEMO_MODELS[name]
+    return {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
+            "ffn_hidden": ffn, "vocab": vocab, "seq_len": seq_len, "gated": gated,
+            "tied_embeddings": tied}
+
+
+def _megatron_parallel(tp, pp, cp, vp, ep=1) -> dict:
+    out = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": 1, "sequence_parallel": tp > 1}
+    if vp > 1:
+        out |= {"schedule": "interleaved", "interleave": vp}
+    return out
+
+
+def _nemo(model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens_per_s_per_gpu, why=""):
+    """A row of NeMo 24.07's FP8 pre-training table (DGX H100); `why`: what the
+    model's memory says of the plan when it does not fit."""
+    return Check(
+        f"NeMo 24.07 {model} FP8 on {gpus} H100 (tp {tp}, pp {pp}, cp {cp}, vp {vp})",
+        _NEMO_PERF, "tokens_per_s_per_gpu", tokens_per_s_per_gpu,
+        {"model": _nemo_model(model, seq),
+         "training": {"global_batch": gbs, "micro_batch": mbs, "recompute": "none",
+                      "dtype": "fp8"},
+         "parallel": _megatron_parallel(tp, pp, cp, vp),
+         "system": {"preset": "dgx-h100", "gpus": gpus}},
+        note=f"{_MEGATRON_ASSUMED}; " + (
+            "GPT-3's vocabulary 51,200 and tied embeddings assumed (not printed)"
+            if model.startswith("GPT3") else "vocabulary from the model's own report")
+        + why)
+
+
+_FP32_GRADIENTS = ("; does not fit the model's 80 GB: {} with Megatron's fp32 gradient "
+                   "buffer (the bf16 recipe's default); the source prints neither the "
+                   "gradient width nor recomputation")
+
+
+def _nemo_long(seq_k, gpus, gbs, tp, dp, cp, tflops):
+    """A row of NeMo's long-sequence table: Llama 2 7B FP8 with context parallelism."""
+    return Check(
+        f"NeMo Llama 2 7B FP8 seq {seq_k}K on {gpus} H100 (tp {tp}, dp {dp}, cp {cp})",
+        _NEMO_LONG, "model_tflops_per_gpu", tflops,
+        {"model": _nemo_model("LLAMA2-7B", seq_k * 1024),
+         "training": {"global_batch": gbs, "micro_batch": 1, "recompute": "none",
+                      "dtype": "fp8"},
+         "parallel": _megatron_parallel(tp, 1, cp, 1),
+         "system": {"preset": "dgx-h100", "gpus": gpus}},
+        note=f"micro-batch 1 (not printed; one assumption for the set); "
+             f"{_MEGATRON_ASSUMED}; TFLOPS taken as model FLOPs over the whole s x s "
+             "attention (NeMo 24.07's Llama 2 7B row, 780 model TFLOP/s at 16,934 "
+             "tokens/s, is 46.1 GFLOP per token: that count)")
+
+
+# MPT (MosaicML): GPT-style decoder, GeLU MLP 4h, ALiBi, tied embeddings, vocab 50,368
+_MPT = {"1b": (24, 2048, 16), "7b": (32, 4096, 32), "13b": (40, 5120, 40),
+        "30b": (48, 7168, 56), "70b": (80, 8192, 64)}
+
+
+def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu):
+    """A row of llm-foundry's MPT benchmark tables (PyTorch FSDP, BF16)."""
+    layers, hidden, heads = _MPT[size]
+    training = {"global_batch": gbs, "micro_batch": mbs,
+                "recompute": "full" if ac else "none", "dtype": "bf16"}
+    if mp == "PURE":  # FSDP mixed precision PURE: gradients reduced in bf16
+        training["grad_reduce_dtype"] = "bf16"
+    system = {"preset": "dgx-h100" if chip.startswith("h100") else "dgx-a100", "gpus": gpus}
+    if chip == "a100_40gb":  # NVIDIA A100 datasheet: 40 GB of HBM2 at 1,555 GB/s
+        system |= {"hbm_bytes": 40e9, "hbm_Bps": 1.555e12}
+    return Check(
+        f"llm-foundry MPT-{size} seq {seq} on {gpus} {chip} ({fsdp}, AC {ac})",
+        _FOUNDRY, "tokens_per_s_per_gpu", tokens_per_s_per_gpu,
+        {"model": {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq,
+                   "vocab": 50368},
+         "training": training,
+         "parallel": {"zero": 3 if fsdp == "FULL_SHARD" else 2},
+         "system": system},
+        note="pure FSDP (dp = GPUs) as the table has no TP/PP columns; FULL_SHARD = ZeRO-3, "
+             "SHARD_GRAD_OP = ZeRO-2, AC = full recomputation; Adam assumed")
+
+
 CHECKS: tuple[Check, ...] = (
     # ------------------------------------------------------------ calibration
     _narayanan(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, calibration=True),
@@ -145,6 +269,52 @@ CHECKS: tuple[Check, ...] = (
           scenario_lib.read("deepseek-v3"),
           note="final global batch 15,360 for the whole run (the batch-size ramp and "
                "the FP8 GEMMs' fine-grained scaling are not modelled)"),
+    # --- NeMo 24.07 performance summary, FP8 on DGX H100 (tokens/s/GPU)
+    _nemo("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406),
+    _nemo("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851,
+          _FP32_GRADIENTS.format("10B parameters per GPU (tp 2, pp 1)")),
+    _nemo("GPT3-175B", 128, 256, 1, 2048, 4, 8, 1, 6, 716),
+    _nemo("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 1, 6, 825),
+    _nemo("LLAMA2-7B", 8, 128, 1, 4096, 1, 1, 1, 1, 16934),
+    _nemo("LLAMA2-13B", 16, 128, 1, 4096, 1, 4, 1, 10, 8715),
+    _nemo("LLAMA2-70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1728),
+    _nemo("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273,
+          "; over the model's 80 GB by less than its HBM reserve (2 GiB + 5%, an "
+          "assumption): the fp32 gradient buffer of all 8B parameters (pp 1)"),
+    _nemo("LLAMA3-70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524),
+    _nemo("Nemotron-340B", 128, 32, 1, 4096, 8, 8, 1, 12, 326,
+          _FP32_GRADIENTS.format(
+              "5.3B parameters per GPU (tp 8, pp 8), optimizer state sharded over dp 2 only,")),
+    # --- NeMo long-sequence Llama 2 7B FP8 with context parallelism (TFLOP/s/GPU)
+    _nemo_long(4, 4, 1024, 1, 4, 1, 768),
+    _nemo_long(16, 16, 256, 2, 8, 1, 660),
+    _nemo_long(32, 32, 128, 2, 8, 2, 610),
+    _nemo_long(128, 128, 32, 4, 8, 4, 555),
+    _nemo_long(512, 512, 8, 8, 4, 16, 549),
+    _nemo_long(1024, 1024, 4, 8, 4, 32, 536),
+    # --- llm-foundry MPT under PyTorch FSDP, BF16 (tokens/s/GPU)
+    _foundry("70b", 2048, 512, "h100_80gb", 8, 4096, "FULL_SHARD", True, "DEFAULT", 1007),
+    _foundry("70b", 2048, 128, "h100_80gb", 8, 1024, "FULL_SHARD", True, "DEFAULT", 1058),
+    _foundry("30b", 2048, 512, "h100_80gb", 8, 4096, "FULL_SHARD", True, "DEFAULT", 2115),
+    _foundry("13b", 2048, 512, "h100_80gb", 16, 8192, "FULL_SHARD", True, "DEFAULT", 4952),
+    _foundry("7b", 2048, 512, "h100_80gb", 6, 3072, "FULL_SHARD", False, "DEFAULT", 9670),
+    _foundry("1b", 2048, 512, "h100_80gb", 12, 6144, "SHARD_GRAD_OP", False, "DEFAULT",
+             39837),
+    _foundry("7b", 2048, 8, "h100_80gb", 6, 48, "FULL_SHARD", False, "DEFAULT", 10643),
+    _foundry("7b", 8192, 8, "h100_80gb", 8, 128, "FULL_SHARD", True, "DEFAULT", 6935),
+    _foundry("70b", 2048, 64, "a100_80gb", 8, 2048, "FULL_SHARD", True, "PURE", 410),
+    _foundry("7b", 2048, 128, "a100_40gb", 18, 2304, "FULL_SHARD", True, "PURE", 3623),
+    # --- Megatron-Core MoE: Mixtral 8x7B, BF16, 64 H100 (model TFLOP/s/GPU)
+    Check("Megatron-Core 0.8 Mixtral 8x7B on 64 H100 (tp 1, ep 8, pp 4, vp 8)", _MCORE_MOE,
+          "model_tflops_per_gpu", 438.0,
+          {"model": {"preset": "mixtral-8x7b", "seq_len": 4096},
+           "training": {"global_batch": 256, "micro_batch": 1, "recompute": "none",
+                        "dtype": "bf16"},
+           "parallel": _megatron_parallel(1, 4, 1, 8, ep=8),
+           "system": {"preset": "dgx-h100", "gpus": 64}},
+          note=f"{_MEGATRON_ASSUMED}; the headline's pairing with the mapping table is "
+               "the README's (both MCore v0.8), not stated as one measurement; Megatron's "
+               "FLOP count (top-2 experts, whole s x s attention)"),
 )
 
 
@@ -155,35 +325,80 @@ def _collective(spec) -> float:
     return float(collectives.busbw_Bps(op, n_bytes, c.time_s, ranks)) / 1e9
 
 
-def predict(check: Check) -> tuple[float, bool]:
-    """(the model's value of `check.measure`, whether the plan fits in memory)."""
+def family(check: Check) -> str:
+    """The chip family of a check's system (the preset's chip name up to its
+    first '-': A100, H100, H800, V100, B200...)."""
+    preset = (check.collective[0] if check.collective is not None
+              else check.tables["system"]["preset"])
+    return hardware.preset(preset).chip.split("-")[0]
+
+
+def predict(check: Check) -> tuple[float, bool, str]:
+    """(the model's value of `check.measure`, whether the plan fits in memory,
+    "" or why the command line would refuse the estimate: `step.check_outputs`'s
+    one-line report of an output outside its physical range)."""
     if check.collective is not None:
-        return _collective(check.collective), True
+        return _collective(check.collective), True, ""
     scn = scenario_lib.from_tables(check.tables)
-    out = step_lib.outputs(step_lib.estimate(scn))
+    est = step_lib.estimate(scn)
+    out = step_lib.outputs(est)
+    try:
+        step_lib.check_outputs(out if float(est.tokens) > 0 else {
+            k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")})
+        refused = ""
+    except (ValueError, step_lib.OutputOutOfRange) as e:
+        refused = str(e)
     fits = bool(out["fits_memory"])
+    gpus = float(scn.system.gpus)
     if check.measure == "aggregate_hardware_pflops":
-        return float(out["hardware_tflops_per_gpu"]) * float(scn.system.gpus) / 1e3, fits
-    return float(out[check.measure]), fits
+        return float(out["hardware_tflops_per_gpu"]) * gpus / 1e3, fits, refused
+    if check.measure == "tokens_per_s_per_gpu":
+        return float(out["tokens_per_s"]) / gpus, fits, refused
+    return float(out[check.measure]), fits, refused
 
 
 def run(checks=CHECKS) -> list[dict]:
-    """Every check as a row: name, source, measure, published, predicted, error
-    (predicted / published - 1), calibration, fits_memory, note."""
+    """Every check as a row: name, source, measure, family, published,
+    predicted, error (predicted / published - 1), calibration, fits_memory,
+    refused ("" or the reason the estimate is refused, or cannot be made:
+    then predicted and error are NaN), note."""
     rows = []
     for c in checks:
-        predicted, fits = predict(c)
+        try:
+            predicted, fits, refused = predict(c)
+        except ValueError as e:  # the row cannot be evaluated: counted, never hidden
+            predicted, fits, refused = float("nan"), False, str(e)
         rows.append({"name": c.name, "source": c.source, "measure": c.measure,
-                     "published": c.published, "predicted": predicted,
+                     "family": family(c), "published": c.published, "predicted": predicted,
                      "error": predicted / c.published - 1.0, "calibration": c.calibration,
-                     "fits_memory": fits, "note": c.note})
+                     "fits_memory": fits, "refused": refused, "note": c.note})
     return rows
 
 
-def summary(rows) -> dict:
-    """Median and maximum |error| over the prediction rows (calibration rows apart)."""
-    errors = sorted(abs(r["error"]) for r in rows if not r["calibration"])
+def _stats(errors) -> dict:
+    errors = sorted(errors)
     n = len(errors)
     median = (errors[(n - 1) // 2] + errors[n // 2]) / 2 if n else float("nan")
     return {"predictions": n, "median_abs_error": median,
             "max_abs_error": errors[-1] if n else float("nan")}
+
+
+def summary(rows) -> dict:
+    """Median and maximum |error| over the prediction rows (calibration rows
+    apart) that have a value: overall, and `by_family` / `by_measure`;
+    `calibration` counts the calibration rows, `refused` the rows whose
+    estimate is refused or cannot be made, `not_fitting` the plans that do not
+    fit memory."""
+    predictions = [r for r in rows if not r["calibration"] and math.isfinite(r["error"])]
+
+    def grouped(key):
+        groups: dict = {}
+        for r in predictions:
+            groups.setdefault(r[key], []).append(abs(r["error"]))
+        return {k: _stats(v) for k, v in sorted(groups.items())}
+
+    return {**_stats([abs(r["error"]) for r in predictions]),
+            "calibration": sum(r["calibration"] for r in rows),
+            "refused": sum(bool(r["refused"]) for r in rows),
+            "not_fitting": sum(not r["fits_memory"] for r in rows),
+            "by_family": grouped("family"), "by_measure": grouped("measure")}

@@ -86,7 +86,7 @@ def test_unknown_preset_names_the_value():
     (lambda: hw.Chip(1e15, 2e15, 8e10, 3e12, matmul_efficiency=0.0),
      "system.matmul_efficiency=0"),
     (lambda: hw.Chip(float("nan"), 2e15, 8e10, 3e12),
-     "chip.peak_flops_per_s=nan must be a number > 0"),
+     "system.peak_flops_per_s=nan must be a number > 0"),
 ])
 def test_bad_hardware_numbers_raise_naming_field_and_value(build, message):
     with pytest.raises(ValueError, match=message):
@@ -136,3 +136,43 @@ def test_presets_cli_json(capsys):
         assert set(data["models"]) == set(getattr(workload, "PRESET_NAMES", ()))
         for entry in data["models"].values():
             assert entry["description"] and entry["model"]
+
+
+def test_h200_preset_is_the_datasheet_and_its_gemm_microbenchmark():
+    """DGX H200: H100's dense peaks with 141 GB of HBM3e at 4.8 TB/s; its
+    matmul_efficiency reproduces the 8192^3 BF16 GEMM measured on an H200
+    (769-798 TFLOP/s, the midpoint) through `compute.gemm_time_s`."""
+    from codesign import compute
+
+    s = hw.system("dgx-h200")
+    c = s.chip
+    assert (float(c.peak_flops_per_s), float(c.peak_fp8_flops_per_s)) == (989e12, 1979e12)
+    assert (float(c.hbm_bytes), float(c.hbm_Bps)) == (141e9, 4.8e12)
+    n = 8192.0
+    seconds = float(compute.gemm_time_s(s, n, n, n, "bf16")) - float(c.kernel_overhead_s)
+    assert 2 * n**3 / seconds == pytest.approx(0.5 * (769e12 + 798e12), rel=1e-9)
+    h100 = hw.system("dgx-h100")
+    assert float(s.scale_up.effective_Bps) == float(h100.scale_up.effective_Bps)
+
+
+def test_a_chip_is_described_by_system_keys():
+    """[system] keys set a chip's 16-/8-bit peaks, HBM capacity and bandwidth
+    (declared once on `Chip`): a chip that does not exist yet can be costed;
+    the HBM reserve follows a capacity given without one."""
+    from codesign import scenario as sc
+    from codesign import step
+
+    new = ["system.peak_flops_per_s=2e15", "system.peak_fp8_flops_per_s=4e15",
+           "system.hbm_bytes=288e9", "system.hbm_Bps=8e12"]
+    chip = sc.load(None, new).system.chip
+    assert [float(chip.peak_flops_per_s), float(chip.peak_fp8_flops_per_s),
+            float(chip.hbm_bytes), float(chip.hbm_Bps)] == [2e15, 4e15, 288e9, 8e12]
+    assert float(chip.hbm_reserve_bytes) == hw.default_hbm_reserve_bytes(288e9)
+    assert float(sc.load(None, ["system.hbm_bytes=40e9", "system.hbm_reserve_bytes=1e9"])
+                 .system.chip.hbm_reserve_bytes) == 1e9
+    assert {"system.peak_flops_per_s", "system.hbm_bytes"} <= set(sc.KNOBS)
+    with pytest.raises(ValueError, match=r"system.hbm_Bps=0 must be a number > 0"):
+        sc.load(None, ["system.hbm_Bps=0"])
+    base, faster = (step.estimate(sc.load(None, o)).step for o in ([], new[:1]))
+    assert float(faster.step_time_s) < float(base.step_time_s)
+    assert float(faster.mfu) < float(base.mfu)  # MFU against the chip's own (new) peak

@@ -186,3 +186,36 @@ def test_slow_tier_bytes_of_hierarchical_collectives():
     assert float(traffic.slow_tier_bytes("all_reduce", n, 64.0, 1.0)) == pytest.approx(
         2 * 63 / 64 * n)
     assert float(traffic.slow_tier_bytes("all_to_all", n, 64.0, 8.0)) == pytest.approx(7 / 8 * n)
+
+
+def _llama3_8b_memory(gpus, **plan_fields):
+    scn = sc.load(None, ["model.preset='llama3-8b'", "training.micro_batch=1",
+                         "training.dtype='bf16'", f"training.global_batch={gpus}",
+                         "parallel.tp=1", "parallel.pp=1", "parallel.schedule='1f1b'",
+                         "parallel.interleave=1",
+                         "system.preset='dgx-h100'", f"system.gpus={gpus}"])
+    p = dataclasses.replace(scn.plan, zero=plan_fields.pop("zero", 1))
+    p = eqx.tree_at(lambda q: [getattr(q, k) for k in plan_fields], p,
+                    [jnp.asarray(float(v)) for v in plan_fields.values()])
+    return scn.model, memory.memory(scn.model, p, scn.system)
+
+
+def test_memory_shards_over_the_group_the_framework_shards_over():
+    """Llama 3 8B on 128 GPUs, Adam with fp32 master weights and moments
+    (12 bytes per parameter): HSDP with shard groups of 8 holds 1/8 of the
+    state (12.0 GB), not 1/128; Megatron's distributed optimizer with cp 8
+    (dp 16) shards over dp x cp = 128, not 16; ZeRO-3's weights likewise."""
+    model, hsdp = _llama3_8b_memory(128, zero_shard_size=8)
+    params = float(model.params())  # pp 1: both embedding matrices on the GPU
+    assert float(hsdp.optimizer_bytes) == pytest.approx(12.0 * params / 8)
+    assert float(hsdp.optimizer_bytes) / 1e9 == pytest.approx(12.0, abs=0.1)
+    _, cp = _llama3_8b_memory(128, dp=16, cp=8)
+    assert float(cp.optimizer_bytes) == pytest.approx(12.0 * params / 128)
+    _, z2 = _llama3_8b_memory(128, zero=2, dp=16, cp=8)
+    assert float(z2.gradients_bytes) == pytest.approx(4.0 * params / 128)  # fp32 grads
+    _, z3 = _llama3_8b_memory(128, zero=3, zero_shard_size=8)
+    layer = (params - float(model.embedding_params())) / 32  # one gathered layer
+    # bf16 weights in shards of 8 ranks, plus the layer computing and the one prefetched
+    assert float(z3.weights_bytes) == pytest.approx(2.0 * params / 8 + 2.0 * 2.0 * layer)
+    _, z0 = _llama3_8b_memory(128, zero=0, zero_shard_size=8)  # nothing sharded
+    assert float(z0.optimizer_bytes) == pytest.approx(12.0 * params)

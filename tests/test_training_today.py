@@ -77,8 +77,58 @@ def test_fp8_recipe_keeps_attention_and_logits_in_bf16():
     fp8 = _out(sc.load("llama3-405b", ["training.dtype='fp8'"]))
     speedup = float(bf16["step_time_s"]) / float(fp8["step_time_s"])
     assert 1.05 < speedup < 1.6  # not the 1.65x of running everything at the fp8 peak
-    # MFU stays against the 16-bit peak; the fp8-peak figure is half of it on H100
-    assert float(fp8["mfu_fp8_peak"]) == pytest.approx(float(fp8["mfu"]) * 989 / 1979)
+    # MFU stays against the 16-bit peak; against the GEMMs' (fp8) peak it is half of it
+    # on H100, and a bf16 recipe's GEMM peak is the 16-bit one
+    assert float(fp8["mfu_gemm_peak"]) == pytest.approx(float(fp8["mfu"]) * 989 / 1979)
+    assert float(fp8["hfu_gemm_peak"]) == pytest.approx(float(fp8["hfu"]) * 989 / 1979)
+    assert float(bf16["mfu_gemm_peak"]) == pytest.approx(float(bf16["mfu"]))
+
+
+NEMO_LLAMA3_8B_FP8 = """
+[model]
+preset = "llama3-8b"
+[training]
+dtype = "fp8"
+global_batch = 128
+micro_batch = 1
+[parallel]
+cp = 2
+zero = 1
+[system]
+preset = "dgx-h100"
+gpus = 8
+"""
+
+
+def test_an_fp8_estimate_above_the_16_bit_peak_is_an_answer(capsys, tmp_path):
+    """NeMo 24.07's Llama 3 8B FP8 run on 8 H100s (cp 2): its 16-bit HFU exceeds 1,
+    which an fp8 recipe may; against the fp8 peak it is below 1: exit 0."""
+    path = tmp_path / "nemo-llama3-8b.toml"
+    path.write_text(NEMO_LLAMA3_8B_FP8)
+    assert main(["estimate", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hfu"] > 1.0 > out["hfu_gemm_peak"]
+    assert out["hfu_gemm_peak"] == pytest.approx(out["hfu"] * 989 / 1979)
+
+
+def test_utilisation_above_the_precisions_own_peak_is_the_models_fault(capsys, monkeypatch):
+    """An HFU above 1 against the GEMMs' own peak is impossible output: exit 1
+    with one line that says so (not exit 2, which blames the input)."""
+    est = _out(sc.load("llama3-405b"))
+    step.check_outputs({**est, "hfu": jnp.asarray(1.3)})  # 16-bit HFU: not checked
+    with pytest.raises(step.OutputOutOfRange, match="hfu_gemm_peak=1.2 exceeds 1"):
+        step.check_outputs({**est, "hfu_gemm_peak": jnp.asarray(1.2)})
+    with pytest.raises(step.OutputOutOfRange, match="goodput=1.01 exceeds 1"):
+        step.check_outputs({**est, "goodput": jnp.asarray(1.01)})
+    real = step.outputs
+    monkeypatch.setattr(step, "outputs", lambda e: {**real(e), "mfu_gemm_peak": 1.5 + 0 * real(
+        e)["mfu"]})
+    from codesign.cli import estimate as cli_estimate
+    monkeypatch.setattr(cli_estimate, "_estimate", lambda scn: (
+        step.estimate(scn), step.outputs(step.estimate(scn))))
+    assert main(["estimate"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "mfu_gemm_peak=1.5 exceeds 1" in err and "bug" in err
 
 
 def test_recipe_widths_reach_the_wire_and_memory():
@@ -159,8 +209,13 @@ def test_new_knobs_have_finite_gradients_and_vmap_without_recompiling():
     assert signs["system.kernel_overhead_s"] > 0 and signs["training.moe_imbalance"] > 0
 
 
-def test_validate_lists_published_figures():
-    rows = validate.run()
+@pytest.fixture(scope="module")
+def validate_rows():
+    return validate.run()
+
+
+def test_validate_lists_published_figures(validate_rows):
+    rows = validate_rows
     predictions = [r for r in rows if not r["calibration"]]
     assert len(predictions) >= 15
     assert all(r["source"] and r["measure"] in validate.MEASURES for r in rows)
@@ -174,9 +229,60 @@ def test_validate_lists_published_figures():
         15.1, rel=0.05)
 
 
-def test_validate_cli_json(capsys):
+def test_validate_holds_every_public_run_with_its_source_and_assumptions(validate_rows):
+    """The 27 runs of the 2023-2025 stacks: 10 NeMo 24.07 FP8 rows, 6 NeMo
+    long-sequence rows, 10 llm-foundry MPT rows and the Megatron-Core Mixtral
+    row, each naming its repository and the commit it was read at, with its
+    assumptions in the note; the summary counts them per chip family and measure."""
+    rows = validate_rows
+    assert len(rows) >= 50
+    sets = {"NeMo 24.07 ": 10, "NeMo Llama 2 7B FP8 seq ": 6, "llm-foundry MPT-": 10,
+            "Megatron-Core 0.8 Mixtral": 1}
+    for prefix, n in sets.items():
+        mine = [r for r in rows if r["name"].startswith(prefix)]
+        assert len(mine) == n, prefix
+        assert all(" at " in r["source"] and r["note"] and not r["calibration"]
+                   for r in mine), prefix
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["NeMo 24.07 LLAMA3-8B FP8 on 8 H100 (tp 1, pp 1, cp 2, vp 1)"][
+        "published"] == 12273
+    assert by_name["llm-foundry MPT-70b seq 2048 on 64 a100_80gb (FULL_SHARD, AC True)"][
+        "family"] == "A100"
+    s = validate.summary(rows)
+    assert s["refused"] == sum(bool(r["refused"]) for r in rows) == 0  # no row refused
+    assert sum(v["predictions"] for v in s["by_family"].values()) == s["predictions"]
+    assert sum(v["predictions"] for v in s["by_measure"].values()) == s["predictions"]
+    assert s["by_family"]["H100"]["predictions"] >= 28
+    h100 = sorted(abs(r["error"]) for r in rows
+                  if r["family"] == "H100" and not r["calibration"])
+    assert s["by_family"]["H100"]["max_abs_error"] == pytest.approx(h100[-1])
+
+
+def test_nemo_counts_model_flops_over_the_whole_attention_matrix():
+    """NeMo 24.07's Llama 2 7B row (780 model TFLOP/s at 16,934 tokens/s per GPU)
+    counts 46.1 GFLOP per token: the model's whole-matrix convention, not the
+    causal half, which is what the long-sequence rows' TFLOPS are read as."""
+    tables = next(c.tables for c in validate.CHECKS if c.name.startswith("NeMo 24.07 LLAMA2-7B"))
+    model = sc.from_tables(tables).model
+    per_token = 780e12 / 16934
+    assert float(model.model_flops_per_token()) == pytest.approx(per_token, rel=0.002)
+    assert float(model.model_flops_per_token(causal=True)) < 0.95 * per_token
+
+
+def test_validate_cli_json_and_text(capsys, monkeypatch, validate_rows):
+    monkeypatch.setattr(validate, "run", lambda: validate_rows)  # evaluated once, above
     assert main(["validate", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert set(rows[0]) >= {"name", "source", "measure", "published", "predicted", "error"}
+    assert set(rows[0]) >= {"name", "source", "measure", "family", "published", "predicted",
+                            "error", "calibration", "fits_memory", "refused", "note"}
     s = validate.summary(rows)
     assert 0 <= s["median_abs_error"] <= s["max_abs_error"]
+    assert main(["validate"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    i = text.index("by chip family:")
+    families = text[i + 1:text.index("by measure:")]
+    assert [line.split()[0] for line in families] == sorted(s["by_family"])
+    h100 = s["by_family"]["H100"]
+    assert any(line.split()[:2] == ["H100", str(h100["predictions"])]
+               and f"{h100['median_abs_error']:.1%}" in line for line in families)
+    assert any("calibration" in line for line in text[1:7])  # the calibration rows say so

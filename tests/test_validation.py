@@ -173,8 +173,8 @@ def test_outputs_that_are_not_finite_or_above_peak_are_errors():
     with pytest.raises(ValueError, match=r"time_to_train_s=inf is not finite.*gpu_mtbf_s"
                                          r".*\(overrides: x.y=1\)"):
         step.check_outputs({**est, "time_to_train_s": jnp.inf}, ["x.y=1"])
-    with pytest.raises(ValueError, match="mfu=1.5 exceeds 1"):
-        step.check_outputs({**est, "mfu": jnp.asarray(1.5)})
+    with pytest.raises(step.OutputOutOfRange, match="mfu_gemm_peak=1.5 exceeds 1"):
+        step.check_outputs({**est, "mfu_gemm_peak": jnp.asarray(1.5)})
 
 
 # ------------------------------------------------------------------ traced checks
@@ -221,7 +221,8 @@ def _outputs_of_knobs():
 
 
 def _assert_answer_or_one_line_error(evaluate):
-    """`evaluate()` returns finite outputs with MFU <= 1, or raises a one-line ValueError."""
+    """`evaluate()` returns finite outputs with MFU/HFU <= 1 against the GEMMs'
+    peak, or raises a one-line ValueError."""
     try:
         out = evaluate()
     except ValueError as e:
@@ -230,7 +231,7 @@ def _assert_answer_or_one_line_error(evaluate):
         return "error"
     out = jax.tree.map(np.asarray, out)
     chex.assert_tree_all_finite(out)
-    assert out["mfu"] <= 1 and out["hfu"] <= 1 and out["step_time_s"] > 0
+    assert out["mfu_gemm_peak"] <= 1 and out["hfu_gemm_peak"] <= 1 and out["step_time_s"] > 0
     return "answer"
 
 

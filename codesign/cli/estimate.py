@@ -33,7 +33,9 @@ def _estimate(scn):
 
 def evaluate(args):
     """(scenario, its labels, estimate) of the command line; an estimate with a
-    non-finite output or an MFU above 1 is a ValueError (`step.check_outputs`)."""
+    non-finite output is a ValueError (exit 2), one with MFU/HFU above 1 against
+    the peak of its GEMMs' precision a `step.OutputOutOfRange` (the model's
+    fault: exit 1 with one line), see `step.check_outputs`."""
     scn = scenario.load(args.scenario, args.set, system=args.system)
     est, out = _estimate(scn)
     if float(est.tokens) <= 0:  # time to train is not asked for
@@ -92,10 +94,14 @@ def _print_estimate(scn, labels, out):
     for k, v in out["breakdown_s"].items():
         share = v / out["step_time_s"] if out["step_time_s"] else 0.0
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
-    print(f"MFU {out['mfu']:.1%} (causal {out['mfu_causal']:.1%}, of the fp8 peak "
-          f"{out['mfu_fp8_peak']:.1%})   HFU {out['hfu']:.1%}   model "
-          f"{out['model_tflops_per_gpu']:.1f} / hardware {out['hardware_tflops_per_gpu']:.1f} "
-          f"TFLOP/s per GPU")
+    # against the 16-bit peak and, GEMMs in another width, against their own peak
+    gemm = p.precision.gemm
+    own = gemm not in ("bf16", "fp16")
+    mfu_own = f", of the {gemm} peak {out['mfu_gemm_peak']:.1%}" if own else ""
+    hfu_own = f" (of the {gemm} peak {out['hfu_gemm_peak']:.1%})" if own else ""
+    print(f"MFU {out['mfu']:.1%} (causal {out['mfu_causal']:.1%}{mfu_own})   "
+          f"HFU {out['hfu']:.1%}{hfu_own}   model {out['model_tflops_per_gpu']:.1f} / hardware "
+          f"{out['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU")
     print(f"memory           {format_bytes(out['memory_bytes_per_gpu'])} of "
           f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
           f"({'fits' if out['fits_memory'] else 'DOES NOT FIT'})")

@@ -4,7 +4,9 @@ One row per published figure (codesign/validate.py has each one's source and
 the scenario that reproduces it): the published value, the model's
 prediction and the relative error. Rows marked `calibration` set a model
 constant and reproduce it by construction; the median and maximum error are
-over the others. A row that is off stays in, with the reason where known.
+over the others, overall, per chip family and per measure. A row that is off
+stays in, with the reason where known; a row whose estimate the model refuses
+(an output outside its physical range) is marked and counted.
 """
 
 from __future__ import annotations
@@ -19,20 +21,33 @@ from . import _output
 
 def add_arguments(parser, name) -> None:
     _output.add_format(parser, "the rows as CSV",
-                       "a JSON list of rows (name, source, measure, published, predicted, "
-                       "error, calibration, fits_memory, note)")
+                       "a JSON list of rows (name, source, measure, family, published, "
+                       "predicted, error, calibration, fits_memory, refused, note)")
+
+
+def _stats_line(label: str, s: dict) -> str:
+    return (f"  {label:<25} {s['predictions']:>3} predictions: median |error| "
+            f"{s['median_abs_error']:6.1%}, max {s['max_abs_error']:6.1%}")
 
 
 def _table(rows) -> None:
-    print(f"{'check':<58} {'measure':<25} {'published':>10} {'predicted':>10} {'error':>7}")
+    print(f"{'check':<70} {'measure':<24} {'published':>10} {'predicted':>10} {'error':>7}")
     for r in rows:
         flags = (" calibration" if r["calibration"] else "") + (
-            "" if r["fits_memory"] else " (does not fit)")
-        print(f"{r['name']:<58} {r['measure']:<25} {r['published']:>10.4g} "
+            "" if r["fits_memory"] else " (does not fit)") + (
+            " REFUSED" if r["refused"] else "")
+        print(f"{r['name']:<70} {r['measure']:<24} {r['published']:>10.4g} "
               f"{r['predicted']:>10.4g} {r['error']:>+7.1%}{flags}")
     s = validate.summary(rows)
-    print(f"\n{s['predictions']} predictions: median |error| {s['median_abs_error']:.1%}, "
-          f"max {s['max_abs_error']:.1%}; sources and notes: codesign validate --json")
+    print(f"\n{len(rows)} rows: {s['calibration']} calibration, {s['refused']} refused "
+          f"(the estimate is outside its physical range or cannot be made), "
+          f"{s['not_fitting']} plans that do not fit memory")
+    print(_stats_line("all", s))
+    for title, key in (("chip family", "by_family"), ("measure", "by_measure")):
+        print(f"by {title}:")
+        for k, v in s[key].items():
+            print(_stats_line(k, v))
+    print("sources, notes and reasons: codesign validate --json")
 
 
 def run(args, name) -> int:
