@@ -5,10 +5,15 @@ LLVM -O0, as the gradient method compiles on the CPU: `optimize._gradient.
 CPU_COMPILER_OPTIONS`): compiling is most of the suite's time, and what the
 tests check (values, errors, gradients) does not depend on how hard XLA
 optimises the code, only how fast it runs. Subprocesses (notebook kernels,
-multi-process runs) inherit the flags. The `codesign` command's persistent
-compilation cache (`CODESIGN_CACHE`) is a fresh directory of this session, so
-the suite neither reads nor fills the user's, and CLI runs in subprocesses share
-the compiles of this session only.
+multi-process runs) inherit the flags.
+
+One persistent compilation cache serves the whole run: a fresh directory made
+by the first process that loads this file (the pytest process, or the
+controller under pytest-xdist, whose workers inherit it), removed when that
+process exits. The library's jitted functions (`jax_compilation_cache_dir`,
+in every process: workers, notebook kernels, subprocesses) and the `codesign`
+command's (`CODESIGN_CACHE`) use it, so one structure compiled by one process
+is read from disk by the others; the user's cache is neither read nor filled.
 """
 
 import atexit
@@ -22,9 +27,12 @@ os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", ""), *(f for f in _FLAGS if f not in os.environ.get(
         "XLA_FLAGS", ""))]).strip()
 
-_CACHE = tempfile.mkdtemp(prefix="codesign-test-cache-")
-os.environ["CODESIGN_CACHE"] = _CACHE
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+if "CODESIGN_TEST_CACHE" not in os.environ:  # the first process of the run
+    os.environ["CODESIGN_TEST_CACHE"] = tempfile.mkdtemp(prefix="codesign-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["CODESIGN_TEST_CACHE"], ignore_errors=True)
+os.environ["CODESIGN_CACHE"] = os.environ["CODESIGN_TEST_CACHE"]
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["CODESIGN_TEST_CACHE"]
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
