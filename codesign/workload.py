@@ -14,12 +14,12 @@ attention kernel (FlashAttention) skips the masked half of the scores and its
 backward recomputes them (2.5x the forward's FLOPs, Dao 2023); `step.py`
 times what is executed and reports MFU/HFU by these conventions.
 
-Attention kernels (`attention_kernel`): "flash" (2022 on) keeps only O(s)
-softmax statistics (fp32 log-sum-exp per query and head) for backward, never
-writes the s x s scores to HBM and skips the masked half; "naive" (Megatron
-2019-2021) materialises, stores and streams the scores (softmax output, its
-dropout mask and output: 5 a s^2 b bytes with dropout, 2 a s^2 b without) and
-computes the whole matrix.
+Attention kernels (`attention_kernel`, a `strategies.AttentionKernel` or its
+name): "flash" (2022 on) keeps only O(s) softmax statistics (fp32 log-sum-exp
+per query and head) for backward, never writes the s x s scores to HBM and
+skips the masked half; "naive" (Megatron 2019-2021) materialises, stores and
+streams the scores (softmax output, its dropout mask and output: 5 a s^2 b
+bytes with dropout, 2 a s^2 b without) and computes the whole matrix.
 
 Activation bytes per layer follow Korthikanti et al. 2022, generalised from
 their GPT block (ffn = 4h) to any ffn width, gated FFNs, GQA and MLA:
@@ -42,13 +42,11 @@ import equinox as eqx
 import jax
 
 from . import _checks, strategies
-from ._checks import float_field, static_field
+from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_WIDTH, count
 
 RECOMPUTE = strategies.RECOMPUTES
 ATTENTIONS = ("mha", "mla")  # multi-head (incl. GQA/MQA via kv_heads), multi-head latent
-ATTENTION_KERNELS = ("flash", "naive")
-FLASH_BACKWARD_OVER_FORWARD = 2.5  # FlashAttention-2 backward: 5 GEMMs vs 2 (Dao 2023)
 
 
 class Transformer(eqx.Module):
@@ -98,9 +96,10 @@ class Transformer(eqx.Module):
                                          kw_only=True)
     attention: str = static_field("model.attention", str, choices=ATTENTIONS, default="mha",
                                   kw_only=True)
-    attention_kernel: str = static_field("model.attention_kernel", str,
-                                         choices=ATTENTION_KERNELS, default="flash",
-                                         kw_only=True)
+    # how the attention core runs (`strategies.AttentionKernel`, or its name)
+    attention_kernel: strategies.AttentionKernel = strategy_field(
+        "model.attention_kernel", strategies.attention_kernel, strategies.ATTENTION_KERNEL_CLASSES,
+        default=strategies.FlashAttention(), kw_only=True)
     dropout: bool = static_field("model.dropout", bool, default=False, kw_only=True)
 
     def __post_init__(self):
@@ -227,11 +226,6 @@ class Transformer(eqx.Module):
         matrix (the MFU convention; Narayanan: 4 s h for MHA)."""
         return 2 * self.seq_len * self.heads * (self.qk_width + self.v_width)
 
-    def executed_score_fraction(self) -> float:
-        """Share of the score FLOPs a causal kernel executes: a fused kernel
-        skips the masked upper triangle; the naive one computes it and masks."""
-        return 0.5 if self.attention_kernel == "flash" else 1.0
-
     def logits_flops_per_token(self) -> jax.Array:
         return 2 * self.vocab * self.hidden
 
@@ -282,11 +276,7 @@ class Transformer(eqx.Module):
                else self.heads * (2 * self.qk_width + self.v_width))
         split = 2 * qkv + linear * (2 * out + (6.0 if self.gated else 4.0) * f)
         split = split * s * b * width
-        if self.attention_kernel == "flash":  # fp32 log-sum-exp per query and head
-            scores = 4.0 * self.heads * s * b
-        else:  # softmax output (+ its dropout mask and output) over s x s
-            per = 5.0 if self.dropout else 2.0
-            scores = per * self.heads * s * self.seq_len * b * width
+        scores = self.attention_kernel.stored_bytes(self, s, b, width)
         # norms (4), block inputs (4), dropout masks (2); MLA's latents
         replicated = (8.0 + (2.0 if self.dropout else 0.0)) * s * b * h * width
         if self.attention == "mla":
