@@ -1,12 +1,12 @@
 """Strategies as types: the fabric's topology and routing, the pipeline
-schedule, what backward recomputes, and the attention kernel.
+schedule, what backward recomputes, the attention and its kernel.
 
 Each family is an abstract `eqx.Module` declaring the interface; each strategy
 a small final class that owns its formulas and carries the parameters only it
 reads: a Clos its pods (`pod_size`, `oversubscription`: float leaves, so
 differentiable knobs), a torus its shape (static: the shape is structure).
-A name is parsed once, by `topology`, `routing`, `schedule`, `recompute` and
-`attention_kernel`:
+A name is parsed once, by `topology`, `routing`, `schedule`, `recompute`,
+`attention` and `attention_kernel`:
 an unknown name is a one-line ValueError naming the key and the choices, so
 no other code compares strategy names.
 
@@ -625,3 +625,114 @@ ATTENTION_KERNELS = tuple(c.name for c in ATTENTION_KERNEL_CLASSES)
 def attention_kernel(value, key: str = "model.attention_kernel") -> AttentionKernel:
     """The attention kernel named `value` (or `value` itself if it is an `AttentionKernel`)."""
     return _parse(key, value, AttentionKernel, ATTENTION_KERNEL_CLASSES)
+
+
+# ------------------------------------------------------------------- attention
+
+
+class Attention(Strategy):
+    """How a layer's attention projects a token into per-head queries, keys and
+    values: its weight matrices, widths and stored elements, from the model's
+    shapes (the MLA dimensions are the model's `model.*` keys)."""
+
+    # backward recomputes the up-projected per-head Q, K, V and every RMSNorm
+    # with the attention core (DeepSeek-V3, section 3.2.3)
+    recomputes_projections: ClassVar[bool] = False
+
+    def check(self, model) -> None:
+        """Raise when the model lacks a dimension this attention reads."""
+
+    @abc.abstractmethod
+    def qk_width(self, model) -> jax.Array:
+        """Per-head query/key width."""
+
+    @abc.abstractmethod
+    def v_width(self, model) -> jax.Array:
+        """Per-head value width."""
+
+    @abc.abstractmethod
+    def gemms(self, model) -> tuple:
+        """The weight matrices per layer, as (k, n, split) (`Transformer.attention_gemms`)."""
+
+    @abc.abstractmethod
+    def kv_elements_per_token(self, model) -> jax.Array:
+        """Elements of K and V per token as the attention kernel reads them."""
+
+    @abc.abstractmethod
+    def qkv_elements_per_token(self, model) -> jax.Array:
+        """Elements of Q, K and V per token that backward keeps (split by tp)."""
+
+    def latent_elements_per_token(self, model) -> jax.Array:
+        """Elements of low-rank latents per token that backward keeps (replicated)."""
+        return 0.0
+
+
+class Mha(Attention):
+    """Multi-head attention, GQA/MQA through `kv_heads`: Q and O h x h, K and V
+    h x kv_hidden each."""
+
+    name: ClassVar[str] = "mha"
+
+    def qk_width(self, model) -> jax.Array:
+        return model.hidden / model.heads
+
+    def v_width(self, model) -> jax.Array:
+        return model.hidden / model.heads
+
+    def gemms(self, model) -> tuple:
+        h = model.hidden
+        return ((h, h + 2 * model.kv_hidden, "n"), (h, h, "k"))
+
+    def kv_elements_per_token(self, model) -> jax.Array:
+        return 2 * model.kv_hidden
+
+    def qkv_elements_per_token(self, model) -> jax.Array:
+        return model.hidden + 2 * model.kv_hidden
+
+
+class Mla(Attention):
+    """Multi-head latent attention (DeepSeek-V2/V3): queries through a rank
+    `q_lora_rank` bottleneck (0: full rank), keys and values through a shared
+    rank `kv_lora_rank` latent plus a decoupled RoPE key of `qk_rope_head_dim`;
+    per head a query/key width of qk_head_dim + qk_rope_head_dim and a value
+    width of v_head_dim, K and V materialised per head in training."""
+
+    name: ClassVar[str] = "mla"
+    recomputes_projections: ClassVar[bool] = True
+
+    def check(self, model) -> None:
+        for k in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
+            _checks.at_least_one(f"model.{k}", getattr(model, k))
+
+    def qk_width(self, model) -> jax.Array:
+        return model.qk_head_dim + model.qk_rope_head_dim
+
+    def v_width(self, model) -> jax.Array:
+        return model.v_head_dim
+
+    def gemms(self, model) -> tuple:
+        h, heads, qk, v = model.hidden, model.heads, model.qk_width, model.v_width
+        rope, nope, q_rank = model.qk_rope_head_dim, model.qk_head_dim, model.q_lora_rank
+        q = (((h, q_rank, ""), (q_rank, heads * qk, "n"))
+             if _checks.concrete(q_rank) is None or _checks.concrete(q_rank) > 0
+             else ((h, heads * qk, "n"),))
+        return q + ((h, model.kv_lora_rank + rope, ""),
+                    (model.kv_lora_rank, heads * (nope + v), "n"), (heads * v, h, "k"))
+
+    def kv_elements_per_token(self, model) -> jax.Array:
+        return model.heads * (model.qk_width + model.v_width)
+
+    def qkv_elements_per_token(self, model) -> jax.Array:
+        return model.heads * (2 * model.qk_width + model.v_width)
+
+    def latent_elements_per_token(self, model) -> jax.Array:
+        return model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim
+
+
+ATTENTION_CLASSES = (Mha, Mla)
+ATTENTIONS = tuple(c.name for c in ATTENTION_CLASSES)
+
+
+def attention(value, key: str = "model.attention") -> Attention:
+    """The attention named `value` (or `value` itself if it is an `Attention`)."""
+    return _parse(key, value, Attention, ATTENTION_CLASSES)

@@ -46,7 +46,6 @@ from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_WIDTH, count
 
 RECOMPUTE = strategies.RECOMPUTES
-ATTENTIONS = ("mha", "mla")  # multi-head (incl. GQA/MQA via kv_heads), multi-head latent
 
 
 class Transformer(eqx.Module):
@@ -94,8 +93,11 @@ class Transformer(eqx.Module):
     gated: bool = static_field("model.gated", bool, default=False, kw_only=True)
     tied_embeddings: bool = static_field("model.tied_embeddings", bool, default=True,
                                          kw_only=True)
-    attention: str = static_field("model.attention", str, choices=ATTENTIONS, default="mha",
-                                  kw_only=True)
+    # multi-head (incl. GQA/MQA via kv_heads) or multi-head latent
+    # (`strategies.Attention`, or its name)
+    attention: strategies.Attention = strategy_field(
+        "model.attention", strategies.attention, strategies.ATTENTION_CLASSES,
+        default=strategies.Mha(), kw_only=True)
     # how the attention core runs (`strategies.AttentionKernel`, or its name)
     attention_kernel: strategies.AttentionKernel = strategy_field(
         "model.attention_kernel", strategies.attention_kernel, strategies.ATTENTION_KERNEL_CLASSES,
@@ -120,9 +122,7 @@ class Transformer(eqx.Module):
         if kv_heads is not None:
             _checks.check("model.heads", self.heads, lambda v: v % kv_heads == 0,
                           f"must be a multiple of model.kv_heads={g(kv_heads)}")
-        if self.attention == "mla":
-            for k in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
-                _checks.at_least_one(f"model.{k}", getattr(self, k))
+        self.attention.check(self)
         moe = _checks.concrete(self.moe_layers)
         if moe is not None and moe > 0:
             _checks.at_least_one("model.experts", self.experts)
@@ -149,36 +149,23 @@ class Transformer(eqx.Module):
     @property
     def qk_width(self) -> jax.Array:
         """Per-head query/key width."""
-        if self.attention == "mla":
-            return self.qk_head_dim + self.qk_rope_head_dim
-        return self.hidden / self.heads
+        return self.attention.qk_width(self)
 
     @property
     def v_width(self) -> jax.Array:
         """Per-head value width."""
-        return self.v_head_dim if self.attention == "mla" else self.hidden / self.heads
+        return self.attention.v_width(self)
 
     def attention_gemms(self) -> tuple:
         """The attention block's weight matrices per layer, as (k, n, split):
         a token's (1 x k) @ (k x n); `split` says which side tensor parallelism
         cuts ("n" column-parallel, "k" row-parallel, "" replicated)."""
-        h = self.hidden
-        if self.attention == "mha":
-            return ((h, h + 2 * self.kv_hidden, "n"), (h, h, "k"))
-        heads, qk, v = self.heads, self.qk_width, self.v_width
-        rope, nope = self.qk_rope_head_dim, self.qk_head_dim
-        q = (((h, self.q_lora_rank, ""), (self.q_lora_rank, heads * qk, "n"))
-             if _checks.concrete(self.q_lora_rank) is None or _checks.concrete(self.q_lora_rank) > 0
-             else ((h, heads * qk, "n"),))
-        return q + ((h, self.kv_lora_rank + rope, ""),
-                    (self.kv_lora_rank, heads * (nope + v), "n"), (heads * v, h, "k"))
+        return self.attention.gemms(self)
 
     def kv_elements_per_token(self) -> jax.Array:
         """Elements of K and V per token as the attention kernel reads them (what
         ring attention exchanges)."""
-        if self.attention == "mla":
-            return self.heads * (self.qk_width + self.v_width)
-        return 2 * self.kv_hidden
+        return self.attention.kv_elements_per_token(self)
 
     # ------------------------------------------------------------ parameters
     def attention_params(self) -> jax.Array:
@@ -272,20 +259,17 @@ class Transformer(eqx.Module):
         # split by tp: Q, K and V, the attention output (the projection's
         # input), the FFN activation input and fc2 input (4 f), the gate (2 f)
         out = self.heads * self.v_width
-        qkv = (h + 2 * self.kv_hidden if self.attention == "mha"
-               else self.heads * (2 * self.qk_width + self.v_width))
+        qkv = self.attention.qkv_elements_per_token(self)
         split = 2 * qkv + linear * (2 * out + (6.0 if self.gated else 4.0) * f)
         split = split * s * b * width
         scores = self.attention_kernel.stored_bytes(self, s, b, width)
         # norms (4), block inputs (4), dropout masks (2); MLA's latents
         replicated = (8.0 + (2.0 if self.dropout else 0.0)) * s * b * h * width
-        if self.attention == "mla":
-            replicated = replicated + 2 * (self.q_lora_rank + self.kv_lora_rank
-                                           + self.qk_rope_head_dim) * s * b * width
+        replicated = (replicated
+                      + 2 * self.attention.latent_elements_per_token(self) * s * b * width)
         if not recompute.keeps_attention_core:  # the attention core is recomputed
             scores = 0.0 * scores
-            if self.attention == "mla":  # DeepSeek-V3 (section 3.2.3) also recomputes
-                # the up-projected per-head Q, K, V and every RMSNorm
+            if self.attention.recomputes_projections:  # MLA (DeepSeek-V3, section 3.2.3)
                 split = split - 2 * qkv * s * b * width
                 replicated = replicated - 4.0 * s * b * h * width
         return (split + scores) / tp + replicated / (tp if sequence_parallel else 1.0)

@@ -60,7 +60,8 @@ def test_strategies_are_declared_once_with_their_own_keys():
                          ("system.routing", strategies.ROUTING_CLASSES),
                          ("parallel.schedule", strategies.SCHEDULE_CLASSES),
                          ("training.recompute", strategies.RECOMPUTE_CLASSES),
-                         ("model.attention_kernel", strategies.ATTENTION_KERNEL_CLASSES)):
+                         ("model.attention_kernel", strategies.ATTENTION_KERNEL_CLASSES),
+                         ("model.attention", strategies.ATTENTION_CLASSES)):
         decl = sc.KEYS[key].declaration
         assert decl.kind is str and decl.choices == tuple(c.name for c in classes), key
     for key in ("system.pod_size", "system.oversubscription"):
