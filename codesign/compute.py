@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from . import traffic
 from .hardware import System
 from .plan import DTYPE_BYTES, Plan
-from .workload import FLASH_BACKWARD_OVER_FORWARD, Transformer
+from .workload import Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
 # residual adds, the activation, rotary/bias (assumption; GEMMs and the attention
@@ -70,27 +70,12 @@ def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
 
 def attention_time_s(model: Transformer, plan: Plan, system: System):
     """(forward, backward) seconds of one layer's attention scores (Q K^T, softmax,
-    A V), one micro-batch, per GPU.
-
-    flash: one fused kernel executing the unmasked half of the score FLOPs at
-    `chip.attention_efficiency` of the peak in the attention width; backward
-    2.5x the forward's FLOPs (it recomputes the scores). naive: batched GEMMs
-    over the whole s x s matrix (one (query x key) pair per head), backward
-    twice the forward; the softmax traffic over s x s is in the memory-bound
-    term (the scores are part of the stored activations).
-    """
+    A V), one micro-batch, per GPU: the model's kernel's (`strategies.AttentionKernel`)
+    in the attention width."""
     d = plan.precision.attention
-    queries = model.seq_len / plan.cp
-    if model.attention_kernel == "flash":
-        flops = (plan.micro_batch * queries * model.attention_score_flops_per_token() / plan.tp
-                 * model.executed_score_fraction())
-        fwd = flops / (peak_flops_per_s(system, d) * system.chip.attention_efficiency)
-        overhead = system.chip.kernel_overhead_s
-        return fwd + overhead, FLASH_BACKWARD_OVER_FORWARD * fwd + overhead
-    heads = model.heads / plan.tp * plan.micro_batch
-    fwd = (gemm_time_s(system, queries, model.qk_width, model.seq_len, d, heads)
-           + gemm_time_s(system, queries, model.seq_len, model.v_width, d, heads))
-    return fwd, 2.0 * fwd
+    return model.attention_kernel.time_s(
+        model, plan.micro_batch, model.seq_len / plan.cp, plan.tp, system.chip,
+        peak_flops_per_s(system, d), lambda m, k, n, count: gemm_time_s(system, m, k, n, d, count))
 
 
 def _linear_time_s(system, tokens, k, n, split, tp, dtype):

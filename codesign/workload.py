@@ -14,12 +14,12 @@ attention kernel (FlashAttention) skips the masked half of the scores and its
 backward recomputes them (2.5x the forward's FLOPs, Dao 2023); `step.py`
 times what is executed and reports MFU/HFU by these conventions.
 
-Attention kernels (`attention_kernel`): "flash" (2022 on) keeps only O(s)
-softmax statistics (fp32 log-sum-exp per query and head) for backward, never
-writes the s x s scores to HBM and skips the masked half; "naive" (Megatron
-2019-2021) materialises, stores and streams the scores (softmax output, its
-dropout mask and output: 5 a s^2 b bytes with dropout, 2 a s^2 b without) and
-computes the whole matrix.
+Attention kernels (`attention_kernel`, a `strategies.AttentionKernel` or its
+name): "flash" (2022 on) keeps only O(s) softmax statistics (fp32 log-sum-exp
+per query and head) for backward, never writes the s x s scores to HBM and
+skips the masked half; "naive" (Megatron 2019-2021) materialises, stores and
+streams the scores (softmax output, its dropout mask and output: 5 a s^2 b
+bytes with dropout, 2 a s^2 b without) and computes the whole matrix.
 
 Activation bytes per layer follow Korthikanti et al. 2022, generalised from
 their GPT block (ffn = 4h) to any ffn width, gated FFNs, GQA and MLA:
@@ -42,13 +42,10 @@ import equinox as eqx
 import jax
 
 from . import _checks, strategies
-from ._checks import float_field, static_field
+from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_WIDTH, count
 
 RECOMPUTE = strategies.RECOMPUTES
-ATTENTIONS = ("mha", "mla")  # multi-head (incl. GQA/MQA via kv_heads), multi-head latent
-ATTENTION_KERNELS = ("flash", "naive")
-FLASH_BACKWARD_OVER_FORWARD = 2.5  # FlashAttention-2 backward: 5 GEMMs vs 2 (Dao 2023)
 
 
 class Transformer(eqx.Module):
@@ -96,11 +93,15 @@ class Transformer(eqx.Module):
     gated: bool = static_field("model.gated", bool, default=False, kw_only=True)
     tied_embeddings: bool = static_field("model.tied_embeddings", bool, default=True,
                                          kw_only=True)
-    attention: str = static_field("model.attention", str, choices=ATTENTIONS, default="mha",
-                                  kw_only=True)
-    attention_kernel: str = static_field("model.attention_kernel", str,
-                                         choices=ATTENTION_KERNELS, default="flash",
-                                         kw_only=True)
+    # multi-head (incl. GQA/MQA via kv_heads) or multi-head latent
+    # (`strategies.Attention`, or its name)
+    attention: strategies.Attention = strategy_field(
+        "model.attention", strategies.attention, strategies.ATTENTION_CLASSES,
+        default=strategies.Mha(), kw_only=True)
+    # how the attention core runs (`strategies.AttentionKernel`, or its name)
+    attention_kernel: strategies.AttentionKernel = strategy_field(
+        "model.attention_kernel", strategies.attention_kernel, strategies.ATTENTION_KERNEL_CLASSES,
+        default=strategies.FlashAttention(), kw_only=True)
     dropout: bool = static_field("model.dropout", bool, default=False, kw_only=True)
 
     def __post_init__(self):
@@ -121,9 +122,7 @@ class Transformer(eqx.Module):
         if kv_heads is not None:
             _checks.check("model.heads", self.heads, lambda v: v % kv_heads == 0,
                           f"must be a multiple of model.kv_heads={g(kv_heads)}")
-        if self.attention == "mla":
-            for k in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
-                _checks.at_least_one(f"model.{k}", getattr(self, k))
+        self.attention.check(self)
         moe = _checks.concrete(self.moe_layers)
         if moe is not None and moe > 0:
             _checks.at_least_one("model.experts", self.experts)
@@ -150,36 +149,23 @@ class Transformer(eqx.Module):
     @property
     def qk_width(self) -> jax.Array:
         """Per-head query/key width."""
-        if self.attention == "mla":
-            return self.qk_head_dim + self.qk_rope_head_dim
-        return self.hidden / self.heads
+        return self.attention.qk_width(self)
 
     @property
     def v_width(self) -> jax.Array:
         """Per-head value width."""
-        return self.v_head_dim if self.attention == "mla" else self.hidden / self.heads
+        return self.attention.v_width(self)
 
     def attention_gemms(self) -> tuple:
         """The attention block's weight matrices per layer, as (k, n, split):
         a token's (1 x k) @ (k x n); `split` says which side tensor parallelism
         cuts ("n" column-parallel, "k" row-parallel, "" replicated)."""
-        h = self.hidden
-        if self.attention == "mha":
-            return ((h, h + 2 * self.kv_hidden, "n"), (h, h, "k"))
-        heads, qk, v = self.heads, self.qk_width, self.v_width
-        rope, nope = self.qk_rope_head_dim, self.qk_head_dim
-        q = (((h, self.q_lora_rank, ""), (self.q_lora_rank, heads * qk, "n"))
-             if _checks.concrete(self.q_lora_rank) is None or _checks.concrete(self.q_lora_rank) > 0
-             else ((h, heads * qk, "n"),))
-        return q + ((h, self.kv_lora_rank + rope, ""),
-                    (self.kv_lora_rank, heads * (nope + v), "n"), (heads * v, h, "k"))
+        return self.attention.gemms(self)
 
     def kv_elements_per_token(self) -> jax.Array:
         """Elements of K and V per token as the attention kernel reads them (what
         ring attention exchanges)."""
-        if self.attention == "mla":
-            return self.heads * (self.qk_width + self.v_width)
-        return 2 * self.kv_hidden
+        return self.attention.kv_elements_per_token(self)
 
     # ------------------------------------------------------------ parameters
     def attention_params(self) -> jax.Array:
@@ -227,11 +213,6 @@ class Transformer(eqx.Module):
         matrix (the MFU convention; Narayanan: 4 s h for MHA)."""
         return 2 * self.seq_len * self.heads * (self.qk_width + self.v_width)
 
-    def executed_score_fraction(self) -> float:
-        """Share of the score FLOPs a causal kernel executes: a fused kernel
-        skips the masked upper triangle; the naive one computes it and masks."""
-        return 0.5 if self.attention_kernel == "flash" else 1.0
-
     def logits_flops_per_token(self) -> jax.Array:
         return 2 * self.vocab * self.hidden
 
@@ -278,24 +259,17 @@ class Transformer(eqx.Module):
         # split by tp: Q, K and V, the attention output (the projection's
         # input), the FFN activation input and fc2 input (4 f), the gate (2 f)
         out = self.heads * self.v_width
-        qkv = (h + 2 * self.kv_hidden if self.attention == "mha"
-               else self.heads * (2 * self.qk_width + self.v_width))
+        qkv = self.attention.qkv_elements_per_token(self)
         split = 2 * qkv + linear * (2 * out + (6.0 if self.gated else 4.0) * f)
         split = split * s * b * width
-        if self.attention_kernel == "flash":  # fp32 log-sum-exp per query and head
-            scores = 4.0 * self.heads * s * b
-        else:  # softmax output (+ its dropout mask and output) over s x s
-            per = 5.0 if self.dropout else 2.0
-            scores = per * self.heads * s * self.seq_len * b * width
+        scores = self.attention_kernel.stored_bytes(self, s, b, width)
         # norms (4), block inputs (4), dropout masks (2); MLA's latents
         replicated = (8.0 + (2.0 if self.dropout else 0.0)) * s * b * h * width
-        if self.attention == "mla":
-            replicated = replicated + 2 * (self.q_lora_rank + self.kv_lora_rank
-                                           + self.qk_rope_head_dim) * s * b * width
+        replicated = (replicated
+                      + 2 * self.attention.latent_elements_per_token(self) * s * b * width)
         if not recompute.keeps_attention_core:  # the attention core is recomputed
             scores = 0.0 * scores
-            if self.attention == "mla":  # DeepSeek-V3 (section 3.2.3) also recomputes
-                # the up-projected per-head Q, K, V and every RMSNorm
+            if self.attention.recomputes_projections:  # MLA (DeepSeek-V3, section 3.2.3)
                 split = split - 2 * qkv * s * b * width
                 replicated = replicated - 4.0 * s * b * h * width
         return (split + scores) / tp + replicated / (tp if sequence_parallel else 1.0)

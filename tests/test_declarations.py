@@ -53,13 +53,15 @@ def test_schema_knobs_domains_and_integer_knobs_are_derived():
 
 
 def test_strategies_are_declared_once_with_their_own_keys():
-    """The four strategy keys are names in a table (choices: the classes' names);
+    """The strategy keys are names in a table (choices: the classes' names);
     a Clos's pods are declared once, on Clos, reachable via system.topology, and
     knobs only of the scenarios whose topology is a Clos."""
     for key, classes in (("system.topology", strategies.TOPOLOGY_CLASSES),
                          ("system.routing", strategies.ROUTING_CLASSES),
                          ("parallel.schedule", strategies.SCHEDULE_CLASSES),
-                         ("training.recompute", strategies.RECOMPUTE_CLASSES)):
+                         ("training.recompute", strategies.RECOMPUTE_CLASSES),
+                         ("model.attention_kernel", strategies.ATTENTION_KERNEL_CLASSES),
+                         ("model.attention", strategies.ATTENTION_CLASSES)):
         decl = sc.KEYS[key].declaration
         assert decl.kind is str and decl.choices == tuple(c.name for c in classes), key
     for key in ("system.pod_size", "system.oversubscription"):

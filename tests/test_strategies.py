@@ -95,6 +95,8 @@ def test_float_leaves_inside_strategies_jit_vmap_and_grad():
     ("system.routing", "hash", strategies.ROUTINGS),
     ("parallel.schedule", "pipedream", strategies.SCHEDULES),
     ("training.recompute", "some", strategies.RECOMPUTES),
+    ("model.attention_kernel", "fused", strategies.ATTENTION_KERNELS),
+    ("model.attention", "gqa", strategies.ATTENTIONS),
 ])
 def test_an_unknown_strategy_name_is_one_line_naming_key_and_choices(key, value, choices):
     message = f"{key}={value!r} is not one of {', '.join(choices)}"
@@ -106,6 +108,10 @@ def test_names_parse_to_their_types_and_types_pass_through():
     assert plan.Plan(schedule="dualpipe").schedule == strategies.DualPipe()
     assert plan.Plan(recompute=strategies.FullRecompute()).recompute.name == "full"
     assert strategies.routing("ecmp") == strategies.Ecmp()
+    assert sc.load(None, ["model.attention_kernel=naive"]).model.attention_kernel == \
+        strategies.NaiveAttention()
+    assert codesign.workload.model("megatron-8.3b").attention_kernel.name == "naive"
+    assert codesign.workload.model("deepseek-v3").attention == strategies.Mla()
     assert [strategies.topology(n, 8.0).name for n in strategies.TOPOLOGIES] == \
         list(strategies.TOPOLOGIES)
     assert fabric.topology("clos", 8.0, pod_size=64.0) == fabric.Clos(64.0, 1.0)
@@ -117,9 +123,16 @@ def test_names_parse_to_their_types_and_types_pass_through():
         fabric.with_topology(h100, strategies.Torus((16, 16, 16)))
 
 
+def test_mla_refuses_a_model_without_its_dimensions():
+    with pytest.raises(ValueError, match=r"^model.kv_lora_rank=0 must be at least 1$"):
+        sc.load(None, ["model.attention=mla"])
+    assert sc.load("deepseek-v3", ["model.attention=mha"]).model.qk_width == 7168 / 128
+
+
 def test_no_strategy_name_is_compared_outside_parsing():
     names = (strategies.TOPOLOGIES + strategies.ROUTINGS + strategies.SCHEDULES
-             + tuple(n for n in strategies.RECOMPUTES if n != "none"))  # "none" is a dtype too
+             + tuple(n for n in strategies.RECOMPUTES if n != "none")
+             + strategies.ATTENTION_KERNELS + strategies.ATTENTIONS)  # "none" is a dtype too
     pattern = re.compile(r"(==|!=|\bin)\s*\(?\s*['\"](" + "|".join(map(re.escape, names))
                          + r")['\"]")
     root = Path(codesign.__file__).parent

@@ -89,7 +89,7 @@ def _print_estimate(scn, labels, out):
     print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
           f"cp {float(p.cp):g}  ep {float(p.ep):g}  micro-batches {float(p.micro_batches):g}  "
           f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
-          f"attention {scn.model.attention}/{scn.model.attention_kernel}")
+          f"attention {scn.model.attention.name}/{scn.model.attention_kernel.name}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
     for k, v in out["breakdown_s"].items():
         share = v / out["step_time_s"] if out["step_time_s"] else 0.0
