@@ -168,12 +168,17 @@ class Estimate(eqx.Module):
         return self.reliability.time_to_train_s(self.tokens / self.step.tokens_per_s)
 
 
-def estimate(scn, t=0.0, assumptions=None) -> Estimate:
+def estimate(scn, t=0.0, assumptions=None, *, check=True) -> Estimate:
     """The whole model of a `scenario.Scenario`, differentiable in every float;
     the fabric counted with the default `fabric.Prices` and priced with
     `assumptions` (an `economics.Assumptions`; None: the default ones). Under
-    jit/vmap/grad a knob outside its domain raises (`Scenario.checked`)."""
-    scn = scn.checked()
+    jit/vmap/grad a knob outside its domain raises (`Scenario.checked`), unless
+    `check=False`: for a scenario whose values were concrete when it was built
+    (each field checks itself then), the traced check adds nothing, and a
+    program without it has no host callback, so JAX's persistent compilation
+    cache can store it (`codesign estimate` runs so)."""
+    if check:
+        scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
     checkpoint_bytes = memory.checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)

@@ -7,6 +7,7 @@ import json
 import jax
 
 from .. import scenario, step
+from .._compile import compiled
 from ..units import format_bytes
 from . import _output, _system
 
@@ -27,7 +28,11 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "reserve")
 
 @jax.jit
 def _estimate(scn):
-    est = step.estimate(scn)
+    """The estimate and its outputs of a loaded scenario: its values were
+    checked on loading, so without the traced check (no host callback: the
+    persistent compilation cache stores the program), compiled ahead of time
+    with the fast CPU options (`_compile`)."""
+    est = step.estimate(scn, check=False)
     return est, step.outputs(est)
 
 
@@ -37,7 +42,7 @@ def evaluate(args):
     the peak of its GEMMs' precision a `step.OutputOutOfRange` (the model's
     fault: exit 1 with one line), see `step.check_outputs`."""
     scn = scenario.load(args.scenario, args.set, system=args.system)
-    est, out = _estimate(scn)
+    est, out = compiled(_estimate, scn)[0](scn)
     if float(est.tokens) <= 0:  # time to train is not asked for
         out = {k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")}
     step.check_outputs(out, args.set)

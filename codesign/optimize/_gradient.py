@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 from .. import scenario as sc
+from .._compile import compiled as _compiled
 from ._model import MU_END, Exact, _concat, _exact_batch, _structural_point, chunked, relaxed_loss
 from ._problem import Core, Problem, to_box, to_values
 from ._result import Result, _key, _knob_dict, _result, _top
@@ -30,30 +31,6 @@ SINGLE_STEPS = 3  # lattice search: one knob moves up to this many admissible va
 EXACT_CHUNK = 256  # points per exact evaluation of the method (candidate sets pad to it)
 RULE_CHUNK = 1 << 14  # points per check of the structural rules alone
 REPAIRS = 2  # a point that breaks a structural rule is replaced by its 2 nearest repairs
-# XLA:CPU options for the method's two compilations (descent, exact evaluation).
-# Both run for about a second in all, while compiling them at XLA's defaults
-# took 70 s and 19 s on the Llama-3-70B problem of benchmarks/search.py; with
-# the classic emitters at LLVM -O0 they compile in about 10 s and 2.5 s and run
-# 1.3-5x slower (the values agree to rounding).
-CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False,
-                        "xla_backend_optimization_level": 0}
-_COMPILED: dict = {}  # (jitted function, argument structure and types) -> executable
-
-
-def _compiled(jitted, *args):
-    """`jitted` lowered and compiled ahead of time for the structure, shapes and
-    dtypes of `args` (once per process; `CPU_COMPILER_OPTIONS` on the CPU):
-    (the executable, seconds spent tracing and compiling it in this call)."""
-    leaves, tree = jax.tree.flatten(args)
-    key = (jitted, tree, tuple(jax.typeof(x) for x in leaves))
-    if key in _COMPILED:
-        return _COMPILED[key], 0.0
-    t0 = time.perf_counter()
-    options = CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
-    _COMPILED[key] = jitted.lower(*args).compile(compiler_options=options)
-    return _COMPILED[key], time.perf_counter() - t0
-
-
 class _Clock:
     """Where the method's wall time goes (seconds): compiling, descending, exact evaluation."""
 
