@@ -135,6 +135,46 @@ def group_cost(op: str, n_bytes, plan: Plan, dims, system: System, t=0.0):
     return cost_on(op, n_bytes, geometry, system, t), geometry[0], geometry[1]
 
 
+def cost_on_many(requests, system: System, t=0.0) -> list:
+    """`cost_on` of each request (op, n_bytes, geometry), with `auto` over
+    every algorithm: the requests that are not all-to-alls (no forwarding hop)
+    stacked and costed as one (`collectives.choose_many`)."""
+    costs = [None] * len(requests)
+    many = [i for i, (op, _, _) in enumerate(requests) if op != "all_to_all"]
+    for i in (i for i in range(len(requests)) if i not in many):
+        costs[i] = cost_on(*requests[i], system, t)
+    if many:
+        n_bytes, ranks, inside, span, stride = (
+            jnp.stack([jnp.broadcast_to(x, ()) for x in column]) for column in
+            zip(*((requests[i][1], *requests[i][2]) for i in many), strict=True))
+        inner = fabric.scale_up_tier(system, inside, stride, t)
+        outer = fabric.group_scale_out_tier(system, span, ranks / inside, False, t)
+        c = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks, inner,
+                                    outer, inside, temperature=t)
+        for j, i in enumerate(many):
+            costs[i] = jax.tree.map(lambda x, j=j: x[j], c)
+    return costs
+
+
+def _together(dimensions):
+    """Run the row generators `dimensions` in lockstep: each yields the
+    collectives it needs ((op, n_bytes, geometry) each) and is sent their
+    Costs; this yields all of their requests at once, sends each its share of
+    the Costs, and returns their rows (a list per dimension)."""
+    asks = [next(d) for d in dimensions]
+    costs = yield [a for ask in asks for a in ask]
+    rows, start = [], 0
+    for d, ask in zip(dimensions, asks, strict=True):
+        try:
+            d.send(costs[start:start + len(ask)])
+        except StopIteration as done:
+            rows.append(done.value)
+        else:
+            raise RuntimeError("a row generator asked for collectives twice")
+        start += len(ask)
+    return rows
+
+
 def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
     """Bytes one GPU sends over the slow tier in one hierarchical `op`: the
     phase across domains runs on n / inside bytes (all n for all-to-all) over
@@ -164,9 +204,11 @@ def _tp_rows(model, plan, system, sh, compute_s, t):
     per_layer = 2.0 + 2.0 * plan.recompute.layer_forwards
     count = per_layer * sh.layers_on_stage * sh.micro_batches
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
+    geometry = group(plan, ("tp",), system, t)
+    ranks, inside = geometry[:2]
+    costs = yield [(op, n, geometry) for op in ops]
     rows = []
-    for op in ops:
-        one, ranks, inside = group_cost(op, n, plan, ("tp",), system, t)
+    for op, one in zip(ops, costs, strict=True):
         time = count * one.time_s
         hidden = smooth_min(plan.tp_overlap * time, compute_s / len(ops), t)
         rows.append(_row("tp", op, "auto", n, count, one, ranks, inside,
@@ -184,8 +226,9 @@ def _cp_rows(model, plan, system, sh, timing, t):
          * plan.precision.bytes("attention"))
     per = sh.layers_on_stage * sh.micro_batches
     fwd = plan.recompute.layer_forwards * per
-    ag, ranks, inside = group_cost("all_gather", n, plan, ("cp",), system, t)
-    rs, _, _ = group_cost("reduce_scatter", n, plan, ("cp",), system, t)
+    geometry = group(plan, ("cp",), system, t)
+    ranks, inside = geometry[:2]
+    ag, rs = yield [("all_gather", n, geometry), ("reduce_scatter", n, geometry)]
     fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag.time_s, per * ag.time_s, per * rs.time_s
     fwd_exposed = smooth_max(fwd_s - timing.attention_forward_s, 0.0, t)
     bwd_exposed = smooth_max(bwd_ag_s + bwd_rs_s
@@ -294,14 +337,14 @@ def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=0.0):
 
 
 def _bucketed_row(op, label, total_bytes, geometry, system, plan, hide_s, times, present, t):
-    """`times` x a bucketed `op` of `total_bytes` over `geometry`, each pass
-    hidden under `hide_s` of compute (`bucketed_exposed_s`)."""
+    """A row generator: `times` x a bucketed `op` of `total_bytes` over
+    `geometry`, each pass hidden under `hide_s` of compute (`bucketed_exposed_s`)."""
     buckets = jnp.maximum(total_bytes / plan.dp_bucket_bytes, 1.0)
     bucket = total_bytes / buckets
-    one = cost_on(op, bucket, geometry, system, t)
+    (one,) = yield [(op, bucket, geometry)]
     exposed = times * bucketed_exposed_s(one.time_s, buckets, hide_s, t) * present
-    return _row("dp", op, label, bucket, times * buckets * present, one, geometry[0],
-                geometry[1], exposed=exposed, critical=False)
+    return [_row("dp", op, label, bucket, times * buckets * present, one, geometry[0],
+                 geometry[1], exposed=exposed, critical=False)]
 
 
 def _dp_rows(model, plan, system, sh, timing, t):
@@ -328,9 +371,7 @@ def _dp_rows(model, plan, system, sh, timing, t):
     expert = model.routed_expert_params() / (plan.ep * plan.tp * plan.pp)
     dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
     m = sh.micro_batches
-    f_layer = safe_div(timing.forward_s, timing.layers)
-    b_layer = safe_div(timing.backward_s, timing.layers)
-    rows = []
+    parts = []  # row generators, run together
     for label, params, dims, layers in (
             ("dense", dense, ("cp", "ep", "dp"), sh.layers_on_stage),
             ("experts", expert, ("cp", "dp"), sh.moe_layers_on_stage)):
@@ -339,42 +380,49 @@ def _dp_rows(model, plan, system, sh, timing, t):
         present = grad_bytes > 0  # no routed experts: the experts rows are empty
         geo = group(plan, dims, system, t)
         if plan.zero == 0:
-            rows.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
-                                      system, plan, timing.backward_s, 1.0, present, t))
+            parts.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
+                                       system, plan, timing.backward_s, 1.0, present, t))
             continue
         shard = jnp.where(plan.zero_shard_size > 0, plan.zero_shard_size, geo[0])
         inner, across = split_group(geo, shard)
         if plan.zero in (1, 2):
             times = m if plan.zero == 2 else 1.0
-            rows.append(_bucketed_row("reduce_scatter", f"zero{plan.zero}/{label}", grad_bytes,
-                                      inner, system, plan, timing.backward_s, times, present, t))
-            rows.append(_bucketed_row("all_gather", f"zero{plan.zero}/{label}", param_bytes,
-                                      inner, system, plan, timing.forward_s, 1.0, present, t))
+            parts.append(_bucketed_row("reduce_scatter", f"zero{plan.zero}/{label}", grad_bytes,
+                                       inner, system, plan, timing.backward_s, times, present, t))
+            parts.append(_bucketed_row("all_gather", f"zero{plan.zero}/{label}", param_bytes,
+                                       inner, system, plan, timing.forward_s, 1.0, present, t))
         else:
-            n_layers = jnp.maximum(layers, 1.0)
-            layer_params, layer_grads = param_bytes / n_layers, grad_bytes / n_layers
-            ag = cost_on("all_gather", layer_params, inner, system, t)
-            rs = cost_on("reduce_scatter", layer_grads, inner, system, t)
-            again = 1.0 if plan.reshard_after_forward else 0.0
-            depth = plan.fsdp_prefetch_layers
-            fwd = m * layered_exposed_s(ag.time_s, f_layer, layers, depth, t) * present
-            bwd_one = again * ag.time_s + rs.time_s
-            bwd = m * layered_exposed_s(bwd_one, b_layer, layers, depth, t) * present
-            share = safe_div(bwd, m * layers * bwd_one)
-            count = m * layers * present
-            rows.append(_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count,
-                             ag, inner[0], inner[1], exposed=fwd, critical=False))
-            rows.append(_row("dp", "all_gather", f"zero3-backward/{label}", layer_params,
-                             again * count, ag, inner[0], inner[1],
-                             exposed=share * again * count * ag.time_s, critical=False))
-            rows.append(_row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs,
-                             inner[0], inner[1], exposed=share * count * rs.time_s,
-                             critical=False))
+            parts.append(_zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh,
+                                     timing, present, t))
         # HSDP: each shard's gradients all-reduced across the replicas, once per step
         replicated = present * (across[0] > 1.0)
-        rows.append(_bucketed_row("all_reduce", f"hsdp-replicas/{label}", grad_bytes / shard,
-                                  across, system, plan, timing.backward_s, 1.0, replicated, t))
-    return rows
+        parts.append(_bucketed_row("all_reduce", f"hsdp-replicas/{label}", grad_bytes / shard,
+                                   across, system, plan, timing.backward_s, 1.0, replicated, t))
+    rows = yield from _together(parts)
+    return [r for part in rows for r in part]
+
+
+def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, timing, present, t):
+    """A row generator: ZeRO-3's per-layer gathers and reduce-scatters (`_dp_rows`)."""
+    m = sh.micro_batches
+    f_layer = safe_div(timing.forward_s, timing.layers)
+    b_layer = safe_div(timing.backward_s, timing.layers)
+    n_layers = jnp.maximum(layers, 1.0)
+    layer_params, layer_grads = param_bytes / n_layers, grad_bytes / n_layers
+    ag, rs = yield [("all_gather", layer_params, inner), ("reduce_scatter", layer_grads, inner)]
+    again = 1.0 if plan.reshard_after_forward else 0.0
+    depth = plan.fsdp_prefetch_layers
+    fwd = m * layered_exposed_s(ag.time_s, f_layer, layers, depth, t) * present
+    bwd_one = again * ag.time_s + rs.time_s
+    bwd = m * layered_exposed_s(bwd_one, b_layer, layers, depth, t) * present
+    share = safe_div(bwd, m * layers * bwd_one)
+    count = m * layers * present
+    return [_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count, ag,
+                 inner[0], inner[1], exposed=fwd, critical=False),
+            _row("dp", "all_gather", f"zero3-backward/{label}", layer_params, again * count, ag,
+                 inner[0], inner[1], exposed=share * again * count * ag.time_s, critical=False),
+            _row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs, inner[0],
+                 inner[1], exposed=share * count * rs.time_s, critical=False)]
 
 
 def _pp_rows(model, plan, system, sh, t):
@@ -403,13 +451,16 @@ def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tupl
     .overlap_s (per step), .forward_s, .backward_s (one micro-batch; per layer
     divided by .layers), slowest stage."""
     sh = shape(model, plan, t)
-    return tuple(
-        _tp_rows(model, plan, system, sh, timing.overlap_s, t)
-        + _cp_rows(model, plan, system, sh, timing, t)
-        + _ep_rows(model, plan, system, sh, timing.overlap_s, t)
-        + _dp_rows(model, plan, system, sh, timing, t)
-        + _pp_rows(model, plan, system, sh, t)
-    )
+    run = _together([_tp_rows(model, plan, system, sh, timing.overlap_s, t),
+                     _cp_rows(model, plan, system, sh, timing, t),
+                     _dp_rows(model, plan, system, sh, timing, t)])
+    requests = next(run)
+    try:  # every `auto` collective of the step costed at once
+        run.send(cost_on_many(requests, system, t))
+    except StopIteration as done:
+        tp, cp, dp = done.value
+    return tuple(tp + cp + _ep_rows(model, plan, system, sh, timing.overlap_s, t) + dp
+                 + _pp_rows(model, plan, system, sh, t))
 
 
 def exposed_by_dimension(rows) -> dict:
