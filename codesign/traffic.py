@@ -21,6 +21,9 @@ members span (pods and oversubscription, `fabric.scale_out_tier`).
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -78,22 +81,24 @@ def _sizes(plan: Plan) -> dict:
             "pp": plan.pp}
 
 
-def _strides(plan: Plan) -> dict:
-    sizes, strides, acc = _sizes(plan), {}, jnp.ones(())
-    for d in plan.placement:
-        strides[d] = acc
-        acc = acc * sizes[d]
-    return strides
+def _stride(plan: Plan, sizes: dict, d: str):
+    """Ranks between neighbours of dimension `d`: the product of the sizes
+    placed inside it (1.0 for the innermost)."""
+    inside = plan.placement[:plan.placement.index(d)]
+    return functools.reduce(operator.mul, (sizes[e] for e in inside)) if inside else 1.0
 
 
 def group(plan: Plan, dims: tuple[str, ...], system: System, t=0.0):
     """(ranks, ranks inside one scale-up domain, GPUs spanned, innermost stride)."""
-    sizes, strides = _sizes(plan), _strides(plan)
-    ranks = jnp.prod(jnp.stack([sizes[d] for d in dims]))
-    inside = jnp.prod(jnp.stack([
-        smooth_clip(system.scale_up_domain / strides[d], 1.0, sizes[d], t) for d in dims]))
-    span = jnp.max(jnp.stack([strides[d] * sizes[d] for d in dims]))
-    stride = jnp.min(jnp.stack([strides[d] for d in dims]))
+    sizes = _sizes(plan)
+    strides = [_stride(plan, sizes, d) for d in dims]
+    product = functools.partial(functools.reduce, operator.mul)
+    ranks = product(sizes[d] for d in dims)
+    inside = product(smooth_clip(system.scale_up_domain / s, 1.0, sizes[d], t)
+                     for d, s in zip(dims, strides, strict=True))
+    span = functools.reduce(jnp.maximum, (s * sizes[d] for d, s in zip(dims, strides,
+                                                                      strict=True)))
+    stride = functools.reduce(jnp.minimum, strides)
     return ranks, inside, span, stride
 
 
@@ -135,14 +140,14 @@ def group_cost(op: str, n_bytes, plan: Plan, dims, system: System, t=0.0):
     return cost_on(op, n_bytes, geometry, system, t), geometry[0], geometry[1]
 
 
-def cost_on_many(requests, system: System, t=0.0) -> list:
-    """`cost_on` of each request (op, n_bytes, geometry), with `auto` over
-    every algorithm: the requests that are not all-to-alls (no forwarding hop)
-    stacked and costed as one (`collectives.choose_many`)."""
+def times_on_many(requests, system: System, t=0.0) -> list:
+    """The seconds of `cost_on` of each request (op, n_bytes, geometry), with
+    `auto` over every algorithm: the requests that are not all-to-alls (no
+    forwarding hop) stacked and costed as one (`collectives.choose_many`)."""
     costs = [None] * len(requests)
     many = [i for i, (op, _, _) in enumerate(requests) if op != "all_to_all"]
     for i in (i for i in range(len(requests)) if i not in many):
-        costs[i] = cost_on(*requests[i], system, t)
+        costs[i] = cost_on(*requests[i], system, t).time_s
     if many:
         n_bytes, ranks, inside, span, stride = (
             jnp.stack([jnp.broadcast_to(x, ()) for x in column]) for column in
@@ -151,16 +156,16 @@ def cost_on_many(requests, system: System, t=0.0) -> list:
         outer = fabric.group_scale_out_tier(system, span, ranks / inside, False, t)
         c = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks, inner,
                                     outer, inside, temperature=t)
-        for j, i in enumerate(many):
-            costs[i] = jax.tree.map(lambda x, j=j: x[j], c)
+        for i, time_s in zip(many, jnp.unstack(c.time_s), strict=True):
+            costs[i] = time_s
     return costs
 
 
 def _together(dimensions):
     """Run the row generators `dimensions` in lockstep: each yields the
     collectives it needs ((op, n_bytes, geometry) each) and is sent their
-    Costs; this yields all of their requests at once, sends each its share of
-    the Costs, and returns their rows (a list per dimension)."""
+    times (seconds of one); this yields all of their requests at once, sends
+    each its share of the times, and returns their rows (a list per dimension)."""
     asks = [next(d) for d in dimensions]
     costs = yield [a for ask in asks for a in ask]
     rows, start = [], 0
@@ -184,9 +189,9 @@ def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
     return collectives.bus_factor(op, across) * n_across
 
 
-def _row(dimension, op, algorithm, n_bytes, count, one, ranks, inside, exposed=None,
+def _row(dimension, op, algorithm, n_bytes, count, one_s, ranks, inside, exposed=None,
          critical=True, slow_bytes=None) -> Row:
-    time = count * one.time_s
+    time = count * one_s
     if slow_bytes is None:
         slow_bytes = count * slow_tier_bytes(op, n_bytes, ranks, inside)
     return Row(n_bytes, count, ranks, inside, time, time if exposed is None else exposed,
@@ -209,7 +214,7 @@ def _tp_rows(model, plan, system, sh, compute_s, t):
     costs = yield [(op, n, geometry) for op in ops]
     rows = []
     for op, one in zip(ops, costs, strict=True):
-        time = count * one.time_s
+        time = count * one
         hidden = smooth_min(plan.tp_overlap * time, compute_s / len(ops), t)
         rows.append(_row("tp", op, "auto", n, count, one, ranks, inside,
                          exposed=time - hidden))
@@ -229,7 +234,7 @@ def _cp_rows(model, plan, system, sh, timing, t):
     geometry = group(plan, ("cp",), system, t)
     ranks, inside = geometry[:2]
     ag, rs = yield [("all_gather", n, geometry), ("reduce_scatter", n, geometry)]
-    fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag.time_s, per * ag.time_s, per * rs.time_s
+    fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag, per * ag, per * rs
     fwd_exposed = smooth_max(fwd_s - timing.attention_forward_s, 0.0, t)
     bwd_exposed = smooth_max(bwd_ag_s + bwd_rs_s
                              - (timing.attention_s - timing.attention_forward_s), 0.0, t)
@@ -296,15 +301,11 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     # rail-only: the bytes that leave the domain first hop to the GPU on their rail
     slow = slow + fabric.rail_forwarding_cost(system, cross_bytes, inside, inner)
     one_s = smooth_max(fast.time_s, slow.time_s, t) * (model.moe_layers > 0)
-    # the latency / bandwidth split of whichever phase sets the pace
-    pick = fast.time_s >= slow.time_s
-    one = jax.tree.map(lambda a, b: jnp.where(pick, a, b), fast, slow)
-    one = one.scale(safe_div(one_s, one.time_s))
     count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
         * sh.micro_batches
     time = count * one_s
     exposed = plan.schedule.exposed_all_to_all_s(time, overlap_s, t)
-    return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one, ranks, inside,
+    return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
                  exposed=exposed, slow_bytes=count * cross_bytes * (model.moe_layers > 0))]
 
 
@@ -342,7 +343,7 @@ def _bucketed_row(op, label, total_bytes, geometry, system, plan, hide_s, times,
     buckets = jnp.maximum(total_bytes / plan.dp_bucket_bytes, 1.0)
     bucket = total_bytes / buckets
     (one,) = yield [(op, bucket, geometry)]
-    exposed = times * bucketed_exposed_s(one.time_s, buckets, hide_s, t) * present
+    exposed = times * bucketed_exposed_s(one, buckets, hide_s, t) * present
     return [_row("dp", op, label, bucket, times * buckets * present, one, geometry[0],
                  geometry[1], exposed=exposed, critical=False)]
 
@@ -412,17 +413,17 @@ def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, timing,
     ag, rs = yield [("all_gather", layer_params, inner), ("reduce_scatter", layer_grads, inner)]
     again = 1.0 if plan.reshard_after_forward else 0.0
     depth = plan.fsdp_prefetch_layers
-    fwd = m * layered_exposed_s(ag.time_s, f_layer, layers, depth, t) * present
-    bwd_one = again * ag.time_s + rs.time_s
+    fwd = m * layered_exposed_s(ag, f_layer, layers, depth, t) * present
+    bwd_one = again * ag + rs
     bwd = m * layered_exposed_s(bwd_one, b_layer, layers, depth, t) * present
     share = safe_div(bwd, m * layers * bwd_one)
     count = m * layers * present
     return [_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count, ag,
                  inner[0], inner[1], exposed=fwd, critical=False),
             _row("dp", "all_gather", f"zero3-backward/{label}", layer_params, again * count, ag,
-                 inner[0], inner[1], exposed=share * again * count * ag.time_s, critical=False),
+                 inner[0], inner[1], exposed=share * again * count * ag, critical=False),
             _row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs, inner[0],
-                 inner[1], exposed=share * count * rs.time_s, critical=False)]
+                 inner[1], exposed=share * count * rs, critical=False)]
 
 
 def _pp_rows(model, plan, system, sh, t):
@@ -440,8 +441,8 @@ def _pp_rows(model, plan, system, sh, t):
                           fabric.scale_up_tier(system, 2.0, stride, t))
     out = collectives.cost("send_recv", "direct", n, 2.0,
                            fabric.scale_out_tier(system, 2.0 * stride, t))
-    one = jax.tree.map(lambda a, b: neighbour_inside * a + (1 - neighbour_inside) * b, up, out)
-    return [_row("pp", "send_recv", "direct", n, count, one, jnp.minimum(ranks, 2.0),
+    one_s = neighbour_inside * up.time_s + (1 - neighbour_inside) * out.time_s
+    return [_row("pp", "send_recv", "direct", n, count, one_s, jnp.minimum(ranks, 2.0),
                  1.0 + neighbour_inside, slow_bytes=count * n * (1.0 - neighbour_inside))]
 
 
@@ -456,7 +457,7 @@ def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tupl
                      _dp_rows(model, plan, system, sh, timing, t)])
     requests = next(run)
     try:  # every `auto` collective of the step costed at once
-        run.send(cost_on_many(requests, system, t))
+        run.send(times_on_many(requests, system, t))
     except StopIteration as done:
         tp, cp, dp = done.value
     return tuple(tp + cp + _ep_rows(model, plan, system, sh, timing.overlap_s, t) + dp
