@@ -81,7 +81,7 @@ import numpy as np
 
 from . import _checks
 from .hardware import Tier
-from .relax import log2_ranks, safe_div, soft_min
+from .relax import log2_ranks, safe_div, soft_min, where
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
        "reduce", "send_recv")
@@ -372,7 +372,7 @@ def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
     # (a relative slack of 1e-6: a group that fits only misses it by a relaxed
     # clip's rounding, t log 2, near t = 0)
     inside = ranks <= local_ranks * (1.0 + 1e-6)
-    return jax.tree.map(lambda a, b: jnp.where(inside, a, b), tier, outer)
+    return jax.tree.map(lambda a, b: where(inside, a, b), tier, outer)
 
 
 def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_ranks) -> Cost:
@@ -407,7 +407,7 @@ def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_
             return getattr(tier, field)
         if not two_tier.any():
             return getattr(flat, field)
-        return jnp.where(per_row(table.two_tier), getattr(tier, field), getattr(flat, field))
+        return where(per_row(table.two_tier), getattr(tier, field), getattr(flat, field))
 
     zero = jnp.zeros(table.valid.shape[:1] + shape)
     latency = coef["L"] * tier0("latency_s")
@@ -415,9 +415,9 @@ def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_
         in_network = per_row(table.in_network)
         efficiency = tier0("in_network_efficiency")
         ok = efficiency > 0
-        bps = jnp.where(in_network, tier0("bandwidth_Bps") * jnp.where(ok, efficiency, 1.0),
+        bps = where(in_network, tier0("bandwidth_Bps") * where(ok, efficiency, 1.0),
                         tier0("effective_Bps"))
-        bandwidth = jnp.where(in_network & ~ok, _UNSUPPORTED_S, coef["W"] * n_bytes / bps)
+        bandwidth = where(in_network & ~ok, _UNSUPPORTED_S, coef["W"] * n_bytes / bps)
     else:
         bandwidth = coef["W"] * n_bytes / tier0("effective_Bps")
     reduction = coef["C"] * n_bytes / tier0("reduction_Bps") if "C" in coef else zero
@@ -425,12 +425,12 @@ def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_
         latency = latency + coef["L_out"] * outer.latency_s
         n_out = n_bytes
         if table.per_rail.any():
-            n_out = jnp.where(per_row(table.per_rail), n_bytes / feature("g"), n_bytes)
+            n_out = where(per_row(table.per_rail), n_bytes / feature("g"), n_bytes)
         out = coef["W_out"] * n_out / outer.effective_Bps
         serial = bandwidth + out
         if table.pipelined.any():  # the reduction (tier 0's) streams with tier 0
             streams = jnp.maximum(bandwidth + reduction, out) - reduction
-            serial = jnp.where(per_row(table.pipelined), streams, serial)
+            serial = where(per_row(table.pipelined), streams, serial)
         bandwidth = serial
         if "C_out" in coef:
             reduction = reduction + coef["C_out"] * n_out / outer.reduction_Bps
@@ -438,7 +438,7 @@ def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_
         latency = latency + coef["L_back"] * tier0("latency_s")
         bandwidth = bandwidth + coef["W_back"] * n_bytes / tier0("effective_Bps")
     if not table.valid.all():
-        bandwidth = jnp.where(per_row(table.valid), bandwidth, _UNSUPPORTED_S)
+        bandwidth = where(per_row(table.valid), bandwidth, _UNSUPPORTED_S)
     return Cost(*jnp.broadcast_arrays(latency, bandwidth, reduction, zero)[:3])
 
 
@@ -570,7 +570,7 @@ def bus_factor(op: str, ranks) -> jax.Array:
 def algbw_Bps(n_bytes, time_s) -> jax.Array:
     """nccl-tests' algbw = size / time (0 when time is 0)."""
     t = _checks.as_float(time_s)
-    return jnp.where(t > 0, n_bytes / jnp.where(t > 0, t, 1.0), 0.0)
+    return where(t > 0, n_bytes / where(t > 0, t, 1.0), 0.0)
 
 
 def busbw_Bps(op: str, n_bytes, time_s, ranks) -> jax.Array:

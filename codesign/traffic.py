@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from . import collectives, fabric
 from .hardware import System
 from .plan import Plan
-from .relax import safe_div, smooth_ceil, smooth_clip, smooth_max, smooth_min
+from .relax import safe_div, smooth_ceil, smooth_clip, smooth_max, smooth_min, where
 from .workload import Transformer
 
 
@@ -129,7 +129,7 @@ def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto")
     c = collectives.cost(op, algorithm, n_bytes, ranks, inner, outer=outer,
                          local_ranks=inside, temperature=t)
     if exchange:
-        leaves = jnp.where(ranks > inside, 1.0, 0.0)
+        leaves = where(ranks > inside, 1.0, 0.0)
         c = c + fabric.rail_forwarding_cost(system, n_bytes, inside, inner).scale(leaves)
     return c
 
@@ -251,8 +251,8 @@ def expected_remote_nodes(nodes, top_k):
     """Distinct nodes other than its own among a token's top_k experts, with
     experts spread evenly over `nodes` nodes: (N-1)(1 - (1-1/N)^k)."""
     many = nodes > 1.0
-    n = jnp.where(many, nodes, 2.0)  # double where: no NaN gradient at N = 1
-    return jnp.where(many, (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k), 0.0)
+    n = where(many, nodes, 2.0)  # double where: no NaN gradient at N = 1
+    return where(many, (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k), 0.0)
 
 
 def ep_slow_tier_copies(model, plan, nodes, t=0.0):
@@ -267,7 +267,7 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0):
     plain = k * (nodes - 1.0) / jnp.maximum(nodes, 1.0)
     limited = smooth_min(expected_remote_nodes(nodes, k),
                          limit * (nodes - 1.0) / jnp.maximum(nodes, 1.0), t)
-    return jnp.where(limit > 0, limited, plain)
+    return where(limit > 0, limited, plain)
 
 
 def _ep_rows(model, plan, system, sh, overlap_s, t):
@@ -384,7 +384,7 @@ def _dp_rows(model, plan, system, sh, timing, t):
             parts.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
                                        system, plan, timing.backward_s, 1.0, present, t))
             continue
-        shard = jnp.where(plan.zero_shard_size > 0, plan.zero_shard_size, geo[0])
+        shard = where(plan.zero_shard_size > 0, plan.zero_shard_size, geo[0])
         inner, across = split_group(geo, shard)
         if plan.zero in (1, 2):
             times = m if plan.zero == 2 else 1.0
