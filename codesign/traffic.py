@@ -6,6 +6,14 @@ rows through one function (`_tp_rows`, `_cp_rows`, `_ep_rows`, `_dp_rows`,
 collectives take and the part of it that is exposed (not hidden under
 compute). Counts are for the slowest pipeline stage, which sets the pace.
 
+The `auto` collectives of every dimension are costed together: `_tp_rows`,
+`_cp_rows` and `_dp_rows` are generators that yield the collectives they need
+(op, message bytes, group geometry), receive the seconds of each, and return
+their rows; `table` runs them in lockstep (`_together`) and costs all their
+requests in one vectorised expression (`times_on_many`,
+`collectives.choose_many`), so a new row adds entries to one table, not a
+copy of the cost model to the trace.
+
 Placement: ranks are numbered with the dimensions of `plan.placement`
 innermost first (default tp, cp, ep, dp, pp; ep is the inner part of dp, and
 "dp" in the order is the dp / ep replicas of each expert shard). A group of
@@ -92,14 +100,13 @@ def group(plan: Plan, dims: tuple[str, ...], system: System, t=0.0):
     """(ranks, ranks inside one scale-up domain, GPUs spanned, innermost stride)."""
     sizes = _sizes(plan)
     strides = [_stride(plan, sizes, d) for d in dims]
-    product = functools.partial(functools.reduce, operator.mul)
-    ranks = product(sizes[d] for d in dims)
-    inside = product(smooth_clip(system.scale_up_domain / s, 1.0, sizes[d], t)
-                     for d, s in zip(dims, strides, strict=True))
-    span = functools.reduce(jnp.maximum, (s * sizes[d] for d, s in zip(dims, strides,
-                                                                      strict=True)))
-    stride = functools.reduce(jnp.minimum, strides)
-    return ranks, inside, span, stride
+    inside = [smooth_clip(system.scale_up_domain / s, 1.0, sizes[d], t)
+              for d, s in zip(dims, strides, strict=True)]
+    spans = [s * sizes[d] for d, s in zip(dims, strides, strict=True)]
+    if len(dims) == 1:
+        return sizes[dims[0]], inside[0], spans[0], strides[0]
+    return (jnp.prod(jnp.stack([sizes[d] for d in dims])), jnp.prod(jnp.stack(inside)),
+            jnp.max(jnp.stack(spans)), jnp.min(jnp.stack(strides)))
 
 
 def split_group(geometry, shard):
@@ -153,7 +160,10 @@ def times_on_many(requests, system: System, t=0.0) -> list:
             jnp.stack([jnp.broadcast_to(x, ()) for x in column]) for column in
             zip(*((requests[i][1], *requests[i][2]) for i in many), strict=True))
         inner = fabric.scale_up_tier(system, inside, stride, t)
-        outer = fabric.group_scale_out_tier(system, span, ranks / inside, False, t)
+        outer = fabric.group_scale_out_tier
+        if system.routing.collides:  # ECMP's balls into bins reads one group's counts
+            outer = jax.vmap(outer, in_axes=(None, 0, 0, None, None))
+        outer = outer(system, span, ranks / inside, False, t)
         c = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks, inner,
                                     outer, inside, temperature=t)
         for i, time_s in zip(many, jnp.unstack(c.time_s), strict=True):
