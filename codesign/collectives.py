@@ -81,7 +81,7 @@ import numpy as np
 
 from . import _checks
 from .hardware import Tier
-from .relax import log2_ranks, safe_div, soft_min
+from .relax import log2_ranks, safe_div, soft_min, where
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
        "reduce", "send_recv")
@@ -323,25 +323,46 @@ def _basis(ranks, local_ranks) -> Callable:
 
 
 class _Table(NamedTuple):
+    """The rows of one or more collectives (`requests`), padded to A rows each.
+
+    For one request the arrays have a leading row axis (A, ...); for R > 1 the
+    requests are a second axis (A, R, ...), matched by the leading axis of the
+    inputs. A padded row repeats its request's last row and is masked out
+    (`valid`), so no padding ever wins `auto`."""
+
     features: tuple[str, ...]
-    matrices: dict  # term -> (rows, features) coefficients; terms that are all zero left out
-    two_tier: np.ndarray  # per row
+    matrices: dict  # term -> (A, features[, R]) coefficients; terms that are all zero left out
+    two_tier: np.ndarray  # per row: (A[, R])
     in_network: np.ndarray
     pipelined: np.ndarray
     per_rail: np.ndarray
+    valid: np.ndarray
+
+    @property
+    def requests(self) -> tuple:
+        """() for one request, (R,) for R of them: the axes after the row axis."""
+        return self.valid.shape[1:]
 
 
 @functools.cache
-def _table(op: str, names: tuple[str, ...]) -> _Table:
-    rows = [_ROWS[op][a] for a in names]
-    features = tuple(dict.fromkeys(f for r in rows for term in r.terms.values() for f in term))
+def _table(requests: tuple[tuple[str, tuple[str, ...]], ...]) -> _Table:
+    """The `_Table` of `requests`: (op, algorithm names) each."""
+    width = max(len(names) for _, names in requests)
+    rows = [[_ROWS[op][names[min(a, len(names) - 1)]] for op, names in requests]
+            for a in range(width)]  # [row][request]
+    features = tuple(dict.fromkeys(f for row in rows for r in row for term in r.terms.values()
+                                   for f in term))
+    squeeze = (lambda x: x[:, 0]) if len(requests) == 1 else (lambda x: x)  # noqa: E731
     matrices = {}
     for t in _TERM_NAMES:
-        m = np.array([[r.terms.get(t, {}).get(f, 0.0) for f in features] for r in rows])
+        m = np.array([[[r.terms.get(t, {}).get(f, 0.0) for r in row] for f in features]
+                      for row in rows])
         if m.any():
-            matrices[t] = m
-    flags = (np.array([getattr(r, f) for r in rows]) for f in _Table._fields[2:])  # _Row's
-    return _Table(features, matrices, *flags)
+            matrices[t] = m[:, :, 0] if len(requests) == 1 else m
+    flags = (squeeze(np.array([[getattr(r, f) for r in row] for row in rows]))
+             for f in _Table._fields[2:6])  # _Row's
+    valid = squeeze(np.array([[a < len(names) for _, names in requests] for a in range(width)]))
+    return _Table(features, matrices, *flags, valid)
 
 
 def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
@@ -351,44 +372,52 @@ def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
     # (a relative slack of 1e-6: a group that fits only misses it by a relaxed
     # clip's rounding, t log 2, near t = 0)
     inside = ranks <= local_ranks * (1.0 + 1e-6)
-    return jax.tree.map(lambda a, b: jnp.where(inside, a, b), tier, outer)
+    return jax.tree.map(lambda a, b: where(inside, a, b), tier, outer)
 
 
-def _costs(op: str, names: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier | None,
-           local_ranks) -> Cost:
-    """The Costs of the algorithms `names` of `op`, stacked on a leading axis (one
-    expression for all of them; `_ROWS`). Every leaf has the shape (len(names),) +
-    the common shape of n_bytes, ranks, local_ranks and the tiers' leaves."""
-    table = _table(op, names)
-    if table.two_tier.any() and outer is None:
-        algorithm = names[int(np.argmax(table.two_tier))]
-        raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
-    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in
+def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_ranks) -> Cost:
+    """The Costs of the rows of `table`, stacked on a leading axis (one expression
+    for all of them; `_ROWS`). Every leaf has the shape (A,) + the common shape
+    of n_bytes, ranks, local_ranks and the tiers' leaves (whose leading axis is
+    the requests' when there are several)."""
+    shape = jnp.broadcast_shapes(table.requests,
+                                 *(jnp.shape(x) for x in
                                    (n_bytes, ranks, *jax.tree.leaves((local_ranks, tier, outer)))))
     feature = _basis(ranks, local_ranks)
     phi = jnp.stack([jnp.broadcast_to(feature(f), shape) for f in table.features])
-    coef = {t: jnp.sum(jnp.asarray(m, phi.dtype).reshape(m.shape + (1,) * len(shape)) * phi,
-                       axis=1) for t, m in table.matrices.items()}
-    per_row = lambda flags: flags.reshape(flags.shape + (1,) * len(shape))  # noqa: E731
-    flat = None if table.two_tier.all() else _flat_tier(tier, outer, ranks, local_ranks)
+    extra = (1,) * (len(shape) - len(table.requests))
+
+    def per_row(flags):  # a (A[, R]) constant against (A,) + shape
+        return flags.reshape(flags.shape + extra)
+
+    # every term's coefficients in one contraction over the features
+    terms = tuple(table.matrices)
+    stacked = np.stack([table.matrices[t] for t in terms])  # (terms, A, F[, R])
+    if table.requests:
+        every = jnp.einsum("tafr,fr...->tar...", jnp.asarray(stacked, phi.dtype), phi)
+    else:
+        every = jnp.einsum("taf,f...->ta...", jnp.asarray(stacked, phi.dtype), phi)
+    coef = dict(zip(terms, every, strict=True))
+    two_tier = table.two_tier[table.valid]
+    flat = None if two_tier.all() else _flat_tier(tier, outer, ranks, local_ranks)
 
     @functools.cache
     def tier0(field):  # a field of the tier each row runs on (the first of two)
         if flat is None:
             return getattr(tier, field)
-        if not table.two_tier.any():
+        if not two_tier.any():
             return getattr(flat, field)
-        return jnp.where(per_row(table.two_tier), getattr(tier, field), getattr(flat, field))
+        return where(per_row(table.two_tier), getattr(tier, field), getattr(flat, field))
 
-    zero = jnp.zeros((len(names),) + shape)
+    zero = jnp.zeros(table.valid.shape[:1] + shape)
     latency = coef["L"] * tier0("latency_s")
     if table.in_network.any():
         in_network = per_row(table.in_network)
         efficiency = tier0("in_network_efficiency")
         ok = efficiency > 0
-        bps = jnp.where(in_network, tier0("bandwidth_Bps") * jnp.where(ok, efficiency, 1.0),
+        bps = where(in_network, tier0("bandwidth_Bps") * where(ok, efficiency, 1.0),
                         tier0("effective_Bps"))
-        bandwidth = jnp.where(in_network & ~ok, _UNSUPPORTED_S, coef["W"] * n_bytes / bps)
+        bandwidth = where(in_network & ~ok, _UNSUPPORTED_S, coef["W"] * n_bytes / bps)
     else:
         bandwidth = coef["W"] * n_bytes / tier0("effective_Bps")
     reduction = coef["C"] * n_bytes / tier0("reduction_Bps") if "C" in coef else zero
@@ -396,18 +425,20 @@ def _costs(op: str, names: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: T
         latency = latency + coef["L_out"] * outer.latency_s
         n_out = n_bytes
         if table.per_rail.any():
-            n_out = jnp.where(per_row(table.per_rail), n_bytes / feature("g"), n_bytes)
+            n_out = where(per_row(table.per_rail), n_bytes / feature("g"), n_bytes)
         out = coef["W_out"] * n_out / outer.effective_Bps
         serial = bandwidth + out
         if table.pipelined.any():  # the reduction (tier 0's) streams with tier 0
             streams = jnp.maximum(bandwidth + reduction, out) - reduction
-            serial = jnp.where(per_row(table.pipelined), streams, serial)
+            serial = where(per_row(table.pipelined), streams, serial)
         bandwidth = serial
         if "C_out" in coef:
             reduction = reduction + coef["C_out"] * n_out / outer.reduction_Bps
     if "L_back" in coef:
         latency = latency + coef["L_back"] * tier0("latency_s")
         bandwidth = bandwidth + coef["W_back"] * n_bytes / tier0("effective_Bps")
+    if not table.valid.all():
+        bandwidth = where(per_row(table.valid), bandwidth, _UNSUPPORTED_S)
     return Cost(*jnp.broadcast_arrays(latency, bandwidth, reduction, zero)[:3])
 
 
@@ -458,16 +489,37 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     op = _check_op(op)
     local_ranks = _check_tiers(outer, local_ranks)
     names = algorithms(op, hierarchical=outer is not None)
-    stacked = _costs(op, names, n_bytes, ranks, tier, outer, local_ranks)
+    return _soft_min_cost(_costs(_table(((op, names),)), n_bytes, ranks, tier, outer,
+                                 local_ranks), temperature) + (names,)
+
+
+def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, local_ranks,
+                temperature=AUTO_TEMPERATURE) -> Cost:
+    """`auto` for R two-tier collectives at once: `ops[i]` on `n_bytes[i]` over
+    `ranks[i]`, `local_ranks[i]` of them on `tier` (leaves (R,) or scalars),
+    joined by `outer`. One expression for every candidate of every op (each
+    padded to the longest op's candidates); the Cost's leaves have shape (R,)."""
+    ops = tuple(_check_op(op) for op in ops)
+    _checks.non_negative("bytes", n_bytes)
+    _checks.at_least_one("ranks", ranks)
+    local_ranks = _check_tiers(outer, local_ranks)
+    table = _table(tuple((op, algorithms(op, hierarchical=True)) for op in ops))
+    stacked = _costs(table, _checks.as_float(n_bytes), _checks.as_float(ranks), tier, outer,
+                     local_ranks)
+    return _soft_min_cost(stacked, temperature)[0]
+
+
+def _soft_min_cost(stacked: Cost, temperature) -> tuple[Cost, jax.Array]:
+    """(soft-minimum Cost, weights) over the leading (candidate) axis of `stacked`."""
     times = stacked.time_s
     if isinstance(temperature, (int, float)) and temperature == 0:  # the exact minimum
-        weights = jax.nn.one_hot(jnp.argmin(times, axis=0), len(names), axis=0,
+        weights = jax.nn.one_hot(jnp.argmin(times, axis=0), times.shape[0], axis=0,
                                  dtype=times.dtype)
         # the winner's terms, exactly: every other term is finite, times 0
-        return jax.tree.map(lambda x: jnp.sum(weights * x, axis=0), stacked), weights, names
+        return jax.tree.map(lambda x: jnp.sum(weights * x, axis=0), stacked), weights
     soft_min_s, weights = soft_min(times, temperature, axis=0)  # weights equal at p = 1
     scale = safe_div(soft_min_s, jnp.sum(weights * times, axis=0))  # in (k^-T, 1]
-    return jax.tree.map(lambda x: scale * jnp.sum(weights * x, axis=0), stacked), weights, names
+    return jax.tree.map(lambda x: scale * jnp.sum(weights * x, axis=0), stacked), weights
 
 
 def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
@@ -492,8 +544,10 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
                        else _flat_tier(tier, outer, ranks, local_ranks)).in_network_efficiency,
                 lambda v: v > 0,
                 "must be positive: this tier has no in-network reduction (NVLS/SHARP)")
-    return jax.tree.map(lambda x: x[0],
-                        _costs(op, (algorithm,), n_bytes, ranks, tier, outer, local_ranks))
+    table = _table(((op, (algorithm,)),))
+    if table.two_tier.any() and outer is None:
+        raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
+    return jax.tree.map(lambda x: x[0], _costs(table, n_bytes, ranks, tier, outer, local_ranks))
 
 
 def bus_factor(op: str, ranks) -> jax.Array:
@@ -516,7 +570,7 @@ def bus_factor(op: str, ranks) -> jax.Array:
 def algbw_Bps(n_bytes, time_s) -> jax.Array:
     """nccl-tests' algbw = size / time (0 when time is 0)."""
     t = _checks.as_float(time_s)
-    return jnp.where(t > 0, n_bytes / jnp.where(t > 0, t, 1.0), 0.0)
+    return where(t > 0, n_bytes / where(t > 0, t, 1.0), 0.0)
 
 
 def busbw_Bps(op: str, n_bytes, time_s, ranks) -> jax.Array:

@@ -78,13 +78,6 @@ def attention_time_s(model: Transformer, plan: Plan, system: System):
         peak_flops_per_s(system, d), lambda m, k, n, count: gemm_time_s(system, m, k, n, d, count))
 
 
-def _linear_time_s(system, tokens, k, n, split, tp, dtype):
-    """One weight matrix of `attention_gemms`, cut by tensor parallelism."""
-    k = k / tp if split == "k" else k
-    n = n / tp if split == "n" else n
-    return gemm_time_s(system, tokens, k, n, dtype)
-
-
 class Timing(eqx.Module):
     """Compute of the slowest stage: one micro-batch, and what rows hide under."""
 
@@ -101,59 +94,83 @@ class Timing(eqx.Module):
         return self.forward_s + self.backward_s
 
 
-def _layer_forward_s(model: Transformer, plan: Plan, system: System, moe: bool):
-    """(matrix + memory-bound, attention forward, attention backward) seconds of
-    one layer, one micro-batch, per GPU."""
+def _gemms_s(system: System, gemms) -> jax.Array:
+    """sum_i weight_i x `gemm_time_s` of row i of `gemms`, rows (m, k, n, count,
+    dtype, weight): one vectorised `gemm_time_s` per dtype, a new GEMM a row."""
+    total = 0.0
+    for dtype in dict.fromkeys(g[4] for g in gemms):
+        rows = [g for g in gemms if g[4] == dtype]
+        m, k, n, count, weight = (jnp.stack([jnp.asarray(g[i], float) for g in rows])
+                                  for i in (0, 1, 2, 3, 5))
+        total = total + jnp.sum(weight * gemm_time_s(system, m, k, n, dtype, count))
+    return total
+
+
+def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape):
+    """Matrix + memory-bound seconds of the stage's layers, one micro-batch, per
+    GPU: the dense layers' and the MoE layers' GEMMs as rows of one table (the
+    attention projections are the same in both), their memory-bound kernels."""
     d = plan.precision.gemm
     tokens = plan.micro_batch * model.seq_len / plan.cp
     h, tp = model.hidden, plan.tp
     mats = 2.0 if model.gated else 1.0
-    t = sum(_linear_time_s(system, tokens, k, n, split, tp, d)
-            for k, n, split in model.attention_gemms())
-    if moe:
-        f_e = jnp.maximum(model.expert_ffn_hidden, 1.0)  # finite for dense models too
-        experts = jnp.maximum(model.experts, 1.0)
-        # the busiest expert rank sets the pace: moe_imbalance x the mean load
-        per_expert = tokens * plan.ep * model.top_k / experts * plan.moe_imbalance
-        local = experts / plan.ep
-        t += gemm_time_s(system, per_expert, h, mats * f_e / tp, d, local)
-        t += gemm_time_s(system, per_expert, f_e / tp, h, d, local)
-        shared = model.shared_experts * f_e
-        t += (gemm_time_s(system, tokens, h, mats * shared / tp, d)
-              + gemm_time_s(system, tokens, shared / tp, h, d)) * (model.shared_experts > 0)
-        # router (16-bit, replicated) and the permute / unpermute of the top_k
-        # copies of each token (read + write each, a kernel each)
-        t += gemm_time_s(system, tokens, h, experts, plan.precision.attention)
-        copies = tokens * model.top_k * h * plan.precision.bytes("activations")
-        t += streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
-    else:
-        f = model.ffn_hidden
-        t += gemm_time_s(system, tokens, h, mats * f / tp, d)
-        t += gemm_time_s(system, tokens, f / tp, h, d)
-    att_fwd, att_bwd = attention_time_s(model, plan, system)
-    stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
-                                              "none", moe, plan.cp, plan.precision)
-    memory = streaming_time_s(system, 2.0 * stored)
-    overhead = KERNELS_PER_LAYER * system.chip.kernel_overhead_s
-    return t + memory + overhead, att_fwd, att_bwd
+    dense_layers, moe_layers = sh.layers_on_stage - sh.moe_layers_on_stage, sh.moe_layers_on_stage
+    cut = {"k": (tp, 1.0), "n": (1.0, tp), "": (1.0, 1.0)}  # tensor parallelism's cut (k, n)
+    gemms = [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d, sh.layers_on_stage)
+             for k, n, split in model.attention_gemms()]
+    f = model.ffn_hidden
+    gemms += [(tokens, h, mats * f / tp, 1.0, d, dense_layers),
+              (tokens, f / tp, h, 1.0, d, dense_layers)]
+    f_e = jnp.maximum(model.expert_ffn_hidden, 1.0)  # finite for dense models too
+    experts = jnp.maximum(model.experts, 1.0)
+    # the busiest expert rank sets the pace: moe_imbalance x the mean load
+    per_expert = tokens * plan.ep * model.top_k / experts * plan.moe_imbalance
+    local = experts / plan.ep
+    shared = model.shared_experts * f_e
+    with_shared = moe_layers * (model.shared_experts > 0)
+    gemms += [(per_expert, h, mats * f_e / tp, local, d, moe_layers),
+              (per_expert, f_e / tp, h, local, d, moe_layers),
+              (tokens, h, mats * shared / tp, 1.0, d, with_shared),
+              (tokens, shared / tp, h, 1.0, d, with_shared),
+              # router (16-bit, replicated)
+              (tokens, h, experts, 1.0, plan.precision.attention, moe_layers)]
+    # the permute / unpermute of the top_k copies of each token (read + write
+    # each, a kernel each), MoE layers only
+    copies = tokens * model.top_k * h * plan.precision.bytes("activations")
+    permute = streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
+    stored = [model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
+                                               "none", moe, plan.cp, plan.precision)
+              for moe in (False, True)]
+    memory = (dense_layers * streaming_time_s(system, 2.0 * stored[0])
+              + moe_layers * (streaming_time_s(system, 2.0 * stored[1]) + permute))
+    overhead = sh.layers_on_stage * KERNELS_PER_LAYER * system.chip.kernel_overhead_s
+    return _gemms_s(system, gemms) + memory + overhead
 
 
-def local_params(model: Transformer, plan: Plan, t=0.0, stage=1):
+def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
     """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
     tp (and ep for the routed experts), and, when ZeRO `stage` or higher is on
-    (`stage=None`: never), over the group the framework shards over: every
-    dp x cp rank holds the same weights (Megatron's distributed optimizer
-    shards over dp x cp), the routed experts' over their dp / ep replicas x cp;
-    HSDP (`plan.zero_shard_size` > 0) shards inside groups of that many of
-    them and replicates across. The fullest stage holds one embedding matrix
-    (input on the first stage, output on the last), both when pp = 1."""
-    sh = traffic.shape(model, plan, t)
+    (`stage=None`: never), over the group the framework shards over
+    (`shard_params`). The fullest stage holds one embedding matrix (input on
+    the first stage, output on the last), both when pp = 1. `sh`: the stage's
+    `traffic.Shape` if known."""
+    sh = traffic.shape(model, plan, t) if sh is None else sh
     share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
     experts = model.routed_expert_params()
     layer_params = model.params() - experts - model.embedding_params()
     embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
     dense = (layer_params * share + embedding) / plan.tp
     routed = experts * share / (plan.ep * plan.tp)
+    return shard_params(plan, dense, routed, stage)
+
+
+def shard_params(plan: Plan, dense, routed, stage):
+    """`local_params`' (dense, routed) unsharded parameters, sharded when ZeRO
+    `stage` or higher is on (`stage=None`: never) over the group the framework
+    shards over: every dp x cp rank holds the same weights (Megatron's
+    distributed optimizer shards over dp x cp), the routed experts' over their
+    dp / ep replicas x cp; HSDP (`plan.zero_shard_size` > 0) shards inside
+    groups of that many of them and replicates across."""
     if stage is None or plan.zero < stage:
         return dense, routed
 
@@ -161,25 +178,22 @@ def local_params(model: Transformer, plan: Plan, t=0.0, stage=1):
         return jnp.where(plan.zero_shard_size > 0,
                          jnp.clip(plan.zero_shard_size, 1.0, ranks), ranks)
 
-    return (dense / shard(plan.dp * plan.cp), routed / shard(plan.dp / plan.ep * plan.cp))
+    return dense / shard(plan.dp * plan.cp), routed / shard(plan.dp / plan.ep * plan.cp)
 
 
-def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0):
+def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0, sh=None):
     """One Adam step over the local shard (ZeRO >= 1 shards it over dp): a
     memory-bound pass over gradients, master weights, moments and weights."""
-    dense, routed = local_params(model, plan, t, stage=1)
+    dense, routed = local_params(model, plan, t, stage=1, sh=sh)
     moved = (dense + routed) * plan.precision.optimizer_step_bytes_per_param
     return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
 
 
 def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
     sh = traffic.shape(model, plan, t)
-    dense_mm, dense_af, dense_ab = _layer_forward_s(model, plan, system, moe=False)
-    moe_mm, moe_af, moe_ab = _layer_forward_s(model, plan, system, moe=True)
-    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
-    matrix = dense_layers * dense_mm + sh.moe_layers_on_stage * moe_mm
-    att_fwd = dense_layers * dense_af + sh.moe_layers_on_stage * moe_af
-    att_bwd = dense_layers * dense_ab + sh.moe_layers_on_stage * moe_ab
+    matrix = _layers_s(model, plan, system, sh)
+    layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
+    att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab
     tokens = plan.micro_batch * model.seq_len / plan.cp
     logits = gemm_time_s(system, tokens, model.hidden, model.vocab / plan.tp,
                          plan.precision.attention)  # the output layer stays 16-bit
@@ -195,4 +209,5 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd
     return Timing(forward, backward, attention, m * (forward + backward),
-                  optimizer_time_s(model, plan, system, t), attention_fwd, sh.layers_on_stage)
+                  optimizer_time_s(model, plan, system, t, sh), attention_fwd,
+                  sh.layers_on_stage)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from . import traffic
-from .compute import local_params
+from .compute import local_params, shard_params
 from .hardware import System
 from .plan import Plan
 from .strategies import NoRecompute
@@ -55,8 +55,10 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
     pr = plan.precision
     copies = plan.schedule.weight_copies  # DualPipe keeps two copies
 
+    unsharded = local_params(model, plan, t, stage=None, sh=sh)
+
     def sharded(per_param, stage):
-        dense, routed = local_params(model, plan, t, stage)
+        dense, routed = shard_params(plan, *unsharded, stage)
         return per_param * copies * (dense + routed)
 
     weights = sharded(pr.bytes("params"), 3)
@@ -65,8 +67,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
         layer_params = model.params() - experts - model.embedding_params()
         gathered = (layer_params / model.layers + experts / jnp.maximum(model.layers, 1.0)
                     / plan.ep) / plan.tp
-        dense, routed = local_params(model, plan, t, stage=None)
-        shard_dense, shard_routed = local_params(model, plan, t, stage=3)
+        dense, routed = unsharded
+        shard_dense, shard_routed = shard_params(plan, dense, routed, 3)
         keep = dense + routed - shard_dense - shard_routed  # the other ranks' shards
         weights = weights + pr.bytes("params") * (
             2.0 * gathered if plan.reshard_after_forward else keep)

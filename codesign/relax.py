@@ -13,16 +13,25 @@ import jax
 import jax.numpy as jnp
 
 
+def where(condition, a, b) -> jax.Array:
+    """`jnp.where(condition, a, b)` as one `lax.select` on operands broadcast to
+    one shape and dtype (no nested jit in the trace)."""
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (condition, a, b)))
+    dtype = jnp.result_type(a, b)
+    a, b = (jnp.broadcast_to(jnp.asarray(x, dtype), shape) for x in (a, b))
+    return jax.lax.select(jnp.broadcast_to(condition, shape), a, b)
+
+
 def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
     """log(x) for x > 0; a finite value (and a zero gradient) elsewhere."""
     ok = x > tiny
-    return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), math.log(tiny))
+    return where(ok, jnp.log(where(ok, x, 1.0)), math.log(tiny))
 
 
 def safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
     """a / b with 0 where b == 0 (and no NaN in the gradient)."""
     ok = b != 0
-    return jnp.where(ok, a / jnp.where(ok, b, 1.0), 0.0)
+    return where(ok, a / where(ok, b, 1.0), 0.0)
 
 
 def log2_ranks(p: jax.Array) -> jax.Array:
@@ -43,6 +52,8 @@ def smooth_max(a: jax.Array, b: jax.Array, t: float | jax.Array = 0.0) -> jax.Ar
 
 
 def smooth_min(a: jax.Array, b: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
+    if isinstance(t, (int, float)) and t == 0:
+        return jnp.minimum(a, b)  # = -max(-a, -b), one equation
     return -smooth_max(-a, -b, t)
 
 

@@ -6,6 +6,14 @@ rows through one function (`_tp_rows`, `_cp_rows`, `_ep_rows`, `_dp_rows`,
 collectives take and the part of it that is exposed (not hidden under
 compute). Counts are for the slowest pipeline stage, which sets the pace.
 
+The `auto` collectives of every dimension are costed together: `_tp_rows`,
+`_cp_rows` and `_dp_rows` are generators that yield the collectives they need
+(op, message bytes, group geometry), receive the seconds of each, and return
+their rows; `table` runs them in lockstep (`_together`) and costs all their
+requests in one vectorised expression (`times_on_many`,
+`collectives.choose_many`), so a new row adds entries to one table, not a
+copy of the cost model to the trace.
+
 Placement: ranks are numbered with the dimensions of `plan.placement`
 innermost first (default tp, cp, ep, dp, pp; ep is the inner part of dp, and
 "dp" in the order is the dp / ep replicas of each expert shard). A group of
@@ -21,6 +29,9 @@ members span (pods and oversubscription, `fabric.scale_out_tier`).
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -28,7 +39,7 @@ import jax.numpy as jnp
 from . import collectives, fabric
 from .hardware import System
 from .plan import Plan
-from .relax import safe_div, smooth_ceil, smooth_clip, smooth_max, smooth_min
+from .relax import safe_div, smooth_ceil, smooth_clip, smooth_max, smooth_min, where
 from .workload import Transformer
 
 
@@ -78,23 +89,24 @@ def _sizes(plan: Plan) -> dict:
             "pp": plan.pp}
 
 
-def _strides(plan: Plan) -> dict:
-    sizes, strides, acc = _sizes(plan), {}, jnp.ones(())
-    for d in plan.placement:
-        strides[d] = acc
-        acc = acc * sizes[d]
-    return strides
+def _stride(plan: Plan, sizes: dict, d: str):
+    """Ranks between neighbours of dimension `d`: the product of the sizes
+    placed inside it (1.0 for the innermost)."""
+    inside = plan.placement[:plan.placement.index(d)]
+    return functools.reduce(operator.mul, (sizes[e] for e in inside)) if inside else 1.0
 
 
 def group(plan: Plan, dims: tuple[str, ...], system: System, t=0.0):
     """(ranks, ranks inside one scale-up domain, GPUs spanned, innermost stride)."""
-    sizes, strides = _sizes(plan), _strides(plan)
-    ranks = jnp.prod(jnp.stack([sizes[d] for d in dims]))
-    inside = jnp.prod(jnp.stack([
-        smooth_clip(system.scale_up_domain / strides[d], 1.0, sizes[d], t) for d in dims]))
-    span = jnp.max(jnp.stack([strides[d] * sizes[d] for d in dims]))
-    stride = jnp.min(jnp.stack([strides[d] for d in dims]))
-    return ranks, inside, span, stride
+    sizes = _sizes(plan)
+    strides = [_stride(plan, sizes, d) for d in dims]
+    inside = [smooth_clip(system.scale_up_domain / s, 1.0, sizes[d], t)
+              for d, s in zip(dims, strides, strict=True)]
+    spans = [s * sizes[d] for d, s in zip(dims, strides, strict=True)]
+    if len(dims) == 1:
+        return sizes[dims[0]], inside[0], spans[0], strides[0]
+    return (jnp.prod(jnp.stack([sizes[d] for d in dims])), jnp.prod(jnp.stack(inside)),
+            jnp.max(jnp.stack(spans)), jnp.min(jnp.stack(strides)))
 
 
 def split_group(geometry, shard):
@@ -124,7 +136,7 @@ def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto")
     c = collectives.cost(op, algorithm, n_bytes, ranks, inner, outer=outer,
                          local_ranks=inside, temperature=t)
     if exchange:
-        leaves = jnp.where(ranks > inside, 1.0, 0.0)
+        leaves = where(ranks > inside, 1.0, 0.0)
         c = c + fabric.rail_forwarding_cost(system, n_bytes, inside, inner).scale(leaves)
     return c
 
@@ -133,6 +145,49 @@ def group_cost(op: str, n_bytes, plan: Plan, dims, system: System, t=0.0):
     """(Cost of one `op` on `n_bytes` over the group of `dims`, ranks, ranks inside)."""
     geometry = group(plan, dims, system, t)
     return cost_on(op, n_bytes, geometry, system, t), geometry[0], geometry[1]
+
+
+def times_on_many(requests, system: System, t=0.0) -> list:
+    """The seconds of `cost_on` of each request (op, n_bytes, geometry), with
+    `auto` over every algorithm: the requests that are not all-to-alls (no
+    forwarding hop) stacked and costed as one (`collectives.choose_many`)."""
+    costs = [None] * len(requests)
+    many = [i for i, (op, _, _) in enumerate(requests) if op != "all_to_all"]
+    for i in (i for i in range(len(requests)) if i not in many):
+        costs[i] = cost_on(*requests[i], system, t).time_s
+    if many:
+        n_bytes, ranks, inside, span, stride = (
+            jnp.stack([jnp.broadcast_to(x, ()) for x in column]) for column in
+            zip(*((requests[i][1], *requests[i][2]) for i in many), strict=True))
+        inner = fabric.scale_up_tier(system, inside, stride, t)
+        outer = fabric.group_scale_out_tier
+        if system.routing.collides:  # ECMP's balls into bins reads one group's counts
+            outer = jax.vmap(outer, in_axes=(None, 0, 0, None, None))
+        outer = outer(system, span, ranks / inside, False, t)
+        c = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks, inner,
+                                    outer, inside, temperature=t)
+        for i, time_s in zip(many, jnp.unstack(c.time_s), strict=True):
+            costs[i] = time_s
+    return costs
+
+
+def _together(dimensions):
+    """Run the row generators `dimensions` in lockstep: each yields the
+    collectives it needs ((op, n_bytes, geometry) each) and is sent their
+    times (seconds of one); this yields all of their requests at once, sends
+    each its share of the times, and returns their rows (a list per dimension)."""
+    asks = [next(d) for d in dimensions]
+    costs = yield [a for ask in asks for a in ask]
+    rows, start = [], 0
+    for d, ask in zip(dimensions, asks, strict=True):
+        try:
+            d.send(costs[start:start + len(ask)])
+        except StopIteration as done:
+            rows.append(done.value)
+        else:
+            raise RuntimeError("a row generator asked for collectives twice")
+        start += len(ask)
+    return rows
 
 
 def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
@@ -144,9 +199,9 @@ def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
     return collectives.bus_factor(op, across) * n_across
 
 
-def _row(dimension, op, algorithm, n_bytes, count, one, ranks, inside, exposed=None,
+def _row(dimension, op, algorithm, n_bytes, count, one_s, ranks, inside, exposed=None,
          critical=True, slow_bytes=None) -> Row:
-    time = count * one.time_s
+    time = count * one_s
     if slow_bytes is None:
         slow_bytes = count * slow_tier_bytes(op, n_bytes, ranks, inside)
     return Row(n_bytes, count, ranks, inside, time, time if exposed is None else exposed,
@@ -164,10 +219,12 @@ def _tp_rows(model, plan, system, sh, compute_s, t):
     per_layer = 2.0 + 2.0 * plan.recompute.layer_forwards
     count = per_layer * sh.layers_on_stage * sh.micro_batches
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
+    geometry = group(plan, ("tp",), system, t)
+    ranks, inside = geometry[:2]
+    costs = yield [(op, n, geometry) for op in ops]
     rows = []
-    for op in ops:
-        one, ranks, inside = group_cost(op, n, plan, ("tp",), system, t)
-        time = count * one.time_s
+    for op, one in zip(ops, costs, strict=True):
+        time = count * one
         hidden = smooth_min(plan.tp_overlap * time, compute_s / len(ops), t)
         rows.append(_row("tp", op, "auto", n, count, one, ranks, inside,
                          exposed=time - hidden))
@@ -184,9 +241,10 @@ def _cp_rows(model, plan, system, sh, timing, t):
          * plan.precision.bytes("attention"))
     per = sh.layers_on_stage * sh.micro_batches
     fwd = plan.recompute.layer_forwards * per
-    ag, ranks, inside = group_cost("all_gather", n, plan, ("cp",), system, t)
-    rs, _, _ = group_cost("reduce_scatter", n, plan, ("cp",), system, t)
-    fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag.time_s, per * ag.time_s, per * rs.time_s
+    geometry = group(plan, ("cp",), system, t)
+    ranks, inside = geometry[:2]
+    ag, rs = yield [("all_gather", n, geometry), ("reduce_scatter", n, geometry)]
+    fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag, per * ag, per * rs
     fwd_exposed = smooth_max(fwd_s - timing.attention_forward_s, 0.0, t)
     bwd_exposed = smooth_max(bwd_ag_s + bwd_rs_s
                              - (timing.attention_s - timing.attention_forward_s), 0.0, t)
@@ -203,8 +261,8 @@ def expected_remote_nodes(nodes, top_k):
     """Distinct nodes other than its own among a token's top_k experts, with
     experts spread evenly over `nodes` nodes: (N-1)(1 - (1-1/N)^k)."""
     many = nodes > 1.0
-    n = jnp.where(many, nodes, 2.0)  # double where: no NaN gradient at N = 1
-    return jnp.where(many, (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k), 0.0)
+    n = where(many, nodes, 2.0)  # double where: no NaN gradient at N = 1
+    return where(many, (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k), 0.0)
 
 
 def ep_slow_tier_copies(model, plan, nodes, t=0.0):
@@ -219,7 +277,7 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0):
     plain = k * (nodes - 1.0) / jnp.maximum(nodes, 1.0)
     limited = smooth_min(expected_remote_nodes(nodes, k),
                          limit * (nodes - 1.0) / jnp.maximum(nodes, 1.0), t)
-    return jnp.where(limit > 0, limited, plain)
+    return where(limit > 0, limited, plain)
 
 
 def _ep_rows(model, plan, system, sh, overlap_s, t):
@@ -253,15 +311,11 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     # rail-only: the bytes that leave the domain first hop to the GPU on their rail
     slow = slow + fabric.rail_forwarding_cost(system, cross_bytes, inside, inner)
     one_s = smooth_max(fast.time_s, slow.time_s, t) * (model.moe_layers > 0)
-    # the latency / bandwidth split of whichever phase sets the pace
-    pick = fast.time_s >= slow.time_s
-    one = jax.tree.map(lambda a, b: jnp.where(pick, a, b), fast, slow)
-    one = one.scale(safe_div(one_s, one.time_s))
     count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
         * sh.micro_batches
     time = count * one_s
     exposed = plan.schedule.exposed_all_to_all_s(time, overlap_s, t)
-    return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one, ranks, inside,
+    return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
                  exposed=exposed, slow_bytes=count * cross_bytes * (model.moe_layers > 0))]
 
 
@@ -294,14 +348,14 @@ def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=0.0):
 
 
 def _bucketed_row(op, label, total_bytes, geometry, system, plan, hide_s, times, present, t):
-    """`times` x a bucketed `op` of `total_bytes` over `geometry`, each pass
-    hidden under `hide_s` of compute (`bucketed_exposed_s`)."""
+    """A row generator: `times` x a bucketed `op` of `total_bytes` over
+    `geometry`, each pass hidden under `hide_s` of compute (`bucketed_exposed_s`)."""
     buckets = jnp.maximum(total_bytes / plan.dp_bucket_bytes, 1.0)
     bucket = total_bytes / buckets
-    one = cost_on(op, bucket, geometry, system, t)
-    exposed = times * bucketed_exposed_s(one.time_s, buckets, hide_s, t) * present
-    return _row("dp", op, label, bucket, times * buckets * present, one, geometry[0],
-                geometry[1], exposed=exposed, critical=False)
+    (one,) = yield [(op, bucket, geometry)]
+    exposed = times * bucketed_exposed_s(one, buckets, hide_s, t) * present
+    return [_row("dp", op, label, bucket, times * buckets * present, one, geometry[0],
+                 geometry[1], exposed=exposed, critical=False)]
 
 
 def _dp_rows(model, plan, system, sh, timing, t):
@@ -328,9 +382,7 @@ def _dp_rows(model, plan, system, sh, timing, t):
     expert = model.routed_expert_params() / (plan.ep * plan.tp * plan.pp)
     dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
     m = sh.micro_batches
-    f_layer = safe_div(timing.forward_s, timing.layers)
-    b_layer = safe_div(timing.backward_s, timing.layers)
-    rows = []
+    parts = []  # row generators, run together
     for label, params, dims, layers in (
             ("dense", dense, ("cp", "ep", "dp"), sh.layers_on_stage),
             ("experts", expert, ("cp", "dp"), sh.moe_layers_on_stage)):
@@ -339,42 +391,49 @@ def _dp_rows(model, plan, system, sh, timing, t):
         present = grad_bytes > 0  # no routed experts: the experts rows are empty
         geo = group(plan, dims, system, t)
         if plan.zero == 0:
-            rows.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
-                                      system, plan, timing.backward_s, 1.0, present, t))
+            parts.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
+                                       system, plan, timing.backward_s, 1.0, present, t))
             continue
-        shard = jnp.where(plan.zero_shard_size > 0, plan.zero_shard_size, geo[0])
+        shard = where(plan.zero_shard_size > 0, plan.zero_shard_size, geo[0])
         inner, across = split_group(geo, shard)
         if plan.zero in (1, 2):
             times = m if plan.zero == 2 else 1.0
-            rows.append(_bucketed_row("reduce_scatter", f"zero{plan.zero}/{label}", grad_bytes,
-                                      inner, system, plan, timing.backward_s, times, present, t))
-            rows.append(_bucketed_row("all_gather", f"zero{plan.zero}/{label}", param_bytes,
-                                      inner, system, plan, timing.forward_s, 1.0, present, t))
+            parts.append(_bucketed_row("reduce_scatter", f"zero{plan.zero}/{label}", grad_bytes,
+                                       inner, system, plan, timing.backward_s, times, present, t))
+            parts.append(_bucketed_row("all_gather", f"zero{plan.zero}/{label}", param_bytes,
+                                       inner, system, plan, timing.forward_s, 1.0, present, t))
         else:
-            n_layers = jnp.maximum(layers, 1.0)
-            layer_params, layer_grads = param_bytes / n_layers, grad_bytes / n_layers
-            ag = cost_on("all_gather", layer_params, inner, system, t)
-            rs = cost_on("reduce_scatter", layer_grads, inner, system, t)
-            again = 1.0 if plan.reshard_after_forward else 0.0
-            depth = plan.fsdp_prefetch_layers
-            fwd = m * layered_exposed_s(ag.time_s, f_layer, layers, depth, t) * present
-            bwd_one = again * ag.time_s + rs.time_s
-            bwd = m * layered_exposed_s(bwd_one, b_layer, layers, depth, t) * present
-            share = safe_div(bwd, m * layers * bwd_one)
-            count = m * layers * present
-            rows.append(_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count,
-                             ag, inner[0], inner[1], exposed=fwd, critical=False))
-            rows.append(_row("dp", "all_gather", f"zero3-backward/{label}", layer_params,
-                             again * count, ag, inner[0], inner[1],
-                             exposed=share * again * count * ag.time_s, critical=False))
-            rows.append(_row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs,
-                             inner[0], inner[1], exposed=share * count * rs.time_s,
-                             critical=False))
+            parts.append(_zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh,
+                                     timing, present, t))
         # HSDP: each shard's gradients all-reduced across the replicas, once per step
         replicated = present * (across[0] > 1.0)
-        rows.append(_bucketed_row("all_reduce", f"hsdp-replicas/{label}", grad_bytes / shard,
-                                  across, system, plan, timing.backward_s, 1.0, replicated, t))
-    return rows
+        parts.append(_bucketed_row("all_reduce", f"hsdp-replicas/{label}", grad_bytes / shard,
+                                   across, system, plan, timing.backward_s, 1.0, replicated, t))
+    rows = yield from _together(parts)
+    return [r for part in rows for r in part]
+
+
+def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, timing, present, t):
+    """A row generator: ZeRO-3's per-layer gathers and reduce-scatters (`_dp_rows`)."""
+    m = sh.micro_batches
+    f_layer = safe_div(timing.forward_s, timing.layers)
+    b_layer = safe_div(timing.backward_s, timing.layers)
+    n_layers = jnp.maximum(layers, 1.0)
+    layer_params, layer_grads = param_bytes / n_layers, grad_bytes / n_layers
+    ag, rs = yield [("all_gather", layer_params, inner), ("reduce_scatter", layer_grads, inner)]
+    again = 1.0 if plan.reshard_after_forward else 0.0
+    depth = plan.fsdp_prefetch_layers
+    fwd = m * layered_exposed_s(ag, f_layer, layers, depth, t) * present
+    bwd_one = again * ag + rs
+    bwd = m * layered_exposed_s(bwd_one, b_layer, layers, depth, t) * present
+    share = safe_div(bwd, m * layers * bwd_one)
+    count = m * layers * present
+    return [_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count, ag,
+                 inner[0], inner[1], exposed=fwd, critical=False),
+            _row("dp", "all_gather", f"zero3-backward/{label}", layer_params, again * count, ag,
+                 inner[0], inner[1], exposed=share * again * count * ag, critical=False),
+            _row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs, inner[0],
+                 inner[1], exposed=share * count * rs, critical=False)]
 
 
 def _pp_rows(model, plan, system, sh, t):
@@ -392,8 +451,8 @@ def _pp_rows(model, plan, system, sh, t):
                           fabric.scale_up_tier(system, 2.0, stride, t))
     out = collectives.cost("send_recv", "direct", n, 2.0,
                            fabric.scale_out_tier(system, 2.0 * stride, t))
-    one = jax.tree.map(lambda a, b: neighbour_inside * a + (1 - neighbour_inside) * b, up, out)
-    return [_row("pp", "send_recv", "direct", n, count, one, jnp.minimum(ranks, 2.0),
+    one_s = neighbour_inside * up.time_s + (1 - neighbour_inside) * out.time_s
+    return [_row("pp", "send_recv", "direct", n, count, one_s, jnp.minimum(ranks, 2.0),
                  1.0 + neighbour_inside, slow_bytes=count * n * (1.0 - neighbour_inside))]
 
 
@@ -403,13 +462,16 @@ def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tupl
     .overlap_s (per step), .forward_s, .backward_s (one micro-batch; per layer
     divided by .layers), slowest stage."""
     sh = shape(model, plan, t)
-    return tuple(
-        _tp_rows(model, plan, system, sh, timing.overlap_s, t)
-        + _cp_rows(model, plan, system, sh, timing, t)
-        + _ep_rows(model, plan, system, sh, timing.overlap_s, t)
-        + _dp_rows(model, plan, system, sh, timing, t)
-        + _pp_rows(model, plan, system, sh, t)
-    )
+    run = _together([_tp_rows(model, plan, system, sh, timing.overlap_s, t),
+                     _cp_rows(model, plan, system, sh, timing, t),
+                     _dp_rows(model, plan, system, sh, timing, t)])
+    requests = next(run)
+    try:  # every `auto` collective of the step costed at once
+        run.send(times_on_many(requests, system, t))
+    except StopIteration as done:
+        tp, cp, dp = done.value
+    return tuple(tp + cp + _ep_rows(model, plan, system, sh, timing.overlap_s, t) + dp
+                 + _pp_rows(model, plan, system, sh, t))
 
 
 def exposed_by_dimension(rows) -> dict:

@@ -1,8 +1,8 @@
 """Fake 8 CPU devices before any JAX computation (the real execution path runs on them).
 
 The suite compiles with XLA:CPU's fast-compile options (the classic emitters at
-LLVM -O0, as the gradient method compiles on the CPU: `optimize._gradient.
-CPU_COMPILER_OPTIONS`): compiling is most of the suite's time, and what the
+LLVM -O0, as the gradient method and `codesign estimate` compile on the CPU:
+`codesign._compile.CPU_COMPILER_OPTIONS`): compiling is most of the suite's time, and what the
 tests check (values, errors, gradients) does not depend on how hard XLA
 optimises the code, only how fast it runs. Subprocesses (notebook kernels,
 multi-process runs) inherit the flags.

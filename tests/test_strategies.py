@@ -59,9 +59,13 @@ def test_torus_preset_on_a_smaller_domain_one_answer_under_jit():
     scn = sc.load("default", TPU_V4_1024, system="tpu-v4")
     assert scn.system.topology == strategies.Torus((8, 8, 16))
     eager = _outputs(scn)
-    # the real jit (XLA's algebraic simplifier off, so that the comparison is bitwise)
+    # the real jit (XLA's algebraic simplifier off); its vectorised loops (the
+    # GEMM table of compute.py) may round the last bit differently from the
+    # eager op-by-op evaluation, so one answer means equal to 1e-12 here
     jitted = jax.jit(_outputs, compiler_options={"xla_disable_hlo_passes": "algsimp"})(scn)
-    _assert_bitwise(eager, jitted, "tpu-v4, 1024 chips")
+    differ = [k for k in eager if not np.allclose(np.asarray(eager[k]), np.asarray(jitted[k]),
+                                                  rtol=1e-12, atol=0.0)]
+    assert not differ, f"tpu-v4, 1024 chips: {differ[:5]} differ eagerly and jitted"
     # was 42.62 s eagerly and 49.87 s jitted (a 16x16x16 shape under jit)
     assert float(eager["step_time_s"]) == pytest.approx(42.6233, rel=1e-5)
     tp = scn.system.topology.scale_up_tier(scn.system.scale_up, 16.0, 1.0)

@@ -124,8 +124,8 @@ def test_utilisation_above_the_precisions_own_peak_is_the_models_fault(capsys, m
     monkeypatch.setattr(step, "outputs", lambda e: {**real(e), "mfu_gemm_peak": 1.5 + 0 * real(
         e)["mfu"]})
     from codesign.cli import estimate as cli_estimate
-    monkeypatch.setattr(cli_estimate, "_estimate", lambda scn: (
-        step.estimate(scn), step.outputs(step.estimate(scn))))
+    monkeypatch.setattr(cli_estimate, "_estimate", jax.jit(lambda scn: (
+        step.estimate(scn), step.outputs(step.estimate(scn)))))
     assert main(["estimate"]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "mfu_gemm_peak=1.5 exceeds 1" in err and "bug" in err
