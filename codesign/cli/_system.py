@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from .. import _checks
 from ..hardware import System, Tier
 from ..scenario import BUILTIN, SystemLabels
 from ..units import GB, us
@@ -35,9 +38,10 @@ def info(system: System, labels: SystemLabels, source: str | None) -> dict:
             "scale_up_domain": float(system.scale_up_domain),
             "scale_up": _tier(system.scale_up), "scale_out": _tier(system.scale_out),
             "gpus_per_node": float(system.gpus_per_node),
-            "pod_size": float(system.topology.pod_size),
-            "oversubscription": float(system.topology.oversubscription),
             "topology": system.topology.name, "routing": system.routing.name,
+            # the topology's own keys (a Clos's pods; nothing for the others)
+            **{f.name: float(getattr(system.topology, f.name))
+               for f in dataclasses.fields(system.topology) if _checks.declaration(f)},
             "chip_spec": to_json(system.chip)}
 
 
