@@ -14,6 +14,7 @@ import importlib
 # The modules, each a namespace with one job (README.md, "Layout"). Those that
 # pull in matplotlib, optax or the execution path load on first use (`__getattr__`),
 # so that `import codesign` and every command start fast.
+from . import attention as attention
 from . import collectives as collectives
 from . import economics as economics
 from . import fabric as fabric
@@ -52,9 +53,9 @@ _ON_FIRST_USE = ("execute", "optimize", "plots", "sweep", "validate")
 
 __all__ = [
     # modules
-    "collectives", "economics", "execute", "fabric", "hardware", "optimize", "plan", "plots",
-    "reliability", "scenario", "step", "strategies", "sweep", "traffic", "units", "validate",
-    "workload",
+    "attention", "collectives", "economics", "execute", "fabric", "hardware", "optimize", "plan",
+    "plots", "reliability", "scenario", "step", "strategies", "sweep", "traffic", "units",
+    "validate", "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
     "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",

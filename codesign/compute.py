@@ -70,7 +70,7 @@ def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
 
 def attention_time_s(model: Transformer, plan: Plan, system: System):
     """(forward, backward) seconds of one layer's attention scores (Q K^T, softmax,
-    A V), one micro-batch, per GPU: the model's kernel's (`strategies.AttentionKernel`)
+    A V), one micro-batch, per GPU: the model's kernel's (`attention.AttentionKernel`)
     in the attention width."""
     d = plan.precision.attention
     return model.attention_kernel.time_s(

@@ -1,12 +1,12 @@
 """Strategies as types: the fabric's topology and routing, the pipeline
-schedule, what backward recomputes, the attention and its kernel.
+schedule and what backward recomputes (the model's attention and its kernel
+are in `attention`, built on `Strategy` and `parse` here).
 
 Each family is an abstract `eqx.Module` declaring the interface; each strategy
 a small final class that owns its formulas and carries the parameters only it
 reads: a Clos its pods (`pod_size`, `oversubscription`: float leaves, so
 differentiable knobs), a torus its shape (static: the shape is structure).
-A name is parsed once, by `topology`, `routing`, `schedule`, `recompute`,
-`attention` and `attention_kernel`:
+A name is parsed once, by `topology`, `routing`, `schedule` and `recompute`:
 an unknown name is a one-line ValueError naming the key and the choices, so
 no other code compares strategy names.
 
@@ -63,8 +63,9 @@ class Strategy(eqx.Module):
     name: eqx.AbstractClassVar[str]
 
 
-def _parse(key: str, value, family: type, classes: tuple):
-    """`value` if it is a `family` already, else the strategy named `value`."""
+def parse(key: str, value, family: type, classes: tuple):
+    """`value` if it is a `family` already, else the strategy of `classes` named
+    `value` (an unknown name: a one-line ValueError naming `key` and the choices)."""
     if isinstance(value, family):
         return value
     by_name = {c.name: c for c in classes}
@@ -371,7 +372,7 @@ ROUTINGS = tuple(c.name for c in ROUTING_CLASSES)
 
 def routing(value, key: str = "system.routing") -> Routing:
     """The routing named `value` (or `value` itself if it is a `Routing`)."""
-    return _parse(key, value, Routing, ROUTING_CLASSES)
+    return parse(key, value, Routing, ROUTING_CLASSES)
 
 
 # ------------------------------------------------------------------- pipeline schedules
@@ -472,7 +473,7 @@ SCHEDULES = tuple(c.name for c in SCHEDULE_CLASSES)
 
 def schedule(value, key: str = "parallel.schedule") -> Schedule:
     """The schedule named `value` (or `value` itself if it is a `Schedule`)."""
-    return _parse(key, value, Schedule, SCHEDULE_CLASSES)
+    return parse(key, value, Schedule, SCHEDULE_CLASSES)
 
 
 # ------------------------------------------------------------------- recomputation
@@ -549,190 +550,4 @@ RECOMPUTES = tuple(c.name for c in RECOMPUTE_CLASSES)
 
 def recompute(value, key: str = "training.recompute") -> Recompute:
     """The recomputation named `value` (or `value` itself if it is a `Recompute`)."""
-    return _parse(key, value, Recompute, RECOMPUTE_CLASSES)
-
-
-# ------------------------------------------------------------------- attention kernels
-
-FLASH_BACKWARD_OVER_FORWARD = 2.5  # FlashAttention-2 backward: 5 GEMMs vs 2 (Dao 2023)
-
-
-class AttentionKernel(Strategy):
-    """How a layer's attention core (Q K^T, softmax, A V) runs: the share of
-    the score FLOPs it executes, what it keeps for backward, and its time."""
-
-    # share of the (whole s x s) score FLOPs a causal kernel executes
-    executed_score_fraction: eqx.AbstractClassVar[float]
-
-    @abc.abstractmethod
-    def stored_bytes(self, model, s, b, width) -> jax.Array:
-        """Bytes one layer's core keeps for backward (before tensor parallelism)
-        for `s` queries of a micro-batch of `b` at activation `width` (x 16 bits)."""
-
-    @abc.abstractmethod
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
-        """(forward, backward) seconds of one layer's core, one micro-batch, per
-        GPU, for `queries` queries per sequence: `peak_flops_per_s` the chip's
-        peak in the attention width, `gemm_s(m, k, n, count)` a batched GEMM's
-        seconds in that width (`compute.attention_time_s` passes both)."""
-
-
-class FlashAttention(AttentionKernel):
-    """One fused kernel (2022 on): keeps only fp32 log-sum-exp statistics per
-    query and head, never writes the s x s scores to HBM, skips the masked
-    half; runs at `chip.attention_efficiency` of the peak, its backward
-    FLASH_BACKWARD_OVER_FORWARD x the forward's FLOPs (it recomputes the scores)."""
-
-    name: ClassVar[str] = "flash"
-    executed_score_fraction: ClassVar[float] = 0.5
-
-    def stored_bytes(self, model, s, b, width) -> jax.Array:
-        return 4.0 * model.heads * s * b
-
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
-        flops = (micro_batch * queries * model.attention_score_flops_per_token() / tp
-                 * self.executed_score_fraction)
-        fwd = flops / (peak_flops_per_s * chip.attention_efficiency)
-        overhead = chip.kernel_overhead_s
-        return fwd + overhead, FLASH_BACKWARD_OVER_FORWARD * fwd + overhead
-
-
-class NaiveAttention(AttentionKernel):
-    """Megatron 2019-2021: batched GEMMs over the whole s x s matrix (one
-    (query x key) pair per head), backward twice the forward; materialises and
-    stores the softmax output (+ its dropout mask and output: 5 a s^2 b bytes
-    with dropout, 2 a s^2 b without). The softmax traffic over s x s is in the
-    memory-bound term."""
-
-    name: ClassVar[str] = "naive"
-    executed_score_fraction: ClassVar[float] = 1.0
-
-    def stored_bytes(self, model, s, b, width) -> jax.Array:
-        per = 5.0 if model.dropout else 2.0
-        return per * model.heads * s * model.seq_len * b * width
-
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
-        heads = model.heads / tp * micro_batch
-        fwd = (gemm_s(queries, model.qk_width, model.seq_len, heads)
-               + gemm_s(queries, model.seq_len, model.v_width, heads))
-        return fwd, 2.0 * fwd
-
-
-ATTENTION_KERNEL_CLASSES = (FlashAttention, NaiveAttention)
-ATTENTION_KERNELS = tuple(c.name for c in ATTENTION_KERNEL_CLASSES)
-
-
-def attention_kernel(value, key: str = "model.attention_kernel") -> AttentionKernel:
-    """The attention kernel named `value` (or `value` itself if it is an `AttentionKernel`)."""
-    return _parse(key, value, AttentionKernel, ATTENTION_KERNEL_CLASSES)
-
-
-# ------------------------------------------------------------------- attention
-
-
-class Attention(Strategy):
-    """How a layer's attention projects a token into per-head queries, keys and
-    values: its weight matrices, widths and stored elements, from the model's
-    shapes (the MLA dimensions are the model's `model.*` keys)."""
-
-    # backward recomputes the up-projected per-head Q, K, V and every RMSNorm
-    # with the attention core (DeepSeek-V3, section 3.2.3)
-    recomputes_projections: ClassVar[bool] = False
-
-    def check(self, model) -> None:
-        """Raise when the model lacks a dimension this attention reads."""
-
-    @abc.abstractmethod
-    def qk_width(self, model) -> jax.Array:
-        """Per-head query/key width."""
-
-    @abc.abstractmethod
-    def v_width(self, model) -> jax.Array:
-        """Per-head value width."""
-
-    @abc.abstractmethod
-    def gemms(self, model) -> tuple:
-        """The weight matrices per layer, as (k, n, split) (`Transformer.attention_gemms`)."""
-
-    @abc.abstractmethod
-    def kv_elements_per_token(self, model) -> jax.Array:
-        """Elements of K and V per token as the attention kernel reads them."""
-
-    @abc.abstractmethod
-    def qkv_elements_per_token(self, model) -> jax.Array:
-        """Elements of Q, K and V per token that backward keeps (split by tp)."""
-
-    def latent_elements_per_token(self, model) -> jax.Array:
-        """Elements of low-rank latents per token that backward keeps (replicated)."""
-        return 0.0
-
-
-class Mha(Attention):
-    """Multi-head attention, GQA/MQA through `kv_heads`: Q and O h x h, K and V
-    h x kv_hidden each."""
-
-    name: ClassVar[str] = "mha"
-
-    def qk_width(self, model) -> jax.Array:
-        return model.hidden / model.heads
-
-    def v_width(self, model) -> jax.Array:
-        return model.hidden / model.heads
-
-    def gemms(self, model) -> tuple:
-        h = model.hidden
-        return ((h, h + 2 * model.kv_hidden, "n"), (h, h, "k"))
-
-    def kv_elements_per_token(self, model) -> jax.Array:
-        return 2 * model.kv_hidden
-
-    def qkv_elements_per_token(self, model) -> jax.Array:
-        return model.hidden + 2 * model.kv_hidden
-
-
-class Mla(Attention):
-    """Multi-head latent attention (DeepSeek-V2/V3): queries through a rank
-    `q_lora_rank` bottleneck (0: full rank), keys and values through a shared
-    rank `kv_lora_rank` latent plus a decoupled RoPE key of `qk_rope_head_dim`;
-    per head a query/key width of qk_head_dim + qk_rope_head_dim and a value
-    width of v_head_dim, K and V materialised per head in training."""
-
-    name: ClassVar[str] = "mla"
-    recomputes_projections: ClassVar[bool] = True
-
-    def check(self, model) -> None:
-        for k in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
-            _checks.at_least_one(f"model.{k}", getattr(model, k))
-
-    def qk_width(self, model) -> jax.Array:
-        return model.qk_head_dim + model.qk_rope_head_dim
-
-    def v_width(self, model) -> jax.Array:
-        return model.v_head_dim
-
-    def gemms(self, model) -> tuple:
-        h, heads, qk, v = model.hidden, model.heads, model.qk_width, model.v_width
-        rope, nope, q_rank = model.qk_rope_head_dim, model.qk_head_dim, model.q_lora_rank
-        q = (((h, q_rank, ""), (q_rank, heads * qk, "n"))
-             if _checks.concrete(q_rank) is None or _checks.concrete(q_rank) > 0
-             else ((h, heads * qk, "n"),))
-        return q + ((h, model.kv_lora_rank + rope, ""),
-                    (model.kv_lora_rank, heads * (nope + v), "n"), (heads * v, h, "k"))
-
-    def kv_elements_per_token(self, model) -> jax.Array:
-        return model.heads * (model.qk_width + model.v_width)
-
-    def qkv_elements_per_token(self, model) -> jax.Array:
-        return model.heads * (2 * model.qk_width + model.v_width)
-
-    def latent_elements_per_token(self, model) -> jax.Array:
-        return model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim
-
-
-ATTENTION_CLASSES = (Mha, Mla)
-ATTENTIONS = tuple(c.name for c in ATTENTION_CLASSES)
-
-
-def attention(value, key: str = "model.attention") -> Attention:
-    """The attention named `value` (or `value` itself if it is an `Attention`)."""
-    return _parse(key, value, Attention, ATTENTION_CLASSES)
+    return parse(key, value, Recompute, RECOMPUTE_CLASSES)

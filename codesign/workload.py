@@ -14,7 +14,7 @@ attention kernel (FlashAttention) skips the masked half of the scores and its
 backward recomputes them (2.5x the forward's FLOPs, Dao 2023); `step.py`
 times what is executed and reports MFU/HFU by these conventions.
 
-Attention kernels (`attention_kernel`, a `strategies.AttentionKernel` or its
+Attention kernels (`attention_kernel`, an `attention.AttentionKernel` or its
 name): "flash" (2022 on) keeps only O(s) softmax statistics (fp32 log-sum-exp
 per query and head) for backward, never writes the s x s scores to HBM and
 skips the masked half; "naive" (Megatron 2019-2021) materialises, stores and
@@ -42,6 +42,7 @@ import equinox as eqx
 import jax
 
 from . import _checks, strategies
+from . import attention as attn
 from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_WIDTH, count
 
@@ -94,14 +95,14 @@ class Transformer(eqx.Module):
     tied_embeddings: bool = static_field("model.tied_embeddings", bool, default=True,
                                          kw_only=True)
     # multi-head (incl. GQA/MQA via kv_heads) or multi-head latent
-    # (`strategies.Attention`, or its name)
-    attention: strategies.Attention = strategy_field(
-        "model.attention", strategies.attention, strategies.ATTENTION_CLASSES,
-        default=strategies.Mha(), kw_only=True)
-    # how the attention core runs (`strategies.AttentionKernel`, or its name)
-    attention_kernel: strategies.AttentionKernel = strategy_field(
-        "model.attention_kernel", strategies.attention_kernel, strategies.ATTENTION_KERNEL_CLASSES,
-        default=strategies.FlashAttention(), kw_only=True)
+    # (`attention.Attention`, or its name)
+    attention: attn.Attention = strategy_field(
+        "model.attention", attn.attention, attn.ATTENTION_CLASSES,
+        default=attn.Mha(), kw_only=True)
+    # how the attention core runs (`attention.AttentionKernel`, or its name)
+    attention_kernel: attn.AttentionKernel = strategy_field(
+        "model.attention_kernel", attn.attention_kernel, attn.ATTENTION_KERNEL_CLASSES,
+        default=attn.FlashAttention(), kw_only=True)
     dropout: bool = static_field("model.dropout", bool, default=False, kw_only=True)
 
     def __post_init__(self):

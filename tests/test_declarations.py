@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import _checks, _domains, optimize, step, strategies, workload
+from codesign import _checks, _domains, attention, optimize, step, strategies, workload
 from codesign import scenario as sc
 from codesign.hardware import System, Tier
 from codesign.plan import Plan, Precision
@@ -60,8 +60,8 @@ def test_strategies_are_declared_once_with_their_own_keys():
                          ("system.routing", strategies.ROUTING_CLASSES),
                          ("parallel.schedule", strategies.SCHEDULE_CLASSES),
                          ("training.recompute", strategies.RECOMPUTE_CLASSES),
-                         ("model.attention_kernel", strategies.ATTENTION_KERNEL_CLASSES),
-                         ("model.attention", strategies.ATTENTION_CLASSES)):
+                         ("model.attention_kernel", attention.ATTENTION_KERNEL_CLASSES),
+                         ("model.attention", attention.ATTENTION_CLASSES)):
         decl = sc.KEYS[key].declaration
         assert decl.kind is str and decl.choices == tuple(c.name for c in classes), key
     for key in ("system.pod_size", "system.oversubscription"):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import codesign
-from codesign import fabric, plan, strategies
+from codesign import attention, fabric, plan, strategies
 from codesign import scenario as sc
 from codesign.cli import main
 
@@ -99,8 +99,8 @@ def test_float_leaves_inside_strategies_jit_vmap_and_grad():
     ("system.routing", "hash", strategies.ROUTINGS),
     ("parallel.schedule", "pipedream", strategies.SCHEDULES),
     ("training.recompute", "some", strategies.RECOMPUTES),
-    ("model.attention_kernel", "fused", strategies.ATTENTION_KERNELS),
-    ("model.attention", "gqa", strategies.ATTENTIONS),
+    ("model.attention_kernel", "fused", attention.ATTENTION_KERNELS),
+    ("model.attention", "gqa", attention.ATTENTIONS),
 ])
 def test_an_unknown_strategy_name_is_one_line_naming_key_and_choices(key, value, choices):
     message = f"{key}={value!r} is not one of {', '.join(choices)}"
@@ -113,9 +113,9 @@ def test_names_parse_to_their_types_and_types_pass_through():
     assert plan.Plan(recompute=strategies.FullRecompute()).recompute.name == "full"
     assert strategies.routing("ecmp") == strategies.Ecmp()
     assert sc.load(None, ["model.attention_kernel=naive"]).model.attention_kernel == \
-        strategies.NaiveAttention()
+        attention.NaiveAttention()
     assert codesign.workload.model("megatron-8.3b").attention_kernel.name == "naive"
-    assert codesign.workload.model("deepseek-v3").attention == strategies.Mla()
+    assert codesign.workload.model("deepseek-v3").attention == attention.Mla()
     assert [strategies.topology(n, 8.0).name for n in strategies.TOPOLOGIES] == \
         list(strategies.TOPOLOGIES)
     assert fabric.topology("clos", 8.0, pod_size=64.0) == fabric.Clos(64.0, 1.0)
@@ -136,7 +136,7 @@ def test_mla_refuses_a_model_without_its_dimensions():
 def test_no_strategy_name_is_compared_outside_parsing():
     names = (strategies.TOPOLOGIES + strategies.ROUTINGS + strategies.SCHEDULES
              + tuple(n for n in strategies.RECOMPUTES if n != "none")
-             + strategies.ATTENTION_KERNELS + strategies.ATTENTIONS)  # "none" is a dtype too
+             + attention.ATTENTION_KERNELS + attention.ATTENTIONS)  # "none" is a dtype too
     pattern = re.compile(r"(==|!=|\bin)\s*\(?\s*['\"](" + "|".join(map(re.escape, names))
                          + r")['\"]")
     root = Path(codesign.__file__).parent

@@ -24,7 +24,7 @@ and H the chip's hbm_Bps from the preset:
     GEMM       t = (2mkn / P + e (mk + kn + mn) / (H hbm_efficiency)) / matmul_efficiency + o
     attention  t = flops / (P16 attention_efficiency) + o per kernel
                (forward 4 b s^2 heads head_dim x 0.5 causal; backward
-               strategies.FLASH_BACKWARD_OVER_FORWARD x forward)
+               attention.FLASH_BACKWARD_OVER_FORWARD x forward)
     stream     t = bytes read and written / (H hbm_efficiency) + o
 
 with o = kernel_overhead_s and e the bytes per element. The four constants are
@@ -44,8 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..attention import FLASH_BACKWARD_OVER_FORWARD
 from ..hardware import System
-from ..strategies import FLASH_BACKWARD_OVER_FORWARD
 from .calibrate import _minimise
 
 KINDS = ("gemm", "attention", "stream")
