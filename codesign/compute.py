@@ -156,11 +156,9 @@ def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
     `traffic.Shape` if known."""
     sh = traffic.shape(model, plan, t) if sh is None else sh
     share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
-    experts = model.routed_expert_params()
-    layer_params = model.params() - experts - model.embedding_params()
     embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
-    dense = (layer_params * share + embedding) / plan.tp
-    routed = experts * share / (plan.ep * plan.tp)
+    dense = (model.layer_params() * share + embedding) / plan.tp
+    routed = model.routed_expert_params() * share / (plan.ep * plan.tp)
     return shard_params(plan, dense, routed, stage)
 
 

@@ -63,13 +63,10 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
 
     weights = sharded(pr.bytes("params"), 3)
     if plan.zero == 3:  # gathered weights: one layer at a time, or all kept for backward
-        experts = model.routed_expert_params()
-        layer_params = model.params() - experts - model.embedding_params()
-        gathered = (layer_params / model.layers + experts / jnp.maximum(model.layers, 1.0)
-                    / plan.ep) / plan.tp
-        dense, routed = unsharded
-        shard_dense, shard_routed = shard_params(plan, dense, routed, 3)
-        keep = dense + routed - shard_dense - shard_routed  # the other ranks' shards
+        gathered = (model.layer_params() / model.layers + model.routed_expert_params()
+                    / jnp.maximum(model.layers, 1.0) / plan.ep) / plan.tp
+        shard_dense, shard_routed = shard_params(plan, *unsharded, 3)
+        keep = sum(unsharded) - shard_dense - shard_routed  # the other ranks' shards
         weights = weights + pr.bytes("params") * (
             2.0 * gathered if plan.reshard_after_forward else keep)
     dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage

@@ -189,6 +189,11 @@ class Transformer(eqx.Module):
         """All routed experts of all MoE layers (sharded by expert parallelism)."""
         return self.moe_layers * self.experts * self.expert_params()
 
+    def layer_params(self) -> jax.Array:
+        """Parameters of all layers but their routed experts (attention, dense
+        FFNs, shared experts, routers): what tensor parallelism alone shards."""
+        return self.params() - self.routed_expert_params() - self.embedding_params()
+
     def params(self) -> jax.Array:
         """Total parameters (norms and biases, < 0.1%, are left out)."""
         moe_ffn = self.shared_experts * self.expert_params() + self.hidden * self.experts
