@@ -216,6 +216,17 @@ def outputs(est: Estimate) -> dict:
     return out
 
 
+TIME_TO_TRAIN_OUTPUTS = ("time_to_train_s", "gpu_hours")  # 0 without training.tokens
+
+
+def asked(est: Estimate, out: dict) -> dict:
+    """`out` (`outputs(est)`, concrete) without `TIME_TO_TRAIN_OUTPUTS` when the
+    scenario sets no tokens to train on: what a command reports and checks."""
+    if float(est.tokens) > 0:
+        return out
+    return {k: v for k, v in out.items() if k not in TIME_TO_TRAIN_OUTPUTS}
+
+
 def wire_bytes_per_gpu(row: traffic.Row) -> jax.Array:
     """Bytes one GPU puts on its link per step for a row: nccl-tests' bus
     factor (bytes through each rank's link per byte of message) x size x count."""

@@ -343,8 +343,7 @@ def predict(check: Check) -> tuple[float, bool, str]:
     est = step_lib.estimate(scn)
     out = step_lib.outputs(est)
     try:
-        step_lib.check_outputs(out if float(est.tokens) > 0 else {
-            k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")})
+        step_lib.check_outputs(step_lib.asked(est, out))
         refused = ""
     except (ValueError, step_lib.OutputOutOfRange) as e:
         refused = str(e)

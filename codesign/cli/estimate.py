@@ -43,8 +43,7 @@ def evaluate(args):
     fault: exit 1 with one line), see `step.check_outputs`."""
     scn = scenario.load(args.scenario, args.set, system=args.system)
     est, out = compiled(_estimate, scn)[0](scn)
-    if float(est.tokens) <= 0:  # time to train is not asked for
-        out = {k: v for k, v in out.items() if k not in ("time_to_train_s", "gpu_hours")}
+    out = step.asked(est, out)  # time to train only when tokens are set
     step.check_outputs(out, args.set)
     return scn, scenario.labels(args.scenario, args.set, system=args.system), est
 

@@ -6,7 +6,7 @@ import json
 import math
 import sys
 
-from .. import economics, optimize
+from .. import economics, optimize, step
 from .. import scenario as sc
 from .._words import words
 from ..units import day, format_bytes, format_quantity, parse_quantity, year
@@ -122,7 +122,7 @@ def _print_result(prob, r: optimize.Result, here: dict, show_path: bool):
 def _sensitivity(args) -> int:
     scn = sc.load(args.scenario, args.set, system=args.system)
     labels = sc.labels(args.scenario, args.set, system=args.system)
-    if args.output in ("time_to_train_s", "gpu_hours") and float(scn.tokens) <= 0:
+    if args.output in step.TIME_TO_TRAIN_OUTPUTS and float(scn.tokens) <= 0:
         raise ValueError(f"--output {args.output} needs training.tokens > 0 "
                          "(add --set training.tokens=...)")
     if args.top < 0:
