@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from codesign import sweep
+from codesign.cli import main
 
 SPEC = """
 name = "resume-demo"
@@ -111,7 +112,7 @@ def _counts(stdout: str) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
-def test_two_processes_with_chunk_size_grad_and_resume_match_one_process(tmp_path):
+def test_two_processes_with_chunk_size_grad_and_resume_match_one_process(tmp_path, capsys):
     # 2 x 3 x 9 = 54 points; the spec says 16 points per chunk, the command line 8
     spec = write_spec(tmp_path, chunk_size=16, points=9)
     flags = ("--chunk-size", 8, "--grad", "--cpu-devices", 2)
@@ -134,10 +135,11 @@ def test_two_processes_with_chunk_size_grad_and_resume_match_one_process(tmp_pat
     assert again.returncode == 0, again.stderr
     assert _counts(again.stdout) == (3, 5)
     assert _files(out) == want
-    # resuming with another chunking is refused, and the error says so
-    other = _sweep(spec, "--out", out, "--processes", 2, "--resume", "--chunk-size", 4,
-                   "--grad", "--cpu-devices", 2)
-    assert other.returncode == 2
-    assert "another chunk size (chunk_size=8 != 4" in other.stderr, other.stderr
-    other = _sweep(spec, "--out", out, "--resume", "--chunk-size", 8)
-    assert other.returncode == 2 and "another --grad" in other.stderr, other.stderr
+    # resuming with another chunking or without --grad is refused before any
+    # process starts or anything compiles (so asked in this process)
+    refused = ("sweep", str(spec), "--out", str(out), "--resume", "--no-progress", "--no-plots")
+    assert main([*refused, "--processes", "2", "--chunk-size", "4", "--grad",
+                 "--cpu-devices", "2"]) == 2
+    assert "another chunk size (chunk_size=8 != 4" in capsys.readouterr().err
+    assert main([*refused, "--chunk-size", "8"]) == 2
+    assert "another --grad" in capsys.readouterr().err

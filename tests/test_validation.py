@@ -5,6 +5,7 @@ traced knob values (thousands of examples, one compilation each)."""
 import functools
 import logging
 import math
+import os
 
 import chex
 import equinox as eqx
@@ -26,7 +27,16 @@ FLOAT_KEYS = tuple(f"{s}.{k}" for s, keys in sc.SCHEMA.items()
 ALL_KEYS = tuple(f"{s}.{k}" for s, keys in sc.SCHEMA.items() for k in keys)
 BASE = sc.load(None)
 TRACED_KNOBS = tuple(k for k in sc.knobs(BASE) if k not in sc.RELATIONAL)
-PROPERTY = settings(max_examples=2000, deadline=None, derandomize=True, database=None,
+# Examples per property test: sized for the 4-minute suite; a thorough run
+# multiplies them (CODESIGN_PROPERTY_SCALE=10 pytest tests/test_validation.py).
+SCALE = float(os.environ.get("CODESIGN_PROPERTY_SCALE", "1"))
+
+
+def examples(n: int) -> int:
+    return max(1, round(n * SCALE))
+
+
+PROPERTY = settings(max_examples=examples(500), deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -307,7 +317,7 @@ TABLES = st.dictionaries(SECTION, st.one_of(
     st.integers(), st.text(max_size=4)), max_size=5)
 
 
-@settings(PROPERTY, max_examples=600)
+@settings(PROPERTY, max_examples=examples(250))
 @given(TABLES, st.booleans())
 def test_property_scenario_tables_load_or_name_the_key(tables, with_preset):
     """Any tables (missing, extra, wrong types, any values): a Scenario or one line."""
@@ -329,7 +339,7 @@ KNOB_VALUES = st.dictionaries(st.sampled_from(TRACED_KNOBS), st.floats(), max_si
     lambda d: st.fixed_dictionaries({k: _numbers(k, big=10**300).map(float) for k in d}))
 
 
-@settings(PROPERTY, max_examples=1500)
+@settings(PROPERTY, max_examples=examples(400))
 @given(KNOB_VALUES)
 def test_property_traced_knobs_answer_or_raise_naming_the_key(values):
     """Floats from the whole range through `set_knobs` on one compiled estimate:
