@@ -14,6 +14,9 @@ process exits. The library's jitted functions (`jax_compilation_cache_dir`,
 in every process: workers, notebook kernels, subprocesses) and the `codesign`
 command's (`CODESIGN_CACHE`) use it, so one structure compiled by one process
 is read from disk by the others; the user's cache is neither read nor filled.
+Every program is stored (minimum compile time 0), the small ones of eager
+evaluation too, which each worker and kernel would otherwise compile again
+(13% less wall time measured on five of the files).
 """
 
 import atexit
@@ -32,7 +35,7 @@ if "CODESIGN_TEST_CACHE" not in os.environ:  # the first process of the run
     atexit.register(shutil.rmtree, os.environ["CODESIGN_TEST_CACHE"], ignore_errors=True)
 os.environ["CODESIGN_CACHE"] = os.environ["CODESIGN_TEST_CACHE"]
 os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["CODESIGN_TEST_CACHE"]
-os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -91,7 +91,8 @@ def _configure_jax() -> None:
     cache = os.environ.get("CODESIGN_CACHE", str(Path.home() / ".cache" / "codesign" / "xla"))
     if cache:
         jax.config.update("jax_compilation_cache_dir", cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # the user's wins
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 def version_line() -> str:
