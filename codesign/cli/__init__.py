@@ -92,7 +92,8 @@ def _configure_jax() -> None:
     if cache:
         jax.config.update("jax_compilation_cache_dir", cache)
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # the user's wins
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+            # every program: the eager checks' small ones too (a warm `estimate` 2.1-2.8 s -> 1.6 s)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def version_line() -> str:
