@@ -29,7 +29,9 @@ evaluates them in chunks of `--chunk` scenarios:
   estimate (`equations`: every equation, those of sub-jaxprs included, as
   `jit`, `custom_jvp` and loop bodies nest them; `top_level_equations`), the
   time to trace, lower and XLA-compile it (unbatched, as `codesign estimate`
-  runs it), and `equations_by_module`: the equations each codesign module
+  runs it: without the traced domain check, with `CPU_COMPILER_OPTIONS`;
+  `xla_compile_default_options_s` at XLA's defaults, and
+  `equations_with_traced_check` as under jit of user code), and `equations_by_module`: the equations each codesign module
   emits (the innermost codesign frame of each equation's traceback; library
   code such as jnp.interp counts for the codesign function that called it).
   `--profile-only` prints just these.
@@ -61,6 +63,7 @@ import numpy as np  # noqa: E402
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 from codesign import scenario as sc  # noqa: E402
 from codesign import step  # noqa: E402
+from codesign._compile import CPU_COMPILER_OPTIONS  # noqa: E402
 
 CHOICES = {"parallel.tp": (1, 2, 4, 8), "parallel.pp": (1, 2, 4, 8),
            "training.micro_batch": (1, 2, 4), "system.scale_up_domain": (4, 8, 16, 72)}
@@ -103,25 +106,42 @@ def _module(eqn) -> str:
 
 
 def compile_profile(names=sc.BUILTIN) -> dict:
-    """Per built-in scenario: the jaxpr of one full estimate (`step.outputs` of
-    `step.estimate`) and the seconds to trace, lower and compile it."""
+    """Per built-in scenario: the jaxpr of one full estimate as `codesign
+    estimate` compiles it (`step.outputs` of `step.estimate(scn, check=False)`:
+    a loaded scenario's values were checked on load) and the seconds to trace,
+    lower and compile it, with the command's XLA options
+    (`_compile.CPU_COMPILER_OPTIONS`) and with XLA's defaults; and the size of
+    the program with the traced domain check (`check=True`, as under jit/vmap/grad
+    of user code)."""
     def full(scn):
+        return step.outputs(step.estimate(scn, check=False))
+
+    def checked(scn):
         return step.outputs(step.estimate(scn))
 
+    options = CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
     out = {}
     for name in names:
         scn = sc.load(name)
+        jax.clear_caches()  # scenarios of one structure (megatron-8.3b, -1t) compile each
         t0 = time.perf_counter()
         closed = jax.make_jaxpr(full)(scn)
         t1 = time.perf_counter()
         lowered = jax.jit(full).lower(scn)
         t2 = time.perf_counter()
-        lowered.compile()
+        lowered.compile(compiler_options=options)
         t3 = time.perf_counter()
+        again = jax.jit(lambda s: full(s)).lower(scn)  # a new function: compiled anew
+        t4 = time.perf_counter()
+        again.compile()
+        t5 = time.perf_counter()
         by_module = collections.Counter()
         total = count_equations(closed.jaxpr, by_module)
         out[name] = {"equations": total, "top_level_equations": len(closed.jaxpr.eqns),
+                     "equations_with_traced_check": count_equations(
+                         jax.make_jaxpr(checked)(scn).jaxpr, collections.Counter()),
                      "trace_s": t1 - t0, "lower_s": t2 - t1, "xla_compile_s": t3 - t2,
+                     "xla_compile_default_options_s": t5 - t4,
                      "equations_by_module": dict(by_module.most_common())}
     return out
 
