@@ -24,9 +24,11 @@ SENSITIVITY_OUTPUTS = ("step_time_s", "tokens_per_s", "time_to_train_s", "gpu_ho
 
 @eqx.filter_jit
 def _log_jacobian(scn: Scenario, values: dict, outputs: tuple[str, ...]):
-    """d log(outputs) / d values at `scn` with the knobs `values` set."""
+    """d log(outputs) / d values at `scn` with the knobs `values` set (the
+    scenario's own, checked when it was built: no traced check, so the
+    persistent cache can store the program)."""
     def f(v):
-        out = step.outputs(step.estimate(sc.set_knobs(scn, v)))
+        out = step.outputs(step.estimate(sc.set_knobs(scn, v), check=False))
         return jnp.stack([safe_log(out[o]) for o in outputs])
 
     return jax.jacrev(f)(values)
