@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from . import traffic
 from .hardware import System
 from .plan import DTYPE_BYTES, Plan
-from .workload import Transformer
+from .workload import LAYER_KINDS, Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
 # residual adds, the activation, rotary/bias (assumption; GEMMs and the attention
@@ -138,11 +138,10 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     # each, a kernel each), MoE layers only
     copies = tokens * model.top_k * h * plan.precision.bytes("activations")
     permute = streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
-    stored = [model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
-                                               "none", moe, plan.cp, plan.precision)
-              for moe in (False, True)]
-    memory = (dense_layers * streaming_time_s(system, 2.0 * stored[0])
-              + moe_layers * (streaming_time_s(system, 2.0 * stored[1]) + permute))
+    stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
+                                              "none", LAYER_KINDS, plan.cp, plan.precision)
+    passes_s = streaming_time_s(system, 2.0 * stored)  # (dense, MoE) layer
+    memory = dense_layers * passes_s[0] + moe_layers * (passes_s[1] + permute)
     overhead = sh.layers_on_stage * KERNELS_PER_LAYER * system.chip.kernel_overhead_s
     return _gemms_s(system, gemms) + memory + overhead
 

@@ -14,7 +14,7 @@ from .compute import local_params, shard_params
 from .hardware import System
 from .plan import Plan
 from .strategies import NoRecompute
-from .workload import Transformer
+from .workload import LAYER_KINDS, Transformer
 
 
 def in_flight_micro_batches(plan: Plan, t=0.0) -> jax.Array:
@@ -72,8 +72,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
     dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
     per_layer = lambda recompute, moe: model.activation_bytes_per_layer(  # noqa: E731
         plan.micro_batch, plan.tp, plan.sequence_parallel, recompute, moe, plan.cp, pr)
-    per_mb = (dense_layers * per_layer(plan.recompute, False)
-              + sh.moe_layers_on_stage * per_layer(plan.recompute, True))
+    kinds = per_layer(plan.recompute, LAYER_KINDS)  # (dense, MoE) layer
+    per_mb = dense_layers * kinds[0] + sh.moe_layers_on_stage * kinds[1]
     activations = per_mb * in_flight_micro_batches(plan, t)
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
         activations = activations + per_layer(NoRecompute(), False)  # holds its full ones

@@ -40,6 +40,8 @@ import dataclasses
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from . import _checks, strategies
 from . import attention as attn
@@ -47,6 +49,10 @@ from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_WIDTH, count
 
 RECOMPUTE = strategies.RECOMPUTES
+
+
+# (dense, MoE): `Transformer.activation_bytes_per_layer` of both kinds of layer at once
+LAYER_KINDS = np.array([False, True])
 
 
 class Transformer(eqx.Module):
@@ -242,9 +248,11 @@ class Transformer(eqx.Module):
 
     # ----------------------------------------------------------- activations
     def activation_bytes_per_layer(self, micro_batch, tp, sequence_parallel: bool,
-                                   recompute, moe: bool, cp=1.0, precision=None
+                                   recompute, moe, cp=1.0, precision=None
                                    ) -> jax.Array:
-        """Bytes one layer keeps for backward, per GPU, per micro-batch in flight.
+        """Bytes one layer keeps for backward, per GPU, per micro-batch in flight:
+        an MoE layer's where `moe` is true, a dense layer's where false (`moe`
+        may be an array, [False, True] gives both kinds in one evaluation).
 
         Korthikanti et al. 2022, eqs. 1-6, generalised (see module docstring).
         Tensor parallelism divides everything but the norms, block inputs and
@@ -258,9 +266,10 @@ class Transformer(eqx.Module):
         width = 1.0 if precision is None else precision.bytes("activations") / 2.0
         s, b, h = self.seq_len / cp, micro_batch, self.hidden
         if not recompute.keeps_layer_activations:  # only the layer input survives
-            return width * 2 * s * b * h / (tp if sequence_parallel else 1.0)
-        f = ((self.top_k + self.shared_experts) * self.expert_ffn_hidden if moe
-             else self.ffn_hidden)
+            return jnp.ones(jnp.shape(moe)) * width * 2 * s * b * h / (
+                tp if sequence_parallel else 1.0)
+        f = jnp.where(moe, (self.top_k + self.shared_experts) * self.expert_ffn_hidden,
+                      self.ffn_hidden)
         linear = 0.5 if precision is not None and precision.gemm == "fp8" else 1.0
         # split by tp: Q, K and V, the attention output (the projection's
         # input), the FFN activation input and fc2 input (4 f), the gate (2 f)
