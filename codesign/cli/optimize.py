@@ -128,7 +128,9 @@ def _sensitivity(args) -> int:
     if args.top < 0:
         raise ValueError(f"--top={args.top} must be at least 0")
     el = optimize.elasticities(scn, (args.output,), args.knob or None)[args.output]
-    order = sorted(el, key=lambda k: (-abs(el[k]), k))
+    # largest first; equal to 9 digits (hbm_Bps and hbm_efficiency enter as a product,
+    # their last bits depend on XLA's options) by name, so the order is the same everywhere
+    order = sorted(el, key=lambda k: (-float(f"{abs(el[k]):.9g}"), k))
     values = {k: float(sc.get_knob(scn, k)) for k in order}
     if args.json:
         print(json.dumps({**_output.echo(scn, labels, args.system), "output": args.output,
