@@ -25,6 +25,7 @@ from . import scenario as scenario
 from . import step as step
 from . import strategies as strategies
 from . import traffic as traffic
+from . import uncertainty as uncertainty
 from . import units as units
 from . import workload as workload
 
@@ -54,8 +55,8 @@ _ON_FIRST_USE = ("execute", "optimize", "plots", "sweep", "validate")
 __all__ = [
     # modules
     "attention", "collectives", "economics", "execute", "fabric", "hardware", "optimize", "plan",
-    "plots", "reliability", "scenario", "step", "strategies", "sweep", "traffic", "units",
-    "validate", "workload",
+    "plots", "reliability", "scenario", "step", "strategies", "sweep", "traffic", "uncertainty",
+    "units", "validate", "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
     "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",

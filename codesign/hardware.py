@@ -470,3 +470,10 @@ def preset(name: str) -> Preset:
 def system(name: str) -> System:
     """The `System` of preset `name`."""
     return preset(name).system
+
+
+def chip_family(chip: str) -> str:
+    """The family of a chip name: up to its first '-' ("H100-SXM5-80GB" ->
+    "H100"; A100, H800, V100, B200, tpu...), what `codesign validate` groups
+    its rows by and `codesign.uncertainty` takes the spread of."""
+    return chip.split("-")[0]

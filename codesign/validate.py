@@ -15,11 +15,15 @@ to compile one.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+
+import numpy as np
 
 from . import collectives, hardware
 from . import scenario as scenario_lib
 from . import step as step_lib
+from . import uncertainty as uncertainty_lib
 
 MEASURES = {
     "hardware_tflops_per_gpu": "TFLOP/s per GPU, hardware FLOPs (recomputation included)",
@@ -32,6 +36,8 @@ MEASURES = {
     "gpu_hours": "GPU-hours to train on the scenario's tokens (failures included)",
     "busbw_GBps": "nccl-tests bus bandwidth, GB/s",
 }
+# the measures that are a time (the others are rates: a positive error is optimistic)
+TIME_MEASURES = frozenset({"step_time_s", "gpu_hours"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,7 +336,7 @@ def family(check: Check) -> str:
     first '-': A100, H100, H800, V100, B200...)."""
     preset = (check.collective[0] if check.collective is not None
               else check.tables["system"]["preset"])
-    return hardware.preset(preset).chip.split("-")[0]
+    return hardware.chip_family(hardware.preset(preset).chip)
 
 
 def predict(check: Check) -> tuple[float, bool, str]:
@@ -401,3 +407,42 @@ def summary(rows) -> dict:
             "refused": sum(bool(r["refused"]) for r in rows),
             "not_fitting": sum(not r["fits_memory"] for r in rows),
             "by_family": grouped("family"), "by_measure": grouped("measure")}
+
+
+def step_time_ratio(row: dict) -> float:
+    """The true / predicted step time a row says: (1 + error) for a rate
+    measure (the model's rate is too high by that factor), 1 / (1 + error) for
+    a time measure (`TIME_MEASURES`)."""
+    one_plus = 1.0 + row["error"]
+    return 1.0 / one_plus if row["measure"] in TIME_MEASURES else one_plus
+
+
+def _spread(ratios: list[float]) -> dict:
+    q = uncertainty_lib.QUANTILE
+    lo, hi = np.quantile(np.asarray(ratios, dtype=np.float64), [q, 1.0 - q])
+    # 6 significant digits: the stored table does not change with the last bits
+    return {"rows": len(ratios), "ratio_lo": float(f"{lo:.6g}"),
+            "ratio_hi": float(f"{hi:.6g}")}
+
+
+def uncertainty(rows) -> dict:
+    """The table `codesign.uncertainty` reads (stored as its `TABLE`): the
+    `QUANTILE` and 1 - `QUANTILE` percentiles of `step_time_ratio` over the
+    prediction rows (calibration rows and rows without a value apart), of all
+    families (`all`) and per chip family (`families`), with their row counts."""
+    ratios: dict = {}
+    for r in rows:
+        if not r["calibration"] and math.isfinite(r["error"]):
+            ratios.setdefault(r["family"], []).append(step_time_ratio(r))
+    return {"quantile": uncertainty_lib.QUANTILE, "min_rows": uncertainty_lib.MIN_ROWS,
+            "all": _spread([x for v in ratios.values() for x in v]),
+            "families": {k: _spread(v) for k, v in sorted(ratios.items())}}
+
+
+def write_uncertainty(rows, path=uncertainty_lib.TABLE) -> dict:
+    """Write `uncertainty(rows)` to `path` (the package's table); returns it."""
+    table = uncertainty(rows)
+    with open(path, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return table

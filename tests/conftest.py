@@ -60,3 +60,12 @@ def step_time_value_and_grad():
         return step.estimate(scenario.set_knobs(scn, knobs), check=False).step.step_time_s
 
     return jax.jit(jax.value_and_grad(step_time_s, argnums=1))
+
+
+@pytest.fixture(scope="session")
+def validate_rows():
+    """`codesign.validate.run()`'s rows, evaluated once per process (~15 s):
+    the honesty table's tests and the intervals' (tests/test_uncertainty.py)."""
+    from codesign import validate
+
+    return validate.run()

@@ -209,11 +209,6 @@ def test_new_knobs_have_finite_gradients_and_vmap_without_recompiling():
     assert signs["system.kernel_overhead_s"] > 0 and signs["training.moe_imbalance"] > 0
 
 
-@pytest.fixture(scope="module")
-def validate_rows():
-    return validate.run()
-
-
 def test_validate_lists_published_figures(validate_rows):
     rows = validate_rows
     predictions = [r for r in rows if not r["calibration"]]

@@ -6,7 +6,7 @@ import json
 
 import jax
 
-from .. import scenario, step
+from .. import hardware, scenario, step, uncertainty
 from .._compile import compiled
 from ..units import format_bytes
 from . import _output, _system
@@ -75,6 +75,30 @@ def estimate_json(est: step.Estimate) -> dict:
     return out
 
 
+def intervals_json(labels, out: dict) -> dict:
+    """The intervals of the step time and (tokens set) the time to train, from
+    validate's rows of the scenario's chip family (`codesign.uncertainty`)."""
+    family = hardware.chip_family(labels.system.chip)
+    step_i = uncertainty.interval(family, out["step_time_s"])
+    res = {"step_time_s_interval": [step_i.lo, step_i.hi]}
+    if "time_to_train_s" in out:
+        train_i = uncertainty.interval(family, out["time_to_train_s"])
+        res["time_to_train_s_interval"] = [train_i.lo, train_i.hi]
+    res["interval"] = {"quantile": step_i.quantile, "coverage": round(step_i.coverage, 12),
+                       "family": family, "rows": step_i.rows,
+                       "rows_family": step_i.rows_family, "family_rows": step_i.family_rows}
+    return res
+
+
+def _interval_source(i: dict) -> str:
+    """"validate's 15 A100 rows", or where the family has too few, all rows."""
+    if i["rows_family"] != "all":
+        return f"validate's {i['rows']} {i['family']} rows"
+    n = i["family_rows"]
+    few = "no" if n == 0 else f"only {n}"
+    return f"validate's {i['rows']} rows, {few} {i['family']} row{'' if n == 1 else 's'}"
+
+
 def _print_traffic(rows):
     print(f"{'dim':<4} {'collective':<15} {'tier':<19} {'ranks':>5} {'message':>10} "
           f"{'count':>9} {'crit':>4} {'time_s':>9} {'exposed_s':>9}")
@@ -95,6 +119,9 @@ def _print_estimate(scn, labels, out):
           f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
           f"attention {scn.model.attention.name}/{scn.model.attention_kernel.name}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
+    lo, hi = out["step_time_s_interval"]
+    print(f"  {out['interval']['coverage']:.0%} interval   {lo:.3f}-{hi:.3f} s, from "
+          f"{_interval_source(out['interval'])}")
     for k, v in out["breakdown_s"].items():
         share = v / out["step_time_s"] if out["step_time_s"] else 0.0
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
@@ -120,6 +147,9 @@ def _print_estimate(scn, labels, out):
     if "time_to_train_s" in out:
         print(f"time to train    {out['time_to_train_s'] / 86400:.1f} days, "
               f"{out['gpu_hours'] / 1e6:.2f}M GPU-hours")
+        lo, hi = out["time_to_train_s_interval"]
+        print(f"  {out['interval']['coverage']:.0%} interval   {lo / 86400:.1f}-"
+              f"{hi / 86400:.1f} days (the step time's)")
 
 
 def _roofline_rows(scn, est):
@@ -179,7 +209,8 @@ def run(args, name) -> int:
         if args.plot:
             _output.wrote(args.plot, args)
         return 0
-    out = {**estimate_json(est), **_output.echo(scn, labels, args.system)}
+    out = estimate_json(est)
+    out = {**out, **intervals_json(labels, out), **_output.echo(scn, labels, args.system)}
     if args.plot:
         _plot_estimate(scn, labels, out, args.plot)
         out["plot"] = args.plot
