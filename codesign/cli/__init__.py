@@ -65,8 +65,32 @@ def restart_command() -> list[str]:
     return [sys.executable, "-m", "codesign", *sys.argv[1:]]
 
 
+# argparse's "invalid choice: 'x' (choose from 'a', 'b')" -> "invalid choice 'x' (choose from a, b)"
+_CHOICE = re.compile(r"invalid choice: (.+?) \(choose from (.+)\)$")
+
+
+def _argparse_line(message: str) -> str:
+    """argparse's error message, one line, naming the flag first: `--output: ...`."""
+    text = " ".join(message.split())
+    if text.startswith("argument "):
+        text = text[len("argument "):]
+    m = _CHOICE.search(text)
+    if m:
+        choices = ", ".join(c.strip().strip("'") for c in m.group(2).split(","))
+        text = f"{text[:m.start()]}invalid choice {m.group(1)} (choose from {choices})"
+    return text
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose error is one line on stderr (no usage block) and
+    exit 2; `--help` is argparse's own."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(BAD_INPUT, f"{self.prog}: error: {_argparse_line(message)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codesign", description=__doc__.splitlines()[0],
+    parser = OneLineParser(prog="codesign", description=__doc__.splitlines()[0],
                                      epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="store_true",
@@ -178,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         parser = _parser()
         if argv and argv[0] not in ("-h", "--help"):
-            parser.print_usage(sys.stderr)
             print(f"codesign: error: unknown command {argv[0]!r}; choose one of "
                   f"{', '.join(COMMANDS)}", file=sys.stderr)
             return 2
@@ -189,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     # jax logs a traced check's error (the callback's traceback) before raising it
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
     module = _module(name)
-    parser = argparse.ArgumentParser(prog=f"codesign {name}", description=COMMANDS[name][1],
-                                     epilog=EXIT_CODES)
+    parser = OneLineParser(prog=f"codesign {name}", description=COMMANDS[name][1],
+                           epilog=EXIT_CODES)
     module.add_arguments(parser, name)
-    args = parser.parse_args(rest)  # argparse exits 2 with a one-line error
+    args = parser.parse_args(rest)  # exits 2 with a one-line error (OneLineParser)
     return _run(module, args, name)
 
 
