@@ -40,3 +40,39 @@ def test_help_keeps_its_usage(capsys):
         main(["sensitivity", "--help"])
     assert e.value.code == 0
     assert capsys.readouterr().out.startswith("usage: codesign sensitivity")
+
+
+# ------------------------------------------------------------ file arguments
+@pytest.mark.parametrize("argv, what", [
+    (["estimate", "{dir}"], "scenario file"),
+    (["estimate", "--system", "{dir}"], "system file"),
+    (["calibrate", "{dir}"], "measurement file"),
+    (["sweep", "{dir}"], "spec"),
+])
+def test_a_directory_is_named(argv, what, capsys, tmp_path):
+    folder = tmp_path / "d.toml"  # a .toml name: --system reads it as a file
+    folder.mkdir()
+    line = _fails(capsys, *(a.format(dir=folder) for a in argv))
+    assert f"{what} '{folder}' is a directory" in line
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["estimate", "/dev/zero"], "scenario file"),
+    (["sweep", "/dev/zero"], "spec"),
+    (["calibrate", "/dev/zero"], "measurement file"),
+])
+def test_an_endless_stream_is_refused_at_the_cap(argv, what, capsys, monkeypatch):
+    from codesign import _files
+
+    monkeypatch.setattr(_files, "LOG_LIMIT_BYTES", 2**20)  # the log cap is 1 GiB
+    line = _fails(capsys, *argv)
+    assert f"{what} '/dev/zero' is not a regular file" in line
+
+
+def test_a_scenario_over_the_cap_is_refused(capsys, tmp_path):
+    from codesign import _files
+
+    big = tmp_path / "big.toml"
+    big.write_text("#" * (_files.TOML_LIMIT_BYTES + 1))
+    line = _fails(capsys, "estimate", str(big))
+    assert f"scenario file '{big}' is larger than 16MiB" in line
