@@ -470,6 +470,10 @@ def system_table(system: str) -> dict:
     extra = extra.get("system", {})
     if not isinstance(extra, dict):
         raise ValueError(f"system file {system!r}: system must be a table")
+    if not extra:  # an empty file, or an empty [system]: it would change nothing
+        raise ValueError(f"system file {system!r} sets no [system] key; give at least one "
+                         f'(e.g. [system] preset = "{DEFAULT_SYSTEM}", or the tiers '
+                         "`codesign calibrate --out` writes)")
     return extra
 
 

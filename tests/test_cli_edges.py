@@ -76,3 +76,20 @@ def test_a_scenario_over_the_cap_is_refused(capsys, tmp_path):
     big.write_text("#" * (_files.TOML_LIMIT_BYTES + 1))
     line = _fails(capsys, "estimate", str(big))
     assert f"scenario file '{big}' is larger than 16MiB" in line
+
+
+# ------------------------------------------------------------ --system FILE
+@pytest.mark.parametrize("text", ["", "# nothing\n", "[system]\n"])
+@pytest.mark.parametrize("command", [["estimate"], ["collective", "all_reduce", "--ranks", "8"]])
+def test_a_system_file_that_sets_nothing_is_refused(text, command, capsys, tmp_path):
+    path = tmp_path / "empty.toml"
+    path.write_text(text)
+    line = _fails(capsys, *command, "--system", str(path))
+    assert f"system file '{path}' sets no [system] key" in line
+
+
+def test_a_minimal_system_file_loads(capsys, tmp_path):
+    path = tmp_path / "h100.toml"
+    path.write_text('[system]\npreset = "dgx-h100"\n')
+    assert main(["estimate", "--system", str(path), "--json"]) == 0
+    assert '"preset": "dgx-h100"' in capsys.readouterr().out
