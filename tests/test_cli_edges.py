@@ -93,3 +93,22 @@ def test_a_minimal_system_file_loads(capsys, tmp_path):
     path.write_text('[system]\npreset = "dgx-h100"\n')
     assert main(["estimate", "--system", str(path), "--json"]) == 0
     assert '"preset": "dgx-h100"' in capsys.readouterr().out
+
+
+# ------------------------------------------------------------ --plot PATH
+@pytest.mark.parametrize("command", [
+    ["estimate"], ["roofline"], ["collective", "all_reduce", "--ranks", "8", "--bytes", "1MiB"]])
+def test_plot_prints_the_path_it_wrote(command, capsys, tmp_path):
+    (tmp_path / "adir").mkdir()  # a name without a suffix: matplotlib adds .png
+    assert main([*command, "--plot", str(tmp_path / "adir")]) == 0
+    written = tmp_path / "adir.png"
+    assert f"wrote {written}" in capsys.readouterr().out.splitlines()
+    assert written.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("name, words", [("x.v2", "matplotlib cannot write '.v2'"),
+                                         ("d.png", "is a directory")])
+def test_plot_path_is_checked_first(name, words, capsys, tmp_path):
+    (tmp_path / "d.png").mkdir()
+    line = _fails(capsys, "estimate", "--plot", str(tmp_path / name))
+    assert line.startswith("codesign estimate: error: --plot ") and words in line

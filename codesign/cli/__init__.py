@@ -167,6 +167,7 @@ def _run(module, args, name) -> int:
     """Run a sub-command and map what it raises to an exit code and one line."""
     debug = os.environ.get("CODESIGN_DEBUG", "") not in ("", "0")
     try:
+        _check_plot(args)
         return int(module.run(args, name) or 0)
     except KeyboardInterrupt:
         return 130
@@ -184,6 +185,14 @@ def _run(module, args, name) -> int:
         return _internal(name, e, debug)
     except Exception as e:  # noqa: BLE001 - every other exception is a fault of ours
         return _internal(name, e, debug)
+
+
+def _check_plot(args) -> None:
+    """`--plot` of every command that has it: the path it will write (`_output.plot_path`)."""
+    if getattr(args, "plot", None):
+        from . import _output
+
+        args.plot = _output.plot_path(args.plot)
 
 
 def _internal(name: str, e: BaseException, debug: bool) -> int:
