@@ -112,3 +112,9 @@ def test_plot_path_is_checked_first(name, words, capsys, tmp_path):
     (tmp_path / "d.png").mkdir()
     line = _fails(capsys, "estimate", "--plot", str(tmp_path / name))
     assert line.startswith("codesign estimate: error: --plot ") and words in line
+
+
+@pytest.mark.parametrize("size, text", [("1PiB", "1PiB"), ("1EiB", "1EiB")])
+def test_collective_takes_sizes_up_to_exbibytes(size, text, capsys):
+    assert main(["collective", "all_reduce", "--ranks", "8", "--bytes", size]) == 0
+    assert f"all_reduce of {text} over 8 ranks" in capsys.readouterr().out
