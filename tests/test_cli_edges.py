@@ -118,3 +118,52 @@ def test_plot_path_is_checked_first(name, words, capsys, tmp_path):
 def test_collective_takes_sizes_up_to_exbibytes(size, text, capsys):
     assert main(["collective", "all_reduce", "--ranks", "8", "--bytes", size]) == 0
     assert f"all_reduce of {text} over 8 ranks" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------ Ctrl-C
+def test_an_interrupted_sweep_says_how_to_resume(tmp_path):
+    """SIGINT once the sweep has written a chunk: one line naming --resume, exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec, out = root / "sweeps" / "moe_node_limit.toml", tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    # `python -m codesign`, taking SIGINT as from a terminal's Ctrl-C even where this
+    # process was started with it ignored (a background job)
+    start = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "runpy.run_module('codesign', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", start, "sweep", str(spec), "--out", str(out),
+         "--chunk-size", "4", "--no-progress", "--no-plots"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        while not list((out / "chunks").glob("*.json")) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no chunk written in 240 s"
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [
+        f"codesign sweep: interrupted; `codesign sweep {spec} --out {out} --resume` continues "
+        "from the chunks written"], err
+
+
+def test_an_interrupted_command_is_one_line_and_130(capsys, monkeypatch):
+    from codesign.cli import estimate
+
+    def interrupted(args, name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(estimate, "run", interrupted)
+    assert _fails(capsys, "estimate", code=130) == "codesign estimate: interrupted"

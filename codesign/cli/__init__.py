@@ -8,7 +8,8 @@ the command prints it with its flag (narrow --bounds).
 Exit codes: 0 an answer; 2 bad input (one line on stderr naming the key or flag,
 the value and its domain); 3 valid input without a feasible answer (optimize
 with nothing feasible, a sweep whose every point is infeasible); 1 an internal
-fault (one line and a request to report it; CODESIGN_DEBUG=1 shows the traceback).
+fault (one line and a request to report it; CODESIGN_DEBUG=1 shows the traceback);
+130 interrupted by Ctrl-C (one line, `codesign NAME: interrupted`, no traceback).
 
 The command computes in float64 (`jax_enable_x64`, set here for its own
 process; importing codesign sets nothing). Compiled models are cached on disk
@@ -48,6 +49,7 @@ COMMANDS = {
 
 
 OK, BAD_INPUT, INFEASIBLE, INTERNAL = 0, 2, 3, 1
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 ENTRY = "codesign.cli:main"  # what every worker process of a launch runs (execute.distributed)
 EXIT_CODES = """exit codes: 0 an answer; 2 bad input (one line naming the key, value and domain);
 3 valid input without a feasible answer; 1 internal fault (CODESIGN_DEBUG=1: traceback)"""
@@ -170,7 +172,7 @@ def _run(module, args, name) -> int:
         _check_plot(args)
         return int(module.run(args, name) or 0)
     except KeyboardInterrupt:
-        return 130
+        return _interrupted(name, module, args)
     except BrokenPipeError:  # the reader (e.g. `head`) left: not a fault
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
@@ -185,6 +187,17 @@ def _run(module, args, name) -> int:
         return _internal(name, e, debug)
     except Exception as e:  # noqa: BLE001 - every other exception is a fault of ours
         return _internal(name, e, debug)
+
+
+def _interrupted(name: str, module=None, args=None) -> int:
+    """Ctrl-C (SIGINT): one line, `codesign NAME: interrupted`, with what the
+    command says continues it (a sub-module's `resume_hint(args)`), and 130."""
+    hint = getattr(module, "resume_hint", None)
+    text = hint(args) if hint is not None and args is not None else ""
+    if sys.stderr.isatty():
+        print(file=sys.stderr)  # off the line of a progress bar and the terminal's ^C
+    print(f"codesign {name}: interrupted{'; ' + text if text else ''}", file=sys.stderr)
+    return INTERRUPTED
 
 
 def _check_plot(args) -> None:
@@ -217,14 +230,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     name, rest = argv[0], argv[1:]
-    _configure_jax()
-    # jax logs a traced check's error (the callback's traceback) before raising it
-    logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
-    module = _module(name)
-    parser = OneLineParser(prog=f"codesign {name}", description=COMMANDS[name][1],
-                           epilog=EXIT_CODES)
-    module.add_arguments(parser, name)
-    args = parser.parse_args(rest)  # exits 2 with a one-line error (OneLineParser)
+    try:
+        _configure_jax()
+        # jax logs a traced check's error (the callback's traceback) before raising it
+        logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
+        module = _module(name)
+        parser = OneLineParser(prog=f"codesign {name}", description=COMMANDS[name][1],
+                               epilog=EXIT_CODES)
+        module.add_arguments(parser, name)
+        args = parser.parse_args(rest)  # exits 2 with a one-line error (OneLineParser)
+    except KeyboardInterrupt:  # while JAX and the command load: nothing to resume yet
+        return _interrupted(name)
     return _run(module, args, name)
 
 

@@ -97,6 +97,15 @@ def _worker_argv(args, name: str, **override) -> list[str]:
                                               override=override)]
 
 
+def resume_hint(args) -> str:
+    """What an interrupted sweep says (`cli._interrupted`): the chunks it wrote stay,
+    and this command line with --resume computes only the rest."""
+    if args.no_write:
+        return ""
+    out = f" --out {args.out}" if args.out else ""
+    return f"`codesign sweep {args.spec}{out} --resume` continues from the chunks written"
+
+
 def run(args, name: str) -> int:
     try:
         return _run(args, name)
