@@ -78,6 +78,34 @@ def test_a_scenario_over_the_cap_is_refused(capsys, tmp_path):
     assert f"scenario file '{big}' is larger than 16MiB" in line
 
 
+NCCL_LOG = "tests/fixtures/nccl/all_gather_perf_8xH100.txt"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["calibrate", NCCL_LOG, "--out", "{tmp}"], "--out '{tmp}' is a directory"),
+    (["calibrate", NCCL_LOG, "--out", "{tmp}/no/x.toml"], "its folder '{tmp}/no' does not exist"),
+    (["sweep", "sweeps/moe_node_limit.toml", "--out", "{tmp}/f"], "--out '{tmp}/f' is a file"),
+    (["sweep", "sweeps/moe_node_limit.toml", "--figures", "{tmp}/f"], "--figures '{tmp}/f' is a"),
+])
+def test_output_paths_are_checked_first(argv, words, capsys, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    (tmp_path / "f").write_text("")
+    line = _fails(capsys, *(a.format(tmp=tmp_path) for a in argv))
+    assert words.format(tmp=tmp_path) in line
+
+
+def test_calibrate_writes_a_system_file_that_loads(capsys, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    out = tmp_path / "cal.toml"
+    assert main(["calibrate", NCCL_LOG, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["estimate", "--system", str(out), "--json"]) == 0
+
+
 # ------------------------------------------------------------ --system FILE
 @pytest.mark.parametrize("text", ["", "# nothing\n", "[system]\n"])
 @pytest.mark.parametrize("command", [["estimate"], ["collective", "all_reduce", "--ranks", "8"]])

@@ -169,7 +169,7 @@ def _run(module, args, name) -> int:
     """Run a sub-command and map what it raises to an exit code and one line."""
     debug = os.environ.get("CODESIGN_DEBUG", "") not in ("", "0")
     try:
-        _check_plot(args)
+        _check_outputs(module, args)
         return int(module.run(args, name) or 0)
     except KeyboardInterrupt:
         return _interrupted(name, module, args)
@@ -200,12 +200,20 @@ def _interrupted(name: str, module=None, args=None) -> int:
     return INTERRUPTED
 
 
-def _check_plot(args) -> None:
-    """`--plot` of every command that has it: the path it will write (`_output.plot_path`)."""
-    if getattr(args, "plot", None):
-        from . import _output
+def _check_outputs(module, args) -> None:
+    """What the command will write, checked before it works: `--plot` of every command
+    that has it (the path it writes, `_output.plot_path`), and the files and folders
+    a sub-module names in `OUTPUT_FILES` / `OUTPUT_DIRS` (argument -> flag)."""
+    from . import _output
 
+    if getattr(args, "plot", None):
         args.plot = _output.plot_path(args.plot)
+    for dest, flag in getattr(module, "OUTPUT_FILES", {}).items():
+        if getattr(args, dest, None):
+            _output.check_output_file(getattr(args, dest), flag)
+    for dest, flag in getattr(module, "OUTPUT_DIRS", {}).items():
+        if getattr(args, dest, None):
+            _output.check_output_dir(getattr(args, dest), flag)
 
 
 def _internal(name: str, e: BaseException, debug: bool) -> int:

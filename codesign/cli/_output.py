@@ -67,6 +67,20 @@ def plot_path(path: str) -> str:
     return out
 
 
+def check_output_file(path: str, flag: str) -> None:
+    """A file the command will write (`--out FILE`): not a directory, in a folder that exists."""
+    if Path(path).is_dir():
+        raise ValueError(f"{flag} {path!r} is a directory; name a file")
+    if not Path(path).resolve().parent.is_dir():
+        raise ValueError(f"{flag} {path!r}: its folder {str(Path(path).parent)!r} does not exist")
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    """A folder the command will write into (`--out DIR`): absent (it is made) or a folder."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"{flag} {path!r} is a file, not a folder; name a folder")
+
+
 def wrote(path, args) -> None:
     """Name a file the command wrote: on stdout beside text, on stderr beside
     --json or --csv (whose stdout a program reads)."""

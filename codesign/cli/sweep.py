@@ -30,6 +30,7 @@ LAUNCHER_OPTIONS = ("processes", "coordinator", "num_processes", "process_id", "
 # the library's names of what to change -> this command's flags (cli.in_flags)
 FLAGS = {"grad": "--grad", "resume": "--resume", "out_dir": "--out",
          "chunk_size": "--chunk-size or the spec's chunk_size"}
+OUTPUT_DIRS = {"out": "--out", "figures": "--figures"}  # checked before it runs (cli._run)
 SWEEP_JOIN_TIMEOUT_S = 2 * DEFAULT_JOIN_TIMEOUT_S  # every process compiles the point function
 
 
