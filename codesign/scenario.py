@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _domains, hardware, strategies, workload
+from . import _checks, _domains, _files, hardware, strategies, workload
 from ._checks import float_field
 from .hardware import System
 from .plan import Plan, Precision, data_parallel, recipe, validate
@@ -247,16 +247,11 @@ def _builtin_path(name: str):
 def read_toml(path: Path, what: str = "scenario") -> dict:
     """The tables of a TOML file; a file that cannot be read, decoded or parsed is
     a one-line `ValueError` naming it."""
+    text = _files.read_text(path, f"{what} file")  # at most _files.TOML_LIMIT_BYTES
     try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{what} file {str(path)!r} is not UTF-8 text (byte {e.start}: "
-                         f"{e.reason}); is it a TOML file?") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{what} file {str(path)!r} is not valid TOML: {e}") from None
-    except OSError as e:
-        raise ValueError(f"{what} file {str(path)!r} cannot be read: "
-                         f"{e.strerror or e}") from None
 
 
 def read(source: str | Path | None) -> dict:
@@ -475,6 +470,10 @@ def system_table(system: str) -> dict:
     extra = extra.get("system", {})
     if not isinstance(extra, dict):
         raise ValueError(f"system file {system!r}: system must be a table")
+    if not extra:  # an empty file, or an empty [system]: it would change nothing
+        raise ValueError(f"system file {system!r} sets no [system] key; give at least one "
+                         f'(e.g. [system] preset = "{DEFAULT_SYSTEM}", or the tiers '
+                         "`codesign calibrate --out` writes)")
     return extra
 
 

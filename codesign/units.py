@@ -11,16 +11,18 @@ import re
 
 B = 1.0
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
+PB, EB = 1e15, 1e18
 KiB, MiB, GiB, TiB = 2.0**10, 2.0**20, 2.0**30, 2.0**40
+PiB, EiB = 2.0**50, 2.0**60
 Gbps = 1e9 / 8  # one gigabit per second, in bytes per second
 ns, us, ms, s = 1e-9, 1e-6, 1e-3, 1.0
 minute, hour, day = 60.0, 3600.0, 86400.0
 year = 365.25 * day  # a Julian year
 
-_BYTE_UNITS = {
-    "B": B, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
-    "KIB": KiB, "MIB": MiB, "GIB": GiB, "TIB": TiB,
-    "K": KiB, "M": MiB, "G": GiB, "T": TiB,
+_BYTE_UNITS = {  # up to exa: a number alone (1e30) is any size already
+    "B": B, "KB": KB, "MB": MB, "GB": GB, "TB": TB, "PB": PB, "EB": EB,
+    "KIB": KiB, "MIB": MiB, "GIB": GiB, "TIB": TiB, "PIB": PiB, "EIB": EiB,
+    "K": KiB, "M": MiB, "G": GiB, "T": TiB, "P": PiB, "E": EiB,
 }
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 
@@ -47,12 +49,12 @@ def parse_bandwidth(text: str | float | int, *, name: str = "bandwidth") -> floa
     if isinstance(text, (int, float)):
         value = float(text)
     else:
-        m = re.fullmatch(_NUMBER + r"\s*([KMGT]?)(B|b)(?:ps|/s)", str(text).strip())
+        m = re.fullmatch(_NUMBER + r"\s*([KMGTPE]?)(B|b)(?:ps|/s)", str(text).strip())
         if m is None:
             raise ValueError(
                 f"{name}={text!r} is not a bandwidth; write e.g. 50GB/s or 400Gb/s"
             )
-        scale = {"": 1.0, "K": KB, "M": MB, "G": GB, "T": TB}[m.group(2)]
+        scale = {"": 1.0, "K": KB, "M": MB, "G": GB, "T": TB, "P": PB, "E": EB}[m.group(2)]
         value = float(m.group(1)) * scale / (8.0 if m.group(3) == "b" else 1.0)
     if not value > 0:
         raise ValueError(f"{name}={text!r} must be a positive bandwidth")
@@ -76,7 +78,8 @@ def parse_size_range(text: str, *, name: str = "sizes") -> list[float]:
 
 def format_bytes(n: float) -> str:
     """Binary-prefixed human form: 65536 -> '64KiB'."""
-    for unit, scale in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+    for unit, scale in (("EiB", EiB), ("PiB", PiB), ("TiB", TiB), ("GiB", GiB), ("MiB", MiB),
+                        ("KiB", KiB)):
         if n >= scale:
             return f"{n / scale:.4g}{unit}"
     return f"{n:.4g}B"

@@ -12,6 +12,7 @@ from codesign import units
     ("8B", 8.0), ("8", 8.0), ("64KiB", 65536.0), ("1GiB", 2.0**30), ("1GB", 1e9),
     ("1.5MiB", 1.5 * 2**20), ("2TB", 2e12), ("4k", 4096.0), ("1e3", 1000.0),
     (" 16 MB ", 16e6), ("0", 0.0), (7, 7.0), (2.5, 2.5),
+    ("1PiB", 2.0**50), ("1EiB", 2.0**60), ("2PB", 2e15), ("1EB", 1e18), ("1e30", 1e30),
 ])
 def test_parse_bytes(text, expected):
     assert units.parse_bytes(text) == expected
@@ -30,7 +31,7 @@ def test_parse_bytes_rejects_negative_numbers():
 
 @pytest.mark.parametrize("text, expected", [
     ("50GB/s", 50e9), ("400Gb/s", 50e9), ("400Gbps", 50e9), ("1TB/s", 1e12),
-    ("100MB/s", 1e8), (1e9, 1e9),
+    ("100MB/s", 1e8), (1e9, 1e9), ("1PB/s", 1e15), ("8Eb/s", 1e18),
 ])
 def test_parse_bandwidth(text, expected):
     assert units.parse_bandwidth(text) == pytest.approx(expected, rel=1e-15)
@@ -57,6 +58,7 @@ def test_parse_size_range_rejects(text):
 
 @pytest.mark.parametrize("n, text", [
     (65536, "64KiB"), (8, "8B"), (2**30, "1GiB"), (1.5 * 2**20, "1.5MiB"), (3 * 2**40, "3TiB"),
+    (2**50, "1PiB"), (5 * 2**60, "5EiB"),
 ])
 def test_format_bytes(n, text):
     assert units.format_bytes(n) == text

@@ -8,7 +8,8 @@ the command prints it with its flag (narrow --bounds).
 Exit codes: 0 an answer; 2 bad input (one line on stderr naming the key or flag,
 the value and its domain); 3 valid input without a feasible answer (optimize
 with nothing feasible, a sweep whose every point is infeasible); 1 an internal
-fault (one line and a request to report it; CODESIGN_DEBUG=1 shows the traceback).
+fault (one line and a request to report it; CODESIGN_DEBUG=1 shows the traceback);
+130 interrupted by Ctrl-C (one line, `codesign NAME: interrupted`, no traceback).
 
 The command computes in float64 (`jax_enable_x64`, set here for its own
 process; importing codesign sets nothing). Compiled models are cached on disk
@@ -48,6 +49,7 @@ COMMANDS = {
 
 
 OK, BAD_INPUT, INFEASIBLE, INTERNAL = 0, 2, 3, 1
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 ENTRY = "codesign.cli:main"  # what every worker process of a launch runs (execute.distributed)
 EXIT_CODES = """exit codes: 0 an answer; 2 bad input (one line naming the key, value and domain);
 3 valid input without a feasible answer; 1 internal fault (CODESIGN_DEBUG=1: traceback)"""
@@ -65,8 +67,32 @@ def restart_command() -> list[str]:
     return [sys.executable, "-m", "codesign", *sys.argv[1:]]
 
 
+# argparse's "invalid choice: 'x' (choose from 'a', 'b')" -> "invalid choice 'x' (choose from a, b)"
+_CHOICE = re.compile(r"invalid choice: (.+?) \(choose from (.+)\)$")
+
+
+def _argparse_line(message: str) -> str:
+    """argparse's error message, one line, naming the flag first: `--output: ...`."""
+    text = " ".join(message.split())
+    if text.startswith("argument "):
+        text = text[len("argument "):]
+    m = _CHOICE.search(text)
+    if m:
+        choices = ", ".join(c.strip().strip("'") for c in m.group(2).split(","))
+        text = f"{text[:m.start()]}invalid choice {m.group(1)} (choose from {choices})"
+    return text
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose error is one line on stderr (no usage block) and
+    exit 2; `--help` is argparse's own."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(BAD_INPUT, f"{self.prog}: error: {_argparse_line(message)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codesign", description=__doc__.splitlines()[0],
+    parser = OneLineParser(prog="codesign", description=__doc__.splitlines()[0],
                                      epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="store_true",
@@ -143,9 +169,10 @@ def _run(module, args, name) -> int:
     """Run a sub-command and map what it raises to an exit code and one line."""
     debug = os.environ.get("CODESIGN_DEBUG", "") not in ("", "0")
     try:
+        _check_outputs(module, args)
         return int(module.run(args, name) or 0)
     except KeyboardInterrupt:
-        return 130
+        return _interrupted(name, module, args)
     except BrokenPipeError:  # the reader (e.g. `head`) left: not a fault
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
@@ -160,6 +187,33 @@ def _run(module, args, name) -> int:
         return _internal(name, e, debug)
     except Exception as e:  # noqa: BLE001 - every other exception is a fault of ours
         return _internal(name, e, debug)
+
+
+def _interrupted(name: str, module=None, args=None) -> int:
+    """Ctrl-C (SIGINT): one line, `codesign NAME: interrupted`, with what the
+    command says continues it (a sub-module's `resume_hint(args)`), and 130."""
+    hint = getattr(module, "resume_hint", None)
+    text = hint(args) if hint is not None and args is not None else ""
+    if sys.stderr.isatty():
+        print(file=sys.stderr)  # off the line of a progress bar and the terminal's ^C
+    print(f"codesign {name}: interrupted{'; ' + text if text else ''}", file=sys.stderr)
+    return INTERRUPTED
+
+
+def _check_outputs(module, args) -> None:
+    """What the command will write, checked before it works: `--plot` of every command
+    that has it (the path it writes, `_output.plot_path`), and the files and folders
+    a sub-module names in `OUTPUT_FILES` / `OUTPUT_DIRS` (argument -> flag)."""
+    from . import _output
+
+    if getattr(args, "plot", None):
+        args.plot = _output.plot_path(args.plot)
+    for dest, flag in getattr(module, "OUTPUT_FILES", {}).items():
+        if getattr(args, dest, None):
+            _output.check_output_file(getattr(args, dest), flag)
+    for dest, flag in getattr(module, "OUTPUT_DIRS", {}).items():
+        if getattr(args, dest, None):
+            _output.check_output_dir(getattr(args, dest), flag)
 
 
 def _internal(name: str, e: BaseException, debug: bool) -> int:
@@ -178,21 +232,23 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         parser = _parser()
         if argv and argv[0] not in ("-h", "--help"):
-            parser.print_usage(sys.stderr)
             print(f"codesign: error: unknown command {argv[0]!r}; choose one of "
                   f"{', '.join(COMMANDS)}", file=sys.stderr)
             return 2
         parser.print_help()
         return 0
     name, rest = argv[0], argv[1:]
-    _configure_jax()
-    # jax logs a traced check's error (the callback's traceback) before raising it
-    logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
-    module = _module(name)
-    parser = argparse.ArgumentParser(prog=f"codesign {name}", description=COMMANDS[name][1],
-                                     epilog=EXIT_CODES)
-    module.add_arguments(parser, name)
-    args = parser.parse_args(rest)  # argparse exits 2 with a one-line error
+    try:
+        _configure_jax()
+        # jax logs a traced check's error (the callback's traceback) before raising it
+        logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
+        module = _module(name)
+        parser = OneLineParser(prog=f"codesign {name}", description=COMMANDS[name][1],
+                               epilog=EXIT_CODES)
+        module.add_arguments(parser, name)
+        args = parser.parse_args(rest)  # exits 2 with a one-line error (OneLineParser)
+    except KeyboardInterrupt:  # while JAX and the command load: nothing to resume yet
+        return _interrupted(name)
     return _run(module, args, name)
 
 

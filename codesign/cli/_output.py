@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from pathlib import Path
 
 from ..scenario import flatten
 from . import _system
@@ -48,6 +49,36 @@ def plots():
     from .. import plots as module
 
     return module
+
+
+def plot_path(path: str) -> str:
+    """The file `--plot PATH` writes, checked before anything is computed: matplotlib
+    adds `.png` to a name without a suffix (so `--plot adir` writes `adir.png`, and
+    says so); a suffix it cannot write, or a directory, is a ValueError naming --plot."""
+    out = path if Path(path).suffix else f"{path}.png"
+    if Path(out).is_dir():
+        raise ValueError(f"--plot {out!r} is a directory; name a file, e.g. {out}/plot.png")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if Path(out).suffix[1:].lower() not in formats:
+        raise ValueError(f"--plot {out!r}: matplotlib cannot write {Path(out).suffix!r} "
+                         f"files; use one of {', '.join('.' + f for f in sorted(formats))}")
+    return out
+
+
+def check_output_file(path: str, flag: str) -> None:
+    """A file the command will write (`--out FILE`): not a directory, in a folder that exists."""
+    if Path(path).is_dir():
+        raise ValueError(f"{flag} {path!r} is a directory; name a file")
+    if not Path(path).resolve().parent.is_dir():
+        raise ValueError(f"{flag} {path!r}: its folder {str(Path(path).parent)!r} does not exist")
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    """A folder the command will write into (`--out DIR`): absent (it is made) or a folder."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"{flag} {path!r} is a file, not a folder; name a folder")
 
 
 def wrote(path, args) -> None:

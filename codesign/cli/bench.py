@@ -24,6 +24,7 @@ DEFAULT_DEVICES = 8
 DEFAULT_JOIN_TIMEOUT_S = 60
 # the library's names of what to change -> this command's flags (cli.in_flags)
 FLAGS = {"op": "--op", "ranks": "--ranks", "prior": "a preset (--system)", "preset": "--system"}
+OUTPUT_FILES = {"out": "--out"}  # bench and calibrate: checked before they run (cli._run)
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:

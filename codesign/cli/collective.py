@@ -39,7 +39,7 @@ def add_arguments(parser, name) -> None:
     parser.add_argument("op", help=f"one of {', '.join(co.OPS)}")
     parser.add_argument("--ranks", type=float, required=True, help="participants p (>= 1)")
     parser.add_argument("--bytes", dest="size", metavar="SIZE",
-                        help="message size n as nccl-tests counts it: 8B, 64KiB, 1GiB, 1GB")
+                        help="message size n as nccl-tests counts it: 8B, 64KiB, 1GiB, 1GB, 1EiB")
     parser.add_argument("--algorithm", default="auto",
                         help="ring, tree, recursive_doubling, halving_doubling, direct, "
                              "in_network, hierarchical, rail_ring, rail_tree, nvls_tree, "

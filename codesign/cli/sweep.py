@@ -30,6 +30,7 @@ LAUNCHER_OPTIONS = ("processes", "coordinator", "num_processes", "process_id", "
 # the library's names of what to change -> this command's flags (cli.in_flags)
 FLAGS = {"grad": "--grad", "resume": "--resume", "out_dir": "--out",
          "chunk_size": "--chunk-size or the spec's chunk_size"}
+OUTPUT_DIRS = {"out": "--out", "figures": "--figures"}  # checked before it runs (cli._run)
 SWEEP_JOIN_TIMEOUT_S = 2 * DEFAULT_JOIN_TIMEOUT_S  # every process compiles the point function
 
 
@@ -95,6 +96,15 @@ def _worker_argv(args, name: str, **override) -> list[str]:
     add_arguments(parser, name)
     return [name, *distributed.forwarded_argv(parser, args, drop=LAUNCHER_OPTIONS,
                                               override=override)]
+
+
+def resume_hint(args) -> str:
+    """What an interrupted sweep says (`cli._interrupted`): the chunks it wrote stay,
+    and this command line with --resume computes only the rest."""
+    if args.no_write:
+        return ""
+    out = f" --out {args.out}" if args.out else ""
+    return f"`codesign sweep {args.spec}{out} --resume` continues from the chunks written"
 
 
 def run(args, name: str) -> int:

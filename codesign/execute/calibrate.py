@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import collectives
+from .. import _files, collectives
 from ..hardware import System, Tier
 from . import nccl_tests
 
@@ -107,8 +107,7 @@ def load(path: str, *, tier: str | None = None, algorithm: str | None = None,
          local_ranks: int = LOCAL_RANKS) -> list[Measurement]:
     """Measurements from one file: `codesign bench --json` output or an nccl-tests log.
     Sizes whose results were wrong are dropped."""
-    with open(path) as f:
-        text = f.read()
+    text = _files.read_text(path, "measurement file", _files.LOG_LIMIT_BYTES)
     if tier is not None:
         _check_tier(tier)
     if text.lstrip().startswith(("{", "[")):

@@ -24,6 +24,8 @@ import dataclasses
 import os
 import re
 
+from .. import _files
+
 # test binary -> op name in collectives.py
 PERF_OPS = {
     "all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather",
@@ -117,8 +119,8 @@ def parse(text: str, *, source: str = "<text>", op: str | None = None,
 
 
 def read(path: str, *, op: str | None = None, ranks: int | None = None) -> NcclLog:
-    with open(path) as f:
-        return parse(f.read(), source=path, op=op, ranks=ranks)
+    text = _files.read_text(path, "nccl-tests log", _files.LOG_LIMIT_BYTES)
+    return parse(text, source=path, op=op, ranks=ranks)
 
 
 def looks_like_nccl_tests(text: str) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import scenario, units
+from .. import _files, scenario, units
 from . import _fields as fields
 from ._targets import TARGETS
 
@@ -319,10 +319,9 @@ def parse_spec(raw: dict, *, name: str = "sweep", directory: Path | str = ".") -
 def load_spec(path: str | Path) -> Spec:
     """Read and validate the spec at `path` (relative paths in it resolve next to it)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"spec {str(path)!r} does not exist")
+    text = _files.read_text(path, "spec")  # at most _files.TOML_LIMIT_BYTES
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"spec {str(path)!r} is not valid TOML: {e}") from None
     return parse_spec(raw, name=path.stem, directory=path.parent)

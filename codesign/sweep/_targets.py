@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import (
+    _files,
     collectives,
     economics,
     fabric,
@@ -307,7 +308,7 @@ def _scenario_fingerprint(base: dict, directory: Path) -> str:
     source = _scenario_source(base, directory)
     if source is None or not Path(source).is_file():
         return ""
-    return hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    return hashlib.sha256(_files.read_bytes(source, "scenario file")).hexdigest()
 
 
 def _scenario(settings: dict, directory: Path) -> scenario.Scenario:
