@@ -459,8 +459,8 @@ def test_cli_sensitivity(capsys, elasticities):
     assert r["elasticities"] == pytest.approx(elasticities["step_time_s"])
     magnitudes = [float(f"{abs(v):.9g}") for v in r["elasticities"].values()]
     assert magnitudes == sorted(magnitudes, reverse=True)  # largest first (to 9 digits)
-    pairs = list(zip(magnitudes, r["elasticities"]))
-    ties = [(a[1], b[1]) for a, b in zip(pairs, pairs[1:]) if a[0] == b[0]]
+    pairs = list(zip(magnitudes, r["elasticities"], strict=True))
+    ties = [(a[1], b[1]) for a, b in zip(pairs, pairs[1:], strict=False) if a[0] == b[0]]
     assert ties and all(a < b for a, b in ties), ties  # e.g. hbm_Bps, hbm_efficiency: by name
     rc, out, _ = _cli(capsys, "sensitivity", "default", "--top", "3")
     lines = out.strip().splitlines()  # system, title, 3 knobs, the zeros omitted
