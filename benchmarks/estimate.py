@@ -33,7 +33,8 @@ evaluates them in chunks of `--chunk` scenarios:
   `xla_compile_default_options_s` at XLA's defaults, and
   `equations_with_traced_check` as under jit of user code), and
   `equations_by_module`: the equations each codesign module emits (the
-  innermost codesign frame of each equation's traceback; library code such as jnp.interp counts for the codesign function that called it).
+  innermost codesign frame of each equation's traceback; library code such
+  as jnp.interp counts for the codesign function that called it).
   `--profile-only` prints just these.
 
 Also reports how many outputs or gradients were not finite (should be 0).
