@@ -25,6 +25,9 @@ MAX_GPUS = 1e7  # any count of GPUs or ranks
 MAX_WIDTH = 1e8  # hidden sizes, sequence lengths, vocabularies
 MIN_BPS, MAX_BPS = 1e3, 1e15  # 1 KB/s .. 1 PB/s per direction
 MAX_LATENCY_S = 1.0
+# one collective's message: 2^70 bytes (1024 EiB), beyond any step's traffic, where every
+# cost term stays finite (past ~1e307 bytes they overflow to inf and NaN)
+MAX_MESSAGE_BYTES = 2.0**70
 
 
 # relative slack of the traced checks at the bounds, so that finite differences

@@ -1,6 +1,9 @@
 """The command's rough edges: every bad command line, file argument and
 interruption is one line on stderr naming the flag or file, with its exit code."""
 
+import json
+import math
+
 import pytest
 
 from codesign.cli import main
@@ -195,3 +198,16 @@ def test_an_interrupted_command_is_one_line_and_130(capsys, monkeypatch):
 
     monkeypatch.setattr(estimate, "run", interrupted)
     assert _fails(capsys, "estimate", code=130) == "codesign estimate: interrupted"
+
+
+@pytest.mark.parametrize("flag, value", [("--bytes", "1e308"), ("--bytes", "1e400"),
+                                         ("--sweep", "1B:1e308")])
+def test_a_message_past_the_cost_models_range_is_refused_not_nan(capsys, flag, value):
+    """1e308 bytes overflowed to a NaN time at exit 0 (issue 25); past 2^70 bytes
+    the size is refused in one line, and 1 EiB still answers with finite numbers."""
+    assert main(["collective", "all_reduce", "--ranks", "8", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag}='{value}': a message must be at most 2^70" in err
+    assert main(["collective", "all_reduce", "--ranks", "8", "--bytes", "1EiB", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(math.isfinite(out[k]) and out[k] > 0 for k in ("time_s", "algbw_Bps", "busbw_Bps"))

@@ -163,6 +163,14 @@ def _fmt_time(t_s: float) -> str:
         else f"{t_s:.4g} s"
 
 
+def _message_bytes(n_bytes: float, flag: str, text) -> float:
+    """`n_bytes`, or a one-line error when it exceeds `_domains.MAX_MESSAGE_BYTES`."""
+    if not n_bytes <= _domains.MAX_MESSAGE_BYTES:
+        raise ValueError(f"{flag}={text!r}: a message must be at most 2^70 bytes (1024EiB), "
+                         "the largest the cost model takes")
+    return n_bytes
+
+
 def _describe(args, row: dict, n_bytes: float, ranks: float) -> str:
     algo = row["algorithm"] if args.algorithm != "auto" else f"auto -> {row['algorithm']}"
     lines = [
@@ -233,13 +241,15 @@ def run(args, name) -> int:
                  "system": _system.info(system, labels, args.system)}
 
     if args.size is not None:
-        n_bytes = parse_bytes(args.size, name="bytes")
+        n_bytes = _message_bytes(parse_bytes(args.size, name="bytes"), "--bytes", args.size)
         row = _row(evaluate(op, args.algorithm, n_bytes, ranks, where), 0, where)
         out.update(row, bytes=n_bytes)
         if not (args.json or args.csv):
             print(_describe(args, row, n_bytes, ranks))
     sizes = parse_size_range(args.sweep or PLOT_SIZES, name="sweep") \
         if args.sweep or args.plot else None
+    if sizes:
+        _message_bytes(sizes[-1], "--sweep", args.sweep)
     if args.sweep:
         result = evaluate(op, args.algorithm, sizes, ranks, where)
         out["rows"] = [{"size_bytes": n, "count": int(n // DTYPE_BYTES[args.dtype]),
