@@ -64,8 +64,22 @@ def step_time_value_and_grad():
 
 @pytest.fixture(scope="session")
 def validate_rows():
-    """`codesign.validate.run()`'s rows, evaluated once per process (~15 s):
-    the honesty table's tests and the intervals' (tests/test_uncertainty.py)."""
+    """`codesign.validate.run()`'s rows (~15 s), evaluated once per run: the
+    first worker that asks computes them and leaves them in the run's cache
+    directory (JSON gives them back exactly: str, bool, float and NaN), the
+    others wait on the lock and read them. The honesty table's tests and the
+    intervals' (tests/test_uncertainty.py) use them."""
+    import fcntl
+    import json
+    from pathlib import Path
+
     from codesign import validate
 
-    return validate.run()
+    path = Path(os.environ["CODESIGN_TEST_CACHE"]) / "validate-rows.json"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if path.exists():
+            return json.loads(path.read_text())
+        rows = validate.run()
+        path.write_text(json.dumps(rows))
+        return rows
