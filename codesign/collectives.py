@@ -384,20 +384,18 @@ def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_
                                  *(jnp.shape(x) for x in
                                    (n_bytes, ranks, *jax.tree.leaves((local_ranks, tier, outer)))))
     feature = _basis(ranks, local_ranks)
-    phi = jnp.stack([jnp.broadcast_to(feature(f), shape) for f in table.features])
     extra = (1,) * (len(shape) - len(table.requests))
 
     def per_row(flags):  # a (A[, R]) constant against (A,) + shape
         return flags.reshape(flags.shape + extra)
 
-    # every term's coefficients in one contraction over the features
-    terms = tuple(table.matrices)
-    stacked = np.stack([table.matrices[t] for t in terms])  # (terms, A, F[, R])
-    if table.requests:
-        every = jnp.einsum("tafr,fr...->tar...", jnp.asarray(stacked, phi.dtype), phi)
-    else:
-        every = jnp.einsum("taf,f...->ta...", jnp.asarray(stacked, phi.dtype), phi)
-    coef = dict(zip(terms, every, strict=True))
+    def combine(matrix):  # sum_f matrix[:, f] phi_f over the features it uses
+        used = [(f, matrix[:, i]) for i, f in enumerate(table.features) if matrix[:, i].any()]
+        return functools.reduce(jnp.add, (per_row(c) * feature(f) for f, c in used))
+
+    # each term's coefficients, over the few features it uses (a sparse sum:
+    # XLA fuses it into the formulas below, where a dense contraction would not)
+    coef = {t: combine(m) for t, m in table.matrices.items()}
     two_tier = table.two_tier[table.valid]
     flat = None if two_tier.all() else _flat_tier(tier, outer, ranks, local_ranks)
 
@@ -494,27 +492,38 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
 
 
 def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, local_ranks,
-                temperature=AUTO_TEMPERATURE) -> Cost:
-    """`auto` for R two-tier collectives at once: `ops[i]` on `n_bytes[i]` over
-    `ranks[i]`, `local_ranks[i]` of them on `tier` (leaves (R,) or scalars),
-    joined by `outer`. One expression for every candidate of every op (each
-    padded to the longest op's candidates); the Cost's leaves have shape (R,)."""
+                temperature=AUTO_TEMPERATURE) -> jax.Array:
+    """The seconds of `auto` for R two-tier collectives at once: `ops[i]` on
+    `n_bytes[i]` over `ranks[i]`, `local_ranks[i]` of them on `tier` (leaves (R,)
+    or scalars), joined by `outer`. One expression for every candidate of every
+    op (each padded to the longest op's candidates); shape (R,). The time of
+    `choose`'s Cost, without its split into terms (the minimum itself at
+    temperature 0, the soft minimum above it)."""
     ops = tuple(_check_op(op) for op in ops)
     _checks.non_negative("bytes", n_bytes)
     _checks.at_least_one("ranks", ranks)
     local_ranks = _check_tiers(outer, local_ranks)
     table = _table(tuple((op, algorithms(op, hierarchical=True)) for op in ops))
-    stacked = _costs(table, _checks.as_float(n_bytes), _checks.as_float(ranks), tier, outer,
-                     local_ranks)
-    return _soft_min_cost(stacked, temperature)[0]
+    times = _costs(table, _checks.as_float(n_bytes), _checks.as_float(ranks), tier, outer,
+                   local_ranks).time_s
+    if isinstance(temperature, (int, float)) and temperature == 0:
+        return jnp.sum(_winner(times) * times, axis=0)
+    soft_min_s, weights = soft_min(times, temperature, axis=0)
+    mean_s = jnp.sum(weights * times, axis=0)
+    return safe_div(soft_min_s, mean_s) * mean_s  # 0 where every candidate is, as `choose`
+
+
+def _winner(times: jax.Array) -> jax.Array:
+    """One-hot weights of the fastest candidate (leading axis; ties to the first:
+    its gradient, where `jnp.min`'s would average over the tied)."""
+    return jax.nn.one_hot(jnp.argmin(times, axis=0), times.shape[0], axis=0, dtype=times.dtype)
 
 
 def _soft_min_cost(stacked: Cost, temperature) -> tuple[Cost, jax.Array]:
     """(soft-minimum Cost, weights) over the leading (candidate) axis of `stacked`."""
     times = stacked.time_s
     if isinstance(temperature, (int, float)) and temperature == 0:  # the exact minimum
-        weights = jax.nn.one_hot(jnp.argmin(times, axis=0), times.shape[0], axis=0,
-                                 dtype=times.dtype)
+        weights = _winner(times)
         # the winner's terms, exactly: every other term is finite, times 0
         return jax.tree.map(lambda x: jnp.sum(weights * x, axis=0), stacked), weights
     soft_min_s, weights = soft_min(times, temperature, axis=0)  # weights equal at p = 1

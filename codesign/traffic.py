@@ -164,9 +164,9 @@ def times_on_many(requests, system: System, t=0.0) -> list:
         if system.routing.collides:  # ECMP's balls into bins reads one group's counts
             outer = jax.vmap(outer, in_axes=(None, 0, 0, None, None))
         outer = outer(system, span, ranks / inside, False, t)
-        c = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks, inner,
-                                    outer, inside, temperature=t)
-        for i, time_s in zip(many, jnp.unstack(c.time_s), strict=True):
+        times_s = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks,
+                                          inner, outer, inside, temperature=t)
+        for i, time_s in zip(many, jnp.unstack(times_s), strict=True):
             costs[i] = time_s
     return costs
 

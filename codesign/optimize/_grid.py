@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import options
 from .._progress import Progress
 from ..relax import safe_log
 from ._model import CHUNK, _grid_point, evaluate
@@ -144,7 +145,6 @@ def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple):
     return out, valid & feasible, index
 
 
-@eqx.filter_jit
 def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout):
     """Evaluate blocks first .. first + layout.scan - 1 of the grid exactly and
     fold them into carry = (scores (top,), grid indices (top,), feasible count):
@@ -186,14 +186,18 @@ def _grid_table(axes: list) -> jax.Array:
 
 
 def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: Progress):
-    """Run a block kernel over the whole grid: (final carry as numpy arrays,
-    seconds per device call)."""
+    """Run a block kernel, kernel(core, table, carry, first block), over the whole
+    grid, compiled once (`_compile.options(batch=True)`): (final carry as numpy
+    arrays, seconds per device call)."""
     total = math.prod(lay.sizes)
+    arrays, static = eqx.partition(prob.core, eqx.is_array)
+    run = jax.jit(lambda arrays, *rest: kernel(eqx.combine(arrays, static), *rest),
+                  compiler_options=options(batch=True))
     times = []
     for first in range(0, lay.blocks, lay.scan):
         t0 = time.perf_counter()
         carry = jax.block_until_ready(
-            kernel(prob.core, table, carry, jnp.asarray(first, dtype=jnp.int64)))
+            run(arrays, table, carry, jnp.asarray(first, dtype=jnp.int64)))
         times.append(time.perf_counter() - t0)
         done = min(lay.blocks, first + lay.scan)
         bar.set(0, total if done == lay.blocks else min(total, done * lay.block))

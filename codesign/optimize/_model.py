@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import economics, plan, step
+from .._compile import compiled
 from .. import scenario as sc
 from ..economics import Assumptions
 from ..relax import safe_log
@@ -158,10 +159,12 @@ def _exact_batch(core: Core, x: jax.Array) -> Exact:
 
 def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
     """Exact evaluation of points x (n, varied knobs), in padded chunks of
-    `chunk` points (one compilation per problem's knobs and chunk size; what
-    the varied knobs do not touch, e.g. the failure statistics of a fixed GPU
-    count, is computed once per chunk)."""
-    return chunked(_exact_batch, prob.core, x, chunk)
+    `chunk` points (one compilation per process, problem's knobs and chunk
+    size, with `_compile.CPU_COMPILER_OPTIONS` on the CPU; what the varied
+    knobs do not touch, e.g. the failure statistics of a fixed GPU count, is
+    computed once per chunk)."""
+    return chunked(lambda core, xs: compiled(_exact_batch, core, xs)[0](core, xs), prob.core, x,
+                   chunk)
 
 
 def chunked(batch, core: Core, x, chunk: int) -> Exact:

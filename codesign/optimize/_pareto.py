@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -45,7 +44,6 @@ def _front(a, b, index, capacity: int):
     return (a[:capacity], b[:capacity], index[:capacity]), jnp.sum(keep)
 
 
-@eqx.filter_jit
 def _pareto_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
                    axes: tuple):
     """As `_grid_blocks`, folding each block into a running non-dominated set
