@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import economics, plan, step
-from .._compile import compiled
 from .. import scenario as sc
+from .._compile import compiled
 from ..economics import Assumptions
 from ..relax import safe_log
 from ..scenario import Scenario
