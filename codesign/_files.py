@@ -42,10 +42,11 @@ def read_bytes(path: str | Path, what: str, limit: int = TOML_LIMIT_BYTES) -> by
 
 def read_text(path: str | Path, what: str, limit: int = TOML_LIMIT_BYTES) -> str:
     """`read_bytes` decoded as UTF-8; bytes that are not UTF-8 are a ValueError naming
-    the file and the byte."""
+    the file, the line and the byte."""
     data = read_bytes(path, what, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (byte {e.start}: "
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (line {line}, byte {e.start}: "
                          f"{e.reason}); is it the right file?") from None

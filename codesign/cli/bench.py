@@ -17,13 +17,14 @@ import sys
 
 from .._progress import Progress
 from ..units import parse_size_range
-from . import ENTRY, _output, restart_command
+from . import ENTRY, INFEASIBLE, _output, restart_command
 
 DEFAULT_SIZES = "4KiB:4MiB"
 DEFAULT_DEVICES = 8
 DEFAULT_JOIN_TIMEOUT_S = 60
 # the library's names of what to change -> this command's flags (cli.in_flags)
-FLAGS = {"op": "--op", "ranks": "--ranks", "prior": "a preset (--system)", "preset": "--system"}
+FLAGS = {"op": "--op", "ranks": "--ranks", "prior": "a preset (--system)", "preset": "--system",
+         "local_ranks": "--local-ranks", "holdout_every": "--holdout-every"}
 OUTPUT_FILES = {"out": "--out"}  # bench and calibrate: checked before they run (cli._run)
 
 
@@ -277,7 +278,11 @@ def _run_calibrate(args: argparse.Namespace) -> int:
                                        local_ranks=args.local_ranks)
     prior = sc.system(args.system) if args.system else None
     preset = sc.system_labels(args.system).preset if args.system else None
-    result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
+    try:
+        result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
+    except calibrate.UnphysicalFit as e:  # valid input, no physical answer: nothing written
+        print(f"codesign calibrate: {e}", file=sys.stderr)
+        return INFEASIBLE
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
     else:

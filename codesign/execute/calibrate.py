@@ -26,6 +26,13 @@ all-to-all, send/recv) on the same tier; otherwise it comes from `prior`,
 else it is 0 and the reduction is folded into the fitted bandwidth (the TOML
 then sets reduction to 1e30 B/s, i.e. free, so the fit is reproduced).
 
+Checks: every number read from a file lies in its domain (`FIELDS`, from the
+`_domains` bounds the scenario keys use: sizes up to 2^70 bytes, times finite
+and above 0, at least 2 ranks), else a one-line ValueError names the file, the
+line, the field and the value. A fit whose latency, bandwidth or fitted
+reduction speed lies outside the `Tier` fields' domains (zero excluded) is an
+`UnphysicalFit` naming the parameter and why (times that fall as size grows).
+
 Hold-out: in every run, every third size (the 2nd, 5th, 8th, ... smallest) is
 left out of the fit; `holdout_error` is the MAXIMUM relative error
 |predicted / measured - 1| over a tier's held-out sizes (the median is
@@ -36,6 +43,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 from collections.abc import Iterable, Sequence
 
 import jax
@@ -43,7 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import _files, collectives
+from .. import _checks, _domains, _files, collectives
+from .._domains import DURATION, MAX_GPUS, MAX_MESSAGE_BYTES, Domain, count
 from ..hardware import System, Tier
 from . import nccl_tests
 
@@ -66,6 +76,7 @@ class Measurement:
     tier: str
     source: str
     local_ranks: int = LOCAL_RANKS
+    line: int = 0  # of the source file
 
 
 def default_tier(ranks: int, local_ranks: int = LOCAL_RANKS) -> str:
@@ -95,43 +106,146 @@ def model_algorithm(op: str, algorithm: str | None, ranks: int,
     return algorithm
 
 
-def _bench_records(text: str) -> list[dict]:
-    text = text.strip()
-    if text.startswith("["):
-        return list(json.loads(text))
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+# the domain of every number read from a measurement file (`_domains`, as the scenario keys')
+FIELDS = {
+    "size_bytes": Domain(0.0, MAX_MESSAGE_BYTES),
+    "time_s": dataclasses.replace(DURATION, lo_open=True),
+    "ranks": count(MAX_GPUS, lo=2.0),
+    "local_ranks": count(MAX_GPUS),
+    "wrong": Domain(0.0, math.inf),  # wrong elements (the `error` of nccl-tests 2.0)
+}
+_WHY = {"ranks": "a collective over fewer than 2 ranks crosses no network"}
+_BENCH_KEYS = ("op", "algorithm", "ranks", "size_bytes", "time_s")
+
+
+def _field(name: str, key: str, value) -> float:
+    """`value` of the field `key` (a JSON or nccl-tests number) as a float, checked
+    against `FIELDS[key]`; `name` says where it was read ("FILE line 3: size_bytes")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}={value!r} must be a number")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer past float64
+        v = math.inf
+    try:
+        _domains.check_in(name, v, FIELDS[key])
+    except ValueError as e:
+        raise ValueError(f"{e}{': ' + _WHY[key] if key in _WHY else ''}") from None
+    return v
+
+
+def _json_records(text: str, path: str) -> list[tuple[int, object]]:
+    """(line, value) of each record of `codesign bench --json` output: JSON values
+    one after another (JSON lines), or one array of them; a syntax error names the
+    file, its line and column."""
+    decoder, space = json.JSONDecoder(), re.compile(r"[ \t\n\r]*")
+    out, pos = [], space.match(text).end()
+    array = text.startswith("[", pos)
+    if array:
+        pos = space.match(text, pos + 1).end()
+    try:
+        while pos < len(text) and not (array and text.startswith("]", pos)):
+            value, end = decoder.raw_decode(text, pos)
+            out.append((text.count("\n", 0, pos) + 1, value))
+            pos = space.match(text, end).end()
+            if array and text.startswith(",", pos):
+                pos = space.match(text, pos + 1).end()
+            elif array and not text.startswith("]", pos):
+                raise json.JSONDecodeError("Expecting ',' or ']' after a record", text, pos)
+        if array:
+            if not text.startswith("]", pos):
+                raise json.JSONDecodeError("Expecting ']' at the end of the array", text, pos)
+            pos = space.match(text, pos + 1).end()
+            if pos < len(text):
+                raise json.JSONDecodeError("Extra data after the array", text, pos)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} line {e.lineno} column {e.colno}: not JSON ({e.msg})") from None
+    except ValueError as e:  # an integer of more than 4300 digits
+        raise ValueError(f"{path} line {text.count(chr(10), 0, pos) + 1}: {e}") from None
+    return out
+
+
+def _hierarchical_local(where: str, mesh, ranks: int, default: int) -> int:
+    """GPUs per node of a hierarchical bench run on a NODESxLOCAL mesh (`default`
+    for a 1D one)."""
+    parts = str(mesh).split("x")
+    if len(parts) != 2:
+        return default
+    if not all(p.isdigit() for p in parts) or int(parts[0]) * int(parts[1]) != ranks:
+        raise ValueError(f"{where}: mesh={mesh!r} must be NODESxLOCAL with NODES*LOCAL = "
+                         f"ranks={ranks}")
+    return int(_field(f"{where}: mesh={mesh!r} gives local_ranks", "local_ranks",
+                      int(parts[1])))
+
+
+def _bench_measurements(path: str, text: str, tier: str | None, algorithm: str | None,
+                        local_ranks: int) -> list[Measurement]:
+    out = []
+    for line, r in _json_records(text, path):
+        where = f"{path} line {line}"
+        if not isinstance(r, dict):
+            raise ValueError(f"{where}: a record must be a JSON object with "
+                             f"{', '.join(_BENCH_KEYS)} (`codesign bench --json` output), "
+                             f"not {type(r).__name__} {json.dumps(r)[:40]}")
+        missing = set(_BENCH_KEYS) - set(r)
+        if missing:
+            raise ValueError(f"{where}: the record lacks {', '.join(sorted(missing))}; "
+                             "expected `codesign bench --json` output")
+        if _field(f"{where}: wrong", "wrong", r.get("wrong", 0)) > 0:
+            continue
+        p = int(_field(f"{where}: ranks", "ranks", r["ranks"]))
+        size = _field(f"{where}: size_bytes", "size_bytes", r["size_bytes"])
+        time = _field(f"{where}: time_s", "time_s", r["time_s"])
+        _checks.one_of(f"{where}: op", r["op"], collectives.OPS)
+        try:
+            alg = model_algorithm(r["op"], algorithm or r["algorithm"], p, local_ranks)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        local = (_hierarchical_local(where, r.get("mesh", ""), p, local_ranks)
+                 if alg == "hierarchical" else local_ranks)
+        out.append(Measurement(r["op"], alg, p, size, time, tier or default_tier(p, local_ranks),
+                               path, local, line))
+    return out
+
+
+def _nccl_measurements(path: str, text: str, tier: str | None, algorithm: str | None,
+                       op: str | None, ranks: int | None,
+                       local_ranks: int) -> list[Measurement]:
+    log = nccl_tests.parse(text, source=path, op=op, ranks=ranks)
+    if ranks is None:
+        _field(f"{path}: its '#  Rank' lines count ranks", "ranks", log.ranks)
+    alg = model_algorithm(log.op, algorithm, log.ranks, local_ranks)
+    out = []
+    for r in log.rows:
+        where = f"{path} line {r.line}"
+        # N/A: nccl-tests -c 0 did not check the results
+        if not math.isnan(r.wrong) and _field(f"{where}: #wrong", "wrong", r.wrong) > 0:
+            continue
+        size = _field(f"{where}: size_bytes", "size_bytes", r.size_bytes)
+        time = _field(f"{where}: time_s", "time_s", r.time_s)
+        out.append(Measurement(log.op, alg, int(log.ranks), size, time,
+                               tier or default_tier(log.ranks, local_ranks), path, local_ranks,
+                               r.line))
+    return out
 
 
 def load(path: str, *, tier: str | None = None, algorithm: str | None = None,
          op: str | None = None, ranks: int | None = None,
          local_ranks: int = LOCAL_RANKS) -> list[Measurement]:
     """Measurements from one file: `codesign bench --json` output or an nccl-tests log.
-    Sizes whose results were wrong are dropped."""
-    text = _files.read_text(path, "measurement file", _files.LOG_LIMIT_BYTES)
+    Sizes whose results were wrong are dropped; every number read is checked
+    against its domain (`FIELDS`): a bad one is a one-line error naming the file,
+    the line, the field and the value."""
     if tier is not None:
         _check_tier(tier)
+    _field("`local_ranks`", "local_ranks", local_ranks)
+    if ranks is not None:
+        _field("`ranks`", "ranks", ranks)
+    text = _files.read_text(path, "measurement file", _files.LOG_LIMIT_BYTES)
     if text.lstrip().startswith(("{", "[")):
-        out = []
-        for i, r in enumerate(_bench_records(text)):
-            missing = {"op", "algorithm", "ranks", "size_bytes", "time_s"} - set(r)
-            if missing:
-                raise ValueError(f"{path}: record {i} lacks {', '.join(sorted(missing))}; "
-                                 "expected `codesign bench --json` output")
-            if r.get("wrong", 0):
-                continue
-            p = int(r["ranks"])
-            alg = model_algorithm(r["op"], algorithm or r["algorithm"], p, local_ranks)
-            # a hierarchical run on a NODESxLOCAL mesh has LOCAL ranks per node
-            mesh = str(r.get("mesh", "")).split("x")
-            local = int(mesh[1]) if alg == "hierarchical" and len(mesh) == 2 else local_ranks
-            out.append(Measurement(r["op"], alg, p, float(r["size_bytes"]), float(r["time_s"]),
-                                   tier or default_tier(p, local_ranks), path, local))
+        out = _bench_measurements(path, text, tier, algorithm, local_ranks)
     elif nccl_tests.looks_like_nccl_tests(text):
-        log = nccl_tests.parse(text, source=path, op=op, ranks=ranks)
-        alg = model_algorithm(log.op, algorithm, log.ranks, local_ranks)
-        out = [Measurement(log.op, alg, log.ranks, float(r.size_bytes), r.time_s,
-                           tier or default_tier(log.ranks, local_ranks), path, local_ranks)
-               for r in log.rows if r.wrong == 0 and r.time_s > 0]
+        out = _nccl_measurements(path, text, tier, algorithm, op, ranks, local_ranks)
     else:
         raise ValueError(f"{path}: neither `codesign bench --json` output nor an nccl-tests log")
     if not out:
@@ -147,7 +261,7 @@ class TierFit:
     bandwidth_Bps: float
     gamma_s_per_byte: float  # 0 when folded into the bandwidth
     reduction: str  # "fitted", "prior" or "folded"
-    holdout_error: float  # max relative error over held-out sizes
+    holdout_error: float  # max relative error over held-out sizes (one at least)
     holdout_error_median: float
     train_error: float  # max relative error over the fitted sizes
     points: int
@@ -262,10 +376,7 @@ def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
     held = holdout_mask(ms, holdout_every)
     tiers = tuple(t for t in TIERS if any(m.tier == t for m in ms))
     for t in tiers:
-        train = sum(1 for m, h in zip(ms, held, strict=True) if m.tier == t and not h)
-        if train < 3:
-            raise ValueError(f"tier {t} has {train} sizes to fit; calibration needs at least 3 "
-                             "(plus held-out ones): measure more sizes")
+        _check_enough(t, [(m, h) for m, h in zip(ms, held, strict=True) if m.tier == t])
     needed = {"scale_up", "scale_out"} if any(m.algorithm == "hierarchical" for m in ms) else set()
     fixed = _fixed_tiers(needed, tiers, prior)
     identified = _reduction_identified(ms)
@@ -302,7 +413,86 @@ def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
     predictions = tuple(Prediction(m, float(p), bool(h)) for m, p, h in zip(ms, pred, held,
                                                                           strict=True))
     fits = {t: _tier_fit(t, theta[t], gamma, reduction_source, predictions) for t in tiers}
+    for f in fits.values():
+        _check_physical(f, [m for m in ms if m.tier == f.tier])
     return Calibration(fits, predictions)
+
+
+def _check_enough(tier: str, points: list[tuple[Measurement, bool]]) -> None:
+    """A tier's (measurement, held out) pairs tell latency from bandwidth and test
+    the fit: 3 sizes to fit, 2 of them distinct and above 0 bytes, 1 held out."""
+    train = [m for m, h in points if not h]
+    if len(train) < 3:
+        raise ValueError(f"tier {tier} has {len(train)} sizes to fit; calibration needs at "
+                         "least 3 (plus held-out ones): measure more sizes")
+    if len({m.size_bytes for m in train if m.size_bytes > 0}) < 2:
+        raise ValueError(f"tier {tier}: the sizes to fit take fewer than 2 distinct values "
+                         "above 0 bytes, which cannot tell latency from bandwidth: measure a "
+                         "range of sizes")
+    if all(not h for _, h in points):
+        raise ValueError(f"tier {tier} has no held-out size (each run's 2nd smallest, then "
+                         "one in `holdout_every`): measure more sizes per run")
+
+
+class UnphysicalFit(ArithmeticError):
+    """Valid measurements whose fit lies outside a tier's physical domain (a
+    bandwidth above 1 PB/s, a latency of more than 1 s): no answer to write (the
+    command line exits 3 with this one line)."""
+
+
+# the fitted parameters' domains: the Tier fields' (the scenario keys'), zero excluded
+_FITTED = {f.name: dataclasses.replace(d, lo_open=d.lo_open or d.lo == 0)
+           for f in dataclasses.fields(Tier)
+           if f.name in ("bandwidth_Bps", "latency_s", "reduction_Bps")
+           for d in [_checks.declaration(f).domain]}
+
+
+def _check_physical(fit: TierFit, measurements: Sequence[Measurement]) -> None:
+    """An `UnphysicalFit` naming the parameter, its domain and why, for a fit
+    outside `_FITTED`."""
+    values = {"latency_s": fit.alpha_s, "bandwidth_Bps": fit.bandwidth_Bps}
+    if fit.reduction == "fitted":
+        values["reduction_Bps"] = fit.reduction_Bps
+    for key, value in values.items():
+        domain = _FITTED[key]
+        if not domain.ok(value):
+            files = ", ".join(sorted({m.source for m in measurements}))
+            raise UnphysicalFit(f"the fit of {files} gives {fit.tier}_{key}={value:.3g}, not "
+                                f"{domain.describe()}: {_why(key, value, domain, measurements)}"
+                                "; check the measurements")
+
+
+def _why(key: str, value: float, domain: Domain, measurements: Sequence[Measurement]) -> str:
+    """What in the measurements puts a fitted parameter outside its domain."""
+    if key == "bandwidth_Bps" and not value < domain.hi:
+        falling = _falling(measurements)
+        if falling:
+            first, last = falling
+            where = f" of {first.source}" if len({m.source for m in measurements}) > 1 else ""
+            return f"times fall as size grows (lines {first.line}-{last.line}{where})"
+        return ("times barely grow with size (up to "
+                f"{max(m.size_bytes for m in measurements):.3g} bytes)")
+    if key == "bandwidth_Bps" or (key == "latency_s" and value > domain.hi):
+        return "the times are long for their sizes: are they in seconds?"
+    return "the data do not follow latency + size / bandwidth"
+
+
+def _falling(measurements: Sequence[Measurement]) -> tuple[Measurement, Measurement] | None:
+    """The first and last of the longest stretch (3 sizes or more) of one run whose
+    times fall as the size grows."""
+    runs: dict = {}
+    for m in measurements:
+        runs.setdefault(_run_key(m), []).append(m)
+    best: tuple[int, Measurement, Measurement] | None = None  # (sizes, first, last)
+    for run in runs.values():
+        ordered = sorted(run, key=lambda m: m.size_bytes)
+        start = 0
+        for i in range(1, len(ordered)):
+            if ordered[i].time_s >= ordered[i - 1].time_s:
+                start = i
+            elif i - start + 1 >= 3 and (best is None or i - start + 1 > best[0]):
+                best = (i - start + 1, ordered[start], ordered[i])
+    return None if best is None else best[1:]
 
 
 def _minimise(loss, start, steps: int):
@@ -331,8 +521,7 @@ def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:
                    f"({p.measurement.source})" for p in mine})
     return TierFit(tier, float(jnp.exp(params[0])), float(jnp.exp(params[1])), gamma,
                    reduction_source,
-                   float(held.max()) if held.size else float("nan"),
-                   float(np.median(held)) if held.size else float("nan"),
+                   float(held.max()), float(np.median(held)),
                    float(train.max()), len(mine), int(held.size), tuple(runs))
 
 

@@ -8,9 +8,12 @@ The standard format (nccl-tests 2.x) is a comment header, a column header
 
 then one line per size with the out-of-place columns followed by the in-place
 ones (older versions lack redop/root, or print `error` instead of `#wrong`;
-some tests print N/A in place). Times are microseconds, bandwidths GB/s
-(1e9 bytes/s). We keep the out-of-place columns: the in-place ones reuse the
-input buffer and are not what a training step sees.
+some tests print N/A in place; `-c 0`, no data check, prints N/A under #wrong).
+Times are microseconds, bandwidths GB/s (1e9 bytes/s). We keep the
+out-of-place columns: the in-place ones reuse the input buffer and are not
+what a training step sees. A token that is not a number (or N/A) is an error
+naming the file, the line and the column; the values are as printed (their
+domains are checked where they are used, `calibrate.load`).
 
 The test (hence the op) comes from the `--op` argument, else from a
 `*_perf` name in the text (the command line, or "# Collective test starting:
@@ -38,13 +41,14 @@ _OP_ALIASES = {**{k.removesuffix("_perf"): v for k, v in PERF_OPS.items()},
 
 @dataclasses.dataclass(frozen=True)
 class NcclRow:
-    size_bytes: int
-    count: int
+    size_bytes: float  # as printed (an integer; inf past float64)
+    count: float
     dtype: str
     time_s: float  # out-of-place
     algbw_Bps: float
     busbw_Bps: float
-    wrong: float  # #wrong (or the old `error` column)
+    wrong: float  # #wrong (or the old `error` column); NaN: N/A, not checked
+    line: int = 0  # 1-based line of the text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +87,15 @@ def _columns(lines: list[str], source: str) -> list[str]:
                      "algbw busbw') found")
 
 
-def _number(token: str) -> float:
-    return float("nan") if token == "N/A" else float(token)
+def _number(token: str, source: str, line: int, column: str) -> float:
+    """The number `token` of `column` on `line`: N/A is NaN; anything else that is
+    not a number is a one-line error naming the file, the line and the column."""
+    if token == "N/A":
+        return float("nan")
+    try:
+        return float(token)
+    except ValueError:
+        raise ValueError(f"{source} line {line}: {column}={token!r} is not a number") from None
 
 
 def parse(text: str, *, source: str = "<text>", op: str | None = None,
@@ -97,25 +108,25 @@ def parse(text: str, *, source: str = "<text>", op: str | None = None,
     if "algbw" not in names[t:] or "busbw" not in names[t:] or wrong_name is None:
         raise ValueError(f"{source}: column header {' '.join(names)!r} lacks algbw, busbw "
                          "or #wrong after time")
-    at = {n: names.index(n, t) for n in ("algbw", "busbw", wrong_name)}
+    at = {"size": names.index("size"), "count": names.index("count"), "time": t,
+          **{n: names.index(n, t) for n in ("algbw", "busbw", wrong_name)}}
     rows = []
-    for line in lines:
+    for n, line in enumerate(lines, 1):
         tokens = line.split()
         if line.startswith("#") or len(tokens) != len(names) or not tokens[0].isdigit():
             continue
-        rows.append(NcclRow(
-            int(tokens[names.index("size")]), int(tokens[names.index("count")]),
-            tokens[names.index("type")], _number(tokens[t]) * 1e-6,
-            _number(tokens[at["algbw"]]) * 1e9, _number(tokens[at["busbw"]]) * 1e9,
-            _number(tokens[at[wrong_name]])))
+        v = {column: _number(tokens[i], source, n, column) for column, i in at.items()}
+        rows.append(NcclRow(v["size"], v["count"], tokens[names.index("type")],
+                            v["time"] * 1e-6, v["algbw"] * 1e9, v["busbw"] * 1e9,
+                            v[wrong_name], n))
     if not rows:
         raise ValueError(f"{source}: no result lines under the nccl-tests column header")
     if ranks is None:
         ranks = sum(1 for ln in lines if re.match(r"#\s+Rank\s+\d+\s+(Group|Pid)", ln))
-    if ranks < 1:
-        raise ValueError(f"{source}: no '#  Rank N Group ...' lines to count ranks from; "
-                         "pass `ranks`")
-    return NcclLog(_op_from(text, source, op), int(ranks), tuple(rows), source)
+        if ranks == 0:
+            raise ValueError(f"{source}: no '#  Rank N Group ...' lines to count ranks from; "
+                             "pass `ranks`")
+    return NcclLog(_op_from(text, source, op), ranks, tuple(rows), source)
 
 
 def read(path: str, *, op: str | None = None, ranks: int | None = None) -> NcclLog:
