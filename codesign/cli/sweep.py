@@ -9,19 +9,22 @@ Kubernetes every process joins the job JAX detects; `--coordinator` joins a
 jax.distributed job anywhere else. Workers get every option of this command
 line but the launcher's (`execute.distributed.forwarded_argv`), so any
 combination of --chunk-size, --grad and --resume gives the files one process
-gives.
+gives. OUT holds one job: another job into it, or a second run while one
+holds its lock (OUT/.lock), is refused before anything is written; a chunk
+changed on disk is computed again (`codesign/sweep/_store.py`, docs/sweeps.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
 
 from .. import sweep
 from .._progress import Progress
-from ..sweep._store import prepare_out_dir, read_chunk
+from ..sweep._store import chunks_on_disk, claimed, prepare_out_dir, writing
 from . import ENTRY, restart_command
 from .bench import DEFAULT_JOIN_TIMEOUT_S
 
@@ -139,9 +142,16 @@ def _run(args, name: str) -> int:
             raise ValueError(f"--cpu-devices={args.cpu_devices} but JAX has "
                              f"{jax.local_device_count()} local devices")
     job, out = _job(args)
-    result = sweep.run(job, out, resume=args.resume, progress=not args.no_progress,
-                       write=not args.no_write)
-    return _finish(args, job, out, result)
+    with _owning(job, out, args):
+        result = sweep.run(job, out, resume=args.resume, progress=not args.no_progress,
+                           write=not args.no_write)
+        return _finish(args, job, out, result)
+
+
+def _owning(job, out: Path, args):
+    """The lock of OUT for this command's life, from the first chunk to the merge (a
+    folder of another job refused first, nothing written); none without writing."""
+    return contextlib.nullcontext() if args.no_write else claimed(job, out)
 
 
 def _run_worker(args) -> int:
@@ -150,17 +160,23 @@ def _run_worker(args) -> int:
 
     job, out = _job(args)
     lead = jax.process_index() == 0
-    try:
-        result = sweep.run(job, out, resume=args.resume,
-                           progress=not args.no_progress and lead, write=not args.no_write)
-        print(f"process {jax.process_index()} of {jax.process_count()} "
-              f"({jax.local_device_count()} local devices): "
-              f"{result.computed_chunks} chunks computed", flush=True)
-    finally:
-        jax.distributed.shutdown()  # before process 0 merges: nobody waits on it
-    if not lead or args.no_finish:
-        return 0  # process 0, or the process that spawned the workers, merges
-    return _finish(args, job, out, result)
+    # --no-finish: the process that spawned the workers merges, and holds OUT's lock
+    owner = lead and not args.no_finish
+    with contextlib.ExitStack() as hold:
+        try:
+            if owner:
+                hold.enter_context(_owning(job, out, args))
+            result = sweep.run(job, out, resume=args.resume,
+                               progress=not args.no_progress and lead, write=not args.no_write,
+                               lock=owner)
+            print(f"process {jax.process_index()} of {jax.process_count()} "
+                  f"({jax.local_device_count()} local devices): "
+                  f"{result.computed_chunks} chunks computed", flush=True)
+        finally:
+            jax.distributed.shutdown()  # before process 0 merges: nobody waits on it
+        if not owner:
+            return 0
+        return _finish(args, job, out, result)
 
 
 def _run_cluster_worker(args, name: str, cluster) -> int:
@@ -185,22 +201,28 @@ def _run_cluster_worker(args, name: str, cluster) -> int:
 
 
 def _run_local_processes(args, name: str) -> int:
-    """`--processes N`: N local workers on 127.0.0.1; this process prepares OUT, shows
-    progress from the chunk files as they land, and merges."""
+    """`--processes N`: N local workers on 127.0.0.1; this process prepares OUT and holds
+    its lock for them, shows progress from the chunk files as they land, and merges."""
+    job, out = _job(args)
+    with _owning(job, out, args):
+        return _launch(args, name, job, out)
+
+
+def _launch(args, name: str, job, out: Path) -> int:
     import time
 
     from ..execute import distributed
 
     n = args.processes
-    job, out = _job(args)
     start = time.perf_counter()
+    skipped, changed = set(), ()
     if not args.no_write:
         prepare_out_dir(job, out, args.resume)
-    skipped = [c.id for c in job.chunks
-               if args.resume and not args.no_write
-               and read_chunk(job, out, c) is not None]
+        if args.resume:
+            skipped, changed = chunks_on_disk(job, out)
     logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    with writing(logs):
+        logs.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{distributed.free_port()}"
     argv = _worker_argv(args, name, out=str(out), resume=True, no_progress=True,
                         no_finish=True)
@@ -224,11 +246,13 @@ def _run_local_processes(args, name: str) -> int:
     finally:
         bar.close()
     result = sweep.RunResult(out, len(job.chunks) - len(skipped), len(skipped),
-                             job.points.size, time.perf_counter() - start)
+                             job.points.size, time.perf_counter() - start, changed)
     return _finish(args, job, out, result)
 
 
 def _finish(args, job, out: Path, result) -> int:
+    for line in result.recomputed:
+        print(f"codesign sweep: {line}; recomputed", file=sys.stderr)
     if args.no_write:
         return 0
     done = sweep.finish_sweep(job, out, figures_dir=args.figures, plots=not args.no_plots)

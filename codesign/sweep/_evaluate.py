@@ -64,7 +64,7 @@ class Evaluator:
         self.devices = list(devices if devices is not None else jax.local_devices())
         self.mesh = Mesh(np.array(self.devices), ("batch",))
         self.sharding = NamedSharding(self.mesh, PartitionSpec("batch"))
-        n_float, d = len(job.points.floats), len(self.devices)
+        n_float, d = job.points.n_float, len(self.devices)
         self.padded = -(-max(min(job.spec.chunk_size, n_float), 2 * d) // d) * d
         self._compiled: dict[int, tuple[Callable, tuple]] = {}
 
@@ -87,7 +87,7 @@ class Evaluator:
         if chunk.combo not in self._compiled:
             self._compiled[chunk.combo] = self._compile(chunk.combo)
         program, consts = self._compiled[chunk.combo]
-        x = self.job.points.floats[chunk.start:chunk.stop]
+        x = self.job.points.float_rows(chunk.start, chunk.stop)
         pad = self.padded - len(x)  # repeat the last point: finite, then dropped
         x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)]) if pad else x
         out = program(jax.device_put(x, self.sharding), *consts)
@@ -97,6 +97,7 @@ class Evaluator:
 def chunk_rows(job: Job, chunk: Chunk, values: np.ndarray) -> list[list]:
     pts = job.points
     combo = list(pts.combos[chunk.combo])
-    base = chunk.combo * len(pts.floats)
-    return [[base + i] + combo + [float(v) for v in pts.floats[i]] + [float(v) for v in row]
-            for i, row in zip(range(chunk.start, chunk.stop), values, strict=True)]
+    base = chunk.combo * pts.n_float
+    floats = pts.float_rows(chunk.start, chunk.stop).tolist()
+    return [[base + i] + combo + x + [float(v) for v in row]
+            for i, x, row in zip(range(chunk.start, chunk.stop), floats, values, strict=True)]

@@ -1,7 +1,8 @@
 """The points of a spec and how they are cut: categorical combos x a float grid
-crossed with seeded random draws (`Points`), chunks that never straddle a
-combo (`Chunk`), and the `Job` that fixes them with the result columns and
-the fingerprints of the chunk files and of the merged results."""
+crossed with seeded random draws (`Points`, each chunk's rows made when it is
+evaluated), chunks that never straddle a combo (`Chunk`), and the `Job` that
+fixes them with the result columns and the fingerprints of the chunk files and
+of the merged results."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 
 import numpy as np
 
@@ -20,16 +22,39 @@ _FORMAT_VERSION = 1
 
 @dataclasses.dataclass(frozen=True)
 class Points:
-    """Every point of a spec: `combos` (categorical) x `floats` rows."""
+    """Every point of a spec: `combos` (categorical) x `n_float` float rows, made a
+    chunk at a time (`float_rows`) from the grid knobs' values and the seeded draws,
+    never all at once (a sweep may hold `MAX_POINTS` of them)."""
 
     categorical: tuple[str, ...]
     combos: tuple[tuple, ...]
     float_names: tuple[str, ...]
-    floats: np.ndarray  # (n_float, len(float_names)) float64
+    grid: tuple[np.ndarray, ...]  # each grid knob's values, in declaration order
+    draws: np.ndarray  # (samples, random knobs); (1, 0) without random knobs
+    order: tuple[int, ...]  # where each of float_names is among grid + random knobs
+
+    @property
+    def n_float(self) -> int:
+        return math.prod(len(g) for g in self.grid) * len(self.draws)
 
     @property
     def size(self) -> int:
-        return len(self.combos) * len(self.floats)
+        return len(self.combos) * self.n_float
+
+    def float_rows(self, start: int, stop: int) -> np.ndarray:
+        """Float rows [start, stop), (stop - start, len(float_names)) float64: row r is
+        grid point r // samples (last grid knob fastest) with draw r % samples."""
+        at, draw = np.divmod(np.arange(start, stop), len(self.draws))
+        where = np.unravel_index(at, [len(g) for g in self.grid]) if self.grid else ()
+        cols = [g[i] for g, i in zip(self.grid, where, strict=True)] + list(self.draws[draw].T)
+        if not cols:
+            return np.zeros((stop - start, 0))
+        return np.stack([cols[j] for j in self.order], axis=1)
+
+    @property
+    def floats(self) -> np.ndarray:
+        """Every float row at once (for a small sweep; the runner takes `float_rows`)."""
+        return self.float_rows(0, self.n_float)
 
 
 def _draw(rng: np.random.Generator, axis: Axis, n: int) -> np.ndarray:
@@ -46,18 +71,15 @@ def make_points(spec: Spec) -> Points:
     combos = tuple(itertools.product(*(k.values for k in cats)))
     grid = [k for k in spec.floats if k.kind == "values"]
     rand = [k for k in spec.floats if k.kind == "random"]
-    g = np.array(list(itertools.product(*(k.values for k in grid))), float).reshape(-1, len(grid))
+    draws = np.zeros((1, 0))
     if rand:
         rng = np.random.default_rng(spec.seed)
         draws = np.stack([_draw(rng, k, spec.samples) for k in rand], axis=1)
-        floats = np.concatenate([np.repeat(g, len(draws), axis=0),
-                                 np.tile(draws, (len(g), 1))], axis=1)
-    else:
-        floats = g
     order = [k.name for k in grid + rand]
     names = tuple(k.name for k in spec.floats)
-    floats = floats[:, [order.index(n) for n in names]] if names else floats
-    return Points(tuple(k.name for k in cats), combos, names, np.ascontiguousarray(floats))
+    return Points(tuple(k.name for k in cats), combos, names,
+                  tuple(np.array(k.values, float) for k in grid), draws,
+                  tuple(order.index(n) for n in names))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +93,7 @@ class Chunk:
 
 
 def make_chunks(points: Points, chunk_size: int) -> tuple[Chunk, ...]:
-    n = len(points.floats)
+    n = points.n_float
     ranges = [(s, min(s + chunk_size, n)) for s in range(0, n, chunk_size)]
     pairs = itertools.product(range(len(points.combos)), ranges)
     return tuple(Chunk(i, c, s, e) for i, (c, (s, e)) in enumerate(pairs))

@@ -6,6 +6,7 @@ suffixes through `units.parse_quantity`, dotted keys through
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from ._targets import TARGETS
 
 DEFAULT_CHUNK_SIZE = 256
 SIGNIFICANT_DIGITS = 12  # merged results: fixed formatting, robust to last-ulp noise
+# points in one sweep: 10x the largest real one (a 1M-point grid search), and what the
+# merge holds in memory on a 24 GB machine with room to spare (docs/sweeps.md)
+MAX_POINTS = 10**7
 _SPEC_KEYS = ("name", "title", "description", "target", "base", "knobs", "samples", "seed",
               "outputs", "grad", "chunk_size", "plots", "summary")
 _KNOB_KINDS = ("values", "grid", "log_grid", "random", "categories")
@@ -114,6 +118,28 @@ class Spec:
         return tuple(k for k in self.knobs if k.kind != "categories")
 
 
+def count_text(n: int) -> str:
+    """A count in a message: 1000 as is, 10**12 as 1e12, 2.5 * 10**12 as 2.5e12."""
+    if n < 10**6:
+        return str(n)
+    mantissa, exponent = f"{n:.3e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def point_count(knobs: tuple[Axis, ...], samples: int) -> int:
+    """The points of a sweep (each categorical and grid knob's length, times `samples`),
+    counted before any is made; past `MAX_POINTS` a ValueError naming the factors."""
+    sizes = [(len(k.values), k.name) for k in knobs if k.kind != "random"]
+    sizes += [(samples, "samples")] if samples else []
+    n = math.prod(size for size, _ in sizes)
+    if n > MAX_POINTS:
+        factors = " x ".join(f"{count_text(size)} {name}" for size, name in sizes)
+        raise ValueError(f"knobs: {count_text(n)} points ({factors}) exceed the cap of "
+                         f"{count_text(MAX_POINTS)} points per sweep (MAX_POINTS); coarsen a "
+                         "grid, draw fewer samples or split the sweep")
+    return n
+
+
 def _range(name: str, value, field: str, size: bool) -> tuple[float, float, int]:
     n_items = 3 if size else 2
     if not isinstance(value, list) or len(value) != n_items:
@@ -122,6 +148,9 @@ def _range(name: str, value, field: str, size: bool) -> tuple[float, float, int]
     low = units.parse_quantity(name, value[0], field=field)
     high = units.parse_quantity(name, value[1], field=field)
     n = fields.integer(value[2], field, 1) if size else 0
+    if n > MAX_POINTS:
+        raise ValueError(f"{field}={value!r} asks for {count_text(n)} points, past the cap of "
+                         f"{count_text(MAX_POINTS)} points per sweep (MAX_POINTS)")
     if not low <= high:
         raise ValueError(f"{field}={value!r} needs low <= high")
     return low, high, n
@@ -286,6 +315,7 @@ def parse_spec(raw: dict, *, name: str = "sweep", directory: Path | str = ".") -
     samples = fields.integer(raw.get("samples", 0), "samples", 1 if random_knobs else 0)
     if samples and not random_knobs:
         raise ValueError(f"samples={samples} needs at least one knob with random = [low, high]")
+    point_count(knobs, samples)
     available = target.outputs(base, directory)
     outputs = fields.strings(raw.get("outputs", list(available)), "outputs")
     for o in outputs:

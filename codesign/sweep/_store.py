@@ -1,17 +1,35 @@
-"""What a sweep keeps on disk: chunk files (a JSON record with exact floats,
-and a CSV) written atomically (temp + fsync + `os.replace`), the manifest that
-refuses to resume another job, and the merge of the chunks into a `Table`,
-results.csv and results.json, sorted by point and rounded to
-`SIGNIFICANT_DIGITS` so that they carry nothing run-dependent."""
+"""What a sweep keeps on disk, and what it guarantees about it:
+
+- one writer: `locked` holds an exclusive `flock` on OUT/.lock (recording
+  pid, host and start) for a run's life, released by the OS when the process
+  ends, crash included; a second writer is refused at once, naming the holder;
+- one job: manifest.json names the job's fingerprint, and a run of another job
+  into the folder is refused (`prepare_out_dir`) before anything is written;
+- checked chunks: each chunk record (JSON, exact floats; beside it a CSV) is
+  written atomically (temp + fsync + `os.replace`) with the sha256 of its rows,
+  verified wherever a chunk is read; a chunk changed on disk is `ChangedChunk`;
+- disk errors (read-only, full, not a folder, permission) are one line naming
+  the path (`writing`), and leave the finished chunks in place;
+- the merge of the chunks into a `Table`, results.csv and results.json, one
+  chunk at a time, sorted by point and rounded to `SIGNIFICANT_DIGITS` so that
+  they carry nothing run-dependent."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
+import datetime
+import errno
+import fcntl
+import hashlib
 import io
+import itertools
 import json
 import math
 import os
+import socket
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +38,83 @@ import numpy as np
 from ._points import Chunk, Job
 from ._spec import SIGNIFICANT_DIGITS, round_significant
 
+LOCK_FILE = ".lock"
+_HELD: set[str] = set()  # the folders whose lock this process holds (`locked` is re-entrant)
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # a filesystem without flock
 
-def atomic_write(path: Path, text: str) -> None:
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OSError while writing `path` as one line naming it (a full disk names no file)."""
+    try:
+        yield
+    except OSError as e:
+        raise ValueError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+
+
+def atomic_write(path: Path, text: str | Iterable[str]) -> None:
+    """`text` (or its pieces, written as they come) into `path`: a temp file, fsync,
+    `os.replace`; on any error the temp file goes and `path` is as it was."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with writing(path):
+        try:
+            with open(tmp, "w") as f:
+                f.writelines([text] if isinstance(text, str) else text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
+
+
+def _holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 400, 0).decode(errors="replace").strip() or "no record of it"
+    except OSError:
+        return "no record of it"
+
+
+@contextlib.contextmanager
+def locked(out_dir: str | Path) -> Iterator[None]:
+    """Hold the lock of `out_dir` (made if absent) while the block runs: one writer per
+    sweep folder. Another process holding it is a ValueError naming it (pid, host,
+    since when). Re-entrant in one process; skipped where the filesystem has no flock."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"out_dir={str(out_dir)!r} is a file, not a folder; name a folder")
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+    key = str(out_dir.resolve())
+    if key in _HELD:
+        yield
+        return
+    path = out_dir / LOCK_FILE
+    with writing(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"out_dir={str(out_dir)!r} is in use by another sweep "
+                             f"({_holder(fd)}); wait for it to end or choose another "
+                             "`out_dir`") from None
+        except OSError as e:
+            if e.errno not in _NO_LOCKS:
+                raise ValueError(f"cannot lock {str(path)!r}: {e.strerror or e}") from None
+        since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        with writing(path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()} since "
+                          f"{since}\n".encode(), 0)
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def _format(value: Any) -> str:
@@ -36,36 +123,84 @@ def _format(value: Any) -> str:
     return str(value)
 
 
-def csv_text(header, rows) -> str:
+def csv_lines(header, rows: Iterable[list], batch: int = 4096) -> Iterator[str]:
+    """The CSV text of `header` and `rows`, a batch of rows at a time."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows([[_format(v) for v in row] for row in rows])
-    return buf.getvalue()
+    rows = iter(rows)
+    while True:
+        writer.writerows([[_format(v) for v in row] for row in itertools.islice(rows, batch)])
+        text = buf.getvalue()
+        if not text:
+            return
+        yield text
+        buf.seek(0)
+        buf.truncate()
 
 
 def chunk_path(out_dir: Path, chunk: Chunk) -> Path:
     return Path(out_dir) / "chunks" / f"{chunk.id:06d}.json"
 
 
+def rows_sha256(rows: list[list]) -> str:
+    """The checksum of a chunk's rows: sha256 of their JSON (exact floats)."""
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
 def write_chunk(job: Job, out_dir: Path, chunk: Chunk, rows: list[list]) -> None:
     """CSV first, then the JSON record whose presence marks the chunk done."""
     path = chunk_path(out_dir, chunk)
-    atomic_write(path.with_suffix(".csv"), csv_text(job.columns, rows))
+    atomic_write(path.with_suffix(".csv"), csv_lines(job.columns, rows))
     record = {"fingerprint": job.fingerprint, "chunk": chunk.id, "columns": job.columns,
-              "rows": rows}
+              "sha256": rows_sha256(rows), "rows": rows}
     atomic_write(path, json.dumps(record))
 
 
+class ChangedChunk(ValueError):
+    """A chunk file that is there but not what was written: unreadable, not JSON,
+    another job's or chunk's record, or rows whose sha256 is not the recorded one."""
+
+    def __init__(self, chunk: Chunk, why: str):
+        super().__init__(f"chunk {chunk.id:06d} {why}")
+        self.chunk = chunk
+
+
 def read_chunk(job: Job, out_dir: Path, chunk: Chunk) -> list[list] | None:
-    """The rows of `chunk` on disk, or None when absent or not this job's."""
+    """The rows of `chunk` on disk, verified; None when absent, `ChangedChunk` when
+    the file is there but does not hold what this job wrote."""
     try:
-        record = json.loads(chunk_path(out_dir, chunk).read_text())
-    except (OSError, ValueError):
+        text = chunk_path(out_dir, chunk).read_text()
+    except FileNotFoundError:
         return None
-    ok = (record.get("fingerprint") == job.fingerprint and record.get("chunk") == chunk.id
-          and len(record.get("rows", ())) == chunk.stop - chunk.start)
-    return record["rows"] if ok else None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ChangedChunk(chunk, f"is unreadable ({getattr(e, 'strerror', None) or e})") \
+            from None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        raise ChangedChunk(chunk, "changed on disk (not JSON)") from None
+    rows = record.get("rows") if isinstance(record, dict) else None
+    ok = (isinstance(rows, list) and record.get("fingerprint") == job.fingerprint
+          and record.get("chunk") == chunk.id and len(rows) == chunk.stop - chunk.start)
+    if ok and "sha256" not in record:
+        raise ChangedChunk(chunk, "has no checksum (an older codesign wrote it)")
+    if not ok or record["sha256"] != rows_sha256(rows):
+        raise ChangedChunk(chunk, "changed on disk")
+    return rows
+
+
+def chunks_on_disk(job: Job, out_dir: Path) -> tuple[set[int], tuple[str, ...]]:
+    """The ids of the chunks of `job` on disk and verified, and a line for each chunk
+    file there that is not (`ChangedChunk`): those are computed again."""
+    done, changed = set(), []
+    for chunk in job.chunks:
+        try:
+            if read_chunk(job, out_dir, chunk) is not None:
+                done.add(chunk.id)
+        except ChangedChunk as e:
+            changed.append(str(e))
+    return done, tuple(changed)
 
 
 def _what_differs(manifest: dict, job: Job) -> str:
@@ -80,29 +215,64 @@ def _what_differs(manifest: dict, job: Job) -> str:
             f"{manifest.get('fingerprint')} != {job.fingerprint})")
 
 
-def prepare_out_dir(job: Job, out_dir: Path, resume: bool) -> None:
-    """Create `out_dir`; without `resume` drop old chunks; with it, insist on the same job."""
+def _manifest(out_dir: Path) -> dict | None:
+    """The manifest.json of `out_dir`, None when there is none; unreadable, a ValueError."""
+    path = out_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or "not JSON"
+        raise ValueError(f"out_dir={str(out_dir)!r}: its manifest.json cannot be read ({why}); "
+                         "remove the folder or choose another `out_dir`") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"out_dir={str(out_dir)!r}: its manifest.json is not a sweep's; "
+                         "remove the folder or choose another `out_dir`")
+    return manifest
+
+
+def check_out_dir(job: Job, out_dir: Path) -> dict | None:
+    """The manifest of `out_dir` (None: none there) when it is `job`'s; a folder holding
+    another job is a ValueError saying what differs. Reads only."""
     out_dir = Path(out_dir)
+    old = _manifest(out_dir) if out_dir.is_dir() else None
+    if old is not None and old.get("fingerprint") != job.fingerprint:
+        raise ValueError(f"out_dir={str(out_dir)!r} holds the sweep {old.get('name')!r} with "
+                         f"{_what_differs(old, job)}; choose another `out_dir` (or remove "
+                         "the folder to start over)")
+    return old
+
+
+@contextlib.contextmanager
+def claimed(job: Job, out_dir: str | Path) -> Iterator[None]:
+    """`locked(out_dir)` for `job`: a folder holding another job is refused first, with
+    nothing written (not even the lock file)."""
+    check_out_dir(job, Path(out_dir))
+    with locked(out_dir):
+        yield
+
+
+def prepare_out_dir(job: Job, out_dir: Path, resume: bool) -> None:
+    """Make `out_dir` this job's: a folder holding another job is refused before
+    anything is written (`check_out_dir`); without `resume` this job's old chunks and
+    results go. The caller holds `claimed(job, out_dir)`."""
+    out_dir = Path(out_dir)
+    old = check_out_dir(job, out_dir)
     chunks_dir = out_dir / "chunks"
-    chunks_dir.mkdir(parents=True, exist_ok=True)
-    manifest = out_dir / "manifest.json"
-    if resume and manifest.exists():
-        old = json.loads(manifest.read_text())
-        if old.get("fingerprint") != job.fingerprint:
-            raise ValueError(f"out_dir={str(out_dir)!r} holds a sweep with "
-                             f"{_what_differs(old, job)}; rerun without `resume` or choose "
-                             "another `out_dir`")
-    for path in chunks_dir.iterdir():
-        if path.name.startswith(".") or not resume:
-            path.unlink()
-    if not resume:
-        for name in ("results.csv", "results.json", "summary.txt"):
-            (out_dir / name).unlink(missing_ok=True)
+    with writing(chunks_dir):
+        chunks_dir.mkdir(parents=True, exist_ok=True)
+        for path in chunks_dir.iterdir():
+            if path.name.startswith(".") or (old is not None and not resume):
+                path.unlink()
+        if old is not None and not resume:
+            for name in ("results.csv", "results.json", "summary.txt"):
+                (out_dir / name).unlink(missing_ok=True)
     info = {"name": job.spec.name, "target": job.spec.target, "fingerprint": job.fingerprint,
             "results_id": job.results_id, "chunk_size": job.spec.chunk_size,
             "grad": list(job.grad_outputs),
             "points": job.points.size, "chunks": len(job.chunks), "columns": job.columns}
-    atomic_write(manifest, json.dumps(info, indent=1) + "\n")
+    atomic_write(out_dir / "manifest.json", json.dumps(info, indent=1) + "\n")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,37 +288,40 @@ class Table:
     def select(self, mask: np.ndarray) -> Table:
         return Table(self.columns, {k: v[mask] for k, v in self.data.items()})
 
+    def iter_rows(self) -> Iterator[list]:
+        return ([item(self.data[c][i]) for c in self.columns] for i in range(len(self)))
+
     def rows(self) -> list[list]:
-        return [[item(self.data[c][i]) for c in self.columns] for i in range(len(self))]
+        return list(self.iter_rows())
 
 
 def item(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _table_from_rows(job: Job, rows: list[list]) -> Table:
-    cats = set(job.points.categorical)
-    data = {}
-    for j, name in enumerate(job.columns):
-        col = [r[j] for r in rows]
-        data[name] = np.array(col, dtype=object) if name in cats else np.array(col, dtype=float)
-    return Table(job.columns, data)
-
-
 def merge(job: Job, out_dir: str | Path) -> Table:
-    """All chunk rows of `job` in point order, rounded to `SIGNIFICANT_DIGITS`."""
-    rows = []
+    """All chunk rows of `job` in point order (the chunks' order), rounded to
+    `SIGNIFICANT_DIGITS`, read and verified one chunk at a time into the columns."""
+    out_dir = Path(out_dir)
+    cats = range(1, 1 + len(job.points.categorical))
+    data = {name: np.empty(job.points.size, dtype=object if j in cats else float)
+            for j, name in enumerate(job.columns)}
     for chunk in job.chunks:
-        got = read_chunk(job, Path(out_dir), chunk)
-        if got is None:
-            raise ValueError(f"chunk {chunk.id} of sweep {job.spec.name!r} is missing in "
+        try:
+            rows = read_chunk(job, out_dir, chunk)
+        except ChangedChunk as e:
+            raise ValueError(f"sweep {job.spec.name!r} in {str(out_dir)!r}: {e}; rerun with "
+                             "`resume` to compute it again") from None
+        if rows is None:
+            raise ValueError(f"chunk {chunk.id:06d} of sweep {job.spec.name!r} is missing in "
                              f"{str(out_dir)!r}; rerun with `resume`")
-        rows.extend(got)
-    rows.sort(key=lambda r: r[0])
-    cats = len(job.points.categorical)
-    rows = [[int(r[0])] + r[1:1 + cats] + [round_significant(v) for v in r[1 + cats:]]
-            for r in rows]
-    return _table_from_rows(job, rows)
+        at = chunk.combo * job.points.n_float + chunk.start
+        for j, name in enumerate(job.columns):
+            column = [r[j] for r in rows]  # the index, a category, or a number to round
+            exact = j == 0 or j in cats
+            data[name][at:at + len(rows)] = column if exact else list(map(round_significant,
+                                                                          column))
+    return Table(job.columns, data)
 
 
 def _json_value(value):
@@ -157,12 +330,13 @@ def _json_value(value):
     return value
 
 
-def results_json(job: Job, table: Table) -> str:
-    lines = ["{", f' "name": {json.dumps(job.spec.name)},',
-             f' "target": {json.dumps(job.spec.target)},',
-             f' "results_id": {json.dumps(job.results_id)},',
-             f' "columns": {json.dumps(list(table.columns))},', ' "rows": [']
-    rows = table.rows()
-    lines += [" " + json.dumps([_json_value(v) for v in r]) + ("," if i < len(rows) - 1 else "")
-              for i, r in enumerate(rows)]
-    return "\n".join(lines + [" ]", "}"]) + "\n"
+def results_json(job: Job, table: Table) -> Iterator[str]:
+    """results.json, a line at a time."""
+    yield "\n".join(["{", f' "name": {json.dumps(job.spec.name)},',
+                     f' "target": {json.dumps(job.spec.target)},',
+                     f' "results_id": {json.dumps(job.results_id)},',
+                     f' "columns": {json.dumps(list(table.columns))},', ' "rows": [\n'])
+    last = len(table) - 1
+    for i, r in enumerate(table.iter_rows()):
+        yield " " + json.dumps([_json_value(v) for v in r]) + (",\n" if i < last else "\n")
+    yield " ]\n}\n"
