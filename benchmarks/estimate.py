@@ -10,7 +10,10 @@ matmul efficiency and the DP bucket size. One `jax.jit(jax.vmap(...))`
 evaluates them in chunks of `--chunk` scenarios:
 
 - evals_per_s: full estimates (`step.estimate` -> every scalar of
-  `step.outputs`: step time, memory, MFU, reliability, fabric) per second.
+  `step.outputs`: step time, memory, MFU, reliability, fabric) per second,
+  the faster of the whole chunk and `--block` points at a time (as below;
+  `evals_per_s_whole_chunk` is the former). Every vmapped program compiles
+  with the options of the grid's kernel (`_compile.options(batch=True)`).
 - grad_over_forward: time of `jax.grad` of step_time_s with respect to every
   drawn knob, over the same scenarios, divided by the time of the forward
   pass of step_time_s alone (the function being differentiated), measured
@@ -29,7 +32,7 @@ evaluates them in chunks of `--chunk` scenarios:
   estimate (`equations`: every equation, those of sub-jaxprs included, as
   `jit`, `custom_jvp` and loop bodies nest them; `top_level_equations`), the
   time to trace, lower and XLA-compile it (unbatched, as `codesign estimate`
-  runs it: without the traced domain check, with `CPU_COMPILER_OPTIONS`;
+  runs it: without the traced domain check, with `_compile.options()`;
   `xla_compile_default_options_s` at XLA's defaults, and
   `equations_with_traced_check` as under jit of user code), and
   `equations_by_module`: the equations each codesign module emits (the
@@ -64,7 +67,7 @@ import numpy as np  # noqa: E402
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 from codesign import scenario as sc  # noqa: E402
 from codesign import step  # noqa: E402
-from codesign._compile import CPU_COMPILER_OPTIONS  # noqa: E402
+from codesign._compile import options  # noqa: E402
 
 CHOICES = {"parallel.tp": (1, 2, 4, 8), "parallel.pp": (1, 2, 4, 8),
            "training.micro_batch": (1, 2, 4), "system.scale_up_domain": (4, 8, 16, 72)}
@@ -111,7 +114,7 @@ def compile_profile(names=sc.BUILTIN) -> dict:
     estimate` compiles it (`step.outputs` of `step.estimate(scn, check=False)`:
     a loaded scenario's values were checked on load) and the seconds to trace,
     lower and compile it, with the command's XLA options
-    (`_compile.CPU_COMPILER_OPTIONS`) and with XLA's defaults; and the size of
+    (`_compile.options()`) and with XLA's defaults; and the size of
     the program with the traced domain check (`check=True`, as under jit/vmap/grad
     of user code)."""
     def full(scn):
@@ -120,7 +123,6 @@ def compile_profile(names=sc.BUILTIN) -> dict:
     def checked(scn):
         return step.outputs(step.estimate(scn))
 
-    options = CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
     out = {}
     for name in names:
         scn = sc.load(name)
@@ -130,7 +132,7 @@ def compile_profile(names=sc.BUILTIN) -> dict:
         t1 = time.perf_counter()
         lowered = jax.jit(full).lower(scn)
         t2 = time.perf_counter()
-        lowered.compile(compiler_options=options)
+        lowered.compile(compiler_options=options())
         t3 = time.perf_counter()
         again = jax.jit(lambda s: full(s)).lower(scn)  # a new function: compiled anew
         t4 = time.perf_counter()
@@ -212,23 +214,29 @@ def main(argv=None) -> dict:
     def step_time(knobs):
         return step.estimate(sc.set_knobs(base, knobs)).step.step_time_s
 
-    forward_full = jax.jit(jax.vmap(full))
-    forward = jax.jit(jax.vmap(step_time))
-    grad = jax.jit(jax.vmap(jax.grad(step_time)))
-    forward_blocked = jax.jit(blocked(step_time, args.block))
-    grad_blocked = jax.jit(blocked(jax.grad(step_time), args.block))
+    def jit(fn):  # as the grid's kernel compiles (`_compile.options(batch=True)`)
+        return jax.jit(fn, compiler_options=options(batch=True))
+
+    forward_full = jit(jax.vmap(full))
+    full_blocked = jit(blocked(full, args.block))
+    forward = jit(jax.vmap(step_time))
+    grad = jit(jax.vmap(jax.grad(step_time)))
+    forward_blocked = jit(blocked(step_time, args.block))
+    grad_blocked = jit(blocked(jax.grad(step_time), args.block))
 
     compile_s = {}
-    for name, fn in (("full", forward_full), ("step_time", forward), ("grad", grad),
+    for name, fn in (("full", forward_full), ("full_blocked", full_blocked),
+                     ("step_time", forward), ("grad", grad),
                      ("step_time_blocked", forward_blocked), ("grad_blocked", grad_blocked)):
         t0 = time.perf_counter()
         jax.block_until_ready(fn(chunks[0]))
         compile_s[name] = time.perf_counter() - t0
 
-    t_full, t_fwd, t_grad, t_fwd_b, t_grad_b = [], [], [], [], []
+    t_full, t_full_b, t_fwd, t_grad, t_fwd_b, t_grad_b = [], [], [], [], [], []
     for _ in range(args.repeats):  # interleaved, so load on the machine hits all alike
         t, outs_full = _timed(forward_full, chunks)
         t_full.append(t)
+        t_full_b.append(_timed(full_blocked, chunks)[0])
         t, outs_fwd = _timed(forward, chunks)
         t_fwd.append(t)
         t, outs_grad = _timed(grad, chunks)
@@ -254,7 +262,8 @@ def main(argv=None) -> dict:
     dev = jax.devices()[0]
     best_fwd, best_grad = min(med(t_fwd), med(t_fwd_b)), min(med(t_grad), med(t_grad_b))
     result = {
-        "evals_per_s": args.batch / med(t_full),
+        "evals_per_s": args.batch / min(med(t_full), med(t_full_b)),
+        "evals_per_s_whole_chunk": args.batch / med(t_full),
         "grad_over_forward": best_grad / best_fwd,
         "grad_over_forward_whole_chunk": med(t_grad) / med(t_fwd),
         "compile_s": compile_s["full"],
@@ -264,6 +273,7 @@ def main(argv=None) -> dict:
         "repeats": args.repeats,
         "knobs": sorted(x),
         "full_estimate_s": med(t_full),
+        "full_estimate_blocked_s": med(t_full_b),
         "step_time_forward_s": med(t_fwd),
         "step_time_grad_s": med(t_grad),
         "step_time_forward_blocked_s": med(t_fwd_b),
