@@ -233,7 +233,13 @@ class Rule(NamedTuple):
 
 def integral(x) -> jax.Array:
     """True where x is a whole number (to 1e-9 relative): the rules' integrality."""
-    return jnp.abs(x - jnp.round(x)) <= 1e-9 * jnp.maximum(1.0, jnp.abs(x))
+    xp = _xp(x)
+    return xp.abs(x - xp.round(x)) <= 1e-9 * xp.maximum(1.0, xp.abs(x))
+
+
+def _xp(x):
+    """jax.numpy for a JAX array or tracer, NumPy for the NumPy values `validate` passes."""
+    return jnp if isinstance(x, jax.Array) else np
 
 
 def _divides(a, b) -> jax.Array:
@@ -276,7 +282,7 @@ RULES = (
          lambda m, p, s: f"parallel.zero_shard_size={_g(p.zero_shard_size)} must divide "
          f"dp*cp={_g(p.dp * p.cp)}"),
     Rule("ep | experts", ("parallel.ep", "model.experts", "model.moe_layers"),
-         lambda m, p, s: (m.moe_layers <= 0) | _divides(p.ep, jnp.maximum(m.experts, 1.0)),
+         lambda m, p, s: (m.moe_layers <= 0) | _divides(p.ep, _xp(m.experts).maximum(m.experts, 1.0)),
          lambda m, p, s: f"parallel.ep={_g(p.ep)} must divide model.experts={_g(m.experts)}"),
     Rule("ep = 1 without experts", ("parallel.ep", "model.moe_layers"),
          lambda m, p, s: (m.moe_layers > 0) | (p.ep == 1.0),
@@ -291,7 +297,7 @@ RULES = (
          lambda m, p, s: f"parallel.pp={_g(p.pp)} x parallel.interleave={_g(p.interleave)} = "
          f"{_g(p.pp * p.interleave)} must not exceed model.layers={_g(m.layers)}"),
     Rule("interleave needs the interleaved schedule", ("parallel.interleave",),
-         lambda m, p, s: jnp.logical_or(p.schedule.interleaves, p.interleave == 1.0),
+         lambda m, p, s: p.schedule.interleaves | (p.interleave == 1.0),
          lambda m, p, s: f"parallel.interleave={_g(p.interleave)} needs "
          f"parallel.schedule='interleaved' (got {p.schedule.name!r})"),
     # The optimiser's own rows (no message: validate skips them; scenario
@@ -317,7 +323,10 @@ def validate(plan: Plan, model: Transformer, gpus) -> None:
     values; a traced rule is skipped): the first rule of `RULES` with a
     message that does not hold raises a one-line ValueError."""
     system = _GpuCount(gpus)
-    with jax.ensure_compile_time_eval():
+    leaves = jax.tree.leaves((model, plan, system))
+    if not any(isinstance(x, jax.core.Tracer) for x in leaves):  # in NumPy: no dispatch
+        model, plan, system = jax.tree.map(np.asarray, (model, plan, system))
+    with jax.ensure_compile_time_eval(), np.errstate(divide="ignore", invalid="ignore"):
         for rule in RULES:
             if rule.message is None:
                 continue
