@@ -134,6 +134,7 @@ def model_rate(repeats: int = 5) -> dict:
     import jax
 
     from codesign import step
+    from codesign._compile import options
 
     spec = importlib.util.spec_from_file_location("estimate", HERE / "estimate.py")
     estimate_bench = importlib.util.module_from_spec(spec)
@@ -143,7 +144,8 @@ def model_rate(repeats: int = 5) -> dict:
     batch, chunk = 100_000, 25_000
     knobs = estimate_bench.random_knobs(batch, float(base.system.gpus))
     chunks = list(estimate_bench._chunks(knobs, chunk))
-    full = jax.jit(jax.vmap(lambda k: step.outputs(step.estimate(sc.set_knobs(base, k)))))
+    full = jax.jit(jax.vmap(lambda k: step.outputs(step.estimate(sc.set_knobs(base, k)))),
+                   compiler_options=options(batch=True))  # as the grid's kernel
     jax.block_until_ready(full(chunks[0]))
     times = [estimate_bench._timed(full, chunks)[0] for _ in range(repeats)]
     return {"kind": "model_rate", "evals_per_s": batch / statistics.median(times),
