@@ -1,9 +1,12 @@
 """The five sweep targets, each made by a small factory returning a `Target`
 (`_target.py`), and `TARGETS` by name: one collective, reliability, ECMP
 collisions, a fabric's inventory, and the step model of a scenario. A target
-checks a spec's base and axes before anything compiles, builds the point
-function of one combo (float knob values as jnp scalars -> a dict of scalar
-outputs) and fingerprints what outside the spec its results depend on."""
+checks a spec's base and axes before anything compiles (every float knob's
+values against its domain: the declared domain of the field it sets, as the
+scenario keys use them, or the target's own), builds the point function of one
+combo (float knob values as jnp scalars -> a dict of scalar outputs, each
+checked finite: `_target.checked_build`) and fingerprints what outside the
+spec its results depend on."""
 
 from __future__ import annotations
 
@@ -478,10 +481,11 @@ def estimate_target() -> Target:
     and scenario tables ([base.parallel] tp = 8, ...). Float knobs are the
     scenario's float keys (`scenario.KNOBS`: parallel.tp, training.global_batch,
     system.scale_out_bandwidth_Bps, ...), set by `scenario.set_knobs` under
-    trace, unvalidated (relaxed), or scaled from the combo's own value
-    (`scale:system.scale_up_bandwidth_Bps = [0.5, 1, 2]`: a what-if that means
-    the same across presets, and at 1 the elasticity with respect to the knob
-    itself); categorical knobs are any scenario key
+    trace (relaxed: integrality aside, each value inside the key's domain), or
+    scaled from the combo's own value (`scale:system.scale_up_bandwidth_Bps =
+    [0.5, 1, 2]`: a what-if that means the same across presets, and at 1 the
+    elasticity with respect to the knob itself; the scaled values inside the
+    key's domain); categorical knobs are any scenario key
     (system.preset, parallel.schedule, or a validated integer like parallel.tp),
     loaded and validated once per combo (`scenario` itself may be one). Outputs:
     `step.outputs` plus `bubble_fraction` (bubble / (compute + bubble)),
