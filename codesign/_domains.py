@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 
@@ -113,9 +114,44 @@ DURATION = Domain(0.0, 1e9)  # seconds: up to ~30 years
 POSITIVE = Domain(0.0, math.inf, lo_open=True)  # a vendor figure (peaks, capacities, power)
 
 
+def _number(x) -> str:
+    """One number as short as it reads back exactly: `:g` (8, 1e7, 0.5) where
+    that round-trips, else Python's shortest round-trip form (1.0000001, not 1)."""
+    text = f"{x:g}"
+    try:
+        exact = float(text) == x or not math.isfinite(x)
+    except (TypeError, ValueError, OverflowError):
+        return str(x)
+    return text if exact else repr(float(x))
+
+
+# a value echoed in a message is shown whole up to this many characters (a long
+# path fits), else its first _SHOWN_HEAD and its length
+MAX_SHOWN_CHARS = 200
+_SHOWN_HEAD = 40
+_LONG_WORD = re.compile(rf"[^\s='\"]{{{MAX_SHOWN_CHARS + 1},}}")  # not quotes, =
+
+
+def shown(text: str) -> str:
+    """`text` (a value a message echoes), whole if short, else its first 40
+    characters and its length: a 100,000-character value is not echoed whole."""
+    if len(text) <= MAX_SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_HEAD]}... ({len(text):,} characters)"
+
+
+def shown_words(message: str) -> str:
+    """`message` with every run of more than `MAX_SHOWN_CHARS` characters
+    without blanks, quotes or "=" (a value it echoes) `shown`: what the command
+    prints."""
+    return _LONG_WORD.sub(lambda m: shown(m.group(0)), message)
+
+
 def fmt(v) -> str:
+    """A value for a message: a number at full precision (`_number`), an array by
+    NumPy, a subnormal one flagged; long text elided (`shown`)."""
     v = np.asarray(v)
-    text = f"{v.item():g}" if v.size == 1 else np.array2string(v)
+    text = _number(v.item()) if v.size == 1 else shown(np.array2string(v))
     subnormal = (v != 0) & (flushed(v) == 0) if v.dtype.kind == "f" else False
     return text + (" (a subnormal number, which counts as 0)" if np.any(subnormal) else "")
 

@@ -24,6 +24,10 @@ whose first order is the familiar waste delta/tau + tau/(2M) + R/M (half an
 interval lost per failure on average); its optimum is Young's tau = sqrt(2
 delta M) to first order and Daly's higher-order form below. The effective
 training time fraction is T / T_wall (Meta's "effective training time").
+It falls as e^{-R/M} once M is short against R: below `MIN_EFFECTIVE_FRACTION`
+(0.1%) a job makes no progress, and such inputs have no feasible answer
+(`NoProgress`, `check_progress`; `checked` is the traced check): past R/M ~ 700
+the wall time would overflow float64.
 
 Defaults (a Llama-3-like run: 16,384 H100s, a ~6 TB 405B checkpoint, ~10 s
 steps) give M = 3.1 h, delta = 2.8 s, tau = 4.2 min, and an effective training
@@ -380,14 +384,92 @@ def report(step_time_s, gpus, checkpoint_bytes, rel: Reliability,
                    rel, as_float(p))
 
 
-@jax.jit
-def _report(base, gpus, checkpoint_bytes, rel: Reliability, p) -> ReliabilityReport:
-    mean, p50, p99 = step_time_stats(base, p, rel)
+def failures(gpus, checkpoint_bytes, rel: Reliability) -> tuple:
+    """The failure half of `report`, stragglers aside: (job MTBF M, checkpoint
+    write delta, checkpoint interval tau, downtime per failure R, effective
+    training time fraction), which no step time enters."""
     mtbf = job_mtbf_s(gpus, rel)
     delta = checkpoint_write_time_s(checkpoint_bytes, rel)
     tau = checkpoint_interval_s(delta, mtbf, rel)
     downtime = restart_downtime_s(rel)
-    effective = effective_training_time_fraction(tau, delta, mtbf, downtime)
+    return mtbf, delta, tau, downtime, effective_training_time_fraction(tau, delta, mtbf,
+                                                                        downtime)
+
+
+@jax.jit
+def _report(base, gpus, checkpoint_bytes, rel: Reliability, p) -> ReliabilityReport:
+    mean, p50, p99 = step_time_stats(base, p, rel)
+    mtbf, delta, tau, downtime, effective = failures(gpus, checkpoint_bytes, rel)
     goodput = effective * base / mean
     return ReliabilityReport(mean, p50, p99, p_step_delayed(rel.straggler_q, p), mtbf, delta,
                              tau, downtime, effective, goodput)
+
+
+# ------------------------------------------------------------- validity bound
+# The failure model's validity bound. Daly's wall time grows as e^{(R + tau + delta)/M}:
+# a job whose MTBF M is short against its downtime per failure R (or its checkpoint
+# write delta) spends nearly all its wall time restarting and redoing lost work
+# (effective fraction ~ e^{-R/M}: 0.1% at M = R/7), and past R/M ~ 700 the wall time
+# overflows float64 (time to train inf, goodput 0, NaN gradients). Below
+# MIN_EFFECTIVE_FRACTION of its wall time on useful work a job makes no progress:
+# valid input without a feasible answer (`NoProgress`; the command exits 3).
+MIN_EFFECTIVE_FRACTION = 1e-3
+# the inputs the bound follows from, as scenario keys
+FAILURE_INPUTS = ("reliability.gpu_mtbf_s", "reliability.restart_s",
+                  "reliability.checkpoint_write_s", "system.gpus")
+
+
+class NoProgress(ValueError):
+    """Valid inputs under which the job makes no progress (its effective training
+    time below `MIN_EFFECTIVE_FRACTION`): no feasible answer, exit code 3."""
+
+
+def _no_progress(effective: str, inputs) -> str:
+    """The message of `NoProgress`: `effective` says the fraction ("would be ... , below")."""
+    return (f"the job makes no progress: its effective training time {effective} the "
+            f"failure model's floor of {MIN_EFFECTIVE_FRACTION:g}: failures come faster than "
+            f"it restarts and checkpoints; check {', '.join(inputs)}")
+
+
+def check_progress(effective, mtbf_s=None, hint: str = "", inputs=FAILURE_INPUTS, *,
+                   downtime_s=None, write_s=None) -> None:
+    """Raise `NoProgress` (one line naming the cause, the job's MTBF and, given,
+    its downtime per failure and checkpoint write, the `inputs`, then `hint`)
+    unless the effective training time fraction `effective` (concrete; traced
+    values are skipped) is at least `MIN_EFFECTIVE_FRACTION` everywhere."""
+    v = _checks.concrete(effective)
+    if v is None or bool(np.all(v >= MIN_EFFECTIVE_FRACTION)):
+        return
+    worst = int(np.argmin(np.where(np.isnan(v), -np.inf, v).ravel()))
+
+    def at(x):
+        x = _checks.concrete(x)
+        return None if x is None else float(np.broadcast_to(x, v.shape).ravel()[worst])
+
+    terms = [f"{name} {at(x):.3g} s" for name, x in (
+        ("a job MTBF of", mtbf_s), ("against a downtime per failure of", downtime_s),
+        ("and checkpoint writes of", write_s)) if x is not None]
+    where = f" ({' '.join(terms)})" if terms else ""
+    share = f"{at(v):.3g} of the wall time" if math.isfinite(at(v)) else "undefined (NaN)"
+    raise NoProgress(_no_progress(f"would be {share}{where}, below", inputs) + hint)
+
+
+def check_job(gpus, checkpoint_bytes, rel: Reliability, hint: str = "",
+              inputs=FAILURE_INPUTS) -> None:
+    """`check_progress` of the failure model of a job (`failures`), before any
+    step is computed: a `NoProgress` when it makes no progress."""
+    mtbf, delta, _, downtime, effective = failures(as_float(gpus), as_float(checkpoint_bytes),
+                                                   rel)
+    check_progress(effective, mtbf, hint, inputs, downtime_s=downtime, write_s=delta)
+
+
+_TRACED_NO_PROGRESS = _no_progress("(a traced value) is below", FAILURE_INPUTS)
+
+
+def checked(rep: ReliabilityReport) -> ReliabilityReport:
+    """`rep` guarded by `equinox.error_if`: under jit/vmap/grad an effective
+    training time below `MIN_EFFECTIVE_FRACTION` (or NaN) raises naming the
+    cause instead of flowing on as an infinite time to train, a zero goodput
+    or a NaN gradient (`step.estimate` calls it unless `check=False`)."""
+    bad = ~(rep.effective_training_time_fraction >= MIN_EFFECTIVE_FRACTION)
+    return eqx.error_if(rep, jnp.any(bad), _TRACED_NO_PROGRESS)

@@ -244,14 +244,41 @@ def _builtin_path(name: str):
     return resources.files("codesign") / "scenarios" / f"{name}.toml"
 
 
+# tables and arrays nested in a scenario or system file: a few levels in any real
+# one; past Python's recursion limit (~1000) parsing and printing fail
+MAX_TOML_DEPTH = 32
+
+
+def _depth(tree) -> int:
+    """How deep tables and arrays nest in a parsed TOML value (iteratively)."""
+    deepest, todo = 0, [(tree, 0)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            if depth + 1 <= MAX_TOML_DEPTH:
+                todo.extend((v, depth + 1) for v in (
+                    value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
 def read_toml(path: Path, what: str = "scenario") -> dict:
-    """The tables of a TOML file; a file that cannot be read, decoded or parsed is
-    a one-line `ValueError` naming it."""
+    """The tables of a TOML file; a file that cannot be read, decoded or parsed,
+    or that nests tables or arrays more than `MAX_TOML_DEPTH` levels deep, is a
+    one-line `ValueError` naming it."""
     text = _files.read_text(path, f"{what} file")  # at most _files.TOML_LIMIT_BYTES
+    name = f"{what} file {str(path)!r}"
+    too_deep = ValueError(f"{name} nests tables or arrays more than {MAX_TOML_DEPTH} levels "
+                          "deep; is it the right file?")
     try:
-        return tomllib.loads(text)
+        tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{what} file {str(path)!r} is not valid TOML: {e}") from None
+        raise ValueError(f"{name} is not valid TOML: {e}") from None
+    except RecursionError:  # nested past Python's limit: deeper than the cap too
+        raise too_deep from None
+    if _depth(tables) > MAX_TOML_DEPTH:
+        raise too_deep
+    return tables
 
 
 def read(source: str | Path | None) -> dict:

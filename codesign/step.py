@@ -172,16 +172,20 @@ def estimate(scn, t=0.0, assumptions=None, *, check=True) -> Estimate:
     """The whole model of a `scenario.Scenario`, differentiable in every float;
     the fabric counted with the default `fabric.Prices` and priced with
     `assumptions` (an `economics.Assumptions`; None: the default ones). Under
-    jit/vmap/grad a knob outside its domain raises (`Scenario.checked`), unless
+    jit/vmap/grad a knob outside its domain raises (`Scenario.checked`), and so
+    does an effective training time below the failure model's floor
+    (`reliability.checked`: no infinite time to train or NaN gradient), unless
     `check=False`: for a scenario whose values were concrete when it was built
-    (each field checks itself then), the traced check adds nothing, and a
-    program without it has no host callback, so JAX's persistent compilation
-    cache can store it (`codesign estimate` runs so)."""
+    (each field checks itself then, `check_outputs` the outputs), the traced
+    check adds nothing, and a program without it has no host callback, so JAX's
+    persistent compilation cache can store it (`codesign estimate` runs so)."""
     if check:
         scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
     checkpoint_bytes = memory.checkpoint_bytes_total(scn.model, scn.plan)
     rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
+    if check:  # the failure model's validity bound (`reliability.checked`)
+        rel = reliability.checked(rel)
     inventory = fabric.inventory(scn.system, t=t)
     prices = economics.default_assumptions() if assumptions is None else assumptions
     capex = economics.fabric_capex_usd(scn.system, inventory, prices, t)
@@ -310,9 +314,13 @@ def check_outputs(out: dict, overrides=()) -> None:
     above its physical bound of 1 (MFU or HFU against the peak of the GEMMs'
     precision, `mfu_gemm_peak` and `hfu_gemm_peak`; a probability; goodput) is
     an `OutputOutOfRange`. The 16-bit `mfu` and `hfu` may exceed 1 for an fp8
-    recipe: legitimate, not checked."""
+    recipe: legitimate, not checked. An effective training time below the
+    failure model's floor is first a `reliability.NoProgress` (no feasible answer)."""
     given = [o if isinstance(o, str) else f"{o[0]}.{o[1]}={o[2]!r}" for o in overrides]
     hint = f" (overrides: {', '.join(given)})" if given else ""
+    if "effective_training_time_fraction" in out:  # first: it explains an infinite time
+        reliability.check_progress(out["effective_training_time_fraction"], out.get("mtbf_s"),
+                                   hint)
     for key, value in out.items():
         v = _checks.concrete(value)
         if v is None:

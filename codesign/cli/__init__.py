@@ -7,7 +7,8 @@ the command prints it with its flag (narrow --bounds).
 
 Exit codes: 0 an answer; 2 bad input (one line on stderr naming the key or flag,
 the value and its domain); 3 valid input without a feasible answer (optimize
-with nothing feasible, a sweep whose every point is infeasible); 1 an internal
+with nothing feasible, a sweep whose every point is infeasible, a job that
+makes no progress for its failures: `reliability.NoProgress`); 1 an internal
 fault (one line and a request to report it; CODESIGN_DEBUG=1 shows the traceback);
 130 interrupted by Ctrl-C (one line, `codesign NAME: interrupted`, no traceback).
 
@@ -177,11 +178,18 @@ def _run(module, args, name) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
+        from .. import _domains
+        from ..reliability import NoProgress
+
         traced = _traced_message(e)
         if traced is not None or isinstance(e, (ValueError, FileNotFoundError, KeyError)):
             if debug:
                 traceback.print_exc()
-            text = in_flags(traced or _one_line(e), getattr(module, "FLAGS", {}))
+            text = _domains.shown_words(in_flags(traced or _one_line(e),
+                                                 getattr(module, "FLAGS", {})))
+            if isinstance(e, NoProgress):  # valid input, no feasible answer
+                print(f"codesign {name}: no feasible answer: {text}", file=sys.stderr)
+                return INFEASIBLE
             print(f"codesign {name}: error: {text}", file=sys.stderr)
             return BAD_INPUT
         return _internal(name, e, debug)
@@ -219,8 +227,10 @@ def _check_outputs(module, args) -> None:
 def _internal(name: str, e: BaseException, debug: bool) -> int:
     if debug:
         traceback.print_exc()
-    print(f"codesign {name}: internal error: {type(e).__name__}: {_one_line(e)}; {REPORT}",
-          file=sys.stderr)
+    from .. import _domains
+
+    print(f"codesign {name}: internal error: {type(e).__name__}: "
+          f"{_domains.shown_words(_one_line(e))}; {REPORT}", file=sys.stderr)
     return INTERNAL
 
 

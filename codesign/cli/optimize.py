@@ -6,7 +6,7 @@ import json
 import math
 import sys
 
-from .. import economics, optimize, step
+from .. import economics, memory, optimize, reliability, step
 from .. import scenario as sc
 from .._words import words
 from ..units import day, format_bytes, format_quantity, parse_quantity, year
@@ -97,12 +97,51 @@ def _problem(args, scn):
                      max_gpus=args.max_gpus, assumptions=assumptions)
 
 
+def _checked(scn, r: optimize.Result, overrides) -> optimize.Result:
+    """`r`, once the numbers of a feasible result pass the estimate's output
+    check (`step.check_outputs`: its metrics and those of its --top) and its
+    best design clears the failure model's floor (`reliability.check_job`: a
+    `reliability.NoProgress`, exit 3). An infeasible result (exit 3 anyway)
+    keeps its numbers; what is not finite in it prints as n/a (null in JSON)."""
+    if not r.feasible:
+        return r
+    given = [f"{o}" for o in overrides]
+    hint = f" at the best design {_design(r.best)}" + (
+        f" (overrides: {', '.join(given)})" if given else "")
+    best = sc.set_knobs(scn, r.best)
+    reliability.check_job(best.system.gpus, memory.checkpoint_bytes_total(best.model, best.plan),
+                          best.reliability, hint)
+    step.check_outputs({"objective": r.value, **r.metrics}, overrides)
+    for t in r.top or []:
+        step.check_outputs({"objective": t["objective"], **t["metrics"]}, overrides)
+    return r
+
+
+def _design(best: dict) -> str:
+    return ", ".join(f"{k}={format_quantity(k, v)}" for k, v in best.items())
+
+
+def _finite_or_none(x):
+    """JSON of a result: NaN and inf as null (they are not JSON numbers)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite_or_none(v) for v in x]
+    return x
+
+
 def _print_result(prob, r: optimize.Result, here: dict, show_path: bool):
-    print(f"{r.method}: {r.objective} ({r.goal}) = {r.value:.6g}"
+    value = f"{r.value:.6g}" if math.isfinite(r.value) else "n/a"
+    print(f"{r.method}: {r.objective} ({r.goal}) = {value}"
           f"{'' if r.feasible else '   NOT FEASIBLE (least-violating point shown)'}")
     for k, v in r.best.items():
         print(f"  {k:<36} {format_quantity(k, v):>14}   (scenario: {format_quantity(k, here[k])})")
     m = r.metrics
+    if not all(math.isfinite(v) for v in m.values() if isinstance(v, float)):
+        print(f"{r.evaluations:,} evaluations, {r.wall_s:.1f} s (metrics n/a at this point)")
+        return
     print(f"step {m['step_time_s']:.3f} s, {m['tokens_per_s']:,.0f} tokens/s, memory "
           f"{format_bytes(m['memory_bytes_per_gpu'])} of {format_bytes(m['memory_capacity_bytes'])}"
           f", {m['gpus']:,.0f} GPUs, {m['power_w'] / 1e6:.2f} MW")
@@ -194,8 +233,11 @@ def run(args, name) -> int:
     else:
         r = optimize.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed,
                               top=args.top)
+    r = _checked(scn, r, args.set)
     if args.json:
-        print(json.dumps({**r.to_json(), **_output.echo(scn, labels, args.system)}, indent=1))
+        print(json.dumps(_finite_or_none({**r.to_json(), **_output.echo(scn, labels,
+                                                                        args.system)}),
+                         indent=1))
     elif args.csv:
         _output.write_csv(_top_rows(r))
     else:

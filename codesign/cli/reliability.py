@@ -34,12 +34,24 @@ def reliability_json(scn, est: step.Estimate) -> dict:
     out["young_interval_s"] = float(
         reliability.young_interval_s(rep.checkpoint_write_s, rep.mtbf_s))
     mtbf = reliability.component_mtbf_s(scn.system.gpus, rel)
-    out["component_mtbf_s"] = {k: float(v) for k, v in mtbf.items()}
+    # a component with share 0 never stops the job: no MTBF (null), not ~1e300 s
+    out["component_mtbf_s"] = {k: float(v) if float(getattr(rel, f"share_{k}")) > 0 else None
+                               for k, v in mtbf.items()}
     out["straggler_q"] = float(rel.straggler_q)
     out["straggler_slowdown"] = float(rel.straggler_slowdown)
     out["straggler_sigma"] = float(rel.straggler_sigma)
     if float(est.tokens) > 0:
         out["time_to_train_s"] = float(est.time_to_train_s)
+    return out
+
+
+def checked(out: dict, overrides=()) -> dict:
+    """`out` (`reliability_json`), once every number in it passes the estimate's
+    output check (`step.check_outputs`: finite, in range, the cause named)."""
+    numbers = {k: v for k, v in out.items() if isinstance(v, float)}
+    numbers.update({f"component_mtbf_s.{k}": v for k, v in out["component_mtbf_s"].items()
+                    if v is not None})
+    step.check_outputs(numbers, overrides)
     return out
 
 
@@ -55,7 +67,8 @@ def _print(scn, labels, out: dict) -> None:
           f"p99 {out['step_time_p99_s']:.3f} s")
     print(f"failures     job MTBF {hours:.2f} h ({out['mtbf_s']:,.0f} s); by component:")
     for k, v in out["component_mtbf_s"].items():
-        print(f"  {k:<13} {v / 3600:10.1f} h")
+        print(f"  {k:<13} {v / 3600:10.1f} h" if v is not None else f"  {k:<13} {'never':>10}"
+              "   (share 0)")
     print(f"checkpoints  write {out['checkpoint_write_s']:.1f} s every "
           f"{out['checkpoint_interval_s']:,.0f} s of work (Young: "
           f"{out['young_interval_s']:,.0f} s); restart {out['restart_downtime_s']:,.0f} s "
@@ -68,7 +81,7 @@ def _print(scn, labels, out: dict) -> None:
 
 def run(args, name) -> int:
     scn, labels, est = evaluate(args)
-    out = reliability_json(scn, est)
+    out = checked(reliability_json(scn, est), args.set)
     out.update(_output.echo(scn, labels, args.system))
     if args.json:
         print(json.dumps(out, indent=1))

@@ -37,13 +37,25 @@ GRID_CALL_POINTS = 1 << 18
 GRID_TOP = 16
 GRID_HOISTED = ("system.gpus", "parallel.dp")
 GRID_STREAM_MIN = 1 << 16  # smaller grids go through `evaluate` (no kernel to compile)
+# Load bounds, checked before any array is built: at most MAX_GRID_POINTS points in all
+# (streamed, ~1e6 points/s: minutes to hours) and MAX_AXIS_POINTS values per
+# continuous knob (the axes table holds 8 bytes per value and knob: 8 MB per knob).
+MAX_GRID_POINTS = 1_000_000_000
+MAX_AXIS_POINTS = 1_000_000
+
+
+def _axis_sizes(prob: Problem, grid_points: int) -> list[int]:
+    """The length of each knob's grid axis (`grid_axes`), without building them."""
+    if grid_points < 2:
+        raise ValueError(f"grid_points={grid_points} must be at least 2")
+    return [len(adm) if k.integer else grid_points
+            for k, adm in zip(prob.knobs, prob.admissible, strict=True)]
 
 
 def grid_axes(prob: Problem, grid_points: int = 16) -> list[np.ndarray]:
     """The values the grid takes per knob: every admissible integer, or
     `grid_points` values of a continuous knob (log-spaced when lo > 0)."""
-    if grid_points < 2:
-        raise ValueError(f"grid_points={grid_points} must be at least 2")
+    _axis_sizes(prob, grid_points)
     axes = []
     for k, adm in zip(prob.knobs, prob.admissible, strict=True):
         if k.integer:
@@ -56,23 +68,29 @@ def grid_axes(prob: Problem, grid_points: int = 16) -> list[np.ndarray]:
 
 
 def grid_size(prob: Problem, grid_points: int = 16) -> int:
-    return math.prod(len(a) for a in grid_axes(prob, grid_points))
+    """The number of grid points (`grid_axes`), counted without building them."""
+    return math.prod(_axis_sizes(prob, grid_points))
 
 
 def _capped_axes(prob: Problem, grid_points: int, max_points: int, block_points: int,
                  call_points: int) -> tuple[list, int]:
-    """The grid's axes and size; a ValueError when it has more than `max_points`
-    or the streaming sizes are not positive."""
+    """The grid's axes and size; a ValueError, before any array is built, when it
+    has more than `max_points` points, a continuous knob more than
+    `MAX_AXIS_POINTS` values, or the streaming sizes are not positive."""
     for name, value in (("block_points", block_points), ("call_points", call_points)):
         if value < 1:
             raise ValueError(f"{name}={value} must be at least 1")
-    axes = grid_axes(prob, grid_points)
-    total = math.prod(len(a) for a in axes)
+    sizes = _axis_sizes(prob, grid_points)
+    total = math.prod(sizes)
     if total > max_points:
         raise ValueError(f"the grid has {total:,} points (grid_points={grid_points} over "
-                         f"{len(axes)} knobs), above the cap max_points={max_points:,}; "
+                         f"{len(sizes)} knobs), above the cap max_points={max_points:,}; "
                          "narrow `bounds` or lower `grid_points`")
-    return axes, total
+    if grid_points > MAX_AXIS_POINTS and not all(k.integer for k in prob.knobs):
+        raise ValueError(f"grid_points={grid_points:,} values per continuous knob is above "
+                         f"the cap of {MAX_AXIS_POINTS:,} (8 bytes each per knob); lower "
+                         "`grid_points`")
+    return grid_axes(prob, grid_points), total
 
 
 class _Layout(NamedTuple):
@@ -256,7 +274,7 @@ def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: Progress):
 
 
 def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = False,
-                keep: tuple[str, ...] = (), max_points: int = 1_000_000_000,
+                keep: tuple[str, ...] = (), max_points: int = MAX_GRID_POINTS,
                 top: int = GRID_TOP, stream: bool | None = None,
                 block_points: int = GRID_BLOCK, call_points: int = GRID_CALL_POINTS) -> Result:
     """Evaluate every grid point exactly (module docstring) and return the best.

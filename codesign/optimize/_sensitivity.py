@@ -4,12 +4,14 @@ hardware, plan and reliability knob, by `jax.jacrev`.
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .. import memory, reliability, step
 from .. import scenario as sc
-from .. import step
 from ..relax import safe_log
 from ..scenario import Scenario
 
@@ -24,14 +26,32 @@ SENSITIVITY_OUTPUTS = ("step_time_s", "tokens_per_s", "time_to_train_s", "gpu_ho
 
 @eqx.filter_jit
 def _log_jacobian(scn: Scenario, values: dict, outputs: tuple[str, ...]):
-    """d log(outputs) / d values at `scn` with the knobs `values` set (the
-    scenario's own, checked when it was built: no traced check, so the
-    persistent cache can store the program)."""
+    """(d log(outputs) / d values, every output of the estimate) at `scn` with
+    the knobs `values` set (the scenario's own, checked when it was built: no
+    traced check, so the persistent cache can store the program; the outputs
+    are checked concretely instead, `step.check_outputs`)."""
     def f(v):
         out = step.outputs(step.estimate(sc.set_knobs(scn, v), check=False))
-        return jnp.stack([safe_log(out[o]) for o in outputs])
+        return jnp.stack([safe_log(out[o]) for o in outputs]), out
 
-    return jax.jacrev(f)(values)
+    return jax.jacrev(f, has_aux=True)(values)
+
+
+def _checked(scn: Scenario, out: dict, elasticity: dict) -> dict:
+    """`elasticity` ({output: {knob: value}}), once the estimate at `scn`
+    (`out`) passes `step.check_outputs` (an effective training time below the
+    failure model's floor is a `reliability.NoProgress`); an elasticity that is
+    not finite at such a point is the model's fault (`step.OutputOutOfRange`)."""
+    asked = {k: v for k, v in out.items()
+             if float(scn.tokens) > 0 or k not in step.TIME_TO_TRAIN_OUTPUTS}
+    step.check_outputs(asked)
+    for o, by_knob in elasticity.items():
+        for k, v in by_knob.items():
+            if not math.isfinite(v):
+                raise step.OutputOutOfRange(
+                    f"the elasticity of {o} to {k} is {v} at a point whose outputs are "
+                    "finite: the model's derivative is wrong here")
+    return elasticity
 
 
 def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
@@ -41,7 +61,10 @@ def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
     follows tp, pp and cp (`scenario.set_knobs`). Raising parallel.dp raises
     system.gpus by the same factor with tp, pp, cp held, which is exactly what
     raising system.gpus does: the two share one elasticity. A knob at 0
-    (unset, e.g. moe_node_limit on a dense model) has elasticity 0.
+    (unset, e.g. moe_node_limit on a dense model) has elasticity 0. The
+    estimate at the point must pass `step.check_outputs` (a job below the
+    failure model's floor raises `reliability.NoProgress`), and every
+    elasticity is finite (else `step.OutputOutOfRange`).
     """
     if knobs is None:  # those of the scenario (a Clos's pods only on a Clos)
         knobs = tuple(k for k in sc.knobs(scn) if k in SENSITIVITY_KNOBS)
@@ -55,7 +78,10 @@ def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
     group = tuple(dict.fromkeys(
         "system.gpus" if k == "parallel.dp" else k for k in knobs))
     values = {k: sc.get_knob(scn, k) for k in group}
-    jac = _log_jacobian(scn, values, outputs)
-    return {o: {k: float(jac["system.gpus" if k == "parallel.dp" else k][i]
-                         * values["system.gpus" if k == "parallel.dp" else k])
-                for k in knobs} for i, o in enumerate(outputs)}
+    # the failure model's bound first: no compile for a job that makes no progress
+    reliability.check_job(scn.system.gpus, memory.checkpoint_bytes_total(scn.model, scn.plan),
+                          scn.reliability)
+    jac, out = _log_jacobian(scn, values, outputs)
+    return _checked(scn, out, {o: {k: float(jac["system.gpus" if k == "parallel.dp" else k][i]
+                                            * values["system.gpus" if k == "parallel.dp" else k])
+                                   for k in knobs} for i, o in enumerate(outputs)})

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax.numpy as jnp
 
-from .. import units
+from .. import _checks, _domains, units
 from . import _fields as fields
 
 PointFn = Callable[[dict], dict]  # float knob values (jnp scalars) -> outputs (jnp scalars)
@@ -77,12 +77,16 @@ def all_settings(base: dict, axes: tuple):
         yield combo_settings(base, cats, combo)
 
 
-def make_check(target: str, floats, categories, each_combo=None, base_keys=None):
-    """The `check` of a target: `check_axes`, then `each_combo(settings, directory)`
-    for every combo, so that a bad category fails before any compile."""
+def make_check(target: str, floats, categories, each_combo=None, base_keys=None,
+               domains=None):
+    """The `check` of a target: `check_axes`, the float knobs against `domains`
+    (`check_domains`), then `each_combo(settings, directory)` for every combo,
+    so that a bad value or category fails before any compile."""
 
     def check(base: dict, axes: tuple, directory: Path) -> None:
         check_axes(target, base, axes, floats, categories, base_keys)
+        if domains is not None:
+            check_domains(base, axes, domains)
         if each_combo is not None:
             for settings in all_settings(base, axes):
                 each_combo(settings, directory)
@@ -96,6 +100,70 @@ def fixed_outputs(outputs: tuple[str, ...]):
 
 def no_fingerprint(base: dict, directory: Path) -> str:
     return ""
+
+
+def declared_domains(cls) -> dict:
+    """{field name: declared domain} of the float fields of `cls` that declare one
+    (`_checks.float_field`): the domains the scenario keys use."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        decl = _checks.declaration(f)
+        if decl is not None and decl.domain is not None:
+            out[f.name] = decl.domain
+    return out
+
+
+def relaxed(domain: _domains.Domain) -> _domains.Domain:
+    """`domain` without integrality: a sweep evaluates the relaxed model, so an
+    integer knob may take the values between integers a log grid gives."""
+    return dataclasses.replace(domain, integer=False)
+
+
+def axis_values(axis) -> tuple:
+    """The values a float axis takes that bound it: all of a list or grid, the
+    two ends of a random range."""
+    return axis.values if axis.kind == "values" else (axis.low, axis.high)
+
+
+def check_domains(base: dict, axes: tuple, domains: dict) -> None:
+    """Every float knob `domains` names, in `base` and on every float axis (each
+    value of a list or grid, both ends of a random range), lies in its domain
+    (`relaxed`): else a one-line ValueError naming the axis and the value,
+    before anything compiles."""
+    for name, domain in domains.items():
+        if name in base:
+            value = units.parse_quantity(name, base[name], field=f"base.{name}")
+            _domains.check_in(f"base.{name}", value, relaxed(domain))
+    for axis in axes:
+        if axis.kind != "categories" and axis.name in domains:
+            for value in axis_values(axis):
+                _domains.check_in(f"knobs.{axis.name}", value, relaxed(domains[axis.name]))
+
+
+def checked_build(build):
+    """`build` (a target's) whose point function checks its outputs: under the
+    sweep's jit an output that is not finite raises (`equinox.branched_error_if`,
+    one line naming the output and the knobs; `codesign sweep` exits 2) instead
+    of landing in the results as NaN or inf."""
+
+    def checked(settings: dict, directory: Path) -> PointFn:
+        point = build(settings, directory)
+
+        def checked_point(knobs: dict) -> dict:
+            out = point(knobs)
+            names = tuple(out)
+            values = jnp.stack([jnp.reshape(jnp.asarray(out[k], dtype=float), ())
+                                for k in names])
+            bad = ~jnp.isfinite(values)
+            knobs_named = ", ".join(knobs) if knobs else "the base's values"
+            messages = tuple(f"the sweep's {k} is not finite at a point: an input is beyond "
+                             f"what the model can represent; narrow {knobs_named}"
+                             for k in names)
+            return eqx.branched_error_if(out, jnp.any(bad), jnp.argmax(bad), messages)
+
+        return checked_point
+
+    return checked
 
 
 def replace_leaves(module, values: dict, names: tuple[str, ...]):

@@ -1,13 +1,17 @@
 """The five sweep targets, each made by a small factory returning a `Target`
 (`_target.py`), and `TARGETS` by name: one collective, reliability, ECMP
 collisions, a fabric's inventory, and the step model of a scenario. A target
-checks a spec's base and axes before anything compiles, builds the point
-function of one combo (float knob values as jnp scalars -> a dict of scalar
-outputs) and fingerprints what outside the spec its results depend on."""
+checks a spec's base and axes before anything compiles (every float knob's
+values against its domain: the declared domain of the field it sets, as the
+scenario keys use them, or the target's own), builds the point function of one
+combo (float knob values as jnp scalars -> a dict of scalar outputs, each
+checked finite: `_target.checked_build`) and fingerprints what outside the
+spec its results depend on."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from pathlib import Path
 
 import equinox as eqx
@@ -15,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import (
+    _domains,
     _files,
     collectives,
     economics,
@@ -35,6 +40,12 @@ from ._target import PointFn, Target
 
 _TIER_KNOBS = tuple(f"{t}.{leaf}" for t in ("scale_up", "scale_out")
                     for leaf in ("bandwidth_Bps", "latency_s", "efficiency"))
+# the domains of the targets' own knobs; the others are the declared domains of the
+# fields they set (`target.declared_domains`), as the scenario keys use them
+_MESSAGE = _domains.interval(0.0, _domains.MAX_MESSAGE_BYTES)  # as `collective --bytes`
+_RANKS = _domains.count(_domains.MAX_GPUS)  # ranks, GPUs, flows, links, strides
+_SYSTEM = target.declared_domains(hardware.System)  # gpus, scale_up_domain
+_TIER = target.declared_domains(hardware.Tier)
 _COLLECTIVE_DEFAULTS = {"system": "dgx-h100", "op": "all_reduce", "algorithm": "ring",
                         "tier": "system", "n_bytes": units.GiB, "ranks": 8.0}
 
@@ -97,15 +108,53 @@ def collective_target() -> Target:
 
         return point
 
+    domains = {"n_bytes": _MESSAGE, "ranks": _RANKS, "local_ranks": _RANKS,
+               **{k: _TIER[k.split(".")[1]] for k in _TIER_KNOBS}}
     return Target("collective", "time, algbw and busbw of one collective (op, algorithm, "
                   "bytes, ranks, tier)", floats, categories, target.fixed_outputs(outputs),
-                  target.make_check("collective", floats, categories, static), build,
+                  target.make_check("collective", floats, categories, static,
+                                    domains=domains), build,
                   target.no_fingerprint)
 
 
 # ------------------------------------------------------------------ reliability
 
 _RELIABILITY_DEFAULTS = {"step_time_s": 10.0, "gpus": 16384.0, "checkpoint_bytes": 6e12}
+_RELIABILITY_DOMAINS = {
+    "step_time_s": _domains.Domain(0.0, _domains.DURATION.hi, lo_open=True),
+    "gpus": _SYSTEM["gpus"], "participants": _SYSTEM["gpus"],
+    "checkpoint_bytes": _domains.interval(0.0, 1e21),  # 1 ZB: beyond any cluster's storage
+    **target.declared_domains(reliability.Reliability)}
+# knobs the failure model reads (`reliability.failures`): not the stragglers'
+_FAILURE_KNOBS = ("gpus", "checkpoint_bytes") + tuple(
+    f for f in target.field_names(reliability.Reliability) if not f.startswith("straggler_"))
+
+
+def _check_progress(base: dict, axes: tuple, floats: tuple) -> None:
+    """The failure model's floor (`reliability.check_progress`) at every point of
+    the sweep, before any compile: the effective training time is monotone in
+    each knob the failure model reads (unimodal in the checkpoint interval), so
+    its least over the sweep is at a corner of the box of their ranges; a
+    `reliability.NoProgress` names the worst corner."""
+    v = {**_RELIABILITY_DEFAULTS, **target.constants(base, floats)}
+    ranges = {a.name: (min(target.axis_values(a)), max(target.axis_values(a)))
+              for a in axes if a.kind != "categories" and a.name in _FAILURE_KNOBS}
+    corners = list(itertools.product(*ranges.values())) or [()]
+    for i, name in enumerate(ranges):
+        v[name] = jnp.asarray([c[i] for c in corners], dtype=float)
+    rel = target.replace_leaves(reliability.Reliability(), v,
+                                target.field_names(reliability.Reliability))
+    mtbf, delta, _, downtime, effective = reliability.failures(
+        jnp.asarray(v["gpus"], dtype=float), jnp.asarray(v["checkpoint_bytes"], dtype=float),
+        rel)
+    effective = jnp.broadcast_to(effective, (len(corners),))
+    worst = int(jnp.argmin(jnp.where(jnp.isnan(effective), -jnp.inf, effective)))
+    at = ", ".join(f"{name}={_domains.fmt(c)}" for name, c in zip(ranges, corners[worst],
+                                                                  strict=True))
+    pick = lambda x: jnp.broadcast_to(x, (len(corners),))[worst]  # noqa: E731
+    reliability.check_progress(pick(effective), pick(mtbf), f" (at {at})" if at else "",
+                               ("gpu_mtbf_s", "restart_s", "checkpoint_write_s", "gpus"),
+                               downtime_s=pick(downtime), write_s=pick(delta))
 
 
 def reliability_target() -> Target:
@@ -148,9 +197,14 @@ def reliability_target() -> Target:
 
         return point
 
+    def check(base: dict, axes: tuple, directory: Path) -> None:
+        target.make_check("reliability", floats, (), domains=_RELIABILITY_DOMAINS)(
+            base, axes, directory)
+        _check_progress(base, axes, floats)
+
     return Target("reliability", "stragglers (1-(1-q)^p, max of p draws), failures, "
                   "checkpoints, goodput", floats, (), target.fixed_outputs(outputs),
-                  target.make_check("reliability", floats, ()), build, target.no_fingerprint)
+                  check, build, target.no_fingerprint)
 
 
 # ------------------------------------------------------------------ ecmp
@@ -169,8 +223,12 @@ def ecmp_target() -> Target:
     floats, categories = ("k_flows", "m_links", "overhead"), ("routing",)
     outputs = ("expected_max_load", "ideal_load", "slowdown", "bandwidth_fraction")
 
+    domains = {"k_flows": _RANKS, "m_links": _RANKS,
+               "overhead": _domains.interval(0.0, 1e3)}  # extra time of spreading, x 1
+
     def check(base: dict, axes: tuple, directory: Path) -> None:
         target.check_axes("ecmp", base, axes, floats, categories)
+        target.check_domains(base, axes, domains)
         routings = [base.get("routing", "ecmp")] + [
             r for k in axes if k.kind == "categories" for r in k.values]
         for r in routings:
@@ -213,13 +271,26 @@ def _fabric_system(settings: dict, directory: Path | None = None) -> hardware.Sy
     return system
 
 
+# `fabric.Prices` checks its own rules (radix >= 4, prices and powers >= 0); a sweep's
+# values also stay below bounds where every total stays finite (parts for 1e7 GPUs)
+_PRICES = {name: _domains.interval(4.0, 1e6) if name == "switch_radix"
+           else _domains.Domain(0.0, 1e6, lo_open=True) if name == "ocs_radix"
+           else _domains.interval(0.0, 1e7 if name.endswith("_w") else 1e9)
+           for name in target.field_names(fabric.Prices)}
+_FABRIC_DOMAINS = {**{k: _SYSTEM[k] for k in _FABRIC_SYSTEM},
+                   **{k: v for k, v in target.declared_domains(strategies.Clos).items()
+                      if k in _FABRIC_TOPOLOGY}, **_PRICES,
+                   "n_bytes": _MESSAGE, "ranks": _RANKS, "group_size": _RANKS, "stride": _RANKS}
+
+
 def _fabric_check(floats: tuple, categories: tuple):
-    """The fabric target's check: the axes, every combo's system, and a pod knob
-    (base or axis) only where some combo's topology reads it: the pods configure
-    the Clos combos of a sweep (rail-only and two-tier ones have none)."""
+    """The fabric target's check: the axes and their values, every combo's system,
+    and a pod knob (base or axis) only where some combo's topology reads it: the
+    pods configure the Clos combos of a sweep (rail-only and two-tier ones have none)."""
 
     def check(base: dict, axes: tuple, directory: Path) -> None:
-        target.make_check("fabric", floats, categories, _fabric_system)(base, axes, directory)
+        target.make_check("fabric", floats, categories, _fabric_system,
+                          domains=_FABRIC_DOMAINS)(base, axes, directory)
         reads = {k for settings in target.all_settings(base, axes)
                  for k in _fabric_system(settings).topology.params()}
         for k in _FABRIC_TOPOLOGY:
@@ -275,7 +346,10 @@ def fabric_target() -> Target:
                     "power_w": inv.power_w, "cost_per_gpu_usd": inv.cost_per_gpu_usd,
                     "power_per_gpu_w": inv.power_per_gpu_w,
                     "rail_only_cost_saving": cost_saving, "rail_only_power_saving": power_saving,
-                    "all_to_all_penalty": fabric.rail_only_all_to_all_penalty(system, n, p),
+                    # no penalty while the ranks fit in one domain: nothing leaves it
+                    "all_to_all_penalty": jnp.where(
+                        p > system.scale_up_domain,
+                        fabric.rail_only_all_to_all_penalty(system, n, p), 0.0),
                     "scale_up_group_Bps": group.bandwidth_Bps,
                     "fabric_cost_usd": economics.fabric_capex_usd(system, inv, assumptions),
                     "fabric_power_w": economics.fabric_power_w(system, inv, assumptions)}
@@ -328,6 +402,41 @@ def _scenario(settings: dict, directory: Path) -> scenario.Scenario:
     return scenario.load(_scenario_source(settings, directory), items)
 
 
+def _check_scaled(scn: scenario.Scenario, axis, axes: tuple) -> None:
+    """A `scale:KEY` axis: its factors positive, and KEY's value (the combo's, or
+    the ends of KEY's own axis) times each end of them inside KEY's domain."""
+    name = axis.name.removeprefix("scale:")
+    factors = target.axis_values(axis)
+    for f in factors:
+        _domains.check_in(f"knobs.{axis.name}", f, _domains.POSITIVE)
+    own = [a for a in axes if a.name == name and a.kind != "categories"]
+    values = target.axis_values(own[0]) if own else (float(scenario.get_knob(scn, name)),)
+    domain = target.relaxed(scenario.DOMAINS[name])
+    for value, f in ((min(values), min(factors)), (max(values), max(factors))):
+        if not domain.ok(value * f):
+            raise ValueError(f"knobs.{axis.name}={_domains.fmt(f)}: {name}="
+                             f"{_domains.fmt(value)} x {_domains.fmt(f)} = "
+                             f"{_domains.fmt(value * f)} must be {domain.describe()}")
+
+
+def _estimate_check(floats: tuple, categories: tuple, base_keys: tuple):
+    """The estimate target's check: the axes, the plain float knobs' values
+    against `scenario.DOMAINS`, every combo's scenario (loaded and validated),
+    and the scaled values of every `scale:` axis in each."""
+    plain = target.make_check("estimate", floats, categories, None, base_keys,
+                              domains=scenario.DOMAINS)
+
+    def check(base: dict, axes: tuple, directory: Path) -> None:
+        plain(base, axes, directory)
+        scaled = [a for a in axes if a.kind != "categories" and a.name.startswith("scale:")]
+        for settings in target.all_settings(base, axes):
+            scn = _scenario(settings, directory)
+            for axis in scaled:
+                _check_scaled(scn, axis, axes)
+
+    return check
+
+
 def _estimate_outputs(base: dict, directory: Path) -> tuple[str, ...]:
     fabric.default_prices()  # cached: build it outside the trace below, never inside
     scn = _scenario(base, directory)
@@ -372,10 +481,11 @@ def estimate_target() -> Target:
     and scenario tables ([base.parallel] tp = 8, ...). Float knobs are the
     scenario's float keys (`scenario.KNOBS`: parallel.tp, training.global_batch,
     system.scale_out_bandwidth_Bps, ...), set by `scenario.set_knobs` under
-    trace, unvalidated (relaxed), or scaled from the combo's own value
-    (`scale:system.scale_up_bandwidth_Bps = [0.5, 1, 2]`: a what-if that means
-    the same across presets, and at 1 the elasticity with respect to the knob
-    itself); categorical knobs are any scenario key
+    trace (relaxed: integrality aside, each value inside the key's domain), or
+    scaled from the combo's own value (`scale:system.scale_up_bandwidth_Bps =
+    [0.5, 1, 2]`: a what-if that means the same across presets, and at 1 the
+    elasticity with respect to the knob itself; the scaled values inside the
+    key's domain); categorical knobs are any scenario key
     (system.preset, parallel.schedule, or a validated integer like parallel.tp),
     loaded and validated once per combo (`scenario` itself may be one). Outputs:
     `step.outputs` plus `bubble_fraction` (bubble / (compute + bubble)),
@@ -394,10 +504,11 @@ def estimate_target() -> Target:
     base_keys = ("scenario", "overrides") + tuple(scenario.SCHEMA)
     return Target("estimate", "the step model of a scenario: step time, MFU, memory, "
                   "breakdown, goodput", floats, categories, _estimate_outputs,
-                  target.make_check("estimate", floats, categories, _scenario, base_keys),
+                  _estimate_check(floats, categories, base_keys),
                   _estimate_build, _scenario_fingerprint)
 
 
-TARGETS: dict[str, Target] = {t.name: t for t in (
+# every target's outputs checked: none is written that is not a finite number
+TARGETS: dict[str, Target] = {t.name: t._replace(build=target.checked_build(t.build)) for t in (
     collective_target(), reliability_target(), ecmp_target(), fabric_target(),
     estimate_target())}
