@@ -282,7 +282,8 @@ RULES = (
          lambda m, p, s: f"parallel.zero_shard_size={_g(p.zero_shard_size)} must divide "
          f"dp*cp={_g(p.dp * p.cp)}"),
     Rule("ep | experts", ("parallel.ep", "model.experts", "model.moe_layers"),
-         lambda m, p, s: (m.moe_layers <= 0) | _divides(p.ep, _xp(m.experts).maximum(m.experts, 1.0)),
+         lambda m, p, s: (m.moe_layers <= 0)
+         | _divides(p.ep, _xp(m.experts).maximum(m.experts, 1.0)),
          lambda m, p, s: f"parallel.ep={_g(p.ep)} must divide model.experts={_g(m.experts)}"),
     Rule("ep = 1 without experts", ("parallel.ep", "model.moe_layers"),
          lambda m, p, s: (m.moe_layers > 0) | (p.ep == 1.0),

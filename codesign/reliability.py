@@ -424,9 +424,12 @@ class NoProgress(ValueError):
     time below `MIN_EFFECTIVE_FRACTION`): no feasible answer, exit code 3."""
 
 
+NO_PROGRESS = "the job makes no progress"  # how `NoProgress` and its traced form begin
+
+
 def _no_progress(effective: str, inputs) -> str:
     """The message of `NoProgress`: `effective` says the fraction ("would be ... , below")."""
-    return (f"the job makes no progress: its effective training time {effective} the "
+    return (f"{NO_PROGRESS}: its effective training time {effective} the "
             f"failure model's floor of {MIN_EFFECTIVE_FRACTION:g}: failures come faster than "
             f"it restarts and checkpoints; check {', '.join(inputs)}")
 

@@ -179,7 +179,7 @@ def _run(module, args, name) -> int:
         return OK
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
         from .. import _domains
-        from ..reliability import NoProgress
+        from ..reliability import NO_PROGRESS, NoProgress
 
         traced = _traced_message(e)
         if traced is not None or isinstance(e, (ValueError, FileNotFoundError, KeyError)):
@@ -187,7 +187,8 @@ def _run(module, args, name) -> int:
                 traceback.print_exc()
             text = _domains.shown_words(in_flags(traced or _one_line(e),
                                                  getattr(module, "FLAGS", {})))
-            if isinstance(e, NoProgress):  # valid input, no feasible answer
+            if isinstance(e, NoProgress) or (traced or "").startswith(NO_PROGRESS):
+                # valid input, no feasible answer (raised, or by the traced check)
                 print(f"codesign {name}: no feasible answer: {text}", file=sys.stderr)
                 return INFEASIBLE
             print(f"codesign {name}: error: {text}", file=sys.stderr)

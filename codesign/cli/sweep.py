@@ -111,16 +111,7 @@ def resume_hint(args) -> str:
 
 
 def run(args, name: str) -> int:
-    try:
-        return _run(args, name)
-    except RuntimeError as e:
-        from . import _traced_message
-
-        traced = _traced_message(e)  # a knob value outside its domain (`Scenario.checked`)
-        if traced is None:
-            raise
-        print(f"codesign {name}: error: {traced}", file=sys.stderr)
-        return 2
+    return _run(args, name)
 
 
 def _run(args, name: str) -> int:

@@ -95,9 +95,20 @@ class Evaluator:
 
 
 def chunk_rows(job: Job, chunk: Chunk, values: np.ndarray) -> list[list]:
+    """The result rows of a chunk: point index, categories, float knobs, then the
+    values (outputs and elasticities); a value that is not finite is a ValueError
+    naming its column and the point, before anything is written."""
     pts = job.points
     combo = list(pts.combos[chunk.combo])
     base = chunk.combo * pts.n_float
     floats = pts.float_rows(chunk.start, chunk.stop).tolist()
+    bad = np.argwhere(~np.isfinite(values))
+    if len(bad):
+        i, j = (int(v) for v in bad[0])
+        at = ", ".join(f"{n}={v:g}" for n, v in zip(pts.float_names, floats[i], strict=True))
+        name = job.columns[len(job.columns) - values.shape[1] + j]
+        raise ValueError(f"the sweep's {name} is not finite at point {base + chunk.start + i}"
+                         f" ({at or 'the base values'}): an input is beyond what the model "
+                         f"can represent; narrow {', '.join(pts.float_names) or 'the base'}")
     return [[base + i] + combo + x + [float(v) for v in row]
             for i, x, row in zip(range(chunk.start, chunk.stop), floats, values, strict=True)]

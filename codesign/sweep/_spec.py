@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from pathlib import Path
 
 import numpy as np
 
-from .. import _files, scenario, units
+from .. import scenario, units
 from . import _fields as fields
 from ._targets import TARGETS
 
@@ -349,11 +348,7 @@ def parse_spec(raw: dict, *, name: str = "sweep", directory: Path | str = ".") -
 def load_spec(path: str | Path) -> Spec:
     """Read and validate the spec at `path` (relative paths in it resolve next to it)."""
     path = Path(path)
-    text = _files.read_text(path, "spec")  # at most _files.TOML_LIMIT_BYTES
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"spec {str(path)!r} is not valid TOML: {e}") from None
+    raw = scenario.read_toml(path, "spec")  # bounded size and depth
     return parse_spec(raw, name=path.stem, directory=path.parent)
 
 
