@@ -17,7 +17,6 @@ from . import _output
 
 # the command's own flags, also taken from among a Megatron argument list
 OWN = ("--out", "--system", "--gpus", "--set")
-FLAGS = {"system.gpus": "--gpus"}
 
 
 def add_arguments(parser, name) -> None:
