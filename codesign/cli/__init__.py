@@ -46,6 +46,8 @@ COMMANDS = {
     "audit": ("audit", "compare the HLO of a compiled sharded step with the traffic table"),
     "sweep": ("sweep", "run a design sweep spec (resumable, sharded)"),
     "validate": ("validate", "the model beside every published end-to-end figure we know"),
+    "import": ("import_", "a scenario TOML from Megatron arguments, a NeMo recipe, a torchtitan "
+                          "job or a Hugging Face config.json"),
 }
 
 

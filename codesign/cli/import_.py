@@ -1,0 +1,111 @@
+"""`codesign import KIND SOURCE...`: a scenario TOML from what a training job
+already has (`codesign.importers`): a Megatron-LM argument list, inline or in a
+file (a shell script, or a Megatron-MoE-ModelZoo YAML), a NeMo YAML recipe, a
+torchtitan job TOML or a Hugging Face config.json. Printed, or written to --out;
+every assumption is a `# assumed:` comment line. The scenario is loaded before it
+is written, so what the command prints `codesign estimate` reads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+
+from .. import importers, scenario
+from . import _output
+
+# the command's own flags, also taken from among a Megatron argument list
+OWN = ("--out", "--system", "--gpus", "--set")
+
+
+def add_arguments(parser, name) -> None:
+    parser.add_argument("kind", choices=importers.KINDS, metavar="KIND",
+                        help="megatron (arguments or a FILE holding them), nemo (RECIPE.yaml), "
+                             "torchtitan (JOB.toml), hf (config.json)")
+    parser.add_argument("source", nargs=argparse.REMAINDER, metavar="SOURCE",
+                        help="the file; for megatron the arguments themselves may follow")
+    parser.add_argument("--out", metavar="FILE.toml", help="write the scenario here "
+                        "(default: print it)")
+    parser.add_argument("--system", help="system preset or system TOML (default: "
+                        f"{importers.DEFAULT_SYSTEM}, said in the output)")
+    parser.add_argument("--gpus", metavar="N", help="the GPU count, where the source has none "
+                        "or another")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="set a scenario key in the output (repeatable)")
+
+
+def split_own(words: list[str]) -> tuple[dict, list[str]]:
+    """The command's own flags (`OWN`, `--flag value` or `--flag=value`) out of the
+    words after KIND, and the rest (the source)."""
+    own: dict = {"--set": []}
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag, eq, value = word.partition("=")
+        if flag in OWN:
+            if not eq:
+                if i + 1 >= len(words):
+                    raise ValueError(f"{flag} needs a value")
+                value, i = words[i + 1], i + 1
+            if flag == "--set":
+                own["--set"].append(value)
+            else:
+                own[flag] = value
+        else:
+            rest.append(word)
+        i += 1
+    return own, rest[1:] if rest[:1] == ["--"] else rest
+
+
+def _count(flag: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{flag}={text!r} must be a whole number >= 1")
+    return value
+
+
+def imported(kind: str, source: list[str], gpus: int | None,
+             system: dict | None) -> importers.Imported:
+    """The import of `source` (the words after KIND, the command's flags taken out)."""
+    if len(source) == 1 and not source[0].startswith("-"):
+        return importers.from_file(kind, source[0], gpus=gpus, system=system)
+    if kind == "megatron" and source:
+        return importers.megatron(source, gpus=gpus, system=system)
+    what = "a FILE or the arguments" if kind == "megatron" else f"one FILE ({importers.WHAT[kind]})"
+    raise ValueError(f"import {kind} takes {what}; got {' '.join(source) or 'nothing'}")
+
+
+def run(args, name) -> int:
+    own, source = split_own(args.source)
+    out, spec = own.get("--out", args.out), own.get("--system", args.system)
+    gpus = _count("--gpus", own.get("--gpus", args.gpus))
+    sets = [*args.set, *own["--set"]]
+    if out:
+        _output.check_output_file(out, "--out")
+    if spec:
+        scenario.system(spec)  # a preset or system file that does not load: named here
+    system = scenario.system_table(spec) if spec else None
+    result = imported(args.kind, source, gpus, system)
+    result = result.with_overrides([scenario.parse_override(s) for s in sets])
+    where = result.where if result.where != "megatron arguments" else "the arguments"
+    text = result.toml(f"codesign import {args.kind}: {where}", sets)
+    try:  # what is written is what the loader reads
+        scenario.from_tables(tomllib.loads(text))
+    except ValueError as e:
+        raise ValueError(f"{where} imports as a scenario codesign refuses: {e}") from None
+    if not out:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(out).write_text(text)
+    except OSError as e:
+        raise ValueError(f"--out {out!r} cannot be written: {e.strerror or e}") from None
+    _output.wrote(out, args)
+    return 0

@@ -1,0 +1,56 @@
+"""Scenario tables from the configurations users already have.
+
+`codesign import KIND SOURCE` reads a Megatron-LM argument list (inline, a shell
+script or a Megatron-MoE-ModelZoo YAML: `megatron`), a NeMo YAML recipe (`nemo`,
+translated to Megatron's flags and read as they are), a torchtitan job TOML
+(`torchtitan`) or a Hugging Face config.json (`hf`), and writes a scenario TOML:
+the model, the plan, the precision recipe and the recomputation. Where the
+source is silent the importer takes the framework's own default or an
+assumption and says so: each is one `# assumed: ...` comment line naming the
+key, the value and why; what the source gives that codesign does not read is
+listed on `# ignored` lines (Megatron flags, NeMo model keys, the keys of
+torchtitan's plan tables). Each importer is a pure function of the source's
+text to an `Imported` (tables, assumptions, ignored names); `Imported.toml`
+renders it.
+
+A value the importer cannot read (a number that is not one, a shell variable or
+interpolation it cannot resolve, an unknown torchtitan flavor) is a one-line
+ValueError naming the source, the flag or key and the value. Whether the plan is
+possible is the scenario loader's to say (`scenario.from_tables`), as for any
+scenario file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import _files
+from ._common import DEFAULT_SYSTEM, Imported, padded_vocab, tokenizer_vocab
+from .hf import hf
+from .megatron import megatron, modelzoo_arguments, moe_layer_count, shell_arguments
+from .nemo import nemo
+from .torchtitan import torchtitan
+
+KINDS = ("megatron", "nemo", "torchtitan", "hf")
+IMPORTERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "hf": hf}
+WHAT = {"megatron": "Megatron arguments file", "nemo": "NeMo recipe",
+        "torchtitan": "torchtitan job file", "hf": "Hugging Face config"}
+
+__all__ = ["DEFAULT_SYSTEM", "IMPORTERS", "KINDS", "WHAT", "Imported", "from_file", "hf",
+           "megatron", "modelzoo_arguments", "moe_layer_count", "nemo", "padded_vocab",
+           "shell_arguments", "tokenizer_vocab", "torchtitan"]
+
+
+def from_file(kind: str, path: str | Path, *, gpus: int | None = None,
+              system: dict | None = None) -> Imported:
+    """Import the file `path` as `kind` (see `KINDS`): a Megatron script or text of
+    arguments (a `.yaml` is a Megatron-MoE-ModelZoo config), a NeMo YAML recipe,
+    a torchtitan job TOML or a Hugging Face config.json; `gpus` and `system` (the
+    [system] keys of --system) are what the command line gives."""
+    text = _files.read_text(path, WHAT[kind])
+    where = str(path)
+    if kind == "megatron":
+        words = (modelzoo_arguments(text, where) if Path(where).suffix in (".yaml", ".yml")
+                 else shell_arguments(text, where))
+        return megatron(words, where, gpus=gpus, system=system)
+    return IMPORTERS[kind](text, where, gpus=gpus, system=system)

@@ -1,0 +1,338 @@
+"""Megatron-LM argument lists: inline, in a shell script (or any text holding
+them), or in a Megatron-MoE-ModelZoo YAML; `read` is also what reads a NeMo
+recipe, translated to these flags (`importers.nemo`)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+
+from .. import strategies
+from . import _common as c
+
+# switches (flags without a value) the reader reads
+SWITCHES = frozenset({
+    "--sequence-parallel", "--swiglu", "--untie-embeddings-and-output-weights",
+    "--group-query-attention", "--bf16", "--fp16", "--use-distributed-optimizer",
+    "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
+    "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp"})
+# --attention-backend -> model.attention_kernel
+ATTENTION_BACKENDS = {"flash": "flash", "fused": "flash", "unfused": "naive", "local": "naive"}
+# --data-parallel-sharding-strategy (Megatron FSDP) -> parallel.zero
+SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+# Megatron's multi-latent attention defaults (arguments.py): (key, flag, default)
+MLA = (("q_lora_rank", "--q-lora-rank", 0), ("kv_lora_rank", "--kv-lora-rank", 32),
+       ("qk_head_dim", "--qk-head-dim", 128), ("qk_rope_head_dim", "--qk-pos-emb-head-dim", 64),
+       ("v_head_dim", "--v-head-dim", 128))
+_VAR = re.compile(r"\$(?:\{(\w+)(?::?-([^}]*))?\}|(\w+))")
+_ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
+
+
+# ----------------------------------------------------------------- words
+def _expand(text: str, env: dict) -> str:
+    """`$NAME`, `${NAME}` and `${NAME:-default}` from `env`; others stay."""
+    def sub(m):
+        name = m.group(1) or m.group(3)
+        if name in env:
+            return env[name]
+        return m.group(2) if m.group(2) is not None else m.group(0)
+    return _VAR.sub(sub, text)
+
+
+def shell_arguments(text: str, where: str) -> list[str]:
+    """The words of a shell script or text holding Megatron arguments: line
+    continuations joined, comments dropped, `NAME=value` assignments (strings and
+    arrays of arguments too) followed, `$NAME` / `${NAME:-default}` expanded."""
+    lines = [re.sub(r"(^|\s)#.*$", "", line) for line in text.replace("\\\n", " ").split("\n")]
+    try:
+        words = shlex.split("\n".join(lines))
+    except ValueError as e:
+        raise ValueError(f"{where} cannot be read as shell words ({e})") from None
+    env: dict = {}
+    out: list[str] = []
+    for word in words:
+        m = _ASSIGN.match(word)
+        if m:
+            value = _expand(m.group(2), env)
+            value = value[1:] if value.startswith("(") else value  # NAME=( opens an array
+            env[m.group(1)] = value
+            out += value.split()  # a string of arguments: its words count too
+        elif word not in ("(", ")"):
+            out += _expand(word, env).split()  # an expansion splits into words
+    return out
+
+
+def modelzoo_arguments(text: str, where: str) -> list[str]:
+    """The arguments of a Megatron-MoE-ModelZoo YAML: `MODEL_ARGS` (or the top
+    level) maps `--flag` to a value; true is the bare switch, false leaves it out."""
+    tree = c.yaml_mapping(text, where)
+    args = tree.get("MODEL_ARGS", tree)
+    if not isinstance(args, dict):
+        raise ValueError(f"{where}: MODEL_ARGS must map --flags to values")
+    out: list[str] = []
+    for name, value in args.items():
+        if str(value).lower() == "false":
+            continue
+        switch = value is None or str(value).lower() == "true"
+        out += [str(name)] if switch else [str(name), str(value)]
+    return out
+
+
+class Flags:
+    """The `--flag value` pairs of an argument list (`--flag=value` too; a later
+    one wins), remembering which were read; `names` spells a flag as the source
+    does (a NeMo key) in messages."""
+
+    def __init__(self, words: list[str], where: str, names: dict | None = None):
+        self.where, self.names, self.values, self.read = where, names or {}, {}, set()
+        i = 0
+        while i < len(words):
+            word = words[i]
+            i += 1
+            if not word.startswith("--") or word == "--":
+                continue  # commands, scripts, positional values
+            if "=" in word:
+                name, value = word.split("=", 1)
+            elif word in SWITCHES or i >= len(words) or words[i].startswith("--"):
+                name, value = word, True
+            else:
+                name, value = word, words[i]
+                i += 1
+            self.values[name] = value
+
+    def name(self, flag: str) -> str:
+        try:
+            return self.names[flag]
+        except KeyError:
+            return flag
+
+    def get(self, *flags):
+        """The value of the first of `flags` given (True for a switch), else None."""
+        self.read.update(flags)
+        return next((self.values[f] for f in flags if f in self.values), None)
+
+    def count(self, flag: str, default=None, lo: int = 1):
+        value = self.get(flag)
+        return default if value is None else c.whole(self.where, self.name(flag), value, lo)
+
+    def number(self, flag: str):
+        value = self.get(flag)
+        return None if value is None else c.number(self.where, self.name(flag), value)
+
+    def switch(self, flag: str) -> bool:
+        return self.get(flag) is not None
+
+    def text(self, flag: str):
+        value = self.get(flag)
+        return None if value is None or value is True else str(value)
+
+    def unread(self) -> list[str]:
+        return [self.name(f) for f in self.values if f not in self.read]
+
+
+def moe_layer_count(where: str, name: str, value, layers: int) -> int:
+    """MoE layers of --moe-layer-freq: an int k (every k-th layer) or a pattern of
+    0/1 per layer (`[0]*3+[1]*58`, `([1]*48)`, `[0,1,1]`)."""
+    if str(value).strip().isdigit():
+        return -(-layers // c.whole(where, name, value))
+    try:
+        pattern = _layer_pattern(ast.parse(str(value).strip().strip("'\""), mode="eval").body)
+    except (SyntaxError, ValueError):
+        raise c.bad(where, name, value, "must be an integer or a list of 0/1 per layer "
+                    "such as [0]*3+[1]*58") from None
+    if len(pattern) != layers or any(p not in (0, 1) for p in pattern):
+        raise c.bad(where, name, value, f"must give 0 or 1 for each of the {layers} layers")
+    return sum(pattern)
+
+
+def _layer_pattern(node) -> list:
+    """A list expression of integer literals, `*` by an integer and `+`."""
+    if isinstance(node, ast.List):
+        return [_int_literal(e) for e in node.elts]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _layer_pattern(node.left) + _layer_pattern(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        left, times = _layer_pattern(node.left), _int_literal(node.right)
+        if len(left) * times > 10**5:  # more than any model's layers
+            raise ValueError("too long a pattern")
+        return left * times
+    raise ValueError("not a layer pattern")
+
+
+def _int_literal(node) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int and 0 <= node.value <= 10**5:
+        return node.value
+    raise ValueError("not an integer")
+
+
+# ----------------------------------------------------------------- reading
+def megatron(words: list[str], where: str = "megatron arguments", *, gpus: int | None = None,
+             system: dict | None = None) -> c.Imported:
+    """The scenario of a Megatron-LM argument list (words, as a shell splits them)."""
+    return read(Flags(words, where), "megatron", gpus=gpus, system=system)
+
+
+def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = None,
+         default: str = "Megatron's default") -> c.Imported:
+    """The scenario of Megatron arguments `f` (`default` names whose defaults
+    the absent ones take, in the assumptions)."""
+    d, n = c.Draft(kind, f.where), f.name
+    missing = [n(x) for x in ("--num-layers", "--hidden-size", "--num-attention-heads")
+               if f.get(x) is None]
+    if missing:
+        raise ValueError(f"{f.where}: {', '.join(missing)} missing (the model's shape)")
+    layers = f.count("--num-layers")
+    tp = f.count("--tensor-model-parallel-size", 1)
+    pp = f.count("--pipeline-model-parallel-size", 1)
+    _model(f, d, layers, tp, default)
+    d.given("training.micro_batch", f.count("--micro-batch-size"), 1,
+            f"no {n('--micro-batch-size')}")
+    batch = f.count("--global-batch-size")
+    if batch is None:
+        d.assume("training.global_batch", None, f"micro_batch x dp ({default}: no "
+                 f"{n('--global-batch-size')})")
+    else:
+        d.put("training.global_batch", batch)
+    _recompute(f, d, layers // pp, default)
+    bf16, fp16 = f.switch("--bf16"), f.switch("--fp16")
+    if f.get("--fp8-format") is not None:
+        d.put("training.dtype", "fp8")
+    elif bf16 or fp16:
+        d.put("training.dtype", "bf16" if bf16 else "fp16")
+    else:
+        given = " or ".join(dict.fromkeys(n(x) for x in ("--bf16", "--fp16", "--fp8-format")))
+        d.assume("training.dtype", "fp32", f"no {given} ({default})")
+
+    for key, name in (("tp", "--tensor-model-parallel-size"),
+                      ("pp", "--pipeline-model-parallel-size"),
+                      ("cp", "--context-parallel-size"), ("ep", "--expert-model-parallel-size")):
+        d.put(f"parallel.{key}", f.count(name, 1))
+    _interleave(f, d, layers, pp)
+    d.put("parallel.sequence_parallel", f.switch("--sequence-parallel") and tp > 1)
+    strategy = f.text("--data-parallel-sharding-strategy")
+    if strategy is not None or f.switch("--use-torch-fsdp2"):
+        d.put("parallel.zero", SHARDING.get(strategy, 3))
+    elif f.switch("--use-distributed-optimizer"):
+        d.put("parallel.zero", 1)
+    else:
+        d.assume("parallel.zero", 0, f"no {n('--use-distributed-optimizer')} ({default})")
+    nodes, per_node = f.count("--nnodes"), f.count("--nproc-per-node") or f.count(
+        "--nproc_per_node")
+    source = None
+    if nodes is not None and per_node is not None:
+        source = (nodes * per_node, f"{n('--nnodes')} {nodes} x {n('--nproc-per-node')} "
+                  f"{per_node}")
+    c.system(d, system)
+    c.gpus(d, gpus, source)
+    samples, seq = f.count("--train-samples"), d.get("model.seq_len")
+    if samples is not None:
+        d.assume("training.tokens", samples * seq, f"{n('--train-samples')} {samples} x "
+                 f"seq_len {seq}")
+    else:
+        c.tokens(d, f.count("--train-iters"), n("--train-iters"))
+    d.ignored += f.unread()
+    return d.done()
+
+
+def _model(f: Flags, d: c.Draft, layers: int, tp: int, default: str) -> None:
+    n = f.name
+    hidden, heads = f.count("--hidden-size"), f.count("--num-attention-heads")
+    d.put("model.layers", layers)
+    d.put("model.hidden", hidden)
+    d.put("model.heads", heads)
+    d.put("model.kv_heads", f.count("--num-query-groups", 1)
+          if f.switch("--group-query-attention") else heads)
+    gated = f.switch("--swiglu")
+    ffn = f.count("--ffn-hidden-size")
+    d.given("model.ffn_hidden", ffn, int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden,
+            f"no {n('--ffn-hidden-size')}: {default} " + (
+                "2/3 x 4 hidden rounded down to 64 (SwiGLU)" if gated else "4 hidden"))
+    ffn = d.get("model.ffn_hidden")
+    seq = f.count("--seq-length")
+    if seq is None:
+        seq = f.count("--max-position-embeddings")
+        if seq is None:
+            raise ValueError(f"{f.where}: {n('--seq-length')} missing (the training sequence)")
+        d.assume("model.seq_len", seq, f"no {n('--seq-length')}: "
+                 f"{n('--max-position-embeddings')}")
+    else:
+        d.put("model.seq_len", seq)
+    tokenizer = (f.text("--tokenizer-type") or ("GPT2BPETokenizer" if f.get("--merge-file")
+                                                else None), f.text("--tokenizer-model"))
+    c.vocab(d, f.count("--vocab-size"), f.count("--padded-vocab-size"), tokenizer,
+            f.count("--make-vocab-size-divisible-by", c.VOCAB_MULTIPLE), tp, n("--vocab-size"))
+    d.put("model.gated", gated)
+    d.put("model.tied_embeddings", not f.switch("--untie-embeddings-and-output-weights"))
+    experts = f.count("--num-experts", lo=0)
+    if experts:
+        _moe(f, d, layers, ffn, experts, default)
+    if f.switch("--multi-latent-attention"):
+        d.put("model.attention", "mla")
+        for key, name, value in MLA:
+            d.given(f"model.{key}", f.count(name, lo=0), value, f"no {n(name)} ({default})")
+    kernel = ATTENTION_BACKENDS.get(f.text("--attention-backend"))
+    if f.switch("--use-flash-attn") or kernel is not None:
+        d.put("model.attention_kernel", kernel or ATTENTION_BACKENDS["flash"])
+    else:
+        d.assume("model.attention_kernel", "flash", f"no {n('--use-flash-attn')}: Transformer "
+                 "Engine's fused attention, Megatron-Core's default")
+    dropouts = [f.number("--hidden-dropout"), f.number("--attention-dropout")]
+    if None in dropouts:
+        d.assume("model.dropout", any(p is None or p > 0 for p in dropouts),
+                 f"{default} {n('--hidden-dropout')} and {n('--attention-dropout')} 0.1 "
+                 "where not given")
+    else:
+        d.put("model.dropout", any(p > 0 for p in dropouts))
+
+
+def _moe(f: Flags, d: c.Draft, layers: int, ffn: int, experts: int, default: str) -> None:
+    n = f.name
+    freq = f.get("--moe-layer-freq")
+    d.put("model.moe_layers", layers if freq is None else
+          moe_layer_count(f.where, n("--moe-layer-freq"), freq, layers))
+    d.put("model.experts", experts)
+    d.given("model.top_k", f.count("--moe-router-topk"), 2,
+            f"no {n('--moe-router-topk')} ({default})")
+    width = f.count("--moe-ffn-hidden-size", ffn)
+    d.put("model.expert_ffn_hidden", width)
+    shared = f.count("--moe-shared-expert-intermediate-size", lo=0)
+    if shared:
+        d.assume("model.shared_experts", max(1, round(shared / width)),
+                 f"{n('--moe-shared-expert-intermediate-size')} {shared} as shared experts of "
+                 f"the routed width {width}")
+
+
+def _recompute(f: Flags, d: c.Draft, layers_per_stage: int, default: str) -> None:
+    n = f.name
+    granularity = f.text("--recompute-granularity")
+    if granularity is None and f.switch("--recompute-activations"):
+        granularity = "selective"
+    if granularity is None:
+        d.assume("training.recompute", "none", f"no {n('--recompute-granularity')} ({default})")
+        return
+    recompute = c.recompute(f.where, n("--recompute-granularity"), granularity)
+    method, layers = f.text("--recompute-method"), f.count("--recompute-num-layers", lo=0)
+    if (isinstance(recompute, strategies.FullRecompute) and method == "block"
+            and layers is not None and layers < layers_per_stage):
+        d.assume("training.recompute", recompute.name, f"{n('--recompute-method')} block "
+                 f"recomputes {layers} of {layers_per_stage} layers per stage; codesign "
+                 "recomputes every layer")
+    else:
+        d.put("training.recompute", recompute.name)
+
+
+def _interleave(f: Flags, d: c.Draft, layers: int, pp: int) -> None:
+    per_stage = f.count("--num-layers-per-virtual-pipeline-stage")
+    v = f.count("--virtual-pipeline-model-parallel-size") or \
+        f.count("--num-virtual-stages-per-pipeline-rank")
+    if per_stage is not None:
+        if layers % (pp * per_stage):
+            n = f.name
+            raise ValueError(f"{f.where}: {n('--num-layers-per-virtual-pipeline-stage')}="
+                             f"{per_stage} must divide {n('--num-layers')}={layers} / "
+                             f"{n('--pipeline-model-parallel-size')}={pp}")
+        v = layers // (pp * per_stage)
+    if v and v > 1:
+        d.put("parallel.schedule", "interleaved")
+        d.put("parallel.interleave", v)
