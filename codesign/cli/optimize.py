@@ -9,7 +9,7 @@ import sys
 from .. import economics, memory, optimize, reliability, step
 from .. import scenario as sc
 from .._words import words
-from ..units import day, format_bytes, format_quantity, parse_quantity, year
+from ..units import day, format_bytes, format_quantity, format_seconds, parse_quantity, year
 from . import INFEASIBLE, _output, _system
 from ._text import describe_elasticity
 
@@ -173,8 +173,8 @@ def _sensitivity(args) -> int:
     values = {k: float(sc.get_knob(scn, k)) for k in order}
     if args.json:
         print(json.dumps({**_output.echo(scn, labels, args.system), "output": args.output,
-                          "elasticities": {k: el[k] for k in order}, "values": values},
-                         indent=1))
+                          "elasticities": {k: el[k] for k in order}, "values": values,
+                          "collectives": optimize.slack(scn)}, indent=1))
         return 0
     shown = order if args.all else [k for k in order if el[k] != 0]
     omitted = len(order) - len(shown)
@@ -191,7 +191,32 @@ def _sensitivity(args) -> int:
               f"{describe_elasticity(k, el[k], output_words, value=values[k])}")
     if omitted:
         print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
+    rows = optimize.slack(scn)
+    if rows:
+        print("collectives: exposed or hidden under compute now, and the bandwidth of their "
+              "tier at which that changes (the others held)")
+        for r in rows:
+            print(f"  {_slack_line(r)}")
     return 0
+
+
+def _slack_line(r: dict) -> str:
+    """One row of `optimize.slack` in words."""
+    what = f"{r['dimension']} {r['collective']} ({r['tier'].replace('_', '-')})"
+    if r["hidden"]:
+        now = f"hidden ({format_seconds(r['time_s'])} per step under compute)"
+        change = "exposed below"
+    else:
+        now = f"exposed {format_seconds(r['exposed_s'])} of {format_seconds(r['time_s'])}"
+        change = "hidden above"
+    ends = []
+    for tier, t in r["tiers"].items():
+        name = tier.replace("_", "-")
+        ends.append(f"{change} {format_quantity('x_Bps', t['threshold_Bps'], 4)} {name} "
+                    f"({t['factor']:.3g}x)" if t["factor"] is not None else
+                    f"still hidden at 1e-4x the {name} bandwidth" if r["hidden"] else
+                    f"still exposed at 1e4x the {name} bandwidth")
+    return f"{what}: {now}; {', '.join(ends)}"
 
 
 def _top_rows(r: optimize.Result) -> list[dict]:

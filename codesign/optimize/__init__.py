@@ -49,7 +49,9 @@ goodput), cost to train in dollars and tokens per joule; `economics` prices
 them (`economics.Assumptions`, re-exported here: the prices and the
 amortisation, each labelled). `pareto_front` traces time against cost.
 `elasticities` gives d log(output) / d log(knob) for every hardware, plan and
-reliability knob by `jax.jacrev` at t = 0.
+reliability knob by `jax.jacrev` at t = 0; `slack`, for every collective of
+the step, the bandwidth of its tiers at which it would become exposed (or
+hidden), which an elasticity of 0 does not tell.
 
 Evaluations are counted as model evaluations: one exact evaluation, or one
 value-and-gradient of the relaxed model (which costs a few forward passes;
@@ -58,7 +60,7 @@ wall time is reported beside it).
 Modules: `_problem` (knobs, bounds, admissible values, `Problem`), `_model`
 (metrics, constraints, relaxed loss, exact evaluation), `_result`,
 `_gradient` (`optimize`), `_grid` (`grid_search`), `_pareto` and
-`_sensitivity` (`elasticities`); the names below are the public API (the
+`_sensitivity` (`elasticities`), `_slack` (`slack`); the names below are the public API (the
 relaxed loss, the unit box and the constraint vector are internals of `_model`
 and `_problem`).
 """
@@ -86,10 +88,11 @@ from ._result import Result as Result
 from ._sensitivity import SENSITIVITY_KNOBS as SENSITIVITY_KNOBS
 from ._sensitivity import SENSITIVITY_OUTPUTS as SENSITIVITY_OUTPUTS
 from ._sensitivity import elasticities as elasticities
+from ._slack import slack as slack
 
 __all__ = [
     "GRID_TOP", "INTEGER_KNOBS", "OBJECTIVES", "SENSITIVITY_KNOBS", "SENSITIVITY_OUTPUTS",
     "Assumptions", "Exact", "GridFront", "Problem", "Result", "default_bounds", "elasticities",
     "evaluate", "grid_axes", "grid_pareto", "grid_search", "grid_size", "non_dominated",
-    "optimize", "pareto_front", "point_metrics", "problem", "structurally_feasible",
+    "optimize", "pareto_front", "point_metrics", "problem", "slack", "structurally_feasible",
 ]

@@ -1,0 +1,52 @@
+"""`optimize.slack`: the bandwidth at which a collective's exposure changes."""
+
+import jax
+import pytest
+
+from codesign import optimize
+from codesign import scenario as sc
+from codesign._compile import compiled
+from codesign.optimize._slack import HIDDEN, _traffic
+
+
+def _row(scn, dimension, collective):
+    rows = compiled(_traffic, scn)[0](scn)
+    return next(r for r in rows if (r.dimension, r.collective) == (dimension, collective))
+
+
+def test_a_hidden_collective_is_exposed_just_below_its_threshold_and_not_above():
+    """DeepSeek-V3's expert all-to-all hides under compute: below the reported
+    scale-up bandwidth it is exposed, 5% above it still hidden; an exposed row
+    that never hides reports no threshold."""
+    scn = sc.load("deepseek-v3")
+    rows = optimize.slack(scn)
+    ep = next(r for r in rows if r["dimension"] == "ep")
+    assert ep["hidden"] and ep["exposed_s"] == 0.0
+    up = ep["tiers"]["scale_up"]
+    assert 0 < up["factor"] < 1 and up["threshold_Bps"] == pytest.approx(
+        up["bandwidth_Bps"] * up["factor"])
+    key = "system.scale_up_bandwidth_Bps"
+    for scale, hidden in ((1.05, True), (0.95, False)):
+        at = sc.set_knobs(scn, {key: jax.numpy.asarray(up["threshold_Bps"] * scale)})
+        r = _row(at, "ep", "all_to_all")
+        assert (float(r.exposed_s) <= HIDDEN * float(r.time_s)) is hidden, scale
+    pp = next(r for r in rows if r["dimension"] == "pp")
+    assert not pp["hidden"] and pp["tiers"]["scale_out"]["threshold_Bps"] is None
+    assert set(ep["tiers"]) == {"scale_up", "scale_out"}  # it runs on both tiers
+
+
+def test_sensitivity_prints_each_collective_and_its_threshold(capsys):
+    """The text names the hidden expert all-to-all with its two thresholds; the
+    JSON carries the same rows."""
+    import json
+
+    from codesign.cli import main
+
+    assert main(["sensitivity", "deepseek-v3", "--top", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "ep all_to_all (scale-up+scale-out): hidden (" in text
+    assert "exposed below 58.01 GB/s scale-up (0.29x)" in text
+    assert "pp send_recv (scale-out): exposed " in text
+    assert main(["sensitivity", "deepseek-v3", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["collectives"]
+    assert [r["dimension"] for r in rows][0] == "ep" and rows[0]["hidden"]
