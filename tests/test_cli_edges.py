@@ -50,7 +50,7 @@ def test_help_keeps_its_usage(capsys):
     (["estimate", "{dir}"], "scenario file"),
     (["estimate", "--system", "{dir}"], "system file"),
     (["calibrate", "{dir}"], "measurement file"),
-    (["sweep", "{dir}"], "spec"),
+    (["sweep", "{dir}"], "spec file"),
 ])
 def test_a_directory_is_named(argv, what, capsys, tmp_path):
     folder = tmp_path / "d.toml"  # a .toml name: --system reads it as a file
@@ -61,7 +61,7 @@ def test_a_directory_is_named(argv, what, capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, what", [
     (["estimate", "/dev/zero"], "scenario file"),
-    (["sweep", "/dev/zero"], "spec"),
+    (["sweep", "/dev/zero"], "spec file"),
     (["calibrate", "/dev/zero"], "measurement file"),
 ])
 def test_an_endless_stream_is_refused_at_the_cap(argv, what, capsys, monkeypatch):

@@ -463,8 +463,9 @@ def test_cli_sensitivity(capsys, elasticities):
     ties = [(a[1], b[1]) for a, b in zip(pairs, pairs[1:], strict=False) if a[0] == b[0]]
     assert ties and all(a < b for a, b in ties), ties  # e.g. hbm_Bps, hbm_efficiency: by name
     rc, out, _ = _cli(capsys, "sensitivity", "default", "--top", "3")
-    lines = out.strip().splitlines()  # system, title, 3 knobs, the zeros omitted
-    assert rc == 0 and len(lines) == 6 and "gives" in out and "omitted" in lines[-1]
+    lines = out.strip().splitlines()  # system, title, 3 knobs, the zeros omitted, collectives
+    assert rc == 0 and len(lines) == 10 and "gives" in out and "omitted" in lines[5]
+    assert lines[6].startswith("collectives: ") and lines[7].startswith("  tp all_reduce")
     assert out.startswith("system dgx-a100 (from scenario): A100-SXM4-80GB;")
     rc, out, _ = _cli(capsys, "sensitivity", "default", "--all", "--knob",
                       "system.scale_out_bandwidth_Bps", "--knob", "parallel.moe_node_limit")
