@@ -55,6 +55,26 @@ def test_supervisor_kills_the_others_when_one_fails(tmp_path):
         os.kill(pid, 0)
 
 
+def test_a_stopped_worker_is_blamed_not_the_survivor(tmp_path):
+    """Worker 0 stops itself (SIGSTOP) after joining; worker 1, whose peer stopped
+    answering, fails: the report names process 0, and both are killed."""
+    pid_file = tmp_path / "stopped.pid"
+    stopped = [sys.executable, "-c",
+               f"import os, signal, sys; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+               f"print({distributed.JOINED_MARKER + ' 0 of 2'!r}, file=sys.stderr, flush=True); "
+               "os.kill(os.getpid(), signal.SIGSTOP)"]
+    survivor = [sys.executable, "-c",
+                f"import sys, time; print({distributed.JOINED_MARKER + ' 1 of 2'!r}, "
+                "file=sys.stderr, flush=True); time.sleep(1); "
+                "print('RuntimeError: heartbeat timeout', file=sys.stderr); sys.exit(3)"]
+    with pytest.raises(ValueError, match=r"process 0 of 2 was stopped \(SIGSTOP or a debugger\)"
+                                         r" and stopped answering, so process 1 exited with "
+                                         r"code 3: RuntimeError: heartbeat timeout"):
+        distributed.supervise([stopped, survivor], join_timeout_s=30, relay_stderr_of=None)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
 def test_failure_reason_prefers_fatal_lines():
     stderr = ("I0101 starting\n"
               "F1130 04:31:33.904754    9398 client.h:80] Terminating process because the JAX "

@@ -287,6 +287,15 @@ def failure_reason(stderr: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+def _stopped(proc: subprocess.Popen) -> bool:
+    """Whether `proc` is stopped (SIGSTOP, a debugger: state T or t in /proc; Linux)."""
+    try:
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:][:1] in ("T", "t")
+
+
 def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
@@ -350,6 +359,13 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                     stderr = _read(err)
                     where = f" at {coordinator}" if coordinator else ""
                     log = f" (log: {logs[i]})" if logs is not None else ""
+                    stopped = [j for j, p in enumerate(procs) if j != i and _stopped(p)]
+                    if stopped:  # the survivor's error is the stopped one's fault
+                        raise ValueError(
+                            f"process {ids[stopped[0]]} of {total} was stopped (SIGSTOP or a "
+                            f"debugger) and stopped answering, so process {ids[i]} exited "
+                            f"with code {rc}: {failure_reason(stderr)}{log}; stopped every "
+                            "process")
                     if JOINED_MARKER not in stderr:
                         raise ValueError(
                             f"process {ids[i]} of {total} did not join the coordinator{where} "
@@ -365,8 +381,11 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                 return [Finished(0, _read(out), "" if out is err else _read(err))
                         for out, err in files]
             if timeout_s is not None and time.monotonic() - start > timeout_s:
+                held = [ids[j] for j, p in enumerate(procs) if _stopped(p)]
+                why = f" (process {held[0]} of {total} was stopped: SIGSTOP or a debugger)" \
+                    if held else ""
                 raise ValueError(f"timeout={timeout_s:g} s passed before the {n} process(es) "
-                                 "finished; stopped every process")
+                                 f"finished{why}; stopped every process")
             if on_poll is not None:
                 on_poll()
             time.sleep(poll_s)
