@@ -17,31 +17,37 @@ points for a continuous knob. The audited output is the step time, and the
 time to train for the reliability knobs (scenarios with training tokens).
 
 Around each anchor a the step spans the knob's discrete spacing: a +- 1 for a
-count (the brief's (f(k+1) - f(k-1)) / 2), the neighbouring anchors for a
-continuous knob (one-sided at the ends). On every segment between a and a
-neighbour, `--fine` points (ends included) carry the relaxed value and its
-derivative (a forward-mode `jax.jvp` along the knob, float64) at each
-temperature of `TEMPERATURES`; the exact model (t = 0) is evaluated at the
-segment's ends. A sample is the relaxed elasticity d log f_t / d log x at a
-point (the anchor, against the central difference of the exact model over
-both segments; an interior point, against its segment's exact difference).
-It is *moving* where the exact model changes by more than `MOVES` (1%)
-relative over its step, and then:
+count ((f(a+1) - f(a-1)) / 2; one-sided at a bound), the neighbouring anchors
+for a continuous knob. On every segment between a and a neighbour, `--fine`
+points (ends included) carry the relaxed value and its derivative (a
+forward-mode `jax.jvp` along the knob, float64) at each temperature of
+`TEMPERATURES`, and the exact model's value (t = 0). A sample is the relaxed
+elasticity d log f_t / d log x (d log f_t / dx at x = 0) at a point, set
+against the exact model's difference over its step: for a count, at an
+anchor the central difference over a - 1 and a + 1 and at an interior point
+its unit segment's difference (between integers the exact formula is itself a
+surrogate of the count, so only the integers are the exact model); for a
+continuous knob, at every point the central difference over the neighbouring
+points. It is *moving* where the exact model changes by more than `MOVES`
+(1%) relative over its step and the point is not a discrete extremum (f(x)
+above or below both ends: either sign is right there), and then
 
-- agreeing where the elasticity has the sign of the exact change;
 - flat where the elasticity's size is under `FLAT` (1e-6);
+- agreeing where it is not flat and has the sign of the exact change;
 - a segment is non-monotone where the exact model changes by more than
-  `MOVES` over it and the relaxed values on its fine points reverse (by more
-  than `REVERSAL` relative) against that direction.
+  `MOVES` from end to end, monotonically on its points (a count: its ends),
+  and the relaxed values on its fine points reverse (by more than `REVERSAL`
+  relative) against that direction.
 
 Per scenario and knob, per temperature: the counts, the sign-agreement ratio
-(agreeing / moving), the disagreements, the flat intervals (consecutive flat
-segments merged) and the non-monotone segments, and `max_value_gap`, the
-largest |f_t(a) - f_0(a)| / f_0(a) at the anchors; then totals and wall time.
-A point where either model is not finite is counted under `nonfinite` and
-left out. One program per scenario and model (relaxed jvp, exact value),
-vmapped over padded chunks of `CHUNK` points and compiled with the CPU's
-fast-compile options (`_compile.compiled`).
+(agreeing / moving), the disagreements, the flat intervals (touching steps
+merged) and the non-monotone segments, and `max_value_gap`, the largest
+|f_t - f_0| / f_0 on the points (a count: at the integers); then totals, the
+knobs skipped (no range: ep on a dense model) and wall time. A point where
+either model is not finite is counted under `nonfinite` and left out. One
+program per scenario and model (relaxed jvp, exact value), computing only the
+outputs audited, vmapped over padded chunks of `CHUNK` points and compiled
+with the CPU's fast-compile options (`_compile.compiled`).
 """
 
 from __future__ import annotations
@@ -157,18 +163,22 @@ def _vector(scn) -> tuple[tuple[str, ...], np.ndarray]:
     return names, np.asarray([float(sc.get_knob(scn, k)) for k in names])
 
 
-def _outputs(scn, names, x, t):
-    est = step.estimate(sc.set_knobs(scn, dict(zip(names, x, strict=True))), t, check=False)
-    return jnp.stack([est.step.step_time_s, est.time_to_train_s])
+def _outputs(scn, names, x, t, outputs):
+    s = sc.set_knobs(scn, dict(zip(names, x, strict=True)))
+    if outputs == ("step_time_s",):  # the step alone: no reliability or fabric to compile
+        return jnp.stack([step.step(s.model, s.plan, s.system, t).step_time_s])
+    est = step.estimate(s, t, check=False)
+    return jnp.stack([{"step_time_s": est.step.step_time_s,
+                       "time_to_train_s": est.time_to_train_s}[o] for o in outputs])
 
 
-def _programs(names):
+def _programs(names, outputs):
     def relaxed(scn, x, v, t):  # (values, derivatives along v) at temperature t
-        return jax.vmap(lambda xi, vi: jax.jvp(lambda y: _outputs(scn, names, y, t),
+        return jax.vmap(lambda xi, vi: jax.jvp(lambda y: _outputs(scn, names, y, t, outputs),
                                                (xi,), (vi,)))(x, v)
 
     def exact(scn, x):
-        return jax.vmap(lambda xi: _outputs(scn, names, xi, 0.0))(x)
+        return jax.vmap(lambda xi: _outputs(scn, names, xi, 0.0, outputs))(x)
 
     return jax.jit(relaxed), jax.jit(exact)
 
@@ -202,7 +212,8 @@ def evaluate(scn, knobs: list[Knob], fine: int, temperatures=TEMPERATURES) -> di
     """{knob name: Evaluated} for every knob, in one relaxed and one exact
     program per scenario (`_programs`)."""
     names, base = _vector(scn)
-    relaxed, exact = _programs(names)
+    outputs = tuple(o for o in OUTPUTS if any(k.output == o for k in knobs))
+    relaxed, exact = _programs(names, outputs)
     scale = float(scn.plan.tp * scn.plan.pp * scn.plan.cp)
     rows, tangents, owners = [], [], []
     for k in knobs:
@@ -222,7 +233,7 @@ def evaluate(scn, knobs: list[Knob], fine: int, temperatures=TEMPERATURES) -> di
     by_t = {t: _chunks(relaxed, scn, (x, v), jnp.asarray(t)) for t in temperatures}
     out, start = {}, 0
     for k, pts, _ in owners:
-        n, j = pts.size, OUTPUTS.index(k.output)
+        n, j = pts.size, outputs.index(k.output)
         sl = slice(start, start + n)
         e = f0[sl, j].reshape(pts.shape)
         out[k.name] = Evaluated(e, {t: by_t[t][0][sl, j].reshape(pts.shape) for t in by_t},
@@ -248,8 +259,8 @@ def classify(s: Samples, moves: float = MOVES, flat: float = FLAT) -> dict:
     """Counts, sign agreement, disagreements and flat samples of `s`."""
     ok = np.isfinite(s.change) & np.isfinite(s.elasticity)
     moving = ok & (np.abs(s.change) > moves) & ~s.extremum
-    agree = moving & (np.sign(s.elasticity) == np.sign(s.change))
     is_flat = moving & (np.abs(s.elasticity) < flat)
+    agree = moving & ~is_flat & (np.sign(s.elasticity) == np.sign(s.change))
     bad = np.flatnonzero(moving & ~agree)
     return {"samples": int(ok.sum()), "nonfinite": int((~ok).sum()),
             "extrema": int((ok & s.extremum).sum()), "moving": int(moving.sum()),

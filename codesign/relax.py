@@ -1,8 +1,13 @@
 """Smooth surrogates for the non-smooth pieces of the cost models.
 
 Each takes a temperature `t`; at t = 0 it is the exact function, so the relaxed
-model equals the exact model at integer points as t anneals to zero. All are
-NaN-free everywhere (double-`where` on every log and divide).
+model equals the exact model at integer points as t anneals to zero. The
+temperature is dimensionless: a softplus width is t times the magnitude of
+what is compared (seconds, bytes and counts alike), and the relaxations of a
+count (`smooth_ceil`, `lattice_cubic`, `beyond_one`) are exact at integers for
+every t. `benchmarks/relaxation.py` audits them against the exact model
+(docs/codesign.md). All are NaN-free everywhere (double-`where` on every log
+and divide).
 """
 
 from __future__ import annotations
