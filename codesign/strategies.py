@@ -458,13 +458,14 @@ class DualPipe(Schedule):
     weight_copies: ClassVar[float] = 2.0
 
     def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
-        return smooth_max(pp / 2.0 - 1.0, 0.0, t) * 2.0 * micro_batch_s / 3.0
+        return smooth_max(pp / 2.0 - 1.0, 0.0, t, 0.5 * (pp / 2.0 + 1.0)) \
+            * 2.0 * micro_batch_s / 3.0
 
     def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
         return smooth_min(pp + 1.0, micro_batches, t)
 
     def exposed_all_to_all_s(self, time_s, overlap_s, t=0.0) -> jax.Array:
-        return smooth_max(time_s - overlap_s, 0.0, t)
+        return smooth_max(time_s - overlap_s, 0.0, t, 0.5 * (time_s + overlap_s))
 
 
 SCHEDULE_CLASSES = (GPipe, OneFOneB, Interleaved, ZeroBubble, DualPipe)

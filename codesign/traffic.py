@@ -39,7 +39,16 @@ import jax.numpy as jnp
 from . import collectives, fabric
 from .hardware import System
 from .plan import Plan
-from .relax import safe_div, smooth_ceil, smooth_clip, smooth_max, smooth_min, where
+from .relax import (
+    beyond_one,
+    lattice_cubic,
+    safe_div,
+    smooth_ceil,
+    smooth_clip,
+    smooth_max,
+    smooth_min,
+    where,
+)
 from .workload import Transformer
 
 
@@ -77,8 +86,8 @@ class Shape(eqx.Module):
 
 
 def shape(model: Transformer, plan: Plan, t=0.0) -> Shape:
-    virtual = plan.pp * plan.interleave
-    layers = smooth_ceil(model.layers / virtual, t) * plan.interleave
+    layers = lattice_cubic(lambda pp, v: smooth_ceil(model.layers / (pp * v)) * v,
+                           (plan.pp, plan.interleave), t)
     return Shape(layers, layers * model.moe_layers / model.layers, plan.micro_batches,
                  plan.micro_batch * model.seq_len / plan.cp)
 
@@ -245,9 +254,11 @@ def _cp_rows(model, plan, system, sh, timing, t):
     ranks, inside = geometry[:2]
     ag, rs = yield [("all_gather", n, geometry), ("reduce_scatter", n, geometry)]
     fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag, per * ag, per * rs
-    fwd_exposed = smooth_max(fwd_s - timing.attention_forward_s, 0.0, t)
-    bwd_exposed = smooth_max(bwd_ag_s + bwd_rs_s
-                             - (timing.attention_s - timing.attention_forward_s), 0.0, t)
+    bwd_hide_s = timing.attention_s - timing.attention_forward_s
+    fwd_exposed = smooth_max(fwd_s - timing.attention_forward_s, 0.0, t,
+                             0.5 * (fwd_s + timing.attention_forward_s))
+    bwd_exposed = smooth_max(bwd_ag_s + bwd_rs_s - bwd_hide_s, 0.0, t,
+                             0.5 * (bwd_ag_s + bwd_rs_s + bwd_hide_s))
     bwd_share = safe_div(bwd_exposed, bwd_ag_s + bwd_rs_s)
     return [_row("cp", "all_gather", "ring/forward", n, fwd, ag, ranks, inside,
                  exposed=fwd_exposed),
@@ -272,12 +283,20 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0):
     top_k expert copies separately, k (N-1)/N of them cross. Node-limited
     (DeepSeek-V3): one copy per destination node, at most M nodes:
     min(expected distinct remote nodes, M (N-1)/N), then forwarded inside.
+    M = 0 is the other algorithm, not M -> infinity: M = N still sends one copy
+    per node. Relaxed (t > 0) between the two as the mix (1 - M) plain + M
+    limited(1) for M < 1, exact at M = 0 and 1 (the exact model jumps there).
     """
     k, limit = model.top_k, plan.moe_node_limit
     plain = k * (nodes - 1.0) / jnp.maximum(nodes, 1.0)
-    limited = smooth_min(expected_remote_nodes(nodes, k),
-                         limit * (nodes - 1.0) / jnp.maximum(nodes, 1.0), t)
-    return where(limit > 0, limited, plain)
+
+    def limited(m):
+        return smooth_min(expected_remote_nodes(nodes, k),
+                          m * (nodes - 1.0) / jnp.maximum(nodes, 1.0), t)
+
+    if isinstance(t, (int, float)) and t == 0:
+        return where(limit > 0, limited(limit), plain)
+    return where(limit < 1.0, (1.0 - limit) * plain + limit * limited(1.0), limited(limit))
 
 
 def _ep_rows(model, plan, system, sh, overlap_s, t):
@@ -328,7 +347,8 @@ def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
     so exposed = max(c, hide_s / buckets + buckets c - hide_s): small buckets
     pay latency `buckets` times, large ones start late.
     """
-    return smooth_max(bucket_cost_s, hide_s / buckets + buckets * bucket_cost_s - hide_s, t)
+    return smooth_max(bucket_cost_s, hide_s / buckets + buckets * bucket_cost_s - hide_s, t,
+                      0.5 * (buckets * bucket_cost_s + hide_s))
 
 
 def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=0.0):
@@ -344,7 +364,8 @@ def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=0.0):
     and helps only uneven layers, which this uniform form does not see.
     """
     d = smooth_min(prefetch, 1.0, t)
-    return comm_s + smooth_max(layers - 1.0, 0.0, t) * smooth_max(comm_s - d * compute_s, 0.0, t)
+    return comm_s + smooth_max(layers - 1.0, 0.0, t, 0.5 * layers) * smooth_max(
+        comm_s - d * compute_s, 0.0, t, 0.5 * (comm_s + d * compute_s))
 
 
 def _bucketed_row(op, label, total_bytes, geometry, system, plan, hide_s, times, present, t):
@@ -406,7 +427,7 @@ def _dp_rows(model, plan, system, sh, timing, t):
             parts.append(_zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh,
                                      timing, present, t))
         # HSDP: each shard's gradients all-reduced across the replicas, once per step
-        replicated = present * (across[0] > 1.0)
+        replicated = present * beyond_one(across[0], t)
         parts.append(_bucketed_row("all_reduce", f"hsdp-replicas/{label}", grad_bytes / shard,
                                    across, system, plan, timing.backward_s, 1.0, replicated, t))
     rows = yield from _together(parts)
@@ -443,10 +464,11 @@ def _pp_rows(model, plan, system, sh, t):
     2021's scatter/gather optimisation; the all-gather inside the domain that
     reassembles it is neglected)."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations") / plan.tp
-    count = 2.0 * sh.micro_batches * plan.interleave * (plan.pp > 1)
+    count = 2.0 * sh.micro_batches * plan.interleave * beyond_one(plan.pp, t)
     ranks, inside, span, stride = group(plan, ("pp",), system, t)
     # a neighbour shares the domain when the stage stride fits inside it
-    neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t)
+    neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t,
+                                   0.5 * system.scale_up_domain / stride)
     up = collectives.cost("send_recv", "direct", n, 2.0,
                           fabric.scale_up_tier(system, 2.0, stride, t))
     out = collectives.cost("send_recv", "direct", n, 2.0,

@@ -1,0 +1,70 @@
+"""The relaxation audit's machinery (benchmarks/relaxation.py): its classifier
+flags a wrong, a flat and a non-monotone relaxation, and on a small real
+sample the relaxed model agrees with the exact one."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codesign import scenario as sc
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "relaxation.py"
+_SPEC = importlib.util.spec_from_file_location("relaxation_audit", _PATH)
+audit = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(audit)
+
+
+def _samples(change, elasticity, extremum=None):
+    n = len(change)
+    x = np.arange(1.0, n + 1.0)
+    ext = np.zeros(n, bool) if extremum is None else np.asarray(extremum)
+    return audit.Samples(x, x - 1.0, x + 1.0, np.asarray(change, float),
+                         np.asarray(elasticity, float), ext)
+
+
+def test_classifier_flags_wrong_and_flat_gradients():
+    # exact: +5%, -5%, +5% (flat relaxation), +0.5% (not moving), -5% at an extremum
+    s = _samples([0.05, -0.05, 0.05, 0.005, -0.05], [0.3, 0.2, 1e-9, -0.4, 0.7],
+                 [False, False, False, False, True])
+    c = audit.classify(s)
+    assert (c["moving"], c["agree"], c["extrema"]) == (3, 1, 1)
+    assert c["sign_agreement"] == pytest.approx(1 / 3)
+    assert [d["x"] for d in c["disagreements"]] == [2.0, 3.0]  # wrong sign, and flat
+    assert c["flat"] == [[2.0, 4.0]]
+    right = audit.classify(_samples([0.05, -0.05], [0.3, -0.2]))
+    assert right["sign_agreement"] == 1.0 and not right["disagreements"] and not right["flat"]
+
+
+def test_non_monotone_surrogate_is_flagged_where_the_exact_model_is_monotone():
+    seg = np.asarray([[1.0, 2.0], [2.0, 3.0], [3.0, 4.0]])
+    exact = np.asarray([[10.0, 8.0], [8.0, 6.0], [6.0, 6.01]])  # down, down, flat
+    relaxed = np.asarray([[10.0, 9.0, 8.0], [8.0, 8.5, 6.0], [6.0, 6.5, 6.01]])
+    assert audit.non_monotone(seg, exact, relaxed) == [[2.0, 3.0, pytest.approx(0.5 / 8.5)]]
+    wiggle = np.asarray([[10.0, 9.0, 7.0, 8.0]])  # the exact model itself turns: not flagged
+    assert audit.non_monotone(seg[:1], wiggle, relaxed[:1]) == []
+    assert audit.merge([(1, 2), (2, 3), (5, 6)]) == [[1.0, 3.0], [5.0, 6.0]]
+
+
+def test_audit_of_a_small_real_sample():
+    """On megatron-8.3b: along the scale-out bandwidth (step time falls as it
+    rises) every moving sample agrees, nothing is flat or non-monotone and the
+    relaxed values sit within 1% of the exact ones at t = 0.01; along pp the
+    relaxed slope at each admissible stage count has the sign of the exact
+    model's central difference (the relaxed ceiling of layers per stage once
+    pulled a hundredfold towards more stages there)."""
+    scn = sc.load("megatron-8.3b")
+    knobs = [audit.sample(scn, k, 3) for k in ("system.scale_out_bandwidth_Bps", "parallel.pp")]
+    assert [k.integer for k in knobs] == [False, True] and len(knobs[0].anchors) >= 3
+    ev = audit.evaluate(scn, knobs, 3, (0.01,))
+    bandwidth, pp = (ev[k.name] for k in knobs)
+    out = audit.audit_knob(knobs[0], bandwidth, (0.01,))["by_t"]["0.01"]
+    assert out["moving"] >= 3 and out["sign_agreement"] == 1.0
+    assert not out["flat"] and not out["non_monotone"] and out["nonfinite"] == 0
+    assert out["max_value_gap"] < 0.01
+    assert np.all(np.diff(bandwidth.exact.ravel()) <= 0)  # the exact model falls along it
+    s = audit.samples(knobs[1], pp, 0.01)
+    at = np.isin(s.x, knobs[1].anchors)
+    anchors = audit.classify(audit.Samples(*(np.asarray(f)[at] for f in s)))
+    assert anchors["moving"] >= 2 and anchors["sign_agreement"] == 1.0
