@@ -6,7 +6,7 @@ import json
 import math
 import sys
 
-from .. import economics, memory, optimize, reliability, step
+from .. import economics, hardware, memory, optimize, reliability, step
 from .. import scenario as sc
 from .._words import words
 from ..units import day, format_bytes, format_quantity, format_seconds, parse_quantity, year
@@ -15,7 +15,7 @@ from ._text import describe_elasticity
 
 # the library's names of what to change -> this command's flags (cli.in_flags)
 FLAGS = {"bounds": "--bounds", "grid_points": "--grid-points", "vary": "--vary",
-         "training.tokens": "--set training.tokens=..."}
+         "training.tokens": "--set training.tokens=...", "uncertainty": "--uncertainty"}
 
 
 def add_arguments(parser, name):
@@ -66,6 +66,22 @@ def add_arguments(parser, name):
     parser.add_argument("--top", type=int, default=0, metavar="N",
                         help="also the N best distinct feasible designs (grid: of the grid; "
                              "gradient: of the points it evaluated exactly)")
+    robust = parser.add_argument_group(
+        "robust co-design", "optimise the mean (or --quantile) of the objective over samples "
+        "of the uncertain constants; any of these flags implies --robust")
+    robust.add_argument("--robust", action="store_true",
+                        help="optimise over samples of the uncertain constants and report "
+                             "the nominal optimum's regret on them")
+    robust.add_argument("--quantile", type=float, metavar="Q",
+                        help="optimise the Q-quantile (0 < Q < 1) instead of the mean")
+    robust.add_argument("--samples", type=int, metavar="N",
+                        help="draws of the uncertain constants (default "
+                             f"{optimize.ROBUST_SAMPLES})")
+    robust.add_argument("--sample-seed", type=int, metavar="N",
+                        help="seed of the draws (default 0)")
+    robust.add_argument("--uncertainty", action="append", default=[], metavar="KEY=SIGMA",
+                        help="sigma of the log-normal factor of a continuous scenario key "
+                             "(repeatable; 0: certain); defaults in docs/codesign.md")
 
 
 def parse_bounds(items) -> dict:
@@ -79,6 +95,37 @@ def parse_bounds(items) -> dict:
         out[knob.strip()] = (parse_quantity(knob, lo.strip(), field=f"--bounds {knob}"),
                               parse_quantity(knob, hi.strip(), field=f"--bounds {knob}"))
     return out
+
+
+def parse_uncertainty(items) -> dict:
+    """["system.matmul_efficiency=0.2", ...] -> {key: sigma}."""
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--uncertainty {item!r} must look like KEY=SIGMA (a number)") \
+                from None
+    return out
+
+
+def _robust_problem(args, prob, labels):
+    """The robust version of `prob` (`optimize.robust`) the robust flags ask for,
+    the matmul efficiency's spread validate's for the scenario's chip family."""
+    if args.quantile is not None and not 0 < args.quantile < 1:
+        raise ValueError(f"--quantile={args.quantile:g} must be in (0, 1)")
+    samples = optimize.ROBUST_SAMPLES if args.samples is None else args.samples
+    if not 1 <= samples <= optimize.MAX_ROBUST_SAMPLES:
+        raise ValueError(f"--samples={samples} must be in [1, {optimize.MAX_ROBUST_SAMPLES}]")
+    return optimize.robust(prob, hardware.chip_family(labels.system.chip),
+                           parse_uncertainty(args.uncertainty), samples=samples,
+                           seed=args.sample_seed or 0, quantile=args.quantile)
+
+
+def _is_robust(args) -> bool:
+    return bool(args.robust or args.quantile is not None or args.samples is not None
+                or args.sample_seed is not None or args.uncertainty)
 
 
 def _vary(items) -> list[str]:
@@ -134,7 +181,9 @@ def _finite_or_none(x):
 
 def _print_result(prob, r: optimize.Result, here: dict, show_path: bool):
     value = f"{r.value:.6g}" if math.isfinite(r.value) else "n/a"
-    print(f"{r.method}: {r.objective} ({r.goal}) = {value}"
+    u = prob.uncertainty
+    what = r.objective if u is None else f"{_statistic(u)} {r.objective} over the samples"
+    print(f"{r.method}: {what} ({r.goal}) = {value}"
           f"{'' if r.feasible else '   NOT FEASIBLE (least-violating point shown)'}")
     for k, v in r.best.items():
         print(f"  {k:<36} {format_quantity(k, v):>14}   (scenario: {format_quantity(k, here[k])})")
@@ -156,6 +205,46 @@ def _print_result(prob, r: optimize.Result, here: dict, show_path: bool):
     if show_path:
         for step in r.path:
             print("  path:", json.dumps(step))
+
+
+def _statistic(u: optimize.Uncertainty) -> str:
+    return "mean" if u.quantile is None else f"{u.quantile:g}-quantile"
+
+
+def _print_uncertainty(u: optimize.Uncertainty) -> None:
+    print(f"robust: the {_statistic(u)} over {u.samples} samples (seed {u.seed}) of log-normal "
+          "factors of the uncertain constants, sigma of log (the metrics below are the "
+          "statistic's):")
+    stated = {k: source for k, (_, source) in optimize.DEFAULT_SIGMAS.items()}
+    items = [f"{k} {v:.3g}" + (f" ({u.sources[k]})" if u.sources[k] != stated.get(k) else "")
+             for k, v in u.sigmas.items()]  # a source docs/codesign.md does not state shown
+    lines = [""]
+    for item in items:  # wrapped between items, at 100 columns
+        if lines[-1] and len(lines[-1]) + len(item) > 96:
+            lines.append("")
+        lines[-1] += (", " if lines[-1] else "") + item
+    print("\n".join(f"  {line}{',' if i < len(lines) - 1 else ''}"
+                    for i, line in enumerate(lines)))
+
+
+def _print_comparison(prob, cmp: dict) -> None:
+    """The nominal and the robust design under the nominal model and on the
+    samples, the nominal design's regret and the robust design's price."""
+    stat = _statistic(prob.uncertainty)
+    where = {"nominal": "under the nominal model", "robust": f"at the {stat}"}
+    print(f"{'':<16} {'nominal':>14} {stat:>14}   ({prob.objective} of each design)")
+    for name in ("nominal_design", "robust_design"):
+        d = cmp[name]
+        broken = [where[k] for k, ok in d["feasible"].items() if not ok]
+        print(f"  {name.replace('_', ' '):<14} {d['nominal']:>14.6g} {d['robust']:>14.6g}   "
+              f"{_design(d['knobs'])}" + (f"   breaks the limits {' and '.join(broken)}"
+                                          if broken else ""))
+    print("regret of the nominal design on the samples: " + (
+        f"{cmp['regret']:+.2%} (its {stat} over the robust design's)" if cmp["regret"]
+        is not None else f"n/a (a design breaks the limits {where['robust']})"))
+    print("price of the robust design under the nominal model: " + (
+        f"{cmp['price']:+.2%}" if cmp["price"] is not None
+        else f"n/a (a design breaks the limits {where['nominal']})"))
 
 
 def _sensitivity(args) -> int:
@@ -252,24 +341,38 @@ def run(args, name) -> int:
     prob = _problem(args, scn)
     here = {k: float(sc.get_knob(scn, k)) for k in prob.names}
     if args.method == "grid":
-        r = optimize.grid_search(prob, args.grid_points, progress=not args.no_progress,
-                                 top=max(args.top, optimize.GRID_TOP))
-        r = r._replace(top=r.top[: args.top] if args.top else r.top)
+        options = {"grid_points": args.grid_points, "progress": not args.no_progress,
+                   "top": max(args.top, optimize.GRID_TOP)}
     else:
-        r = optimize.optimize(prob, starts=args.starts, steps=args.steps, seed=args.seed,
-                              top=args.top)
+        options = {"starts": args.starts, "steps": args.steps, "seed": args.seed,
+                   "top": args.top}
+    rob = cmp = None
+    if _is_robust(args):
+        rob = _robust_problem(args, prob, labels)
+        nominal, r, cmp = optimize.robust_search(prob, rob, args.method, **options)
+        nominal = _checked(scn, nominal, args.set)
+    else:
+        r = (optimize.grid_search if args.method == "grid" else optimize.optimize)(prob,
+                                                                                    **options)
+    if args.method == "grid":
+        r = r._replace(top=r.top[: args.top] if args.top else r.top)
     r = _checked(scn, r, args.set)
     if args.json:
-        print(json.dumps(_finite_or_none({**r.to_json(), **_output.echo(scn, labels,
-                                                                        args.system)}),
-                         indent=1))
+        extra = {} if rob is None else {"robust": {
+            **rob.uncertainty.to_json(), **cmp, "nominal": nominal.to_json(with_path=False)}}
+        print(json.dumps(_finite_or_none({**r.to_json(), **extra,
+                                          **_output.echo(scn, labels, args.system)}), indent=1))
     elif args.csv:
         _output.write_csv(_top_rows(r))
     else:
         print(_system.line(_system.info(scn.system, labels.system, args.system)))
-        _print_result(prob, r, here, args.path)
+        if rob is not None:
+            _print_uncertainty(rob.uncertainty)
+        _print_result(rob or prob, r, here, args.path)
         if args.top:
             _print_top(r, args.top)
+        if rob is not None:
+            _print_comparison(rob, cmp)
     if not r.feasible:
         print(f"codesign {name}: no feasible design within the bounds and limits "
               "(exit code 3)", file=sys.stderr)

@@ -53,6 +53,15 @@ reliability knob by `jax.jacrev` at t = 0; `slack`, for every collective of
 the step, the bandwidth of its tiers at which it would become exposed (or
 hidden), which an elasticity of 0 does not tell.
 
+Robust co-design (`robust`, `robust_search`, `robust_compare`): the same
+problem with every metric the mean (or a quantile) over S seeded samples of
+the model's uncertain constants (efficiencies, latencies, straggler and
+failure rates: log-normal factors, `DEFAULT_SIGMAS`, the matmul efficiency's
+from `codesign validate`'s spread for the chip family), the same samples for
+every design (common random numbers); both methods solve it, each point
+costing S evaluations, and `robust_compare` reports the nominal optimum's
+regret on the samples and the robust design's price under the nominal model.
+
 Evaluations are counted as model evaluations: one exact evaluation, or one
 value-and-gradient of the relaxed model (which costs a few forward passes;
 wall time is reported beside it).
@@ -60,9 +69,10 @@ wall time is reported beside it).
 Modules: `_problem` (knobs, bounds, admissible values, `Problem`), `_model`
 (metrics, constraints, relaxed loss, exact evaluation), `_result`,
 `_gradient` (`optimize`), `_grid` (`grid_search`), `_pareto` and
-`_sensitivity` (`elasticities`), `_slack` (`slack`); the names below are the public API (the
-relaxed loss, the unit box and the constraint vector are internals of `_model`
-and `_problem`).
+`_sensitivity` (`elasticities`), `_slack` (`slack`), `_robust` (the
+uncertainty model, `robust`, `robust_search`, `robust_compare`); the names
+below are the public API (the relaxed loss, the unit box and the constraint
+vector are internals of `_model` and `_problem`).
 """
 
 from ..economics import Assumptions as Assumptions
@@ -85,14 +95,26 @@ from ._problem import Problem as Problem
 from ._problem import default_bounds as default_bounds
 from ._problem import problem as problem
 from ._result import Result as Result
+from ._robust import DEFAULT_SIGMAS as DEFAULT_SIGMAS
+from ._robust import MAX_SAMPLES as MAX_ROBUST_SAMPLES
+from ._robust import SAMPLES as ROBUST_SAMPLES
+from ._robust import Uncertainty as Uncertainty
+from ._robust import compare as robust_compare
+from ._robust import robust as robust
+from ._robust import search as robust_search
+from ._robust import sigmas as uncertainty_sigmas
 from ._sensitivity import SENSITIVITY_KNOBS as SENSITIVITY_KNOBS
 from ._sensitivity import SENSITIVITY_OUTPUTS as SENSITIVITY_OUTPUTS
 from ._sensitivity import elasticities as elasticities
 from ._slack import slack as slack
 
 __all__ = [
-    "GRID_TOP", "INTEGER_KNOBS", "OBJECTIVES", "SENSITIVITY_KNOBS", "SENSITIVITY_OUTPUTS",
-    "Assumptions", "Exact", "GridFront", "Problem", "Result", "default_bounds", "elasticities",
-    "evaluate", "grid_axes", "grid_pareto", "grid_search", "grid_size", "non_dominated",
-    "optimize", "pareto_front", "point_metrics", "problem", "slack", "structurally_feasible",
+    "DEFAULT_SIGMAS", "GRID_TOP", "INTEGER_KNOBS", "MAX_ROBUST_SAMPLES", "OBJECTIVES",
+    "ROBUST_SAMPLES",
+    "SENSITIVITY_KNOBS",
+    "SENSITIVITY_OUTPUTS", "Assumptions", "Exact", "GridFront", "Problem", "Result",
+    "Uncertainty", "default_bounds", "elasticities", "evaluate", "grid_axes", "grid_pareto",
+    "grid_search", "grid_size", "non_dominated", "optimize", "pareto_front", "point_metrics",
+    "problem", "robust", "robust_compare", "robust_search", "slack", "structurally_feasible",
+    "uncertainty_sigmas",
 ]

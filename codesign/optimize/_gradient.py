@@ -287,16 +287,19 @@ def _polish(prob: Problem, clock: _Clock, pool: _Pool, count: int, starts: int, 
 
 def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0,
              width: int = 1, beam: int = 8, rounds: int = 8, polish: int = 8,
-             top: int = 0) -> Result:
+             top: int = 0, include=None) -> Result:
     """The gradient method (module docstring): relaxed multi-start descent,
     rounding to the admissible neighbourhood (`width` values either side),
     exact evaluation, lattice beam search (`beam` wide, at most `rounds`),
     continuous polish of the `polish` best. Start 0 is the scenario's own point.
     With `top` > 0, `Result.top` lists the `top` best distinct feasible points
-    of every one evaluated exactly on the way. Two executables per problem's
-    knobs, `starts` and `steps` (the descent, the exact evaluation), compiled
-    on first use and reused by every later call; `Result.profile` says where
-    the wall time went (`compile_s`: tracing and compiling, 0 when reused)."""
+    of every one evaluated exactly on the way. Points `include` (n, K), if
+    given, join the rounded candidates (evaluated, refined and polished as
+    they are): a robust search given the nominal optimum ends no worse than
+    it. Two executables per problem's knobs, `starts` and `steps` (the
+    descent, the exact evaluation), compiled on first use and reused by every
+    later call; `Result.profile` says where the wall time went (`compile_s`:
+    tracing and compiling, 0 when reused)."""
     if starts < 1 or steps < 2:
         raise ValueError(f"starts={starts} must be >= 1 and steps={steps} >= 2")
     if width < 1 or beam < 1:
@@ -315,6 +318,15 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     evaluations = starts * steps
 
     cands, origin = _rounded_candidates(prob, clock, xf, width)
+    if include is not None:  # origin -1: no start descended to them
+        extra = np.atleast_2d(np.asarray(include, dtype=float))
+        if extra.shape[1] != len(prob.knobs):
+            raise ValueError(f"include has {extra.shape[1]} values a point; the problem "
+                             f"varies {len(prob.knobs)} knobs")
+        every_point = np.concatenate([cands, extra])
+        _, at = np.unique(np.round(every_point, 9), axis=0, return_index=True)
+        cands = every_point[at]
+        origin = np.concatenate([origin, np.full(len(extra), -1)])[at]
     pool = _add(None, prob, clock, cands, origin)
     evaluations += len(cands)
     log = [{"phase": "round", "candidates": int(len(cands)),
@@ -336,8 +348,9 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     path = [{"phase": "gradient", "start": win, "step": int(i), "t": float(t[i]),
              "mu": float(mu[i]), "relaxed_loss": float(losses[win, i]),
              "knobs": _knob_dict(prob, xs[win, i])}
-            for i in [*range(0, steps, every), steps - 1]]
-    path.append({"phase": "gradient_end", "start": win, "knobs": _knob_dict(prob, xf[win])})
+            for i in [*range(0, steps, every), steps - 1]] if win >= 0 else []
+    path.append({"phase": "gradient_end", "start": win, "knobs": _knob_dict(prob, xf[win])}
+                if win >= 0 else {"phase": "included", "points": len(np.atleast_2d(include))})
     path += log
     path.append({"phase": "best", "knobs": _knob_dict(prob, pool.x[b]),
                  "objective": float(pool.ex.objective[b]), "feasible": feasible})

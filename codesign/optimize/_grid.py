@@ -118,6 +118,12 @@ def _c_strides(sizes) -> tuple:
 
 def _layout(prob: Problem, sizes: tuple, top: int, block_points: int = GRID_BLOCK,
             call_points: int = GRID_CALL_POINTS) -> _Layout:
+    """The enumeration of a grid of axes `sizes`; `block_points` and
+    `call_points` count model evaluations: a robust problem's point costs
+    `Core.samples` (vmapped inside it), so its blocks hold that many times
+    fewer points and the memory of a block stays what it is."""
+    block_points = max(1, block_points // prob.core.samples)
+    call_points = max(1, call_points // prob.core.samples)
     outer = [i for i, n in enumerate(prob.names) if n in GRID_HOISTED]
     if len(outer) == len(sizes):  # keep one knob to vmap over
         outer = outer[:-1]
@@ -279,15 +285,18 @@ def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = False,
                 block_points: int = GRID_BLOCK, call_points: int = GRID_CALL_POINTS) -> Result:
     """Evaluate every grid point exactly (module docstring) and return the best.
 
-    A grid of more than `GRID_STREAM_MIN` points streams (`stream`: True or
-    False decides instead): points are enumerated on the device from their
-    index, evaluated in blocks of `block_points` by one compiled kernel,
-    `call_points` per device call, and each block is reduced on the device to
-    its `top` best feasible points; only those reach the host, so memory stays
-    flat in the grid size. Smaller grids (or `keep`) go through `evaluate` in
-    chunks. `progress` draws a bar on stderr. The `top` are evaluated again
-    (`evaluate`) and the best wins, ties to the first in the grid's C order
-    (knobs in the order given), as a plain loop over the grid would find.
+    A grid of more than `GRID_STREAM_MIN` model evaluations (points x
+    `Core.samples`: a robust problem evaluates each point on every sample)
+    streams (`stream`: True or False decides instead): points are enumerated
+    on the device from their index, evaluated in blocks of `block_points`
+    evaluations by one compiled kernel, `call_points` per device call (both
+    `Core.samples` times fewer points on a robust problem, `_layout`), and
+    each block is reduced on the device to its `top` best feasible points;
+    only those reach the host, so memory stays flat in the grid size.
+    Smaller grids (or `keep`) go through `evaluate` in chunks. `progress`
+    draws a bar on stderr. The `top` are evaluated again (`evaluate`) and the
+    best wins, ties to the first in the grid's C order (knobs in the order
+    given), as a plain loop over the grid would find.
     `Result.top` lists them (knobs and objective, best first) and
     `Result.profile` the timings (`GridProfile`).
 
@@ -302,7 +311,7 @@ def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = False,
         raise ValueError(f"keep={keep!r} needs every point's metrics: stream=True cannot")
     bar = Progress("grid", 0, total, enabled=progress)
     kept = {}
-    if not (total > GRID_STREAM_MIN if stream is None else stream) or keep:
+    if not (total * prob.core.samples > GRID_STREAM_MIN if stream is None else stream) or keep:
         score, index, feasible_points, times, kept = _host_grid(prob, axes, top, keep, bar)
     else:
         score, index, feasible_points, times = _stream_grid(prob, axes, top, bar,

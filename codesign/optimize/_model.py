@@ -2,12 +2,15 @@
 quantities the limits bound, dollars and watts from `economics`), the smooth
 constraints, the structural rules (`plan.RULES`), the relaxed loss the
 gradient method descends, and exact evaluation (t = 0, vmapped, in chunks).
+On a robust problem (`_robust.robust`) every metric is a statistic over the
+problem's samples of its uncertain constants (`problem_metrics`).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +25,7 @@ from ._problem import LIMITS, OBJECTIVES, Core, Problem, apply, to_values
 
 MU_END = 1e4  # the penalty weight at the end of the descent, and the exact evaluation's
 CHUNK = 1024  # points per vmapped exact evaluation (candidate sets pad to it)
+CHUNK_EVALUATIONS = 1 << 10  # at most this many model evaluations per chunk (robust: S a point)
 _LIMITED = {"budget_usd": "cost_to_train_usd", "budget_w": "power_w", "max_gpus": "gpus"}
 
 
@@ -50,6 +54,46 @@ def metrics(scn: Scenario, a: Assumptions, t=0.0) -> dict:
         "memory_bytes_per_gpu": out["memory_bytes_per_gpu"],
         "memory_capacity_bytes": out["memory_capacity_bytes"], "gpus": s.gpus,
     }
+
+
+# metrics for which more is better: a pessimistic quantile of them is the low one
+HIGHER_IS_BETTER = frozenset({key for key, goal in OBJECTIVES.values() if goal < 0}
+                             | {"mfu", "goodput"})
+
+
+def perturbed(scn: Scenario, uncertain: tuple, factors: jax.Array) -> Scenario:
+    """`scn` with each uncertain constant (U names) times its factor (U,),
+    clipped to the constant's domain (an efficiency stays in (0, 1])."""
+    for i, name in enumerate(uncertain):
+        d = sc.DOMAINS[name]
+        value = jnp.clip(sc.get_knob(scn, name) * factors[i], d.lo, d.hi)
+        scn = eqx.tree_at(lambda s, n=name: sc.get_knob(s, n), scn, value)
+    return scn
+
+
+def statistic(values: jax.Array, weights: jax.Array, higher_is_better: bool) -> jax.Array:
+    """The statistic of a metric's values over the samples (S,): the weighted
+    sum of the sorted values (`weights`: 1 / S for the mean, the Q-quantile's
+    otherwise; reversed for a metric where more is better, so that it is the
+    value the design reaches with probability Q). Taken relative to the
+    smallest value, so that S equal values give that value exactly (and
+    relative to 0 where it is not finite: inf stays inf)."""
+    values = jnp.sort(values)
+    weights = weights[::-1] if higher_is_better else weights
+    base = jnp.where(jnp.isfinite(values[0]), values[0], 0.0)
+    return base + jnp.sum(weights * (values - base))
+
+
+def problem_metrics(core: Core, scn: Scenario, t=0.0) -> dict:
+    """`metrics` of `scn` under the problem: the nominal model's, or on a robust
+    problem each metric's `statistic` over the samples of the uncertain
+    constants (vmapped; what does not depend on them is computed once)."""
+    if core.uncertain is None:
+        return metrics(scn, core.assumptions, t)
+    per = jax.vmap(lambda f: metrics(perturbed(scn, core.uncertain, f), core.assumptions,
+                                     t))(core.factors)
+    return {k: statistic(v, core.weights, k in HIGHER_IS_BETTER)
+            for k, v in per.items()}
 
 
 def _log_ratio(a, b):
@@ -106,7 +150,7 @@ def relaxed_loss(z: jax.Array, core: Core, t, mu) -> jax.Array:
     """The gradient method's objective at unit-box point z (K,): signed log
     objective + penalty, on the model relaxed at temperature t."""
     scn = apply(core, to_values(core, z))
-    m = metrics(scn, core.assumptions, t)
+    m = problem_metrics(core, scn, t)
     return _objective(core, m)[1] + _penalty(constraints(core, scn, m), mu)
 
 
@@ -131,7 +175,7 @@ def _structural_point(core: Core, scn: Scenario, values: tuple) -> jax.Array:
 def _exact_point(core: Core, values: tuple) -> Exact:
     """Exact evaluation of one point given as K knob values (scalars)."""
     scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
-    m = metrics(scn, core.assumptions)
+    m = problem_metrics(core, scn)
     g = constraints(core, scn, m)
     value, loss = _objective(core, m)
     structural = _structural_point(core, scn, values)
@@ -146,7 +190,7 @@ def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple):
     across a block of the grid) keeps what is computed from it alone out of
     the batch."""
     scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
-    m = metrics(scn, core.assumptions)
+    m = problem_metrics(core, scn)
     g = jnp.stack(_constraint_terms(core, scn, m, limits))
     feasible = _structural_point(core, scn, values) & jnp.all(g <= 1e-12)
     return tuple(m[k] for k in outputs), feasible
@@ -169,7 +213,9 @@ def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
 
 def chunked(batch, core: Core, x, chunk: int) -> Exact:
     """`batch` (`_exact_batch`, or an executable compiled from it for `chunk`
-    points) over points x (n, K) in padded chunks of `chunk` points, as numpy."""
+    points) over points x (n, K) in padded chunks of `chunk` points (fewer on
+    a robust problem of many samples: `CHUNK_EVALUATIONS`), as numpy."""
+    chunk = max(1, min(chunk, CHUNK_EVALUATIONS // core.samples))
     full = np.atleast_2d(np.asarray(x, dtype=float))
     parts = []
     for i in range(0, len(full), chunk):

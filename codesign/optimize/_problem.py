@@ -61,6 +61,17 @@ class Core(eqx.Module):
     objective: jax.Array  # () index into OBJECTIVES
     limits: jax.Array  # (3,) budget_usd, budget_w, max_gpus (_NO_LIMIT: none)
     coords: tuple = eqx.field(static=True)  # the K varied knobs' names
+    # a robust problem (`_robust.robust`): the U uncertain constants' names (None:
+    # the nominal model), their factors per sample (S, U) and the statistic's
+    # weights over the sorted samples (S,): the mean and every quantile share a compilation
+    uncertain: tuple | None = eqx.field(static=True, default=None)
+    factors: jax.Array | None = None
+    weights: jax.Array | None = None
+
+    @property
+    def samples(self) -> int:
+        """Model evaluations per point: the samples of a robust problem, else 1."""
+        return 1 if self.uncertain is None else int(self.factors.shape[0])
 
 
 class Problem(NamedTuple):
@@ -71,6 +82,7 @@ class Problem(NamedTuple):
     admissible: tuple  # per knob: np.ndarray of admissible integers, None if continuous
     objective: str
     limits: dict  # name -> value of the limits set
+    uncertainty: object = None  # a robust problem's `_robust.Uncertainty`, else None
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -49,12 +49,15 @@ class Result(NamedTuple):
 
 def _result(prob, method, x, value, feasible, evaluations, start, path, metrics=None,
             **extra):
-    """The `Result` of a search that found x; `metrics` (every metric at x, as
-    floats) when the search evaluated them already, else `point_metrics`."""
+    """The `Result` of a search that found x after `evaluations` points (each
+    costs `Core.samples` model evaluations, which it counts); `metrics` (every
+    metric at x, as floats) when the search evaluated them already, else
+    `point_metrics`."""
     goal = "min" if OBJECTIVES[prob.objective][1] > 0 else "max"
     metrics = point_metrics(prob, x) if metrics is None else metrics
     return Result(method, prob.objective, goal, float(value), _knob_dict(prob, x),
-                  bool(feasible), int(evaluations), time.perf_counter() - start,
+                  bool(feasible), int(evaluations) * prob.core.samples,
+                  time.perf_counter() - start,
                   metrics, path, **extra)
 
 
