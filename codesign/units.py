@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import re
 
+from ._domains import MAX_MESSAGE_BYTES
+
 B = 1.0
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
 PB, EB = 1e15, 1e18
@@ -69,6 +71,9 @@ def parse_size_range(text: str, *, name: str = "sizes") -> list[float]:
     lo, hi = (parse_bytes(p, name=name) for p in parts)
     if lo < 1 or hi < lo:
         raise ValueError(f"{name}={text!r} needs 1 <= MIN <= MAX")
+    if not hi <= MAX_MESSAGE_BYTES:  # inf included: the doubling would never end
+        raise ValueError(f"{name}={text!r}: MAX must be at most 2^70 bytes (1 ZiB), the "
+                         "largest message codesign costs")
     sizes, size = [], lo
     while size <= hi * (1 + 1e-12):
         sizes.append(size)

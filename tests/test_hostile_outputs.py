@@ -247,3 +247,31 @@ def test_a_sweep_that_makes_no_progress_has_no_feasible_answer(capsys, tmp_path)
     line = _line(capsys, "sweep", spec, "--out", str(tmp_path / "o"), "--no-plots",
                  "--no-progress", code=3)
     assert line.startswith("codesign sweep: no feasible answer: the job makes no progress")
+
+
+def test_a_size_range_to_infinity_is_refused(capsys):
+    """`--sweep 1B:1e400` doubled until memory ran out (MemoryError, exit 1) before."""
+    line = _line(capsys, "collective", "all_reduce", "--ranks", "8", "--sweep", "1B:1e400")
+    assert "MAX must be at most 2^70 bytes" in line
+
+
+def test_a_file_name_too_long_is_one_line(capsys):
+    line = _line(capsys, "estimate", "x" * 300)
+    assert line.endswith("... (300 characters)': File name too long")
+
+
+def test_a_measurement_file_nested_too_deep_is_refused(capsys, tmp_path):
+    path = tmp_path / "deep.jsonl"
+    path.write_text("[" * 5000 + "]" * 5000 + "\n")
+    line = _line(capsys, "calibrate", str(path))
+    assert line.endswith("deep.jsonl line 1: nested too deep to be a record of "
+                         "`codesign bench --json`")
+
+
+def test_the_audit_prints_no_ratio_of_nothing():
+    """Nothing predicted and nothing found is 0, something found against nothing
+    predicted no ratio (`audit --mesh tp=3` printed +nan% before)."""
+    from codesign.execute import audit
+
+    assert audit._relative(0.0, 0.0) == 0.0 and audit._relative(5.0, 0.0) is None
+    assert audit._pct(None) == "n/a" and audit._pct(0.25) == "+25.0%"

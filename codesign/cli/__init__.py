@@ -196,6 +196,15 @@ def _run(module, args, name) -> int:
             print(f"codesign {name}: error: {text}", file=sys.stderr)
             return BAD_INPUT
         return _internal(name, e, debug)
+    except OSError as e:  # the filesystem's answer: no space, a name too long, no permission
+        from .. import _domains
+
+        if debug:
+            traceback.print_exc()
+        path = f"{e.filename!r}: " if e.filename is not None else ""
+        print(f"codesign {name}: error: {_domains.shown_words(path + (e.strerror or str(e)))}",
+              file=sys.stderr)
+        return BAD_INPUT
     except Exception as e:  # noqa: BLE001 - every other exception is a fault of ours
         return _internal(name, e, debug)
 

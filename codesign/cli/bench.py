@@ -287,8 +287,10 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         print(json.dumps(result.as_json(), indent=2))
     else:
         print(calibrate.summary_table(result))
+        nth = {2: "second", 3: "third", 4: "fourth", 5: "fifth"}.get(
+            args.holdout_every, f"{args.holdout_every}th")
         print("holdout: max (and median) relative error |model/measured - 1| over every "
-              f"{args.holdout_every}-th size of each run, left out of the fit")
+              f"{nth} size of each run, left out of the fit")
         if args.points:
             print(calibrate.predictions_table(result))
     if args.out:

@@ -52,6 +52,17 @@ AUDIT_VOCAB_PER_TP = 64
 AXES = ("dp", "tp")
 
 
+
+def _relative(delta, reference) -> float | None:
+    """delta / reference; 0 for 0 / 0, None (no ratio) for x / 0."""
+    if reference:
+        return delta / reference
+    return 0.0 if delta == 0 else None
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
 def parse_mesh(text: str) -> dict:
     """`"dp=2,tp=4"` -> {'dp': 2, 'tp': 4} (order kept: the last axis is innermost)."""
     out = {}
@@ -380,8 +391,10 @@ def compare(shape: AuditShape, obs: Sequence[Observed], rows: Sequence[dict],
             "hlo_count": len(counted), "hlo_bytes": hlo_bytes,
             "hlo_bytes_as_compiled": sum(o.elements * hlo.DTYPE_BYTES[o.dtype] for o in counted),
             "hlo_dtypes": sorted({o.dtype for o in counted}),
-            "difference": hlo_bytes / pred_bytes - 1.0 if pred_bytes else float("nan"),
-            "unexplained_difference": unexplained / pred_bytes if pred_bytes else float("nan"),
+            # relative to the prediction; with none predicted, 0 when none is found either
+            # and None (JSON null, "n/a") when some is: no ratio, never a NaN
+            "difference": _relative(hlo_bytes - pred_bytes, pred_bytes),
+            "unexplained_difference": _relative(unexplained, pred_bytes),
             "explained": explained,
             "unexplained_collectives": [dataclasses.asdict(o) for o in others],
         }
@@ -409,7 +422,8 @@ class AuditReport:
     @property
     def gradient_bytes_match(self) -> bool:
         """Within 5% once the explained parts are removed."""
-        return abs(self.comparison["dp"]["unexplained_difference"]) <= 0.05
+        d = self.comparison["dp"]["unexplained_difference"]
+        return d is not None and abs(d) <= 0.05
 
     def as_json(self) -> dict:
         return {"scenario": self.scenario, "shape": dataclasses.asdict(self.shape),
@@ -468,9 +482,9 @@ def format_report(report: AuditReport) -> str:
         c = report.comparison[dim]
         lines.append(f"  {dim}: predicted {c['predicted_count']:g} collectives = "
                      f"{_b(c['predicted_bytes'])}, HLO {c['hlo_count']} = {_b(c['hlo_bytes'])} "
-                     f"({c['difference']:+.1%}; as compiled {_b(c['hlo_bytes_as_compiled'])} in "
-                     f"{'/'.join(c['hlo_dtypes'])}); unexplained "
-                     f"{c['unexplained_difference']:+.1%}")
+                     f"({_pct(c['difference'])}; as compiled {_b(c['hlo_bytes_as_compiled'])} "
+                     f"in {'/'.join(c['hlo_dtypes']) or 'no dtype'}); unexplained "
+                     f"{_pct(c['unexplained_difference'])}")
         for e in c["explained"]:
             lines.append(f"      + {e['role']} ({e['count']} x, {_b(e['bytes'])}): {e['why']}")
         for o in c["unexplained_collectives"]:

@@ -162,6 +162,9 @@ def _json_records(text: str, path: str) -> list[tuple[int, object]]:
         raise ValueError(f"{path} line {e.lineno} column {e.colno}: not JSON ({e.msg})") from None
     except ValueError as e:  # an integer of more than 4300 digits
         raise ValueError(f"{path} line {text.count(chr(10), 0, pos) + 1}: {e}") from None
+    except RecursionError:  # arrays or objects nested thousands deep: no record is
+        raise ValueError(f"{path} line {text.count(chr(10), 0, pos) + 1}: nested too deep "
+                         "to be a record of `codesign bench --json`") from None
     return out
 
 
