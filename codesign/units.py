@@ -11,6 +11,8 @@ import re
 
 from ._domains import MAX_MESSAGE_BYTES
 
+TOO_LARGE = "a message must be at most 2^70 bytes (1024EiB), the largest the cost model takes"
+
 B = 1.0
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
 PB, EB = 1e15, 1e18
@@ -72,8 +74,7 @@ def parse_size_range(text: str, *, name: str = "sizes") -> list[float]:
     if lo < 1 or hi < lo:
         raise ValueError(f"{name}={text!r} needs 1 <= MIN <= MAX")
     if not hi <= MAX_MESSAGE_BYTES:  # inf included: the doubling would never end
-        raise ValueError(f"{name}={text!r}: MAX must be at most 2^70 bytes (1 ZiB), the "
-                         "largest message codesign costs")
+        raise ValueError(f"{name}={text!r}: {TOO_LARGE}")
     sizes, size = [], lo
     while size <= hi * (1 + 1e-12):
         sizes.append(size)

@@ -24,7 +24,7 @@ from .. import _checks, _domains, step
 from .. import collectives as co
 from .. import hardware as hw
 from .. import scenario as sc
-from ..units import GB, format_bytes, parse_bytes, parse_size_range, us
+from ..units import GB, TOO_LARGE, format_bytes, parse_bytes, parse_size_range, us
 from . import _output, _system
 
 TIERS = ("scale_up", "scale_out", "hierarchical")
@@ -169,8 +169,7 @@ def _fmt_time(t_s: float) -> str:
 def _message_bytes(n_bytes: float, flag: str, text) -> float:
     """`n_bytes`, or a one-line error when it exceeds `_domains.MAX_MESSAGE_BYTES`."""
     if not n_bytes <= _domains.MAX_MESSAGE_BYTES:
-        raise ValueError(f"{flag}={text!r}: a message must be at most 2^70 bytes (1024EiB), "
-                         "the largest the cost model takes")
+        raise ValueError(f"{flag}={text!r}: {TOO_LARGE}")
     return n_bytes
 
 
@@ -249,10 +248,8 @@ def run(args, name) -> int:
         out.update(row, bytes=n_bytes)
         if not (args.json or args.csv):
             print(_describe(args, row, n_bytes, ranks))
-    sizes = parse_size_range(args.sweep or PLOT_SIZES, name="sweep") \
+    sizes = parse_size_range(args.sweep or PLOT_SIZES, name="--sweep") \
         if args.sweep or args.plot else None
-    if sizes:
-        _message_bytes(sizes[-1], "--sweep", args.sweep)
     if args.sweep:
         result = evaluate(op, args.algorithm, sizes, ranks, where)
         out["rows"] = [{"size_bytes": n, "count": int(n // DTYPE_BYTES[args.dtype]),
