@@ -29,8 +29,14 @@ def read_bytes(path: str | Path, what: str, limit: int = TOML_LIMIT_BYTES) -> by
         raise ValueError(f"{name} cannot be read: {e.strerror or e}") from None
     if stat.S_ISDIR(mode):
         raise ValueError(f"{name} is a directory; name a file")
+    fifo = stat.S_ISFIFO(mode)
     try:
-        with open(path, "rb") as f:
+        # a named pipe is opened without waiting for a writer (none: it reads as empty
+        # at once instead of blocking forever), then read as any file
+        fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if fifo else 0))
+        if fifo:
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
             data = f.read(limit + 1)
     except OSError as e:
         raise ValueError(f"{name} cannot be read: {e.strerror or e}") from None

@@ -275,3 +275,16 @@ def test_the_audit_prints_no_ratio_of_nothing():
 
     assert audit._relative(0.0, 0.0) == 0.0 and audit._relative(5.0, 0.0) is None
     assert audit._pct(None) == "n/a" and audit._pct(0.25) == "+25.0%"
+
+
+def test_a_named_pipe_without_a_writer_is_read_as_empty_not_waited_on(tmp_path):
+    """Opening a FIFO for reading waited for a writer forever (the harness's timeout)."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "s.toml"
+    os.mkfifo(fifo)
+    out = subprocess.run([sys.executable, "-m", "codesign", "estimate", str(fifo)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
