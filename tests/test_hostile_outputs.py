@@ -288,3 +288,9 @@ def test_a_named_pipe_without_a_writer_is_read_as_empty_not_waited_on(tmp_path):
     out = subprocess.run([sys.executable, "-m", "codesign", "estimate", str(fifo)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_a_descent_past_the_memory_bound_is_refused(capsys):
+    """`--starts 1e9` was a MemoryError (exit 1)."""
+    line = _line(capsys, "optimize", "--vary", "parallel.tp", "--starts", "1000000000")
+    assert "starts x steps at most 2,000,000" in line

@@ -31,6 +31,7 @@ SINGLE_STEPS = 3  # lattice search: one knob moves up to this many admissible va
 EXACT_CHUNK = 256  # points per exact evaluation of the method (candidate sets pad to it)
 RULE_CHUNK = 1 << 14  # points per check of the structural rules alone
 REPAIRS = 2  # a point that breaks a structural rule is replaced by its 2 nearest repairs
+MAX_DESCENT_STEPS = 2_000_000  # starts x steps: the paths' memory (x knobs x 8 bytes)
 class _Clock:
     """Where the method's wall time goes (seconds): compiling, descending, exact evaluation."""
 
@@ -300,8 +301,10 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     descent, the exact evaluation), compiled on first use and reused by every
     later call; `Result.profile` says where the wall time went (`compile_s`:
     tracing and compiling, 0 when reused)."""
-    if starts < 1 or steps < 2:
-        raise ValueError(f"starts={starts} must be >= 1 and steps={steps} >= 2")
+    if not (starts >= 1 and steps >= 2 and starts * steps <= MAX_DESCENT_STEPS):
+        raise ValueError(f"starts={starts} must be >= 1 and steps={steps} >= 2, with "
+                         f"starts x steps at most {MAX_DESCENT_STEPS:,} (the descent keeps "
+                         "every start's path in memory)")
     if width < 1 or beam < 1:
         raise ValueError(f"width={width} and beam={beam} must be >= 1")
     start = time.perf_counter()
