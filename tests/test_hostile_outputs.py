@@ -294,3 +294,9 @@ def test_a_descent_past_the_memory_bound_is_refused(capsys):
     """`--starts 1e9` was a MemoryError (exit 1)."""
     line = _line(capsys, "optimize", "--vary", "parallel.tp", "--starts", "1000000000")
     assert "starts x steps at most 2,000,000" in line
+
+
+def test_too_many_fake_devices_are_refused(capsys):
+    """`bench --devices 100000` crashed XLA (SIGSEGV)."""
+    line = _line(capsys, "bench", "--devices", "100000", "--iters", "1")
+    assert "devices=100000 must be in [1, 4,096]" in line

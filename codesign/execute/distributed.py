@@ -48,6 +48,7 @@ import jax
 
 JOINED_MARKER = "codesign: joined as process"
 JOINED_ENV = "CODESIGN_JOINED"  # set in a worker once it has joined
+MAX_CPU_DEVICES = 4096  # fake CPU devices of one process (100,000 crashed XLA: SIGSEGV)
 JOIN_GRACE_S = 30.0  # importing JAX and starting a worker, on top of the join timeout
 PARENT_POLL_S = 0.5  # how often a worker checks that its supervisor is alive
 _FORCE_FLAG = "xla_force_host_platform_device_count"
@@ -68,8 +69,9 @@ def configure_cpu_devices(n: int, *, restart: Sequence[str] | None = None) -> No
     line: this process's own) replaces this process with it, the count in
     XLA_FLAGS; without one it is an error.
     """
-    if n < 1:
-        raise ValueError(f"devices={n} must be at least 1")
+    if not 1 <= n <= MAX_CPU_DEVICES:
+        raise ValueError(f"devices={n} must be in [1, {MAX_CPU_DEVICES:,}] (fake CPU devices "
+                         "share this machine's cores and memory)")
     if _FORCE_FLAG in os.environ.get("XLA_FLAGS", ""):
         return
     try:
