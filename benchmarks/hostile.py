@@ -20,9 +20,11 @@ exits 1 with exactly one line that is the model-fault report (an
 `OutputOutOfRange` in the words of `codesign.cli`). Anything else is a hard
 failure: a traceback, a NaN or inf at exit 0, several lines, another internal
 error, a crash, a timeout, a memory blow-up (every case runs under an
-address-space limit), results lost or mixed. Some cases also check what the
-message says (the value at full precision, a long value elided, the stopped
-worker blamed, not the survivor).
+address-space limit), results lost or mixed. A case whose input is invalid
+(NaN, a negative count, an unknown key, a value outside its domain) must
+also be refused (exit 2 or 3), and some cases check what the message says
+(the value at full precision, a long value elided, the stopped worker
+blamed, not the survivor).
 
 CLI cases run `codesign.cli.main` in a child forked from this process (which
 has imported codesign but not started JAX), two at a time, in their own
@@ -416,12 +418,17 @@ class _Job:
             pass
 
 
+def _long(case: Case) -> bool:
+    return case.script is not None or case.call is not None or case.timeout_s > TIMEOUT_S
+
+
 def run_cases(cases: list, workers: int = 2, folder: Path | None = None,
               verbose: bool = False) -> list:
     """Run `cases`, `workers` at a time, each in a folder of its own under `folder`;
     return [(case, outcome, why or None)] in the order of `cases`."""
     folder = Path(folder or tempfile.mkdtemp(prefix="hostile-"))
-    pending = list(enumerate(cases))
+    # the long cases first, so that the short ones fill the other worker meanwhile
+    pending = sorted(enumerate(cases), key=lambda ic: not _long(ic[1]))
     running: dict = {}
     results: dict = {}
     cache = os.environ.get("CODESIGN_CACHE", "")
@@ -507,6 +514,9 @@ FEW_NUMBER_VALUES = ("nan", "-1", "string")
 STRING_VALUES = {"empty": "", "unknown": "nosuch", "number": 1, "nan": math.nan,
                  "list": ["x"], "table": {"a": 1}}
 BOOL_VALUES = {"string": "yes", "number": 2}
+# mutations no key of a built-in scenario file accepts (every domain there is finite)
+INVALID_EVERYWHERE = {"nan", "inf", "-inf", "-1", "1e308", "string", "list", "table",
+                      "unknown", "number", "yes"}
 
 
 # -------------------------------------------------------------------- scenario
@@ -516,9 +526,10 @@ def scenario_cases() -> list:
         doc = tomllib.loads(path.read_text())
         stem, full = path.stem, path.stem == "default"
 
-        def case(label, text, stem=stem, quick=False):
+        def case(label, text, stem=stem, quick=False, invalid=False):
             cases.append(Case(f"scenario/{stem}/{label}", ("estimate", "s.toml", "--json"),
                               files={"s.toml": text}, quick=quick,
+                              expect=refused() if invalid else None,
                               show=f"codesign estimate s.toml --json  # {stem}.toml, {label}"))
 
         for section, table in doc.items():
@@ -534,18 +545,21 @@ def scenario_cases() -> list:
                     mutated = {s: dict(t) for s, t in doc.items()}
                     mutated[section][key] = bad
                     case(f"{section}.{key}={label}", toml_text(mutated),
-                         quick=full and (section, key, label) == ("parallel", "tp", "nan"))
+                         quick=full and (section, key, label) == ("parallel", "tp", "nan"),
+                         invalid=label in INVALID_EVERYWHERE)
                 removed = {s: {k: v for k, v in t.items() if (s, k) != (section, key)}
                            for s, t in doc.items()}
                 case(f"{section}.{key} removed", toml_text(removed))
             unknown = {s: dict(t) for s, t in doc.items()}
             unknown[section]["bogus_key"] = 1
-            case(f"{section}.bogus_key", toml_text(unknown), quick=full and section == "model")
-            case(f"[{section}] twice", toml_text(doc) + f"\n[{section}]\nbogus = 1\n")
-        case("[bogus] table", toml_text({**doc, "bogus": {"x": 1}}))
-        case("top-level key", "x = 1\n" + toml_text(doc))
+            case(f"{section}.bogus_key", toml_text(unknown), quick=full and section == "model",
+                 invalid=True)
+            case(f"[{section}] twice", toml_text(doc) + f"\n[{section}]\nbogus = 1\n",
+                 invalid=True)
+        case("[bogus] table", toml_text({**doc, "bogus": {"x": 1}}), invalid=True)
+        case("top-level key", "x = 1\n" + toml_text(doc), invalid=True)
         case("empty file", "")
-        case("not TOML", "[model\npreset = \n")
+        case("not TOML", "[model\npreset = \n", invalid=True)
         case("system.placement empty", toml_text({**doc, "system": {**doc.get("system", {}),
                                                                       "placement": ""}}))
     return cases
@@ -570,15 +584,33 @@ SETS = ("a", "=", "model.layers", "model.layers=", "nosuch.key=1", "model.nosuch
 EXTRA = ("--bogus", "extra-argument")
 
 
+# flag values that no flag of their kind accepts: each must be refused
+INVALID_VALUES = {"nan", "abc", "", "bogus", "/", ".", "missing/file.toml", "empty.toml",
+                  "bad.toml", "nan.toml", "x" * 300, "nosuch", "1e400", "1ZiB", ":", "1B:",
+                  ":1GiB", "nan:1GiB", "1B:1e308", "1B:1e400", "-1:1", "1B:1ZiB",
+                  "1B:1GiB:2", "a", "=", "model.layers", "model.layers=", "nosuch.key=1",
+                  "model.nosuch=1", "model.layers=1e400", ".=1", "model..layers=1",
+                  "model.layers==1", "system.preset=nosuch", "system.gpus=1e308",
+                  "training.dtype=fp4", "parallel.tp=2.5", "model.layers=nan",
+                  "model.layers=" + "9" * LONG}
+
+
 def _flag_cases(prefix: str, base: tuple, flag: str, values, *, quick=(), files=None,
-                expect=None, timeout_s=TIMEOUT_S) -> list:
+                timeout_s=TIMEOUT_S) -> list:
+    """`codesign BASE FLAG VALUE` for each value (FLAG empty: a positional value); a
+    value in INVALID_VALUES must be refused, a long one elided in the message."""
     out = []
     for v in values:
         argv = (*base, flag, v) if flag else (*base, v)
         label = f"{flag or 'arg'}={_elide(v, 40)!r}"
+        # an empty value of a flag whose absence has a default may mean that default
+        lenient = v == "" and flag in ("--plot", "--out", "--system", "--op", "--mesh",
+                                       "--algorithm", "--figures", "--sweep")
+        checks = [refused()] if v in INVALID_VALUES and not lenient else []
+        if len(v) > 1000:
+            checks.append(lines_at_most())
         out.append(Case(f"cli/{prefix}/{label}", argv, files=dict(files or {}), quick=v in quick,
-                        expect=lines_at_most() if len(v) > 1000 else expect,
-                        timeout_s=timeout_s))
+                        expect=all_of(*checks) if checks else None, timeout_s=timeout_s))
     return out
 
 
@@ -611,7 +643,8 @@ def declared_key_cases() -> list:
             low, high, outside = domain_ends(d.domain)
             values = {"lo": repr(low), "hi": repr(high), "outside": repr(outside)}
         for label, v in values.items():
-            cases.append(Case(f"cli/declared/{key}={label}", (*base, "--set", f"{key}={v}")))
+            cases.append(Case(f"cli/declared/{key}={label}", (*base, "--set", f"{key}={v}"),
+                              expect=refused() if label in ("outside", "unknown") else None))
     return cases
 
 
@@ -775,53 +808,61 @@ def nccl_log(times_us=None, *, sizes=LOG_SIZES, ranks=8, wrong="0") -> str:
     return LOG_HEADER.format(ranks=rank_lines) + rows
 
 
-def bench_lines(**change) -> str:
-    """`codesign bench --json` lines of an 8-rank ring all-reduce; `change`: field ->
-    (row -> value or None to leave it; a key mapped to `DROP` is removed)."""
+def bench_lines(rows=None, **change) -> str:
+    """`codesign bench --json` lines of an 8-rank ring all-reduce, with `change`
+    (field -> value; `DROP` removes the field) in the `rows` given (default all)."""
     lines = []
     for i, n in enumerate(LOG_SIZES):
         record = {"op": "all_reduce", "algorithm": "ring", "ranks": 8, "mesh": "8",
                   "size_bytes": n, "time_s": _ring_time_s(n), "wrong": 0}
-        for key, value in change.items():
-            v = value(i)
-            if v is DROP:
-                record.pop(key, None)
-            elif v is not None:
-                record[key] = v
+        if rows is None or i in rows:
+            record.update(change)
+            record = {k: v for k, v in record.items() if v is not DROP}
         lines.append(json.dumps(record))
     return "\n".join(lines) + "\n"
 
 
 DROP = object()
+# changes of one bench record that may leave it valid (a mesh matters only to a
+# hierarchical record, wrong counts errors, one size of 0 among others, an algorithm of
+# null may mean the data's default): no expectation
+VALID_RECORD_CHANGES = {*(("mesh", label) for label in ("nan", "inf", "-1", "0", "1e308",
+                                                         "string", "null", "list", "object",
+                                                         "true", "missing")),
+                        *(("wrong", label) for label in ("0", "1e308", "inf", "true", "null",
+                                                          "missing")),
+                        ("size_bytes", "0"), ("algorithm", "null")}
 JSON_VALUES = {"nan": math.nan, "inf": math.inf, "-1": -1, "0": 0, "1e308": 1e308,
                "string": "x", "null": None, "list": [], "object": {}, "true": True,
                "missing": DROP}
 
 
-def _calibrate(name: str, text, *extra, quick=False, file="m.jsonl") -> Case:
+def _calibrate(name: str, text, *extra, quick=False, file="m.jsonl", invalid=True) -> Case:
+    """calibrate FILE --out fit.toml: refused (unless not `invalid`), writing nothing."""
+    expect = all_of(refused(), nothing_written("fit.toml")) if invalid else None
     return Case(f"data/calibrate/{name}", ("calibrate", file, "--out", "fit.toml", *extra),
-                files={file: text}, expect=nothing_written("fit.toml"), quick=quick)
+                files={file: text}, expect=expect, quick=quick)
 
 
 def data_cases() -> list:
     times = [f"{_ring_time_s(n) * 1e6:.2f}" for n in LOG_SIZES]
     falling = [8 * 2**k for k in range(28)]
     c = [
-        _calibrate("a valid bench file", bench_lines(), quick=True),
-        _calibrate("a valid nccl-tests log", nccl_log(), file="all_reduce.log"),
+        _calibrate("a valid bench file", bench_lines(), quick=True, invalid=False),
+        _calibrate("a valid nccl-tests log", nccl_log(), file="all_reduce.log", invalid=False),
         _calibrate("log: one time inf", nccl_log([*times[:3], "inf", *times[4:]]),
                    file="all_reduce.log", quick=True),
-        _calibrate("bench: time_s NaN", bench_lines(time_s=lambda i: math.nan if i == 4 else None),
+        _calibrate("bench: time_s NaN", bench_lines({4}, time_s=math.nan),
                    quick=True),
         _calibrate("bench: time_s negative",
-                   bench_lines(time_s=lambda i: -1.0 if i == 4 else None)),
-        _calibrate("bench: ranks=1 everywhere", bench_lines(ranks=lambda i: 1)),
+                   bench_lines({4}, time_s=-1.0)),
+        _calibrate("bench: ranks=1 everywhere", bench_lines(ranks=1)),
         _calibrate("log: ranks=1", nccl_log(ranks=1), file="all_reduce.log"),
-        _calibrate("bench: ranks=0", bench_lines(ranks=lambda i: 0)),
+        _calibrate("bench: ranks=0", bench_lines(ranks=0)),
         _calibrate("log: times fall as size grows",
                    nccl_log([f"{1000 / (4 + k):.2f}" for k in range(28)], sizes=falling),
                    file="all_reduce.log"),
-        _calibrate("bench: size 1e30", bench_lines(size_bytes=lambda i: 1e30 if i == 8 else None)),
+        _calibrate("bench: size 1e30", bench_lines({8}, size_bytes=1e30)),
         _calibrate("log: size 1e30", nccl_log(sizes=[*LOG_SIZES[:-1], 10**30]),
                    file="all_reduce.log"),
         _calibrate("a file holding [1, 2, 3]", "[1, 2, 3]\n"),
@@ -830,15 +871,17 @@ def data_cases() -> list:
         _calibrate("log: unparsable number", nccl_log([times[0], "1x3.04", *times[2:]]),
                    file="all_reduce.log"),
         _calibrate("log: #wrong unparsable", nccl_log(wrong="many"), file="all_reduce.log"),
-        _calibrate("log: #wrong N/A", nccl_log(wrong="N/A"), file="all_reduce.log"),
+        _calibrate("log: #wrong N/A", nccl_log(wrong="N/A"), file="all_reduce.log",
+                   invalid=False),
         _calibrate("empty file", ""),
         _calibrate("only comments", "# nothing\n#\n", file="all_reduce.log"),
         _calibrate("NUL bytes", b"\0" * 4096),
         _calibrate("random bytes", bytes(range(256)) * 64),
         _calibrate("a 10 MB line", "{" + "x" * (10 << 20) + "\n"),
-        _calibrate("log: truncated row", nccl_log()[:-20], file="all_reduce.log"),
+        _calibrate("log: truncated row", nccl_log()[:-20], file="all_reduce.log",
+                   invalid=False),
         _calibrate("log: header only", LOG_HEADER.format(ranks=""), file="all_reduce.log"),
-        _calibrate("one size only", bench_lines(size_bytes=lambda i: 4096)),
+        _calibrate("one size only", bench_lines(size_bytes=4096)),
         _calibrate("JSON nested 5,000 deep", "[" * 5000 + "]" * 5000 + "\n"),
         Case("data/calibrate/a directory", ("calibrate", "logs.jsonl", "--out", "fit.toml"),
              files={"logs.jsonl/": ""}, expect=nothing_written("fit.toml")),
@@ -850,7 +893,8 @@ def data_cases() -> list:
     for field in ("op", "algorithm", "ranks", "mesh", "size_bytes", "time_s", "wrong"):
         for label, v in JSON_VALUES.items():
             c.append(_calibrate(f"bench: {field}={label} on line 3",
-                                bench_lines(**{field: lambda i, v=v: v if i == 2 else None})))
+                                bench_lines({2}, **{field: v}),
+                                invalid=(field, label) not in VALID_RECORD_CHANGES))
     for label, token in (("nan", "nan"), ("-inf", "-inf"), ("-1", "-1"), ("0", "0"),
                          ("1e400", "1e400"), ("empty", "''"), ("x", "x")):
         c.append(_calibrate(f"log: time {label}", nccl_log([*times[:2], token, *times[3:]]),
@@ -973,42 +1017,48 @@ def sweep_cases() -> list:
              ("scale_out.latency_s", -1.0))
     for knob, v in issue:
         c.append(Case(f"sweep/issue/collective {knob}=[{toml_value(v)}]", sweep,
-                      files={"s.toml": _knob_spec(knob, v)}, quick=knob == "n_bytes"))
+                      files={"s.toml": _knob_spec(knob, v)}, quick=knob == "n_bytes",
+                      expect=refused()))
     for knob in ("n_bytes", "ranks", "local_ranks", "scale_up.bandwidth_Bps",
                  "scale_up.latency_s", "scale_up.efficiency", "scale_out.bandwidth_Bps",
                  "scale_out.latency_s", "scale_out.efficiency"):
         for label in ("nan", "inf", "-inf", "-1", "0", "1e308", "string"):
             v = NUMBER_VALUES[label]
             c.append(Case(f"sweep/collective/{knob}=[{label}]", sweep,
-                          files={"s.toml": _knob_spec(knob, v)}))
+                          files={"s.toml": _knob_spec(knob, v)},
+                          expect=None if label == "0" else refused()))
     est = 'name = "e"\ntarget = "estimate"\n[base]\nscenario = "default"\n[knobs]\n'
     hostile = [(k, v) for k in ("parallel.tp", "system.gpus", "system.scale_out_bandwidth_Bps",
                                 "training.micro_batch") for v in (math.nan, -1, 1e308)]
     for knob, v in [*hostile, ("reliability.gpu_mtbf_s", 1e-3), ("reliability.restart_s", 1e9)]:
         c.append(Case(f"sweep/estimate/{knob}=[{toml_value(v)}]", sweep,
-                      files={"s.toml": _knob_spec(knob, v, est, ())}))
+                      files={"s.toml": _knob_spec(knob, v, est, ())}, expect=refused()))
     rel = 'name = "r"\ntarget = "reliability"\n[base]\ncheckpoint_bytes = 6e12\n[knobs]\n'
     for knob, v in (("gpu_mtbf_s", 1e-3), ("gpu_mtbf_s", 1.0), ("restart_s", 1e9),
                     ("checkpoint_write_s", 1e9), ("gpus", 1e7), ("step_time_s", 0),
                     ("step_time_s", -1), ("step_time_s", math.nan), ("step_time_s", 1e308),
                     ("straggler_q", 1.0), ("checkpoint_bytes", 1e30)):
         c.append(Case(f"sweep/reliability/{knob}=[{toml_value(v)}]", sweep,
-                      files={"s.toml": _knob_spec(knob, v, rel, ())}))
+                      files={"s.toml": _knob_spec(knob, v, rel, ())},
+                      expect=refused() if knob in ("gpu_mtbf_s", "restart_s",
+                                                   "checkpoint_write_s", "step_time_s")
+                      else None))
     ecmp = 'name = "x"\ntarget = "ecmp"\n[knobs]\n'
     for knob, v in (("k_flows", 0), ("k_flows", -1), ("k_flows", math.nan), ("k_flows", 1e308),
                     ("m_links", 0), ("m_links", 1e308), ("overhead", -1), ("overhead", math.nan)):
         c.append(Case(f"sweep/ecmp/{knob}=[{toml_value(v)}]", sweep,
-                      files={"s.toml": _knob_spec(knob, v, ecmp, ())}))
+                      files={"s.toml": _knob_spec(knob, v, ecmp, ())},
+                      expect=None if (knob, v) == ("k_flows", 0) else refused()))
     fab = 'name = "f"\ntarget = "fabric"\n[base]\nsystem = "dgx-h100"\n[knobs]\n'
     for knob, v in (("gpus", 0), ("gpus", 1e308), ("gpus", math.nan), ("scale_up_domain", 0),
                     ("n_bytes", -1), ("ranks", 0)):
         c.append(Case(f"sweep/fabric/{knob}=[{toml_value(v)}]", sweep,
-                      files={"s.toml": _knob_spec(knob, v, fab, ())}))
+                      files={"s.toml": _knob_spec(knob, v, fab, ())}, expect=refused()))
     # every spec of sweeps/, mutated so that it must be refused before any work
     for path in sorted((ROOT / "sweeps").glob("*.toml")):
         doc = tomllib.loads(path.read_text())
         for label, mutated in _spec_mutations(doc).items():
-            c.append(Case(f"sweep/spec/{path.stem}: {label}", sweep,
+            c.append(Case(f"sweep/spec/{path.stem}: {label}", sweep, expect=refused(),
                           files={"s.toml": _spec_text(mutated)}, timeout_s=60,
                           show=f"codesign sweep s.toml ...  # sweeps/{path.name}, {label}"))
     small = SMALL_SPEC.format(n=6)
@@ -1539,8 +1589,6 @@ def load_cases() -> list:
                                        for a in ("--set", "parallel.tp=8")])),
          load("bench --sizes 1B:1EiB", ("bench", "--sizes", "1B:1EiB", "--iters", "1",
                                         "--warmup", "0", "--no-progress", "--devices", "2")),
-         load("bench --sizes 1GiB:1GiB", ("bench", "--sizes", "1GiB:1GiB", "--iters", "1",
-                                          "--warmup", "0", "--no-progress", "--devices", "8")),
          load("bench --devices 100000", ("bench", "--devices", "100000", "--sizes", "1KiB:1KiB",
                                          "--iters", "1", "--no-progress")),
          load("sweep --cpu-devices 100000", ("sweep", "s.toml", "--out", "o", "--cpu-devices",
@@ -1581,10 +1629,19 @@ GENERATORS = {"scenario": scenario_cases, "cli": cli_cases, "data": data_cases,
               "library": library_cases, "load": load_cases}
 
 
+# in the --quick sample too (besides the cases generated with quick=True)
+QUICK = ("cli/declared/system.gpus=outside", "data/calibrate/a directory",
+         "data/calibrate/non-UTF-8 bytes", "sweep/store/a chunk edited on disk, then --resume",
+         "multiprocess/bench --processes '0'", "library/knob ends/system.gpus",
+         "load/10,000 --set flags")
+
+
 def all_cases(categories=CATEGORIES) -> list:
     cases = []
     for name in categories:
         cases += GENERATORS[name]()
+    for c in cases:
+        c.quick = c.quick or c.name in QUICK
     names = [c.name for c in cases]
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
