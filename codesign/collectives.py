@@ -165,8 +165,8 @@ def _rail_ring(passes: float):
 # as the algorithms run. An `in_network` row moves W at tier 0's in-network
 # bandwidth (`bandwidth_Bps` x `in_network_efficiency`; 1e30 s where the tier
 # has none). `choose` evaluates every candidate of an op in one expression: the
-# coefficients are one matrix product (rows x features) and the times one
-# vectorised formula, so a new algorithm adds a row, not equations.
+# coefficients are a sum over the features each term uses (rows x features, sparse)
+# and the times one vectorised formula, so a new algorithm adds a row, not equations.
 #
 # Features: "p-1", "f(p)" = (p-1)/p, "lg(p)" = log2 p, "one(p)" = min(log2 p, 1)
 # (the constants 1 and 2 of the table, vanishing at p = 1), the same of g and N,
