@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from codesign import cli  # noqa: E402 - after the path; imports no JAX
+from codesign import _procfs, cli  # noqa: E402 - after the path; imports no JAX
 
 CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load")
 GiB = 1 << 30
@@ -1275,16 +1275,6 @@ def _full_disk(folder: Path) -> Outcome:
 
 
 # ------------------------------------------------------------------ multi-process
-def _children(pid: int) -> list:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
 
 
 def _process_id(pid: int) -> int | None:
@@ -1308,7 +1298,7 @@ def _signalled_worker(folder: Path, argv, sig: int, after_s: float = 5.0,
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
-            workers = _children(proc.pid)
+            workers = _procfs.children(proc.pid)
             ids = {w: _process_id(w) for w in workers}
             victim = next((w for w, i in ids.items() if i == 1), None)
             if victim is not None and len(workers) >= 2:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from codesign import _procfs
 from codesign.execute import distributed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,18 +129,6 @@ def test_simulated_slurm_job_starts_without_flags_and_matches_two_local_processe
     assert second == []  # only process 0 prints
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
-
-
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -162,7 +151,7 @@ def test_no_worker_outlives_a_killed_supervisor():
             assert parent.poll() is None, "the bench ended before starting its workers"
             assert time.monotonic() < deadline, "no 2 workers within 60 s"
             time.sleep(0.05)
-            workers = _children(parent.pid)
+            workers = _procfs.children(parent.pid)
         time.sleep(3.0)  # let them import JAX and join
         assert len(workers) == 2 and all(_alive(w) for w in workers)
         os.kill(parent.pid, signal.SIGKILL)

@@ -46,6 +46,8 @@ from pathlib import Path
 
 import jax
 
+from .. import _procfs
+
 JOINED_MARKER = "codesign: joined as process"
 JOINED_ENV = "CODESIGN_JOINED"  # set in a worker once it has joined
 MAX_CPU_DEVICES = 4096  # fake CPU devices of one process (100,000 crashed XLA: SIGSEGV)
@@ -289,15 +291,6 @@ def failure_reason(stderr: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _stopped(proc: subprocess.Popen) -> bool:
-    """Whether `proc` is stopped (SIGSTOP, a debugger: state T or t in /proc; Linux)."""
-    try:
-        stat = Path(f"/proc/{proc.pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2:][:1] in ("T", "t")
-
-
 def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
@@ -361,7 +354,7 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                     stderr = _read(err)
                     where = f" at {coordinator}" if coordinator else ""
                     log = f" (log: {logs[i]})" if logs is not None else ""
-                    stopped = [j for j, p in enumerate(procs) if j != i and _stopped(p)]
+                    stopped = [j for j, p in enumerate(procs) if j != i and _procfs.stopped(p.pid)]
                     if stopped:  # the survivor's error is the stopped one's fault
                         raise ValueError(
                             f"process {ids[stopped[0]]} of {total} was stopped (SIGSTOP or a "
@@ -383,7 +376,7 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                 return [Finished(0, _read(out), "" if out is err else _read(err))
                         for out, err in files]
             if timeout_s is not None and time.monotonic() - start > timeout_s:
-                held = [ids[j] for j, p in enumerate(procs) if _stopped(p)]
+                held = [ids[j] for j, p in enumerate(procs) if _procfs.stopped(p.pid)]
                 why = f" (process {held[0]} of {total} was stopped: SIGSTOP or a debugger)" \
                     if held else ""
                 raise ValueError(f"timeout={timeout_s:g} s passed before the {n} process(es) "
