@@ -1,9 +1,12 @@
 """What Linux's /proc says about a process (no JAX, so the hostile-case harness
-can use it before it forks): its children and whether it is stopped. Off Linux
-both answer as for a process with none and not stopped."""
+can use it before it forks): its children, whether it is stopped, and how much
+memory it may still take. Off Linux they answer as for a process with no
+children, not stopped, and no known memory bound."""
 
 from __future__ import annotations
 
+import re
+import resource
 from pathlib import Path
 
 
@@ -31,3 +34,24 @@ def stopped(pid: int) -> bool:
         return _stat_fields(Path(f"/proc/{pid}/stat").read_text())[0] in ("T", "t")
     except OSError:
         return False
+
+
+def _kib(text: str, field: str) -> int | None:
+    m = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+    return None if m is None else int(m.group(1)) * 1024
+
+
+def available_memory_bytes() -> int | None:
+    """The memory this process may still allocate: the machine's available memory
+    (MemAvailable), less where this process's address-space limit (RLIMIT_AS,
+    `ulimit -v`) comes first; None where neither is known."""
+    try:
+        bounds = [_kib(Path("/proc/meminfo").read_text(), "MemAvailable")]
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit != resource.RLIM_INFINITY:
+            used = _kib(Path("/proc/self/status").read_text(), "VmSize") or 0
+            bounds.append(max(limit - used, 0))
+    except OSError:
+        return None
+    known = [b for b in bounds if b is not None]
+    return min(known) if known else None

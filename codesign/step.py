@@ -190,7 +190,24 @@ def estimate(scn, t=0.0, assumptions=None, *, check=True) -> Estimate:
     prices = economics.default_assumptions() if assumptions is None else assumptions
     capex = economics.fabric_capex_usd(scn.system, inventory, prices, t)
     power = economics.fabric_power_w(scn.system, inventory, prices)
-    return Estimate(s, rel, inventory, capex, power, scn.tokens)
+    est = Estimate(s, rel, inventory, capex, power, scn.tokens)
+    return _finite_checked(est) if check else est
+
+
+def _finite_checked(est: Estimate) -> Estimate:
+    """`est` guarded by `equinox.error_if`: under jit/vmap/grad a step time that is
+    not a positive finite number, a non-finite part of it, or a time to train
+    (in GPU-seconds) past what a float holds raises instead of flowing on as
+    inf or NaN (a peak or efficiency at 1e-300 is in its domain)."""
+    s = est.step
+    parts = [s.compute_s, s.bubble_s, s.optimizer_s, s.tokens_per_s, *s.exposed_s.values(),
+             est.time_to_train_s * s.gpus, est.fabric_capex_usd, est.fabric_power_w]
+    bad = ~(s.step_time_s > 0) | ~jnp.isfinite(s.step_time_s)
+    for x in parts:
+        bad = bad | ~jnp.isfinite(x)
+    return eqx.error_if(est, jnp.any(bad), "the estimate is not finite (a traced value): an "
+                        f"input is beyond what the model can represent; check {_STEP_INPUTS}, "
+                        "training.tokens")
 
 
 def outputs(est: Estimate) -> dict:

@@ -30,11 +30,34 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(capsys):
 def test_a_process_that_never_joins_ends_the_run_with_a_clear_error(capsys):
     port = distributed.free_port()  # nobody else will ever join: process 1 does not exist
     rc = main(["bench", *BENCH, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-               "--process-id", "0", "--join-timeout", "3"])
+               "--process-id", "0", "--join-timeout", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
-    assert "process 0 of 2 did not join the coordinator at 127.0.0.1:" in err[-1]
-    assert "join timeout 3 s" in err[-1]
+    assert len(err) == 1, err  # JAX's own log of the abort (absl lines, a stack) is held back
+    assert "process 0 of 2 did not join the coordinator at 127.0.0.1:" in err[0]
+    assert "join timeout 1 s" in err[0]
+
+
+ABSL = ("E1202 18:28:10.025535    6247 coordination_service.cc:1549] tasks are unhealthy\n"
+        "0\n1\nF1202 18:28:10.026074    6258 client.h:80] Terminating process\n*** Check failure stack trace: ***\n    @     0x7fa6fd440634  absl::SendToLog()\n")
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_relayed_stderr_stops_at_the_runtime_s_first_error_line(capfd, code):
+    """What follows an absl error line is relayed only if the worker then succeeds;
+    a failing one's reason is the one line of the ValueError."""
+    worker = [sys.executable, "-c",
+              f"import sys; print({distributed.JOINED_MARKER + ' 0 of 1'!r}, file=sys.stderr); "
+              f"print('progress 1/2', file=sys.stderr); print({ABSL!r}, file=sys.stderr, end=''); "
+              f"sys.exit({code})"]
+    if code:
+        with pytest.raises(ValueError, match="exited with code 3: Terminating process"):
+            distributed.supervise([worker], join_timeout_s=30)
+    else:
+        distributed.supervise([worker], join_timeout_s=30)
+    err = capfd.readouterr().err
+    assert err.startswith("progress 1/2\n"), err
+    assert ("stack trace" in err) == (code == 0), err
 
 
 def test_supervisor_kills_the_others_when_one_fails(tmp_path):
@@ -92,3 +115,6 @@ def test_coordinator_and_launcher_arguments_are_checked(capsys):
     assert "processes=3 must divide devices=8" in capsys.readouterr().err
     assert main(["bench", "--coordinator", "127.0.0.1:1234"]) == 2
     assert "--coordinator needs --num-processes and --process-id" in capsys.readouterr().err
+    for timeout in ("0", "-1"):
+        assert main(["bench", "--processes", "2", "--join-timeout", timeout]) == 2
+        assert f"join timeout={timeout} s must be in [1, 1,000,000] s" in capsys.readouterr().err

@@ -149,6 +149,25 @@ def test_step_estimate_checks_the_failure_model():
         step.check_outputs(out)
 
 
+@pytest.mark.parametrize("key", ["system.peak_flops_per_s", "system.matmul_efficiency"])
+def test_the_traced_check_covers_the_step_model_at_the_ends_of_a_domain(key):
+    """A peak or an efficiency of 1e-300 is in its domain (positive); under jit,
+    vmap and grad the step it gives overflows to inf, and the estimate raises
+    instead of returning inf, NaN or a NaN gradient."""
+    import codesign
+
+    scn = codesign.load(None)
+
+    def time_to_train(v):
+        return codesign.estimate(codesign.set_knobs(scn, {key: v})).time_to_train_s
+
+    ends = jnp.asarray([1e-300, 0.5])
+    for f in (jax.jit(jax.vmap(time_to_train)), jax.jit(jax.vmap(jax.grad(time_to_train)))):
+        with pytest.raises(Exception, match="the estimate is not finite"):
+            jax.block_until_ready(f(ends))
+    assert math.isfinite(float(jax.jit(time_to_train)(jnp.asarray(0.5))))
+
+
 def test_a_component_that_never_fails_has_no_mtbf(capsys):
     """share 0: null (text: never), not gpu_mtbf / 1e-300 ~ 1e300 hours."""
     assert main(["reliability", "--set", "reliability.share_nic=0", "--set",
@@ -300,3 +319,26 @@ def test_too_many_fake_devices_are_refused(capsys):
     """`bench --devices 100000` crashed XLA (SIGSEGV)."""
     line = _line(capsys, "bench", "--devices", "100000", "--iters", "1")
     assert "devices=100000 must be in [1, 4,096]" in line
+
+
+def test_bench_past_this_machine_s_memory_is_refused_before_it_allocates(capsys):
+    """`bench --sizes 1B:1EiB` was a MemoryError (exit 1) on fake devices."""
+    line = _line(capsys, "bench", "--sizes", "1B:1EiB", "--devices", "2", "--iters", "1",
+                 "--no-progress")
+    assert "sizes up to 1EiB over 8 ranks need about" in line  # conftest fakes 8
+    assert "of host memory at once" in line and "choose smaller --sizes" in line
+
+
+def test_the_host_memory_of_a_bench_run_counts_every_size():
+    from codesign.execute import bench
+
+    one = bench.host_memory_bytes("all_reduce", 8, [2**20])
+    # float32: input 4 B, expected int64 8 B and output 4 B per element, plus the
+    # temporaries of the pattern (3 x 8 B) and the cast (4 B)
+    assert one == 8 * 2**18 * (4 + 12 + 28)
+    assert bench.host_memory_bytes("all_reduce", 8, [2**20, 2**20]) == 8 * 2**18 * (2 * 16 + 28)
+    # all-gather's size is its whole output: 2^18 input elements, 8 x as many out
+    assert bench.host_memory_bytes("all_gather", 8, [2**20]) == 2**18 * (4 + 8 * 12 + 28)
+    bench.check_memory("all_reduce", 8, [2**20], "float32", None)  # unknown: not checked
+    with pytest.raises(ValueError, match="this process can take 1KiB"):
+        bench.check_memory("all_reduce", 8, [2**20], "float32", 1024)

@@ -32,7 +32,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .. import collectives
+from .. import _procfs, collectives, units
 from . import algorithms
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
@@ -219,6 +219,36 @@ def prepare(op: str, mesh: BenchMesh, size_bytes: float, dtype: str = "float32")
                 size // itemsize)
 
 
+def host_memory_bytes(op: str, ranks: int, sizes_bytes: Sequence[float],
+                      dtype: str = "float32") -> int:
+    """What `run` holds at its peak in host memory (fake CPU devices live there
+    too): every size's input, exact expected output (int64) and last output at
+    once, plus the temporaries of preparing the largest input (its int64
+    pattern, three times over, and the cast)."""
+    itemsize = jnp.dtype(DTYPES[check_dtype(dtype)]).itemsize
+    kept, transient = 0, 0
+    for size in sizes_bytes:
+        count, _ = layout(op, size, itemsize, ranks)
+        inputs = ranks * count
+        outputs = {"all_gather": ranks * inputs, "reduce_scatter": count}.get(op, inputs)
+        kept += inputs * itemsize + outputs * (8 + itemsize)
+        transient = max(transient, inputs * (3 * 8 + itemsize))
+    return kept + transient
+
+
+def check_memory(op: str, ranks: int, sizes_bytes: Sequence[float], dtype: str,
+                 available_bytes: int | None) -> None:
+    """A one-line ValueError when `host_memory_bytes` exceeds `available_bytes`
+    (None: unknown, not checked), before anything is allocated."""
+    need = host_memory_bytes(op, ranks, sizes_bytes, dtype)
+    if available_bytes is not None and need > available_bytes:
+        raise ValueError(
+            f"sizes up to {units.format_bytes(max(sizes_bytes))} over {ranks} ranks need about "
+            f"{units.format_bytes(need)} of host memory at once (every size's input, expected "
+            f"and last output); this process can take {units.format_bytes(available_bytes)}: "
+            "choose smaller --sizes or fewer of them")
+
+
 def record(op: str, algorithm: str, mesh: BenchMesh, case: Case, dtype: str,
            times: Sequence[float], out: jax.Array) -> BenchRecord:
     """The BenchRecord of `times` (one per call) and the last output of one size."""
@@ -252,6 +282,7 @@ def run(op: str, algorithm: str, mesh: BenchMesh, sizes_bytes: Sequence[float], 
     check_dtype(dtype)
     if iters < 1 or warmup < 0:
         raise ValueError(f"iters={iters} must be >= 1 and warmup={warmup} >= 0")
+    check_memory(op, mesh.ranks, sizes_bytes, dtype, _procfs.available_memory_bytes())
     fn = compiled(op, algorithm, mesh)
     cases = [prepare(op, mesh, size, dtype) for size in sizes_bytes]
     steps, done = len(cases) + iters, 0

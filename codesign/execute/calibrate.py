@@ -140,13 +140,20 @@ def _json_records(text: str, path: str) -> list[tuple[int, object]]:
     file, its line and column."""
     decoder, space = json.JSONDecoder(), re.compile(r"[ \t\n\r]*")
     out, pos = [], space.match(text).end()
+    line, counted = 1, 0  # the line of `counted`, counted forward (not from 0 each time)
+
+    def line_at(p: int) -> int:
+        nonlocal line, counted
+        line, counted = line + text.count("\n", counted, p), p
+        return line
+
     array = text.startswith("[", pos)
     if array:
         pos = space.match(text, pos + 1).end()
     try:
         while pos < len(text) and not (array and text.startswith("]", pos)):
             value, end = decoder.raw_decode(text, pos)
-            out.append((text.count("\n", 0, pos) + 1, value))
+            out.append((line_at(pos), value))
             pos = space.match(text, end).end()
             if array and text.startswith(",", pos):
                 pos = space.match(text, pos + 1).end()
@@ -161,9 +168,9 @@ def _json_records(text: str, path: str) -> list[tuple[int, object]]:
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} line {e.lineno} column {e.colno}: not JSON ({e.msg})") from None
     except ValueError as e:  # an integer of more than 4300 digits
-        raise ValueError(f"{path} line {text.count(chr(10), 0, pos) + 1}: {e}") from None
+        raise ValueError(f"{path} line {line_at(pos)}: {e}") from None
     except RecursionError:  # arrays or objects nested thousands deep: no record is
-        raise ValueError(f"{path} line {text.count(chr(10), 0, pos) + 1}: nested too deep "
+        raise ValueError(f"{path} line {line_at(pos)}: nested too deep "
                          "to be a record of `codesign bench --json`") from None
     return out
 

@@ -53,6 +53,11 @@ JOINED_ENV = "CODESIGN_JOINED"  # set in a worker once it has joined
 MAX_CPU_DEVICES = 4096  # fake CPU devices of one process (100,000 crashed XLA: SIGSEGV)
 JOIN_GRACE_S = 30.0  # importing JAX and starting a worker, on top of the join timeout
 PARENT_POLL_S = 0.5  # how often a worker checks that its supervisor is alive
+MAX_JOIN_TIMEOUT_S = 1_000_000  # jax.distributed holds its timeouts as int32 milliseconds
+# A line of the C++ runtime's log (absl): severity E or F, date, time, thread, file:line].
+# Once a worker logs one it is failing; what follows (the message's further lines, a
+# stack trace) is not relayed, and the supervisor's one line gives the reason.
+_ABSL_ERROR = re.compile(r"^[EF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]+\]", re.M)
 _FORCE_FLAG = "xla_force_host_platform_device_count"
 
 
@@ -250,6 +255,8 @@ def worker_command(entry: str, args: Sequence[str], *, coordinator: str | None,
         raise ValueError(f"entry={entry!r} must look like module:function")
     if coordinator is not None:
         check_coordinator(coordinator)
+    if not 1 <= timeout_s <= MAX_JOIN_TIMEOUT_S:
+        raise ValueError(f"join timeout={timeout_s} s must be in [1, {MAX_JOIN_TIMEOUT_S:,}] s")
     if num_processes < 1 or not 0 <= process_id < num_processes:
         raise ValueError(f"process_id={process_id} must lie in [0, num_processes="
                          f"{num_processes})")
@@ -318,7 +325,9 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
     an error, when one has not printed `JOINED_MARKER` within
     `join_timeout_s + JOIN_GRACE_S`, or when `timeout_s` (if given) has
     passed. The stderr of worker `relay_stderr_of` (its progress bar) is
-    copied to this process's stderr as it arrives. With `logs`, worker i's
+    copied to this process's stderr as it arrives, up to the first error line
+    of the C++ runtime's log (the rest is held back, and written only if the
+    worker then succeeds: a failure is reported in one line). With `logs`, worker i's
     stdout and stderr both go to the file logs[i] (and `Finished.stdout` holds
     both). `on_poll` is called every `poll_s` seconds while they run.
     Errors name worker i as `process process_ids[i] of num_processes` (default:
@@ -331,7 +340,7 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
         files = [(f, f) for f in (open(p, "w+b") for p in logs)]
     else:
         files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in commands]
-    start, relayed, joined_ = time.monotonic(), 0, [False] * n
+    start, relayed, withheld, joined_ = time.monotonic(), 0, "", [False] * n
     procs = []
     try:
         for cmd, (out, err) in zip(commands, files, strict=True):
@@ -345,8 +354,13 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                     joined_[i] = JOINED_MARKER in text
                 if i == relay_stderr_of:
                     text = _read(err) if text is None else text
-                    new = text[relayed:].replace(f"{JOINED_MARKER} {ids[i]} of {total}\n", "")
-                    relayed = len(text)
+                    end = max(text.rfind("\n"), text.rfind("\r")) + 1  # whole lines (or bars)
+                    new = text[relayed:end].replace(f"{JOINED_MARKER} {ids[i]} of {total}\n", "")
+                    relayed = max(relayed, end)
+                    error = _ABSL_ERROR.search(new)
+                    if withheld or error:
+                        cut = 0 if withheld else error.start()
+                        new, withheld = new[:cut], withheld + new[cut:]
                     sys.stderr.write(new)
                     sys.stderr.flush()
                 rc = proc.poll()
@@ -373,6 +387,9 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                                      f"within {join_timeout_s + JOIN_GRACE_S:g} s; stopped "
                                      "every process")
             if all(p.poll() == 0 for p in procs):
+                if relay_stderr_of is not None:  # the last partial line, and what was held
+                    sys.stderr.write(withheld + _read(files[relay_stderr_of][1])[relayed:])
+                    sys.stderr.flush()
                 return [Finished(0, _read(out), "" if out is err else _read(err))
                         for out, err in files]
             if timeout_s is not None and time.monotonic() - start > timeout_s:
