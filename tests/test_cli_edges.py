@@ -3,6 +3,7 @@ interruption is one line on stderr naming the flag or file, with its exit code."
 
 import json
 import math
+import os
 
 import pytest
 
@@ -137,11 +138,24 @@ def test_plot_prints_the_path_it_wrote(command, capsys, tmp_path):
     assert written.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize("name, written", [("x.", "x.png"), ("..png", "..png.png")])
+def test_the_printed_plot_path_is_matplotlib_s(name, written, capsys, tmp_path, monkeypatch):
+    """matplotlib adds .png where os.path.splitext finds no extension (`..png` has
+    none: leading dots are skipped) and strips trailing dots first."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["roofline", "--plot", name]) == 0
+    assert f"wrote {written}" in capsys.readouterr().out.splitlines()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [written]
+
+
 @pytest.mark.parametrize("name, words", [("x.v2", "matplotlib cannot write '.v2'"),
-                                         ("d.png", "is a directory")])
+                                         ("d.png", "is a directory"), (".", "is a directory"),
+                                         ("..", "is a directory"),
+                                         ("no/such.png", "its folder")])
 def test_plot_path_is_checked_first(name, words, capsys, tmp_path):
     (tmp_path / "d.png").mkdir()
-    line = _fails(capsys, "estimate", "--plot", str(tmp_path / name))
+    path = os.path.join(str(tmp_path), name)  # not pathlib: it drops a trailing "."
+    line = _fails(capsys, "estimate", "--plot", path)
     assert line.startswith("codesign estimate: error: --plot ") and words in line
 
 

@@ -39,7 +39,8 @@ def test_a_process_that_never_joins_ends_the_run_with_a_clear_error(capsys):
 
 
 ABSL = ("E1202 18:28:10.025535    6247 coordination_service.cc:1549] tasks are unhealthy\n"
-        "0\n1\nF1202 18:28:10.026074    6258 client.h:80] Terminating process\n*** Check failure stack trace: ***\n    @     0x7fa6fd440634  absl::SendToLog()\n")
+        "0\n1\nF1202 18:28:10.026074    6258 client.h:80] Terminating process\n"
+        "*** Check failure stack trace: ***\n    @     0x7fa6fd440634  absl::SendToLog()\n")
 
 
 @pytest.mark.parametrize("code", [0, 3])

@@ -5,6 +5,7 @@ command wrote."""
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from pathlib import Path
 
@@ -52,18 +53,29 @@ def plots():
 
 
 def plot_path(path: str) -> str:
-    """The file `--plot PATH` writes, checked before anything is computed: matplotlib
-    adds `.png` to a name without a suffix (so `--plot adir` writes `adir.png`, and
-    says so); a suffix it cannot write, or a directory, is a ValueError naming --plot."""
-    out = path if Path(path).suffix else f"{path}.png"
-    if Path(out).is_dir():
-        raise ValueError(f"--plot {out!r} is a directory; name a file, e.g. {out}/plot.png")
+    """The file `--plot PATH` writes, checked before anything is computed. It is
+    matplotlib's own name (`FigureCanvasBase.print_figure`): a name without an
+    extension (by `os.path.splitext`, which skips leading dots: `..png` has none)
+    gets its trailing dots stripped and `.png` added, so `--plot adir` writes
+    `adir.png`, and says so (even beside a folder `adir`). A name that is only
+    dots or ends in a separator (`.`, `..`, `a/`), a directory, a folder that
+    does not exist or an extension matplotlib cannot write is a ValueError
+    naming --plot."""
+    if not os.path.basename(path).strip("."):  # '.', '..', 'a/': no name to add .png to
+        raise ValueError(f"--plot {path!r} is a directory; name a file, e.g. "
+                         f"{os.path.join(path, 'plot.png')}")
+    ext = os.path.splitext(path)[1][1:]
+    out = path if ext else f"{path.rstrip('.')}.png"
     from matplotlib.backend_bases import FigureCanvasBase
 
     formats = FigureCanvasBase.get_supported_filetypes()
-    if Path(out).suffix[1:].lower() not in formats:
-        raise ValueError(f"--plot {out!r}: matplotlib cannot write {Path(out).suffix!r} "
-                         f"files; use one of {', '.join('.' + f for f in sorted(formats))}")
+    if (ext or "png").lower() not in formats:
+        raise ValueError(f"--plot {out!r}: matplotlib cannot write '.{ext}' files; use one "
+                         f"of {', '.join('.' + f for f in sorted(formats))}")
+    if Path(out).is_dir():
+        raise ValueError(f"--plot {out!r} is a directory; name a file, e.g. {out}/plot.png")
+    if not Path(out).resolve().parent.is_dir():
+        raise ValueError(f"--plot {out!r}: its folder {str(Path(out).parent)!r} does not exist")
     return out
 
 
