@@ -359,8 +359,9 @@ def test_property_traced_knobs_answer_or_raise_naming_the_key(values):
         message = _traced_message(e)
         assert message is not None, str(e)[:300]
         assert any(message.startswith(f"{k} must be") for k in outside) if outside \
-            else message.startswith(("model.", "the job makes no progress")), message
-        event("traced error: " + ("domain" if outside else "relation or no progress"))
+            else message.startswith(("model.", "the job makes no progress",
+                                     "the estimate is not finite")), message
+        event("traced error: " + ("domain" if outside else "relation, no progress or overflow"))
         return
     assert not outside, f"{outside} outside their domains went through"
     event(_assert_answer_or_one_line_error(lambda: step.check_outputs(out) or out))
