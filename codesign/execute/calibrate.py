@@ -518,7 +518,7 @@ def check_line_rate(calibration: Calibration, system: System, name: str) -> None
             raise UnphysicalFit(
                 f"the fit of {', '.join(sorted({m.source for m in ms}))} ({algorithms}) gives "
                 f"{t} bandwidth {f.bandwidth_Bps / 1e9:.1f} GB/s per GPU, above the "
-                f"{line_rate / 1e9:.1f} GB/s line rate of {name}'s {_LINKS[t]}: check "
+                f"{line_rate / 1e9:.1f} GB/s line rate of the {_LINKS[t]} of {name}: check "
                 "--system (the machine), --local-ranks (GPUs per node) and --algorithm")
 
 
