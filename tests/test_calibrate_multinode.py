@@ -68,8 +68,8 @@ def nccl_log(nodes=NODES, local=LOCAL, up=UP, nic=NIC, ripple=RIPPLE) -> str:
             cols.append(f"{_us(time_s):>8} {algbw:7.2f} {busbw:7.2f} {0:6d}")
         rows.append(f"{n:12d} {n // 4:13d} {'float':>9} {'sum':>7} {-1:7d} " + " ".join(cols))
     busbw = [float(r.split()[7]) for r in rows]
-    tail = ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {sum(busbw) / len(busbw):.4f}",
-            "#"]
+    tail = ["# Out of bounds values : 0 OK",
+            f"# Avg bus bandwidth    : {sum(busbw) / len(busbw):.4f}", "#"]
     return "\n".join(head + rows + tail) + "\n"
 
 
