@@ -228,7 +228,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GPUs per node: bigger runs span nodes (default 8)")
     parser.add_argument("--algorithm", default=None,
                         help="fit this collectives.py algorithm instead of the one the data "
-                             "names (nccl-tests: ring in a node, hierarchical across nodes)")
+                             "names (nccl-tests: ring in a node; across nodes rail_ring, NCCL's, "
+                             "or rail_tree, hierarchical)")
     parser.add_argument("--op", default=None, help="the collective of nccl-tests logs whose "
                                                    "text and name do not say it")
     parser.add_argument("--ranks", type=int, default=None,

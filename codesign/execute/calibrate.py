@@ -71,8 +71,9 @@ FIT_STEPS = 1500
 FIT_LEARNING_RATE = 0.1
 FOLDED_REDUCTION_Bps = 1e30  # "free": the fitted bandwidth already includes the reduction
 # Assumption (docs/sources.md): a model that misses a size it did not see by more
-# than 25% does not describe the machine (the fits of good logs hold out within
-# 10%; CPU threads timed as fake devices miss by 100% and more)
+# than 25% does not describe the machine (the nccl-tests fixtures, each fitted with
+# the algorithm it was written with, hold out within 10%; fake CPU devices miss by
+# 100% and more)
 MAX_HOLDOUT_ERROR = 0.25
 _REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 # the algorithm NCCL runs across nodes (nccl-tests logs do not name it): one ring
@@ -93,7 +94,7 @@ class Measurement:
     source: str
     local_ranks: int = LOCAL_RANKS
     line: int = 0  # of the source file
-    device: str = ""  # the device name the source gives (nccl-tests '# Rank' lines)
+    devices: tuple[str, ...] = ()  # the device names the source gives (nccl-tests '# Rank')
 
 
 def default_tier(ranks: int, local_ranks: int = LOCAL_RANKS) -> str:
@@ -257,7 +258,7 @@ def _nccl_measurements(path: str, text: str, tier: str | None, algorithm: str | 
         time = _field(f"{where}: time_s", "time_s", r.time_s)
         out.append(Measurement(log.op, alg, int(log.ranks), size, time,
                                tier or default_tier(log.ranks, local_ranks), path, local_ranks,
-                               r.line, ", ".join(log.devices)))
+                               r.line, log.devices))
     return out
 
 
@@ -498,7 +499,7 @@ def devices_preset(measurements: Sequence[Measurement]) -> str | None:
     lines: "NVIDIA H100 80GB HBM3" -> dgx-h100), when they name one and only one."""
     from .compute import preset_for_device
 
-    presets = {preset_for_device(d) for m in measurements for d in m.device.split(", ") if d}
+    presets = {preset_for_device(d) for m in measurements for d in m.devices}
     return presets.pop() if len(presets) == 1 and None not in presets else None
 
 
@@ -529,7 +530,8 @@ def check_holdout(calibration: Calibration, max_error: float = MAX_HOLDOUT_ERROR
     if poor:
         errors = ", ".join(f"{t} {e:.0%}" for t, e in poor)
         raise PoorFit(f"held-out max relative error {errors} is above {max_error:.0%}: the "
-                      "times do not follow the model (a busy machine? fake CPU devices?)")
+                      "times do not follow the model (a busy machine? fake CPU devices? "
+                      "--points shows every size)")
 
 
 # the fitted parameters' domains: the Tier fields' (the scenario keys'), zero excluded
