@@ -49,8 +49,12 @@ def test_parser_errors_name_the_problem(tmp_path):
 def test_fit_recovers_the_tiers_the_fixtures_were_written_with():
     """The fixtures follow alpha-beta-gamma with alpha 0.9 us, 395 GB/s, reduction
     1.675e12 B/s inside a node and 3.5 us, 46 GB/s per rail across, times a 15%
-    protocol bump around 2 MiB and 3% noise: the fit must land near them."""
-    ms = sum((calibrate.load(f) for f in (H100_AR, H100_AG, H100_2N)), [])
+    protocol bump around 2 MiB and 3% noise: the fit must land near them. The
+    2-node log was written with the sequential `hierarchical` all-reduce (not what
+    NCCL runs, so not calibrate's default: tests/test_calibrate_multinode.py), and
+    is fitted as written."""
+    ms = sum((calibrate.load(f) for f in (H100_AR, H100_AG)), [])
+    ms += calibrate.load(H100_2N, algorithm="hierarchical")
     result = calibrate.fit(ms)
     up, out = result.tiers["scale_up"], result.tiers["scale_out"]
     assert up.alpha_s == pytest.approx(0.9e-6, rel=0.1)
@@ -77,7 +81,7 @@ def test_reduction_is_folded_without_a_non_reducing_collective():
 
 def test_multi_node_log_needs_the_scale_up_tier():
     ms = calibrate.load(H100_2N)
-    assert {m.algorithm for m in ms} == {"hierarchical"} and ms[0].tier == "scale_out"
+    assert {m.algorithm for m in ms} == {"rail_ring"} and ms[0].tier == "scale_out"
     with pytest.raises(ValueError, match="need the scale_up tier too"):
         calibrate.fit(ms)
     fit = calibrate.fit(ms, prior=system("dgx-h100")).tiers

@@ -228,7 +228,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GPUs per node: bigger runs span nodes (default 8)")
     parser.add_argument("--algorithm", default=None,
                         help="fit this collectives.py algorithm instead of the one the data "
-                             "names (nccl-tests: ring in a node, hierarchical across nodes)")
+                             "names (nccl-tests: ring in a node; across nodes rail_ring, NCCL's, "
+                             "or rail_tree, hierarchical)")
     parser.add_argument("--op", default=None, help="the collective of nccl-tests logs whose "
                                                    "text and name do not say it")
     parser.add_argument("--ranks", type=int, default=None,
@@ -238,6 +239,9 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
                              "identify (calibrate compute: the chip's peaks)")
     parser.add_argument("--holdout-every", type=int, default=3,
                         help="hold out every N-th size of each run (default 3)")
+    parser.add_argument("--accept-poor-fit", action="store_true",
+                        help="write the fit even when its held-out error is above the "
+                             "threshold (docs/execution.md), with a warning; else exit 3")
     parser.add_argument("--points", action="store_true",
                         help="print measured against predicted time for every size (kernel)")
     group = parser.add_argument_group("calibrate compute")
@@ -257,6 +261,7 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
+    from .. import hardware
     from .. import scenario as sc
     from ..execute import calibrate
 
@@ -278,11 +283,25 @@ def _run_calibrate(args: argparse.Namespace) -> int:
                                        local_ranks=args.local_ranks)
     prior = sc.system(args.system) if args.system else None
     preset = sc.system_labels(args.system).preset if args.system else None
+    # the links' line rates: the preset of --system, else of the logs' devices, else the default
+    checked = preset or calibrate.devices_preset(measurements)
+    named = (f"--system {args.system}" if args.system else "the logs' devices" if checked
+             else "the default preset; --system names yours")
+    checked = checked or sc.DEFAULT_SYSTEM
     try:
         result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
+        calibrate.check_line_rate(result, hardware.system(checked), f"{checked} ({named})")
+        calibrate.check_holdout(result)
     except calibrate.UnphysicalFit as e:  # valid input, no physical answer: nothing written
         print(f"codesign calibrate: {e}", file=sys.stderr)
         return INFEASIBLE
+    except calibrate.PoorFit as e:
+        if not args.accept_poor_fit:
+            print(f"codesign calibrate: {e}; nothing written (--accept-poor-fit writes it)",
+                  file=sys.stderr)
+            return INFEASIBLE
+        print(f"codesign calibrate: warning: {e}; written as --accept-poor-fit asks",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
     else:

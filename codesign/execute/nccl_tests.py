@@ -18,7 +18,9 @@ domains are checked where they are used, `calibrate.load`).
 The test (hence the op) comes from the `--op` argument, else from a
 `*_perf` name in the text (the command line, or "# Collective test starting:
 all_reduce_perf" in recent versions), else from the file name. The rank count
-is the number of "#  Rank  N Group ..." lines.
+is the number of "#  Rank  N Group ..." lines; `devices` are the device names
+those lines end with ("... device  0 [0x18] NVIDIA H100 80GB HBM3"), which
+`calibrate` maps to a system preset (the NICs' line rate it checks against).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class NcclLog:
     ranks: int
     rows: tuple[NcclRow, ...]
     source: str
+    devices: tuple[str, ...] = ()  # the distinct device names of the '# Rank' lines
 
 
 def _op_from(text: str, source: str, op: str | None) -> str:
@@ -76,6 +79,10 @@ def _op_from(text: str, source: str, op: str | None) -> str:
             return _OP_ALIASES[alias]
     raise ValueError(f"{source}: cannot tell which nccl-tests collective this is (no *_perf "
                      "name in the text or file name); pass `op`")
+
+
+_RANK = re.compile(r"#\s+Rank\s+\d+\s+(Group|Pid)")
+_DEVICE = re.compile(r"\sdevice\s+\d+\s+\[[^\]]*\]\s+(\S.*?)\s*$")
 
 
 def _columns(lines: list[str], source: str) -> list[str]:
@@ -121,12 +128,15 @@ def parse(text: str, *, source: str = "<text>", op: str | None = None,
                             v[wrong_name], n))
     if not rows:
         raise ValueError(f"{source}: no result lines under the nccl-tests column header")
+    rank_lines = [ln for ln in lines if _RANK.match(ln)]
     if ranks is None:
-        ranks = sum(1 for ln in lines if re.match(r"#\s+Rank\s+\d+\s+(Group|Pid)", ln))
+        ranks = len(rank_lines)
         if ranks == 0:
             raise ValueError(f"{source}: no '#  Rank N Group ...' lines to count ranks from; "
                              "pass `ranks`")
-    return NcclLog(_op_from(text, source, op), ranks, tuple(rows), source)
+    devices = tuple(dict.fromkeys(m.group(1) for ln in rank_lines
+                                  for m in [_DEVICE.search(ln)] if m))
+    return NcclLog(_op_from(text, source, op), ranks, tuple(rows), source, devices)
 
 
 def read(path: str, *, op: str | None = None, ranks: int | None = None) -> NcclLog:
