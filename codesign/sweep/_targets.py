@@ -25,6 +25,7 @@ from .. import (
     economics,
     fabric,
     hardware,
+    plan,
     reliability,
     scenario,
     step,
@@ -419,10 +420,36 @@ def _check_scaled(scn: scenario.Scenario, axis, axes: tuple) -> None:
                              f"{_domains.fmt(value * f)} must be {domain.describe()}")
 
 
+# the float keys the plan's rules read (with dp, which follows from them)
+_PLAN_KEYS = frozenset(k for r in plan.RULES if r.message is not None for k in r.reads) | {
+    "system.gpus", *plan.DP_FROM}
+
+
+def _check_plans(scn: scenario.Scenario, axes: tuple) -> None:
+    """Every point of the listed float axes that the plan rules read (tp, pp,
+    gpus, global batch, ...: the others cannot break a rule) is a plan
+    `estimate` would take: dp a whole number, then `plan.validate`, else its
+    one-line ValueError, as `codesign estimate --set` says it. Random ranges are
+    relaxed knobs and are not checked."""
+    grid = [a for a in axes if a.kind == "values" and a.name in _PLAN_KEYS]
+    for point in itertools.product(*(a.values for a in grid)):
+        s = scenario.set_knobs(scn, {a.name: v for a, v in zip(grid, point, strict=True)})
+        p = s.plan
+        try:
+            if "parallel.dp" not in (a.name for a in grid):
+                plan.check_data_parallel(s.system.gpus, p.tp, p.pp, p.cp)
+            plan.validate(p, s.model, s.system.gpus)
+        except ValueError as e:
+            at = ", ".join(f"{a.name}={_domains.fmt(v)}" for a, v in zip(grid, point,
+                                                                          strict=True))
+            raise ValueError(f"knobs at {at}: {e}") from None
+
+
 def _estimate_check(floats: tuple, categories: tuple, base_keys: tuple):
     """The estimate target's check: the axes, the plain float knobs' values
     against `scenario.DOMAINS`, every combo's scenario (loaded and validated),
-    and the scaled values of every `scale:` axis in each."""
+    every plan its listed axes make (`_check_plans`), and the scaled values of
+    every `scale:` axis in each."""
     plain = target.make_check("estimate", floats, categories, None, base_keys,
                               domains=scenario.DOMAINS)
 
@@ -431,6 +458,7 @@ def _estimate_check(floats: tuple, categories: tuple, base_keys: tuple):
         scaled = [a for a in axes if a.kind != "categories" and a.name.startswith("scale:")]
         for settings in target.all_settings(base, axes):
             scn = _scenario(settings, directory)
+            _check_plans(scn, axes)
             for axis in scaled:
                 _check_scaled(scn, axis, axes)
 
