@@ -17,6 +17,7 @@ from pathlib import Path
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import (
     _domains,
@@ -428,21 +429,34 @@ _PLAN_KEYS = frozenset(k for r in plan.RULES if r.message is not None for k in r
 def _check_plans(scn: scenario.Scenario, axes: tuple) -> None:
     """Every point of the listed float axes that the plan rules read (tp, pp,
     gpus, global batch, ...: the others cannot break a rule) is a plan
-    `estimate` would take: dp a whole number, then `plan.validate`, else its
-    one-line ValueError, as `codesign estimate --set` says it. Random ranges are
-    relaxed knobs and are not checked."""
+    `codesign estimate --set` would take: dp a whole number >= 1 and every rule
+    of `plan.RULES` that `plan.validate` checks, evaluated on all the points at
+    once; the first that fails raises what `estimate` says of it, naming the
+    point. Random ranges are relaxed knobs and are not checked."""
     grid = [a for a in axes if a.kind == "values" and a.name in _PLAN_KEYS]
-    for point in itertools.product(*(a.values for a in grid)):
-        s = scenario.set_knobs(scn, {a.name: v for a, v in zip(grid, point, strict=True)})
-        p = s.plan
-        try:
-            if "parallel.dp" not in (a.name for a in grid):
-                plan.check_data_parallel(s.system.gpus, p.tp, p.pp, p.cp)
-            plan.validate(p, s.model, s.system.gpus)
-        except ValueError as e:
-            at = ", ".join(f"{a.name}={_domains.fmt(v)}" for a, v in zip(grid, point,
-                                                                          strict=True))
-            raise ValueError(f"knobs at {at}: {e}") from None
+    if not grid:
+        return
+    columns = [c.ravel() for c in np.meshgrid(*(np.asarray(a.values, dtype=float)
+                                                for a in grid), indexing="ij")]
+    s = scenario.set_knobs(scn, {a.name: c for a, c in zip(grid, columns, strict=True)})
+    m, p, sy = jax.tree.map(np.asarray, (s.model, s.plan, s.system))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = (p.dp == np.round(p.dp)) & (p.dp >= 1.0)
+        for rule in plan.RULES:
+            if rule.message is not None:
+                ok = ok & np.asarray(rule.holds(m, p, sy))
+    bad = np.flatnonzero(~np.broadcast_to(ok, columns[0].shape))
+    if not bad.size:
+        return
+    point = {a.name: float(c[bad[0]]) for a, c in zip(grid, columns, strict=True)}
+    one = scenario.set_knobs(scn, point)
+    try:
+        if "parallel.dp" not in point:
+            plan.check_data_parallel(one.system.gpus, one.plan.tp, one.plan.pp, one.plan.cp)
+        plan.validate(one.plan, one.model, one.system.gpus)
+    except ValueError as e:
+        at = ", ".join(f"{k}={_domains.fmt(v)}" for k, v in point.items())
+        raise ValueError(f"knobs at {at}: {e}") from None
 
 
 def _estimate_check(floats: tuple, categories: tuple, base_keys: tuple):
