@@ -210,6 +210,16 @@ def data_parallel(gpus, tp, pp, cp):
     return gpus / (tp * pp * cp)
 
 
+def check_data_parallel(gpus, tp, pp, cp) -> float:
+    """The whole dp >= 1 that `gpus` leaves for tp pp cp (concrete values), else a
+    one-line ValueError (scenario loading, a sweep's plan axes)."""
+    dp = float(data_parallel(gpus, tp, pp, cp))
+    if dp != int(dp) or dp < 1:
+        raise ValueError(f"system.gpus={float(gpus):g} is not a multiple of "
+                         f"tp*pp*cp={float(tp * pp * cp):g}; set parallel.dp or system.gpus")
+    return dp
+
+
 # ------------------------------------------------------------------- rules
 # The structural rules of a plan on a model and a machine, in one table read by
 # `validate` (concrete values, the first broken rule raises), the optimiser's

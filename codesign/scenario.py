@@ -47,7 +47,7 @@ import numpy as np
 from . import _checks, _domains, _files, hardware, strategies, workload
 from ._checks import float_field
 from .hardware import System
-from .plan import Plan, Precision, data_parallel, recipe, validate
+from .plan import Plan, Precision, check_data_parallel, data_parallel, recipe, validate
 from .reliability import Reliability
 from .units import parse_quantity
 from .workload import Transformer
@@ -451,12 +451,7 @@ def _plan(t: dict, gpus: float) -> Plan:
     given = _given(Plan, t)
     get = lambda k: given.get(k, _default(Plan, k))  # noqa: E731
     if "dp" not in given:
-        dp = data_parallel(gpus, get("tp"), get("pp"), get("cp"))
-        if dp != int(dp) or dp < 1:
-            raise ValueError(f"system.gpus={gpus:g} is not a multiple of "
-                             f"tp*pp*cp={get('tp') * get('pp') * get('cp'):g}; set "
-                             "parallel.dp or system.gpus")
-        given["dp"] = dp
+        given["dp"] = check_data_parallel(gpus, get("tp"), get("pp"), get("cp"))
     given.setdefault("schedule", "interleaved" if get("interleave") > 1 else "1f1b")
     return Plan(**given, precision=recipe(get("dtype"), **_given(Precision, t)))
 

@@ -225,3 +225,10 @@ def test_a_message_past_the_cost_models_range_is_refused_not_nan(capsys, flag, v
     assert main(["collective", "all_reduce", "--ranks", "8", "--bytes", "1EiB", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert all(math.isfinite(out[k]) and out[k] > 0 for k in ("time_s", "algbw_Bps", "busbw_Bps"))
+
+
+def test_an_8_bit_recipe_on_a_chip_without_fp8_names_its_8_bit_peak(capsys):
+    """The A100's 8-bit peak is int8's (it has no fp8): the text says '8-bit'."""
+    assert main(["estimate", "--set", "training.dtype=fp8"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("MFU "))
+    assert ", of the 8-bit peak " in line and "fp8" not in line, line

@@ -15,6 +15,12 @@ Each distinct command runs once per session (a JIT compile each, ~5-20 s on a
 2-core CPU): keep the quoted commands few (`MAX_COMMANDS`). Outputs that are
 measurements (timings) are not quoted as `$ codesign` blocks: they are labelled
 with the command and the date that produced them.
+
+docs/tutorial.md is one story whose commands read the files earlier ones wrote
+(a scenario, benchmark records, a fitted system): its blocks run in order, in a
+scratch directory of their own, in one test (`test_the_tutorial_runs_in_order`),
+every command afresh; its measurements (bench timings, the fitted constants and
+what follows from them) are left out with `...`.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from codesign.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MAX_COMMANDS = 13  # distinct quoted commands; each costs a compile
+TUTORIAL = ROOT / "docs" / "tutorial.md"  # run in order, in one test
+MAX_COMMANDS = 13  # distinct quoted commands outside the tutorial; each costs a compile
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ def quotes(path: Path) -> list[list[Quote]]:
     return blocks
 
 
-BLOCKS = [block for path in PAGES for block in quotes(path)]
+BLOCKS = [block for path in PAGES if path != TUTORIAL for block in quotes(path)]
 
 
 def _matches(expected: tuple[str, ...], actual: list[str]) -> str | None:
@@ -125,18 +132,35 @@ def scratch(tmp_path_factory):
     return d
 
 
-def _run(command: str, capsys) -> str:
+def _execute(command: str, capsys) -> str:
+    """What `command` (`codesign ...` or `cat FILE...`) prints, run here and now."""
     argv = shlex.split(command)
     if argv[0] == "cat":
         return "".join(Path(f).read_text() for f in argv[1:])
     assert argv[0] == "codesign", f"only `codesign` and `cat` commands are checked: {command}"
+    capsys.readouterr()
+    rc = main(argv[1:])
+    captured = capsys.readouterr()
+    assert rc == 0, f"{command} exited {rc}: {captured.err.strip()[-500:]}"
+    return captured.out
+
+
+def _run(command: str, capsys) -> str:
+    """`_execute`, once per distinct `codesign` command of the session."""
+    if command.startswith("cat "):
+        return _execute(command, capsys)
     if command not in _OUTPUTS:
-        capsys.readouterr()
-        rc = main(argv[1:])
-        captured = capsys.readouterr()
-        assert rc == 0, f"{command} exited {rc}: {captured.err.strip()[-500:]}"
-        _OUTPUTS[command] = captured.out
+        _OUTPUTS[command] = _execute(command, capsys)
     return _OUTPUTS[command]
+
+
+def _check(q: Quote, printed: str) -> None:
+    actual = [line.rstrip() for line in printed.split("\n")]
+    while actual and not actual[-1]:
+        actual.pop()
+    problem = _matches(q.expected, actual)
+    assert problem is None, (
+        f"{q.page}:{q.line}: `{q.command}`: {problem}; it now prints:\n" + "\n".join(actual))
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b[0].page}:{b[0].line}" for b in BLOCKS])
@@ -144,12 +168,19 @@ def test_quoted_output_is_what_the_command_prints(block, scratch, capsys, monkey
     monkeypatch.chdir(scratch)
     monkeypatch.setenv("COLUMNS", "120")
     for q in block:
-        actual = [line.rstrip() for line in _run(q.command, capsys).split("\n")]
-        while actual and not actual[-1]:
-            actual.pop()
-        problem = _matches(q.expected, actual)
-        assert problem is None, (
-            f"{q.page}:{q.line}: `{q.command}`: {problem}; it now prints:\n" + "\n".join(actual))
+        _check(q, _run(q.command, capsys))
+
+
+def test_the_tutorial_runs_in_order(tmp_path, capsys, monkeypatch):
+    (tmp_path / "tests").symlink_to(ROOT / "tests")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "120")
+    steps = [q for block in quotes(TUTORIAL) for q in block]
+    assert {"import", "estimate", "optimize", "sensitivity", "bench", "calibrate"} <= {
+        q.command.split()[1] for q in steps if q.command.startswith("codesign ")}
+    assert any("--system fit.toml" in q.command for q in steps)
+    for q in steps:
+        _check(q, _execute(q.command, capsys))
 
 
 def test_the_quoted_commands_stay_few():

@@ -67,3 +67,36 @@ def test_notebook_executes_top_to_bottom():
     nbclient.NotebookClient(nb, timeout=HANG_S, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     _check(nb)
+
+
+DOCS = NOTEBOOK.parents[1] / "docs" / "codesign.md"
+# a number and, where one follows, its unit ("d" is the notebook's "days")
+_QUANTITY = re.compile(r"(\d+(?:[.,]\d+)*(?:e[+-]\d+)?)"
+                       r"(?:\s?(days|d|GPUs|evaluations|GB/s|s|h|%|M)(?![\w/]))?")
+
+
+def _quantities(text: str) -> set[tuple[str, str]]:
+    """(number, unit) of every number in `text` ("" without a unit); an
+    e-notation number also in units of 1e9 B/s."""
+    found = set()
+    for number, unit in _QUANTITY.findall(text):
+        found.add((number, "days" if unit == "d" else unit))
+        if "e" in number:
+            found.add((f"{float(number) / 1e9:.4g}", "GB/s"))
+    return found
+
+
+def test_docs_quote_the_committed_outputs():
+    """docs/codesign.md's four problems (its bullets) quote only numbers the
+    committed notebook prints or sets, with the same unit where the page gives
+    one: a rerun that moves them fails here until the page follows."""
+    page = DOCS.read_text()
+    section = page.split("## Four problems from the literature", 1)[1].split("\n## ", 1)[0]
+    bullets = section[section.index("- **(a)"):]
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    printed = _quantities(_text(nb) + "\n".join(c.source for c in nb.cells))
+    printed |= {(n, "") for n, _ in printed}  # a bare number matches any unit
+    quoted = _quantities(bullets)
+    assert sum(1 for _, u in quoted if u) > 30, sorted(quoted)
+    missing = sorted(quoted - printed)
+    assert not missing, f"docs/codesign.md quotes what the notebook does not print: {missing}"

@@ -263,6 +263,24 @@ def test_estimate_target_names_bad_scenario_keys():
             "categories": ["sideways"]}}}})
 
 
+@pytest.mark.parametrize("knobs, message", [
+    ({"parallel": {"tp": [8, 16]}},
+     r"^knobs at parallel\.tp=16: parallel\.tp=16 must divide model\.kv_heads=8$"),
+    ({"parallel": {"pp": [16, 12]}, "system": {"gpus": [16384]}},
+     r"^knobs at parallel\.pp=12, system\.gpus=16384: system\.gpus=16384 is not a multiple "
+     r"of tp\*pp\*cp=96"),
+])
+def test_estimate_target_refuses_the_plans_estimate_refuses(knobs, message):
+    """A listed plan axis point that `codesign estimate --set` refuses fails the
+    spec in its one line, naming the point, before anything compiles; a random
+    range is a relaxed knob and passes."""
+    base = {"target": "estimate", "base": {"scenario": "llama3-405b"}}
+    with pytest.raises(ValueError, match=message):
+        sweep.parse_spec({**base, "knobs": knobs})
+    sweep.parse_spec({**base, "samples": 4,
+                      "knobs": {"parallel": {"tp": {"random": [1, 64]}}}})
+
+
 def test_estimate_roofline_columns_are_step_roofline():
     """step.roofline traces (its tier is a jnp boolean), and the estimate target's
     roofline columns are its values: a dimension that crosses domains is judged on

@@ -125,11 +125,11 @@ def _print_estimate(scn, labels, out):
     for k, v in out["breakdown_s"].items():
         share = v / out["step_time_s"] if out["step_time_s"] else 0.0
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
-    # against the 16-bit peak and, GEMMs in another width, against their own peak
-    gemm = p.precision.gemm
-    own = gemm not in ("bf16", "fp16")
-    mfu_own = f", of the {gemm} peak {out['mfu_gemm_peak']:.1%}" if own else ""
-    hfu_own = f" (of the {gemm} peak {out['hfu_gemm_peak']:.1%})" if own else ""
+    # against the 16-bit peak and, GEMMs in 8 bits, against the chip's 8-bit peak
+    # (`Chip.peak_fp8_flops_per_s`: fp8, or int8 on a chip without fp8, e.g. A100)
+    own = p.precision.gemm not in ("bf16", "fp16")
+    mfu_own = f", of the 8-bit peak {out['mfu_gemm_peak']:.1%}" if own else ""
+    hfu_own = f" (of the 8-bit peak {out['hfu_gemm_peak']:.1%})" if own else ""
     print(f"MFU {out['mfu']:.1%} (causal {out['mfu_causal']:.1%}{mfu_own})   "
           f"HFU {out['hfu']:.1%}{hfu_own}   model {out['model_tflops_per_gpu']:.1f} / hardware "
           f"{out['hardware_tflops_per_gpu']:.1f} TFLOP/s per GPU")

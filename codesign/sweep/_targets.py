@@ -17,6 +17,7 @@ from pathlib import Path
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import (
     _domains,
@@ -25,6 +26,7 @@ from .. import (
     economics,
     fabric,
     hardware,
+    plan,
     reliability,
     scenario,
     step,
@@ -419,10 +421,49 @@ def _check_scaled(scn: scenario.Scenario, axis, axes: tuple) -> None:
                              f"{_domains.fmt(value * f)} must be {domain.describe()}")
 
 
+# the float keys the plan's rules read (with dp, which follows from them)
+_PLAN_KEYS = frozenset(k for r in plan.RULES if r.message is not None for k in r.reads) | {
+    "system.gpus", *plan.DP_FROM}
+
+
+def _check_plans(scn: scenario.Scenario, axes: tuple) -> None:
+    """Every point of the listed float axes that the plan rules read (tp, pp,
+    gpus, global batch, ...: the others cannot break a rule) is a plan
+    `codesign estimate --set` would take: dp a whole number >= 1 and every rule
+    of `plan.RULES` that `plan.validate` checks, evaluated on all the points at
+    once; the first that fails raises what `estimate` says of it, naming the
+    point. Random ranges are relaxed knobs and are not checked."""
+    grid = [a for a in axes if a.kind == "values" and a.name in _PLAN_KEYS]
+    if not grid:
+        return
+    columns = [c.ravel() for c in np.meshgrid(*(np.asarray(a.values, dtype=float)
+                                                for a in grid), indexing="ij")]
+    s = scenario.set_knobs(scn, {a.name: c for a, c in zip(grid, columns, strict=True)})
+    m, p, sy = jax.tree.map(np.asarray, (s.model, s.plan, s.system))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = (p.dp == np.round(p.dp)) & (p.dp >= 1.0)
+        for rule in plan.RULES:
+            if rule.message is not None:
+                ok = ok & np.asarray(rule.holds(m, p, sy))
+    bad = np.flatnonzero(~np.broadcast_to(ok, columns[0].shape))
+    if not bad.size:
+        return
+    point = {a.name: float(c[bad[0]]) for a, c in zip(grid, columns, strict=True)}
+    one = scenario.set_knobs(scn, point)
+    try:
+        if "parallel.dp" not in point:
+            plan.check_data_parallel(one.system.gpus, one.plan.tp, one.plan.pp, one.plan.cp)
+        plan.validate(one.plan, one.model, one.system.gpus)
+    except ValueError as e:
+        at = ", ".join(f"{k}={_domains.fmt(v)}" for k, v in point.items())
+        raise ValueError(f"knobs at {at}: {e}") from None
+
+
 def _estimate_check(floats: tuple, categories: tuple, base_keys: tuple):
     """The estimate target's check: the axes, the plain float knobs' values
     against `scenario.DOMAINS`, every combo's scenario (loaded and validated),
-    and the scaled values of every `scale:` axis in each."""
+    every plan its listed axes make (`_check_plans`), and the scaled values of
+    every `scale:` axis in each."""
     plain = target.make_check("estimate", floats, categories, None, base_keys,
                               domains=scenario.DOMAINS)
 
@@ -431,6 +472,7 @@ def _estimate_check(floats: tuple, categories: tuple, base_keys: tuple):
         scaled = [a for a in axes if a.kind != "categories" and a.name.startswith("scale:")]
         for settings in target.all_settings(base, axes):
             scn = _scenario(settings, directory)
+            _check_plans(scn, axes)
             for axis in scaled:
                 _check_scaled(scn, axis, axes)
 
