@@ -19,7 +19,7 @@ class Result(NamedTuple):
     objective: str
     goal: str  # "min" or "max"
     value: float  # the objective at `best` (exact, t = 0)
-    best: dict  # knob -> value
+    best: dict  # knob -> value (a float; a categorical knob's choice as `--set` takes it)
     feasible: bool
     evaluations: int
     wall_s: float
@@ -29,6 +29,9 @@ class Result(NamedTuple):
     feasible_points: int | None = None  # grid: how many points met every constraint
     top: list | None = None  # the best distinct feasible points [{knobs, objective, metrics}]
     profile: dict | None = None  # seconds: grid `GridProfile`, gradient its `compile_s` ...
+    # categorical knobs (`categorical_search`): one row per combination of the
+    # choices, {choices, solved, feasible, objective, refused}
+    combinations: list | None = None
 
     def to_json(self, with_path: bool = True) -> dict:
         out = {"method": self.method, "best": self.best,
@@ -42,6 +45,8 @@ class Result(NamedTuple):
             out["top"] = self.top
         if self.profile is not None:
             out["profile"] = self.profile
+        if self.combinations is not None:
+            out["combinations"] = self.combinations
         if with_path and self.path:
             out["path"] = self.path
         return out
