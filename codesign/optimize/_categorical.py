@@ -24,7 +24,7 @@ from .. import plan
 from .. import scenario as sc
 from .._progress import Progress
 from ._gradient import optimize
-from ._grid import MAX_GRID_POINTS, grid_search, grid_size
+from ._grid import GRID_TOP, MAX_GRID_POINTS, grid_search, grid_size
 from ._model import evaluate
 from ._problem import OBJECTIVES, Problem, build
 from ._result import Result, _result, _top
@@ -217,28 +217,26 @@ def categorical_search(load, vary, bounds=None, objective: str = "step_time", *,
                         "objective": r.value if r.feasible else None}
         bar.set(0, i + 1)
     bar.close()
-    return _merged(vary, combos, results, rows, objective, start)
+    top = options.get("top", GRID_TOP if method == "grid" else 0)
+    return _merged(vary, combos, results, rows, objective, top, start)
 
 
 def _shown(values: dict) -> str:
     return ", ".join(f"{k}={_text(v)}" for k, v in values.items())
 
 
-def _merged(vary, combos, results, rows, objective, start) -> Result:
+def _merged(vary, combos, results, rows, objective, top: int, start) -> Result:
     """One `Result` of the combinations' (None: refused): the best feasible
-    one's (else the first solved one's least-violating point), choices in."""
+    one's (else the first solved one's least-violating point), choices in;
+    the `top` best of theirs (none when 0)."""
     goal = OBJECTIVES[objective][1]
     design = lambda values, knobs: {k: {**values, **knobs}[k] for k in vary}  # noqa: E731
     solved = [(c, r) for c, r in zip(combos, results, strict=True) if r is not None]
     feasible = [(c, r) for c, r in solved if r.feasible]
     best_values, best = min(feasible, key=lambda cr: goal * cr[1].value) if feasible \
         else solved[0]  # min: the first of equal values
-    top = None
-    if any(r.top is not None for _, r in solved):
-        entries = [{**t, "knobs": design(c, t["knobs"])}
-                   for c, r in solved for t in r.top or []]
-        top = sorted(entries, key=lambda t: goal * t["objective"])  # stable: ties in order
-        top = top[:max(len(r.top or []) for _, r in solved)]  # as many as one search keeps
+    entries = [{**t, "knobs": design(c, t["knobs"])} for c, r in solved for t in r.top or []]
+    entries.sort(key=lambda t: goal * t["objective"])  # stable: ties in the product's order
     grid = best.grid_size is not None
     points = sum(r.grid_size for _, r in solved) if grid else None
     return best._replace(
@@ -247,5 +245,5 @@ def _merged(vary, combos, results, rows, objective, start) -> Result:
         wall_s=time.perf_counter() - start,
         grid_size=points,
         feasible_points=sum(r.feasible_points for _, r in solved) if grid else None,
-        top=top, profile=_merged_profile([r.profile for _, r in solved], points or 0),
+        top=entries[:top] if top > 0 else None, profile=_merged_profile([r.profile for _, r in solved], points or 0),
         combinations=rows)
