@@ -24,7 +24,7 @@ from .. import plan
 from .. import scenario as sc
 from .._progress import Progress
 from ._gradient import optimize
-from ._grid import GRID_TOP, MAX_GRID_POINTS, grid_search, grid_size
+from ._grid import GRID_POINTS, GRID_TOP, MAX_GRID_POINTS, grid_search, grid_size
 from ._model import evaluate
 from ._problem import OBJECTIVES, Problem, build
 from ._result import Result, _result, _top
@@ -194,7 +194,7 @@ def categorical_search(load, vary, bounds=None, objective: str = "step_time", *,
         raise NoValidChoice(f"none of the {len(rows):,} combinations of {', '.join(keys)} is "
                             f"a plan the scenario takes (the first, {_shown(first['choices'])}"
                             f": {first['refused']})")
-    points = sum(grid_size(p, options.get("grid_points", 16)) if numeric else 1
+    points = sum(grid_size(p, options.get("grid_points", GRID_POINTS)) if numeric else 1
                  for p in solvable)
     if method == "grid" and points > max_points:
         raise ValueError(f"the grid has {points:,} points over {len(solvable):,} "
@@ -245,5 +245,6 @@ def _merged(vary, combos, results, rows, objective, top: int, start) -> Result:
         wall_s=time.perf_counter() - start,
         grid_size=points,
         feasible_points=sum(r.feasible_points for _, r in solved) if grid else None,
-        top=entries[:top] if top > 0 else None, profile=_merged_profile([r.profile for _, r in solved], points or 0),
+        top=entries[:top] if top > 0 else None,
+        profile=_merged_profile([r.profile for _, r in solved], points or 0),
         combinations=rows)

@@ -14,6 +14,11 @@ from ._model import Exact, point_metrics
 from ._problem import OBJECTIVES, Problem
 
 
+# significant digits to which two designs of `Result.top` differ: those the
+# command prints (`units.format_quantity`)
+DESIGN_DIGITS = 4
+
+
 class Result(NamedTuple):
     method: str  # "gradient" or "grid"
     objective: str
@@ -67,16 +72,20 @@ def _result(prob, method, x, value, feasible, evaluations, start, path, metrics=
 
 
 def _top(prob: Problem, x: np.ndarray, ex: Exact, n: int) -> list:
-    """The `n` best distinct feasible points of x (exactly evaluated as `ex`),
-    best first, ties in the order of x: [{knobs, objective, metrics}]."""
+    """The `n` best distinct feasible designs of x (exactly evaluated as `ex`),
+    best first, ties in the order of x: [{knobs, objective, metrics}]. Points
+    equal to `DESIGN_DIGITS` significant digits (several polished starts
+    converge to one continuous optimum, a few ulps apart) are one design: the
+    best of them is kept."""
     order = np.argsort(np.where(ex.feasible, ex.loss, np.inf), kind="stable")
     out, seen = [], set()
     for i in order:
         if len(out) >= n or not ex.feasible[i]:
             break
-        if _key(x[i]) in seen:
+        key = _design_key(x[i])
+        if key in seen:
             continue
-        seen.add(_key(x[i]))
+        seen.add(key)
         out.append({"knobs": _knob_dict(prob, x[i]), "objective": float(ex.objective[i]),
                     "metrics": {k: float(v[i]) for k, v in ex.metrics.items()}})
     return out
@@ -88,3 +97,8 @@ def _knob_dict(prob: Problem, x) -> dict:
 
 def _key(x: np.ndarray) -> tuple:
     return tuple(np.round(x, 9))
+
+
+def _design_key(x: np.ndarray) -> tuple:
+    """A design's identity: its knobs to `DESIGN_DIGITS` significant digits."""
+    return tuple(float(f"{v:.{DESIGN_DIGITS}g}") for v in np.ravel(x))
