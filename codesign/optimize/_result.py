@@ -13,7 +13,6 @@ import numpy as np
 from ._model import Exact, point_metrics
 from ._problem import OBJECTIVES, Problem
 
-
 # significant digits to which two designs of `Result.top` differ: those the
 # command prints (`units.format_quantity`)
 DESIGN_DIGITS = 4
