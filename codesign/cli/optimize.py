@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 
 from .. import economics, hardware, memory, optimize, reliability, step
@@ -37,7 +38,9 @@ def add_arguments(parser, name):
         return
     parser.add_argument("--vary", action="append", default=[], metavar="KNOB[,KNOB...]",
                         required=True, help="scenario keys to vary, e.g. parallel.tp,"
-                        "system.scale_out_bandwidth_Bps (repeatable)")
+                        "system.scale_out_bandwidth_Bps (repeatable); a categorical key "
+                        "(parallel.zero, training.recompute, ...) varies all its choices, "
+                        "or those of KEY=A|B")
     parser.add_argument("--bounds", action="append", default=[], metavar="KNOB=LO:HI",
                         help="range of a varied knob; units allowed (10GB/s:200GB/s). "
                         "Default: a factor 8 (4 for continuous knobs) around the scenario's value")
@@ -60,7 +63,9 @@ def add_arguments(parser, name):
                         help="ASSUMPTION: price of a GPU-hour, server included (default 2)")
     parser.add_argument("--fabric-lifetime-years", type=float, default=4.0, metavar="Y",
                         help="ASSUMPTION: fabric amortisation period (default 4 years)")
-    parser.add_argument("--no-progress", action="store_true", help="no grid progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (the grid's points, or the combinations of "
+                        "categorical knobs)")
     parser.add_argument("--path", action="store_true",
                         help="print the path the gradient method took")
     parser.add_argument("--top", type=int, default=0, metavar="N",
@@ -128,23 +133,47 @@ def _is_robust(args) -> bool:
                 or args.sample_seed is not None or args.uncertainty)
 
 
-def _vary(items) -> list[str]:
-    return [k.strip() for item in items for k in item.split(",") if k.strip()]
+def parse_vary(items) -> tuple[list[str], dict]:
+    """["parallel.zero=0|1,parallel.tp", ...] -> (the keys in order, {key: its
+    choices given}). A comma not followed by a scenario key (section.name)
+    belongs to a choice: 'system.placement=tp,cp,ep,dp,pp|dp,tp,cp,ep,pp'."""
+    keys, given = [], {}
+    for item in items:
+        for part in re.split(r",(?=\s*[A-Za-z_]+\.)", item):
+            key, eq, options = part.partition("=")
+            key = key.strip()
+            if not key:
+                continue
+            keys.append(key)
+            if eq:
+                if key not in optimize.CATEGORICAL:
+                    raise ValueError(f"--vary {part.strip()!r}: only a categorical key takes "
+                                     f"choices (KEY=A|B); give {key}'s range with --bounds "
+                                     f"{key}=LO:HI")
+                given[key] = options.split("|")
+    return keys, given
 
 
-def _problem(args, scn):
+def _assumptions(args) -> economics.Assumptions:
     for name, v in (("--usd-per-gpu-hour", args.usd_per_gpu_hour),
                     ("--fabric-lifetime-years", args.fabric_lifetime_years)):
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name}={v:g} must be positive")
-    assumptions = economics.Assumptions(usd_per_gpu_hour=args.usd_per_gpu_hour,
-                                fabric_lifetime_s=args.fabric_lifetime_years * year)
-    return optimize.problem(scn, _vary(args.vary), parse_bounds(args.bounds), args.objective,
-                     budget_usd=args.budget_usd, budget_w=args.budget_w,
-                     max_gpus=args.max_gpus, assumptions=assumptions)
+    return economics.Assumptions(usd_per_gpu_hour=args.usd_per_gpu_hour,
+                                 fabric_lifetime_s=args.fabric_lifetime_years * year)
 
 
-def _checked(scn, r: optimize.Result, overrides) -> optimize.Result:
+def _limits(args) -> dict:
+    return {"budget_usd": args.budget_usd, "budget_w": args.budget_w,
+            "max_gpus": args.max_gpus, "assumptions": _assumptions(args)}
+
+
+def _problem(args, scn, keys):
+    return optimize.problem(scn, keys, parse_bounds(args.bounds), args.objective,
+                            **_limits(args))
+
+
+def _checked(load, r: optimize.Result, overrides) -> optimize.Result:
     """`r`, once the numbers of a feasible result pass the estimate's output
     check (`step.check_outputs`: its metrics and those of its --top) and its
     best design clears the failure model's floor (`reliability.check_job`: a
@@ -155,7 +184,7 @@ def _checked(scn, r: optimize.Result, overrides) -> optimize.Result:
     given = [f"{o}" for o in overrides]
     hint = f" at the best design {_design(r.best)}" + (
         f" (overrides: {', '.join(given)})" if given else "")
-    best = sc.set_knobs(scn, r.best)
+    best = optimize.design_scenario(load, r.best)
     reliability.check_job(best.system.gpus, memory.checkpoint_bytes_total(best.model, best.plan),
                           best.reliability, hint)
     step.check_outputs({"objective": r.value, **r.metrics}, overrides)
@@ -165,7 +194,12 @@ def _checked(scn, r: optimize.Result, overrides) -> optimize.Result:
 
 
 def _design(best: dict) -> str:
-    return ", ".join(f"{k}={format_quantity(k, v)}" for k, v in best.items())
+    return ", ".join(f"{k}={_shown(k, v)}" for k, v in best.items())
+
+
+def _shown(key: str, value) -> str:
+    """A knob's value for people: a number in its unit, a choice as `--set` takes it."""
+    return str(value).lower() if isinstance(value, bool) else format_quantity(key, value)
 
 
 def _finite_or_none(x):
@@ -179,14 +213,13 @@ def _finite_or_none(x):
     return x
 
 
-def _print_result(prob, r: optimize.Result, here: dict, show_path: bool):
+def _print_result(u, r: optimize.Result, here: dict, show_path: bool):
     value = f"{r.value:.6g}" if math.isfinite(r.value) else "n/a"
-    u = prob.uncertainty
     what = r.objective if u is None else f"{_statistic(u)} {r.objective} over the samples"
     print(f"{r.method}: {what} ({r.goal}) = {value}"
           f"{'' if r.feasible else '   NOT FEASIBLE (least-violating point shown)'}")
     for k, v in r.best.items():
-        print(f"  {k:<36} {format_quantity(k, v):>14}   (scenario: {format_quantity(k, here[k])})")
+        print(f"  {k:<36} {_shown(k, v):>14}   (scenario: {_shown(k, here[k])})")
     m = r.metrics
     if not all(math.isfinite(v) for v in m.values() if isinstance(v, float)):
         print(f"{r.evaluations:,} evaluations, {r.wall_s:.1f} s (metrics n/a at this point)")
@@ -202,9 +235,22 @@ def _print_result(prob, r: optimize.Result, here: dict, show_path: bool):
     size = f" of a {r.grid_size:,}-point grid ({r.feasible_points:,} feasible)" \
         if r.grid_size else ""
     print(f"{r.evaluations:,} evaluations{size}, {r.wall_s:.1f} s")
+    if r.combinations is not None:
+        print(_combinations_line(r.combinations))
     if show_path:
         for step in r.path:
             print("  path:", json.dumps(step))
+
+
+def _combinations_line(rows: list) -> str:
+    """How many combinations of the choices were solved, feasible, refused (the first why)."""
+    refused = [c for c in rows if c["refused"] is not None]
+    feasible = sum(bool(c["feasible"]) for c in rows)
+    keys = " x ".join(rows[0]["choices"])
+    why = (f"; refused {len(refused):,} (first: {_design(refused[0]['choices'])}: "
+           f"{refused[0]['refused']})") if refused else ""
+    return (f"{len(rows):,} combinations of {keys}: {len(rows) - len(refused):,} solved, "
+            f"{feasible:,} feasible{why}")
 
 
 def _statistic(u: optimize.Uncertainty) -> str:
@@ -324,7 +370,7 @@ def _print_top(r: optimize.Result, n: int) -> None:
                                                        for k in knobs))
     for i, t in enumerate(top):
         print(f"  {i + 1:>3} {t['objective']:>14.6g}  " + "  ".join(
-            f"{format_quantity(k, t['knobs'][k]):>{max(len(k), 12)}}" for k in knobs))
+            f"{_shown(k, t['knobs'][k]):>{max(len(k), 12)}}" for k in knobs))
 
 
 def run(args, name) -> int:
@@ -338,25 +384,43 @@ def run(args, name) -> int:
         raise ValueError("--csv prints the --top table; add --top N")
     scn = sc.load(args.scenario, args.set, system=args.system)
     labels = sc.labels(args.scenario, args.set, system=args.system)
-    prob = _problem(args, scn)
-    here = {k: float(sc.get_knob(scn, k)) for k in prob.names}
+    keys, given = parse_vary(args.vary)
+    categorical = [k for k in keys if k in optimize.CATEGORICAL]
+    load = lambda extra: sc.load(args.scenario, [*args.set, *extra],  # noqa: E731
+                                 system=args.system)
+    here = {k: optimize.scenario_choice(scn, k) if k in categorical
+            else float(sc.get_knob(scn, k)) for k in dict.fromkeys(keys)}
     if args.method == "grid":
-        options = {"grid_points": args.grid_points, "progress": not args.no_progress,
-                   "top": max(args.top, optimize.GRID_TOP)}
+        options = {"grid_points": args.grid_points, "top": max(args.top, optimize.GRID_TOP)}
     else:
         options = {"starts": args.starts, "steps": args.steps, "seed": args.seed,
                    "top": args.top}
     rob = cmp = None
-    if _is_robust(args):
+    if categorical:
+        if _is_robust(args):
+            raise ValueError(f"--robust takes no categorical knob ({categorical[0]}): "
+                             f"run it at each choice with --set {categorical[0]}=...")
+        try:
+            r = optimize.categorical_search(
+                load, keys, parse_bounds(args.bounds), args.objective, choices=given,
+                method=args.method, progress=not args.no_progress, **_limits(args),
+                **options)
+        except optimize.NoValidChoice as e:
+            print(f"codesign {name}: no feasible answer: {e}", file=sys.stderr)
+            return INFEASIBLE
+    elif _is_robust(args):
+        prob = _problem(args, scn, keys)
         rob = _robust_problem(args, prob, labels)
-        nominal, r, cmp = optimize.robust_search(prob, rob, args.method, **options)
-        nominal = _checked(scn, nominal, args.set)
+        grid = {"progress": not args.no_progress} if args.method == "grid" else {}
+        nominal, r, cmp = optimize.robust_search(prob, rob, args.method, **options, **grid)
+        nominal = _checked(load, nominal, args.set)
     else:
-        r = (optimize.grid_search if args.method == "grid" else optimize.optimize)(prob,
-                                                                                    **options)
+        prob = _problem(args, scn, keys)
+        r = (optimize.optimize(prob, **options) if args.method == "gradient" else
+             optimize.grid_search(prob, progress=not args.no_progress, **options))
     if args.method == "grid":
         r = r._replace(top=r.top[: args.top] if args.top else r.top)
-    r = _checked(scn, r, args.set)
+    r = _checked(load, r, args.set)
     if args.json:
         extra = {} if rob is None else {"robust": {
             **rob.uncertainty.to_json(), **cmp, "nominal": nominal.to_json(with_path=False)}}
@@ -368,7 +432,7 @@ def run(args, name) -> int:
         print(_system.line(_system.info(scn.system, labels.system, args.system)))
         if rob is not None:
             _print_uncertainty(rob.uncertainty)
-        _print_result(rob or prob, r, here, args.path)
+        _print_result(None if rob is None else rob.uncertainty, r, here, args.path)
         if args.top:
             _print_top(r, args.top)
         if rob is not None:

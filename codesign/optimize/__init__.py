@@ -66,16 +66,32 @@ Evaluations are counted as model evaluations: one exact evaluation, or one
 value-and-gradient of the relaxed model (which costs a few forward passes;
 wall time is reported beside it).
 
+Categorical knobs (`categorical_search`): the scenario keys that are a choice
+(`CATEGORICAL`: ZeRO stage, recompute, schedule, precision recipe, placement,
+sequence parallelism, topology, ...). Each combination of choices is another
+static structure (another compiled program), so their product is enumerated
+outside, each combination loaded as `--set` would load it; the numeric knobs
+are solved inside by either method as above, and the best over the
+combinations wins. Refused combinations (a plan the loader refuses) are skipped.
+
 Modules: `_problem` (knobs, bounds, admissible values, `Problem`), `_model`
 (metrics, constraints, relaxed loss, exact evaluation), `_result`,
 `_gradient` (`optimize`), `_grid` (`grid_search`), `_pareto` and
 `_sensitivity` (`elasticities`), `_slack` (`slack`), `_robust` (the
-uncertainty model, `robust`, `robust_search`, `robust_compare`); the names
+uncertainty model, `robust`, `robust_search`, `robust_compare`),
+`_categorical` (`categorical_search`); the names
 below are the public API (the relaxed loss, the unit box and the constraint
 vector are internals of `_model` and `_problem`).
 """
 
 from ..economics import Assumptions as Assumptions
+from ._categorical import CATEGORICAL as CATEGORICAL
+from ._categorical import NoValidChoice as NoValidChoice
+from ._categorical import categorical_search as categorical_search
+from ._categorical import choices_of as categorical_choices
+from ._categorical import design_scenario as design_scenario
+from ._categorical import parse_choice as parse_choice
+from ._categorical import scenario_choice as scenario_choice
 from ._gradient import optimize as optimize
 from ._grid import GRID_TOP as GRID_TOP
 from ._grid import grid_axes as grid_axes
@@ -109,12 +125,13 @@ from ._sensitivity import elasticities as elasticities
 from ._slack import slack as slack
 
 __all__ = [
-    "DEFAULT_SIGMAS", "GRID_TOP", "INTEGER_KNOBS", "MAX_ROBUST_SAMPLES", "OBJECTIVES",
-    "ROBUST_SAMPLES",
+    "CATEGORICAL", "DEFAULT_SIGMAS", "GRID_TOP", "INTEGER_KNOBS", "MAX_ROBUST_SAMPLES",
+    "OBJECTIVES", "ROBUST_SAMPLES",
     "SENSITIVITY_KNOBS",
-    "SENSITIVITY_OUTPUTS", "Assumptions", "Exact", "GridFront", "Problem", "Result",
-    "Uncertainty", "default_bounds", "elasticities", "evaluate", "grid_axes", "grid_pareto",
-    "grid_search", "grid_size", "non_dominated", "optimize", "pareto_front", "point_metrics",
-    "problem", "robust", "robust_compare", "robust_search", "slack", "structurally_feasible",
-    "uncertainty_sigmas",
+    "SENSITIVITY_OUTPUTS", "Assumptions", "Exact", "GridFront", "NoValidChoice", "Problem",
+    "Result", "Uncertainty", "categorical_choices", "categorical_search", "default_bounds",
+    "design_scenario", "elasticities", "evaluate", "grid_axes", "grid_pareto",
+    "grid_search", "grid_size", "non_dominated", "optimize", "pareto_front", "parse_choice",
+    "point_metrics", "problem", "robust", "robust_compare", "robust_search", "scenario_choice",
+    "slack", "structurally_feasible", "uncertainty_sigmas",
 ]

@@ -35,6 +35,7 @@ from ._result import Result, _result, _top
 GRID_BLOCK = 4096
 GRID_CALL_POINTS = 1 << 18
 GRID_TOP = 16
+GRID_POINTS = 16  # values per continuous knob (`grid_search`'s default)
 GRID_HOISTED = ("system.gpus", "parallel.dp")
 GRID_STREAM_MIN = 1 << 16  # smaller grids go through `evaluate` (no kernel to compile)
 # Load bounds, checked before any array is built: at most MAX_GRID_POINTS points in all
@@ -52,7 +53,7 @@ def _axis_sizes(prob: Problem, grid_points: int) -> list[int]:
             for k, adm in zip(prob.knobs, prob.admissible, strict=True)]
 
 
-def grid_axes(prob: Problem, grid_points: int = 16) -> list[np.ndarray]:
+def grid_axes(prob: Problem, grid_points: int = GRID_POINTS) -> list[np.ndarray]:
     """The values the grid takes per knob: every admissible integer, or
     `grid_points` values of a continuous knob (log-spaced when lo > 0)."""
     _axis_sizes(prob, grid_points)
@@ -67,7 +68,7 @@ def grid_axes(prob: Problem, grid_points: int = 16) -> list[np.ndarray]:
     return axes
 
 
-def grid_size(prob: Problem, grid_points: int = 16) -> int:
+def grid_size(prob: Problem, grid_points: int = GRID_POINTS) -> int:
     """The number of grid points (`grid_axes`), counted without building them."""
     return math.prod(_axis_sizes(prob, grid_points))
 
@@ -279,7 +280,7 @@ def _host_grid(prob: Problem, axes: list, top: int, keep: tuple, bar: Progress):
     return score, index, count, times, kept
 
 
-def grid_search(prob: Problem, grid_points: int = 16, *, progress: bool = False,
+def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool = False,
                 keep: tuple[str, ...] = (), max_points: int = MAX_GRID_POINTS,
                 top: int = GRID_TOP, stream: bool | None = None,
                 block_points: int = GRID_BLOCK, call_points: int = GRID_CALL_POINTS) -> Result:

@@ -167,6 +167,8 @@ class Exact(NamedTuple):
 
 def _structural_point(core: Core, scn: Scenario, values: tuple) -> jax.Array:
     """The structural rules and integral values of the varied integer knobs."""
+    if not values:  # nothing varied (`_problem.build`): the scenario's own plan
+        return structurally_feasible(scn)
     x = jnp.stack(jnp.broadcast_arrays(*values))
     integral = jnp.all(jnp.where(core.integer > 0, plan.integral(x), True))
     return structurally_feasible(scn) & integral

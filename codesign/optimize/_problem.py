@@ -216,7 +216,20 @@ def problem(scn: Scenario, vary, bounds=None, objective: str = "step_time", *,
     vary = tuple(dict.fromkeys(vary))
     if not vary:
         raise ValueError("vary=() names no knob; give at least one scenario key")
+    return build(scn, vary, bounds, objective, budget_usd=budget_usd, budget_w=budget_w,
+                 max_gpus=max_gpus, assumptions=assumptions)
+
+
+def build(scn: Scenario, vary: tuple, bounds=None, objective: str = "step_time", *,
+          budget_usd=None, budget_w=None, max_gpus=None,
+          assumptions: Assumptions | None = None) -> Problem:
+    """`problem`, where `vary` may be empty: the scenario alone, evaluated as it
+    is (what `_categorical` solves at a combination of choices when no number
+    is varied)."""
     for name in vary:
+        if name in sc.KEYS and sc.KEYS[name].declaration.kind is not float:
+            raise ValueError(f"{name} is a choice, not a number: vary it with "
+                             "optimize.categorical_search (codesign optimize --vary)")
         sc.get_knob(scn, name)
     _check_objective(scn, objective)
     if "parallel.dp" in vary and "system.gpus" in vary:

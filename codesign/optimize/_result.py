@@ -13,13 +13,17 @@ import numpy as np
 from ._model import Exact, point_metrics
 from ._problem import OBJECTIVES, Problem
 
+# significant digits to which two designs of `Result.top` differ: those the
+# command prints (`units.format_quantity`)
+DESIGN_DIGITS = 4
+
 
 class Result(NamedTuple):
     method: str  # "gradient" or "grid"
     objective: str
     goal: str  # "min" or "max"
     value: float  # the objective at `best` (exact, t = 0)
-    best: dict  # knob -> value
+    best: dict  # knob -> value (a float; a categorical knob's choice as `--set` takes it)
     feasible: bool
     evaluations: int
     wall_s: float
@@ -29,6 +33,9 @@ class Result(NamedTuple):
     feasible_points: int | None = None  # grid: how many points met every constraint
     top: list | None = None  # the best distinct feasible points [{knobs, objective, metrics}]
     profile: dict | None = None  # seconds: grid `GridProfile`, gradient its `compile_s` ...
+    # categorical knobs (`categorical_search`): one row per combination of the
+    # choices, {choices, solved, feasible, objective, refused}
+    combinations: list | None = None
 
     def to_json(self, with_path: bool = True) -> dict:
         out = {"method": self.method, "best": self.best,
@@ -42,6 +49,8 @@ class Result(NamedTuple):
             out["top"] = self.top
         if self.profile is not None:
             out["profile"] = self.profile
+        if self.combinations is not None:
+            out["combinations"] = self.combinations
         if with_path and self.path:
             out["path"] = self.path
         return out
@@ -62,16 +71,20 @@ def _result(prob, method, x, value, feasible, evaluations, start, path, metrics=
 
 
 def _top(prob: Problem, x: np.ndarray, ex: Exact, n: int) -> list:
-    """The `n` best distinct feasible points of x (exactly evaluated as `ex`),
-    best first, ties in the order of x: [{knobs, objective, metrics}]."""
+    """The `n` best distinct feasible designs of x (exactly evaluated as `ex`),
+    best first, ties in the order of x: [{knobs, objective, metrics}]. Points
+    equal to `DESIGN_DIGITS` significant digits (several polished starts
+    converge to one continuous optimum, a few ulps apart) are one design: the
+    best of them is kept."""
     order = np.argsort(np.where(ex.feasible, ex.loss, np.inf), kind="stable")
     out, seen = [], set()
     for i in order:
         if len(out) >= n or not ex.feasible[i]:
             break
-        if _key(x[i]) in seen:
+        key = _design_key(x[i])
+        if key in seen:
             continue
-        seen.add(_key(x[i]))
+        seen.add(key)
         out.append({"knobs": _knob_dict(prob, x[i]), "objective": float(ex.objective[i]),
                     "metrics": {k: float(v[i]) for k, v in ex.metrics.items()}})
     return out
@@ -83,3 +96,8 @@ def _knob_dict(prob: Problem, x) -> dict:
 
 def _key(x: np.ndarray) -> tuple:
     return tuple(np.round(x, 9))
+
+
+def _design_key(x: np.ndarray) -> tuple:
+    """A design's identity: its knobs to `DESIGN_DIGITS` significant digits."""
+    return tuple(float(f"{v:.{DESIGN_DIGITS}g}") for v in np.ravel(x))
