@@ -1,5 +1,5 @@
 """The executed notebooks: committed with current outputs, and they still run, in
-order, without error, printing the seeds' numbers (how long they take is
+order, without error, printing the articles' numbers (how long they take is
 `benchmarks/notebooks.py`'s business: a busy machine must not fail a test).
 
 The kernel is `python3`; jupyter_client starts it with this interpreter (the
