@@ -132,9 +132,12 @@ def test_no_feasible_combination_exits_3(capsys):
 
 def test_combinations_count_against_the_grid_cap():
     load = lambda extra: sc.load(None, list(extra))  # noqa: E731
-    with pytest.raises(ValueError, match="make 360 combinations, above the cap"):
-        optimize.categorical_search(load, ["system.placement", "training.recompute"],
-                                    max_points=100)
+    with pytest.raises(ValueError, match="make 360 combinations, each compiled on its own, "
+                                         "above the cap of 32"):
+        optimize.categorical_search(load, ["system.placement", "training.recompute"])
+    with pytest.raises(ValueError, match="make 12 combinations, above the cap max_points=10"):
+        optimize.categorical_search(load, ["parallel.zero", "training.recompute"],
+                                    max_points=10)
     with pytest.raises(ValueError, match="the grid has 12 points over 2 combinations"):
         optimize.categorical_search(load, ["parallel.tp", "parallel.zero"],
                                     choices={"parallel.zero": [0, 1]}, max_points=10)

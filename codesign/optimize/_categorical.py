@@ -29,6 +29,9 @@ from ._model import evaluate
 from ._problem import OBJECTIVES, Problem, build
 from ._result import Result, _result, _top
 
+# each combination is its own compiled program (about a second for the grid, 5-15 s
+# for the gradient method on 2 CPU cores): past this many, restrict the choices
+MAX_COMBINATIONS = 32
 # every declared scenario key that is not a number
 CATEGORICAL = tuple(k for k, w in sc.KEYS.items() if w.declaration.kind is not float)
 
@@ -171,6 +174,10 @@ def categorical_search(load, vary, bounds=None, objective: str = "step_time", *,
     keys = [k for k in vary if k in CATEGORICAL]
     options_per_key = _options(keys, given)
     count = math.prod(len(o) for o in options_per_key)
+    if count > MAX_COMBINATIONS:
+        raise ValueError(f"the choices of {', '.join(keys)} make {count:,} combinations, each "
+                         f"compiled on its own, above the cap of {MAX_COMBINATIONS}; restrict "
+                         "them (--vary 'KEY=A|B')")
     if count > max_points:
         raise ValueError(f"the choices of {', '.join(keys)} make {count:,} combinations, "
                          f"above the cap max_points={max_points:,}; restrict them (KEY=A|B)")
