@@ -174,7 +174,8 @@ def estimate(scn, t=0.0, assumptions=None, *, check=True) -> Estimate:
     `assumptions` (an `economics.Assumptions`; None: the default ones). Under
     jit/vmap/grad a knob outside its domain raises (`Scenario.checked`), and so
     does an effective training time below the failure model's floor
-    (`reliability.checked`: no infinite time to train or NaN gradient), unless
+    (`reliability.checked`: no infinite time to train or NaN gradient), and so
+    does a step that overflows (`_finite_checked`: a peak at 1e-300), unless
     `check=False`: for a scenario whose values were concrete when it was built
     (each field checks itself then, `check_outputs` the outputs), the traced
     check adds nothing, and a program without it has no host callback, so JAX's
