@@ -10,10 +10,11 @@ count are what is trained, not how) on every built-in scenario, the knob is
 moved alone (the others held; dp follows system.gpus, and parallel.dp moves
 system.gpus with tp, pp and cp held, as `scenario.set_knobs` does) across its
 range: `optimize.default_bounds` (a knob at 0 in the scenario: its domain's
-lower bound to 8 for a count, to 1 otherwise), its admissible values
-(`optimize.problem`) for a count, with 0 added where the domain admits it
-(0 is a branch: unlimited node routing, no sharding group), log-spaced
-points for a continuous knob. The audited output is the step time, and the
+lower bound to 8 for a count, to 1 otherwise; a knob whose 0 means a value
+the model derives, `optimize.DERIVED_AT_ZERO`, around that value, as
+`optimize` ranges it), its admissible values (`optimize.problem`) for a
+count, with 0 added where the domain admits it and it is a branch `optimize`
+may cross (unlimited node routing), log-spaced points for a continuous knob. The audited output is the step time, and the
 time to train for the reliability knobs (scenarios with training tokens).
 
 Around each anchor a the step spans the knob's discrete spacing: a +- 1 for a
@@ -102,9 +103,10 @@ def audited_knobs(scn) -> tuple[str, ...]:
 
 
 def knob_range(scn, name: str) -> tuple[float, float]:
-    """`optimize.default_bounds`, or for a knob at 0 its domain's lower bound to
-    8 (a count) or 1."""
-    if float(sc.get_knob(scn, name)) > 0:
+    """`optimize.default_bounds` (a knob whose 0 means a derived value: around
+    that value), or for another knob at 0 its domain's lower bound to 8 (a
+    count) or 1."""
+    if float(sc.get_knob(scn, name)) > 0 or name in optimize.DERIVED_AT_ZERO:
         return optimize.default_bounds(scn, name)
     d = sc.DOMAINS[name]
     return d.clip(d.lo, 8.0 if d.integer else 1.0)
@@ -130,7 +132,8 @@ def anchors(scn, name: str, count: int) -> np.ndarray:
     d = sc.DOMAINS[name]
     if d.integer:
         adm = optimize.problem(scn, [name], {name: (lo, hi)}).admissible[0]
-        adm = np.union1d(adm, [0.0]) if d.lo == 0 else adm
+        branch = d.lo == 0 and name not in optimize.DERIVED_AT_ZERO
+        adm = np.union1d(adm, [0.0]) if branch else adm
         return _thin(adm, here, count)
     pts = (np.geomspace(lo, hi, count) if lo > 0 else np.linspace(lo, hi, count))
     near = np.any(np.isclose(pts, here, rtol=1e-6))

@@ -1,6 +1,6 @@
 """The exhaustive grid and the gradient method side by side. Prints JSON lines.
 
-    python benchmarks/search.py [--problems NAME,...] [--starts 16] [--steps 150]
+    python benchmarks/search.py [--problems NAME,...] [--starts 16] [--steps 150] [--robust]
 
 Four co-design problems of 10^6 to 10^8 grid points (`PROBLEMS`). Each
 (problem, method) runs in a fresh Python process, so that its compile time
@@ -20,6 +20,11 @@ and its peak resident memory are its own. One JSON line each:
   grid) / |grid| in the minimised direction (negative: the gradient beat the
   grid, which samples the continuous knobs at grid points only);
   eval_ratio_pct = gradient evaluations / grid evaluations.
+- robust (`optimize.optimize` of `optimize.robust(problem)`: the mean time
+  to train over `optimize.ROBUST_SAMPLES` draws of the uncertain constants,
+  the gradient method with the same starts and steps, the nominal optimum
+  not included): the gradient's fields, and robust_wall_ratio = its cold
+  wall time / the nominal gradient's (both cold, measured in this run).
 
 The first line is the model's own rate, measured in this run as
 benchmarks/estimate.py measures it (`jax.jit(jax.vmap(...))` of every scalar
@@ -52,7 +57,7 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 
-from codesign import optimize  # noqa: E402
+from codesign import hardware, optimize  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
 from codesign.units import GB  # noqa: E402
 
@@ -93,7 +98,7 @@ PROBLEMS = {
         "Llama-3-70B on 1,024-4,096 H100s, the same knobs with a scale-up domain of 8-72 "
         "and 12.5-100 GB/s scale-out (2 points), fastest run within a $3M budget"),
 }
-METHODS = ("grid", "gradient")
+METHODS = ("grid", "gradient", "robust")
 
 
 def peak_rss_mib() -> float:
@@ -115,6 +120,11 @@ def run_one(name: str, method: str, starts: int, steps: int) -> dict:
                 "stream_designs_per_s": r.profile["points_per_s"],
                 "feasible_points": r.feasible_points}
     else:
+        if method == "robust":
+            source, overrides = PROBLEMS[name][:2]
+            chip = sc.labels(source, overrides).system.chip  # validate's spread for its family
+            prob = optimize.robust(prob, hardware.chip_family(chip))
+            row["samples"] = prob.uncertainty.samples
         r = optimize.optimize(prob, starts=starts, steps=steps)
         wall = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -171,6 +181,8 @@ def main(argv=None) -> int:
                     help="comma-separated subset of " + ", ".join(PROBLEMS))
     ap.add_argument("--starts", type=int, default=16)
     ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--robust", action="store_true",
+                    help="also the robust gradient search (optimize.robust) of each problem")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # PROBLEM:METHOD, in this process
     args = ap.parse_args(argv)
     if args.child:
@@ -194,6 +206,10 @@ def main(argv=None) -> int:
         grad["wall_ratio"] = grad["wall_s"] / grid["wall_s"]
         grad["compile_share"] = grad["compile_s"] / grad["wall_s"]
         print(json.dumps(grad), flush=True)
+        rob = _child(name, "robust", args) if args.robust else None
+        if rob:
+            rob["robust_wall_ratio"] = rob["wall_s"] / grad["wall_s"]
+            print(json.dumps(rob), flush=True)
         table.append({"problem": name, "grid_size": grid["grid_size"],
                       "grid_designs_per_s": grid["designs_per_s"],
                       "grid_stream_designs_per_s": grid["stream_designs_per_s"],
@@ -205,7 +221,9 @@ def main(argv=None) -> int:
                       "gradient_compile_share": grad["compile_share"],
                       "gradient_warm_wall_s": grad["warm_wall_s"],
                       "wall_ratio": grad["wall_ratio"],
-                      "gap_pct": grad["gap_pct"], "eval_ratio_pct": grad["eval_ratio_pct"]})
+                      "gap_pct": grad["gap_pct"], "eval_ratio_pct": grad["eval_ratio_pct"],
+                      **({"robust_wall_s": rob["wall_s"],
+                          "robust_wall_ratio": rob["robust_wall_ratio"]} if rob else {})})
     big = [t for t in table if t["grid_size"] >= 10_000_000]
     summary = {
         "kind": "summary", "model_evals_per_s": rate["evals_per_s"], "table": table,
@@ -215,6 +233,8 @@ def main(argv=None) -> int:
             t["gap_pct"] <= 1.0 and t["eval_ratio_pct"] < 1.0 for t in table),
         "gradient_within_1pct_at_most_0.1x_grid_wall": all(
             t["gap_pct"] <= 1.0 and t["wall_ratio"] <= 0.1 for t in table),
+        **({"robust_within_10x_nominal_gradient": all(
+            t["robust_wall_ratio"] <= 10.0 for t in table)} if args.robust else {}),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "note": "shared 2-core CPU: other jobs run beside it"},
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -5,6 +5,9 @@ sample the relaxed model agrees with the exact one."""
 import importlib.util
 from pathlib import Path
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -68,3 +71,46 @@ def test_audit_of_a_small_real_sample():
     at = np.isin(s.x, knobs[1].anchors)
     anchors = audit.classify(audit.Samples(*(np.asarray(f)[at] for f in s)))
     assert anchors["moving"] >= 2 and anchors["sign_agreement"] == 1.0
+
+
+@pytest.mark.parametrize("layers", [96, 126])
+def test_relaxed_layers_per_stage_times_pipelines_is_monotone_between_stage_counts(layers):
+    """m x layers per stage (m ~ pp at a fixed GPU count) between two stage
+    counts runs monotonically from one integer's value to the next's: the
+    stage's padding over an even split is relaxed, not the layer count, whose
+    cubic through 96 and 48 put 108 where pp x layers is 96 at pp = 1.5."""
+    from codesign import traffic
+
+    scn = sc.load("default")
+    model = eqx.tree_at(lambda m: m.layers, scn.model, float(layers))
+
+    def work(pp, t):  # pp traced: between integers, no construction check
+        return traffic.shape(model, eqx.tree_at(lambda p: p.pp, scn.plan, pp),
+                             t).layers_on_stage * pp
+
+    x = np.linspace(1.0, 16.0, 15 * 8 + 1)
+    for t in (0.01, 0.1):
+        w = np.asarray(jax.vmap(work, (0, None))(jnp.asarray(x), t)).reshape(-1)
+        for k in range(15):
+            steps = np.diff(w[8 * k:8 * k + 9])
+            assert np.all(steps <= 1e-9 * layers) or np.all(steps >= -1e-9 * layers), (t, k)
+
+
+def test_a_knob_whose_zero_is_derived_ranges_around_the_derived_value():
+    """0 in reliability.checkpoint_interval_s (Daly's interval) and
+    parallel.zero_shard_size (shard over all of dp x cp) is a branch, not a
+    point on the knob's scale: the default bounds surround the value the model
+    uses there, and bounds reaching 0 are refused with the reason."""
+    from codesign import optimize, step
+
+    scn = sc.load("llama3-405b")
+    daly = float(step.estimate(scn, check=False).reliability.checkpoint_interval_s)
+    assert optimize.default_bounds(scn, "reliability.checkpoint_interval_s") == \
+        pytest.approx((daly / 4, daly * 4))
+    group = float(scn.plan.dp * scn.plan.cp)
+    assert optimize.default_bounds(scn, "parallel.zero_shard_size") == (group // 8, group * 8)
+    with pytest.raises(ValueError, match=r"zero_shard_size=0:8 reach 0.*shard over all"):
+        optimize.problem(scn, ["parallel.zero_shard_size"], {"parallel.zero_shard_size": (0, 8)})
+    with pytest.raises(ValueError, match="checkpoint_interval_s=0:100 reach 0.*Daly"):
+        optimize.problem(scn, ["reliability.checkpoint_interval_s"],
+                         {"reliability.checkpoint_interval_s": (0, 100)}, "time_to_train")

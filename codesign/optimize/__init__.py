@@ -105,6 +105,7 @@ from ._pareto import GridFront as GridFront
 from ._pareto import grid_pareto as grid_pareto
 from ._pareto import non_dominated as non_dominated
 from ._pareto import pareto_front as pareto_front
+from ._problem import DERIVED_AT_ZERO as DERIVED_AT_ZERO
 from ._problem import INTEGER_KNOBS as INTEGER_KNOBS
 from ._problem import OBJECTIVES as OBJECTIVES
 from ._problem import Problem as Problem
@@ -125,9 +126,8 @@ from ._sensitivity import elasticities as elasticities
 from ._slack import slack as slack
 
 __all__ = [
-    "CATEGORICAL", "DEFAULT_SIGMAS", "GRID_TOP", "INTEGER_KNOBS", "MAX_ROBUST_SAMPLES",
-    "OBJECTIVES", "ROBUST_SAMPLES",
-    "SENSITIVITY_KNOBS",
+    "CATEGORICAL", "DEFAULT_SIGMAS", "DERIVED_AT_ZERO", "GRID_TOP", "INTEGER_KNOBS",
+    "MAX_ROBUST_SAMPLES", "OBJECTIVES", "ROBUST_SAMPLES", "SENSITIVITY_KNOBS",
     "SENSITIVITY_OUTPUTS", "Assumptions", "Exact", "GridFront", "NoValidChoice", "Problem",
     "Result", "Uncertainty", "categorical_choices", "categorical_search", "default_bounds",
     "design_scenario", "elasticities", "evaluate", "grid_axes", "grid_pareto",

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _domains, plan
+from .. import _domains, plan, step
 from .. import scenario as sc
 from ..economics import Assumptions
 from ..scenario import Scenario
@@ -35,6 +35,26 @@ LIMITS = ("budget_usd", "budget_w", "max_gpus")  # -> metric each one limits
 CONSTRAINTS = ("memory", *LIMITS, "dp>=1", "micro_batches>=1", "ep<=dp",
                "pp*interleave<=layers", "scale_up_domain<=gpus")
 _NO_LIMIT = 1e300  # an unset limit: its log-ratio constraint is about -690
+
+
+
+
+def _reliability(scn: Scenario):
+    return step.estimate(scn, check=False).reliability
+
+
+# knobs whose 0 is not a point on their scale but a branch of the model, which
+# derives the value there: (what 0 means, the value the model uses at 0). A
+# knob at 0 ranges around that value (`default_bounds`), and bounds may not
+# reach 0: the relaxed model would jump between the two branches
+DERIVED_AT_ZERO = {
+    "parallel.zero_shard_size": ("shard over all of dp x cp",
+                                 lambda scn: scn.plan.dp * scn.plan.cp),
+    "reliability.checkpoint_write_s": ("checkpoint bytes / reliability.storage_Bps",
+                                       lambda scn: _reliability(scn).checkpoint_write_s),
+    "reliability.checkpoint_interval_s": ("Daly's optimal interval",
+                                          lambda scn: _reliability(scn).checkpoint_interval_s),
+}
 
 
 class Knob(NamedTuple):
@@ -152,8 +172,11 @@ def _structural_cap(scn: Scenario, name: str) -> float:
 
 def default_bounds(scn: Scenario, name: str) -> tuple[float, float]:
     """A factor of 8 either side of the scenario's value (4 for continuous knobs),
-    clipped to [1, structural cap] for integer knobs."""
+    clipped to [1, structural cap] for integer knobs; for a knob at 0 that means
+    a derived value (`DERIVED_AT_ZERO`), of the value the model derives."""
     v = _knob_value(scn, name)
+    if v <= 0 and name in DERIVED_AT_ZERO:
+        v = float(DERIVED_AT_ZERO[name][1](scn))
     if v <= 0:
         raise ValueError(f"{name}={v:g} in the scenario: give `bounds` {name}=LO:HI "
                          "(no default range around 0)")
@@ -246,6 +269,10 @@ def build(scn: Scenario, vary: tuple, bounds=None, objective: str = "step_time",
     knobs, admissible = [], []
     for name in vary:
         lo, hi = given.get(name) or default_bounds(scn, name)
+        if lo <= 0 and name in DERIVED_AT_ZERO:
+            raise ValueError(f"bounds {name}={lo:g}:{hi:g} reach 0, which is no value of "
+                             f"{name} but the model's own choice ({DERIVED_AT_ZERO[name][0]}):"
+                             " give LO > 0")
         integer = name in INTEGER_KNOBS
         if integer and (lo != math.floor(lo) or hi != math.floor(hi)):
             raise ValueError(f"bounds {name}={lo:g}:{hi:g} must be integers ({name} is a count)")
