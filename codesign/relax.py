@@ -4,7 +4,7 @@ Each takes a temperature `t`; at t = 0 it is the exact function, so the relaxed
 model equals the exact model at integer points as t anneals to zero. The
 temperature is dimensionless: a softplus width is t times the magnitude of
 what is compared (seconds, bytes and counts alike), and the relaxations of a
-count (`smooth_ceil`, `lattice_cubic`, `beyond_one`) are exact at integers for
+count (`smooth_ceil`, `lattice_cubic`, `lattice_cubic_tree`, `beyond_one`) are exact at integers for
 every t. `benchmarks/relaxation.py` audits them against the exact model
 (docs/codesign.md). All are NaN-free everywhere (double-`where` on every log
 and divide).
@@ -142,7 +142,12 @@ def lattice_cubic(f, counts: tuple, t: float | jax.Array = 0.0) -> jax.Array:
         ki = jnp.maximum(k + i, 1.0)
         return lattice_cubic(lambda *r: f(ki, *r), rest, t) if rest else f(ki)
 
-    c = [at(i) for i in (-1, 0, 1, 2)]
+    return _monotone_cubic([at(i) for i in (-1, 0, 1, 2)], k, x - k)
+
+
+def _monotone_cubic(c, k, w):
+    """The Fritsch-Butland cubic at w in [0, 1) past integer k >= 1 through the
+    values c at k - 1, k, k + 1, k + 2 (the one below 1 unused)."""
     step = [c[i + 1] - c[i] for i in range(3)]
     step[0] = where(k > 1, step[0], step[1])  # one-sided at a count of 1
 
@@ -151,10 +156,25 @@ def lattice_cubic(f, counts: tuple, t: float | jax.Array = 0.0) -> jax.Array:
         return where(same, 2.0 * a * b / where(same, a + b, 1.0), 0.0)
 
     m0, m1 = slope(step[0], step[1]), slope(step[1], step[2])
-    w = x - k
     w2, w3 = w * w, w * w * w
     return ((2 * w3 - 3 * w2 + 1) * c[1] + (w3 - 2 * w2 + w) * m0
             + (3 * w2 - 2 * w3) * c[2] + (w3 - w2) * m1)
+
+
+def lattice_cubic_tree(f, counts: tuple, t: float | jax.Array = 0.0):
+    """`lattice_cubic` for an `f` whose value is a pytree of float arrays: the
+    4 evaluations per count one `jax.vmap` of f each (the trace holds f once),
+    every leaf relaxed alike. At t = 0 (given as 0) it is f(*counts)."""
+    if isinstance(t, (int, float)) and t == 0:
+        return f(*counts)
+    x, rest = counts[0], tuple(counts[1:])
+    k = jax.lax.stop_gradient(jnp.floor(jnp.maximum(x, 1.0)))
+
+    def at(ki):
+        return lattice_cubic_tree(lambda *r: f(ki, *r), rest, t) if rest else f(ki)
+
+    values = jax.vmap(at)(jnp.maximum(k + jnp.arange(-1.0, 3.0), 1.0))
+    return jax.tree.map(lambda c: _monotone_cubic(list(c), k, x - k), values)
 
 
 def soft_min(values: jax.Array, t: float | jax.Array, axis: int = 0):

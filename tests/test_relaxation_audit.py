@@ -114,3 +114,25 @@ def test_a_knob_whose_zero_is_derived_ranges_around_the_derived_value():
     with pytest.raises(ValueError, match="checkpoint_interval_s=0:100 reach 0.*Daly"):
         optimize.problem(scn, ["reliability.checkpoint_interval_s"],
                          {"reliability.checkpoint_interval_s": (0, 100)}, "time_to_train")
+
+
+def test_relaxed_step_agrees_with_the_micro_batch_lattice_on_deepseek_v3():
+    """DeepSeek-V3: the step at 2 micro-batch sequences is slower than at 1;
+    the relaxed step's slope at 1 says so (the formula at a fractional size
+    fell first: a per-micro-batch overhead ~ 1/size against a bubble ~ size),
+    and between 1 and 2 it rises monotonically from one exact value to the other."""
+    from codesign import step
+
+    scn = sc.load("deepseek-v3")
+
+    def relaxed(mb, t):
+        p = eqx.tree_at(lambda p: p.micro_batch, scn.plan, mb)
+        return step.step(scn.model, p, scn.system, t).step_time_s
+
+    exact = [float(step.step(scn.model, eqx.tree_at(lambda p: p.micro_batch, scn.plan, float(k)),
+                             scn.system).step_time_s) for k in (1, 2)]
+    assert exact[1] > exact[0] * 1.01
+    x = jnp.linspace(1.0, 2.0, 9)
+    values, slopes = jax.vmap(jax.value_and_grad(relaxed), (0, None))(x, 0.01)
+    assert float(slopes[0]) > 0 and np.all(np.diff(np.asarray(values)) > 0)
+    assert [float(values[0]), float(values[-1])] == pytest.approx(exact, rel=1e-4)  # t = 0.01
