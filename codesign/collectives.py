@@ -81,7 +81,7 @@ import numpy as np
 
 from . import _checks
 from .hardware import Tier
-from .relax import log2_ranks, safe_div, soft_min, where
+from .relax import beyond_one, log2_ranks, safe_div, soft_min, where
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
        "reduce", "send_recv")
@@ -120,28 +120,53 @@ class Cost(eqx.Module):
                 f"bandwidth {bw / scale:.4g} {unit} + reduction {red / scale:.4g} {unit})")
 
 
-def _one(p):
-    return jnp.minimum(log2_ranks(p), 1.0)
-
-
 def _f(p):
     return (p - 1.0) / p
 
 
-def _crossings(nodes):
-    """Node boundaries one ring over `nodes` domains crosses: N, and 0 for N = 1."""
-    return nodes * _one(nodes)
+def _crossings(p, g, ramp=True):
+    """Domain boundaries one ring over p ranks, g per domain, crosses: N = p / g
+    over whole domains, at least 2 once a rank spills (a ring over 6 + 2 ranks
+    crosses two), 0 for p = g: max(N, 2) min(p - g, 1) for p > g, which runs
+    linearly from 0 over the first rank beyond one domain (between integers:
+    no jump); without the `ramp`, max(N, 2): the relaxed way from one domain
+    to spilling over is `_spill_mixed`'s, in time. (N min(log2 N, 1), which
+    it replaces, counted 0.55 crossings at N = 8 / 6, so a 6-GPU domain beat
+    an 8-GPU one for tp = 8 on Llama 3 405B.)"""
+    spill = jnp.minimum(p - g, 1.0) if ramp else 1.0
+    return where(p > g, jnp.maximum(p / g, 2.0) * spill, 0.0)
+
+
+def _spill_mixed(cost_at, ranks, local_ranks, t):
+    """`cost_at(local_ranks, ramp)` (a pytree of arrays) of a two-tier group,
+    relaxed where it spills out of its domain by less than one rank: at t > 0
+    the mix (1 - w) cost_at(ranks) + w cost_at(local_ranks), w =
+    `beyond_one`(p - g + 1), of the group fitting and spilling (with its
+    whole crossings: `_crossings` without the ramp), both costed in one
+    `jax.vmap`. Exact at integer ranks; at t = 0, or with no outer tier
+    (`local_ranks` None), cost_at(local_ranks, ramp=True). Mixing times, not the crossing count: a ring whose
+    NIC carries a fraction of a crossing's share beats both the NVLink ring
+    and the ring that crosses twice (the two streams run in parallel), so a
+    relaxed count made the step dip between tp 8 and 9 on an 8-GPU domain."""
+    if local_ranks is None or (isinstance(t, (int, float)) and t == 0):
+        return cost_at(local_ranks, True)
+    g = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
+    shape = jnp.broadcast_shapes(jnp.shape(ranks), jnp.shape(g))
+    both = jax.vmap(lambda x: cost_at(x, False))(jnp.stack([jnp.broadcast_to(ranks, shape),
+                                                            jnp.broadcast_to(g, shape)]))
+    w = beyond_one(ranks - g + 1.0, t)
+    return jax.tree.map(lambda x: (1.0 - w) * x[0] + w * x[1], both)  # exact at w = 0, 1
 
 
 def _rail_ring(passes: float):
     """NCCL's rail-parallel ring: g channels, each a ring over all p ranks that
     enters and leaves every domain through a different GPU's NIC, `passes`
     times around (2 for an all-reduce: reduce-scatter then all-gather). Of the
-    p hops of a ring, N cross domains; each GPU sends `passes` x (p-1)/p x n in
-    all, N/p of it through its own NIC and the rest over the scale-up tier."""
-    def terms(p, g):
-        nodes = p / g
-        cross = _crossings(nodes) / p
+    p hops of a ring, c = `_crossings` cross domains (N = p / g for whole
+    domains); each GPU sends `passes` x (p-1)/p x n in all, c/p of it through
+    its own NIC and the rest over the scale-up tier."""
+    def terms(p, g, ramp):
+        cross = _crossings(p, g, ramp) / p
         hops, share = passes * (p - 1.0), passes * _f(p)
         return (hops * (1.0 - cross), hops * cross, share * (1.0 - cross), share * cross)
     return terms
@@ -184,7 +209,8 @@ def _rail_ring(passes: float):
 # | reduce_scatter | rail_ring | (p-1)(1-N/p)   | (p-1) N/p      | (p-1)/p (1-N/p) | (p-1)/p / g  |
 # | all_gather     | rail_ring | as reduce_scatter, no reduction                                 |
 #
-# (N/p is 0 when N = 1: one domain never uses the NIC.) rail_ring over N
+# (N/p is 0 when N = 1: one domain never uses the NIC; in the rail_ring rows N
+# is the `_crossings` count, at least 2 once the group spills.) rail_ring over N
 # domains moves 2(p-1)/p n / g through each NIC, so a large all-reduce's busbw
 # approaches g x the NIC's bandwidth: the node's NIC aggregate. rail_tree is a
 # chain inside each domain and a double binary tree across (one per rail, n / g
@@ -299,7 +325,7 @@ def _features() -> dict[str, Callable]:
     table["one(N)/g"] = lambda v: v("one(N)") / v("g")
     for passes in (1, 2):
         table[f"rail_ring({passes})"] = lambda v, passes=passes: _rail_ring(float(passes))(
-            v("p"), v("g"))
+            v("p"), v("g"), v("ramp"))
         table |= {f"rail_ring({passes}).{i}": lambda v, passes=passes, i=i:
                   v(f"rail_ring({passes})")[i] for i in range(4)}
     return table
@@ -308,9 +334,10 @@ def _features() -> dict[str, Callable]:
 _FEATURES = _features()
 
 
-def _basis(ranks, local_ranks) -> Callable:
-    """feature name -> value, each computed once (g = local ranks clipped to [1, p])."""
-    memo = {"p": ranks}
+def _basis(ranks, local_ranks, ramp=True) -> Callable:
+    """feature name -> value, each computed once (g = local ranks clipped to [1, p];
+    `ramp`: `_crossings`')."""
+    memo = {"p": ranks, "ramp": ramp}
     if local_ranks is not None:
         memo["g"] = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
 
@@ -375,7 +402,8 @@ def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
     return jax.tree.map(lambda a, b: where(inside, a, b), tier, outer)
 
 
-def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_ranks) -> Cost:
+def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_ranks,
+           ramp=True) -> Cost:
     """The Costs of the rows of `table`, stacked on a leading axis (one expression
     for all of them; `_ROWS`). Every leaf has the shape (A,) + the common shape
     of n_bytes, ranks, local_ranks and the tiers' leaves (whose leading axis is
@@ -383,7 +411,7 @@ def _costs(table: _Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_
     shape = jnp.broadcast_shapes(table.requests,
                                  *(jnp.shape(x) for x in
                                    (n_bytes, ranks, *jax.tree.leaves((local_ranks, tier, outer)))))
-    feature = _basis(ranks, local_ranks)
+    feature = _basis(ranks, local_ranks, ramp)
     extra = (1,) * (len(shape) - len(table.requests))
 
     def per_row(flags):  # a (A[, R]) constant against (A,) + shape
@@ -487,8 +515,10 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     op = _check_op(op)
     local_ranks = _check_tiers(outer, local_ranks)
     names = algorithms(op, hierarchical=outer is not None)
-    return _soft_min_cost(_costs(_table(((op, names),)), n_bytes, ranks, tier, outer,
-                                 local_ranks), temperature) + (names,)
+    table = _table(((op, names),))
+    return _spill_mixed(lambda g, ramp: _soft_min_cost(
+        _costs(table, n_bytes, ranks, tier, outer, g, ramp), temperature),
+                        ranks, local_ranks, temperature) + (names,)
 
 
 def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, local_ranks,
@@ -504,13 +534,17 @@ def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, l
     _checks.at_least_one("ranks", ranks)
     local_ranks = _check_tiers(outer, local_ranks)
     table = _table(tuple((op, algorithms(op, hierarchical=True)) for op in ops))
-    times = _costs(table, _checks.as_float(n_bytes), _checks.as_float(ranks), tier, outer,
-                   local_ranks).time_s
-    if isinstance(temperature, (int, float)) and temperature == 0:
-        return jnp.sum(_winner(times) * times, axis=0)
-    soft_min_s, weights = soft_min(times, temperature, axis=0)
-    mean_s = jnp.sum(weights * times, axis=0)
-    return safe_div(soft_min_s, mean_s) * mean_s  # 0 where every candidate is, as `choose`
+    n_bytes, ranks = _checks.as_float(n_bytes), _checks.as_float(ranks)
+
+    def auto_s(g, ramp):
+        times = _costs(table, n_bytes, ranks, tier, outer, g, ramp).time_s
+        if isinstance(temperature, (int, float)) and temperature == 0:
+            return jnp.sum(_winner(times) * times, axis=0)
+        soft_min_s, weights = soft_min(times, temperature, axis=0)
+        mean_s = jnp.sum(weights * times, axis=0)
+        return safe_div(soft_min_s, mean_s) * mean_s  # 0 where every candidate is, as `choose`
+
+    return _spill_mixed(auto_s, ranks, local_ranks, temperature)
 
 
 def _winner(times: jax.Array) -> jax.Array:
@@ -556,7 +590,8 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     table = _table(((op, (algorithm,)),))
     if table.two_tier.any() and outer is None:
         raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
-    return jax.tree.map(lambda x: x[0], _costs(table, n_bytes, ranks, tier, outer, local_ranks))
+    return _spill_mixed(lambda g, ramp: jax.tree.map(lambda x: x[0], _costs(
+        table, n_bytes, ranks, tier, outer, g, ramp)), ranks, local_ranks, temperature)
 
 
 def bus_factor(op: str, ranks) -> jax.Array:
