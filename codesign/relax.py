@@ -4,8 +4,8 @@ Each takes a temperature `t`; at t = 0 it is the exact function, so the relaxed
 model equals the exact model at integer points as t anneals to zero. The
 temperature is dimensionless: a softplus width is t times the magnitude of
 what is compared (seconds, bytes and counts alike), and the relaxations of a
-count (`smooth_ceil`, `lattice_cubic`, `lattice_cubic_tree`, `beyond_one`) are exact at integers for
-every t. `benchmarks/relaxation.py` audits them against the exact model
+count (`smooth_ceil`, `lattice_cubic`, `lattice_linear_tree`, `beyond_one`)
+are exact at integers for every t. `benchmarks/relaxation.py` audits them against the exact model
 (docs/codesign.md). All are NaN-free everywhere (double-`where` on every log
 and divide).
 """
@@ -16,6 +16,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def where(condition, a, b) -> jax.Array:
@@ -161,20 +162,25 @@ def _monotone_cubic(c, k, w):
             + (3 * w2 - 2 * w3) * c[2] + (w3 - w2) * m1)
 
 
-def lattice_cubic_tree(f, counts: tuple, t: float | jax.Array = 0.0):
-    """`lattice_cubic` for an `f` whose value is a pytree of float arrays: the
-    4 evaluations per count one `jax.vmap` of f each (the trace holds f once),
-    every leaf relaxed alike. At t = 0 (given as 0) it is f(*counts)."""
+def lattice_linear_tree(f, counts: tuple, t: float | jax.Array = 0.0):
+    """f(*counts) of counts >= 1 that are integers in the exact model, relaxed
+    between integers as the multilinear interpolation of f at the corners of
+    the unit cell around the counts, for an `f` whose value is a pytree of
+    float arrays: its 2^len(counts) evaluations one `jax.vmap` of f (the trace
+    holds f once), every leaf relaxed alike. Exact at integer counts for
+    every t, monotone between two integers of one count (the others
+    integral), its slope there the step to the next integer (at an integer,
+    the step above it). At t = 0 (given as 0) it is f(*counts)."""
     if isinstance(t, (int, float)) and t == 0:
         return f(*counts)
-    x, rest = counts[0], tuple(counts[1:])
-    k = jax.lax.stop_gradient(jnp.floor(jnp.maximum(x, 1.0)))
-
-    def at(ki):
-        return lattice_cubic_tree(lambda *r: f(ki, *r), rest, t) if rest else f(ki)
-
-    values = jax.vmap(at)(jnp.maximum(k + jnp.arange(-1.0, 3.0), 1.0))
-    return jax.tree.map(lambda c: _monotone_cubic(list(c), k, x - k), values)
+    x = jnp.stack([jnp.maximum(c, 1.0) for c in counts])
+    k = jax.lax.stop_gradient(jnp.floor(x))
+    w = x - k
+    corners = np.array(np.meshgrid(*[[0.0, 1.0]] * len(counts), indexing="ij")).reshape(
+        len(counts), -1).T  # (2^d, d)
+    values = jax.vmap(lambda c: f(*(k + c)))(jnp.asarray(corners))
+    weight = jnp.prod(jnp.where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
+    return jax.tree.map(lambda v: jnp.tensordot(weight, v, axes=1), values)
 
 
 def soft_min(values: jax.Array, t: float | jax.Array, axis: int = 0):

@@ -14,7 +14,7 @@ import numpy as np
 from . import _checks, collectives, compute, economics, fabric, memory, reliability, traffic
 from .hardware import System
 from .plan import Plan
-from .relax import lattice_cubic_tree, safe_div
+from .relax import lattice_linear_tree, safe_div
 from .workload import Transformer
 
 
@@ -102,21 +102,27 @@ def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
     """One training step of `model` cut by `plan` on `system` (temperature t
     relaxes ceil/max/min for the optimiser; t = 0 is the exact model).
 
-    Relaxed, the step between two micro-batch sizes is the monotone cubic
-    through the steps at the sizes around it (`relax.lattice_cubic_tree`), not
+    Relaxed, the step between two micro-batch sizes or context-parallel
+    degrees is the bilinear interpolation of the steps at the integers around
+    them (`relax.lattice_linear_tree`; dp follows cp at the GPU count), not
     the formula at a fractional size: fewer, larger micro-batches cost a
-    per-micro-batch overhead ~ 1/size less and a bubble ~ size more, so the
-    formula dips between 1 and 2 where the step at 2 is the slower (DeepSeek-V3).
+    per-micro-batch overhead ~ 1/size less and a bubble ~ size more, and a
+    larger cp a bubble ~ 1/cp less beside its ring's traffic, so the formula
+    dips between 1 and 2 where the step at 2 is the slower (DeepSeek-V3's
+    micro-batch, Megatron 1T's cp).
     """
     if isinstance(t, (int, float)) and t == 0:
         return _step(model, plan, system, t)
-    return lattice_cubic_tree(
-        lambda mb: _step(model, eqx.tree_at(lambda p: p.micro_batch, plan, mb), system, t),
-        (plan.micro_batch,), t)
+
+    def at(mb, cp):
+        return _step(model, eqx.tree_at(lambda p: (p.micro_batch, p.cp, p.dp), plan,
+                                        (mb, cp, plan.dp * plan.cp / cp)), system, t)
+
+    return lattice_linear_tree(at, (plan.micro_batch, plan.cp), t)
 
 
 def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
-    """`step` at one micro-batch size.
+    """`step`'s formula at the plan's own values.
 
     Communication hidden under compute still costs compute: the SMs its kernels
     occupy (`plan.comm_sm_fraction`) are lost to the GEMMs for as long as it

@@ -116,25 +116,30 @@ def test_a_knob_whose_zero_is_derived_ranges_around_the_derived_value():
                          {"reliability.checkpoint_interval_s": (0, 100)}, "time_to_train")
 
 
-def test_relaxed_step_agrees_with_the_micro_batch_lattice_on_deepseek_v3():
-    """DeepSeek-V3: the step at 2 micro-batch sequences is slower than at 1;
-    the relaxed step's slope at 1 says so (the formula at a fractional size
-    fell first: a per-micro-batch overhead ~ 1/size against a bubble ~ size),
-    and between 1 and 2 it rises monotonically from one exact value to the other."""
+@pytest.mark.parametrize("name,knob", [("deepseek-v3", "training.micro_batch"),
+                                       ("megatron-1t", "parallel.cp")])
+def test_relaxed_step_follows_the_integer_lattice_from_1_to_2(name, knob):
+    """DeepSeek-V3's step at 2 micro-batch sequences and Megatron 1T's at cp 2
+    are slower than at 1; the relaxed step's slope at 1 says so (the formula
+    at a fractional size fell first: a per-micro-batch overhead ~ 1/size, or
+    a bubble ~ 1/cp, against what grows), and between 1 and 2 it rises
+    monotonically from one exact value to the other (`relax.lattice_linear_tree`
+    over micro-batch and cp; dp follows cp, as `scenario.set_knobs` has it)."""
     from codesign import step
 
-    scn = sc.load("deepseek-v3")
+    scn = sc.load(name)
 
-    def relaxed(mb, t):
-        p = eqx.tree_at(lambda p: p.micro_batch, scn.plan, mb)
-        return step.step(scn.model, p, scn.system, t).step_time_s
+    def relaxed(x, t):
+        s = sc.set_knobs(scn, {knob: x})
+        return step.step(s.model, s.plan, s.system, t).step_time_s
 
     x = jnp.linspace(1.0, 2.0, 9)
-    exact = [float(v) for v in jax.jit(jax.vmap(lambda mb: relaxed(mb, 0.0)))(x[::8])]
+    exact = [float(v) for v in jax.jit(jax.vmap(lambda v: relaxed(v, 0.0)))(x[::8])]
     assert exact[1] > exact[0] * 1.01
     values, slopes = jax.jit(jax.vmap(jax.value_and_grad(relaxed), (0, None)))(x, 0.01)
     assert float(slopes[0]) > 0 and np.all(np.diff(np.asarray(values)) > 0)
-    assert [float(values[0]), float(values[-1])] == pytest.approx(exact, rel=1e-4)  # t = 0.01
+    # the relaxed value gap at t = 0.01: under 0.5% on every scenario (benchmarks/relaxation.py)
+    assert [float(values[0]), float(values[-1])] == pytest.approx(exact, rel=5e-3)
 
 
 def test_a_group_spilling_out_of_its_domain_crosses_twice():
