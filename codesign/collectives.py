@@ -144,10 +144,11 @@ def _spill_mixed(cost_at, ranks, local_ranks, t):
     `beyond_one`(p - g + 1), of the group fitting and spilling (with its
     whole crossings: `_crossings` without the ramp), both costed in one
     `jax.vmap`. Exact at integer ranks; at t = 0, or with no outer tier
-    (`local_ranks` None), cost_at(local_ranks, ramp=True). Mixing times, not the crossing count: a ring whose
-    NIC carries a fraction of a crossing's share beats both the NVLink ring
-    and the ring that crosses twice (the two streams run in parallel), so a
-    relaxed count made the step dip between tp 8 and 9 on an 8-GPU domain."""
+    (`local_ranks` None), cost_at(local_ranks, ramp=True). Mixing times, not
+    the crossing count: a ring whose NIC carries a fraction of a crossing's
+    share beats both the NVLink ring and the ring that crosses twice (the two
+    streams run in parallel), so a relaxed count made the step dip between
+    tp 8 and 9 on an 8-GPU domain."""
     if local_ranks is None or (isinstance(t, (int, float)) and t == 0):
         return cost_at(local_ranks, True)
     g = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))

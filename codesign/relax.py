@@ -5,9 +5,9 @@ model equals the exact model at integer points as t anneals to zero. The
 temperature is dimensionless: a softplus width is t times the magnitude of
 what is compared (seconds, bytes and counts alike), and the relaxations of a
 count (`smooth_ceil`, `lattice_cubic`, `lattice_linear_tree`, `beyond_one`)
-are exact at integers for every t. `benchmarks/relaxation.py` audits them against the exact model
-(docs/codesign.md). All are NaN-free everywhere (double-`where` on every log
-and divide).
+are exact at integers for every t. `benchmarks/relaxation.py` audits them
+against the exact model (docs/codesign.md). All are NaN-free everywhere
+(double-`where` on every log and divide).
 """
 
 from __future__ import annotations
@@ -143,12 +143,7 @@ def lattice_cubic(f, counts: tuple, t: float | jax.Array = 0.0) -> jax.Array:
         ki = jnp.maximum(k + i, 1.0)
         return lattice_cubic(lambda *r: f(ki, *r), rest, t) if rest else f(ki)
 
-    return _monotone_cubic([at(i) for i in (-1, 0, 1, 2)], k, x - k)
-
-
-def _monotone_cubic(c, k, w):
-    """The Fritsch-Butland cubic at w in [0, 1) past integer k >= 1 through the
-    values c at k - 1, k, k + 1, k + 2 (the one below 1 unused)."""
+    c = [at(i) for i in (-1, 0, 1, 2)]
     step = [c[i + 1] - c[i] for i in range(3)]
     step[0] = where(k > 1, step[0], step[1])  # one-sided at a count of 1
 
@@ -157,6 +152,7 @@ def _monotone_cubic(c, k, w):
         return where(same, 2.0 * a * b / where(same, a + b, 1.0), 0.0)
 
     m0, m1 = slope(step[0], step[1]), slope(step[1], step[2])
+    w = x - k
     w2, w3 = w * w, w * w * w
     return ((2 * w3 - 3 * w2 + 1) * c[1] + (w3 - 2 * w2 + w) * m0
             + (3 * w2 - 2 * w3) * c[2] + (w3 - w2) * m1)

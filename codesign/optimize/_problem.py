@@ -37,8 +37,6 @@ CONSTRAINTS = ("memory", *LIMITS, "dp>=1", "micro_batches>=1", "ep<=dp",
 _NO_LIMIT = 1e300  # an unset limit: its log-ratio constraint is about -690
 
 
-
-
 def _reliability(scn: Scenario):
     return step.estimate(scn, check=False).reliability
 
