@@ -14,8 +14,9 @@ lower bound to 8 for a count, to 1 otherwise; a knob whose 0 means a value
 the model derives, `optimize.DERIVED_AT_ZERO`, around that value, as
 `optimize` ranges it), its admissible values (`optimize.problem`) for a
 count, with 0 added where the domain admits it and it is a branch `optimize`
-may cross (unlimited node routing), log-spaced points for a continuous knob. The audited output is the step time, and the
-time to train for the reliability knobs (scenarios with training tokens).
+may cross (unlimited node routing), log-spaced points for a continuous knob.
+The audited output is the step time, and the time to train for the
+reliability knobs (scenarios with training tokens).
 
 Around each anchor a the step spans the knob's discrete spacing: a +- 1 for a
 count ((f(a+1) - f(a-1)) / 2; one-sided at a bound), the neighbouring anchors
