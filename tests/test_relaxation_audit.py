@@ -138,7 +138,7 @@ def test_relaxed_step_follows_the_integer_lattice_from_1_to_2(name, knob):
     assert exact[1] > exact[0] * 1.01
     values, slopes = jax.jit(jax.vmap(jax.value_and_grad(relaxed), (0, None)))(x, 0.01)
     assert float(slopes[0]) > 0 and np.all(np.diff(np.asarray(values)) > 0)
-    # the relaxed value gap at t = 0.01: under 0.5% on every scenario (benchmarks/relaxation.py)
+    # the relaxed value gap at t = 0.01: 0.15% here, at most 1.1% anywhere (benchmarks/relaxation.py)
     assert [float(values[0]), float(values[-1])] == pytest.approx(exact, rel=5e-3)
 
 
