@@ -280,27 +280,23 @@ def expected_remote_nodes(nodes, top_k):
     return where(many, (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k), 0.0)
 
 
-def ep_slow_tier_copies(model, plan, nodes, t=0.0):
-    """Copies of one token that cross the slow tier in one dispatch.
+def ep_slow_tier_copies(model, plan, nodes, t=0.0, limit=None):
+    """Copies of one token that cross the slow tier in one dispatch, at the
+    node limit `limit` (default: the plan's `moe_node_limit`).
 
-    Unlimited routing (moe_node_limit = 0): a plain all-to-all sends each of the
+    Unlimited routing (limit = 0): a plain all-to-all sends each of the
     top_k expert copies separately, k (N-1)/N of them cross. Node-limited
     (DeepSeek-V3): one copy per destination node, at most M nodes:
     min(expected distinct remote nodes, M (N-1)/N), then forwarded inside.
     M = 0 is the other algorithm, not M -> infinity: M = N still sends one copy
-    per node. Relaxed (t > 0) between the two as the mix (1 - M) plain + M
-    limited(1) for M < 1, exact at M = 0 and 1 (the exact model jumps there).
+    per node. (`_ep_rows` relaxes M between integers.)
     """
-    k, limit = model.top_k, plan.moe_node_limit
+    k = model.top_k
+    limit = plan.moe_node_limit if limit is None else limit
     plain = k * (nodes - 1.0) / jnp.maximum(nodes, 1.0)
-
-    def limited(m):
-        return smooth_min(expected_remote_nodes(nodes, k),
-                          m * (nodes - 1.0) / jnp.maximum(nodes, 1.0), t)
-
-    if isinstance(t, (int, float)) and t == 0:
-        return where(limit > 0, limited(limit), plain)
-    return where(limit < 1.0, (1.0 - limit) * plain + limit * limited(1.0), limited(limit))
+    limited = smooth_min(expected_remote_nodes(nodes, k),
+                         limit * (nodes - 1.0) / jnp.maximum(nodes, 1.0), t)
+    return where(limit > 0, limited, plain)
 
 
 def _ep_rows(model, plan, system, sh, overlap_s, t):
@@ -328,12 +324,25 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     inner = fabric.scale_up_tier(system, inside, stride, t)
     outer = fabric.group_scale_out_tier(system, span, nodes, True, t)
     fast = collectives.cost("all_to_all", "direct", n, inside, inner)
-    cross_bytes = tokens * ep_slow_tier_copies(model, plan, nodes, t) * per_token
-    slow = collectives.Cost(jnp.maximum(nodes - 1.0, 0.0) * outer.latency_s,
-                            cross_bytes / outer.effective_Bps, jnp.zeros(()))
-    # rail-only: the bytes that leave the domain first hop to the GPU on their rail
-    slow = slow + fabric.rail_forwarding_cost(system, cross_bytes, inside, inner)
-    one_s = smooth_max(fast.time_s, slow.time_s, t) * (model.moe_layers > 0)
+
+    def dispatch(limit):  # (seconds of one dispatch, bytes crossing) at a node limit
+        cross_bytes = tokens * ep_slow_tier_copies(model, plan, nodes, t, limit) * per_token
+        slow = collectives.Cost(jnp.maximum(nodes - 1.0, 0.0) * outer.latency_s,
+                                cross_bytes / outer.effective_Bps, jnp.zeros(()))
+        # rail-only: the bytes that leave the domain first hop to the GPU on their rail
+        slow = slow + fabric.rail_forwarding_cost(system, cross_bytes, inside, inner)
+        return smooth_max(fast.time_s, slow.time_s, t), cross_bytes
+
+    if isinstance(t, (int, float)) and t == 0:
+        one_s, cross_bytes = dispatch(plan.moe_node_limit)
+    else:  # relaxed: linear in M between the integers around it (the limit's steps,
+        # the plain all-to-all at 0 included, and the point where forwarding stops
+        # being free fall between integers: the slope at M is the step to M + 1)
+        m = jnp.maximum(plan.moe_node_limit, 0.0)
+        k = jax.lax.stop_gradient(jnp.floor(m))
+        (lo_s, lo_b), (hi_s, hi_b) = dispatch(k), dispatch(k + 1.0)
+        one_s, cross_bytes = lo_s + (m - k) * (hi_s - lo_s), lo_b + (m - k) * (hi_b - lo_b)
+    one_s = one_s * (model.moe_layers > 0)
     count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
         * sh.micro_batches
     time = count * one_s
