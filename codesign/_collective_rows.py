@@ -210,12 +210,17 @@ def _features() -> dict[str, Callable]:
 _FEATURES = _features()
 
 
+def local(ranks, local_ranks):
+    """g: the local ranks clipped to [1, p]."""
+    return jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
+
+
 def basis(ranks, local_ranks, ramp=True) -> Callable:
-    """feature name -> value, each computed once (g = local ranks clipped to [1, p];
+    """feature name -> value, each computed once (g = `local`;
     `ramp`: `crossings`')."""
     memo = {"p": ranks, "ramp": ramp}
     if local_ranks is not None:
-        memo["g"] = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
+        memo["g"] = local(ranks, local_ranks)
 
     def get(name):
         if name not in memo:

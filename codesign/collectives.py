@@ -132,7 +132,7 @@ def _spill_mixed(cost_at, ranks, local_ranks, t):
     tp 8 and 9 on an 8-GPU domain."""
     if local_ranks is None or (isinstance(t, (int, float)) and t == 0):
         return cost_at(local_ranks, True)
-    g = jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
+    g = _rows.local(ranks, local_ranks)
     shape = jnp.broadcast_shapes(jnp.shape(ranks), jnp.shape(g))
     both = jax.vmap(lambda x: cost_at(x, False))(jnp.stack([jnp.broadcast_to(ranks, shape),
                                                             jnp.broadcast_to(g, shape)]))

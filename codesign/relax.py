@@ -158,8 +158,8 @@ def lattice_cubic(f, counts: tuple, t: float | jax.Array = 0.0) -> jax.Array:
             + (3 * w2 - 2 * w3) * c[2] + (w3 - w2) * m1)
 
 
-def lattice_linear_tree(f, counts: tuple, t: float | jax.Array = 0.0):
-    """f(*counts) of counts >= 1 that are integers in the exact model, relaxed
+def lattice_linear_tree(f, counts: tuple, t: float | jax.Array = 0.0, lowest: float = 1.0):
+    """f(*counts) of counts >= `lowest` that are integers in the exact model, relaxed
     between integers as the multilinear interpolation of f at the corners of
     the unit cell around the counts, for an `f` whose value is a pytree of
     float arrays: its 2^len(counts) evaluations one `jax.vmap` of f (the trace
@@ -169,7 +169,7 @@ def lattice_linear_tree(f, counts: tuple, t: float | jax.Array = 0.0):
     the step above it). At t = 0 (given as 0) it is f(*counts)."""
     if isinstance(t, (int, float)) and t == 0:
         return f(*counts)
-    x = jnp.stack([jnp.maximum(c, 1.0) for c in counts])
+    x = jnp.stack([jnp.maximum(c, lowest) for c in counts])
     k = jax.lax.stop_gradient(jnp.floor(x))
     w = x - k
     corners = np.array(np.meshgrid(*[[0.0, 1.0]] * len(counts), indexing="ij")).reshape(

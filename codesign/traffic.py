@@ -42,6 +42,7 @@ from .plan import Plan
 from .relax import (
     beyond_one,
     lattice_cubic,
+    lattice_linear_tree,
     safe_div,
     smooth_ceil,
     smooth_clip,
@@ -333,15 +334,10 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
         slow = slow + fabric.rail_forwarding_cost(system, cross_bytes, inside, inner)
         return smooth_max(fast.time_s, slow.time_s, t), cross_bytes
 
-    if isinstance(t, (int, float)) and t == 0:
-        one_s, cross_bytes = dispatch(plan.moe_node_limit)
-    else:  # relaxed: linear in M between the integers around it (the limit's steps,
-        # the plain all-to-all at 0 included, and the point where forwarding stops
-        # being free fall between integers: the slope at M is the step to M + 1)
-        m = jnp.maximum(plan.moe_node_limit, 0.0)
-        k = jax.lax.stop_gradient(jnp.floor(m))
-        (lo_s, lo_b), (hi_s, hi_b) = dispatch(k), dispatch(k + 1.0)
-        one_s, cross_bytes = lo_s + (m - k) * (hi_s - lo_s), lo_b + (m - k) * (hi_b - lo_b)
+    # relaxed: linear in M between the integers around it (the limit's steps, the
+    # plain all-to-all at 0 included, and the point where forwarding stops being
+    # free fall between integers: the slope at M is the step to M + 1)
+    one_s, cross_bytes = lattice_linear_tree(dispatch, (plan.moe_node_limit,), t, lowest=0.0)
     one_s = one_s * (model.moe_layers > 0)
     count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
         * sh.micro_batches
