@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _checks, collectives, compute, economics, fabric, memory, reliability, traffic
 from .hardware import System
-from .plan import Plan
+from .plan import Plan, data_parallel
 from .relax import lattice_linear_tree, safe_div
 from .workload import Transformer
 
@@ -115,8 +115,9 @@ def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
         return _step(model, plan, system, t)
 
     def at(mb, cp):
+        dp = data_parallel(plan.gpus, plan.tp, plan.pp, cp)
         return _step(model, eqx.tree_at(lambda p: (p.micro_batch, p.cp, p.dp), plan,
-                                        (mb, cp, plan.dp * plan.cp / cp)), system, t)
+                                        (mb, cp, dp)), system, t)
 
     return lattice_linear_tree(at, (plan.micro_batch, plan.cp), t)
 
