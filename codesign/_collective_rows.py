@@ -27,7 +27,7 @@ def crossings(p, g, ramp=True):
     crosses two), 0 for p = g: max(N, 2) min(p - g, 1) for p > g, which runs
     linearly from 0 over the first rank beyond one domain (between integers:
     no jump); without the `ramp`, max(N, 2): the relaxed way from one domain
-    to spilling over is `_spill_mixed`'s, in time. (N min(log2 N, 1), which
+    to spilling over is `collectives._spill_mixed`'s, in time. (N min(log2 N, 1), which
     it replaces, counted 0.55 crossings at N = 8 / 6, so a 6-GPU domain beat
     an 8-GPU one for tp = 8 on Llama 3 405B.)"""
     spill = jnp.minimum(p - g, 1.0) if ramp else 1.0
