@@ -208,8 +208,10 @@ _MPT = {"1b": (24, 2048, 16), "7b": (32, 4096, 32), "13b": (40, 5120, 40),
         "30b": (48, 7168, 56), "70b": (80, 8192, 64)}
 
 
-def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu):
-    """A row of llm-foundry's MPT benchmark tables (PyTorch FSDP, BF16)."""
+def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu,
+             calibration=False):
+    """A row of llm-foundry's MPT benchmark tables (PyTorch FSDP, BF16);
+    `calibration`: one of `H100_GEMM_ROWS`."""
     layers, hidden, heads = _MPT[size]
     training = {"global_batch": gbs, "micro_batch": mbs,
                 "recompute": "full" if ac else "none", "dtype": "bf16"}
@@ -226,8 +228,11 @@ def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu
          "training": training,
          "parallel": {"zero": 3 if fsdp == "FULL_SHARD" else 2},
          "system": system},
-        note="pure FSDP (dp = GPUs) as the table has no TP/PP columns; FULL_SHARD = ZeRO-3, "
-             "SHARD_GRAD_OP = ZeRO-2, AC = full recomputation; Adam assumed")
+        calibration=calibration,
+        note=("with the other H100_GEMM_ROWS, sets the H100-class sustained "
+              "matmul_efficiency; " if calibration else "")
+        + "pure FSDP (dp = GPUs) as the table has no TP/PP columns; FULL_SHARD = ZeRO-3, "
+          "SHARD_GRAD_OP = ZeRO-2, AC = full recomputation; Adam assumed")
 
 
 CHECKS: tuple[Check, ...] = (
@@ -299,10 +304,14 @@ CHECKS: tuple[Check, ...] = (
     _nemo_long(512, 512, 8, 8, 4, 16, 549),
     _nemo_long(1024, 1024, 4, 8, 4, 32, 536),
     # --- llm-foundry MPT under PyTorch FSDP, BF16 (tokens/s/GPU)
-    _foundry("70b", 2048, 512, "h100_80gb", 8, 4096, "FULL_SHARD", True, "DEFAULT", 1007),
-    _foundry("70b", 2048, 128, "h100_80gb", 8, 1024, "FULL_SHARD", True, "DEFAULT", 1058),
-    _foundry("30b", 2048, 512, "h100_80gb", 8, 4096, "FULL_SHARD", True, "DEFAULT", 2115),
-    _foundry("13b", 2048, 512, "h100_80gb", 16, 8192, "FULL_SHARD", True, "DEFAULT", 4952),
+    _foundry("70b", 2048, 512, "h100_80gb", 8, 4096, "FULL_SHARD", True, "DEFAULT", 1007,
+             calibration=True),
+    _foundry("70b", 2048, 128, "h100_80gb", 8, 1024, "FULL_SHARD", True, "DEFAULT", 1058,
+             calibration=True),
+    _foundry("30b", 2048, 512, "h100_80gb", 8, 4096, "FULL_SHARD", True, "DEFAULT", 2115,
+             calibration=True),
+    _foundry("13b", 2048, 512, "h100_80gb", 16, 8192, "FULL_SHARD", True, "DEFAULT", 4952,
+             calibration=True),
     _foundry("7b", 2048, 512, "h100_80gb", 6, 3072, "FULL_SHARD", False, "DEFAULT", 9670),
     _foundry("1b", 2048, 512, "h100_80gb", 12, 6144, "SHARD_GRAD_OP", False, "DEFAULT",
              39837),
@@ -322,6 +331,30 @@ CHECKS: tuple[Check, ...] = (
                "the README's (both MCore v0.8), not stated as one measurement; Megatron's "
                "FLOP count (top-2 experts, whole s x s attention)"),
 )
+
+
+# The four H100 rows whose steps are most nearly all large GEMMs (BF16, full
+# recomputation, hidden 5,120-8,192, no TP/PP traffic), 4 of the table's 28 H100
+# rows: they set `hardware.H100_MATMUL_EFFICIENCY` by `fit_matmul_efficiency`.
+H100_GEMM_ROWS = tuple(c.name for c in CHECKS if c.calibration and c.source == _FOUNDRY)
+
+
+def fit_matmul_efficiency(checks, lo=0.3, hi=1.0, iterations=24) -> float:
+    """The [system] matmul_efficiency at which the rate `checks` are right on
+    average: the mean log(predicted / published) over them is 0. Bisection: a
+    rate rises with the efficiency."""
+    def mean_log_error(e):
+        logs = []
+        for c in checks:
+            tables = {**c.tables, "system": {**c.tables["system"], "matmul_efficiency": e}}
+            logs.append(math.log(predict(dataclasses.replace(c, tables=tables))[0]
+                                 / c.published))
+        return sum(logs) / len(logs)
+
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mean_log_error(mid) < 0.0 else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def _collective(spec) -> float:
