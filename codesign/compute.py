@@ -94,15 +94,21 @@ class Timing(eqx.Module):
         return self.forward_s + self.backward_s
 
 
-def _gemms_s(system: System, gemms) -> jax.Array:
+def _gemms_s(system: System, gemms, cast_bytes=None) -> jax.Array:
     """sum_i weight_i x `gemm_time_s` of row i of `gemms`, rows (m, k, n, count,
-    dtype, weight): one vectorised `gemm_time_s` per dtype, a new GEMM a row."""
+    dtype, weight): one vectorised `gemm_time_s` per dtype, a new GEMM a row;
+    the rows of a dtype in `cast_bytes` ({dtype: `Precision.gemm_cast_bytes`})
+    also pay one memory-bound cast of their m x k input (a kernel each)."""
     total = 0.0
     for dtype in dict.fromkeys(g[4] for g in gemms):
         rows = [g for g in gemms if g[4] == dtype]
         m, k, n, count, weight = (jnp.stack([jnp.asarray(g[i], float) for g in rows])
                                   for i in (0, 1, 2, 3, 5))
-        total = total + jnp.sum(weight * gemm_time_s(system, m, k, n, dtype, count))
+        seconds = gemm_time_s(system, m, k, n, dtype, count)
+        if (cast_bytes or {}).get(dtype):
+            seconds = seconds + streaming_time_s(system, cast_bytes[dtype] * count * m * k) \
+                + system.chip.kernel_overhead_s
+        total = total + jnp.sum(weight * seconds)
     return total
 
 
@@ -143,7 +149,8 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     passes_s = streaming_time_s(system, 2.0 * stored)  # (dense, MoE) layer
     memory = dense_layers * passes_s[0] + moe_layers * (passes_s[1] + permute)
     overhead = sh.layers_on_stage * KERNELS_PER_LAYER * system.chip.kernel_overhead_s
-    return _gemms_s(system, gemms) + memory + overhead
+    cast = {d: plan.precision.gemm_cast_bytes}  # the GEMM inputs quantised (fp8 recipes)
+    return _gemms_s(system, gemms, cast) + memory + overhead
 
 
 def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):

@@ -75,6 +75,16 @@ class Precision(eqx.Module):
         return self.bytes("master") + 2.0 * self.bytes("optimizer")
 
     @property
+    def gemm_cast_bytes(self) -> float:
+        """HBM bytes per element of a GEMM input quantised to a GEMM width narrower
+        than the activations': Transformer Engine's cast-transpose reads it once
+        and writes the narrow copy and its transpose (for the weight-gradient
+        GEMM), e.g. 2 + 1 + 1 = 4 B for fp8 GEMMs on bf16 activations; 0 when the
+        GEMMs run in the activations' width."""
+        wide, narrow = self.bytes("activations"), DTYPE_BYTES[self.gemm]
+        return wide + 2.0 * narrow if narrow < wide else 0.0
+
+    @property
     def optimizer_step_bytes_per_param(self) -> float:
         """HBM traffic of one Adam step per parameter: read the gradient, the
         master weight and both moments, write the master, the moments and the

@@ -387,6 +387,9 @@ class Schedule(Strategy):
     """
 
     interleaves: ClassVar[bool] = False  # runs v > 1 virtual stages per GPU
+    # its stage-to-stage sends overlap another chunk's compute, so only the
+    # pipeline's fill and drain wait for them
+    overlaps_p2p: ClassVar[bool] = False
     weight_copies: ClassVar[float] = 1.0  # copies of the stage's weights each GPU holds
 
     @abc.abstractmethod
@@ -431,6 +434,9 @@ class Interleaved(Schedule):
 
     name: ClassVar[str] = "interleaved"
     interleaves: ClassVar[bool] = True
+    # Megatron-LM overlaps the interleaved schedule's sends with the next
+    # chunk's compute (--overlap-p2p-communication, on by default)
+    overlaps_p2p: ClassVar[bool] = True
 
     def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
         return (pp - 1.0) * micro_batch_s / interleave
@@ -456,6 +462,7 @@ class DualPipe(Schedule):
 
     name: ClassVar[str] = "dualpipe"
     weight_copies: ClassVar[float] = 2.0
+    overlaps_p2p: ClassVar[bool] = True  # a forward and a backward chunk overlap
 
     def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
         # max(p/2 - 1, 0) turns at p = 2, a count: not relaxed, it is piecewise

@@ -471,9 +471,11 @@ def _pp_rows(model, plan, system, sh, t):
     neighbouring stages, per micro-batch and virtual stage; on the critical path.
     Each tensor-parallel rank sends 1/tp of the activation (Narayanan et al.
     2021's scatter/gather optimisation; the all-gather inside the domain that
-    reassembles it is neglected)."""
+    reassembles it is neglected). A schedule that `overlaps_p2p` waits only
+    for the sends of the pipeline's fill and drain, (p - 1) hops each way."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations") / plan.tp
     count = 2.0 * sh.micro_batches * plan.interleave * beyond_one(plan.pp, t)
+    waited = 2.0 * (plan.pp - 1.0) if plan.schedule.overlaps_p2p else count
     ranks, inside, span, stride = group(plan, ("pp",), system, t)
     # a neighbour shares the domain when the stage stride fits inside it
     neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t,
@@ -484,7 +486,8 @@ def _pp_rows(model, plan, system, sh, t):
                            fabric.scale_out_tier(system, 2.0 * stride, t))
     one_s = neighbour_inside * up.time_s + (1 - neighbour_inside) * out.time_s
     return [_row("pp", "send_recv", "direct", n, count, one_s, jnp.minimum(ranks, 2.0),
-                 1.0 + neighbour_inside, slow_bytes=count * n * (1.0 - neighbour_inside))]
+                 1.0 + neighbour_inside, exposed=jnp.minimum(waited, count) * one_s,
+                 slow_bytes=count * n * (1.0 - neighbour_inside))]
 
 
 def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tuple[Row, ...]:
