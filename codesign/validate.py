@@ -339,21 +339,24 @@ CHECKS: tuple[Check, ...] = (
 H100_GEMM_ROWS = tuple(c.name for c in CHECKS if c.calibration and c.source == _FOUNDRY)
 
 
+def mean_log_error(checks, matmul_efficiency=None) -> float:
+    """The mean log(predicted / published) over the rate `checks`, at their own
+    systems or at a [system] matmul_efficiency given."""
+    logs = []
+    for c in checks:
+        if matmul_efficiency is not None:
+            c = dataclasses.replace(c, tables={**c.tables, "system": {
+                **c.tables["system"], "matmul_efficiency": matmul_efficiency}})
+        logs.append(math.log(predict(c)[0] / c.published))
+    return sum(logs) / len(logs)
+
+
 def fit_matmul_efficiency(checks, lo=0.3, hi=1.0, iterations=24) -> float:
     """The [system] matmul_efficiency at which the rate `checks` are right on
-    average: the mean log(predicted / published) over them is 0. Bisection: a
-    rate rises with the efficiency."""
-    def mean_log_error(e):
-        logs = []
-        for c in checks:
-            tables = {**c.tables, "system": {**c.tables["system"], "matmul_efficiency": e}}
-            logs.append(math.log(predict(dataclasses.replace(c, tables=tables))[0]
-                                 / c.published))
-        return sum(logs) / len(logs)
-
+    average (`mean_log_error` 0). Bisection: a rate rises with the efficiency."""
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if mean_log_error(mid) < 0.0 else (lo, mid)
+        lo, hi = (mid, hi) if mean_log_error(checks, mid) < 0.0 else (lo, mid)
     return 0.5 * (lo + hi)
 
 
