@@ -97,12 +97,17 @@ zero = 1
 [system]
 preset = "dgx-h100"
 gpus = 8
+# the GEMM burst ceiling and FlashAttention-3's forward: a faster stack than the
+# H100 presets' sustained figures
+matmul_efficiency = 0.859
+attention_efficiency = 0.75
 """
 
 
 def test_an_fp8_estimate_above_the_16_bit_peak_is_an_answer(capsys, tmp_path):
-    """NeMo 24.07's Llama 3 8B FP8 run on 8 H100s (cp 2): its 16-bit HFU exceeds 1,
-    which an fp8 recipe may; against the fp8 peak it is below 1: exit 0."""
+    """NeMo 24.07's Llama 3 8B FP8 plan on 8 H100s (cp 2) at burst GEMM and
+    FlashAttention-3 efficiencies: its 16-bit HFU exceeds 1, which an fp8 recipe
+    may; against the fp8 peak it is below 1: exit 0."""
     path = tmp_path / "nemo-llama3-8b.toml"
     path.write_text(NEMO_LLAMA3_8B_FP8)
     assert main(["estimate", str(path), "--json"]) == 0
@@ -215,8 +220,9 @@ def test_validate_lists_published_figures(validate_rows):
     assert len(predictions) >= 15
     assert all(r["source"] and r["measure"] in validate.MEASURES for r in rows)
     for r in rows:  # calibration rows reproduce their figure by construction
-        if r["calibration"]:
-            assert abs(r["error"]) < 0.02, r["name"]
+        if r["calibration"]:  # the four fitted jointly, each within the fit's spread
+            bound = 0.05 if r["name"] in validate.H100_GEMM_ROWS else 0.02
+            assert abs(r["error"]) < bound, r["name"]
     assert all(np.isfinite(r["predicted"]) for r in rows)
     # the seeds' calibration points still hold
     by_name = {r["name"]: r for r in rows}
@@ -261,6 +267,7 @@ def test_h100_sustained_gemm_efficiency_is_the_fit_on_a_third_of_its_rows_at_mos
     stored 4 digits), fitted on at most a third of the H100 rows, and below the
     8192^3 microbenchmark's burst ceiling."""
     h100 = [r for r in validate_rows if r["family"] == "H100"]
+    h100 = [r for r in h100 if r["measure"] != "busbw_GBps"]  # end-to-end runs only
     fitted = [r for r in h100 if r["calibration"]]
     assert [r["name"] for r in fitted] == list(validate.H100_GEMM_ROWS)
     assert 3 * len(fitted) <= len(h100)
