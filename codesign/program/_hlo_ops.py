@@ -78,6 +78,7 @@ class Op:
     collective_bytes: float = 0.0  # nccl-tests size of all its buffers
     groups: tuple = ()  # replica groups (device ids); a permute's (source, target) pairs
     is_async: bool = False  # an async -start (its -done is a free op reading it)
+    buffers: tuple = ()  # a collective's logical buffers: ((elements, bytes), ...)
 
 
 def _matching(text: str, start: int) -> int:
@@ -310,10 +311,15 @@ def ops(text: str, num_devices: int) -> list[Op]:
         elif ins.opcode == "convolution":
             gemms = (_gemm_of_convolution(ins, types, _narrowest(width, ins.operands[:2])),)
             flops, conversion = 2.0 * math.prod(gemms[0][:4]), False
-        elif ins.opcode in ("while", "conditional"):
-            raise ValueError(f"HLO instruction {ins.name} is a {ins.opcode}: loops and "
-                             "branches are not costed yet; unroll the loop (a Python for, "
-                             "or jax.lax.associative_scan for a recurrence) and trace again")
+        elif ins.opcode == "while":
+            flops, moved, gemms = _loop(comps, ins)
+            width[ins.name] = program_width(ins, width)  # its state, promoted
+            out.append(Op(ins.name, ins.opcode, "gemm" if gemms else "memory", flops, moved,
+                          gemms, deps, op_name))
+            continue
+        elif ins.opcode == "conditional":
+            raise ValueError(f"HLO instruction {ins.name} is a conditional: branches are not "
+                             "costed; trace a program without lax.cond / lax.switch")
         else:
             flops, gemms, conversion = _flops(ins, types), (), ins.opcode == "convert"
         width[ins.name] = program_width(ins, width, conversion)
@@ -328,6 +334,56 @@ def ops(text: str, num_devices: int) -> list[Op]:
         out.append(Op(ins.name, ins.opcode, "gemm" if gemms else "memory", flops,
                       read + written, gemms, deps, op_name))
     return out
+
+
+def _root(comps: dict, ins: Instruction) -> Instruction:
+    """The instruction a fusion's computation returns (`ins` itself otherwise)."""
+    called = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
+    if ins.opcode != "fusion" or not called or not comps.get(called.group(1)):
+        return ins
+    return comps[called.group(1)][-1]
+
+
+def _loop(comps: dict, ins: Instruction) -> tuple:
+    """(FLOPs, bytes, GEMMs) of a `while` with a known trip count: its body's
+    kernels `n` times, as one kernel (XLA:CPU expands a scatter into such a loop,
+    one row an iteration; a GPU runs it as one kernel). A dynamic-update-slice
+    moves its update, not the buffer it updates in place; a dynamic-slice its slice."""
+    trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', ins.attrs)
+    body = re.search(r"body=%?([\w.\-]+)", ins.attrs)
+    if not trip or not body:
+        raise ValueError(f"HLO instruction {ins.name} is a while loop without a known trip "
+                         "count: unroll it (a Python for, or jax.lax.associative_scan for a "
+                         "recurrence) and trace again")
+    n, flops, moved, gemms = int(trip.group(1)), 0.0, 0.0, []
+    instructions = comps.get(body.group(1), [])
+    types = {i.name: i.type for i in instructions}
+    for i in instructions:
+        if i.opcode.removesuffix("-start") in COLLECTIVE_OPS:
+            raise ValueError(f"HLO while loop {ins.name} runs collectives: loops of "
+                             "collectives are not costed; unroll the loop and trace again")
+        if i.opcode in FREE or i.opcode == "constant":
+            continue
+        if i.opcode in ("fusion", "call"):
+            f, g, _ = _fused(comps, i, [0] * len(i.operands))
+        else:
+            f, g = _flops(i, types), ()
+        root = _root(comps, i)
+        if root.opcode == "dynamic-update-slice":
+            update = root.operands[1] if len(root.operands) > 1 else None
+            fused = {x.name: x.type for x in comps.get(
+                re.search(r"calls=%?([\w.\-]+)", i.attrs).group(1), [])} \
+                if i.opcode == "fusion" else types
+            size = _width_bytes(fused.get(update, ""), 0) if update else 0.0
+            b = 2.0 * size
+        elif root.opcode == "dynamic-slice":
+            b = 2.0 * _width_bytes(i.type, 0)
+        else:
+            b = sum(_width_bytes(types[o], 0) for o in i.operands if o in types) \
+                + _width_bytes(i.type, 0)
+        flops, moved = flops + f, moved + b
+        gemms += [(x[0] * n,) + tuple(x[1:]) for x in g]
+    return n * flops, n * moved, tuple(gemms)
 
 
 def _element_width(ins: Instruction, width: dict, body, index) -> int:
@@ -356,15 +412,16 @@ def _collective(ins: Instruction, base: str, deps, op_name, widths: list[int],
     start = ins.opcode.endswith("-start")
     buffers = hlo._logical_buffers(base, start, ins.type, size)
     per_buffer = len(widths) == len(buffers) and not start
-    n_bytes = 0.0
+    sized = []
     for i, b in enumerate(buffers):
         element = hlo.DTYPE_BYTES.get(b.dtype, 4)
         w = widths[i] if per_buffer else max((x for x in widths if x), default=0)
         if w and b.dtype in FLOAT_WIDTH:
             element = min(element, w)
-        n_bytes += b.elements * element
+        sized.append((b.elements, float(b.elements * element)))
+    n_bytes = sum(x for _, x in sized)
     return Op(ins.name, ins.opcode, "collective", 0.0, 2.0 * n_bytes, (), deps, op_name,
-              COLLECTIVE_OPS[base], n_bytes, tuple(groups), start)
+              COLLECTIVE_OPS[base], n_bytes, tuple(groups), start, tuple(sized))
 
 
 def cost_analysis_totals(compiled) -> dict:

@@ -104,9 +104,9 @@ def _moe_step(shape: MoeShape, mesh):
         buf = jnp.zeros((shape.experts * capacity + 1, h), dt)
         buf = buf.at[slot].set(jnp.repeat(xt, shape.top_k, axis=0))[:-1]
         buf = jax.lax.all_to_all(buf.reshape(ep, e_local, capacity, h), "ep", 0, 0)
-        hid = jnp.einsum("selh,lhmf->selmf", buf, w1)
+        hid = jnp.einsum("selh,ehmf->selmf", buf, w1)
         act = nn.silu(hid[..., 0, :]) * hid[..., 1, :] if shape.gated else nn.gelu(hid[..., 0, :])
-        out = jnp.einsum("self,lfh->selh", act, w2)
+        out = jnp.einsum("self,efh->selh", act, w2)
         out = jax.lax.all_to_all(out, "ep", 0, 0).reshape(shape.experts * capacity, h)
         out = jnp.concatenate([out, jnp.zeros((1, h), dt)])[slot]
         out = out.reshape(tokens, shape.top_k, h) * gates[..., None].astype(dt)
