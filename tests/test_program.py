@@ -129,8 +129,8 @@ def test_a_user_written_hybrid_model_traces_and_costs(system):
 
 
 def test_the_trace_cap_and_missing_devices_are_one_line_errors():
-    with pytest.raises(ValueError, match="exceeds the trace cap of 64"):
-        program.check_devices(128)
+    with pytest.raises(ValueError, match="exceeds the trace cap of 1024"):
+        program.check_devices(2048)
     with pytest.raises(ValueError, match="JAX sees 8"):
         program.check_devices(16, available=8)
 
@@ -151,7 +151,7 @@ def test_codesign_program_command(tmp_path, capsys):
     assert "all_reduce      dp" in capsys.readouterr().out
     for argv, words in (
             (["program", "nomodule:f", "--mesh", "dp=8"], "cannot import"),
-            (["program", f"{step}:step", "--mesh", "dp=128"], "trace cap"),
+            (["program", f"{step}:step", "--mesh", "dp=2048"], "trace cap"),
             (["program", f"{step}:step", "--mesh", "dp=x"], "--mesh"),
             (["program", "codesign.program.examples:transformer", "--mesh", "dp=2,tp=4",
               "--scale", "pp=2"], "'pp' is not an axis")):
