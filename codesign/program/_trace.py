@@ -22,6 +22,7 @@ from . import _graph, _hlo_ops
 MAX_TRACE_DEVICES = 1024
 
 
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Program:
     """A compiled step as data: every kernel and collective of its entry
@@ -107,7 +108,8 @@ def _named(tree, mesh):
                         is_leaf=lambda x: isinstance(x, P) or x is None)
 
 
-def compile_text(fn, *args, mesh, in_shardings=None, out_shardings=None):
+def compile_text(fn, *args, mesh, in_shardings=None, out_shardings=None,
+                 compiler_options=None):
     """(compiled HLO text, XLA cost totals) of `fn` on `args` for `mesh`."""
     check_devices(int(mesh.devices.size))
     if hasattr(fn, "lower") and in_shardings is None and out_shardings is None:
@@ -120,18 +122,22 @@ def compile_text(fn, *args, mesh, in_shardings=None, out_shardings=None):
             kwargs["out_shardings"] = _named(out_shardings, mesh)
         jitted = jax.jit(getattr(fn, "__wrapped__", fn), **kwargs)
     with jax.set_mesh(mesh):
-        compiled = jitted.lower(*args).compile()
+        lowered = jitted.lower(*args)
+        compiled = lowered.compile(compiler_options) if compiler_options else lowered.compile()
     return compiled.as_text(), _hlo_ops.cost_analysis_totals(compiled)
 
 
 def trace(fn, *args, mesh, in_shardings=None, out_shardings=None,
-          name: str | None = None) -> Program:
+          name: str | None = None, compiler_options: dict | None = None) -> Program:
     """Lower and compile `fn(*args)` (a function or a `jax.jit` of one) for `mesh`
     (a `jax.sharding.Mesh`; at most `MAX_TRACE_DEVICES` devices) and read its
     compiled, partitioned HLO into a `Program`. `args` may be
     `jax.ShapeDtypeStruct`s; shardings are NamedShardings or PartitionSpecs on
-    `mesh` (pytrees matching the arguments / outputs)."""
+    `mesh` (pytrees matching the arguments / outputs). The HLO read is what XLA
+    compiles with its flags (XLA_FLAGS) and `compiler_options` (e.g.
+    {'xla_cpu_use_fusion_emitters': True} pins XLA:CPU's default fusions where
+    XLA_FLAGS turns them off, as tests/conftest.py does)."""
     text, totals = compile_text(fn, *args, mesh=mesh, in_shardings=in_shardings,
-                                out_shardings=out_shardings)
+                                out_shardings=out_shardings, compiler_options=compiler_options)
     label = name or getattr(fn, "__name__", None) or "program"
     return from_hlo(text, mesh.axis_names, tuple(mesh.devices.shape), label, totals)
