@@ -143,6 +143,8 @@ def test_codesign_program_command(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["devices"] == 256 and out["costed_mesh"] == {"dp": 64, "tp": 4}
     assert {r["axes"] for r in out["collectives"]} == {"dp", "tp"}
+    starts = [c["start_s"] for c in out["schedule"]]
+    assert starts == sorted(starts) and len(starts) == sum(r["count"] for r in out["collectives"])
     step = tmp_path / "step.py"
     step.write_text("def step(x):\n    return (x * 2.0).sum()\n")
     args = tmp_path / "args.toml"
@@ -172,3 +174,37 @@ def test_a_sharded_batch_argument_spec_names_known_axes():
     ok = _spec.Spec({"dp": 8}, {}, {}, ({"shape": [8, 4], "sharding": ["dp", ""]},), None)
     structs, shardings = _spec.arrays(ok, mesh)
     assert structs[0].shape == (8, 4) and shardings[0] == NamedSharding(mesh, P("dp", None))
+
+
+ASYNC_HLO = """HloModule m, is_scheduled=true
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+ENTRY %main (p0: bf16[4096,4096], p1: bf16[4096,4096]) -> bf16[4096,4096] {
+  %p0 = bf16[4096,4096]{1,0} parameter(0)
+  %p1 = bf16[4096,4096]{1,0} parameter(1)
+  %d0 = bf16[4096,4096]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %ars = bf16[4096,4096]{1,0} all-reduce-start(%d0), replica_groups=[2,4]<=[8], to_apply=%add
+  %d1 = bf16[4096,4096]{1,0} dot(%p1, %p0), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %ard = bf16[4096,4096]{1,0} all-reduce-done(%ars)
+  ROOT %out = bf16[4096,4096]{1,0} add(%ard, %d1)
+}
+"""
+
+
+def test_an_async_collective_overlaps_the_independent_gemm(system):
+    prog = program.from_hlo(ASYNC_HLO, ("dp", "tp"), (2, 4))
+    assert prog.has_async and [op.kind for op in prog.ops].count("gemm") == 2
+    (ar,) = prog.collectives
+    assert prog.axes(ar) == ("tp",) and ar.collective_bytes == 4096 * 4096 * 2
+    est = program.cost(prog, system)
+    d0, d1, add = (float(t) for t in program._cost._compute_s(prog, system)[0])
+    comm = float(est.collective_s[0])
+    # d0, then the all-reduce beside d1, then the add that reads both
+    assert float(est.step_time_s) == pytest.approx(d0 + max(comm, d1) + add, rel=1e-12)
+    assert float(est.exposed_s) == pytest.approx(max(comm - d1, 0.0), abs=1e-15)
+    assert not any("no async" in a for a in program.summary(prog, est)["assumptions"])

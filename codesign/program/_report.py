@@ -66,8 +66,21 @@ def summary(program: Program, est: ProgramEstimate, scale: dict | None = None) -
     }
 
 
+def schedule(program: Program, est: ProgramEstimate) -> list[dict]:
+    """Every collective in schedule order: its HLO name, position, kind, axes, bytes,
+    replica groups, and its start, time and exposed part in the costed step."""
+    return [{"name": op.name, "position": int(i), "collective": op.collective,
+             "axes": "+".join(program.axes(op)) or "-", "bytes": op.collective_bytes,
+             "groups": [list(g) for g in op.groups], "async": op.is_async,
+             "start_s": float(est.collective_start_s[k]), "time_s": float(est.collective_s[k]),
+             "exposed_s": float(est.collective_exposed_s[k]), "op_name": op.op_name}
+            for k, (i, op) in enumerate(zip(program.graph.collective, program.collectives,
+                                            strict=True))]
+
+
 def as_json(program: Program, est: ProgramEstimate, scale: dict | None = None) -> dict:
-    return summary(program, est, scale)
+    """`summary` with the collective schedule (`schedule`)."""
+    return {**summary(program, est, scale), "schedule": schedule(program, est)}
 
 
 def format_report(program: Program, est: ProgramEstimate, scale: dict | None = None,
