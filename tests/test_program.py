@@ -208,3 +208,25 @@ def test_an_async_collective_overlaps_the_independent_gemm(system):
     assert float(est.step_time_s) == pytest.approx(d0 + max(comm, d1) + add, rel=1e-12)
     assert float(est.exposed_s) == pytest.approx(max(comm - d1, 0.0), abs=1e-15)
     assert not any("no async" in a for a in program.summary(prog, est)["assumptions"])
+
+
+CUBLAS_HLO = """HloModule m, is_scheduled=true
+
+ENTRY %main (p0: bf16[8,4096,2048], p1: bf16[2048,1536]) -> bf16[8,4096,1536] {
+  %p0 = bf16[8,4096,2048]{2,1,0} parameter(0)
+  %p1 = bf16[2048,1536]{1,0} parameter(1)
+  %g = (bf16[8,4096,1536]{2,1,0}, s8[4194304]{0}) custom-call(%p0, %p1), """ \
+    """custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{""" \
+    """"dot_dimension_numbers":{"lhs_contracting_dimensions":["2"],""" \
+    """"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],""" \
+    """"rhs_batch_dimensions":[]}}}
+  ROOT %r = bf16[8,4096,1536]{2,1,0} get-tuple-element(%g), index=0
+}
+"""
+
+
+def test_a_cublas_gemm_is_read_as_a_gemm():
+    prog = program.from_hlo(CUBLAS_HLO, ("dp",), (1,))
+    (gemm,) = [op for op in prog.ops if op.kind == "gemm"]
+    assert gemm.gemm == ((1, 8 * 4096, 2048, 1536, "bf16"),)
+    assert gemm.flops == 2 * 8 * 4096 * 2048 * 1536

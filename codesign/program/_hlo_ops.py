@@ -303,7 +303,10 @@ def ops(text: str, num_devices: int) -> list[Op]:
             out.append(Op(ins.name, ins.opcode, "free", 0.0, 0.0, (), deps, op_name))
             continue
         operand_widths = [width.get(o, 0) for o in ins.operands]
-        if ins.opcode in ("fusion", "call", "custom-call"):
+        library = _library_gemm(ins, types, width)
+        if library is not None:  # XLA:GPU's cuBLAS / cuBLASLt GEMM
+            flops, gemms, conversion = 2.0 * math.prod(library[:4]), (library,), False
+        elif ins.opcode in ("fusion", "call", "custom-call"):
             flops, gemms, conversion = _fused(comps, ins, operand_widths)
         elif ins.opcode == "dot":
             gemms = (_gemm_of_dot(ins, types, _narrowest(width, ins.operands[:2])),)
@@ -334,6 +337,29 @@ def ops(text: str, num_devices: int) -> list[Op]:
         out.append(Op(ins.name, ins.opcode, "gemm" if gemms else "memory", flops,
                       read + written, gemms, deps, op_name))
     return out
+
+
+def _library_gemm(ins: Instruction, types: dict, width: dict) -> tuple | None:
+    """The GEMM of a library call XLA:GPU emits for a dot (`__cublas$gemm`,
+    `__cublas$lt$matmul`): its dot dimension numbers are in the backend config."""
+    if ins.opcode != "custom-call":
+        return None
+    target = re.search(r'custom_call_target="([^"]+)"', ins.attrs)
+    if not target or not re.search(r"gemm|matmul", target.group(1), re.IGNORECASE) \
+            or "dot_dimension_numbers" not in ins.attrs or len(ins.operands) < 2:
+        return None
+
+    def dims(key):
+        m = re.search(rf'"{key}":\[([^\]]*)\]', ins.attrs)
+        return "{" + ",".join(v.strip(' "') for v in m.group(1).split(",") if v.strip()) \
+            + "}" if m else "{}"
+
+    attrs = ", ".join(f"{short}={dims(long)}" for short, long in (
+        ("lhs_contracting_dims", "lhs_contracting_dimensions"),
+        ("rhs_contracting_dims", "rhs_contracting_dimensions"),
+        ("lhs_batch_dims", "lhs_batch_dimensions"), ("rhs_batch_dims", "rhs_batch_dimensions")))
+    dot = Instruction(ins.name, ins.type, "dot", ins.operands[:2], attrs)
+    return _gemm_of_dot(dot, types, _narrowest(width, ins.operands[:2]))
 
 
 def _root(comps: dict, ins: Instruction) -> Instruction:
