@@ -160,6 +160,10 @@ def test_codesign_program_command(tmp_path, capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1, err
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text('[mesh]\ndp = 2\ntp = 4\n[config]\nlayer = 1\n')
+    assert main(["program", f"{HYBRID}:build", "--spec", str(wrong)]) == 2
+    assert "unexpected keyword argument 'layer'" in capsys.readouterr().err
     bad = tmp_path / "bad.toml"
     bad.write_text("[meshes]\ndp = 2\n")
     assert main(["program", f"{step}:step", "--spec", str(bad)]) == 2

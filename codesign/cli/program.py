@@ -61,7 +61,11 @@ def run(args: argparse.Namespace, name: str) -> int:
         prog = program.trace(fn, *structs, mesh=mesh, in_shardings=shardings,
                              name=args.target)
     else:
-        built = fn(mesh, **spec.config)
+        try:
+            built = fn(mesh, **spec.config)
+        except TypeError as e:  # a [config] key the builder does not take
+            raise ValueError(f"MODULE:FUNCTION={args.target!r} called with the mesh and "
+                             f"[config] {sorted(spec.config)}: {e}") from None
         if not isinstance(built, tuple) or len(built) != 4:
             raise ValueError(f"MODULE:FUNCTION={args.target!r} must return (step, args, "
                              "in_shardings, out_shardings), or give [[args]] in the spec")

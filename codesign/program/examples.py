@@ -173,9 +173,12 @@ def _moe_step(shape: MoeShape, mesh):
 
 def make_mesh(axes: dict, devices=None):
     """A mesh of `axes` ({name: size}, the last innermost) on the first devices."""
+    from ._trace import check_devices
+
     devices = list(jax.devices() if devices is None else devices)
     n = 1
     for v in axes.values():
         n *= int(v)
+    check_devices(n, len(devices))
     return jax.make_mesh(tuple(int(v) for v in axes.values()), tuple(axes),
                          axis_types=(AxisType.Auto,) * len(axes), devices=devices[:n])
