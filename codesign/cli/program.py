@@ -58,8 +58,12 @@ def run(args: argparse.Namespace, name: str) -> int:
     mesh = examples.make_mesh(mesh_axes)
     if spec.args:
         structs, shardings = _spec.arrays(spec, mesh)
-        prog = program.trace(fn, *structs, mesh=mesh, in_shardings=shardings,
-                             name=args.target)
+        try:
+            prog = program.trace(fn, *structs, mesh=mesh, in_shardings=shardings,
+                                 name=args.target)
+        except TypeError as e:  # the step does not take these arrays
+            raise ValueError(f"MODULE:FUNCTION={args.target!r} on the spec's [[args]]: "
+                             f"{str(e).splitlines()[0]}") from None
     else:
         try:
             built = fn(mesh, **spec.config)
