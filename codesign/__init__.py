@@ -50,13 +50,13 @@ from .step import roofline as roofline
 from .workload import Transformer as Transformer
 
 __version__ = "0.1.0"
-_ON_FIRST_USE = ("execute", "optimize", "plots", "sweep", "validate")
+_ON_FIRST_USE = ("execute", "optimize", "plots", "program", "sweep", "validate")
 
 __all__ = [
     # modules
     "attention", "collectives", "economics", "execute", "fabric", "hardware", "optimize", "plan",
-    "plots", "reliability", "scenario", "step", "strategies", "sweep", "traffic", "uncertainty",
-    "units", "validate", "workload",
+    "plots", "program", "reliability", "scenario", "step", "strategies", "sweep", "traffic",
+    "uncertainty", "units", "validate", "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
     "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",

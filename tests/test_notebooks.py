@@ -31,6 +31,11 @@ EXPECTED = {
         "gradient bytes within 5% of the table once explained: yes",
         "# Out of bounds values : 0 OK",
     )),
+    "06_your_own_program.ipynb": (1, (
+        "over tp: 8 collectives, 64.00 MiB",
+        "dgx-h100: step 3.677 ms = compute 2.985 ms + exposed communication 0.693 ms",
+        "d log(step) / d log(scale-out bandwidth) = -0.140",
+    )),
     "05_robust_codesign.ipynb": (1, (
         "nominal:                                      best dp 1024 (131,072 GPUs)",
         "0.9-quantile:                                 best dp 512 (65,536 GPUs)",

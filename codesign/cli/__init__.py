@@ -44,6 +44,7 @@ COMMANDS = {
     "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs; "
                            "`calibrate compute`: GEMM, attention and HBM constants of this chip"),
     "audit": ("audit", "compare the HLO of a compiled sharded step with the traffic table"),
+    "program": ("program", "trace your own jitted JAX step and cost its compiled HLO on a system"),
     "sweep": ("sweep", "run a design sweep spec (resumable, sharded)"),
     "validate": ("validate", "the model beside every published end-to-end figure we know"),
     "import": ("import_", "a scenario TOML from Megatron arguments, a NeMo recipe, a torchtitan "

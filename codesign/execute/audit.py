@@ -219,16 +219,10 @@ def _param_spec(path, leaf) -> P:
     return P()  # layer-norm scales: replicated
 
 
-def compile_hlo(shape: AuditShape, devices: Sequence | None = None) -> dict:
-    """{'forward': HLO text of the loss, 'train': HLO text of the training step}
-    and the mesh they were compiled for."""
-    devices = list(jax.devices() if devices is None else devices)
-    n = shape.dp * shape.tp
-    if n > len(devices):
-        raise ValueError(f"mesh dp={shape.dp},tp={shape.tp} needs {n} devices; JAX sees "
-                         f"{len(devices)}")
-    mesh = jax.make_mesh((shape.dp, shape.tp), AXES, axis_types=(AxisType.Auto,) * 2,
-                         devices=devices[:n])
+def train_step(shape: AuditShape, mesh) -> tuple:
+    """(loss, train, (params, tokens), (param shardings, batch sharding)) of the
+    scaled transformer on `mesh` (a ('dp', 'tp') Mesh): the loss and the SGD
+    training step `compile_hlo` compiles, on abstract arguments."""
     model = _flax_model(shape, mesh)
     tokens = jax.ShapeDtypeStruct((shape.dp * shape.micro_batch, shape.seq_len), jnp.int32)
     params = jax.eval_shape(model.init, jax.random.key(0), tokens)
@@ -245,10 +239,29 @@ def compile_hlo(shape: AuditShape, devices: Sequence | None = None) -> dict:
         value, grads = jax.value_and_grad(loss)(p, tok)
         return jax.tree.map(lambda w, g: w - 0.01 * g, p, grads), value
 
-    shardings = (param_sharding, batch_sharding)
+    return loss, train, (params, tokens), (param_sharding, batch_sharding)
+
+
+def mesh_for(shape: AuditShape, devices: Sequence | None = None):
+    """The ('dp', 'tp') mesh of `shape` on the first dp x tp of `devices`."""
+    devices = list(jax.devices() if devices is None else devices)
+    n = shape.dp * shape.tp
+    if n > len(devices):
+        raise ValueError(f"mesh dp={shape.dp},tp={shape.tp} needs {n} devices; JAX sees "
+                         f"{len(devices)}")
+    return jax.make_mesh((shape.dp, shape.tp), AXES, axis_types=(AxisType.Auto,) * 2,
+                         devices=devices[:n])
+
+
+def compile_hlo(shape: AuditShape, devices: Sequence | None = None) -> dict:
+    """{'forward': HLO text of the loss, 'train': HLO text of the training step}
+    and the mesh they were compiled for."""
+    mesh = mesh_for(shape, devices)
+    loss, train, (params, tokens), shardings = train_step(shape, mesh)
+    param_sharding = shardings[0]
     forward = jax.jit(loss, in_shardings=shardings).lower(params, tokens).compile()
-    train_step = jax.jit(train, in_shardings=shardings, out_shardings=(param_sharding, None))
-    train_hlo = train_step.lower(params, tokens).compile().as_text()
+    train_step_ = jax.jit(train, in_shardings=shardings, out_shardings=(param_sharding, None))
+    train_hlo = train_step_.lower(params, tokens).compile().as_text()
     return {"forward": forward.as_text(), "train": train_hlo,
             "mesh": mesh, "param_shards": _param_shards(params, param_sharding)}
 

@@ -1,0 +1,92 @@
+"""`codesign program MODULE:FUNCTION`: trace the user's own jitted step on a mesh of
+fake CPU devices (or the accelerators JAX sees), read its compiled HLO, and cost
+it on a system, scaled along the axes `--scale` names (docs/program.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from . import _system, restart_command
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("target", metavar="MODULE:FUNCTION",
+                        help="a builder FUNCTION(mesh, **config) -> (step, args, in_shardings, "
+                             "out_shardings), or the step itself with [[args]] in the spec; "
+                             "MODULE dotted or a .py path")
+    parser.add_argument("--spec", help="TOML: [mesh], [scale], [config], [[args]], system")
+    parser.add_argument("--mesh", help="the traced mesh, AXIS=SIZE pairs (overrides the "
+                                       "spec's [mesh]), e.g. dp=2,tp=4")
+    parser.add_argument("--scale", help="cost on more devices along these axes (overrides "
+                                        "the spec's [scale]), e.g. dp=512")
+    parser.add_argument("--system", help="system preset name or system TOML (default: the "
+                                         "spec's, else the default scenario's)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace, name: str) -> int:
+    from ..program import _spec
+    from ..program._trace import MAX_TRACE_DEVICES
+
+    spec = _spec.load(args.spec)
+    mesh_axes = _spec.parse_axes(args.mesh, "--mesh") if args.mesh else spec.mesh
+    if not mesh_axes:
+        raise ValueError("--mesh: no mesh; give --mesh AXIS=SIZE,... or [mesh] in --spec")
+    scale = _spec.parse_axes(args.scale, "--scale") if args.scale else spec.scale
+    n = math.prod(mesh_axes.values())
+    if n > MAX_TRACE_DEVICES:
+        raise ValueError(f"--mesh: {n} devices exceed the trace cap of {MAX_TRACE_DEVICES} "
+                         "(codesign.program.MAX_TRACE_DEVICES); trace on fewer and --scale "
+                         "the data axis")
+    from ..execute import distributed
+
+    distributed.configure_cpu_devices(max(n, 1), restart=restart_command())
+    import jax
+
+    from .. import program
+    from .. import scenario as sc
+    from ..program import examples
+
+    fn = _spec.function(args.target)
+    system_source = args.system or spec.system
+    scn = sc.load(None, [], system=system_source)
+    labels = sc.labels(None, [], system=system_source)
+    program.scaled_sizes(_placeholder(mesh_axes), scale)  # scale names known axes
+    program.check_devices(n)
+    mesh = examples.make_mesh(mesh_axes)
+    if spec.args:
+        structs, shardings = _spec.arrays(spec, mesh)
+        try:
+            prog = program.trace(fn, *structs, mesh=mesh, in_shardings=shardings,
+                                 name=args.target)
+        except TypeError as e:  # the step does not take these arrays
+            raise ValueError(f"MODULE:FUNCTION={args.target!r} on the spec's [[args]]: "
+                             f"{str(e).splitlines()[0]}") from None
+    else:
+        try:
+            built = fn(mesh, **spec.config)
+        except TypeError as e:  # a [config] key the builder does not take
+            raise ValueError(f"MODULE:FUNCTION={args.target!r} called with the mesh and "
+                             f"[config] {sorted(spec.config)}: {e}") from None
+        if not isinstance(built, tuple) or len(built) != 4:
+            raise ValueError(f"MODULE:FUNCTION={args.target!r} must return (step, args, "
+                             "in_shardings, out_shardings), or give [[args]] in the spec")
+        step, step_args, ins, outs = built
+        prog = program.trace(step, *step_args, mesh=mesh, in_shardings=ins,
+                             out_shardings=outs, name=args.target)
+    est = jax.jit(lambda s: program.cost(prog, s, scale))(scn.system)
+    info = _system.info(scn.system, labels.system, system_source)
+    if args.json:
+        print(json.dumps({**program.as_json(prog, est, scale), "system": info}, indent=2))
+    else:
+        print(program.format_report(prog, est, scale, _system.line(info)))
+    return 0
+
+
+class _placeholder:
+    """The axis names and sizes `scaled_sizes` checks `--scale` against, before tracing."""
+
+    def __init__(self, axes: dict):
+        self.axis_names, self.axis_sizes = tuple(axes), tuple(axes.values())
