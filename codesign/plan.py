@@ -185,6 +185,9 @@ class Plan(eqx.Module):
                                           kw_only=True)
     reshard_after_forward: bool = static_field("parallel.reshard_after_forward", bool,
                                                default=True, kw_only=True)
+    # the MoE dispatch sends one copy of a token per destination node and forwards
+    # it inside (DeepEP); node-limited routing (moe_node_limit > 0) always does
+    moe_dedup: bool = static_field("parallel.moe_dedup", bool, default=False, kw_only=True)
     # the recipe's name
     dtype: str = static_field("training.dtype", str, choices=DTYPES, default="bf16",
                               kw_only=True)

@@ -285,19 +285,21 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0, limit=None):
     """Copies of one token that cross the slow tier in one dispatch, at the
     node limit `limit` (default: the plan's `moe_node_limit`).
 
-    Unlimited routing (limit = 0): a plain all-to-all sends each of the
-    top_k expert copies separately, k (N-1)/N of them cross. Node-limited
-    (DeepSeek-V3): one copy per destination node, at most M nodes:
-    min(expected distinct remote nodes, M (N-1)/N), then forwarded inside.
-    M = 0 is the other algorithm, not M -> infinity: M = N still sends one copy
-    per node. (`_ep_rows` relaxes M between integers.)
+    Unlimited routing (limit = 0): a plain all-to-all (Megatron's) sends each
+    of the top_k expert copies separately, k (N-1)/N of them cross; with
+    `plan.moe_dedup` (DeepEP) one copy per destination node crosses, the
+    expected distinct remote nodes, and is forwarded inside. Node-limited
+    (DeepSeek-V3) routing always deduplicates, and reaches at most M nodes:
+    min(expected distinct remote nodes, M (N-1)/N). So M = N equals M = 0 with
+    deduplication, and M = 0 without it is the plain all-to-all. (`_ep_rows`
+    relaxes M between integers.)
     """
     k = model.top_k
     limit = plan.moe_node_limit if limit is None else limit
-    plain = k * (nodes - 1.0) / jnp.maximum(nodes, 1.0)
-    limited = smooth_min(expected_remote_nodes(nodes, k),
-                         limit * (nodes - 1.0) / jnp.maximum(nodes, 1.0), t)
-    return where(limit > 0, limited, plain)
+    remote = (nodes - 1.0) / jnp.maximum(nodes, 1.0)
+    dedup = expected_remote_nodes(nodes, k)
+    unlimited = dedup if plan.moe_dedup else k * remote
+    return where(limit > 0, smooth_min(dedup, limit * remote, t), unlimited)
 
 
 def _ep_rows(model, plan, system, sh, overlap_s, t):

@@ -82,6 +82,17 @@ def test_node_limit_caps_slow_tier_copies():
     assert float(traffic.ep_slow_tier_copies(m, p, nodes)) == pytest.approx(4 * 7 / 8)
     unlimited = eqx.tree_at(lambda q: q.moe_node_limit, p, jnp.asarray(0.0))
     assert float(traffic.ep_slow_tier_copies(m, unlimited, nodes)) == pytest.approx(8 * 7 / 8)
+    # deduplication per node (DeepEP) is its own choice: unlimited with it is M = N
+    dedup = dataclasses.replace(unlimited, moe_dedup=True)
+    all_nodes = eqx.tree_at(lambda q: q.moe_node_limit, p, nodes)
+    assert float(traffic.ep_slow_tier_copies(m, dedup, nodes)) == pytest.approx(
+        float(traffic.ep_slow_tier_copies(m, all_nodes, nodes)), rel=1e-12)
+    assert float(traffic.ep_slow_tier_copies(m, dedup, nodes)) == pytest.approx(
+        float(traffic.expected_remote_nodes(nodes, 8.0)), rel=1e-12)
+    scn = sc.load("deepseek-v3", ["parallel.moe_node_limit=0", "parallel.moe_dedup=true"])
+    limited = sc.load("deepseek-v3", ["parallel.moe_node_limit=8"])  # 8 nodes of the ep group
+    assert float(step.estimate(scn).step.step_time_s) == pytest.approx(
+        float(step.estimate(limited).step.step_time_s), rel=1e-9)
     # closed form of the expected distinct remote nodes, by enumeration-free Monte Carlo
     rng = np.random.default_rng(0)
     picks = rng.integers(0, 8, size=(200_000, 8))
