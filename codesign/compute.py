@@ -10,7 +10,8 @@ compute-bound, and `chip.matmul_efficiency` is the ceiling a large GEMM
 reaches. Thin GEMMs (small hidden sizes, or a narrow slice after tensor
 parallelism) fall below it smoothly. Memory-bound operators (norms, softmax,
 element-wise) stream the layer's activations at HBM speed: twice (write and
-read) in forward, twice that in backward.
+read) in forward, twice that in backward; an fp8 GEMM's input is cast first
+(`Precision.gemm_cast_bytes`).
 
 Calibration (the only throughput figures in the seeds; rerun with
 `calibrate_matmul_efficiency`, checked in tests/test_step.py):
@@ -21,8 +22,11 @@ Calibration (the only throughput figures in the seeds; rerun with
   the 1.2B baseline (40 layers, h 1536, 16 heads, seq 1024; batch 8 and full
   recompute assumed). The 8.3B run on 512 V100s (15.1 PFLOP/s, 76% scaling)
   is then a prediction, checked in tests.
-- H100, H800, B200, GB200, TPU: no figure in the seeds; they borrow A100's
-  factor (labelled in hardware.py).
+- H100-class chips (H100, H200, H800; B200 and GB200 borrow it): no figure in
+  the seeds; the sustained `matmul_efficiency` is fitted to four of
+  `codesign validate`'s H100 rows (`validate.fit_matmul_efficiency`, see
+  hardware.py), and attention runs at FlashAttention-2's 35% of the H100 peak.
+  TPUs borrow A100's factor (labelled in hardware.py).
 """
 
 from __future__ import annotations

@@ -200,7 +200,8 @@ def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
 #   `_calibrated_efficiency`); else borrowed from the same link generation and
 #   labelled as such.
 # - matmul_efficiency: fitted to Megatron-LM 2019 and Narayanan et al. 2021 (the
-#   only throughput figures in the seeds); see A100_MATMUL_EFFICIENCY below.
+#   only throughput figures in the seeds; see A100_MATMUL_EFFICIENCY below), and
+#   for H100-class chips to four llm-foundry runs (H100_MATMUL_EFFICIENCY).
 
 _LATENCY = "assumption: 2 us per network hop, 0.5 us inside"
 SCALE_UP_LATENCY_S = 0.5 * us  # assumption: 3-5x below the 2 us network hop
