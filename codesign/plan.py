@@ -48,8 +48,10 @@ class Precision(eqx.Module):
     `gemm` is the linear layers' GEMMs (QKV and output projections, FFN and
     experts); `attention` the attention kernel and the output layer (logits);
     `activations` what is stored for backward and sent by TP/SP, CP and PP;
-    `ep_dispatch` / `ep_combine` the MoE all-to-alls (backward exchanges are
-    gradients, in the combine width); `grad_reduce` the gradient accumulation
+    `ep_dispatch` / `ep_combine` the MoE all-to-alls, each in both directions
+    of backward too (DeepSeek-V3: the activation gradient before the experts'
+    down-projections is dispatched in FP8, both combines stay BF16);
+    `grad_reduce` the gradient accumulation
     buffer and the DP reduction; `params` the weights in HBM and in ZeRO
     gathers; `master` the optimizer's master weights ("none": the weights are
     the master copy); `optimizer` each of Adam's two moments.

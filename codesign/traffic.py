@@ -314,11 +314,12 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     for free). Critical path, except that DualPipe overlaps it with the other
     micro-batch's compute (`overlap_s`).
     """
-    # forward dispatch in its width; the combine and both backward exchanges
-    # (gradients) in the combine width (+ a dispatch and a combine when recomputed)
-    redo = plan.recompute.layer_forwards - 1.0
-    width = ((1.0 + redo) * plan.precision.bytes("ep_dispatch")
-             + (3.0 + redo) * plan.precision.bytes("ep_combine")) / (4.0 + 2.0 * redo)
+    # as many exchanges in the dispatch width as in the combine width: forward
+    # dispatch and combine (again when recomputed), and in backward the
+    # combine's gradient, dispatched to the experts (FP8 in DeepSeek-V3: the
+    # activation gradient before the down-projections), and the dispatch's,
+    # combined back (BF16)
+    width = 0.5 * (plan.precision.bytes("ep_dispatch") + plan.precision.bytes("ep_combine"))
     per_token = model.hidden * width
     tokens = sh.tokens / plan.tp
     n = tokens * model.top_k * per_token
