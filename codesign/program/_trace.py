@@ -22,7 +22,6 @@ from . import _graph, _hlo_ops
 MAX_TRACE_DEVICES = 1024
 
 
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class Program:
     """A compiled step as data: every kernel and collective of its entry
