@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, name: str) -> int:
     system_source = args.system or spec.system
     scn = sc.load(None, [], system=system_source)
     labels = sc.labels(None, [], system=system_source)
-    program.scaled_sizes(_placeholder(mesh_axes), scale)  # scale names known axes
+    program.scaled_sizes(mesh_axes, scale)  # --scale names axes of the mesh, before tracing
     program.check_devices(n)
     mesh = examples.make_mesh(mesh_axes)
     if spec.args:
@@ -84,9 +84,3 @@ def run(args: argparse.Namespace, name: str) -> int:
         print(program.format_report(prog, est, scale, _system.line(info)))
     return 0
 
-
-class _placeholder:
-    """The axis names and sizes `scaled_sizes` checks `--scale` against, before tracing."""
-
-    def __init__(self, axes: dict):
-        self.axis_names, self.axis_sizes = tuple(axes), tuple(axes.values())

@@ -60,15 +60,16 @@ class ProgramEstimate(eqx.Module):
                 "exposed_communication": self.exposed_s}
 
 
-def scaled_sizes(program: Program, scale: dict | None) -> tuple[int, ...]:
-    """The mesh's axis sizes with `scale`'s axes set ({axis: devices along it})."""
+def scaled_sizes(mesh: dict, scale: dict | None) -> tuple[int, ...]:
+    """The axis sizes of `mesh` ({axis: devices along it, in order}: a traced
+    program's `Program.mesh`) with `scale`'s axes set."""
     scale = dict(scale or {})
-    unknown = set(scale) - set(program.axis_names)
+    unknown = set(scale) - set(mesh)
     if unknown:
         raise ValueError(f"scale={scale!r}: axis {sorted(unknown)[0]!r} is not an axis of the "
-                         f"traced mesh ({', '.join(program.axis_names)})")
+                         f"traced mesh ({', '.join(mesh)})")
     sizes = []
-    for a, s in zip(program.axis_names, program.axis_sizes, strict=True):
+    for a, s in mesh.items():
         v = scale.get(a, s)
         if int(v) != v or v < 1:
             raise ValueError(f"scale={scale!r}: {a}={v!r} must be a positive integer")
@@ -176,7 +177,7 @@ def cost(program: Program, system: System, scale: dict | None = None, t=0.0
     leaves: jit, grad and vmap it), on the traced mesh with `scale`'s axes set to
     their sizes (see the module docstring); `t` relaxes the collectives' `auto`
     and placement as in the step model (0: exact)."""
-    sizes = scaled_sizes(program, scale)
+    sizes = scaled_sizes(program.mesh, scale)
     devices = float(math.prod(sizes))
     system = eqx.tree_at(lambda s: s.gpus, system, jnp.asarray(devices, float))
     g = program.graph

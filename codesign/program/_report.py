@@ -20,7 +20,7 @@ def assumptions(program: Program, scale: dict | None) -> list[str]:
                    "overlaps the compute that does not depend on it, by data dependencies")
     out.append("two in-order streams (compute kernels; collectives), in the compiled "
                "schedule's order")
-    sizes = scaled_sizes(program, scale)
+    sizes = scaled_sizes(program.mesh, scale)
     if sizes != program.axis_sizes:
         changed = ", ".join(f"{a} {s} -> {n}" for a, s, n in
                             zip(program.axis_names, program.axis_sizes, sizes, strict=True)
@@ -50,7 +50,7 @@ def summary(program: Program, est: ProgramEstimate, scale: dict | None = None) -
     return {
         "program": program.name,
         "mesh": dict(zip(program.axis_names, program.axis_sizes, strict=True)),
-        "costed_mesh": dict(zip(program.axis_names, scaled_sizes(program, scale),
+        "costed_mesh": dict(zip(program.axis_names, scaled_sizes(program.mesh, scale),
                                 strict=True)),
         "devices": float(est.devices),
         "step_time_s": float(est.step_time_s), "compute_s": float(est.compute_s),

@@ -38,6 +38,11 @@ class Program:
     hlo_text: str = dataclasses.field(repr=False, default="")
 
     @property
+    def mesh(self) -> dict:
+        """{axis: devices along it}, in the mesh's order."""
+        return dict(zip(self.axis_names, self.axis_sizes, strict=True))
+
+    @property
     def devices(self) -> int:
         return math.prod(self.axis_sizes)
 
