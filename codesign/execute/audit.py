@@ -144,22 +144,55 @@ def scaled_shape(model: Transformer, plan: Plan, mesh: dict) -> AuditShape:
 
 
 # ------------------------------------------------------------------ the flax model
+# bf16 layers, causal GQA attention and the SGD step of the audit's model, shared
+# with codesign.program.examples (its MoE transformer)
+def dense(features, name, axis=-1):
+    """A bias-free bf16 linear layer (flax), inside a module's `compact` call."""
+    import flax.linen as nn
+
+    return nn.DenseGeneral(features, axis=axis, use_bias=False, dtype=jnp.bfloat16,
+                           param_dtype=jnp.bfloat16, name=name)
+
+
+def norm():
+    """A bias-free bf16 LayerNorm (flax), inside a module's `compact` call."""
+    import flax.linen as nn
+
+    return nn.LayerNorm(use_bias=False, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+
+
+def causal_attention(q, k, v):
+    """Causal attention of queries q (b, s, kv_heads, group, d) over keys and
+    values (b, s, kv_heads, d): f32 scores over the whole s x s matrix, masked,
+    softmax in q's width; (b, s, kv_heads, group, d)."""
+    s, d = q.shape[1], q.shape[-1]
+    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / d**0.5
+    scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, -1e9)
+    return jnp.einsum("bkgqs,bskd->bqkgd", jax.nn.softmax(scores, -1).astype(q.dtype), v)
+
+
+def sgd_step(model) -> tuple:
+    """(loss, train) of a flax language `model` (tokens -> logits): softmax
+    cross-entropy on the tokens themselves, one SGD step at rate 0.01."""
+    def loss(p, tok):
+        logp = jax.nn.log_softmax(model.apply(p, tok).astype(jnp.float32))
+        return -jnp.mean(jnp.take_along_axis(logp, tok[..., None], axis=-1))
+
+    def train(p, tok):
+        value, grads = jax.value_and_grad(loss)(p, tok)
+        return jax.tree.map(lambda w, g: w - 0.01 * g, p, grads), value
+
+    return loss, train
+
+
 def _flax_model(shape: AuditShape, mesh):
     import flax.linen as nn
 
-    dt = jnp.bfloat16
     residual = P("dp", "tp", None) if shape.sequence_parallel else P("dp", None, None)
-    head_dim, s = shape.hidden // shape.heads, shape.seq_len
+    head_dim, dt = shape.hidden // shape.heads, jnp.bfloat16
 
     def pin(x, spec):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
-
-    def dense(features, name, axis=-1):
-        return nn.DenseGeneral(features, axis=axis, use_bias=False, dtype=dt, param_dtype=dt,
-                               name=name)
-
-    def norm():
-        return nn.LayerNorm(use_bias=False, dtype=dt, param_dtype=dt)
 
     class Block(nn.Module):
         """Megatron's block: one fused QKV projection (kv-head groups split over tp),
@@ -172,10 +205,7 @@ def _flax_model(shape: AuditShape, mesh):
             qkv = dense((shape.kv_heads, g + 2, head_dim), "qkv")(y)
             qkv = pin(qkv, P("dp", None, "tp", None, None))
             q, k, v = qkv[:, :, :, :g], qkv[:, :, :, g], qkv[:, :, :, g + 1]
-            scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / head_dim**0.5
-            scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, -1e9)
-            att = jnp.einsum("bkgqs,bskd->bqkgd", jax.nn.softmax(scores, -1).astype(dt), v)
-            att = pin(att, P("dp", None, "tp", None, None))
+            att = pin(causal_attention(q, k, v), P("dp", None, "tp", None, None))
             x = x + pin(dense(shape.hidden, "out", axis=(-3, -2, -1))(att), residual)
             y = pin(norm()(x), P("dp", None, None))
             if shape.gated:
@@ -229,16 +259,7 @@ def train_step(shape: AuditShape, mesh) -> tuple:
     param_sharding = jax.tree.map(lambda s: NamedSharding(mesh, s),
                                   jax.tree_util.tree_map_with_path(_param_spec, params))
     batch_sharding = NamedSharding(mesh, P("dp", None))
-
-    def loss(p, tok):
-        logits = model.apply(p, tok).astype(jnp.float32)
-        logp = jax.nn.log_softmax(logits)
-        return -jnp.mean(jnp.take_along_axis(logp, tok[..., None], axis=-1))
-
-    def train(p, tok):
-        value, grads = jax.value_and_grad(loss)(p, tok)
-        return jax.tree.map(lambda w, g: w - 0.01 * g, p, grads), value
-
+    loss, train = sgd_step(model)
     return loss, train, (params, tokens), (param_sharding, batch_sharding)
 
 

@@ -115,12 +115,7 @@ def _moe_step(shape: MoeShape, mesh):
     ffn = jax.shard_map(experts_ffn, mesh=mesh,
                         in_specs=(P(batch), P(), P("ep"), P("ep")), out_specs=P(batch))
 
-    def dense(features, name, axis=-1):
-        return nn.DenseGeneral(features, axis=axis, use_bias=False, dtype=dt, param_dtype=dt,
-                               name=name)
-
-    def norm():
-        return nn.LayerNorm(use_bias=False, dtype=dt, param_dtype=dt)
+    dense, norm = audit.dense, audit.norm
 
     class Block(nn.Module):
         @nn.compact
@@ -128,10 +123,7 @@ def _moe_step(shape: MoeShape, mesh):
             g = shape.heads // shape.kv_heads
             qkv = dense((shape.kv_heads, g + 2, head_dim), "qkv")(norm()(x))
             q, k, v = qkv[:, :, :, :g], qkv[:, :, :, g], qkv[:, :, :, g + 1]
-            scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / head_dim**0.5
-            scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, -1e9)
-            att = jnp.einsum("bkgqs,bskd->bqkgd", jax.nn.softmax(scores, -1).astype(dt), v)
-            x = x + dense(h, "out", axis=(-3, -2, -1))(att)
+            x = x + dense(h, "out", axis=(-3, -2, -1))(audit.causal_attention(q, k, v))
             init = nn.initializers.normal(0.02)
             router = self.param("router", init, (h, shape.experts), dt)
             w1 = self.param("w1", init, (shape.experts, h, mats, shape.expert_ffn_hidden), dt)
@@ -158,15 +150,7 @@ def _moe_step(shape: MoeShape, mesh):
         return NamedSharding(mesh, P("ep") if names[-1] in ("w1", "w2") else P())
 
     param_sharding = jax.tree_util.tree_map_with_path(spec, params)
-
-    def loss(p, tok):
-        logp = jax.nn.log_softmax(model.apply(p, tok).astype(jnp.float32))
-        return -jnp.mean(jnp.take_along_axis(logp, tok[..., None], axis=-1))
-
-    def train(p, tok):
-        value, grads = jax.value_and_grad(loss)(p, tok)
-        return jax.tree.map(lambda w, g: w - 0.01 * g, p, grads), value
-
+    _, train = audit.sgd_step(model)
     return train, (params, tokens), (param_sharding, NamedSharding(mesh, P(batch))), \
         (param_sharding, None)
 
