@@ -7,7 +7,7 @@ A GEMM of shape (M x K) @ (K x N) runs at
 a roofline on its arithmetic intensity I = 2MKN / (bytes of A, B and C) with a
 saturation term: I_ridge = peak / HBM bandwidth is where a GEMM turns
 compute-bound, and `chip.matmul_efficiency` is the ceiling a large GEMM
-reaches. Thin GEMMs (small hidden sizes, or a narrow slice after tensor
+reaches (fp8 GEMMs `hardware.FP8_RELATIVE_EFFICIENCY` = 0.981 of it). Thin GEMMs (small hidden sizes, or a narrow slice after tensor
 parallelism) fall below it smoothly. Memory-bound operators (norms, softmax,
 element-wise) stream the layer's activations at HBM speed: twice (write and
 read) in forward, twice that in backward; an fp8 GEMM's input is cast first
@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from . import traffic
-from .hardware import System
+from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Plan
 from .workload import LAYER_KINDS, Transformer
 
@@ -52,6 +52,12 @@ def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
         dtype, chip.peak_flops_per_s)
 
 
+def matmul_efficiency(system: System, dtype: str) -> jax.Array:
+    """The large-GEMM efficiency of GEMMs in `dtype`: the chip's, times
+    `hardware.FP8_RELATIVE_EFFICIENCY` for fp8 (FBGEMM's H100 benchmark)."""
+    return system.chip.matmul_efficiency * (FP8_RELATIVE_EFFICIENCY if dtype == "fp8" else 1.0)
+
+
 def streaming_time_s(system: System, n_bytes) -> jax.Array:
     """Seconds a memory-bound kernel takes to move `n_bytes` (read + written)."""
     return n_bytes / (system.chip.hbm_Bps * system.chip.hbm_efficiency)
@@ -61,7 +67,7 @@ def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
     """Seconds for `count` GEMMs of (m x k) @ (k x n), run as one (batched or
     grouped) kernel (see module docstring).
 
-    flops / (peak x E x I / (I + I_ridge)) simplifies to
+    flops / (peak x E x I / (I + I_ridge)) (E: `matmul_efficiency`) simplifies to
     (flops / peak + bytes / achieved HBM bandwidth) / E: the compute and memory
     times add, divided by the large-GEMM efficiency E; plus one kernel's fixed
     overhead.
@@ -69,7 +75,7 @@ def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
     flops = 2.0 * m * k * n
     moved = DTYPE_BYTES[dtype] * (m * k + k * n + m * n)
     seconds = flops / peak_flops_per_s(system, dtype) + streaming_time_s(system, moved)
-    return count * seconds / system.chip.matmul_efficiency + system.chip.kernel_overhead_s
+    return count * seconds / matmul_efficiency(system, dtype) + system.chip.kernel_overhead_s
 
 
 def attention_time_s(model: Transformer, plan: Plan, system: System):

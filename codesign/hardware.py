@@ -10,6 +10,7 @@ separate efficiency factor, calibrated where the reference gives a measurement
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import equinox as eqx
 import jax
@@ -62,7 +63,15 @@ def gemm_efficiency(achieved_flops_per_s, n, peak_flops_per_s, hbm_Bps,
                     element_bytes=2.0) -> float:
     """The `matmul_efficiency` at which `compute.gemm_time_s` gives a square n^3
     GEMM the measured throughput: E = (flops / peak + bytes / HBM) / measured time."""
-    flops, moved = 2.0 * n**3, 3.0 * element_bytes * n**2
+    return _roofline_efficiency(achieved_flops_per_s, (n, n, n), peak_flops_per_s, hbm_Bps,
+                                element_bytes)
+
+
+def _roofline_efficiency(achieved_flops_per_s, mnk, peak_flops_per_s, hbm_Bps,
+                         element_bytes) -> float:
+    """`gemm_efficiency` of an (m x k) @ (k x n) GEMM, mnk = (m, n, k)."""
+    m, n, k = mnk
+    flops, moved = 2.0 * m * n * k, element_bytes * (m * k + k * n + m * n)
     return (flops / peak_flops_per_s + moved / (hbm_Bps * HBM_EFFICIENCY)) * (
         achieved_flops_per_s / flops)
 
@@ -230,6 +239,31 @@ H100_GEMM_MICROBENCHMARK_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8
 # (the same tensor cores and board power), B200 and GB200 borrow it (assumption:
 # no Blackwell run in the table).
 H100_MATMUL_EFFICIENCY = 0.6472
+# FP8 GEMMs reach a little less of their (doubled) peak than BF16 GEMMs of the
+# same shape: FBGEMM's H100 benchmark (pytorch/FBGEMM pull request 2546, H100 at
+# 500 W; BF16 against FP8 row-wise GEMMs without the quantisation, three shapes:
+# 8192^3 585.23 against 1125.51 TFLOP/s, 65536x8192x7168 575.12 against 1082.75,
+# 65536x3584x8192 546.31 against 1141.38) gives, through the GEMM roofline of
+# compute.gemm_time_s (H100's 989/1,979 TFLOP/s peaks and 3.35 TB/s), FP8/BF16
+# efficiency ratios 0.961, 0.941 and 1.044; their geometric mean is the FP8
+# GEMMs' efficiency relative to `matmul_efficiency` (every chip: assumption off
+# Hopper). The quantisation itself is `Precision.gemm_cast_bytes`.
+_FBGEMM_H100_GEMMS = (  # (m, n, k, BF16 FLOP/s, FP8 FLOP/s)
+    (8192, 8192, 8192, 585.23e12, 1125.51e12), (65536, 8192, 7168, 575.12e12, 1082.75e12),
+    (65536, 3584, 8192, 546.31e12, 1141.38e12))
+
+
+def _fp8_relative_efficiency(rows=_FBGEMM_H100_GEMMS, bf16=989e12, fp8=1979e12,
+                             hbm_Bps=3.35e12) -> float:
+    """Geometric mean over `rows` of E_fp8 / E_bf16, each E the efficiency at
+    which the GEMM roofline gives the measured throughput (`gemm_efficiency`)."""
+    logs = [math.log(_roofline_efficiency(f8, mnk, fp8, hbm_Bps, 1.0)
+                     / _roofline_efficiency(b16, mnk, bf16, hbm_Bps, 2.0))
+            for *mnk, b16, f8 in rows]
+    return math.exp(sum(logs) / len(logs))
+
+
+FP8_RELATIVE_EFFICIENCY = _fp8_relative_efficiency()  # 0.981
 # FlashAttention-2 reaches 35% of the H100's 16-bit peak (Shah et al. 2024,
 # "FlashAttention-3", section 1: it uses none of Hopper's TMA / warp-group
 # MMA); every H100 stack in validate's table (llm-foundry's flash-attn 2, NeMo

@@ -185,3 +185,31 @@ def test_a_chip_is_described_by_system_keys():
     base, faster = (step.estimate(sc.load(None, o)).step for o in ([], new[:1]))
     assert float(faster.step_time_s) < float(base.step_time_s)
     assert float(faster.mfu) < float(base.mfu)  # MFU against the chip's own (new) peak
+
+
+def test_fp8_gemms_reach_fbgemms_h100_ratio_of_the_bf16_efficiency():
+    """`FP8_RELATIVE_EFFICIENCY` through `compute.gemm_time_s` on the H100: the
+    geometric mean over FBGEMM's three shapes of E_fp8 / E_bf16, each E the
+    efficiency at which the GEMM roofline gives that benchmark's measured time,
+    is the constant; and an fp8 GEMM is less than twice as fast as bf16."""
+    import math
+
+    import equinox as eqx
+
+    from codesign import compute
+
+    s = eqx.tree_at(lambda x: x.chip.matmul_efficiency, hw.system("dgx-h100"), 1.0)
+    o = float(s.chip.kernel_overhead_s)
+    logs = []
+    for m, n, k, bf16, fp8 in hw._FBGEMM_H100_GEMMS:
+        flops = 2.0 * m * n * k
+        e_bf16 = (float(compute.gemm_time_s(s, m, k, n, "bf16")) - o) / (flops / bf16)
+        e_fp8 = ((float(compute.gemm_time_s(s, m, k, n, "fp8")) - o)
+                 * hw.FP8_RELATIVE_EFFICIENCY / (flops / fp8))
+        logs.append(math.log(e_fp8 / e_bf16))
+    assert math.exp(sum(logs) / 3) == pytest.approx(hw.FP8_RELATIVE_EFFICIENCY, rel=1e-9)
+    assert 0.9 < hw.FP8_RELATIVE_EFFICIENCY < 1.0
+    n = 8192.0
+    speedup = float(compute.gemm_time_s(s, n, n, n, "bf16")) / float(
+        compute.gemm_time_s(s, n, n, n, "fp8"))
+    assert 1.5 < speedup < 2.0
