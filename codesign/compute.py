@@ -56,7 +56,8 @@ def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
 def matmul_efficiency(system: System, dtype: str) -> jax.Array:
     """The large-GEMM efficiency of GEMMs in `dtype`: the chip's, times
     `hardware.FP8_RELATIVE_EFFICIENCY` for fp8 (FBGEMM's H100 benchmark)."""
-    return system.chip.matmul_efficiency * (FP8_RELATIVE_EFFICIENCY if dtype == "fp8" else 1.0)
+    e = system.chip.matmul_efficiency
+    return e * FP8_RELATIVE_EFFICIENCY if dtype == "fp8" else e
 
 
 def streaming_time_s(system: System, n_bytes) -> jax.Array:
