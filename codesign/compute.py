@@ -9,9 +9,9 @@ saturation term: I_ridge = peak / HBM bandwidth is where a GEMM turns
 compute-bound, and `chip.matmul_efficiency` is the ceiling a large GEMM
 reaches (fp8 GEMMs `hardware.FP8_RELATIVE_EFFICIENCY` = 0.981 of it). Thin
 GEMMs (small hidden sizes, or a narrow slice after tensor parallelism) fall
-below it smoothly. Memory-bound operators (norms, softmax,
-element-wise) stream the layer's activations at HBM speed: twice (write and
-read) in forward, twice that in backward; an fp8 GEMM's input is cast first
+below it smoothly. Memory-bound operators (norms, softmax, element-wise)
+stream the layer's activations at HBM speed: twice (write and read) in
+forward, twice that in backward; an fp8 GEMM's input is cast first
 (`Precision.gemm_cast_bytes`).
 
 Calibration (the only throughput figures in the seeds; rerun with

@@ -221,13 +221,18 @@ NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC ge
 # tests/test_step.py) to the seeds' two throughput figures:
 A100_MATMUL_EFFICIENCY = 0.795  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
 V100_MATMUL_EFFICIENCY = 0.530  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
+# H100 SXM datasheet (dense, without sparsity); the H200 and H800 share them
+H100_BF16_FLOPS_PER_S = 989e12
+H100_FP8_FLOPS_PER_S = 1979e12
+H100_TF32_FLOPS_PER_S = 494.7e12
+H100_HBM_Bps = 3.35e12  # 80 GB HBM3
 # H100-class tensor cores: an 8192^3 BF16 GEMM on an H200 (same tensor cores,
 # 4.8e12 B/s HBM3e) ran at 769-798e12 FLOP/s (public microbenchmark, mean of
 # ten); the midpoint through the GEMM roofline of compute.gemm_time_s: 0.859, a
 # burst ceiling (seconds of one GEMM at boost clock), not what a training step
 # sustains.
-H100_GEMM_MICROBENCHMARK_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8192, 989e12,
-                                                      4.8e12)
+H100_GEMM_MICROBENCHMARK_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8192,
+                                                      H100_BF16_FLOPS_PER_S, 4.8e12)
 # What H100-class tensor cores sustain through whole training steps (a 700 W board
 # under its power limit: clocks below the burst's, every GEMM of every layer):
 # no microbenchmark pins it down, so it is fitted to end-to-end runs under the
@@ -253,8 +258,8 @@ _FBGEMM_H100_GEMMS = (  # (m, n, k, BF16 FLOP/s, FP8 FLOP/s)
     (65536, 3584, 8192, 546.31e12, 1141.38e12))
 
 
-def _fp8_relative_efficiency(rows=_FBGEMM_H100_GEMMS, bf16=989e12, fp8=1979e12,
-                             hbm_Bps=3.35e12) -> float:
+def _fp8_relative_efficiency(rows=_FBGEMM_H100_GEMMS, bf16=H100_BF16_FLOPS_PER_S,
+                             fp8=H100_FP8_FLOPS_PER_S, hbm_Bps=H100_HBM_Bps) -> float:
     """Geometric mean over `rows` of E_fp8 / E_bf16, each E the efficiency at
     which the GEMM roofline gives the measured throughput (`gemm_efficiency`)."""
     logs = [math.log(_roofline_efficiency(f8, mnk, fp8, hbm_Bps, 1.0)
@@ -349,14 +354,12 @@ def _dgx_a100() -> Preset:
 
 
 def _h100_chip(name: str) -> Chip:
-    return _gpu_chip(name, 989e12,  # vendor: H100 SXM 989 TFLOP/s bf16 dense
-                     1979e12,  # vendor datasheet: fp8 dense 1,979 TFLOP/s
-                     80 * GB, 3.35e12, H100_MATMUL_EFFICIENCY, 494.7e12,  # vendor: 80 GB, 3.35 TB/s
-                     HOPPER_ATTENTION_EFFICIENCY)
+    return _gpu_chip(name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 80 * GB, H100_HBM_Bps,
+                     H100_MATMUL_EFFICIENCY, H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY)
 
 
 def _dgx_h100() -> Preset:
-    hbm_Bps = 3.35e12
+    hbm_Bps = H100_HBM_Bps
     up_bw = 900 * GB / 2  # vendor: NVLink4 900 GB/s bidir
     nvls_eff = 480 * GB / (2 * 7 / 8) / up_bw  # vendor: NVLS all-reduce busbw ~480 GB/s
     chip_name = "H100-SXM5-80GB"
@@ -381,16 +384,16 @@ def _dgx_h200() -> Preset:
     # with sparsity, twice these), 141 GB HBM3e at 4.8 TB/s, NVLink4 900 GB/s
     hbm_Bps = 4.8e12
     chip_name = "H200-SXM-141GB"
-    chip = _gpu_chip(chip_name, 989e12, 1979e12, 141 * GB, hbm_Bps,
+    chip = _gpu_chip(chip_name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 141 * GB, hbm_Bps,
                      H100_MATMUL_EFFICIENCY,  # H100-class (see above)
-                     494.7e12, HOPPER_ATTENTION_EFFICIENCY)
+                     H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY)
     up_bw = 900 * GB / 2
     # no nccl-tests figure for DGX H200 here: DGX H100's factors (same NVLink4 and
     # NVSwitch), calibrated with H100's reduction speed
     return Preset(
         System(chip, 1024, 8,
                _tier(up_bw, SCALE_UP_LATENCY_S,
-                     _calibrated_efficiency(370 * GB, up_bw, 3.35e12 / 2), hbm_Bps,
+                     _calibrated_efficiency(370 * GB, up_bw, H100_HBM_Bps / 2), hbm_Bps,
                      480 * GB / (2 * 7 / 8) / up_bw),
                # vendor (DGX H200): 8x ConnectX-7 400 Gb/s NDR, one per GPU
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
@@ -405,7 +408,7 @@ def _dgx_h200() -> Preset:
 
 
 def _h800() -> Preset:
-    hbm_Bps = 3.35e12
+    hbm_Bps = H100_HBM_Bps
     up_bw = 400 * GB / 2  # vendor: H800 NVLink 400 GB/s bidir nominal
     chip_name = "H800"
     return Preset(
@@ -431,7 +434,7 @@ def _b200_chip(name, bf16, fp8, hbm_bytes) -> Chip:
 def _nvlink5_tier(hbm_Bps: float) -> Tier:
     up_bw = 1800 * GB / 2  # vendor: NVLink5 1.8 TB/s bidir
     # No nccl-tests figure for NVLink5: borrow DGX H100's ring factor.
-    eff = _calibrated_efficiency(370 * GB, 450 * GB, 3.35e12 / 2)
+    eff = _calibrated_efficiency(370 * GB, 450 * GB, H100_HBM_Bps / 2)
     nvls = 480 * GB / (2 * 7 / 8) / (450 * GB)  # likewise from DGX H100 NVLS
     return _tier(up_bw, SCALE_UP_LATENCY_S, eff, hbm_Bps, nvls)
 
