@@ -30,24 +30,34 @@ $PY -m codesign --version > "$OUT/version.txt" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.csv" 2>&1
 cat "$OUT/version.txt"
 
+# Kernels first (BF16 against FP8 GEMMs, attention, HBM, sustained clocks and
+# power): benchmarks/device_kernels.py through JAX, then through PyTorch where
+# the machine has it (each in its own process: each takes the GPU's memory).
+# KERNEL_ARGS="--shrink 32 --sustain-s 1" dry-runs them on a CPU.
+step kernels_jax 200 $PY benchmarks/device_kernels.py --backend jax ${KERNEL_ARGS:-}
+if $PY -c "import torch" 2>/dev/null; then
+  step kernels_torch 150 $PY benchmarks/device_kernels.py --backend torch ${KERNEL_ARGS:-}
+fi
+
 # The preset the constants are relative to: the device's own where one matches
-# (H100 -> dgx-h100), else dgx-h100 (an H200 has the H100's peaks and 4.8 TB/s of
-# HBM, not 3.35: its hbm_efficiency against dgx-h100 may pass 1, so no TOML is
-# written then and the JSON still has every kernel).
+# (H100 -> dgx-h100, H200 -> dgx-h200), else dgx-h100.
 KIND=$($PY -c "import jax; print(jax.devices()[0].device_kind)" 2>/dev/null)
 PRESET=$($PY -c "from codesign.execute.compute import preset_for_device as p; print(p('$KIND') or 'dgx-h100')" 2>/dev/null || echo dgx-h100)
 echo "device: $KIND; preset: $PRESET" | tee -a "$STATUS"
 
-for dtype in bf16 fp8 fp32; do
+# FULL=1 adds the fp32 calibration, benchmarks/search.py and a one-GPU bench
+DTYPES="bf16 fp8"
+[ "${FULL:-0}" = 1 ] && DTYPES="bf16 fp8 fp32"
+for dtype in $DTYPES; do
   step "calibrate_compute_$dtype" 100 $PY -m codesign calibrate compute --dtype "$dtype" \
     --system "$PRESET" --json --no-progress --out "$OUT/compute_$dtype.toml"
 done
-step estimate 60 $PY benchmarks/estimate.py
-if [ -f benchmarks/search.py ]; then
+if [ "${FULL:-0}" = 1 ]; then
+  step estimate 60 $PY benchmarks/estimate.py
   step search 60 $PY benchmarks/search.py
+  # bench on the one GPU: a one-rank mesh, so the collectives are copies: the floor
+  # of a collective's time on this device (launch + local copy), not a fabric
+  step bench_one_gpu 40 $PY -m codesign bench --op all_reduce --algorithm all \
+    --sizes 4KiB:64MiB --iters 10 --warmup 3 --json --no-progress
 fi
-# bench on the one GPU: a one-rank mesh, so the collectives are copies: the floor
-# of a collective's time on this device (launch + local copy), not a fabric
-step bench_one_gpu 40 $PY -m codesign bench --op all_reduce --algorithm all \
-  --sizes 4KiB:64MiB --iters 10 --warmup 3 --json --no-progress
 echo "done: $OUT" | tee -a "$STATUS"
