@@ -7,7 +7,7 @@ A GEMM of shape (M x K) @ (K x N) runs at
 a roofline on its arithmetic intensity I = 2MKN / (bytes of A, B and C) with a
 saturation term: I_ridge = peak / HBM bandwidth is where a GEMM turns
 compute-bound, and `chip.matmul_efficiency` is the ceiling a large GEMM
-reaches (fp8 GEMMs `hardware.FP8_RELATIVE_EFFICIENCY` = 0.981 of it). Thin
+reaches (fp8 GEMMs `hardware.FP8_RELATIVE_EFFICIENCY` = 0.902 of it). Thin
 GEMMs (small hidden sizes, or a narrow slice after tensor parallelism) fall
 below it smoothly. Memory-bound operators (norms, softmax, element-wise)
 stream the layer's activations at HBM speed: twice (write and read) in
@@ -55,7 +55,7 @@ def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
 
 def matmul_efficiency(system: System, dtype: str) -> jax.Array:
     """The large-GEMM efficiency of GEMMs in `dtype`: the chip's, times
-    `hardware.FP8_RELATIVE_EFFICIENCY` for fp8 (FBGEMM's H100 benchmark)."""
+    `hardware.FP8_RELATIVE_EFFICIENCY` for fp8 (measured on an H200)."""
     e = system.chip.matmul_efficiency
     return e * FP8_RELATIVE_EFFICIENCY if dtype == "fp8" else e
 

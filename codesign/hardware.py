@@ -226,13 +226,14 @@ H100_BF16_FLOPS_PER_S = 989e12
 H100_FP8_FLOPS_PER_S = 1979e12
 H100_TF32_FLOPS_PER_S = 494.7e12
 H100_HBM_Bps = 3.35e12  # 80 GB HBM3
+H200_HBM_Bps = 4.8e12  # H200 SXM datasheet: 141 GB HBM3e
 # H100-class tensor cores: an 8192^3 BF16 GEMM on an H200 (same tensor cores,
 # 4.8e12 B/s HBM3e) ran at 769-798e12 FLOP/s (public microbenchmark, mean of
 # ten); the midpoint through the GEMM roofline of compute.gemm_time_s: 0.859, a
 # burst ceiling (seconds of one GEMM at boost clock), not what a training step
 # sustains.
 H100_GEMM_MICROBENCHMARK_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8192,
-                                                      H100_BF16_FLOPS_PER_S, 4.8e12)
+                                                      H100_BF16_FLOPS_PER_S, H200_HBM_Bps)
 # What H100-class tensor cores sustain through whole training steps (a 700 W board
 # under its power limit: clocks below the burst's, every GEMM of every layer):
 # no microbenchmark pins it down, so it is fitted to end-to-end runs under the
@@ -244,22 +245,30 @@ H100_GEMM_MICROBENCHMARK_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8
 # (the same tensor cores and board power), B200 and GB200 borrow it (assumption:
 # no Blackwell run in the table).
 H100_MATMUL_EFFICIENCY = 0.6472
-# FP8 GEMMs reach a little less of their (doubled) peak than BF16 GEMMs of the
-# same shape: FBGEMM's H100 benchmark (pytorch/FBGEMM pull request 2546, H100 at
-# 500 W; BF16 against FP8 row-wise GEMMs without the quantisation, three shapes:
-# 8192^3 585.23 against 1125.51 TFLOP/s, 65536x8192x7168 575.12 against 1082.75,
-# 65536x3584x8192 546.31 against 1141.38) gives, through the GEMM roofline of
-# compute.gemm_time_s (H100's 989/1,979 TFLOP/s peaks and 3.35 TB/s), FP8/BF16
-# efficiency ratios 0.961, 0.941 and 1.044; their geometric mean is the FP8
-# GEMMs' efficiency relative to `matmul_efficiency` (every chip: assumption off
-# Hopper). The quantisation itself is `Precision.gemm_cast_bytes`.
-_FBGEMM_H100_GEMMS = (  # (m, n, k, BF16 FLOP/s, FP8 FLOP/s)
-    (8192, 8192, 8192, 585.23e12, 1125.51e12), (65536, 8192, 7168, 575.12e12, 1082.75e12),
-    (65536, 3584, 8192, 546.31e12, 1141.38e12))
+# FP8 GEMMs reach less of their (doubled) peak than BF16 GEMMs of the same
+# shape. Measured on an NVIDIA H200 (700 W; the H100's tensor cores) on
+# 2026-12-04 through PyTorch 2.11: torch.matmul (BF16) against torch._scaled_mm
+# (FP8 e4m3, per-tensor scales, bf16 output: the cuBLASLt path Transformer
+# Engine calls), at FBGEMM's three H100 shapes and the four GEMMs of a Llama 3
+# 405B layer at tp 8 (benchmarks/device_kernels.py; the record is
+# benchmarks/results/2026-12-04-h200-kernels-torch.json). Each throughput is
+# turned into an efficiency through the GEMM roofline of compute.gemm_time_s
+# (989/1,979 TFLOP/s peaks, the H200's 4.8 TB/s); the FP8/BF16 ratios are
+# 0.87-0.93 and their geometric mean is the FP8 GEMMs' efficiency relative to
+# `matmul_efficiency` (every chip: assumption off Hopper). The quantisation
+# itself is `Precision.gemm_cast_bytes`.
+H200_GEMMS = (  # (m, n, k, BF16 FLOP/s, FP8 FLOP/s), measured
+    (8192, 8192, 8192, 701.3e12, 1260.5e12),
+    (65536, 8192, 7168, 694.5e12, 1255.5e12),
+    (65536, 3584, 8192, 673.8e12, 1240.2e12),
+    (8192, 2304, 16384, 677.2e12, 1214.3e12),
+    (8192, 16384, 2048, 640.1e12, 1111.8e12),
+    (8192, 13312, 16384, 683.2e12, 1235.1e12),
+    (8192, 16384, 6656, 663.6e12, 1228.4e12))
 
 
-def _fp8_relative_efficiency(rows=_FBGEMM_H100_GEMMS, bf16=H100_BF16_FLOPS_PER_S,
-                             fp8=H100_FP8_FLOPS_PER_S, hbm_Bps=H100_HBM_Bps) -> float:
+def _fp8_relative_efficiency(rows=H200_GEMMS, bf16=H100_BF16_FLOPS_PER_S,
+                             fp8=H100_FP8_FLOPS_PER_S, hbm_Bps=H200_HBM_Bps) -> float:
     """Geometric mean over `rows` of E_fp8 / E_bf16, each E the efficiency at
     which the GEMM roofline gives the measured throughput (`gemm_efficiency`)."""
     logs = [math.log(_roofline_efficiency(f8, mnk, fp8, hbm_Bps, 1.0)
@@ -268,7 +277,7 @@ def _fp8_relative_efficiency(rows=_FBGEMM_H100_GEMMS, bf16=H100_BF16_FLOPS_PER_S
     return math.exp(sum(logs) / len(logs))
 
 
-FP8_RELATIVE_EFFICIENCY = _fp8_relative_efficiency()  # 0.981
+FP8_RELATIVE_EFFICIENCY = _fp8_relative_efficiency()  # 0.902
 # FlashAttention-2 reaches 35% of the H100's 16-bit peak (Shah et al. 2024,
 # "FlashAttention-3", section 1: it uses none of Hopper's TMA / warp-group
 # MMA); every H100 stack in validate's table (llm-foundry's flash-attn 2, NeMo
@@ -382,7 +391,7 @@ def _dgx_h200() -> Preset:
     # NVIDIA H200 Tensor Core GPU datasheet (SXM): the H100's tensor cores and peaks
     # (989 TFLOP/s bf16, 1,979 fp8, 494.7 TF32 dense; the datasheet quotes them
     # with sparsity, twice these), 141 GB HBM3e at 4.8 TB/s, NVLink4 900 GB/s
-    hbm_Bps = 4.8e12
+    hbm_Bps = H200_HBM_Bps
     chip_name = "H200-SXM-141GB"
     chip = _gpu_chip(chip_name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 141 * GB, hbm_Bps,
                      H100_MATMUL_EFFICIENCY,  # H100-class (see above)

@@ -74,7 +74,8 @@ def test_device_kinds_map_to_presets():
     assert compute.preset_for_device("NVIDIA H100 80GB HBM3") == "dgx-h100"
     assert compute.preset_for_device("NVIDIA GB200") == "gb200-nvl72"
     assert compute.preset_for_device("TPU v4") == "tpu-v4"
-    assert compute.preset_for_device("NVIDIA H200") is None
+    assert compute.preset_for_device("NVIDIA H200") == "dgx-h200"  # not the H100's
+    assert compute.preset_for_device("NVIDIA H20") is None
     assert compute.preset_for_device("cpu") is None
 
 
