@@ -316,9 +316,14 @@ def main(argv=None) -> int:
     p.add_argument("--sustain-s", type=float, default=10.0)
     p.add_argument("--shrink", type=int, default=1,
                    help="divide every shape by this (a dry run on a CPU)")
+    p.add_argument("--no-gemms", action="store_true",
+                   help="attention and HBM streams only (no GEMMs, nothing sustained)")
     args = p.parse_args(argv)
     if args.shrink > 1:
         _shrink(args.shrink)
+    if args.no_gemms:
+        global FBGEMM, LAYER
+        FBGEMM = LAYER = ()
     signal.signal(signal.SIGTERM, _print_partial)
     power = PowerLog()
     try:
