@@ -256,7 +256,10 @@ H100_MATMUL_EFFICIENCY = 0.6472
 # (989/1,979 TFLOP/s peaks, the H200's 4.8 TB/s); the FP8/BF16 ratios are
 # 0.87-0.93 and their geometric mean is the FP8 GEMMs' efficiency relative to
 # `matmul_efficiency` (every chip: assumption off Hopper). The quantisation
-# itself is `Precision.gemm_cast_bytes`.
+# itself is `Precision.gemm_cast_bytes`. Each row is the best of five 0.25 s
+# windows of back-to-back GEMMs, seconds of load: 8192^3 in BF16 ran at 701e12
+# FLOP/s, below the 769-798e12 of ten GEMMs after warm-up above (the clocks
+# under load, most likely; they were not read in this run).
 H200_GEMMS = (  # (m, n, k, BF16 FLOP/s, FP8 FLOP/s), measured
     (8192, 8192, 8192, 701.3e12, 1260.5e12),
     (65536, 8192, 7168, 694.5e12, 1255.5e12),
