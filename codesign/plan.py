@@ -190,6 +190,10 @@ class Plan(eqx.Module):
     # the MoE dispatch sends one copy of a token per destination node and forwards
     # it inside (DeepEP); node-limited routing (moe_node_limit > 0) always does
     moe_dedup: bool = static_field("parallel.moe_dedup", bool, default=False, kw_only=True)
+    # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): a
+    # micro-batch's MoE all-to-alls overlap an adjacent one's compute, under the
+    # interleaved schedule or 1f1b without pipeline stages (dualpipe always does)
+    ep_overlap: bool = static_field("parallel.ep_overlap", bool, default=False, kw_only=True)
     # the recipe's name
     dtype: str = static_field("training.dtype", str, choices=DTYPES, default="bf16",
                               kw_only=True)
@@ -326,6 +330,15 @@ RULES = (
          lambda m, p, s: p.schedule.interleaves | (p.interleave == 1.0),
          lambda m, p, s: f"parallel.interleave={_g(p.interleave)} needs "
          f"parallel.schedule='interleaved' (got {p.schedule.name!r})"),
+    # Megatron-Core's combined 1F1B pairs micro-batches: with pipeline stages
+    # only on the interleaved schedule (virtual stages)
+    Rule("ep_overlap needs a schedule that pairs micro-batches",
+         ("parallel.ep_overlap", "parallel.schedule", "parallel.pp"),
+         lambda m, p, s: (not p.ep_overlap) | p.schedule.overlaps_all_to_all
+         | (p.schedule.combines_all_to_all & (p.schedule.interleaves | (p.pp == 1.0))),
+         lambda m, p, s: "parallel.ep_overlap=true needs parallel.schedule='interleaved' "
+         f"(or '1f1b' with parallel.pp=1; 'dualpipe' always overlaps), got "
+         f"{p.schedule.name!r} with parallel.pp={_g(p.pp)}"),
     # The optimiser's own rows (no message: validate skips them; scenario
     # loading checks dp itself, and validate is given no scale-up domain).
     Rule("integral dp >= 1", ("parallel.dp",),

@@ -391,6 +391,12 @@ class Schedule(Strategy):
     # pipeline's fill and drain wait for them
     overlaps_p2p: ClassVar[bool] = False
     weight_copies: ClassVar[float] = 1.0  # copies of the stage's weights each GPU holds
+    # the MoE all-to-alls of one micro-batch overlap an adjacent micro-batch's
+    # compute: always (`overlaps_all_to_all`), or where it pairs micro-batches and
+    # the plan asks for it (`combines_all_to_all`, `parallel.ep_overlap`:
+    # Megatron-Core's combined 1F1B)
+    overlaps_all_to_all: ClassVar[bool] = False
+    combines_all_to_all: ClassVar[bool] = False
 
     @abc.abstractmethod
     def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
@@ -400,9 +406,12 @@ class Schedule(Strategy):
         """Micro-batches whose activations the first stage holds at once: min(p, m)."""
         return smooth_min(pp, micro_batches, t)
 
-    def exposed_all_to_all_s(self, time_s, overlap_s, t=0.0) -> jax.Array:
+    def exposed_all_to_all_s(self, time_s, overlap_s, t=0.0, combined=False) -> jax.Array:
         """The part of the MoE all-to-alls' `time_s` left on the critical path
-        (`overlap_s`: compute another micro-batch could hide it under)."""
+        (`overlap_s`: compute another micro-batch could hide it under; `combined`:
+        the plan's `ep_overlap`)."""
+        if self.overlaps_all_to_all or (combined and self.combines_all_to_all):
+            return smooth_max(time_s - overlap_s, 0.0, t, 0.5 * (time_s + overlap_s))
         return time_s
 
 
@@ -423,6 +432,7 @@ class OneFOneB(Schedule):
     """One forward, one backward (PipeDream-Flush): GPipe's bubble, at most p in flight."""
 
     name: ClassVar[str] = "1f1b"
+    combines_all_to_all: ClassVar[bool] = True
 
     def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
         return (pp - 1.0) * micro_batch_s
@@ -437,6 +447,7 @@ class Interleaved(Schedule):
     # Megatron-LM overlaps the interleaved schedule's sends with the next
     # chunk's compute (--overlap-p2p-communication, on by default)
     overlaps_p2p: ClassVar[bool] = True
+    combines_all_to_all: ClassVar[bool] = True
 
     def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
         return (pp - 1.0) * micro_batch_s / interleave
@@ -463,6 +474,8 @@ class DualPipe(Schedule):
     name: ClassVar[str] = "dualpipe"
     weight_copies: ClassVar[float] = 2.0
     overlaps_p2p: ClassVar[bool] = True  # a forward and a backward chunk overlap
+    overlaps_all_to_all: ClassVar[bool] = True
+    combines_all_to_all: ClassVar[bool] = True
 
     def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
         # max(p/2 - 1, 0) turns at p = 2, a count: not relaxed, it is piecewise
@@ -473,9 +486,6 @@ class DualPipe(Schedule):
 
     def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
         return smooth_min(pp + 1.0, micro_batches, t)
-
-    def exposed_all_to_all_s(self, time_s, overlap_s, t=0.0) -> jax.Array:
-        return smooth_max(time_s - overlap_s, 0.0, t, 0.5 * (time_s + overlap_s))
 
 
 SCHEDULE_CLASSES = (GPipe, OneFOneB, Interleaved, ZeroBubble, DualPipe)

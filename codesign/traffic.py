@@ -345,7 +345,7 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
         * sh.micro_batches
     time = count * one_s
-    exposed = plan.schedule.exposed_all_to_all_s(time, overlap_s, t)
+    exposed = plan.schedule.exposed_all_to_all_s(time, overlap_s, t, plan.ep_overlap)
     return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
                  exposed=exposed, slow_bytes=count * cross_bytes * (model.moe_layers > 0))]
 

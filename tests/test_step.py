@@ -101,6 +101,35 @@ def test_node_limit_caps_slow_tier_copies():
                                                                              rel=0.02)
 
 
+def test_combined_1f1b_hides_the_all_to_alls_as_dualpipe_does():
+    """`parallel.ep_overlap` (Megatron-Core's combined 1F1B): under interleaved,
+    and 1f1b without pipeline stages, the MoE all-to-alls hide under an adjacent
+    micro-batch's compute exactly as under DualPipe (their time less that
+    compute, at least 0); off, all of it is exposed; with GPipe, or 1f1b over
+    pipeline stages, it is bad input naming the key."""
+    def ep_row(overrides):
+        est = step.estimate(sc.load("deepseek-v3", overrides)).step
+        return [r for r in est.traffic if r.dimension == "ep"][0], est
+
+    for base in (["parallel.schedule=1f1b", "parallel.pp=1", "system.gpus=1024"],
+                 ["parallel.schedule=interleaved", "parallel.interleave=2"]):
+        off, est_off = ep_row(base)
+        on, est_on = ep_row([*base, "parallel.ep_overlap=true"])
+        assert float(off.exposed_s) == float(off.time_s) > 0
+        assert float(on.time_s) == float(off.time_s)
+        assert float(on.exposed_s) < float(off.exposed_s)
+        hide = float(est_on.timing.overlap_s)
+        assert float(on.exposed_s) == pytest.approx(max(float(on.time_s) - hide, 0.0), abs=1e-12)
+        assert float(est_on.step_time_s) < float(est_off.step_time_s)
+    dual, _ = ep_row(["parallel.schedule=dualpipe"])
+    dual_on, _ = ep_row(["parallel.schedule=dualpipe", "parallel.ep_overlap=true"])
+    assert float(dual_on.exposed_s) == float(dual.exposed_s)  # DualPipe always overlaps
+    for bad in (["parallel.schedule=gpipe"], ["parallel.schedule=1f1b"]):  # pp 16, no v
+        with pytest.raises(ValueError, match=r"parallel\.ep_overlap=true needs parallel\."
+                                             r"schedule='interleaved'"):
+            sc.load("deepseek-v3", [*bad, "parallel.ep_overlap=true"])
+
+
 def test_deepseek_forwarding_is_free_up_to_the_bandwidth_ratio():
     """DeepSeek-V3: with M = 4 nodes, NVLink forwards ~3.2 experts per IB copy at
     no extra cost. The dispatch time stays flat while top_k / M <= 3.2 and
