@@ -20,7 +20,12 @@ options (benchmarks/estimate.py measures the rate).
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
+import platform
 import time
+from pathlib import Path
 
 import jax
 
@@ -38,14 +43,103 @@ def options(batch: bool = False) -> dict | None:
     return dict(BATCH_COMPILER_OPTIONS if batch else CPU_COMPILER_OPTIONS)
 
 
-def compiled(jitted, *args, batch: bool = False):
+def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None):
     """`jitted` lowered and compiled ahead of time for the structure, shapes and
     dtypes of `args` (once per process; `options(batch)`): (the executable,
-    seconds spent tracing and compiling it in this call)."""
+    seconds spent tracing and compiling it, or reading it back, in this call).
+
+    With `store` (a folder), the executable is also kept there and read back by
+    a later process (`stored_key`), which then neither traces nor compiles."""
     leaves, tree = jax.tree.flatten(args)
     key = (jitted, batch, tree, tuple(jax.typeof(x) for x in leaves))
     if key in _COMPILED:
         return _COMPILED[key], 0.0
     t0 = time.perf_counter()
-    _COMPILED[key] = jitted.lower(*args).compile(compiler_options=options(batch))
-    return _COMPILED[key], time.perf_counter() - t0
+    path = Path(store) / f"{stored_key(jitted, args, batch)}.exe" if store else None
+    exe = _load(path, args) if path is not None else None
+    if exe is None:
+        exe = jitted.lower(*args).compile(compiler_options=options(batch))
+        if path is not None:
+            _save(path, exe)
+    _COMPILED[key] = exe
+    return exe, time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------ stored executables
+_DIGEST: list = []  # this package's source digest, once per process
+STORED_MAX = 64  # executables kept in a store; the least recently written go first
+
+
+def _source_digest() -> str:
+    """sha256 of every Python source of the package: a stored executable is this code's."""
+    if not _DIGEST:
+        root = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for path in sorted(root.rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        _DIGEST.append(h.hexdigest())
+    return _DIGEST[0]
+
+
+def _cpu_flags() -> str:
+    try:  # Linux: the instruction sets compiled code may use
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return ""
+
+
+def stored_key(jitted, args, batch: bool = False) -> str:
+    """What a stored executable is valid for, hashed: the package's sources, JAX and
+    jaxlib, the backend, its devices and this CPU, float64 or not, the compiler
+    options and XLA_FLAGS, the function, and the structure of `args` (every
+    static field, every leaf's shape and dtype)."""
+    from jaxlib import version as jaxlib_version
+
+    structure = jax.tree.map(lambda x: str(jax.typeof(x)), args)
+    parts = (_source_digest(), jax.__version__, jaxlib_version.__version__,
+             jax.default_backend(), str(jax.devices()), platform.machine(), _cpu_flags(),
+             str(jax.config.jax_enable_x64), repr(options(batch)),
+             os.environ.get("XLA_FLAGS", ""),
+             f"{jitted.__module__}.{jitted.__qualname__}")
+    h = hashlib.sha256("\0".join(parts).encode())
+    h.update(pickle.dumps(structure, protocol=4))
+    return h.hexdigest()
+
+
+def _save(path: Path, exe) -> None:
+    """Best effort (a read-only or full cache folder is not an error): the
+    serialized executable, its output's structure (a pytree of zeros: JAX's tree
+    definitions of equinox modules do not survive pickling themselves) and the
+    devices it runs on."""
+    from jax.experimental import serialize_executable
+
+    try:
+        blob, _, out_tree = serialize_executable.serialize(exe)
+        example = jax.tree.unflatten(out_tree, [0] * out_tree.num_leaves)
+        devices = sorted({d.id for s in jax.tree.leaves(exe.input_shardings)
+                          for d in s.device_set})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps((blob, example, devices), protocol=4))
+        tmp.replace(path)  # atomic: a reader sees the whole file or none
+        stored = sorted(path.parent.glob("*.exe"), key=lambda p: p.stat().st_mtime)
+        for old in stored[:max(len(stored) - STORED_MAX, 0)]:
+            old.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001
+        return
+
+
+def _load(path: Path, args):
+    """The executable stored at `path` for `args`, or None (absent, unreadable, or
+    from another build: compiled again)."""
+    from jax.experimental import serialize_executable
+
+    try:
+        blob, example, devices = pickle.loads(path.read_bytes())
+        by_id = {d.id: d for d in jax.devices()}
+        return serialize_executable.deserialize_and_load(
+            blob, jax.tree.structure((args, {})), jax.tree.structure(example),
+            execution_devices=[by_id[i] for i in devices])
+    except Exception:  # noqa: BLE001
+        return None

@@ -1,4 +1,6 @@
-"""The persistent compilation cache (`$CODESIGN_CACHE`) hits on a second process run."""
+"""The persistent compilation cache (`$CODESIGN_CACHE`) hits on a second process run,
+and `codesign estimate`'s stored executables (`_compile.compiled(store=...)`) are
+read back, for the structure they were compiled for only."""
 
 from __future__ import annotations
 
@@ -7,10 +9,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 
-def _estimate(env) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "codesign", "estimate", "--json"], env=env,
-                          capture_output=True, text=True, timeout=120)
+
+def _estimate(env, *sets) -> dict:
+    argv = [sys.executable, "-m", "codesign", "estimate", "--json"]
+    for s in sets:
+        argv += ["--set", s]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -29,3 +35,26 @@ def test_second_run_reads_the_persistent_cache(tmp_path):
     second = _estimate(env)
     assert _entries(tmp_path) == written  # every executable read back: none added or rewritten
     assert second == first
+
+
+def test_a_stored_executable_serves_its_own_structure_only(tmp_path):
+    """A second structure (another schedule: a static field) gets its own stored
+    executable and its own answer, the library's; the first one's is unchanged."""
+    from codesign import scenario, step
+
+    env = {**os.environ, "CODESIGN_CACHE": str(tmp_path)}
+    store = tmp_path / "codesign-executables"
+    first = _estimate(env)
+    one = {p.name: p.stat().st_mtime_ns for p in store.glob("*.exe")}
+    assert len(one) == 1
+    other = _estimate(env, "parallel.schedule=1f1b", "parallel.interleave=1")
+    two = {p.name: p.stat().st_mtime_ns for p in store.glob("*.exe")}
+    assert len(two) == 2 and all(two[k] == v for k, v in one.items())
+    assert other["step_time_s"] != first["step_time_s"]
+    scn = scenario.load(None, ["parallel.schedule=1f1b", "parallel.interleave=1"])  # x64: conftest
+    assert other["step_time_s"] == pytest.approx(float(step.estimate(scn).step.step_time_s),
+                                                 rel=1e-12)
+    # a damaged file is compiled again, and rewritten
+    (store / next(iter(one))).write_bytes(b"not an executable")
+    assert _estimate(env) == first
+    assert (store / next(iter(one))).read_bytes() != b"not an executable"

@@ -16,7 +16,10 @@ The command computes in float64 (`jax_enable_x64`, set here for its own
 process; importing codesign sets nothing). Compiled models are cached on disk
 (JAX's persistent compilation cache) in
 `$CODESIGN_CACHE` (default ~/.cache/codesign/xla; set it empty to disable), so a
-second run of the same command skips compilation.
+second run of the same command skips compilation; `estimate`, `traffic` and
+`roofline` also keep their executable there (`codesign-executables/`, keyed by
+this package's sources, JAX, the device and the scenario's structure), so a
+second run of a scenario of the same structure skips tracing too.
 """
 
 from __future__ import annotations
@@ -111,6 +114,18 @@ def _module(name: str):
     return importlib.import_module(f"codesign.cli.{COMMANDS[name][0]}")
 
 
+def cache_dir() -> str:
+    """`$CODESIGN_CACHE` (default ~/.cache/codesign/xla; empty: no cache)."""
+    return os.environ.get("CODESIGN_CACHE", str(Path.home() / ".cache" / "codesign" / "xla"))
+
+
+def executable_store() -> Path | None:
+    """Where `codesign estimate` keeps its compiled executables (`_compile.compiled`'s
+    `store`): a folder of the cache, None without one."""
+    cache = cache_dir()
+    return Path(cache) / "codesign-executables" if cache else None
+
+
 def _configure_jax() -> None:
     """What the command sets in JAX for its process (a library import sets nothing):
     float64 (step times span microseconds to months; gradients are checked
@@ -118,7 +133,7 @@ def _configure_jax() -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    cache = os.environ.get("CODESIGN_CACHE", str(Path.home() / ".cache" / "codesign" / "xla"))
+    cache = cache_dir()
     if cache:
         jax.config.update("jax_compilation_cache_dir", cache)
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # the user's wins

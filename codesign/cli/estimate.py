@@ -9,7 +9,7 @@ import jax
 from .. import hardware, scenario, step, uncertainty
 from .._compile import compiled
 from ..units import format_bytes
-from . import _output, _system
+from . import _output, _system, executable_store
 
 
 def add_arguments(parser, name):
@@ -42,7 +42,7 @@ def evaluate(args):
     the peak of its GEMMs' precision a `step.OutputOutOfRange` (the model's
     fault: exit 1 with one line), see `step.check_outputs`."""
     scn = scenario.load(args.scenario, args.set, system=args.system)
-    est, out = compiled(_estimate, scn)[0](scn)
+    est, out = compiled(_estimate, scn, store=executable_store())[0](scn)
     out = step.asked(est, out)  # time to train only when tokens are set
     step.check_outputs(out, args.set)
     return scn, scenario.labels(args.scenario, args.set, system=args.system), est
