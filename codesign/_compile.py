@@ -57,10 +57,11 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
     t0 = time.perf_counter()
     path = Path(store) / f"{stored_key(jitted, args, batch)}.exe" if store else None
     exe = _load(path, args) if path is not None else None
-    if exe is None:
+    if exe is None and path is not None:
+        exe = _compile_fresh(jitted, args, batch)
+        _save(path, exe)
+    elif exe is None:
         exe = jitted.lower(*args).compile(compiler_options=options(batch))
-        if path is not None:
-            _save(path, exe)
     _COMPILED[key] = exe
     return exe, time.perf_counter() - t0
 
@@ -107,6 +108,18 @@ def stored_key(jitted, args, batch: bool = False) -> str:
     return h.hexdigest()
 
 
+def _compile_fresh(jitted, args, batch):
+    """Compiled by XLA, not read from JAX's persistent cache: an XLA:CPU executable
+    read back from that cache serializes without its kernels (a later process
+    that loads it fails with "Function ... not found")."""
+    cached = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        return jitted.lower(*args).compile(compiler_options=options(batch))
+    finally:
+        jax.config.update("jax_enable_compilation_cache", cached)
+
+
 def _save(path: Path, exe) -> None:
     """Best effort (a read-only or full cache folder is not an error): the
     serialized executable, its output's structure (a pytree of zeros: JAX's tree
@@ -131,15 +144,18 @@ def _save(path: Path, exe) -> None:
 
 
 def _load(path: Path, args):
-    """The executable stored at `path` for `args`, or None (absent, unreadable, or
-    from another build: compiled again)."""
+    """The executable stored at `path` for `args`, run once on them (a few
+    milliseconds) to prove it whole, or None (absent, unreadable, from another
+    build, or failing: compiled again)."""
     from jax.experimental import serialize_executable
 
     try:
         blob, example, devices = pickle.loads(path.read_bytes())
         by_id = {d.id: d for d in jax.devices()}
-        return serialize_executable.deserialize_and_load(
+        exe = serialize_executable.deserialize_and_load(
             blob, jax.tree.structure((args, {})), jax.tree.structure(example),
             execution_devices=[by_id[i] for i in devices])
+        jax.block_until_ready(exe(*args))
+        return exe
     except Exception:  # noqa: BLE001
         return None

@@ -58,3 +58,16 @@ def test_a_stored_executable_serves_its_own_structure_only(tmp_path):
     (store / next(iter(one))).write_bytes(b"not an executable")
     assert _estimate(env) == first
     assert (store / next(iter(one))).read_bytes() != b"not an executable"
+
+
+def test_a_stored_executable_compiled_over_a_warm_xla_cache_is_whole(tmp_path):
+    """With XLA's cache warm but no stored executable (another build wrote the
+    cache), the executable stored is compiled afresh: one read back from XLA's
+    cache serializes without its kernels, and the next run failed with exit 1."""
+    import shutil
+
+    env = {**os.environ, "CODESIGN_CACHE": str(tmp_path)}
+    first = _estimate(env)
+    shutil.rmtree(tmp_path / "codesign-executables")
+    assert _estimate(env) == first  # XLA's cache read, the executable stored
+    assert _estimate(env) == first  # the stored executable read back and run
