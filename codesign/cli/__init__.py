@@ -16,10 +16,11 @@ The command computes in float64 (`jax_enable_x64`, set here for its own
 process; importing codesign sets nothing). Compiled models are cached on disk
 (JAX's persistent compilation cache) in
 `$CODESIGN_CACHE` (default ~/.cache/codesign/xla; set it empty to disable), so a
-second run of the same command skips compilation; `estimate`, `traffic` and
-`roofline` also keep their executable there (`codesign-executables/`, keyed by
-this package's sources, JAX, the device and the scenario's structure), so a
-second run of a scenario of the same structure skips tracing too.
+second run of the same command skips compilation; `estimate`, `traffic`,
+`roofline` and `reliability` also keep their executable there
+(`codesign-executables/`, keyed by this package's sources, JAX, the devices and
+the scenario's structure: `_compile.stored_key`), so a second run of a scenario
+of the same structure skips tracing too.
 """
 
 from __future__ import annotations
