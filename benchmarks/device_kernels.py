@@ -115,6 +115,11 @@ def _windows(call, sync, *, calls: int, windows: int, warmup: int = 3) -> list[f
     return out
 
 
+def _best_s(call, sync) -> float:
+    """Seconds of one call: the best of 5 windows of back-to-back calls (`_windows`)."""
+    return min(_windows(call, sync, calls=_calls_for(call, sync), windows=5))
+
+
 def _calls_for(call, sync, target_s=0.25) -> int:
     call()
     sync()
@@ -161,6 +166,14 @@ def run_jax(sustain_s: float, power: PowerLog) -> dict:
     def sync():
         jax.block_until_ready(sync_on[-1]) if sync_on else None
 
+    def keeping(fn, *args, keep=4):
+        """A call of fn(*args) that keeps its last `keep` outputs for `sync`."""
+        def call():
+            sync_on.append(fn(*args))
+            if len(sync_on) > keep:
+                del sync_on[0]
+        return call
+
     dtypes = {"bf16": jnp.bfloat16, "fp8": jnp.float8_e4m3fn}
     gemm = jax.jit(lambda a, b: jax.lax.dot_general(
         a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.bfloat16))
@@ -176,13 +189,8 @@ def run_jax(sustain_s: float, power: PowerLog) -> dict:
                               for line in compiled.as_text().splitlines()
                               if 'custom_call_target="' in line})
 
-            def call(a=a, b=b, compiled=compiled):
-                sync_on.append(compiled(a, b))
-                if len(sync_on) > 4:
-                    del sync_on[0]
-
-            w = _windows(call, sync, calls=_calls_for(call, sync), windows=5)
-            t = min(w)
+            call = keeping(compiled, a, b)
+            t = _best_s(call, sync)
             out["gemms"].append({"label": label, "m": m, "n": n, "k": k, "dtype": name,
                                  "time_s": t, "tflops": 2.0 * m * n * k / t / 1e12,
                                  "custom_calls": targets})
@@ -211,12 +219,7 @@ def run_jax(sustain_s: float, power: PowerLog) -> dict:
         try:
             for name, fn, args in (("fwd", jax.jit(attention), (q, k, v)),
                                    ("fwd_bwd", jax.jit(fwd_bwd), (q, k, v, d))):
-                def call(fn=fn, args=args):
-                    sync_on.append(fn(*args))
-                    if len(sync_on) > 4:
-                        del sync_on[0]
-                row[f"{name}_s"] = min(_windows(call, sync, calls=_calls_for(call, sync),
-                                                windows=5))
+                row[f"{name}_s"] = _best_s(keeping(fn, *args), sync)
             row["fwd_tflops"] = forward_flops / row["fwd_s"] / 1e12
             row["bwd_tflops"] = 2.5 * forward_flops / (row["fwd_bwd_s"] - row["fwd_s"]) / 1e12
         except Exception as e:  # noqa: BLE001  (cuDNN missing or refusing the shape)
@@ -228,13 +231,7 @@ def run_jax(sustain_s: float, power: PowerLog) -> dict:
     for size in STREAM_BYTES:
         x = jax.random.normal(jax.random.key(size % 997), (size // 2,), jnp.float32).astype(
             jnp.bfloat16)
-
-        def call(x=x):
-            sync_on.append(stream(x))
-            if len(sync_on) > 2:
-                del sync_on[0]
-
-        t = min(_windows(call, sync, calls=_calls_for(call, sync), windows=5))
+        t = _best_s(keeping(stream, x, keep=2), sync)
         out["stream"].append({"bytes_read": size, "time_s": t, "GBps": 2.0 * size / t / 1e9})
         sync_on.clear()
         del x
@@ -262,7 +259,7 @@ def run_torch(sustain_s: float, power: PowerLog) -> dict:
         for name, call in calls.items():
             row = {"label": label, "m": m, "n": n, "k": k, "dtype": name}
             try:
-                t = min(_windows(call, sync, calls=_calls_for(call, sync), windows=5))
+                t = _best_s(call, sync)
                 row.update(time_s=t, tflops=2.0 * m * n * k / t / 1e12)
             except Exception as e:  # noqa: BLE001  (an FP8 path this build lacks)
                 row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
@@ -290,8 +287,7 @@ def run_torch(sustain_s: float, power: PowerLog) -> dict:
         try:
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                 for name, call in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
-                    row[f"{name}_s"] = min(_windows(call, sync, calls=_calls_for(call, sync),
-                                                    windows=5))
+                    row[f"{name}_s"] = _best_s(call, sync)
             row["fwd_tflops"] = forward_flops / row["fwd_s"] / 1e12
             row["bwd_tflops"] = 2.5 * forward_flops / (row["fwd_bwd_s"] - row["fwd_s"]) / 1e12
         except Exception as e:  # noqa: BLE001

@@ -57,11 +57,10 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
     t0 = time.perf_counter()
     path = Path(store) / f"{stored_key(jitted, args, batch)}.exe" if store else None
     exe = _load(path, args) if path is not None else None
-    if exe is None and path is not None:
-        exe = _compile_fresh(jitted, args, batch)
-        _save(path, exe)
-    elif exe is None:
-        exe = jitted.lower(*args).compile(compiler_options=options(batch))
+    if exe is None:
+        exe = _compile(jitted, args, batch, xla_cache=path is None)
+        if path is not None:
+            _save(path, exe)
     _COMPILED[key] = exe
     return exe, time.perf_counter() - t0
 
@@ -108,16 +107,19 @@ def stored_key(jitted, args, batch: bool = False) -> str:
     return h.hexdigest()
 
 
-def _compile_fresh(jitted, args, batch):
-    """Compiled by XLA, not read from JAX's persistent cache: an XLA:CPU executable
-    read back from that cache serializes without its kernels (a later process
-    that loads it fails with "Function ... not found")."""
-    cached = jax.config.jax_enable_compilation_cache
+def _compile(jitted, args, batch, xla_cache=True):
+    """`jitted` lowered and compiled for `args`; without `xla_cache`, by XLA itself,
+    not read from JAX's persistent cache: an XLA:CPU executable read back from
+    that cache serializes without its kernels (a later process that loads it
+    fails with "Function ... not found"), so one to be stored is compiled so."""
+    lowered = jitted.lower(*args)
+    if xla_cache or not jax.config.jax_enable_compilation_cache:
+        return lowered.compile(compiler_options=options(batch))
     jax.config.update("jax_enable_compilation_cache", False)
     try:
-        return jitted.lower(*args).compile(compiler_options=options(batch))
+        return lowered.compile(compiler_options=options(batch))
     finally:
-        jax.config.update("jax_enable_compilation_cache", cached)
+        jax.config.update("jax_enable_compilation_cache", True)
 
 
 def _save(path: Path, exe) -> None:

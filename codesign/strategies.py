@@ -475,7 +475,6 @@ class DualPipe(Schedule):
     weight_copies: ClassVar[float] = 2.0
     overlaps_p2p: ClassVar[bool] = True  # a forward and a backward chunk overlap
     overlaps_all_to_all: ClassVar[bool] = True
-    combines_all_to_all: ClassVar[bool] = True
 
     def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
         # max(p/2 - 1, 0) turns at p = 2, a count: not relaxed, it is piecewise
