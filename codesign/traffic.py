@@ -38,7 +38,7 @@ import jax.numpy as jnp
 
 from . import collectives, fabric
 from .hardware import System
-from .plan import Plan
+from .plan import DIMENSIONS, Plan
 from .relax import (
     beyond_one,
     lattice_cubic,
@@ -110,17 +110,37 @@ def _stride(plan: Plan, sizes: dict, d: str):
     return functools.reduce(operator.mul, (sizes[e] for e in inside)) if inside else 1.0
 
 
-def group(plan: Plan, dims: tuple[str, ...], system: System, t=0.0):
-    """(ranks, ranks inside one scale-up domain, GPUs spanned, innermost stride)."""
+class Placement(eqx.Module):
+    """Each parallel dimension's ranks, stride (ranks between neighbours: the
+    product of the sizes placed inside it, 1 for the innermost) and ranks
+    inside one scale-up domain (clip(domain / stride, 1, ranks), relaxed), by
+    dimension: one `smooth_clip` of the five at once, once per step (`table`),
+    for every group `group` forms of them."""
+
+    sizes: dict
+    strides: dict
+    inside: dict
+
+
+def placement(plan: Plan, system: System, t=0.0) -> Placement:
     sizes = _sizes(plan)
-    strides = [_stride(plan, sizes, d) for d in dims]
-    inside = [smooth_clip(system.scale_up_domain / s, 1.0, sizes[d], t)
-              for d, s in zip(dims, strides, strict=True)]
-    spans = [s * sizes[d] for d, s in zip(dims, strides, strict=True)]
+    strides = {d: _stride(plan, sizes, d) for d in DIMENSIONS}
+    stack = lambda values: jnp.stack(jnp.broadcast_arrays(*values))  # noqa: E731
+    inside = smooth_clip(system.scale_up_domain / stack([strides[d] for d in DIMENSIONS]), 1.0,
+                         stack([sizes[d] for d in DIMENSIONS]), t)
+    return Placement(sizes, strides, dict(zip(DIMENSIONS, inside, strict=True)))
+
+
+def group(place: Placement, dims: tuple[str, ...]):
+    """(ranks, ranks inside one scale-up domain, GPUs spanned, innermost stride)
+    of the group of `dims` of a `placement`."""
+    sizes, inside, strides = ([part[d] for d in dims] for part in
+                              (place.sizes, place.inside, place.strides))
+    spans = [s * n for s, n in zip(strides, sizes, strict=True)]
     if len(dims) == 1:
-        return sizes[dims[0]], inside[0], spans[0], strides[0]
-    return (jnp.prod(jnp.stack([sizes[d] for d in dims])), jnp.prod(jnp.stack(inside)),
-            jnp.max(jnp.stack(spans)), jnp.min(jnp.stack(strides)))
+        return sizes[0], inside[0], spans[0], strides[0]
+    return (jnp.prod(jnp.stack(sizes)), jnp.prod(jnp.stack(inside)), jnp.max(jnp.stack(spans)),
+            jnp.min(jnp.stack(strides)))
 
 
 def split_group(geometry, shard):
@@ -153,12 +173,6 @@ def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto")
         leaves = where(ranks > inside, 1.0, 0.0)
         c = c + fabric.rail_forwarding_cost(system, n_bytes, inside, inner).scale(leaves)
     return c
-
-
-def group_cost(op: str, n_bytes, plan: Plan, dims, system: System, t=0.0):
-    """(Cost of one `op` on `n_bytes` over the group of `dims`, ranks, ranks inside)."""
-    geometry = group(plan, dims, system, t)
-    return cost_on(op, n_bytes, geometry, system, t), geometry[0], geometry[1]
 
 
 def times_on_many(requests, system: System, t=0.0) -> list:
@@ -223,7 +237,7 @@ def _row(dimension, op, algorithm, n_bytes, count, one_s, ranks, inside, exposed
 
 
 # ---------------------------------------------------------------- dimensions
-def _tp_rows(model, plan, system, sh, compute_s, t):
+def _tp_rows(model, plan, system, sh, place, compute_s, t):
     """Megatron: 2 all-reduces per layer forward and 2 backward, per micro-batch
     (+2 when the forward is recomputed); reduce-scatter + all-gather each with
     sequence parallelism; `auto` over ring, tree, NVLS... On the critical path,
@@ -233,7 +247,7 @@ def _tp_rows(model, plan, system, sh, compute_s, t):
     per_layer = 2.0 + 2.0 * plan.recompute.layer_forwards
     count = per_layer * sh.layers_on_stage * sh.micro_batches
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
-    geometry = group(plan, ("tp",), system, t)
+    geometry = group(place, ("tp",))
     ranks, inside = geometry[:2]
     costs = yield [(op, n, geometry) for op in ops]
     rows = []
@@ -245,7 +259,7 @@ def _tp_rows(model, plan, system, sh, compute_s, t):
     return rows
 
 
-def _cp_rows(model, plan, system, sh, timing, t):
+def _cp_rows(model, plan, system, sh, place, timing, t):
     """Ring attention (dp x cp hold the same weights; the cp ranks of a sequence
     pass K/V blocks around a ring): forward all-gathers K and V (again when
     the forward is recomputed); backward passes K/V around again and
@@ -255,7 +269,7 @@ def _cp_rows(model, plan, system, sh, timing, t):
          * plan.precision.bytes("attention"))
     per = sh.layers_on_stage * sh.micro_batches
     fwd = plan.recompute.layer_forwards * per
-    geometry = group(plan, ("cp",), system, t)
+    geometry = group(place, ("cp",))
     ranks, inside = geometry[:2]
     ag, rs = yield [("all_gather", n, geometry), ("reduce_scatter", n, geometry)]
     fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag, per * ag, per * rs
@@ -302,7 +316,7 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0, limit=None):
     return where(limit > 0, smooth_min(dedup, limit * remote, t), unlimited)
 
 
-def _ep_rows(model, plan, system, sh, overlap_s, t):
+def _ep_rows(model, plan, system, sh, place, overlap_s, t):
     """Dispatch and combine all-to-alls, forward and backward, per MoE layer and
     micro-batch (+2 when the forward is recomputed).
 
@@ -323,7 +337,7 @@ def _ep_rows(model, plan, system, sh, overlap_s, t):
     per_token = model.hidden * width
     tokens = sh.tokens / plan.tp
     n = tokens * model.top_k * per_token
-    ranks, inside, span, stride = group(plan, ("ep",), system, t)
+    ranks, inside, span, stride = group(place, ("ep",))
     nodes = ranks / inside
     inner = fabric.scale_up_tier(system, inside, stride, t)
     outer = fabric.group_scale_out_tier(system, span, nodes, True, t)
@@ -391,7 +405,7 @@ def _bucketed_row(op, label, total_bytes, geometry, system, plan, hide_s, times,
                  geometry[1], exposed=exposed, critical=False)]
 
 
-def _dp_rows(model, plan, system, sh, timing, t):
+def _dp_rows(model, plan, system, sh, place, timing, t):
     """Data parallelism over dp x cp (context-parallel ranks hold the same
     weights): the dense weights over all of it, the routed experts over their
     dp / ep replicas x cp. Gradients in the `grad_reduce` width, weights in
@@ -422,7 +436,7 @@ def _dp_rows(model, plan, system, sh, timing, t):
         grad_bytes = params * plan.precision.bytes("grad_reduce")
         param_bytes = params * plan.precision.bytes("params")
         present = grad_bytes > 0  # no routed experts: the experts rows are empty
-        geo = group(plan, dims, system, t)
+        geo = group(place, dims)
         if plan.zero == 0:
             parts.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
                                        system, plan, timing.backward_s, 1.0, present, t))
@@ -469,7 +483,7 @@ def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, timing,
                  inner[1], exposed=share * count * rs, critical=False)]
 
 
-def _pp_rows(model, plan, system, sh, t):
+def _pp_rows(model, plan, system, sh, place, t):
     """Point-to-point activations forward and gradients backward between
     neighbouring stages, per micro-batch and virtual stage; on the critical path.
     Each tensor-parallel rank sends 1/tp of the activation (Narayanan et al.
@@ -479,7 +493,7 @@ def _pp_rows(model, plan, system, sh, t):
     n = sh.tokens * model.hidden * plan.precision.bytes("activations") / plan.tp
     count = 2.0 * sh.micro_batches * plan.interleave * beyond_one(plan.pp, t)
     waited = 2.0 * (plan.pp - 1.0) if plan.schedule.overlaps_p2p else count
-    ranks, inside, span, stride = group(plan, ("pp",), system, t)
+    ranks, inside, span, stride = group(place, ("pp",))
     # a neighbour shares the domain when the stage stride fits inside it
     neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t,
                                    0.5 * system.scale_up_domain / stride)
@@ -498,17 +512,17 @@ def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tupl
     the overlappable rows hide under: .attention_s, .attention_forward_s,
     .overlap_s (per step), .forward_s, .backward_s (one micro-batch; per layer
     divided by .layers), slowest stage."""
-    sh = shape(model, plan, t)
-    run = _together([_tp_rows(model, plan, system, sh, timing.overlap_s, t),
-                     _cp_rows(model, plan, system, sh, timing, t),
-                     _dp_rows(model, plan, system, sh, timing, t)])
+    sh, place = shape(model, plan, t), placement(plan, system, t)
+    run = _together([_tp_rows(model, plan, system, sh, place, timing.overlap_s, t),
+                     _cp_rows(model, plan, system, sh, place, timing, t),
+                     _dp_rows(model, plan, system, sh, place, timing, t)])
     requests = next(run)
     try:  # every `auto` collective of the step costed at once
         run.send(times_on_many(requests, system, t))
     except StopIteration as done:
         tp, cp, dp = done.value
-    return tuple(tp + cp + _ep_rows(model, plan, system, sh, timing.overlap_s, t) + dp
-                 + _pp_rows(model, plan, system, sh, t))
+    return tuple(tp + cp + _ep_rows(model, plan, system, sh, place, timing.overlap_s, t) + dp
+                 + _pp_rows(model, plan, system, sh, place, t))
 
 
 def exposed_by_dimension(rows) -> dict:
