@@ -205,8 +205,8 @@ def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0, sh=N
     return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
 
 
-def timing(model: Transformer, plan: Plan, system: System, t=0.0) -> Timing:
-    sh = traffic.shape(model, plan, t)
+def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Timing:
+    sh = traffic.shape(model, plan, t) if sh is None else sh
     matrix = _layers_s(model, plan, system, sh)
     layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
     att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab

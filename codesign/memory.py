@@ -45,13 +45,14 @@ class Memory(eqx.Module):
                 "reserve": self.reserve_bytes}
 
 
-def memory(model: Transformer, plan: Plan, system: System, t=0.0) -> Memory:
+def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Memory:
     """Weights, gradients and optimizer state by ZeRO stage and precision recipe,
     sharded over the group the framework shards over (`compute.local_params`:
     dp x cp, or HSDP's `parallel.zero_shard_size` groups);
     activations by recompute mode, attention kernel, sequence parallelism and
-    the micro-batches in flight; the chip's reserve."""
-    sh = traffic.shape(model, plan, t)
+    the micro-batches in flight; the chip's reserve. `sh`: the stage's
+    `traffic.Shape` if known."""
+    sh = traffic.shape(model, plan, t) if sh is None else sh
     pr = plan.precision
     copies = plan.schedule.weight_copies  # DualPipe keeps two copies
 

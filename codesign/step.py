@@ -129,8 +129,9 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
     occupy (`plan.comm_sm_fraction`) are lost to the GEMMs for as long as it
     runs, so the hidden seconds times that fraction are added to the compute.
     """
-    tm = compute.timing(model, plan, system, t)
-    rows = traffic.table(model, plan, system, tm, t)
+    sh = traffic.shape(model, plan, t)
+    tm = compute.timing(model, plan, system, t, sh)
+    rows = traffic.table(model, plan, system, tm, t, sh)
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
     hidden = sum((r.time_s - r.exposed_s for r in rows), jnp.zeros(()))
@@ -148,7 +149,8 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         hardware_flops_per_step=tokens * model.hardware_flops_per_token(plan.recompute),
         peak_flops_per_s=system.chip.peak_flops_per_s,
         peak_gemm_flops_per_s=gemm_peak_flops_per_s(plan, system), optimizer_s=tm.optimizer_s,
-        gpus=plan.gpus, memory=memory.memory(model, plan, system, t), traffic=rows, timing=tm)
+        gpus=plan.gpus, memory=memory.memory(model, plan, system, t, sh), traffic=rows,
+        timing=tm)
 
 
 def calibrate_matmul_efficiency(model: Transformer, plan: Plan, system: System,

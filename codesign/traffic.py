@@ -507,12 +507,14 @@ def _pp_rows(model, plan, system, sh, place, t):
                  slow_bytes=count * n * (1.0 - neighbour_inside))]
 
 
-def table(model: Transformer, plan: Plan, system: System, timing, t=0.0) -> tuple[Row, ...]:
+def table(model: Transformer, plan: Plan, system: System, timing, t=0.0, sh=None
+          ) -> tuple[Row, ...]:
     """Every collective of one step. `timing` (from step.py) gives the compute
     the overlappable rows hide under: .attention_s, .attention_forward_s,
     .overlap_s (per step), .forward_s, .backward_s (one micro-batch; per layer
-    divided by .layers), slowest stage."""
-    sh, place = shape(model, plan, t), placement(plan, system, t)
+    divided by .layers), slowest stage. `sh`: the stage's `Shape` if known."""
+    sh = shape(model, plan, t) if sh is None else sh
+    place = placement(plan, system, t)
     run = _together([_tp_rows(model, plan, system, sh, place, timing.overlap_s, t),
                      _cp_rows(model, plan, system, sh, place, timing, t),
                      _dp_rows(model, plan, system, sh, place, timing, t)])
