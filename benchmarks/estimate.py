@@ -34,7 +34,10 @@ evaluates them in chunks of `--chunk` scenarios:
   time to trace, lower and XLA-compile it (unbatched, as `codesign estimate`
   runs it: without the traced domain check, with `_compile.options()`;
   `xla_compile_default_options_s` at XLA's defaults, and
-  `equations_with_traced_check` as under jit of user code), and
+  `equations_with_traced_check` as under jit of user code;
+  `relaxed_equations` and `relaxed_gradient_equations`: the step time at a
+  traced temperature, as the gradient method evaluates it, and its gradient
+  with respect to the scenario), and
   `equations_by_module`: the equations each codesign module emits (the
   innermost codesign frame of each equation's traceback; library code such
   as jnp.interp counts for the codesign function that called it).
@@ -123,6 +126,9 @@ def compile_profile(names=sc.BUILTIN) -> dict:
     def checked(scn):
         return step.outputs(step.estimate(scn))
 
+    def relaxed_step_time_s(scn, t):  # what the gradient method descends (t traced)
+        return step.estimate(scn, t, check=False).step.step_time_s
+
     out = {}
     for name in names:
         scn = sc.load(name)
@@ -143,6 +149,10 @@ def compile_profile(names=sc.BUILTIN) -> dict:
         out[name] = {"equations": total, "top_level_equations": len(closed.jaxpr.eqns),
                      "equations_with_traced_check": count_equations(
                          jax.make_jaxpr(checked)(scn).jaxpr, collections.Counter()),
+                     "relaxed_equations": count_equations(jax.make_jaxpr(relaxed_step_time_s)(
+                         scn, jnp.asarray(0.05)).jaxpr),
+                     "relaxed_gradient_equations": count_equations(jax.make_jaxpr(jax.grad(
+                         relaxed_step_time_s))(scn, jnp.asarray(0.05)).jaxpr),
                      "trace_s": t1 - t0, "lower_s": t2 - t1, "xla_compile_s": t3 - t2,
                      "xla_compile_default_options_s": t5 - t4,
                      "equations_by_module": dict(by_module.most_common())}
