@@ -104,17 +104,24 @@ class _Row(NamedTuple):
     in_network: bool = False  # W at tier 0's in-network bandwidth (NVLS / SHARP)
     pipelined: bool = False  # the two tiers' streams overlap (max, not sum)
     per_rail: bool = False  # the outer phase moves n / g bytes on each of g rails
+    family: str = "ring"  # whose protocol constants it takes (`strategies.Protocols`)
 
 
-def _flat(L, W, C=None, *, in_network=False) -> _Row:
-    return _Row({"L": L, "W": W, **({"C": C} if C else {})}, in_network=in_network)
+def _family(in_network, tree):
+    return "nvls" if in_network else "tree" if tree else "ring"
+
+
+def _flat(L, W, C=None, *, in_network=False, tree=False) -> _Row:
+    return _Row({"L": L, "W": W, **({"C": C} if C else {})}, in_network=in_network,
+                family=_family(in_network, tree))
 
 
 def _two(L, L_out, W, W_out, C=None, C_out=None, *, back=(None, None), in_network=False,
-         pipelined=False, per_rail=False) -> _Row:
+         pipelined=False, per_rail=False, tree=False) -> _Row:
     terms = {"L": L, "L_out": L_out, "W": W, "W_out": W_out, "C": C, "C_out": C_out,
              "L_back": back[0], "W_back": back[1]}
-    return _Row({t: v for t, v in terms.items() if v}, True, in_network, pipelined, per_rail)
+    return _Row({t: v for t, v in terms.items() if v}, True, in_network, pipelined, per_rail,
+                _family(in_network, tree))
 
 
 def _rail_ring_row(passes: int, reduction: bool) -> _Row:
@@ -138,7 +145,7 @@ ROWS: dict[str, dict[str, _Row]] = {
         "ring": _flat({"p-1": 2.0}, {"f(p)": 2.0}, {"f(p)": 1.0}),
         "recursive_doubling": _flat({"lg(p)": 1.0}, {"lg(p)": 1.0}, {"lg(p)": 1.0}),
         "halving_doubling": _flat({"lg(p)": 2.0}, {"f(p)": 2.0}, {"f(p)": 1.0}),
-        "tree": _flat({"lg(p)": 2.0}, {"one(p)": 2.0}, {"one(p)": 1.0}),
+        "tree": _flat({"lg(p)": 2.0}, {"one(p)": 2.0}, {"one(p)": 1.0}, tree=True),
         "in_network": _flat({"one(p)": 2.0}, {"one(p)": 1.0}, in_network=True),
         # reduce-scatter inside, all-reduce of n/g across (g rails), all-gather inside
         "hierarchical": _two({"g-1": 1.0}, {"N-1": 2.0}, {"f(g)": 1.0}, {"f(N)": 2.0},
@@ -146,7 +153,7 @@ ROWS: dict[str, dict[str, _Row]] = {
                              back=({"g-1": 1.0}, {"f(g)": 1.0}), per_rail=True),
         "rail_ring": _rail_ring_row(2, reduction=True),
         "rail_tree": _two({"g-1": 2.0}, {"lg(N)": 2.0}, {"f(g)": 2.0}, {"one(N)/g": 2.0},
-                          {"f(p)": 1.0}, pipelined=True),
+                          {"f(p)": 1.0}, pipelined=True, tree=True),
         "nvls_tree": _two({"one(g)": 2.0}, {"lg(N)": 2.0}, {"one(g)": 1.0}, {"one(N)/g": 2.0},
                           in_network=True, pipelined=True),
     },
@@ -175,13 +182,14 @@ ROWS: dict[str, dict[str, _Row]] = {
         "hierarchical": _two({"g-1": 1.0}, {"N-1": 1.0}, {"f(g)": 1.0}, {"f(N)": 1.0}),
     },
     "broadcast": {
-        **{a: _flat(L, W) for a, (L, W) in _BCAST.items()},
+        **{a: _flat(L, W, tree=a == "tree") for a, (L, W) in _BCAST.items()},
         "in_network": _flat({"one(p)": 1.0}, {"one(p)": 1.0}, in_network=True),
         # cross once, fan out inside (pipelined trees)
         "hierarchical": _two({"lg(g)": 1.0}, {"lg(N)": 1.0}, {"one(g)": 1.0}, {"one(N)": 1.0}),
     },
     "reduce": {
-        **{a: _flat(L, W, {_REDUCE_SHARE[a]: 1.0}) for a, (L, W) in _BCAST.items()},
+        **{a: _flat(L, W, {_REDUCE_SHARE[a]: 1.0}, tree=a == "tree")
+           for a, (L, W) in _BCAST.items()},
         "in_network": _flat({"one(p)": 1.0}, {"one(p)": 1.0}, in_network=True),
         "hierarchical": _two({"lg(g)": 1.0}, {"lg(N)": 1.0}, {"one(g)": 1.0}, {"one(N)": 1.0},
                              {"one(g)": 1.0}, {"one(N)": 1.0}),
@@ -244,6 +252,7 @@ class Table(NamedTuple):
     in_network: np.ndarray
     pipelined: np.ndarray
     per_rail: np.ndarray
+    family: np.ndarray  # per row: its `_Row.family`
     valid: np.ndarray
 
     @property
@@ -268,6 +277,6 @@ def table(requests: tuple[tuple[str, tuple[str, ...]], ...]) -> Table:
         if m.any():
             matrices[t] = m[:, :, 0] if len(requests) == 1 else m
     flags = (squeeze(np.array([[getattr(r, f) for r in row] for row in rows]))
-             for f in Table._fields[2:6])  # _Row's
+             for f in Table._fields[2:7])  # _Row's
     valid = squeeze(np.array([[a < len(names) for _, names in requests] for a in range(width)]))
     return Table(features, matrices, *flags, valid)

@@ -75,10 +75,12 @@ import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _checks
 from . import _collective_rows as _rows
 from .hardware import Tier
+from .strategies import Protocols
 from .relax import beyond_one, safe_div, soft_min, where
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
@@ -151,11 +153,12 @@ def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
 
 
 def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_ranks,
-           ramp=True) -> Cost:
+           ramp=True, protocols: Protocols | None = None) -> Cost:
     """The Costs of the rows of `table`, stacked on a leading axis (one expression
-    for all of them; `_rows.ROWS`). Every leaf has the shape (A,) + the common shape
-    of n_bytes, ranks, local_ranks and the tiers' leaves (whose leading axis is
-    the requests' when there are several)."""
+    for all of them; `_rows.ROWS`). Every leaf has the shape (A Q,) + the common
+    shape of n_bytes, ranks, local_ranks and the tiers' leaves (whose leading
+    axis is the requests' when there are several): row a's protocol q at a Q + q
+    (Q = 1 without `protocols`, `_by_protocol`)."""
     shape = jnp.broadcast_shapes(table.requests,
                                  *(jnp.shape(x) for x in
                                    (n_bytes, ranks, *jax.tree.leaves((local_ranks, tier, outer)))))
@@ -184,7 +187,7 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
         return where(per_row(table.two_tier), getattr(tier, field), getattr(flat, field))
 
     zero = jnp.zeros(table.valid.shape[:1] + shape)
-    latency = coef["L"] * tier0("latency_s")
+    latency, latency_out = coef["L"] * tier0("latency_s"), 0.0
     if table.in_network.any():
         in_network = per_row(table.in_network)
         efficiency = tier0("in_network_efficiency")
@@ -196,7 +199,7 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
         bandwidth = coef["W"] * n_bytes / tier0("effective_Bps")
     reduction = coef["C"] * n_bytes / tier0("reduction_Bps") if "C" in coef else zero
     if "L_out" in coef:
-        latency = latency + coef["L_out"] * outer.latency_s
+        latency_out = coef["L_out"] * outer.latency_s
         n_out = n_bytes
         if table.per_rail.any():
             n_out = where(per_row(table.per_rail), n_bytes / feature("g"), n_bytes)
@@ -213,7 +216,47 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
         bandwidth = bandwidth + coef["W_back"] * n_bytes / tier0("effective_Bps")
     if not table.valid.all():
         bandwidth = where(per_row(table.valid), bandwidth, _UNSUPPORTED_S)
-    return Cost(*jnp.broadcast_arrays(latency, bandwidth, reduction, zero)[:3])
+    terms = jnp.broadcast_arrays(latency, latency_out, bandwidth, reduction, zero)[:4]
+    if protocols is None or _single_protocol(protocols):
+        return Cost(terms[0] + terms[1], *terms[2:])
+    return _by_protocol(protocols, table, feature("one(p)"), *terms)
+
+
+def _single_protocol(protocols: Protocols) -> bool:
+    """One protocol that adds nothing to alpha and beta (`AlphaBeta`)."""
+    return (len(protocols.protocol_names) == 1 and protocols.scale_up_step == (1.0,)
+            and protocols.scale_out_step == (1.0,) and protocols.bandwidth_share == (1.0,)
+            and all(b == (0.0,) for b in protocols.base_s.values()))
+
+
+def _by_protocol(protocols: Protocols, table: _rows.Table, one, latency, latency_out,
+                 bandwidth, reduction) -> Cost:
+    """Each row's terms (leading axis A) once per protocol (axis A Q): its base
+    latency (x min(log2 p, 1), so one rank costs nothing), the steps' alphas
+    scaled (`latency` on the first tier, `latency_out` on the outer), the
+    bandwidth terms at the protocol's share (`strategies.Protocols`); a
+    protocol the row's family cannot run costs 1e30 s."""
+    q = len(protocols.protocol_names)
+    base = np.array([[np.nan if b is None else b for b in protocols.base_s[f]]
+                     for f in table.family.reshape(-1)]).reshape(table.family.shape + (q,))
+    base = np.moveaxis(base, -1, 1)  # (A, Q[, R])
+    extra = (1,) * (latency.ndim - table.family.ndim)
+
+    def per_protocol(v):  # a (Q,) constant against (A, Q) + shape
+        return np.asarray(v).reshape((1, q) + (1,) * (latency.ndim - 1))
+
+    def expand(x):  # (A,) + shape -> (A, 1) + shape
+        return x[:, None]
+
+    ok = ~np.isnan(base)
+    lat = (np.where(ok, base, 0.0).reshape(base.shape + extra) * one
+           + per_protocol(protocols.scale_up_step) * expand(latency)
+           + per_protocol(protocols.scale_out_step) * expand(latency_out))
+    bw = expand(bandwidth) / per_protocol(protocols.bandwidth_share)
+    if not ok.all():
+        bw = where(ok.reshape(ok.shape + extra), bw, _UNSUPPORTED_S)
+    out = jnp.broadcast_arrays(lat, bw, expand(reduction))
+    return Cost(*(x.reshape((-1,) + x.shape[2:]) for x in out))
 
 
 def pipelined_algorithms() -> tuple[str, ...]:
@@ -254,23 +297,29 @@ def _check_tiers(outer, local_ranks):
 
 
 def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
-           local_ranks=None, temperature=AUTO_TEMPERATURE):
+           local_ranks=None, temperature=AUTO_TEMPERATURE, protocols: Protocols | None = None):
     """`auto`: (soft-minimum Cost, weights over algorithms, algorithm names).
 
     The winner is `names[argmax(weights)]`; see the module docstring for the
-    soft minimum and its bounds.
+    soft minimum and its bounds. With `protocols` every algorithm runs in each
+    and the candidates are the (algorithm, protocol) pairs; an algorithm's
+    weight is the sum of its protocols'.
     """
     op = _check_op(op)
     local_ranks = _check_tiers(outer, local_ranks)
     names = algorithms(op, hierarchical=outer is not None)
     table = _rows.table(((op, names),))
-    return _spill_mixed(lambda g, ramp: _soft_min_cost(
-        _costs(table, n_bytes, ranks, tier, outer, g, ramp), temperature),
-                        ranks, local_ranks, temperature) + (names,)
+
+    def auto(g, ramp):
+        c, w = _soft_min_cost(_costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols),
+                              temperature)
+        return c, jnp.sum(w.reshape((len(names), -1) + w.shape[1:]), axis=1)
+
+    return _spill_mixed(auto, ranks, local_ranks, temperature) + (names,)
 
 
 def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, local_ranks,
-                temperature=AUTO_TEMPERATURE) -> jax.Array:
+                temperature=AUTO_TEMPERATURE, protocols: Protocols | None = None) -> jax.Array:
     """The seconds of `auto` for R two-tier collectives at once: `ops[i]` on
     `n_bytes[i]` over `ranks[i]`, `local_ranks[i]` of them on `tier` (leaves (R,)
     or scalars), joined by `outer`. One expression for every candidate of every
@@ -285,7 +334,7 @@ def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, l
     n_bytes, ranks = _checks.as_float(n_bytes), _checks.as_float(ranks)
 
     def auto_s(g, ramp):
-        times = _costs(table, n_bytes, ranks, tier, outer, g, ramp).time_s
+        times = _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols).time_s
         if isinstance(temperature, (int, float)) and temperature == 0:
             return jnp.sum(_winner(times) * times, axis=0)
         soft_min_s, weights = soft_min(times, temperature, axis=0)
@@ -314,8 +363,11 @@ def _soft_min_cost(stacked: Cost, temperature) -> tuple[Cost, jax.Array]:
 
 
 def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
-         local_ranks=None, temperature=AUTO_TEMPERATURE) -> Cost:
-    """The Cost of one collective: `op` by `algorithm` on `n_bytes` over `ranks`.
+         local_ranks=None, temperature=AUTO_TEMPERATURE,
+         protocols: Protocols | None = None) -> Cost:
+    """The Cost of one collective: `op` by `algorithm` on `n_bytes` over `ranks`,
+    in the fastest of `protocols` (`strategies.Protocols`; a soft minimum at
+    `temperature`, as `auto`'s) or, without, on the tiers' alpha and beta alone.
 
     Jits, vmaps and differentiates in n_bytes, ranks (a float: exact at
     integers) and every leaf of the tiers; finite for p >= 1 and any n >= 0.
@@ -328,7 +380,7 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     local_ranks = _check_tiers(outer, local_ranks)
     if algorithm == "auto":
         return choose(op, n_bytes, ranks, tier, outer=outer, local_ranks=local_ranks,
-                      temperature=temperature)[0]
+                      temperature=temperature, protocols=protocols)[0]
     if algorithm in ("in_network", "nvls_tree"):
         _checks.check("in_network_efficiency",
                       (tier if algorithm == "nvls_tree"
@@ -338,8 +390,13 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     table = _rows.table(((op, (algorithm,)),))
     if table.two_tier.any() and outer is None:
         raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
-    return _spill_mixed(lambda g, ramp: jax.tree.map(lambda x: x[0], _costs(
-        table, n_bytes, ranks, tier, outer, g, ramp)), ranks, local_ranks, temperature)
+    def one(g, ramp):  # the fastest protocol's
+        stacked = _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols)
+        if stacked.latency_s.shape[0] == 1:
+            return jax.tree.map(lambda x: x[0], stacked)
+        return _soft_min_cost(stacked, temperature)[0]
+
+    return _spill_mixed(one, ranks, local_ranks, temperature)
 
 
 def bus_factor(op: str, ranks) -> jax.Array:

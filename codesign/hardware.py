@@ -31,7 +31,7 @@ from ._domains import (
 )
 from .strategies import ROUTINGS as ROUTINGS
 from .strategies import TOPOLOGIES as TOPOLOGIES
-from .strategies import Adaptive, Routing, Topology, Torus, TwoTier
+from .strategies import Adaptive, AlphaBeta, Nccl, Protocols, Routing, Topology, Torus, TwoTier
 from .units import GB, Gbps, KiB, us
 
 # Compute constants shared by every chip unless its preset says otherwise
@@ -180,6 +180,9 @@ class System(eqx.Module):
                                         strategies.TOPOLOGY_CLASSES, default=TwoTier())
     routing: Routing = strategy_field("system.routing", strategies.routing,
                                       strategies.ROUTING_CLASSES, default=Adaptive())
+    # the collective library's protocols (`collectives` costs each, takes the fastest)
+    protocols: Protocols = strategy_field("system.protocols", strategies.protocols,
+                                          strategies.PROTOCOLS_CLASSES, default=Nccl())
 
     def __check_init__(self):
         self.topology.check_domain(self.scale_up_domain)
@@ -212,14 +215,22 @@ def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
 #   only throughput figures in the seeds; see A100_MATMUL_EFFICIENCY below), and
 #   for H100-class chips to four llm-foundry runs (H100_MATMUL_EFFICIENCY).
 
-_LATENCY = "assumption: 2 us per network hop, 0.5 us inside"
-SCALE_UP_LATENCY_S = 0.5 * us  # assumption: 3-5x below the 2 us network hop
-SCALE_OUT_LATENCY_S = 2.0 * us  # assumption: "2 us per-hop latency"
+# A tier's latency_s is the per-step latency of NCCL's Simple protocol (its
+# tuning model's hwLat, Ring: NVLink 3.4 us, network 14 us); `strategies.Nccl`
+# adds each protocol's base latency and scales the step for LL / LL128.
+_LATENCY = "NCCL tuning model (hwLat, Ring, Simple): 3.4 us per NVLink step, 14 us per network step"
+SCALE_UP_LATENCY_S = 3.4 * us
+SCALE_OUT_LATENCY_S = 14.0 * us
+# A TPU's ICI and data-centre network, costed without protocols (`AlphaBeta`):
+# assumption, 0.5 us per ICI hop and 2 us per network hop.
+_TPU_LATENCY = "assumption: 0.5 us per ICI hop, 2 us per network hop"
+ICI_LATENCY_S = 0.5 * us
+DCN_LATENCY_S = 2.0 * us
 NDR_NIC_BUSBW_Bps = 47 * GB  # nccl-tests: one 400 Gb/s NDR NIC achieves about 46-48 GB/s
 NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC generation
 # Large-GEMM efficiency, fitted by step.calibrate_matmul_efficiency (rerun in
 # tests/test_step.py) to the seeds' two throughput figures:
-A100_MATMUL_EFFICIENCY = 0.795  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
+A100_MATMUL_EFFICIENCY = 0.796  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
 V100_MATMUL_EFFICIENCY = 0.530  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s
 # H100 SXM datasheet (dense, without sparsity); the H200 and H800 share them
 H100_BF16_FLOPS_PER_S = 989e12
@@ -244,7 +255,7 @@ H100_GEMM_MICROBENCHMARK_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8
 # large GEMMs), rerun and checked in tests/test_training_today.py. H200 and H800
 # (the same tensor cores and board power), B200 and GB200 borrow it (assumption:
 # no Blackwell run in the table).
-H100_MATMUL_EFFICIENCY = 0.6472
+H100_MATMUL_EFFICIENCY = 0.6492
 # FP8 GEMMs reach less of their (doubled) peak than BF16 GEMMs of the same
 # shape. Measured on an NVIDIA H200 (700 W; the H100's tensor cores) on
 # 2026-12-04 through PyTorch 2.11: torch.matmul (BF16) against torch._scaled_mm
@@ -490,12 +501,13 @@ def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape) -> System:
     # collective on the torus drives all of them, so the per-chip bandwidth is
     # 6 x per-link.
     chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3)
-    ici = _tier(6 * link_Bps, SCALE_UP_LATENCY_S, 1.0, hbm_Bps)
+    ici = _tier(6 * link_Bps, ICI_LATENCY_S, 1.0, hbm_Bps)
     # The data-centre network beside the torus is not in the vendor tables: assumption of
     # 200 Gb/s per 4-chip host, labelled as such.
-    dcn = _tier(200 * Gbps / 4, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
+    dcn = _tier(200 * Gbps / 4, DCN_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
     torus = Torus(shape)
-    return System(chip, torus.chips, torus.chips, ici, dcn, 4, topology=torus)
+    return System(chip, torus.chips, torus.chips, ici, dcn, 4, topology=torus,
+                  protocols=AlphaBeta())
 
 
 def _tpu_v4() -> Preset:
@@ -507,7 +519,7 @@ def _tpu_v4() -> Preset:
              4.5e10, (16, 16, 16)),
         "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
+         "scale_out": "assumption: 200 Gb/s per host", "latency": _TPU_LATENCY},
         "tpu-v4",
     )
 
@@ -521,7 +533,7 @@ def _tpu_v5p() -> Preset:
              9e10, (16, 20, 28)),
         "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "latency": _LATENCY},
+         "scale_out": "assumption: 200 Gb/s per host", "latency": _TPU_LATENCY},
         "tpu-v5p",
     )
 

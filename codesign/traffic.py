@@ -168,7 +168,7 @@ def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto")
     # `auto` is NCCL's choice, the fastest algorithm: exact (a soft minimum at
     # temperature 1e-6) in the exact model, relaxed with the model's t
     c = collectives.cost(op, algorithm, n_bytes, ranks, inner, outer=outer,
-                         local_ranks=inside, temperature=t)
+                         local_ranks=inside, temperature=t, protocols=system.protocols)
     if exchange:
         leaves = where(ranks > inside, 1.0, 0.0)
         c = c + fabric.rail_forwarding_cost(system, n_bytes, inside, inner).scale(leaves)
@@ -193,7 +193,8 @@ def times_on_many(requests, system: System, t=0.0) -> list:
             outer = jax.vmap(outer, in_axes=(None, 0, 0, None, None))
         outer = outer(system, span, ranks / inside, False, t)
         times_s = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks,
-                                          inner, outer, inside, temperature=t)
+                                          inner, outer, inside, temperature=t,
+                                          protocols=system.protocols)
         for i, time_s in zip(many, jnp.unstack(times_s), strict=True):
             costs[i] = time_s
     return costs
@@ -341,7 +342,8 @@ def _ep_rows(model, plan, system, sh, place, overlap_s, t):
     nodes = ranks / inside
     inner = fabric.scale_up_tier(system, inside, stride, t)
     outer = fabric.group_scale_out_tier(system, span, nodes, True, t)
-    fast = collectives.cost("all_to_all", "direct", n, inside, inner)
+    fast = collectives.cost("all_to_all", "direct", n, inside, inner, temperature=t,
+                            protocols=system.protocols)
 
     def dispatch(limit):  # (seconds of one dispatch, bytes crossing) at a node limit
         cross_bytes = tokens * ep_slow_tier_copies(model, plan, nodes, t, limit) * per_token
@@ -498,9 +500,11 @@ def _pp_rows(model, plan, system, sh, place, t):
     neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t,
                                    0.5 * system.scale_up_domain / stride)
     up = collectives.cost("send_recv", "direct", n, 2.0,
-                          fabric.scale_up_tier(system, 2.0, stride, t))
+                          fabric.scale_up_tier(system, 2.0, stride, t), temperature=t,
+                          protocols=system.protocols)
     out = collectives.cost("send_recv", "direct", n, 2.0,
-                           fabric.scale_out_tier(system, 2.0 * stride, t))
+                           fabric.scale_out_tier(system, 2.0 * stride, t), temperature=t,
+                           protocols=system.protocols)
     one_s = neighbour_inside * up.time_s + (1 - neighbour_inside) * out.time_s
     return [_row("pp", "send_recv", "direct", n, count, one_s, jnp.minimum(ranks, 2.0),
                  1.0 + neighbour_inside, exposed=jnp.minimum(waited, count) * one_s,

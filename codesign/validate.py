@@ -159,8 +159,17 @@ def _nemo_model(name: str, seq_len: int) -> dict:
             "tied_embeddings": tied}
 
 
-def _megatron_parallel(tp, pp, cp, vp, ep=1) -> dict:
-    out = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": 1, "sequence_parallel": tp > 1}
+# Megatron-Core's gradient bucket when none is set (DistributedDataParallelConfig.
+# bucket_size): max(40M, 1M x dp) parameters, dp counting the context-parallel
+# ranks; its buckets hold the 4-byte gradients these rows reduce
+_MCORE_BUCKET_PARAMS, _MCORE_BUCKET_PARAMS_PER_DP = 40e6, 1e6
+
+
+def _megatron_parallel(gpus, tp, pp, cp, vp, ep=1) -> dict:
+    dp_cp = gpus / (tp * pp)
+    out = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": 1, "sequence_parallel": tp > 1,
+           "dp_bucket_bytes": 4.0 * max(_MCORE_BUCKET_PARAMS,
+                                        _MCORE_BUCKET_PARAMS_PER_DP * dp_cp)}
     if vp > 1:
         out |= {"schedule": "interleaved", "interleave": vp}
     return out
@@ -175,7 +184,7 @@ def _nemo(model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens_per_s_per_gpu, why=
         {"model": _nemo_model(model, seq),
          "training": {"global_batch": gbs, "micro_batch": mbs, "recompute": "none",
                       "dtype": "fp8"},
-         "parallel": _megatron_parallel(tp, pp, cp, vp),
+         "parallel": _megatron_parallel(gpus, tp, pp, cp, vp),
          "system": {"preset": "dgx-h100", "gpus": gpus}},
         note=f"{_MEGATRON_ASSUMED}; " + (
             "GPT-3's vocabulary 51,200 and tied embeddings assumed (not printed)"
@@ -196,7 +205,7 @@ def _nemo_long(seq_k, gpus, gbs, tp, dp, cp, tflops):
         {"model": _nemo_model("LLAMA2-7B", seq_k * 1024),
          "training": {"global_batch": gbs, "micro_batch": 1, "recompute": "none",
                       "dtype": "fp8"},
-         "parallel": _megatron_parallel(tp, 1, cp, 1),
+         "parallel": _megatron_parallel(gpus, tp, 1, cp, 1),
          "system": {"preset": "dgx-h100", "gpus": gpus}},
         note=f"micro-batch 1 (not printed; one assumption for the set); "
              f"{_MEGATRON_ASSUMED}; TFLOPS taken as model FLOPs over the whole s x s "
@@ -326,7 +335,7 @@ CHECKS: tuple[Check, ...] = (
           {"model": {"preset": "mixtral-8x7b", "seq_len": 4096},
            "training": {"global_batch": 256, "micro_batch": 1, "recompute": "none",
                         "dtype": "bf16"},
-           "parallel": _megatron_parallel(1, 4, 1, 8, ep=8),
+           "parallel": _megatron_parallel(64, 1, 4, 1, 8, ep=8),
            "system": {"preset": "dgx-h100", "gpus": 64}},
           note=f"{_MEGATRON_ASSUMED}; the headline's pairing with the mapping table is "
                "the README's (both MCore v0.8), not stated as one measurement; Megatron's "
@@ -363,8 +372,9 @@ def fit_matmul_efficiency(checks, lo=0.3, hi=1.0, iterations=24) -> float:
 
 def _collective(spec) -> float:
     preset, op, algorithm, tier_name, ranks, n_bytes = spec
-    tier = getattr(hardware.system(preset), tier_name)
-    c = collectives.cost(op, algorithm, n_bytes, ranks, tier)
+    system = hardware.system(preset)
+    c = collectives.cost(op, algorithm, n_bytes, ranks, getattr(system, tier_name),
+                         temperature=0, protocols=system.protocols)
     return float(collectives.busbw_Bps(op, n_bytes, c.time_s, ranks)) / 1e9
 
 

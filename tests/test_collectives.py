@@ -18,6 +18,7 @@ from jax.test_util import check_grads
 
 from codesign import collectives as co
 from codesign import hardware as hw
+from codesign import strategies
 from codesign.units import GiB, MiB
 
 TIER = hw.Tier(100e9, 1.7e-6, efficiency=0.9, reduction_Bps=800e9, in_network_efficiency=0.7)
@@ -170,7 +171,7 @@ def test_in_network_all_reduce_reports_busbw_above_the_link():
 
 
 def test_ring_busbw_is_flat_in_p_and_recursive_doubling_is_not():
-    n, tier = 8 * GiB, H100.scale_out
+    n, tier = 64 * GiB, H100.scale_out  # (2046 steps of 14 us: 1% of the ring over 1024)
 
     def busbw(algorithm, p):
         return float(co.busbw_Bps("all_reduce", n, co.cost("all_reduce", algorithm, n, p,
@@ -404,3 +405,68 @@ def test_jitted_cost_does_not_recompile():
 def test_bad_input_names_the_value(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# ----------------------------------------------------------------- protocols (NCCL's)
+NCCL = strategies.Nccl()
+
+
+def _by_hand(op, algorithm, n, p, tier, protocol, family_base_s):
+    """Protocol `protocol` of a flat algorithm, from the closed forms above and
+    NCCL's constants as strategies.Nccl states them."""
+    L, W, C = CLOSED[(op, algorithm)](p)
+    q = NCCL.protocol_names.index(protocol)
+    return (family_base_s[q] + L * NCCL.scale_up_step[q] * float(tier.latency_s)
+            + W * n / (float(tier.effective_Bps) * NCCL.bandwidth_share[q])
+            + C * n / float(tier.reduction_Bps))
+
+
+@pytest.mark.parametrize("n, protocol", [(1024.0, "LL"), (1 * GiB, "Simple")])
+def test_nccl_ring_takes_ll_for_small_messages_and_simple_for_large(n, protocol):
+    """LL: NCCL's 6.6 us base and 0.6 / 3.4 of the Simple step at a quarter of
+    the bandwidth; Simple: 8.4 us base and the full bandwidth; `cost` at
+    temperature 0 is the faster one, exactly."""
+    tier, p = H100.scale_up, 8
+    got = float(co.cost("all_reduce", "ring", n, p, tier, temperature=0,
+                        protocols=NCCL).time_s)
+    each = {q: _by_hand("all_reduce", "ring", n, p, tier, q, NCCL.base_s["ring"])
+            for q in NCCL.protocol_names}
+    assert min(each, key=each.get) == protocol
+    assert got == pytest.approx(each[protocol], rel=1e-9)
+    if protocol == "LL":  # 6.6 us + 14 steps x 0.6 us, NCCL's figure for a small ring
+        assert got == pytest.approx(6.6e-6 + 14 * 0.6e-6, rel=0.02)
+
+
+def test_protocols_leave_one_rank_free_and_alpha_beta_unchanged():
+    tier = H100.scale_up
+    for op, algorithm in PAIRS:
+        c = co.cost(op, algorithm, 1 * MiB, 1.0, tier, protocols=NCCL)
+        assert float(c.time_s) == 0.0, (op, algorithm)
+        plain = co.cost(op, algorithm, 1 * MiB, 8.0, tier)
+        ab = co.cost(op, algorithm, 1 * MiB, 8.0, tier, protocols=strategies.AlphaBeta())
+        assert float(ab.time_s) == float(plain.time_s), (op, algorithm)
+
+
+def test_nvls_runs_simple_only_with_nccl_s_25_us():
+    """NVLS has no LL / LL128: even one byte pays NCCL's 25 us NVLS latency."""
+    tier = H100.scale_up
+    c = co.cost("all_reduce", "in_network", 1.0, 8.0, tier, temperature=0, protocols=NCCL)
+    assert float(c.latency_s) == pytest.approx(25e-6 + 2 * float(tier.latency_s), rel=1e-9)
+
+
+def test_auto_with_protocols_is_monotone_in_bytes_and_never_above_simple_alone():
+    tier, outer = H100.scale_up, H100.scale_out
+    sizes = jnp.geomspace(8.0, 8 * GiB, 40)
+    auto = np.asarray(co.cost("all_reduce", "auto", sizes, 64.0, tier, outer=outer,
+                              local_ranks=8.0, protocols=NCCL).time_s)
+    assert np.all(np.diff(auto) > 0)
+    ring = np.asarray(co.cost("all_reduce", "ring", sizes, 64.0, tier, outer=outer,
+                              local_ranks=8.0, temperature=0, protocols=NCCL).time_s)
+    assert np.all(auto <= ring * (1 + 1e-12))
+    c, w, names = co.choose("all_reduce", sizes, 64.0, tier, outer=outer, local_ranks=8.0,
+                            protocols=NCCL)
+    assert w.shape == (len(names), sizes.size)
+    np.testing.assert_allclose(np.asarray(w.sum(axis=0)), 1.0, rtol=1e-12)
+    grad = jax.grad(lambda n: co.cost("all_reduce", "auto", n, 64.0, tier, outer=outer,
+                                      local_ranks=8.0, protocols=NCCL).time_s)(1.0 * MiB)
+    assert np.isfinite(float(grad)) and float(grad) > 0

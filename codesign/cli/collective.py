@@ -70,6 +70,7 @@ class Placement:
     local_ranks: float | None
     flat_label: str  # the tier a flat algorithm runs on
     flat_tier: hw.Tier
+    protocols: hw.Protocols  # the system's (`strategies.Protocols`)
 
     def label(self, algorithm: str) -> str:
         two_tier = algorithm == "hierarchical" or algorithm in co.pipelined_algorithms()
@@ -85,13 +86,15 @@ def placement(system: hw.System, tier: str | None, ranks: float, preset: str) ->
         if ranks > domain:
             raise ValueError(f"ranks={ranks:g} exceed the {domain:g}-GPU scale-up domain of "
                              f"{preset}; use --tier scale_out or --tier hierarchical")
-        return Placement(system.scale_up, None, None, "scale_up", system.scale_up)
+        return Placement(system.scale_up, None, None, "scale_up", system.scale_up,
+                         system.protocols)
     if tier == "scale_out":
-        return Placement(system.scale_out, None, None, "scale_out", system.scale_out)
+        return Placement(system.scale_out, None, None, "scale_out", system.scale_out,
+                         system.protocols)
     spans = ranks > domain
     return Placement(system.scale_up, system.scale_out, domain,
                      "scale_out" if spans else "scale_up",
-                     system.scale_out if spans else system.scale_up)
+                     system.scale_out if spans else system.scale_up, system.protocols)
 
 
 def _check_algorithm(algorithm: str, where: Placement, preset: str) -> None:
@@ -105,16 +108,16 @@ def _check_algorithm(algorithm: str, where: Placement, preset: str) -> None:
                          f"the {where.flat_label} tier of {preset} has none")
 
 
-@functools.partial(jax.jit, static_argnames=("op", "names"))
-def _terms(op, names, n_bytes, ranks, tier, outer, local_ranks):
+@functools.partial(jax.jit, static_argnames=("op", "names", "protocols"))
+def _terms(op, names, n_bytes, ranks, tier, outer, local_ranks, protocols):
     """One compiled evaluation of every algorithm in `names` (auto: plus its weights)."""
-    kw = dict(outer=outer, local_ranks=local_ranks)
+    kw = dict(outer=outer, local_ranks=local_ranks, protocols=protocols)
     out = {}
     for name in names:
         if name == "auto":
             c, out["weights"], _ = co.choose(op, n_bytes, ranks, tier, **kw)
-        else:
-            c = co.cost(op, name, n_bytes, ranks, tier, **kw)
+        else:  # a named algorithm in its fastest protocol, exactly
+            c = co.cost(op, name, n_bytes, ranks, tier, temperature=0.0, **kw)
         out[name] = {"time_s": c.time_s, "latency_s": c.latency_s,
                      "bandwidth_s": c.bandwidth_s, "reduction_s": c.reduction_s,
                      "algbw_Bps": co.algbw_Bps(n_bytes, c.time_s),
@@ -125,7 +128,8 @@ def _terms(op, names, n_bytes, ranks, tier, outer, local_ranks):
 def _evaluate_all(op: str, names: tuple, n_bytes, ranks: float, where: Placement) -> dict:
     local = None if where.local_ranks is None else _checks.as_float(where.local_ranks)
     n = np.atleast_1d(np.asarray(n_bytes, dtype=float))
-    out = _terms(op, names, n, _checks.as_float(ranks), where.tier, where.outer, local)
+    out = _terms(op, names, n, _checks.as_float(ranks), where.tier, where.outer, local,
+                 where.protocols)
     return jax.tree.map(np.asarray, out)
 
 

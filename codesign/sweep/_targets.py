@@ -98,9 +98,11 @@ def collective_target() -> Target:
             n, p = jnp.asarray(v["n_bytes"], float), jnp.asarray(v["ranks"], float)
             if tier_mode == "system":
                 c = collectives.cost(op, algorithm, n, p, system.scale_up, outer=system.scale_out,
-                                     local_ranks=v.get("local_ranks", local_default))
+                                     local_ranks=v.get("local_ranks", local_default),
+                                     protocols=system.protocols)
             else:
-                c = collectives.cost(op, algorithm, n, p, getattr(system, tier_mode))
+                c = collectives.cost(op, algorithm, n, p, getattr(system, tier_mode),
+                                     protocols=system.protocols)
             return {"time_s": c.time_s, "latency_s": c.latency_s, "bandwidth_s": c.bandwidth_s,
                     "reduction_s": c.reduction_s,
                     "algbw_Bps": collectives.algbw_Bps(n, c.time_s),
