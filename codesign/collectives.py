@@ -37,6 +37,16 @@ and 2 min(log2 p, 1) so that every cost vanishes at p = 1. The log2 p of the
 discrete algorithms is ceil(log2 p) in reality; we use log2 p (exact at powers
 of two, smooth in between).
 
+With `protocols` (`strategies.Protocols`: NCCL's LL / LL128 / Simple, the
+step model's `system.protocols`) every row is costed once per protocol q,
+
+    time = base(family, q) min(log2 p, 1) + r_q (L alpha + L_out alpha_out)
+           + (W n beta + W_out n beta_out) / share_q + C n gamma
+
+(alpha then is Simple's per-step latency; `_by_protocol`), and the candidates
+are the (algorithm, protocol) pairs: a named algorithm takes its fastest
+protocol, `auto` the fastest pair. Without, the table above alone.
+
 `hierarchical` spans two tiers: `local_ranks` = G ranks share the fast tier,
 p / G groups are joined by the slow `outer` tier with one rail per GPU, so G
 slow-tier collectives run in parallel on n / G bytes each. All-reduce is
@@ -80,8 +90,8 @@ import numpy as np
 from . import _checks
 from . import _collective_rows as _rows
 from .hardware import Tier
-from .strategies import Protocols
 from .relax import beyond_one, safe_div, soft_min, where
+from .strategies import Protocols
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
        "reduce", "send_recv")
@@ -142,13 +152,18 @@ def _spill_mixed(cost_at, ranks, local_ranks, t):
     return jax.tree.map(lambda x: (1.0 - w) * x[0] + w * x[1], both)  # exact at w = 0, 1
 
 
+def _inside(ranks, local_ranks):
+    """Whether a flat algorithm over `ranks` stays in the domain (a relative slack
+    of 1e-6: a group that fits only misses it by a relaxed clip's rounding, t log 2,
+    near t = 0)."""
+    return ranks <= local_ranks * (1.0 + 1e-6)
+
+
 def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
     """The tier a flat algorithm over `ranks` runs on: `outer` once it leaves the domain."""
     if outer is None:
         return tier
-    # (a relative slack of 1e-6: a group that fits only misses it by a relaxed
-    # clip's rounding, t log 2, near t = 0)
-    inside = ranks <= local_ranks * (1.0 + 1e-6)
+    inside = _inside(ranks, local_ranks)
     return jax.tree.map(lambda a, b: where(inside, a, b), tier, outer)
 
 
@@ -219,7 +234,12 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     terms = jnp.broadcast_arrays(latency, latency_out, bandwidth, reduction, zero)[:4]
     if protocols is None or _single_protocol(protocols):
         return Cost(terms[0] + terms[1], *terms[2:])
-    return _by_protocol(protocols, table, feature("one(p)"), *terms)
+    # the rows whose first tier is the outer one: the flat rows of a group that leaves
+    # its domain (their steps take the network's protocol ratios)
+    on_outer = False
+    if outer is not None and not two_tier.all():
+        on_outer = per_row(~table.two_tier) & ~_inside(ranks, local_ranks)
+    return _by_protocol(protocols, table, feature("one(p)"), on_outer, *terms)
 
 
 def _single_protocol(protocols: Protocols) -> bool:
@@ -229,13 +249,14 @@ def _single_protocol(protocols: Protocols) -> bool:
             and all(b == (0.0,) for b in protocols.base_s.values()))
 
 
-def _by_protocol(protocols: Protocols, table: _rows.Table, one, latency, latency_out,
-                 bandwidth, reduction) -> Cost:
+def _by_protocol(protocols: Protocols, table: _rows.Table, one, on_outer, latency,
+                 latency_out, bandwidth, reduction) -> Cost:
     """Each row's terms (leading axis A) once per protocol (axis A Q): its base
     latency (x min(log2 p, 1), so one rank costs nothing), the steps' alphas
-    scaled (`latency` on the first tier, `latency_out` on the outer), the
-    bandwidth terms at the protocol's share (`strategies.Protocols`); a
-    protocol the row's family cannot run costs 1e30 s."""
+    scaled (`latency` on the first tier, by the scale-up ratios or, where
+    `on_outer`, the scale-out ones; `latency_out` on the outer), the bandwidth
+    terms at the protocol's share (`strategies.Protocols`); a protocol the
+    row's family cannot run costs 1e30 s."""
     q = len(protocols.protocol_names)
     base = np.array([[np.nan if b is None else b for b in protocols.base_s[f]]
                      for f in table.family.reshape(-1)]).reshape(table.family.shape + (q,))
@@ -249,8 +270,12 @@ def _by_protocol(protocols: Protocols, table: _rows.Table, one, latency, latency
         return x[:, None]
 
     ok = ~np.isnan(base)
+    step = per_protocol(protocols.scale_up_step)
+    if on_outer is not False:
+        step = where(expand(jnp.broadcast_to(on_outer, latency.shape)),
+                     per_protocol(protocols.scale_out_step), step)
     lat = (np.where(ok, base, 0.0).reshape(base.shape + extra) * one
-           + per_protocol(protocols.scale_up_step) * expand(latency)
+           + step * expand(latency)
            + per_protocol(protocols.scale_out_step) * expand(latency_out))
     bw = expand(bandwidth) / per_protocol(protocols.bandwidth_share)
     if not ok.all():
@@ -303,7 +328,8 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     The winner is `names[argmax(weights)]`; see the module docstring for the
     soft minimum and its bounds. With `protocols` every algorithm runs in each
     and the candidates are the (algorithm, protocol) pairs; an algorithm's
-    weight is the sum of its protocols'.
+    weight is its best protocol's, renormalised over the algorithms (so the
+    winner is the algorithm of the fastest pair).
     """
     op = _check_op(op)
     local_ranks = _check_tiers(outer, local_ranks)
@@ -313,7 +339,8 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     def auto(g, ramp):
         c, w = _soft_min_cost(_costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols),
                               temperature)
-        return c, jnp.sum(w.reshape((len(names), -1) + w.shape[1:]), axis=1)
+        best = jnp.max(w.reshape((len(names), -1) + w.shape[1:]), axis=1)
+        return c, best / jnp.sum(best, axis=0)
 
     return _spill_mixed(auto, ranks, local_ranks, temperature) + (names,)
 

@@ -122,6 +122,24 @@ RECIPES = {
 }
 
 
+# Megatron-Core's gradient bucket when none is set (DistributedDataParallelConfig.
+# bucket_size): max(40M, 1M x dp) parameters, dp counting the context-parallel
+# ranks (larger dp, larger buckets, so the collectives stay bandwidth-bound)
+MCORE_BUCKET_PARAMS = 40e6
+MCORE_BUCKET_PARAMS_PER_DP = 1e6
+
+
+def megatron_bucket_bytes(dtype: str, dp_cp: float | None = None,
+                          params: float | None = None) -> float:
+    """`parallel.dp_bucket_bytes` of a Megatron-Core run in recipe `dtype`: a
+    bucket of `params` parameters (None: Megatron-Core's default for `dp_cp`
+    data x context-parallel ranks; None: its 40M floor) in the recipe's
+    gradient-reduction width."""
+    if params is None:
+        params = max(MCORE_BUCKET_PARAMS, MCORE_BUCKET_PARAMS_PER_DP * (dp_cp or 0.0))
+    return DTYPE_BYTES[RECIPES[dtype]["grad_reduce"]] * params
+
+
 def recipe(dtype: str, **overrides) -> Precision:
     """The recipe `dtype` (see RECIPES) with parts overridden by name."""
     _checks.one_of("training.dtype", dtype, DTYPES)

@@ -391,7 +391,8 @@ class Protocols(Strategy):
     "ring", "tree", "nvls") costs
 
         base_s[f][q] + scale_up_step[q] x (its steps' alpha on the scale-up tier)
-          + scale_out_step[q] x (its steps' alpha on the scale-out tier)
+          + scale_out_step[q] x (its steps' alpha on the scale-out tier, also a
+                                 flat algorithm's once it leaves the domain)
           + (its bytes' beta terms) / bandwidth_share[q] + (its reduction)
 
     so a tier's `latency_s` is the per-step latency of the protocol whose

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from . import collectives, hardware
+from . import plan as plan_lib
 from . import scenario as scenario_lib
 from . import step as step_lib
 from . import uncertainty as uncertainty_lib
@@ -159,17 +160,11 @@ def _nemo_model(name: str, seq_len: int) -> dict:
             "tied_embeddings": tied}
 
 
-# Megatron-Core's gradient bucket when none is set (DistributedDataParallelConfig.
-# bucket_size): max(40M, 1M x dp) parameters, dp counting the context-parallel
-# ranks; its buckets hold the 4-byte gradients these rows reduce
-_MCORE_BUCKET_PARAMS, _MCORE_BUCKET_PARAMS_PER_DP = 40e6, 1e6
-
-
-def _megatron_parallel(gpus, tp, pp, cp, vp, ep=1) -> dict:
-    dp_cp = gpus / (tp * pp)
+def _megatron_parallel(gpus, tp, pp, cp, vp, ep=1, dtype="fp8") -> dict:
+    """Megatron-Core's plan: the distributed optimizer (ZeRO-1), its default
+    gradient bucket (`plan.megatron_bucket_bytes`)."""
     out = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": 1, "sequence_parallel": tp > 1,
-           "dp_bucket_bytes": 4.0 * max(_MCORE_BUCKET_PARAMS,
-                                        _MCORE_BUCKET_PARAMS_PER_DP * dp_cp)}
+           "dp_bucket_bytes": plan_lib.megatron_bucket_bytes(dtype, gpus / (tp * pp))}
     if vp > 1:
         out |= {"schedule": "interleaved", "interleave": vp}
     return out
@@ -335,7 +330,7 @@ CHECKS: tuple[Check, ...] = (
           {"model": {"preset": "mixtral-8x7b", "seq_len": 4096},
            "training": {"global_batch": 256, "micro_batch": 1, "recompute": "none",
                         "dtype": "bf16"},
-           "parallel": _megatron_parallel(64, 1, 4, 1, 8, ep=8),
+           "parallel": _megatron_parallel(64, 1, 4, 1, 8, ep=8, dtype="bf16"),
            "system": {"preset": "dgx-h100", "gpus": 64}},
           note=f"{_MEGATRON_ASSUMED}; the headline's pairing with the mapping table is "
                "the README's (both MCore v0.8), not stated as one measurement; Megatron's "

@@ -66,8 +66,9 @@ def test_torus_preset_on_a_smaller_domain_one_answer_under_jit():
     differ = [k for k in eager if not np.allclose(np.asarray(eager[k]), np.asarray(jitted[k]),
                                                   rtol=1e-12, atol=0.0)]
     assert not differ, f"tpu-v4, 1024 chips: {differ[:5]} differ eagerly and jitted"
-    # was 42.62 s eagerly and 49.87 s jitted (a 16x16x16 shape under jit)
-    assert float(eager["step_time_s"]) == pytest.approx(42.6233, rel=1e-5)
+    # was 42.62 s eagerly and 49.87 s jitted (a 16x16x16 shape under jit); 42.59 s
+    # since the A100 GEMM efficiency (which the TPU presets borrow) was refitted
+    assert float(eager["step_time_s"]) == pytest.approx(42.5902, rel=1e-5)
     tp = scn.system.topology.scale_up_tier(scn.system.scale_up, 16.0, 1.0)
     full = float(scn.system.scale_up.bandwidth_Bps)
     assert float(tp.bandwidth_Bps) == pytest.approx(2 / 3 * full)
@@ -82,7 +83,7 @@ def test_float_leaves_inside_strategies_jit_vmap_and_grad():
     assert float(times[1]) > float(times[0])
     assert float(times[1]) == float(f(7.0))  # vmapped = eager, and the loaded 1:7
     assert float(f(7.0)) == float(_outputs(scn)["step_time_s"])
-    assert float(f(7.0)) == pytest.approx(9.99908, rel=1e-5)  # as `estimate` prints it
+    assert float(f(7.0)) == pytest.approx(10.0347, rel=1e-5)  # as `estimate` prints it
     g = jax.grad(f)(7.0)
     h = 1e-4
     assert float(g) == pytest.approx(float((f(7.0 + h) - f(7.0 - h)) / (2 * h)), rel=1e-4)

@@ -58,9 +58,10 @@ def test_bundle_categories_set_several_keys(tmp_path):
                "ranks": [16.0]}}
     table = run_and_merge(sweep.make_job(sweep.parse_spec(raw)), tmp_path)["table"]
     assert list(table.data["collective"]) == ["ar", "a2a"]
-    tier = hardware.system("dgx-h100").scale_out
+    system = hardware.system("dgx-h100")
     for i, (op, alg) in enumerate((("all_reduce", "ring"), ("all_to_all", "direct"))):
-        want = collectives.cost(op, alg, units.GiB, 16.0, tier).time_s
+        want = collectives.cost(op, alg, units.GiB, 16.0, system.scale_out,
+                                protocols=system.protocols).time_s
         assert table.data["time_s"][i] == pytest.approx(float(want), rel=1e-11)
     bad = {**raw, "knobs": {"c": {"categories": [{"label": "x", "colour": "red"}]}}}
     with pytest.raises(ValueError, match=r"knobs\.c\.categories: 'colour' is not a categorical"):
@@ -88,7 +89,8 @@ def test_values_match_the_cost_functions(tmp_path):
         rows = d["algorithm"] == alg
         p, n = d["ranks"][rows], d["n_bytes"][rows]
         want = collectives.cost("all_reduce", alg, n, p, system.scale_up,
-                                outer=system.scale_out, local_ranks=8.0).time_s
+                                outer=system.scale_out, local_ranks=8.0,
+                                protocols=system.protocols).time_s  # the system's: NCCL's
         np.testing.assert_allclose(d["time_s"][rows], want, rtol=1e-11)
         busbw = collectives.busbw_Bps("all_reduce", n, want, p)
         np.testing.assert_allclose(d["busbw_Bps"][rows], busbw, rtol=1e-11)
@@ -96,7 +98,8 @@ def test_values_match_the_cost_functions(tmp_path):
 
 
 def test_elasticities_are_the_closed_forms_and_the_autodiff(tmp_path):
-    job = job_of(grad=True)
+    """Without protocols (the alpha-beta table alone): the closed forms' elasticities."""
+    job = job_of(grad=True, base={**SMALL["base"], "protocols": "alpha_beta"})
     table = run_and_merge(job, tmp_path)["table"]
     d = table.data
     ring = d["algorithm"] == "ring"

@@ -8,7 +8,7 @@ import ast
 import re
 import shlex
 
-from .. import strategies
+from .. import plan, strategies
 from . import _common as c
 
 # switches (flags without a value) the reader reads
@@ -225,6 +225,7 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
                   f"{per_node}")
     c.system(d, system)
     c.gpus(d, gpus, source)
+    _bucket(f, d, tp * pp, default)
     samples, seq = f.count("--train-samples"), d.get("model.seq_len")
     if samples is not None:
         d.assume("training.tokens", samples * seq, f"{n('--train-samples')} {samples} x "
@@ -233,6 +234,22 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
         c.tokens(d, f.count("--train-iters"), n("--train-iters"))
     d.ignored += f.unread()
     return d.done()
+
+
+def _bucket(f: Flags, d: c.Draft, model_parallel: int, default: str) -> None:
+    """parallel.dp_bucket_bytes: --ddp-bucket-size parameters, else Megatron-Core's
+    default for the run's dp x cp (`plan.megatron_bucket_bytes`), in the
+    recipe's gradient-reduction width."""
+    dtype = d.get("training.dtype", "fp32")
+    given = f.number("--ddp-bucket-size")
+    if given is not None:
+        d.put("parallel.dp_bucket_bytes", plan.megatron_bucket_bytes(dtype, params=given))
+        return
+    gpus = d.get("system.gpus")
+    dp_cp = None if gpus is None else gpus / model_parallel
+    d.assume("parallel.dp_bucket_bytes", plan.megatron_bucket_bytes(dtype, dp_cp),
+             f"no {f.name('--ddp-bucket-size')}: max(40M, 1M x dp) parameters "
+             f"({default}, Megatron-Core)")
 
 
 def _model(f: Flags, d: c.Draft, layers: int, tp: int, default: str) -> None:

@@ -64,12 +64,13 @@ def collective_target() -> Target:
     base/categories: `system` (preset), `op`, `algorithm` (or "auto"), `tier`:
     "system" (flat algorithms on the fast tier while ranks fit the scale-up
     domain, on the scale-out tier beyond; `hierarchical` spans both with
-    `local_ranks` per domain), "scale_up" or "scale_out" (one tier alone).
+    `local_ranks` per domain), "scale_up" or "scale_out" (one tier alone),
+    `protocols` ("nccl", "alpha_beta"; default the system's `system.protocols`).
     Float knobs: `n_bytes`, `ranks`, `local_ranks` (default: the system's
     scale-up domain) and the tiers' `bandwidth_Bps`, `latency_s`, `efficiency`.
     """
     floats = ("n_bytes", "ranks", "local_ranks") + _TIER_KNOBS
-    categories = ("system", "op", "algorithm", "tier")
+    categories = ("system", "op", "algorithm", "tier", "protocols")
     outputs = ("time_s", "latency_s", "bandwidth_s", "reduction_s", "algbw_Bps", "busbw_Bps",
                "bus_factor", "latency_share")
 
@@ -83,10 +84,12 @@ def collective_target() -> Target:
         if s["algorithm"] not in names:
             raise ValueError(f"algorithm={s['algorithm']!r} is not defined for op={op!r} on "
                              f"tier={s['tier']!r}; choose one of {', '.join(names)}")
-        return system, op, str(s["algorithm"]), s["tier"], target.constants(s, floats)
+        protocols = strategies.protocols(s.get("protocols", system.protocols), key="protocols")
+        return (system, op, str(s["algorithm"]), s["tier"], protocols,
+                target.constants(s, floats))
 
     def build(settings: dict, directory: Path) -> PointFn:
-        system0, op, algorithm, tier_mode, constants = static(settings)
+        system0, op, algorithm, tier_mode, protocols, constants = static(settings)
         local_default = float(system0.scale_up_domain)
 
         def point(knobs: dict) -> dict:
@@ -99,10 +102,10 @@ def collective_target() -> Target:
             if tier_mode == "system":
                 c = collectives.cost(op, algorithm, n, p, system.scale_up, outer=system.scale_out,
                                      local_ranks=v.get("local_ranks", local_default),
-                                     protocols=system.protocols)
+                                     protocols=protocols)
             else:
                 c = collectives.cost(op, algorithm, n, p, getattr(system, tier_mode),
-                                     protocols=system.protocols)
+                                     protocols=protocols)
             return {"time_s": c.time_s, "latency_s": c.latency_s, "bandwidth_s": c.bandwidth_s,
                     "reduction_s": c.reduction_s,
                     "algbw_Bps": collectives.algbw_Bps(n, c.time_s),
