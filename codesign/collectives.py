@@ -43,9 +43,10 @@ step model's `system.protocols`) every row is costed once per protocol q,
     time = base(family, q) min(log2 p, 1) + r_q (L alpha + L_out alpha_out)
            + (W n beta + W_out n beta_out) / share_q + C n gamma
 
-(alpha then is Simple's per-step latency; `_by_protocol`), and the candidates
-are the (algorithm, protocol) pairs: a named algorithm takes its fastest
-protocol, `auto` the fastest pair. Without, the table above alone.
+(alpha then is Simple's per-step latency; `_by_protocol`), and each algorithm
+runs in its fastest protocol (the exact minimum, at every temperature: NCCL's
+choice is a hard one); `auto` is then over the algorithms. Without, the table
+above alone.
 
 `hierarchical` spans two tiers: `local_ranks` = G ranks share the fast tier,
 p / G groups are joined by the slow `outer` tier with one rail per GPU, so G
@@ -170,10 +171,10 @@ def _flat_tier(tier: Tier, outer: Tier | None, ranks, local_ranks) -> Tier:
 def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, local_ranks,
            ramp=True, protocols: Protocols | None = None) -> Cost:
     """The Costs of the rows of `table`, stacked on a leading axis (one expression
-    for all of them; `_rows.ROWS`). Every leaf has the shape (A Q,) + the common
+    for all of them; `_rows.ROWS`). Every leaf has the shape (A,) + the common
     shape of n_bytes, ranks, local_ranks and the tiers' leaves (whose leading
-    axis is the requests' when there are several): row a's protocol q at a Q + q
-    (Q = 1 without `protocols`, `_by_protocol`)."""
+    axis is the requests' when there are several). With `protocols`, each row
+    in its fastest protocol (`_by_protocol`)."""
     shape = jnp.broadcast_shapes(table.requests,
                                  *(jnp.shape(x) for x in
                                    (n_bytes, ranks, *jax.tree.leaves((local_ranks, tier, outer)))))
@@ -251,37 +252,46 @@ def _single_protocol(protocols: Protocols) -> bool:
 
 def _by_protocol(protocols: Protocols, table: _rows.Table, one, on_outer, latency,
                  latency_out, bandwidth, reduction) -> Cost:
-    """Each row's terms (leading axis A) once per protocol (axis A Q): its base
-    latency (x min(log2 p, 1), so one rank costs nothing), the steps' alphas
-    scaled (`latency` on the first tier, by the scale-up ratios or, where
-    `on_outer`, the scale-out ones; `latency_out` on the outer), the bandwidth
-    terms at the protocol's share (`strategies.Protocols`); a protocol the
-    row's family cannot run costs 1e30 s."""
-    q = len(protocols.protocol_names)
-    base = np.array([[np.nan if b is None else b for b in protocols.base_s[f]]
-                     for f in table.family.reshape(-1)]).reshape(table.family.shape + (q,))
-    base = np.moveaxis(base, -1, 1)  # (A, Q[, R])
+    """Each row's terms (leading axis A) in its fastest protocol: per protocol,
+    its base latency (x min(log2 p, 1), so one rank costs nothing), the steps'
+    alphas scaled (`latency` on the first tier, by the scale-up ratios or, where
+    `on_outer`, the scale-out ones; `latency_out` on the outer) and the
+    bandwidth terms at its share (`strategies.Protocols`; a protocol the row's
+    family cannot run is skipped). The fastest is chosen elementwise (ties to
+    the first; NCCL's choice is a hard one too) and the terms are computed once
+    with its constants, so the gradient flows through one set of terms: a
+    reduction over a protocol axis of 3A candidates ran 4-8x slower on XLA:CPU,
+    and selecting whole Costs doubled the gradient's cost."""
+    base = np.array([protocols.base_s[f] for f in table.family.reshape(-1)], dtype=object)
+    base = base.reshape(table.family.shape + (len(protocols.protocol_names),))
     extra = (1,) * (latency.ndim - table.family.ndim)
-
-    def per_protocol(v):  # a (Q,) constant against (A, Q) + shape
-        return np.asarray(v).reshape((1, q) + (1,) * (latency.ndim - 1))
-
-    def expand(x):  # (A,) + shape -> (A, 1) + shape
-        return x[:, None]
-
-    ok = ~np.isnan(base)
-    step = per_protocol(protocols.scale_up_step)
-    if on_outer is not False:
-        step = where(expand(jnp.broadcast_to(on_outer, latency.shape)),
-                     per_protocol(protocols.scale_out_step), step)
-    lat = (np.where(ok, base, 0.0).reshape(base.shape + extra) * one
-           + step * expand(latency)
-           + per_protocol(protocols.scale_out_step) * expand(latency_out))
-    bw = expand(bandwidth) / per_protocol(protocols.bandwidth_share)
-    if not ok.all():
-        bw = where(ok.reshape(ok.shape + extra), bw, _UNSUPPORTED_S)
-    out = jnp.broadcast_arrays(lat, bw, expand(reduction))
-    return Cost(*(x.reshape((-1,) + x.shape[2:]) for x in out))
+    lat, lat_out, bw, red = (jax.lax.stop_gradient(x)
+                             for x in (latency, latency_out, bandwidth, reduction))
+    chosen = None  # (time, base, step, out, share, ok) of the fastest so far
+    every_ok = True  # no row skips a protocol (no mask on the chosen bandwidth)
+    for q, (up, out, share) in enumerate(zip(protocols.scale_up_step, protocols.scale_out_step,
+                                             protocols.bandwidth_share, strict=True)):
+        ok = base[..., q] != None  # noqa: E711 (an object array of floats and None)
+        if not ok.any():
+            continue
+        step = up if on_outer is False else where(on_outer, out, up)
+        base_s = np.where(ok, base[..., q], 0.0).astype(float).reshape(ok.shape + extra)
+        every_ok &= bool(ok.all())
+        ok = ok.reshape(ok.shape + extra)
+        time_s = where(ok, base_s * one + step * lat + out * lat_out + bw / share + red,
+                       _UNSUPPORTED_S)
+        candidate = (time_s, base_s, step, out, 1.0 / share, ok)
+        if chosen is None:
+            chosen = candidate
+            continue
+        faster = time_s < chosen[0]
+        chosen = tuple(where(faster, new, old) for new, old in zip(candidate, chosen, strict=True))
+    _, base_s, step, out, per_share, ok = chosen
+    bandwidth = bandwidth * per_share
+    if not every_ok:
+        bandwidth = where(ok, bandwidth, _UNSUPPORTED_S)
+    return Cost(*jnp.broadcast_arrays(base_s * one + step * latency + out * latency_out,
+                                      bandwidth, reduction))
 
 
 def pipelined_algorithms() -> tuple[str, ...]:
@@ -326,23 +336,17 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     """`auto`: (soft-minimum Cost, weights over algorithms, algorithm names).
 
     The winner is `names[argmax(weights)]`; see the module docstring for the
-    soft minimum and its bounds. With `protocols` every algorithm runs in each
-    and the candidates are the (algorithm, protocol) pairs; an algorithm's
-    weight is its best protocol's, renormalised over the algorithms (so the
-    winner is the algorithm of the fastest pair).
+    soft minimum and its bounds. With `protocols` each algorithm is a candidate
+    in its fastest protocol (`_by_protocol`).
     """
     op = _check_op(op)
     local_ranks = _check_tiers(outer, local_ranks)
     names = algorithms(op, hierarchical=outer is not None)
     table = _rows.table(((op, names),))
 
-    def auto(g, ramp):
-        c, w = _soft_min_cost(_costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols),
-                              temperature)
-        best = jnp.max(w.reshape((len(names), -1) + w.shape[1:]), axis=1)
-        return c, best / jnp.sum(best, axis=0)
-
-    return _spill_mixed(auto, ranks, local_ranks, temperature) + (names,)
+    return _spill_mixed(lambda g, ramp: _soft_min_cost(
+        _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols), temperature),
+                        ranks, local_ranks, temperature) + (names,)
 
 
 def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, local_ranks,
@@ -417,13 +421,9 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     table = _rows.table(((op, (algorithm,)),))
     if table.two_tier.any() and outer is None:
         raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
-    def one(g, ramp):  # the fastest protocol's
-        stacked = _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols)
-        if stacked.latency_s.shape[0] == 1:
-            return jax.tree.map(lambda x: x[0], stacked)
-        return _soft_min_cost(stacked, temperature)[0]
-
-    return _spill_mixed(one, ranks, local_ranks, temperature)
+    return _spill_mixed(lambda g, ramp: jax.tree.map(lambda x: x[0], _costs(
+        table, n_bytes, ranks, tier, outer, g, ramp, protocols)), ranks, local_ranks,
+                        temperature)
 
 
 def bus_factor(op: str, ranks) -> jax.Array:

@@ -27,8 +27,8 @@ Topologies (`fabric` applies them to a `hardware.System`):
 Routings: `Ecmp` hashes each flow onto one path (collisions, `_ecmp`);
 `Spray` / `Adaptive` spread every flow over all paths.
 
-Protocols (`collectives` costs every algorithm once per protocol and takes
-the fastest): `Nccl`'s LL / LL128 / Simple, each with its base latency per
+Protocols (`collectives` costs every algorithm once per protocol and runs it
+in the fastest): `Nccl`'s LL / LL128 / Simple, each with its base latency per
 collective, per-step latency and bandwidth share (NCCL's tuning model);
 `AlphaBeta`: one protocol, the tier's alpha and beta alone.
 """

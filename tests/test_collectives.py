@@ -457,16 +457,20 @@ def test_nvls_runs_simple_only_with_nccl_s_25_us():
 def test_auto_with_protocols_is_monotone_in_bytes_and_never_above_simple_alone():
     tier, outer = H100.scale_up, H100.scale_out
     sizes = jnp.geomspace(8.0, 8 * GiB, 40)
-    auto = np.asarray(co.cost("all_reduce", "auto", sizes, 64.0, tier, outer=outer,
-                              local_ranks=8.0, protocols=NCCL).time_s)
+    kw = dict(outer=outer, local_ranks=8.0, protocols=NCCL)
+
+    @jax.jit
+    def evaluate(n):
+        auto = co.cost("all_reduce", "auto", n, 64.0, tier, **kw).time_s
+        ring = co.cost("all_reduce", "ring", n, 64.0, tier, temperature=0, **kw).time_s
+        _, w, _ = co.choose("all_reduce", n, 64.0, tier, **kw)
+        grad = jax.grad(lambda m: co.cost("all_reduce", "auto", m, 64.0, tier, **kw).time_s)(
+            n[20])
+        return auto, ring, w, grad
+
+    auto, ring, w, grad = (np.asarray(x) for x in evaluate(sizes))
     assert np.all(np.diff(auto) > 0)
-    ring = np.asarray(co.cost("all_reduce", "ring", sizes, 64.0, tier, outer=outer,
-                              local_ranks=8.0, temperature=0, protocols=NCCL).time_s)
     assert np.all(auto <= ring * (1 + 1e-12))
-    c, w, names = co.choose("all_reduce", sizes, 64.0, tier, outer=outer, local_ranks=8.0,
-                            protocols=NCCL)
-    assert w.shape == (len(names), sizes.size)
-    np.testing.assert_allclose(np.asarray(w.sum(axis=0)), 1.0, rtol=1e-12)
-    grad = jax.grad(lambda n: co.cost("all_reduce", "auto", n, 64.0, tier, outer=outer,
-                                      local_ranks=8.0, protocols=NCCL).time_s)(1.0 * MiB)
-    assert np.isfinite(float(grad)) and float(grad) > 0
+    assert w.shape == (len(co.algorithms("all_reduce", hierarchical=True)), sizes.size)
+    np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=1e-12)
+    assert np.isfinite(grad) and grad > 0
