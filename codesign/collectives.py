@@ -343,7 +343,6 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     local_ranks = _check_tiers(outer, local_ranks)
     names = algorithms(op, hierarchical=outer is not None)
     table = _rows.table(((op, names),))
-
     return _spill_mixed(lambda g, ramp: _soft_min_cost(
         _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols), temperature),
                         ranks, local_ranks, temperature) + (names,)
@@ -397,8 +396,9 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
          local_ranks=None, temperature=AUTO_TEMPERATURE,
          protocols: Protocols | None = None) -> Cost:
     """The Cost of one collective: `op` by `algorithm` on `n_bytes` over `ranks`,
-    in the fastest of `protocols` (`strategies.Protocols`; a soft minimum at
-    `temperature`, as `auto`'s) or, without, on the tiers' alpha and beta alone.
+    in the fastest of `protocols` (`strategies.Protocols`, exactly) or, without,
+    on the tiers' alpha and beta alone (`temperature`: `auto`'s soft minimum and
+    the mix of a group spilling out of its domain).
 
     Jits, vmaps and differentiates in n_bytes, ranks (a float: exact at
     integers) and every leaf of the tiers; finite for p >= 1 and any n >= 0.
