@@ -444,6 +444,7 @@ class AlphaBeta(Protocols):
 
 
 PROTOCOLS_CLASSES = (Nccl, AlphaBeta)
+PROTOCOLS = tuple(c.name for c in PROTOCOLS_CLASSES)
 
 
 def protocols(value, key: str = "system.protocols") -> Protocols:

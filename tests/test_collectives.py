@@ -22,6 +22,7 @@ from codesign import strategies
 from codesign.units import GiB, MiB
 
 TIER = hw.Tier(100e9, 1.7e-6, efficiency=0.9, reduction_Bps=800e9, in_network_efficiency=0.7)
+NCCL = strategies.Nccl()
 OUTER = hw.Tier(25e9, 5e-6, efficiency=0.8, reduction_Bps=600e9)
 H100 = hw.system("dgx-h100")
 
@@ -314,7 +315,8 @@ BARE = hw.Tier(50e9, 0.0, efficiency=1.0, reduction_Bps=1e12)  # zero latency, n
 
 @pytest.mark.parametrize("op, algorithm", PAIRS + [(op, "hierarchical") for op in HIER_OPS])
 def test_finite_at_the_edges_of_the_domain(op, algorithm):
-    """0 B, 1 B and 1 TB on 1, 2 and 1e5 ranks: finite values and reverse-mode gradients.
+    """0 B, 1 B and 1 TB on 1, 2 and 1e5 ranks: finite values and reverse-mode
+    gradients, on the bare table and in NCCL's protocols.
 
     One vjp over the grid sums the gradients of its 9 points: a NaN or inf at any
     point (a one-sided `where`) shows in the sum.
@@ -322,11 +324,12 @@ def test_finite_at_the_edges_of_the_domain(op, algorithm):
     kw = dict(outer=OUTER, local_ranks=8.0) if algorithm == "hierarchical" else {}
     n, p = jnp.array([[0.0], [1.0], [1e12]]), jnp.array([[1.0, 2.0, 1e5]])
 
-    def time_s(n, p, tier):
-        return co.cost(op, algorithm, n, p, tier, **kw).time_s
+    def time_s(n, p, tier, protocols=None):
+        return co.cost(op, algorithm, n, p, tier, protocols=protocols, **kw).time_s
 
-    for tier in (TIER,) if algorithm == "in_network" else (TIER, BARE):
-        t, vjp = jax.vjp(time_s, n, p, tier)
+    cases = [(TIER, None)] + ([] if algorithm == "in_network" else [(BARE, None)])
+    for tier, protocols in cases + [(TIER, NCCL)]:
+        t, vjp = jax.vjp(functools.partial(time_s, protocols=protocols), n, p, tier)
         t = np.asarray(t)
         assert t.shape == (3, 3) and np.all(np.isfinite(t)) and np.all(t >= 0)
         assert np.all(t[:, 0] == 0) and np.all(t[2, 1:] > t[1, 1:])  # p = 1 is free; 1 TB > 1 B
@@ -408,7 +411,6 @@ def test_bad_input_names_the_value(call, message):
 
 
 # ----------------------------------------------------------------- protocols (NCCL's)
-NCCL = strategies.Nccl()
 
 
 def _by_hand(op, algorithm, n, p, tier, protocol, family_base_s):

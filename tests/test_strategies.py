@@ -98,6 +98,7 @@ def test_float_leaves_inside_strategies_jit_vmap_and_grad():
 @pytest.mark.parametrize("key, value, choices", [
     ("system.topology", "ring", strategies.TOPOLOGIES),
     ("system.routing", "hash", strategies.ROUTINGS),
+    ("system.protocols", "ll128", strategies.PROTOCOLS),
     ("parallel.schedule", "pipedream", strategies.SCHEDULES),
     ("training.recompute", "some", strategies.RECOMPUTES),
     ("model.attention_kernel", "fused", attention.ATTENTION_KERNELS),
@@ -113,6 +114,11 @@ def test_names_parse_to_their_types_and_types_pass_through():
     assert plan.Plan(schedule="dualpipe").schedule == strategies.DualPipe()
     assert plan.Plan(recompute=strategies.FullRecompute()).recompute.name == "full"
     assert strategies.routing("ecmp") == strategies.Ecmp()
+    # the GPU presets run NCCL's protocols, the TPU presets the bare alpha-beta table
+    assert codesign.hardware.system("dgx-h100").protocols == strategies.Nccl()
+    assert codesign.hardware.system("tpu-v4").protocols == strategies.AlphaBeta()
+    assert sc.load(None, ["system.protocols=alpha_beta"]).system.protocols == \
+        strategies.AlphaBeta()
     assert sc.load(None, ["model.attention_kernel=naive"]).model.attention_kernel == \
         attention.NaiveAttention()
     assert codesign.workload.model("megatron-8.3b").attention_kernel.name == "naive"
