@@ -83,6 +83,10 @@ def _describe(name: str, preset: hw.Preset) -> str:
         + (f"pods of {float(pods.pod_size):g} {unit}s, oversubscription "
            f"{float(pods.oversubscription):g}:1 above" if float(pods.pod_size) < float(s.gpus)
            else "no oversubscription"),
+        f"  protocols  {s.protocols.name}: " + (
+            f"{' / '.join(s.protocols.protocol_names)}, each with its base and per-step "
+            "latency (the tiers' latencies below: Simple's, per step)"
+            if len(s.protocols.protocol_names) > 1 else "latency and bandwidth alone"),
         *_tier_lines("scale-up", s.scale_up),
         *_tier_lines("scale-out", s.scale_out),
         "  sources    " + "; ".join(f"{k}: {v}" for k, v in preset.sources.items()),
