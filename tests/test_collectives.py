@@ -456,7 +456,7 @@ def test_nvls_runs_simple_only_with_nccl_s_25_us():
     assert float(c.latency_s) == pytest.approx(25e-6 + 2 * float(tier.latency_s), rel=1e-9)
 
 
-def test_auto_with_protocols_is_monotone_in_bytes_and_never_above_simple_alone():
+def test_auto_with_protocols_is_monotone_in_bytes_and_never_above_the_ring():
     tier, outer = H100.scale_up, H100.scale_out
     sizes = jnp.geomspace(8.0, 8 * GiB, 40)
     kw = dict(outer=outer, local_ranks=8.0, protocols=NCCL)
