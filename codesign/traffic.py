@@ -499,12 +499,15 @@ def _pp_rows(model, plan, system, sh, place, t):
     # a neighbour shares the domain when the stage stride fits inside it
     neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t,
                                    0.5 * system.scale_up_domain / stride)
-    up = collectives.cost("send_recv", "direct", n, 2.0,
-                          fabric.scale_up_tier(system, 2.0, stride, t), temperature=t,
+    up_tier = fabric.scale_up_tier(system, 2.0, stride, t)
+    up = collectives.cost("send_recv", "direct", n, 2.0, up_tier, temperature=t,
                           protocols=system.protocols)
-    out = collectives.cost("send_recv", "direct", n, 2.0,
-                           fabric.scale_out_tier(system, 2.0 * stride, t), temperature=t,
-                           protocols=system.protocols)
+    # a pair in two domains (one rank each): the send crosses the scale-out tier, in
+    # its protocols' network step (exact: a 2-rank group over 1-rank domains has no
+    # spill to relax)
+    out = collectives.cost("send_recv", "direct", n, 2.0, up_tier,
+                           outer=fabric.scale_out_tier(system, 2.0 * stride, t),
+                           local_ranks=1.0, temperature=0.0, protocols=system.protocols)
     one_s = neighbour_inside * up.time_s + (1 - neighbour_inside) * out.time_s
     return [_row("pp", "send_recv", "direct", n, count, one_s, jnp.minimum(ranks, 2.0),
                  1.0 + neighbour_inside, exposed=jnp.minimum(waited, count) * one_s,
