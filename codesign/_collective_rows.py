@@ -104,7 +104,7 @@ class _Row(NamedTuple):
     in_network: bool = False  # W at tier 0's in-network bandwidth (NVLS / SHARP)
     pipelined: bool = False  # the two tiers' streams overlap (max, not sum)
     per_rail: bool = False  # the outer phase moves n / g bytes on each of g rails
-    family: str = "ring"  # whose protocol constants it takes (`strategies.Protocols`)
+    family: str = "ring"  # whose protocol constants it takes (`protocols.Protocols`)
 
 
 def _family(in_network, tree):

@@ -37,7 +37,7 @@ and 2 min(log2 p, 1) so that every cost vanishes at p = 1. The log2 p of the
 discrete algorithms is ceil(log2 p) in reality; we use log2 p (exact at powers
 of two, smooth in between).
 
-With `protocols` (`strategies.Protocols`: NCCL's LL / LL128 / Simple, the
+With `protocols` (`protocols.Protocols`: NCCL's LL / LL128 / Simple, the
 step model's `system.protocols`) every row is costed once per protocol q,
 
     time = base(family, q) min(log2 p, 1) + r_q (L alpha + L_out alpha_out)
@@ -91,8 +91,8 @@ import numpy as np
 from . import _checks
 from . import _collective_rows as _rows
 from .hardware import Tier
+from .protocols import Protocols
 from .relax import beyond_one, safe_div, soft_min, where
-from .strategies import Protocols
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
        "reduce", "send_recv")
@@ -256,7 +256,7 @@ def _by_protocol(protocols: Protocols, table: _rows.Table, one, on_outer, latenc
     its base latency (x min(log2 p, 1), so one rank costs nothing), the steps'
     alphas scaled (`latency` on the first tier, by the scale-up ratios or, where
     `on_outer`, the scale-out ones; `latency_out` on the outer) and the
-    bandwidth terms at its share (`strategies.Protocols`; a protocol the row's
+    bandwidth terms at its share (`protocols.Protocols`; a protocol the row's
     family cannot run is skipped). The fastest is chosen elementwise (ties to
     the first; NCCL's choice is a hard one too) and the terms are computed once
     with its constants, so the gradient flows through one set of terms: a
@@ -396,7 +396,7 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
          local_ranks=None, temperature=AUTO_TEMPERATURE,
          protocols: Protocols | None = None) -> Cost:
     """The Cost of one collective: `op` by `algorithm` on `n_bytes` over `ranks`,
-    in the fastest of `protocols` (`strategies.Protocols`, exactly) or, without,
+    in the fastest of `protocols` (`protocols.Protocols`, exactly) or, without,
     on the tiers' alpha and beta alone (`temperature`: `auto`'s soft minimum and
     the mix of a group spilling out of its domain).
 

@@ -16,6 +16,7 @@ import equinox as eqx
 import jax
 
 from . import _checks, strategies
+from . import protocols as protocols_lib
 from ._checks import float_field, strategy_field
 from ._domains import (
     BANDWIDTH,
@@ -29,9 +30,10 @@ from ._domains import (
     count,
     interval,
 )
+from .protocols import AlphaBeta, Nccl, Protocols
 from .strategies import ROUTINGS as ROUTINGS
 from .strategies import TOPOLOGIES as TOPOLOGIES
-from .strategies import Adaptive, AlphaBeta, Nccl, Protocols, Routing, Topology, Torus, TwoTier
+from .strategies import Adaptive, Routing, Topology, Torus, TwoTier
 from .units import GB, Gbps, KiB, us
 
 # Compute constants shared by every chip unless its preset says otherwise
@@ -181,8 +183,8 @@ class System(eqx.Module):
     routing: Routing = strategy_field("system.routing", strategies.routing,
                                       strategies.ROUTING_CLASSES, default=Adaptive())
     # the collective library's protocols (`collectives` costs each, takes the fastest)
-    protocols: Protocols = strategy_field("system.protocols", strategies.protocols,
-                                          strategies.PROTOCOLS_CLASSES, default=Nccl())
+    protocols: Protocols = strategy_field("system.protocols", protocols_lib.protocols,
+                                          protocols_lib.PROTOCOLS_CLASSES, default=Nccl())
 
     def __check_init__(self):
         self.topology.check_domain(self.scale_up_domain)
@@ -216,7 +218,7 @@ def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
 #   for H100-class chips to four llm-foundry runs (H100_MATMUL_EFFICIENCY).
 
 # A tier's latency_s is the per-step latency of NCCL's Simple protocol (its
-# tuning model's hwLat, Ring: NVLink 3.4 us, network 14 us); `strategies.Nccl`
+# tuning model's hwLat, Ring: NVLink 3.4 us, network 14 us); `protocols.Nccl`
 # adds each protocol's base latency and scales the step for LL / LL128.
 _LATENCY = "NCCL tuning model (hwLat, Ring, Simple): 3.4 us per NVLink step, 14 us per network step"
 SCALE_UP_LATENCY_S = 3.4 * us

@@ -18,11 +18,11 @@ from jax.test_util import check_grads
 
 from codesign import collectives as co
 from codesign import hardware as hw
-from codesign import strategies
+from codesign.protocols import AlphaBeta, Nccl
 from codesign.units import GiB, MiB
 
 TIER = hw.Tier(100e9, 1.7e-6, efficiency=0.9, reduction_Bps=800e9, in_network_efficiency=0.7)
-NCCL = strategies.Nccl()
+NCCL = Nccl()
 OUTER = hw.Tier(25e9, 5e-6, efficiency=0.8, reduction_Bps=600e9)
 H100 = hw.system("dgx-h100")
 
@@ -415,7 +415,7 @@ def test_bad_input_names_the_value(call, message):
 
 def _by_hand(op, algorithm, n, p, tier, protocol, family_base_s):
     """Protocol `protocol` of a flat algorithm, from the closed forms above and
-    NCCL's constants as strategies.Nccl states them."""
+    NCCL's constants as protocols.Nccl states them."""
     L, W, C = CLOSED[(op, algorithm)](p)
     q = NCCL.protocol_names.index(protocol)
     return (family_base_s[q] + L * NCCL.scale_up_step[q] * float(tier.latency_s)
@@ -445,7 +445,7 @@ def test_protocols_leave_one_rank_free_and_alpha_beta_unchanged():
         c = co.cost(op, algorithm, 1 * MiB, 1.0, tier, protocols=NCCL)
         assert float(c.time_s) == 0.0, (op, algorithm)
         plain = co.cost(op, algorithm, 1 * MiB, 8.0, tier)
-        ab = co.cost(op, algorithm, 1 * MiB, 8.0, tier, protocols=strategies.AlphaBeta())
+        ab = co.cost(op, algorithm, 1 * MiB, 8.0, tier, protocols=AlphaBeta())
         assert float(ab.time_s) == float(plain.time_s), (op, algorithm)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import codesign
-from codesign import attention, fabric, plan, strategies
+from codesign import attention, fabric, plan, protocols, strategies
 from codesign import scenario as sc
 from codesign.cli import main
 
@@ -98,7 +98,7 @@ def test_float_leaves_inside_strategies_jit_vmap_and_grad():
 @pytest.mark.parametrize("key, value, choices", [
     ("system.topology", "ring", strategies.TOPOLOGIES),
     ("system.routing", "hash", strategies.ROUTINGS),
-    ("system.protocols", "ll128", strategies.PROTOCOLS),
+    ("system.protocols", "ll128", protocols.PROTOCOLS),
     ("parallel.schedule", "pipedream", strategies.SCHEDULES),
     ("training.recompute", "some", strategies.RECOMPUTES),
     ("model.attention_kernel", "fused", attention.ATTENTION_KERNELS),
@@ -115,10 +115,10 @@ def test_names_parse_to_their_types_and_types_pass_through():
     assert plan.Plan(recompute=strategies.FullRecompute()).recompute.name == "full"
     assert strategies.routing("ecmp") == strategies.Ecmp()
     # the GPU presets run NCCL's protocols, the TPU presets the bare alpha-beta table
-    assert codesign.hardware.system("dgx-h100").protocols == strategies.Nccl()
-    assert codesign.hardware.system("tpu-v4").protocols == strategies.AlphaBeta()
+    assert codesign.hardware.system("dgx-h100").protocols == protocols.Nccl()
+    assert codesign.hardware.system("tpu-v4").protocols == protocols.AlphaBeta()
     assert sc.load(None, ["system.protocols=alpha_beta"]).system.protocols == \
-        strategies.AlphaBeta()
+        protocols.AlphaBeta()
     assert sc.load(None, ["model.attention_kernel=naive"]).model.attention_kernel == \
         attention.NaiveAttention()
     assert codesign.workload.model("megatron-8.3b").attention_kernel.name == "naive"

@@ -70,7 +70,7 @@ class Placement:
     local_ranks: float | None
     flat_label: str  # the tier a flat algorithm runs on
     flat_tier: hw.Tier
-    protocols: hw.Protocols  # the system's (`strategies.Protocols`)
+    protocols: hw.Protocols  # the system's (`protocols.Protocols`)
 
     def label(self, algorithm: str) -> str:
         two_tier = algorithm == "hierarchical" or algorithm in co.pipelined_algorithms()

@@ -33,6 +33,7 @@ from .. import (
     strategies,
     units,
 )
+from .. import protocols as protocols_lib
 from ..relax import safe_div
 from . import _fields as fields
 from . import _target as target
@@ -84,7 +85,7 @@ def collective_target() -> Target:
         if s["algorithm"] not in names:
             raise ValueError(f"algorithm={s['algorithm']!r} is not defined for op={op!r} on "
                              f"tier={s['tier']!r}; choose one of {', '.join(names)}")
-        protocols = strategies.protocols(s.get("protocols", system.protocols), key="protocols")
+        protocols = protocols_lib.protocols(s.get("protocols", system.protocols), key="protocols")
         return (system, op, str(s["algorithm"]), s["tier"], protocols,
                 target.constants(s, floats))
 

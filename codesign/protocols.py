@@ -1,0 +1,83 @@
+"""The wire protocols of a collective library, as strategies (`Strategy` and
+`parse` from `strategies`): `collectives` costs every algorithm once per
+protocol and runs it in the fastest. `Nccl`'s LL / LL128 / Simple, each with
+its base latency per collective, per-step latency and bandwidth share (NCCL's
+tuning model); `AlphaBeta`: one protocol, the tier's alpha and beta alone. A
+name is parsed once, by `protocols` (the scenario key `system.protocols`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import equinox as eqx
+
+from .strategies import Strategy, parse
+
+
+class Protocols(Strategy):
+    """The wire protocols a collective library chooses among for each message.
+
+    Protocol q of an algorithm of family f (`_collective_rows._Row.family`:
+    "ring", "tree", "nvls") costs
+
+        base_s[f][q] + scale_up_step[q] x (its steps' alpha on the scale-up tier)
+          + scale_out_step[q] x (its steps' alpha on the scale-out tier, also a
+                                 flat algorithm's once it leaves the domain)
+          + (its bytes' beta terms) / bandwidth_share[q] + (its reduction)
+
+    so a tier's `latency_s` is the per-step latency of the protocol whose
+    ratios are 1 (Simple's, for NCCL). A base of None: the family cannot run
+    that protocol. Every cost vanishes at one rank (the base counts min(log2 p, 1)).
+    """
+
+    protocol_names: eqx.AbstractClassVar[tuple[str, ...]]
+    base_s: eqx.AbstractClassVar[dict]  # family -> seconds per collective, per protocol
+    scale_up_step: eqx.AbstractClassVar[tuple[float, ...]]
+    scale_out_step: eqx.AbstractClassVar[tuple[float, ...]]
+    bandwidth_share: eqx.AbstractClassVar[tuple[float, ...]]
+
+
+class Nccl(Protocols):
+    """NCCL's three protocols, with the constants of its tuning model
+    (src/graph/tuning.cc, NCCL 2.18-2.28: baseLat, hwLat, the LL / LL128
+    bandwidth factors). LL: 8-byte stores of 4 data bytes and a flag, the lowest
+    latency at a quarter of the bandwidth; LL128: 120 of every 128 bytes (0.92);
+    Simple: the full bandwidth, the highest latency. Base latencies (us,
+    LL / LL128 / Simple): Ring 6.6 / 14 / 8.4, Tree 6.8 / 14 / 8.4, NVLS
+    Simple only, 25 (NCCL's NVLS hwLat on NVLink, which has base 0). Per-step
+    latencies (hwLat, Ring): NVLink 0.6 / 1.9 / 3.4 us, network 2.7 / 4.0 / 14 us,
+    read as ratios to Simple's (a tier's `latency_s`). Not modelled: NCCL's
+    LL x 1.8 intra-node step across nodes, the Tree hwLat of its own (Ring's is
+    used), the "plateau" x 1.9 of a multi-node Simple ring all-reduce, PAT, and
+    the per-architecture caps on LL / LL128 bandwidth."""
+
+    name: ClassVar[str] = "nccl"
+    protocol_names: ClassVar[tuple[str, ...]] = ("LL", "LL128", "Simple")
+    base_s: ClassVar[dict] = {"ring": (6.6e-6, 14.0e-6, 8.4e-6),
+                              "tree": (6.8e-6, 14.0e-6, 8.4e-6),
+                              "nvls": (None, None, 25.0e-6)}
+    scale_up_step: ClassVar[tuple[float, ...]] = (0.6 / 3.4, 1.9 / 3.4, 1.0)
+    scale_out_step: ClassVar[tuple[float, ...]] = (2.7 / 14.0, 4.0 / 14.0, 1.0)
+    bandwidth_share: ClassVar[tuple[float, ...]] = (0.25, 0.92, 1.0)
+
+
+class AlphaBeta(Protocols):
+    """One protocol and no base latency: the tier's alpha, beta and gamma alone
+    (a torus's ICI, a fabric measured by `calibrate`)."""
+
+    name: ClassVar[str] = "alpha_beta"
+    protocol_names: ClassVar[tuple[str, ...]] = ("alpha_beta",)
+    base_s: ClassVar[dict] = {"ring": (0.0,), "tree": (0.0,), "nvls": (0.0,)}
+    scale_up_step: ClassVar[tuple[float, ...]] = (1.0,)
+    scale_out_step: ClassVar[tuple[float, ...]] = (1.0,)
+    bandwidth_share: ClassVar[tuple[float, ...]] = (1.0,)
+
+
+PROTOCOLS_CLASSES = (Nccl, AlphaBeta)
+PROTOCOLS = tuple(c.name for c in PROTOCOLS_CLASSES)
+
+
+def protocols(value, key: str = "system.protocols") -> Protocols:
+    """The protocols named `value` (or `value` itself if it is a `Protocols`)."""
+    return parse(key, value, Protocols, PROTOCOLS_CLASSES)
