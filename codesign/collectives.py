@@ -232,9 +232,9 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
         bandwidth = bandwidth + coef["W_back"] * n_bytes / tier0("effective_Bps")
     if not table.valid.all():
         bandwidth = where(per_row(table.valid), bandwidth, _UNSUPPORTED_S)
-    terms = jnp.broadcast_arrays(latency, latency_out, bandwidth, reduction, zero)[:4]
     if protocols is None or _single_protocol(protocols):
-        return Cost(terms[0] + terms[1], *terms[2:])
+        return Cost(*jnp.broadcast_arrays(latency + latency_out, bandwidth, reduction, zero)[:3])
+    terms = jnp.broadcast_arrays(latency, latency_out, bandwidth, reduction, zero)[:4]
     # the rows whose first tier is the outer one: the flat rows of a group that leaves
     # its domain (their steps take the network's protocol ratios)
     on_outer = False

@@ -342,8 +342,7 @@ def _ep_rows(model, plan, system, sh, place, overlap_s, t):
     nodes = ranks / inside
     inner = fabric.scale_up_tier(system, inside, stride, t)
     outer = fabric.group_scale_out_tier(system, span, nodes, True, t)
-    fast = collectives.cost("all_to_all", "direct", n, inside, inner, temperature=t,
-                            protocols=system.protocols)
+    fast = collectives.cost("all_to_all", "direct", n, inside, inner, protocols=system.protocols)
 
     def dispatch(limit):  # (seconds of one dispatch, bytes crossing) at a node limit
         cross_bytes = tokens * ep_slow_tier_copies(model, plan, nodes, t, limit) * per_token
@@ -500,8 +499,7 @@ def _pp_rows(model, plan, system, sh, place, t):
     neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t,
                                    0.5 * system.scale_up_domain / stride)
     up_tier = fabric.scale_up_tier(system, 2.0, stride, t)
-    up = collectives.cost("send_recv", "direct", n, 2.0, up_tier, temperature=t,
-                          protocols=system.protocols)
+    up = collectives.cost("send_recv", "direct", n, 2.0, up_tier, protocols=system.protocols)
     # a pair in two domains (one rank each): the send crosses the scale-out tier, in
     # its protocols' network step (exact: a 2-rank group over 1-rank domains has no
     # spill to relax)

@@ -369,7 +369,7 @@ def _collective(spec) -> float:
     preset, op, algorithm, tier_name, ranks, n_bytes = spec
     system = hardware.system(preset)
     c = collectives.cost(op, algorithm, n_bytes, ranks, getattr(system, tier_name),
-                         temperature=0, protocols=system.protocols)
+                         protocols=system.protocols)
     return float(collectives.busbw_Bps(op, n_bytes, c.time_s, ranks)) / 1e9
 
 

@@ -116,8 +116,8 @@ def _terms(op, names, n_bytes, ranks, tier, outer, local_ranks, protocols):
     for name in names:
         if name == "auto":
             c, out["weights"], _ = co.choose(op, n_bytes, ranks, tier, **kw)
-        else:  # a named algorithm in its fastest protocol, exactly
-            c = co.cost(op, name, n_bytes, ranks, tier, temperature=0.0, **kw)
+        else:
+            c = co.cost(op, name, n_bytes, ranks, tier, **kw)
         out[name] = {"time_s": c.time_s, "latency_s": c.latency_s,
                      "bandwidth_s": c.bandwidth_s, "reduction_s": c.reduction_s,
                      "algbw_Bps": co.algbw_Bps(n_bytes, c.time_s),

@@ -240,7 +240,7 @@ def _bucket(f: Flags, d: c.Draft, model_parallel: int, default: str) -> None:
     """parallel.dp_bucket_bytes: --ddp-bucket-size parameters, else Megatron-Core's
     default for the run's dp x cp (`plan.megatron_bucket_bytes`), in the
     recipe's gradient-reduction width."""
-    dtype = d.get("training.dtype", "fp32")
+    dtype = d.get("training.dtype")  # set above, given or assumed
     given = f.number("--ddp-bucket-size")
     if given is not None:
         d.put("parallel.dp_bucket_bytes", plan.megatron_bucket_bytes(dtype, params=given))
