@@ -11,8 +11,8 @@ reaches (fp8 GEMMs `hardware.FP8_RELATIVE_EFFICIENCY` = 0.902 of it). Thin
 GEMMs (small hidden sizes, or a narrow slice after tensor parallelism) fall
 below it smoothly. Memory-bound operators (norms, softmax, element-wise)
 stream the layer's activations at HBM speed: twice (write and read) in
-forward, twice that in backward; an fp8 GEMM's input is cast first
-(`Precision.gemm_cast_bytes`).
+forward, twice that in backward; fp8 GEMMs quantise their operands as
+Transformer Engine does (`_layers_s`).
 
 Calibration (the only throughput figures in the seeds; rerun with
 `calibrate_matmul_efficiency`, checked in tests/test_step.py):
@@ -106,39 +106,66 @@ class Timing(eqx.Module):
         return self.forward_s + self.backward_s
 
 
-def _gemms_s(system: System, gemms, cast_bytes=None) -> jax.Array:
-    """sum_i weight_i x `gemm_time_s` of row i of `gemms`, rows (m, k, n, count,
-    dtype, weight): one vectorised `gemm_time_s` per dtype, a new GEMM a row;
-    the rows of a dtype in `cast_bytes` ({dtype: `Precision.gemm_cast_bytes`})
-    also pay one memory-bound cast of their m x k input (a kernel each)."""
-    total = 0.0
+def _gemms_s(system: System, gemms):
+    """(forward, backward) seconds of sum_i weight_i x the GEMMs of row i of
+    `gemms`, rows (m, k, n, count, dtype, weight, x_cast, dy_cast): one
+    vectorised `gemm_time_s` per dtype, a new GEMM a row; backward's two GEMMs
+    (input and weight gradients) take twice the forward's time. Quantisation
+    (narrow GEMMs; HBM bytes per element, 0 for none) is memory-bound, a kernel
+    each: forward quantises the m x k input (`x_cast`), backward the m x n
+    output gradient (`dy_cast`)."""
+    forward = backward = 0.0
     for dtype in dict.fromkeys(g[4] for g in gemms):
         rows = [g for g in gemms if g[4] == dtype]
         m, k, n, count, weight = (jnp.stack([jnp.asarray(g[i], float) for g in rows])
                                   for i in (0, 1, 2, 3, 5))
         seconds = gemm_time_s(system, m, k, n, dtype, count)
-        if (cast_bytes or {}).get(dtype):
-            seconds = seconds + streaming_time_s(system, cast_bytes[dtype] * count * m * k) \
-                + system.chip.kernel_overhead_s
-        total = total + jnp.sum(weight * seconds)
-    return total
+        forward = forward + jnp.sum(weight * seconds)
+        backward = backward + 2.0 * jnp.sum(weight * seconds)
+        for col, elements, phase in ((6, m * k, "forward"), (7, m * n, "backward")):
+            per_element = [g[col] for g in rows]
+            if any(per_element):
+                kernels = jnp.asarray([float(b > 0) for b in per_element])
+                cast = weight * (streaming_time_s(system, jnp.asarray(per_element) * count
+                                                  * elements)
+                                 + kernels * system.chip.kernel_overhead_s)
+                if phase == "forward":
+                    forward = forward + jnp.sum(cast)
+                else:
+                    backward = backward + jnp.sum(cast)
+    return forward, backward
 
 
 def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape):
-    """Matrix + memory-bound seconds of the stage's layers, one micro-batch, per
-    GPU: the dense layers' and the MoE layers' GEMMs as rows of one table (the
-    attention projections are the same in both), their memory-bound kernels."""
+    """(forward, backward) matrix + memory-bound seconds of the stage's layers,
+    one micro-batch, per GPU: the dense layers' and the MoE layers' GEMMs as
+    rows of one table (the attention projections are the same in both), their
+    memory-bound kernels (backward: twice the forward's).
+
+    Narrow (fp8) GEMMs quantise their operands as Transformer Engine does: a
+    cast-transpose of a wide input (`Precision.gemm_cast_bytes`) except where
+    the producer writes it quantised (the norm before the column-parallel
+    projections and the dense FFN's first GEMM: LayerNormLinear / LayerNormMLP;
+    the activation before the FFN's second GEMM), which leaves the transpose
+    (`Precision.gemm_transpose_bytes`); in backward a cast-transpose of every
+    output gradient but the dense FFN's first GEMM's, which the activation's
+    backward writes quantised. The experts' GEMMs (grouped, after the permute)
+    and the shared experts' cast their own."""
     d = plan.precision.gemm
+    cast, fused = plan.precision.gemm_cast_bytes, plan.precision.gemm_transpose_bytes
     tokens = plan.micro_batch * model.seq_len / plan.cp
     h, tp = model.hidden, plan.tp
     mats = 2.0 if model.gated else 1.0
     dense_layers, moe_layers = sh.layers_on_stage - sh.moe_layers_on_stage, sh.moe_layers_on_stage
     cut = {"k": (tp, 1.0), "n": (1.0, tp), "": (1.0, 1.0)}  # tensor parallelism's cut (k, n)
-    gemms = [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d, sh.layers_on_stage)
+    # every projection but the output one reads a norm's output (the layer's,
+    # or MLA's latent norms)
+    gemms = [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d, sh.layers_on_stage,
+              cast if split == "k" else fused, cast)
              for k, n, split in model.attention_gemms()]
     f = model.ffn_hidden
-    gemms += [(tokens, h, mats * f / tp, 1.0, d, dense_layers),
-              (tokens, f / tp, h, 1.0, d, dense_layers)]
+    gemms += [(tokens, h, mats * f / tp, 1.0, d, dense_layers, fused, 0.0),
+              (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
     f_e = jnp.maximum(model.expert_ffn_hidden, 1.0)  # finite for dense models too
     experts = jnp.maximum(model.experts, 1.0)
     # the busiest expert rank sets the pace: moe_imbalance x the mean load
@@ -146,12 +173,12 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     local = experts / plan.ep
     shared = model.shared_experts * f_e
     with_shared = moe_layers * (model.shared_experts > 0)
-    gemms += [(per_expert, h, mats * f_e / tp, local, d, moe_layers),
-              (per_expert, f_e / tp, h, local, d, moe_layers),
-              (tokens, h, mats * shared / tp, 1.0, d, with_shared),
-              (tokens, shared / tp, h, 1.0, d, with_shared),
+    gemms += [(per_expert, h, mats * f_e / tp, local, d, moe_layers, cast, cast),
+              (per_expert, f_e / tp, h, local, d, moe_layers, cast, cast),
+              (tokens, h, mats * shared / tp, 1.0, d, with_shared, cast, cast),
+              (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast),
               # router (16-bit, replicated)
-              (tokens, h, experts, 1.0, plan.precision.attention, moe_layers)]
+              (tokens, h, experts, 1.0, plan.precision.attention, moe_layers, 0.0, 0.0)]
     # the permute / unpermute of the top_k copies of each token (read + write
     # each, a kernel each), MoE layers only
     copies = tokens * model.top_k * h * plan.precision.bytes("activations")
@@ -161,8 +188,8 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     passes_s = streaming_time_s(system, 2.0 * stored)  # (dense, MoE) layer
     memory = dense_layers * passes_s[0] + moe_layers * (passes_s[1] + permute)
     overhead = sh.layers_on_stage * KERNELS_PER_LAYER * system.chip.kernel_overhead_s
-    cast = {d: plan.precision.gemm_cast_bytes}  # the GEMM inputs quantised (fp8 recipes)
-    return _gemms_s(system, gemms, cast) + memory + overhead
+    forward, backward = _gemms_s(system, gemms)
+    return forward + memory + overhead, backward + 2.0 * (memory + overhead)
 
 
 def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
@@ -207,7 +234,7 @@ def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0, sh=N
 
 def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Timing:
     sh = traffic.shape(model, plan, t) if sh is None else sh
-    matrix = _layers_s(model, plan, system, sh)
+    matrix, matrix_backward = _layers_s(model, plan, system, sh)
     layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
     att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab
     tokens = plan.micro_batch * model.seq_len / plan.cp
@@ -220,7 +247,7 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     logits = logits + loss
     forward = matrix + att_fwd + logits
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
-    backward = 2.0 * (matrix + logits) + att_bwd + recompute
+    backward = matrix_backward + 2.0 * logits + att_bwd + recompute
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd

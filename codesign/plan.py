@@ -87,6 +87,15 @@ class Precision(eqx.Module):
         return wide + 2.0 * narrow if narrow < wide else 0.0
 
     @property
+    def gemm_transpose_bytes(self) -> float:
+        """HBM bytes per element of a narrow GEMM input whose producer writes it
+        quantised already (Transformer Engine's norm and activation kernels with
+        an fp8 output): only its transpose is left, read and written narrow,
+        e.g. 1 + 1 = 2 B for fp8; 0 when the GEMMs run in the activations' width."""
+        wide, narrow = self.bytes("activations"), DTYPE_BYTES[self.gemm]
+        return 2.0 * narrow if narrow < wide else 0.0
+
+    @property
     def optimizer_step_bytes_per_param(self) -> float:
         """HBM traffic of one Adam step per parameter: read the gradient, the
         master weight and both moments, write the master, the moments and the

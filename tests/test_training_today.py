@@ -72,6 +72,35 @@ def test_mla_shapes_of_deepseek_v3():
     assert float(m.attention_params()) == per_layer
 
 
+def test_fp8_quantisation_is_transformer_engines_inventory(monkeypatch):
+    """An fp8 dense layer (MHA, GeLU, tp 2) quantises as Transformer Engine does,
+    by hand: forward, a 4 B cast-transpose of the output projection's input and
+    a 2 B transpose of the three inputs a norm or the activation writes in fp8
+    (QKV, FC1, FC2); backward, a 4 B cast-transpose of the output gradients of
+    QKV, the output projection and FC2 (FC1's is the activation's backward's).
+    One kernel per cast; nothing in bf16."""
+    scn = sc.load("default", ["training.dtype='fp8'", "parallel.tp=2", "model.gated=false",
+                              "system.preset='dgx-h100'"])
+    m, p, s = scn.model, scn.plan, scn.system
+    sh = compute.traffic.shape(m, p)
+    fwd, bwd = (float(x) for x in compute._layers_s(m, p, s, sh))
+    for name in ("gemm_cast_bytes", "gemm_transpose_bytes"):
+        monkeypatch.setattr(plan.Precision, name, property(lambda self: 0.0))
+    fwd0, bwd0 = (float(x) for x in compute._layers_s(m, p, s, sh))
+    tokens, h, f, tp = 2048.0, float(m.hidden), float(m.ffn_hidden), 2.0
+    layers = float(sh.layers_on_stage)
+    bandwidth = float(s.chip.hbm_Bps * s.chip.hbm_efficiency)
+    overhead = float(s.chip.kernel_overhead_s)
+    forward_bytes = tokens * (4.0 * h / tp + 2.0 * (h + h + f / tp))
+    backward_bytes = tokens * 4.0 * (3.0 * h / tp + h + h)
+    assert fwd - fwd0 == pytest.approx(layers * (forward_bytes / bandwidth + 4 * overhead),
+                                       rel=1e-5)
+    assert bwd - bwd0 == pytest.approx(layers * (backward_bytes / bandwidth + 3 * overhead),
+                                       rel=1e-5)
+    bf16 = sc.load("default", ["parallel.tp=2", "model.gated=false"])
+    assert bf16.plan.precision.gemm_cast_bytes == bf16.plan.precision.gemm_transpose_bytes == 0
+
+
 def test_fp8_recipe_keeps_attention_and_logits_in_bf16():
     bf16 = _out(sc.load("llama3-405b"))
     fp8 = _out(sc.load("llama3-405b", ["training.dtype='fp8'"]))
