@@ -128,6 +128,14 @@ def test_megatron_inline_arguments(capsys):
         (8.0, 2.0, 128256.0)
     assert (scn.plan.recompute.name, scn.plan.zero, scn.plan.sequence_parallel) == \
         ("full", 1, True)
+    assert "tp_overlap" not in tomllib.loads(text)["parallel"]  # no --tp-comm-overlap: 0
+    rc, text, err = _cli(capsys, "import", "megatron", *args.split(), "--tp-comm-overlap",
+                         "--gpus", "512")
+    assert (rc, err) == (0, "") and tomllib.loads(text)["parallel"]["tp_overlap"] == 1.0
+    one = args.replace("--tensor-model-parallel-size 8", "--tensor-model-parallel-size 1")
+    rc, text, err = _cli(capsys, "import", "megatron", *one.split(), "--tp-comm-overlap",
+                         "--gpus", "512")
+    assert (rc, err) == (0, "") and "tp_overlap" not in tomllib.loads(text)["parallel"]
 
 
 # the NeMo Llama 3 8B recipe's run as Megatron arguments (NeMo passes its recipe to
@@ -202,7 +210,7 @@ def test_nemo_llama3_70b_recreates_the_nemo_row_but_its_padded_vocabulary():
     # NeMo pads 128,256 to a multiple of 128 x tp 4; the validate row keeps 128,256
     assert {k: tuple(float(x) for x in v) for k, v in diff.items()} == \
         {"vocab": (128512.0, 128256.0)}
-    assert "model.ub_tp_comm_overlap" in imp.ignored
+    assert imp.tables["parallel"]["tp_overlap"] == 1.0  # ub_tp_comm_overlap: true, as the row
 
 
 def test_nemo_gpt3_175b_resolves_interpolations_and_says_what_validate_assumes_otherwise():
@@ -250,6 +258,10 @@ def test_nemo_megatron_bridge_layout():
     assert (float(scn.plan.dp), float(scn.plan.micro_batch), scn.plan.zero, scn.plan.dtype) == \
         (8.0, 2.0, 1, "bf16")
     assert "train.train_iters 100" in imp.assumed["training.tokens"]
+    assert "tp_overlap" not in imp.tables["parallel"]
+    overlapped = importers.nemo(text + "comm_overlap:\n  tp_comm_overlap: true\n",
+                                "bridge.yaml", gpus=16)
+    assert overlapped.tables["parallel"]["tp_overlap"] == 1.0
 
 
 def test_nemo_round_trips_to_an_estimate(capsys, tmp_path):
@@ -272,6 +284,7 @@ def test_torchtitan_fsdp_takes_the_launcher_gpus():
     big = _scenario(_fixture("torchtitan", "llama3_405b.toml", gpus=128))
     assert (float(big.plan.dp), float(big.plan.tp), big.plan.zero, big.plan.dtype) == \
         (16.0, 8.0, 3, "fp8")
+    assert float(big.plan.tp_overlap) == 1.0  # enable_async_tensor_parallel = true
 
 
 def test_torchtitan_hsdp_shards_within_replicas():

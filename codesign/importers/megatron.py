@@ -16,7 +16,7 @@ SWITCHES = frozenset({
     "--sequence-parallel", "--swiglu", "--untie-embeddings-and-output-weights",
     "--group-query-attention", "--bf16", "--fp16", "--use-distributed-optimizer",
     "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
-    "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp"})
+    "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp", "--tp-comm-overlap"})
 # --attention-backend -> model.attention_kernel
 ATTENTION_BACKENDS = {"flash": "flash", "fused": "flash", "unfused": "naive", "local": "naive"}
 # --data-parallel-sharding-strategy (Megatron FSDP) -> parallel.zero
@@ -210,6 +210,8 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
         d.put(f"parallel.{key}", f.count(name, 1))
     _interleave(f, d, layers, pp)
     d.put("parallel.sequence_parallel", f.switch("--sequence-parallel") and tp > 1)
+    if f.switch("--tp-comm-overlap") and tp > 1:  # Transformer Engine's userbuffers
+        d.put("parallel.tp_overlap", 1.0)
     strategy = f.text("--data-parallel-sharding-strategy")
     if strategy is not None or f.switch("--use-torch-fsdp2"):
         d.put("parallel.zero", SHARDING.get(strategy, 3))

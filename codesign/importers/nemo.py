@@ -13,7 +13,7 @@ RENAMED = {"encoder_seq_length": "--seq-length", "num_moe_experts": "--num-exper
            "activations_checkpoint_granularity": "--recompute-granularity",
            "activations_checkpoint_method": "--recompute-method",
            "activations_checkpoint_num_layers": "--recompute-num-layers",
-           "use_flash_attention": "--use-flash-attn"}
+           "use_flash_attention": "--use-flash-attn", "ub_tp_comm_overlap": "--tp-comm-overlap"}
 # model.* keys read below, as NeMo spells them otherwise than Megatron
 SPELLED = ("fp8", "share_embeddings_and_output_weights", "activation", "gated_linear_unit")
 GATED_ACTIVATIONS = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu")
@@ -65,6 +65,9 @@ def nemo(text: str, where: str, *, gpus: int | None = None,
     give("--use-distributed-optimizer", "model.optim.name",
          str(optimizer) in DISTRIBUTED_OPTIMIZERS
          or bool(t.flag("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")))
+    if t.get("comm_overlap.tp_comm_overlap") is not None:  # Megatron-Bridge's layout
+        give("--tp-comm-overlap", "comm_overlap.tp_comm_overlap",
+             bool(t.flag("comm_overlap.tp_comm_overlap")))
     give("--tokenizer-type", "model.tokenizer.type", t.get("model.tokenizer.type"))
     give("--tokenizer-model", "model.tokenizer.model", t.get("model.tokenizer.model"))
     for name, key in (("--micro-batch-size", "train.micro_batch_size"),

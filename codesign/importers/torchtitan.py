@@ -63,6 +63,9 @@ def torchtitan(text: str, where: str, *, gpus: int | None = None,
     if pp > 1:
         _schedule(t, d, preset, pp)
     d.put("parallel.sequence_parallel", tp > 1)  # torchtitan's TP shards norms by sequence
+    if tp > 1 and t.flag("parallelism.enable_async_tensor_parallel",
+                         "experimental.enable_async_tensor_parallel"):
+        d.put("parallel.tp_overlap", 1.0)  # async TP: the collectives hide under the GEMMs
     fsdp = shard * cp
     d.put("parallel.zero", 3 if fsdp > 1 else 0)
     if fsdp > 1 and replicate > 1:
