@@ -338,15 +338,17 @@ def test_h100_predictions_within_the_issue_bounds(validate_rows):
     assert h100["predicted"] / a100["predicted"] == pytest.approx(published, rel=0.10)
 
 
+def test_overall_median_within_the_issue_bound(validate_rows):
+    """On all predictions: median |error| <= 7%."""
+    assert validate.summary(validate_rows)["median_abs_error"] <= 0.07
+
+
 @pytest.mark.xfail(strict=True, reason=(
-    "the issue's bounds, unmet: overall median 7.5% since NCCL's protocol latencies "
-    "(the 2021 A100 Megatron rows, pessimistic before, lost 1-2 points) and the H100 "
-    "GEMM refit after them; max 21.8% (MT-NLG 530B, no mechanism found)"))
-def test_overall_predictions_within_the_issue_bounds(validate_rows):
-    """On all predictions: median |error| <= 7%, max <= 20%."""
-    s = validate.summary(validate_rows)
-    assert s["median_abs_error"] <= 0.07
-    assert s["max_abs_error"] <= 0.20
+    "the issue's bound, unmet: MT-NLG 530B on 3,360 A100s is 21.8% pessimistic "
+    "(Megatron-DeepSpeed ran the shape Megatron-LM ran 20% faster; no mechanism found)"))
+def test_overall_max_within_the_issue_bound(validate_rows):
+    """On all predictions: max |error| <= 20%."""
+    assert validate.summary(validate_rows)["max_abs_error"] <= 0.20
 
 
 def test_nemo_counts_model_flops_over_the_whole_attention_matrix():
