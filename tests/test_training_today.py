@@ -105,7 +105,7 @@ def test_fp8_recipe_keeps_attention_and_logits_in_bf16():
     bf16 = _out(sc.load("llama3-405b"))
     fp8 = _out(sc.load("llama3-405b", ["training.dtype='fp8'"]))
     speedup = float(bf16["step_time_s"]) / float(fp8["step_time_s"])
-    assert 1.05 < speedup < 1.6  # not the 1.65x of running everything at the fp8 peak
+    assert 1.2 <= speedup <= 1.45  # issue 22's bound; not the 1.65x of everything at the fp8 peak
     # MFU stays against the 16-bit peak; against the GEMMs' (fp8) peak it is half of it
     # on H100, and a bf16 recipe's GEMM peak is the 16-bit one
     assert float(fp8["mfu_gemm_peak"]) == pytest.approx(float(fp8["mfu"]) * 989 / 1979)
