@@ -37,6 +37,8 @@ from these shapes; in training K and V are materialised per head.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 
 import equinox as eqx
 import jax
@@ -53,6 +55,40 @@ RECOMPUTE = strategies.RECOMPUTES
 
 # (dense, MoE): `Transformer.activation_bytes_per_layer` of both kinds of layer at once
 LAYER_KINDS = np.array([False, True])
+
+
+def _traces(tree) -> set:
+    return {id(x._trace) for x in jax.tree.leaves(tree) if isinstance(x, jax.core.Tracer)}
+
+
+def _once(method):
+    """A derived size of the model (parameters, FLOPs per token), computed once per
+    model instance and argument: the step model asks for the same sizes from
+    compute, traffic, memory and the step (~270 equations of a full estimate
+    were repeats of these). The value is kept on the instance only where it
+    lives in the traces of the instance's own leaves (or is concrete beside
+    concrete leaves), so it is valid exactly where the instance is: one
+    computed inside a nested trace (a `lax.cond` branch, an inner `jit`) is
+    recomputed, never leaked. A pytree operation (`tree_at`, `vmap`) builds a
+    new instance, with nothing kept."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def once(self, *args, **kwargs):
+        memo = self.__dict__.get("_once")
+        if memo is None:
+            memo = self.__dict__["_once"] = {}
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        key = (method.__name__, *list(bound.arguments.values())[1:])
+        if key in memo:
+            return memo[key]
+        value = method(self, *args, **kwargs)
+        if _traces(value) <= _traces(self):
+            memo[key] = value
+        return value
+
+    return once
 
 
 class Transformer(eqx.Module):
@@ -142,10 +178,12 @@ class Transformer(eqx.Module):
 
     # ---------------------------------------------------------------- shapes
     @property
+    @_once
     def dense_layers(self) -> jax.Array:
         return self.layers - self.moe_layers
 
     @property
+    @_once
     def kv_hidden(self) -> jax.Array:
         return self.hidden * self.kv_heads / self.heads
 
@@ -154,52 +192,63 @@ class Transformer(eqx.Module):
         return 3.0 if self.gated else 2.0
 
     @property
+    @_once
     def qk_width(self) -> jax.Array:
         """Per-head query/key width."""
         return self.attention.qk_width(self)
 
     @property
+    @_once
     def v_width(self) -> jax.Array:
         """Per-head value width."""
         return self.attention.v_width(self)
 
+    @_once
     def attention_gemms(self) -> tuple:
         """The attention block's weight matrices per layer, as (k, n, split):
         a token's (1 x k) @ (k x n); `split` says which side tensor parallelism
         cuts ("n" column-parallel, "k" row-parallel, "" replicated)."""
         return self.attention.gemms(self)
 
+    @_once
     def kv_elements_per_token(self) -> jax.Array:
         """Elements of K and V per token as the attention kernel reads them (what
         ring attention exchanges)."""
         return self.attention.kv_elements_per_token(self)
 
     # ------------------------------------------------------------ parameters
+    @_once
     def attention_params(self) -> jax.Array:
         """Weights of one layer's attention: Q and O (h x h each), K and V
         (h x kv_hidden each) for MHA/GQA; the projections of `attention_gemms`
         for MLA."""
         return sum(k * n for k, n, _ in self.attention_gemms())
 
+    @_once
     def dense_ffn_params(self) -> jax.Array:
         return self.ffn_matrices * self.hidden * self.ffn_hidden
 
+    @_once
     def expert_params(self) -> jax.Array:
         """One expert's FFN."""
         return self.ffn_matrices * self.hidden * self.expert_ffn_hidden
 
+    @_once
     def embedding_params(self) -> jax.Array:
         return self.vocab * self.hidden * (1.0 if self.tied_embeddings else 2.0)
 
+    @_once
     def routed_expert_params(self) -> jax.Array:
         """All routed experts of all MoE layers (sharded by expert parallelism)."""
         return self.moe_layers * self.experts * self.expert_params()
 
+    @_once
     def layer_params(self) -> jax.Array:
         """Parameters of all layers but their routed experts (attention, dense
         FFNs, shared experts, routers): what tensor parallelism alone shards."""
         return self.params() - self.routed_expert_params() - self.embedding_params()
 
+    @_once
     def params(self) -> jax.Array:
         """Total parameters (norms and biases, < 0.1%, are left out)."""
         moe_ffn = self.shared_experts * self.expert_params() + self.hidden * self.experts
@@ -207,6 +256,7 @@ class Transformer(eqx.Module):
                 + self.moe_layers * moe_ffn + self.routed_expert_params()
                 + self.embedding_params())
 
+    @_once
     def active_params_per_token(self) -> jax.Array:
         """Matrix parameters each token multiplies through (layers + logits)."""
         moe_ffn = (self.top_k + self.shared_experts) * self.expert_params()
@@ -214,20 +264,24 @@ class Transformer(eqx.Module):
                 + self.moe_layers * moe_ffn + self.vocab * self.hidden)
 
     # ----------------------------------------------------------------- FLOPs
+    @_once
     def layer_forward_flops_per_token(self, moe: bool) -> jax.Array:
         """Matrix FLOPs of one layer's forward per token (excluding attention scores)."""
         ffn = ((self.top_k + self.shared_experts) * self.expert_params() if moe
                else self.dense_ffn_params())
         return 2 * (self.attention_params() + ffn)
 
+    @_once
     def attention_score_flops_per_token(self) -> jax.Array:
         """Q K^T and A V of one layer, per token, forward, over the whole s x s
         matrix (the MFU convention; Narayanan: 4 s h for MHA)."""
         return 2 * self.seq_len * self.heads * (self.qk_width + self.v_width)
 
+    @_once
     def logits_flops_per_token(self) -> jax.Array:
         return 2 * self.vocab * self.hidden
 
+    @_once
     def forward_flops_per_token(self, causal: bool = False) -> jax.Array:
         """One forward per token; `causal` counts only the unmasked half of the
         attention scores (a convention some MFU reports use)."""
@@ -236,6 +290,7 @@ class Transformer(eqx.Module):
         scores = self.layers * self.attention_score_flops_per_token()
         return layers + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()
 
+    @_once
     def model_flops_per_token(self, causal: bool = False) -> jax.Array:
         """Forward + backward (3x forward): the FLOPs MFU counts."""
         return 3 * self.forward_flops_per_token(causal)

@@ -76,3 +76,46 @@ def test_bad_models_are_rejected_with_the_field():
         workload.preset("gpt-5")
     with pytest.raises(ValueError, match="recompute='some'"):
         workload.model("gpt3-175b").hardware_flops_per_token("some")
+
+
+def test_derived_sizes_are_computed_once_per_instance_and_never_leak_a_trace():
+    """`Transformer`'s derived sizes are kept on the instance only where they
+    live in the instance's own traces: a traced model asks once per trace; a
+    concrete model used under jit, or a traced one first asked inside a nested
+    trace (a `lax.cond` branch), recomputes and leaks no tracer."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    m = workload.model("llama3-8b")
+    expected = float(m.params())
+
+    def count_params(model):
+        return sum(e.primitive.name == "mul" for e in jax.make_jaxpr(
+            lambda x: [model.params() for _ in range(3)])(0.0).jaxpr.eqns)
+
+    @jax.jit
+    def twice(hidden):
+        traced = eqx.tree_at(lambda t: t.hidden, m, hidden)
+        return traced.params() + traced.params()
+
+    assert float(twice(jnp.asarray(4096.0))) == pytest.approx(2 * expected, rel=1e-12)
+    # the concrete model under jit: staged each time, nothing kept across traces
+    assert float(jax.jit(lambda: m.params())()) == pytest.approx(expected, rel=1e-12)
+    assert float(jax.jit(lambda: m.params() * 1.0)()) == pytest.approx(expected, rel=1e-12)
+    assert count_params(m) == 0  # concrete leaves: the concrete value is kept and reused
+
+    def branch(hidden):
+        traced = eqx.tree_at(lambda t: t.hidden, m, hidden)
+        inner = jax.lax.cond(hidden > 0, lambda: traced.params(), lambda: 0.0 * hidden)
+        return inner + traced.params()  # asked again outside the branch: no leaked tracer
+
+    assert float(jax.jit(branch)(jnp.asarray(4096.0))) == pytest.approx(2 * expected, rel=1e-12)
+
+    def repeats(hidden):
+        traced = eqx.tree_at(lambda t: t.hidden, m, hidden)
+        return traced.params() + traced.params() + traced.params()
+
+    once = len(jax.make_jaxpr(lambda h: eqx.tree_at(lambda t: t.hidden, m, h).params())(
+        1.0).jaxpr.eqns)
+    assert len(jax.make_jaxpr(repeats)(1.0).jaxpr.eqns) == once + 2  # two adds, no repeats
