@@ -220,9 +220,9 @@ def _nemo_long(seq_k, gpus, gbs, tp, dp, cp, tflops):
         note=f"micro-batch 1 (not printed; one assumption for the set); "
              f"{_MEGATRON_ASSUMED}; TP communication not hidden (not printed; Llama 2 "
              "7B's recipes, NeMo-Megatron-Launcher's llama/llama2_7b.yaml and NeMo 2.0's "
-             "llama2_7b performance recipe, leave it off); TFLOPS taken as model FLOPs over the whole s x s "
-             "attention (NeMo 24.07's Llama 2 7B row, 780 model TFLOP/s at 16,934 "
-             "tokens/s, is 46.1 GFLOP per token: that count)")
+             "llama2_7b performance recipe, leave it off); TFLOPS taken as model FLOPs "
+             "over the whole s x s attention (NeMo 24.07's Llama 2 7B row, 780 model "
+             "TFLOP/s at 16,934 tokens/s, is 46.1 GFLOP per token: that count)")
 
 
 # MPT (MosaicML): GPT-style decoder, GeLU MLP 4h, ALiBi, tied embeddings, vocab 50,368
