@@ -181,10 +181,12 @@ def rail_forwarding_cost(system: System, n_bytes, local_ranks, tier: Tier | None
     all-to-all over `local_ranks` on the scale-up tier) so that each leaves on
     the rail of its destination. Zero Cost on other topologies; rings, trees
     and hierarchical collectives stay on their rail and never pay it."""
+    if not forwards_through_scale_up(system):  # static: nothing traced
+        zero = jnp.zeros(jnp.broadcast_shapes(jnp.shape(n_bytes), jnp.shape(local_ranks)))
+        return co.Cost(zero, zero, zero)
     tier = system.scale_up if tier is None else tier
-    c = co.cost("all_to_all", "direct", n_bytes, jnp.maximum(_checks.as_float(local_ranks), 1.0),
-                tier)
-    return c.scale(1.0 if forwards_through_scale_up(system) else 0.0)
+    return co.cost("all_to_all", "direct", n_bytes,
+                   jnp.maximum(_checks.as_float(local_ranks), 1.0), tier)
 
 
 def forwards_through_scale_up(system: System) -> bool:
