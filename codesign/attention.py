@@ -133,26 +133,27 @@ class Attention(Strategy):
 
 
 class Mha(Attention):
-    """Multi-head attention, GQA/MQA through `kv_heads`: Q and O h x h, K and V
-    h x kv_hidden each."""
+    """Multi-head attention, GQA/MQA through `kv_heads`, each head
+    `model.head_width` wide (hidden / heads unless `head_dim` says otherwise):
+    Q and O h x (heads x head width), K and V h x kv_hidden each."""
 
     name: ClassVar[str] = "mha"
 
     def qk_width(self, model) -> jax.Array:
-        return model.hidden / model.heads
+        return model.head_width
 
     def v_width(self, model) -> jax.Array:
-        return model.hidden / model.heads
+        return model.head_width
 
     def gemms(self, model) -> tuple:
-        h = model.hidden
-        return ((h, h + 2 * model.kv_hidden, "n"), (h, h, "k"))
+        h, q = model.hidden, model.heads * model.head_width
+        return ((h, q + 2 * model.kv_hidden, "n"), (q, h, "k"))
 
     def kv_elements_per_token(self, model) -> jax.Array:
         return 2 * model.kv_hidden
 
     def qkv_elements_per_token(self, model) -> jax.Array:
-        return model.hidden + 2 * model.kv_hidden
+        return model.heads * model.head_width + 2 * model.kv_hidden
 
 
 class Mla(Attention):

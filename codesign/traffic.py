@@ -264,10 +264,11 @@ def _cp_rows(model, plan, system, sh, place, timing, t):
     """Ring attention (dp x cp hold the same weights; the cp ranks of a sequence
     pass K/V blocks around a ring): forward all-gathers K and V (again when
     the forward is recomputed); backward passes K/V around again and
-    reduce-scatters dK, dV, per layer and micro-batch. Each overlaps the
+    reduce-scatters dK, dV, per layer and micro-batch (a windowed layer only
+    the share of K/V its window spans, `kv_share_per_layer`). Each overlaps the
     attention kernels of its own pass; only the excess over them is exposed."""
     n = (plan.micro_batch * model.seq_len * model.kv_elements_per_token() / plan.tp
-         * plan.precision.bytes("attention"))
+         * plan.precision.bytes("attention") * model.kv_share_per_layer())
     per = sh.layers_on_stage * sh.micro_batches
     fwd = plan.recompute.layer_forwards * per
     geometry = group(place, ("cp",))

@@ -104,6 +104,10 @@ class Transformer(eqx.Module):
     heads: jax.Array = float_field("model.heads", count(1e5))
     # default: heads (MHA)
     kv_heads: jax.Array = float_field("model.kv_heads", count(1e5), default=None, kw_only=True)
+    # per-head query/key/value width of MHA/GQA (Qwen3: 128 on a hidden of 4096
+    # over 64 heads; Megatron's --kv-channels, HF's head_dim); 0 = hidden / heads
+    head_dim: jax.Array = float_field("model.head_dim", count(MAX_WIDTH, lo=0.0), default=0.0,
+                                      kw_only=True)
     # default: 4 hidden
     ffn_hidden: jax.Array = float_field("model.ffn_hidden", count(MAX_WIDTH), default=None,
                                         kw_only=True)
@@ -133,6 +137,16 @@ class Transformer(eqx.Module):
     # MLA only
     v_head_dim: jax.Array = float_field("model.v_head_dim", count(MAX_WIDTH, lo=0.0),
                                         default=0.0, kw_only=True)
+    # layers whose attention sees only a window of `window` keys (GPT-OSS: every
+    # other layer, 128 tokens; Gemma 2: every other, 4,096; Gemma 3: 5 of 6, 1,024)
+    window_layers: jax.Array = float_field("model.window_layers", count(1e4, lo=0.0),
+                                           default=0.0, kw_only=True)
+    window: jax.Array = float_field("model.window", count(MAX_WIDTH, lo=0.0), default=0.0,
+                                    unit="tokens", kw_only=True)
+    # the windowed layers attend within fixed chunks of `window` tokens (Llama 4)
+    # instead of a window sliding with the query (Mistral, Gemma, GPT-OSS)
+    chunked_attention: bool = static_field("model.chunked_attention", bool, default=False,
+                                           kw_only=True)
     gated: bool = static_field("model.gated", bool, default=False, kw_only=True)
     tied_embeddings: bool = static_field("model.tied_embeddings", bool, default=True,
                                          kw_only=True)
@@ -162,6 +176,11 @@ class Transformer(eqx.Module):
         if layers is not None:
             _checks.check("model.moe_layers", self.moe_layers, lambda v: v <= layers,
                           f"must not exceed model.layers={g(layers)}")
+            _checks.check("model.window_layers", self.window_layers, lambda v: v <= layers,
+                          f"must not exceed model.layers={g(layers)}")
+        windowed = _checks.concrete(self.window_layers)
+        if windowed is not None and windowed > 0:
+            _checks.at_least_one("model.window", self.window)
         if kv_heads is not None:
             _checks.check("model.heads", self.heads, lambda v: v % kv_heads == 0,
                           f"must be a multiple of model.kv_heads={g(kv_heads)}")
@@ -184,8 +203,15 @@ class Transformer(eqx.Module):
 
     @property
     @_once
+    def head_width(self) -> jax.Array:
+        """MHA/GQA's per-head width: `head_dim`, or hidden / heads where it is 0."""
+        return jnp.where(self.head_dim > 0, self.head_dim, self.hidden / self.heads)
+
+    @property
+    @_once
     def kv_hidden(self) -> jax.Array:
-        return self.hidden * self.kv_heads / self.heads
+        """MHA/GQA's width of K (and of V): kv_heads x the head width."""
+        return self.kv_heads * self.head_width
 
     @property
     def ffn_matrices(self) -> float:
@@ -219,8 +245,8 @@ class Transformer(eqx.Module):
     # ------------------------------------------------------------ parameters
     @_once
     def attention_params(self) -> jax.Array:
-        """Weights of one layer's attention: Q and O (h x h each), K and V
-        (h x kv_hidden each) for MHA/GQA; the projections of `attention_gemms`
+        """Weights of one layer's attention: Q and O (h x heads x head width
+        each), K and V (h x kv_hidden each) for MHA/GQA; the projections of `attention_gemms`
         for MLA."""
         return sum(k * n for k, n, _ in self.attention_gemms())
 
@@ -271,11 +297,33 @@ class Transformer(eqx.Module):
                else self.dense_ffn_params())
         return 2 * (self.attention_params() + ffn)
 
+    @property
+    @_once
+    def score_keys(self) -> jax.Array:
+        """Keys per query of the attention scores, the mean over the layers, in
+        the whole-matrix convention (twice what a causal kernel executes): s
+        for full attention; for a window of w = min(window, s) keys, 2w - w^2/s
+        sliding (query i sees min(i, w) keys: w - w^2/2s on average), w chunked
+        (query i sees i mod w: w/2)."""
+        s = self.seq_len
+        w = jnp.minimum(self.window, s)
+        windowed = w if self.chunked_attention else 2.0 * w - w * w / s
+        return s - self.window_layers / self.layers * (s - windowed)
+
     @_once
     def attention_score_flops_per_token(self) -> jax.Array:
-        """Q K^T and A V of one layer, per token, forward, over the whole s x s
-        matrix (the MFU convention; Narayanan: 4 s h for MHA)."""
-        return 2 * self.seq_len * self.heads * (self.qk_width + self.v_width)
+        """Q K^T and A V of one layer (the mean over the layers), per token,
+        forward, over the whole s x s matrix (the MFU convention; Narayanan:
+        4 s h for MHA), a windowed layer over its window (`score_keys`)."""
+        return 2 * self.score_keys * self.heads * (self.qk_width + self.v_width)
+
+    @_once
+    def kv_share_per_layer(self) -> jax.Array:
+        """The share of the sequence's K and V a query's keys span, the mean over
+        the layers: 1 for full attention, min(window, s) / s for a windowed
+        layer (what ring attention needs to pass around)."""
+        s = self.seq_len
+        return 1.0 - self.window_layers / self.layers * (1.0 - jnp.minimum(self.window, s) / s)
 
     @_once
     def logits_flops_per_token(self) -> jax.Array:

@@ -361,7 +361,7 @@ def test_hf_qwen_moe_counts_shared_experts_and_sparse_layers():
     imp = importers.hf(text, "config.json", gpus=16)
     m = imp.tables["model"]
     assert (m["moe_layers"], m["experts"], m["top_k"], m["shared_experts"]) == (12, 60, 4, 4)
-    assert "model.head_dim" in imp.assumed  # 64 is not hidden / heads = 128
+    assert m["head_dim"] == 64  # not hidden / heads = 128: read as given
     assert imp.tables["system"]["gpus"] == 16
     _scenario(imp)
 

@@ -119,3 +119,68 @@ def test_derived_sizes_are_computed_once_per_instance_and_never_leak_a_trace():
     once = len(jax.make_jaxpr(lambda h: eqx.tree_at(lambda t: t.hidden, m, h).params())(
         1.0).jaxpr.eqns)
     assert len(jax.make_jaxpr(repeats)(1.0).jaxpr.eqns) == once + 2  # two adds, no repeats
+
+
+# Hugging Face configs of models with their own head width, sliding windows and
+# fine-grained experts (config.json of each release): (layers, hidden, heads,
+# kv_heads, head_dim, ffn, vocab, tied, MoE (moe_layers, experts, top_k, width)),
+# published total parameters
+RELEASED = [
+    # Qwen3-32B (Qwen/Qwen3-32B config.json; 32.8B in its model card)
+    ((64, 5120, 64, 8, 128, 25600, 151936, False, None), 32.8e9),
+    # Qwen3-30B-A3B: 30.5B total (model card)
+    ((48, 2048, 32, 4, 128, 6144, 151936, False, (48, 128, 8, 768)), 30.5e9),
+    # GPT-OSS-120B: 116.8B total (OpenAI's model card, Table 1)
+    ((36, 2880, 64, 8, 64, 2880, 201088, False, (36, 128, 4, 2880)), 116.8e9),
+    # Gemma-2-9B: 9.24B (Gemma 2 report, Table 2: 8.32B non-embedding + 0.92B embedding)
+    ((42, 3584, 16, 8, 256, 14336, 256000, True, None), 9.24e9),
+]
+
+
+def _released(shape, **kw):
+    layers, hidden, heads, kv, head_dim, ffn, vocab, tied, moe = shape
+    if moe is not None:
+        kw |= dict(zip(("moe_layers", "experts", "top_k", "expert_ffn_hidden"), moe, strict=True))
+    return workload.Transformer(layers, hidden, heads, 4096, vocab, kv_heads=kv, head_dim=head_dim,
+                                ffn_hidden=ffn, gated=True, tied_embeddings=tied, **kw)
+
+
+@pytest.mark.parametrize("shape,params", RELEASED)
+def test_head_width_of_its_own_gives_the_published_sizes(shape, params):
+    model = _released(shape)
+    assert float(model.params()) == pytest.approx(params, rel=0.01)
+    # hidden / heads would miss the query and output projections' width
+    narrow = _released(shape[:4] + (0,) + shape[5:])
+    assert float(narrow.attention_params()) < 0.9 * float(model.attention_params())
+
+
+def test_head_width_sets_the_attention_shapes():
+    m = _released(RELEASED[1][0])  # Qwen3-30B-A3B: queries 32 x 128 = 4096 on a hidden of 2048
+    (qkv_k, qkv_n, _), (o_k, o_n, _) = m.attention_gemms()
+    assert (float(qkv_k), float(qkv_n), float(o_k), float(o_n)) == (2048, 4096 + 2 * 512, 4096,
+                                                                      2048)
+    assert float(m.kv_elements_per_token()) == 2 * 4 * 128
+    assert float(m.attention_score_flops_per_token()) == 2 * 4096 * 32 * (128 + 128)
+    # head_dim 0 (the default) is hidden / heads
+    assert float(workload.model("llama3-8b").head_width) == 128.0
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_windowed_layers_count_only_the_keys_their_window_sees(chunked):
+    full = _released(RELEASED[2][0])  # GPT-OSS-120B: a 128-token window every other layer
+    half = _released(RELEASED[2][0], window_layers=18, window=128, chunked_attention=chunked)
+    s, w = 4096.0, 128.0
+    # sliding: query i sees min(i, w) keys, w - w^2 / 2s on average; chunked: w / 2;
+    # the whole-matrix convention counts twice what a causal kernel executes
+    windowed = w if chunked else 2 * w - w * w / s
+    assert float(half.score_keys) == pytest.approx(0.5 * (s + windowed))
+    assert float(half.attention_score_flops_per_token()) == pytest.approx(
+        float(full.attention_score_flops_per_token()) * 0.5 * (s + windowed) / s)
+    assert float(half.kv_share_per_layer()) == pytest.approx(0.5 * (1 + w / s))
+    # a window as long as the sequence is full attention (sliding)
+    whole = _released(RELEASED[2][0], window_layers=36, window=8192)
+    assert float(whole.score_keys) == pytest.approx(s)
+    with pytest.raises(ValueError, match="model.window_layers"):
+        _released(RELEASED[2][0], window_layers=40, window=128)
+    with pytest.raises(ValueError, match="model.window"):
+        _released(RELEASED[2][0], window_layers=18)

@@ -59,9 +59,8 @@ def hf(text: str, where: str, *, gpus: int | None = None,
                           ("qk_head_dim", "qk_nope_head_dim"),
                           ("qk_rope_head_dim", "qk_rope_head_dim"), ("v_head_dim", "v_head_dim")):
             d.put(f"model.{key}", t.count(name, default=0, lo=0))  # null q_lora_rank: 0
-    elif t.count("head_dim") not in (None, hidden // heads):
-        d.assume("model.head_dim", None, f"head_dim {t.count('head_dim')} is not hidden / "
-                 f"heads = {hidden // heads}; codesign's attention widths are hidden / heads")
+    elif t.count("head_dim") not in (None, hidden / heads):
+        d.put("model.head_dim", t.count("head_dim"))
     d.put("model.dropout", False)
     d.assume("plan", None, "a config.json holds no plan: [parallel] and [training] are "
              "codesign's defaults (data parallelism over every GPU, micro_batch 1, "
