@@ -200,7 +200,7 @@ def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
     the first stage, output on the last), both when pp = 1. `sh`: the stage's
     `traffic.Shape` if known."""
     sh = traffic.shape(model, plan, t) if sh is None else sh
-    share = sh.layers_on_stage / model.layers  # of the layers, on the fullest stage
+    share = sh.layers_on_stage / model.blocks  # of the blocks, on the fullest stage
     embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
     dense = (model.layer_params() * share + embedding) / plan.tp
     routed = model.routed_expert_params() * share / (plan.ep * plan.tp)
@@ -244,7 +244,10 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     # backward their gradient written and read again (memory-bound)
     loss = streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp) \
         + system.chip.kernel_overhead_s
-    logits = logits + loss
+    # each MTP depth projects [hidden; next embedding] and runs the output head again
+    mtp = gemm_time_s(system, tokens, 2.0 * model.hidden, model.hidden / plan.tp,
+                      plan.precision.gemm)
+    logits = (1.0 + model.mtp_layers) * (logits + loss) + model.mtp_layers * mtp
     forward = matrix + att_fwd + logits
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
     backward = matrix_backward + 2.0 * logits + att_bwd + recompute

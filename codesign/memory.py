@@ -64,8 +64,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Me
 
     weights = sharded(pr.bytes("params"), 3)
     if plan.zero == 3:  # gathered weights: one layer at a time, or all kept for backward
-        gathered = (model.layer_params() / model.layers + model.routed_expert_params()
-                    / jnp.maximum(model.layers, 1.0) / plan.ep) / plan.tp
+        gathered = (model.layer_params() / model.blocks + model.routed_expert_params()
+                    / model.blocks / plan.ep) / plan.tp
         shard_dense, shard_routed = shard_params(plan, *unsharded, 3)
         keep = sum(unsharded) - shard_dense - shard_routed  # the other ranks' shards
         weights = weights + pr.bytes("params") * (
@@ -78,9 +78,9 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Me
     activations = per_mb * in_flight_micro_batches(plan, t)
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
         activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
-    # fp32 logits of one micro-batch on the last stage
+    # fp32 logits of one micro-batch on the last stage (one more per MTP depth)
     activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
-        * model.vocab / plan.tp
+        * model.vocab / plan.tp * (1.0 + model.mtp_layers)
     return Memory(weights, sharded(pr.bytes("grad_reduce"), 2),
                   sharded(pr.optimizer_bytes_per_param, 1), activations,
                   system.chip.hbm_reserve_bytes, system.chip.hbm_bytes)

@@ -546,7 +546,7 @@ class SelectiveRecompute(Recompute):
         return attention_forward_s
 
     def extra_flops_per_token(self, model) -> jax.Array:
-        return model.layers * model.attention_score_flops_per_token()
+        return model.blocks * model.attention_score_flops_per_token()
 
 
 class FullRecompute(Recompute):

@@ -93,7 +93,10 @@ def shape(model: Transformer, plan: Plan, t=0.0) -> Shape:
     padding = lattice_cubic(lambda pp, v: smooth_ceil(model.layers / (pp * v)) * v * pp
                             / model.layers, (plan.pp, plan.interleave), t)
     layers = model.layers / plan.pp * padding
-    return Shape(layers, layers * model.moe_layers / model.layers, plan.micro_batches,
+    # the MTP blocks on the last stage, taken as the slowest (it holds the output head)
+    return Shape(layers + model.mtp_layers,
+                 layers * model.moe_layers / model.layers + model.mtp_moe_layers,
+                 plan.micro_batches,
                  plan.micro_batch * model.seq_len / plan.cp)
 
 

@@ -143,6 +143,15 @@ class Transformer(eqx.Module):
                                            default=0.0, kw_only=True)
     window: jax.Array = float_field("model.window", count(MAX_WIDTH, lo=0.0), default=0.0,
                                     unit="tokens", kw_only=True)
+    # multi-token prediction depth (DeepSeek-V3: 1): each depth a projection of
+    # the hidden state and the next token's embedding (2h x h), one more block
+    # (an MoE block in an MoE model) and the shared output head, on the last
+    # pipeline stage (Megatron-Core's mtp_num_layers)
+    mtp_layers: jax.Array = float_field("model.mtp_layers", count(100, lo=0.0), default=0.0,
+                                        kw_only=True)
+    # a learnt logit per head in every softmax (GPT-OSS): heads parameters per layer
+    attention_sinks: bool = static_field("model.attention_sinks", bool, default=False,
+                                         kw_only=True)
     # the windowed layers attend within fixed chunks of `window` tokens (Llama 4)
     # instead of a window sliding with the query (Mistral, Gemma, GPT-OSS)
     chunked_attention: bool = static_field("model.chunked_attention", bool, default=False,
@@ -203,6 +212,18 @@ class Transformer(eqx.Module):
 
     @property
     @_once
+    def mtp_moe_layers(self) -> jax.Array:
+        """The MTP blocks that are MoE blocks (all of them in an MoE model)."""
+        return jnp.where(self.moe_layers > 0, self.mtp_layers, 0.0)
+
+    @property
+    @_once
+    def blocks(self) -> jax.Array:
+        """Transformer blocks: the layers and the MTP depths' blocks."""
+        return self.layers + self.mtp_layers
+
+    @property
+    @_once
     def head_width(self) -> jax.Array:
         """MHA/GQA's per-head width: `head_dim`, or hidden / heads where it is 0."""
         return jnp.where(self.head_dim > 0, self.head_dim, self.hidden / self.heads)
@@ -248,7 +269,8 @@ class Transformer(eqx.Module):
         """Weights of one layer's attention: Q and O (h x heads x head width
         each), K and V (h x kv_hidden each) for MHA/GQA; the projections of `attention_gemms`
         for MLA."""
-        return sum(k * n for k, n, _ in self.attention_gemms())
+        sinks = self.heads if self.attention_sinks else 0.0
+        return sum(k * n for k, n, _ in self.attention_gemms()) + sinks
 
     @_once
     def dense_ffn_params(self) -> jax.Array:
@@ -265,8 +287,13 @@ class Transformer(eqx.Module):
 
     @_once
     def routed_expert_params(self) -> jax.Array:
-        """All routed experts of all MoE layers (sharded by expert parallelism)."""
-        return self.moe_layers * self.experts * self.expert_params()
+        """All routed experts of all MoE blocks (sharded by expert parallelism)."""
+        return (self.moe_layers + self.mtp_moe_layers) * self.experts * self.expert_params()
+
+    @_once
+    def mtp_projection_params(self) -> jax.Array:
+        """One MTP depth's projection of [hidden; next embedding] (2h x h)."""
+        return 2.0 * self.hidden * self.hidden
 
     @_once
     def layer_params(self) -> jax.Array:
@@ -274,20 +301,27 @@ class Transformer(eqx.Module):
         FFNs, shared experts, routers): what tensor parallelism alone shards."""
         return self.params() - self.routed_expert_params() - self.embedding_params()
 
+    def _blocks_params(self, moe_ffn) -> jax.Array:
+        """Attention and FFN parameters of every block (the MTP depths' too, with
+        their projections), `moe_ffn` those of one MoE block's FFN."""
+        mtp_dense = self.mtp_layers - self.mtp_moe_layers
+        return (self.blocks * self.attention_params()
+                + (self.dense_layers + mtp_dense) * self.dense_ffn_params()
+                + (self.moe_layers + self.mtp_moe_layers) * moe_ffn
+                + self.mtp_layers * self.mtp_projection_params())
+
     @_once
     def params(self) -> jax.Array:
         """Total parameters (norms and biases, < 0.1%, are left out)."""
         moe_ffn = self.shared_experts * self.expert_params() + self.hidden * self.experts
-        return (self.layers * self.attention_params() + self.dense_layers * self.dense_ffn_params()
-                + self.moe_layers * moe_ffn + self.routed_expert_params()
-                + self.embedding_params())
+        return self._blocks_params(moe_ffn) + self.routed_expert_params() + self.embedding_params()
 
     @_once
     def active_params_per_token(self) -> jax.Array:
-        """Matrix parameters each token multiplies through (layers + logits)."""
+        """Matrix parameters each token multiplies through (blocks + logits, the
+        output head once per MTP depth too)."""
         moe_ffn = (self.top_k + self.shared_experts) * self.expert_params()
-        return (self.layers * self.attention_params() + self.dense_layers * self.dense_ffn_params()
-                + self.moe_layers * moe_ffn + self.vocab * self.hidden)
+        return self._blocks_params(moe_ffn) + (1.0 + self.mtp_layers) * self.vocab * self.hidden
 
     # ----------------------------------------------------------------- FLOPs
     @_once
@@ -333,10 +367,12 @@ class Transformer(eqx.Module):
     def forward_flops_per_token(self, causal: bool = False) -> jax.Array:
         """One forward per token; `causal` counts only the unmasked half of the
         attention scores (a convention some MFU reports use)."""
-        layers = (self.dense_layers * self.layer_forward_flops_per_token(False)
-                  + self.moe_layers * self.layer_forward_flops_per_token(True))
-        scores = self.layers * self.attention_score_flops_per_token()
-        return layers + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()
+        mtp_dense = self.mtp_layers - self.mtp_moe_layers
+        layers = ((self.dense_layers + mtp_dense) * self.layer_forward_flops_per_token(False)
+                  + (self.moe_layers + self.mtp_moe_layers) * self.layer_forward_flops_per_token(True))
+        mtp = self.mtp_layers * (2.0 * self.mtp_projection_params() + self.logits_flops_per_token())
+        scores = self.blocks * self.attention_score_flops_per_token()
+        return layers + mtp + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()
 
     @_once
     def model_flops_per_token(self, causal: bool = False) -> jax.Array:

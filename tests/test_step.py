@@ -262,3 +262,15 @@ def test_memory_shards_over_the_group_the_framework_shards_over():
     assert float(z3.weights_bytes) == pytest.approx(2.0 * params / 8 + 2.0 * 2.0 * layer)
     _, z0 = _llama3_8b_memory(128, zero=0, zero_shard_size=8)  # nothing sharded
     assert float(z0.optimizer_bytes) == pytest.approx(12.0 * params)
+
+
+def test_an_mtp_depth_lands_on_the_last_stage_and_costs_a_block_and_an_output_head():
+    scn = sc.load("deepseek-v3")
+    mtp = eqx.tree_at(lambda s: s.model.mtp_layers, scn, jnp.asarray(1.0))
+    base_sh = traffic.shape(scn.model, scn.plan)
+    sh = traffic.shape(mtp.model, mtp.plan)
+    assert float(sh.layers_on_stage - base_sh.layers_on_stage) == 1.0
+    assert float(sh.moe_layers_on_stage - base_sh.moe_layers_on_stage) == 1.0
+    a, b = step.estimate(scn), step.estimate(mtp)
+    assert float(b.step.step_time_s) > float(a.step.step_time_s)
+    assert float(b.step.memory.total_bytes) > float(a.step.memory.total_bytes)

@@ -184,3 +184,25 @@ def test_windowed_layers_count_only_the_keys_their_window_sees(chunked):
         _released(RELEASED[2][0], window_layers=40, window=128)
     with pytest.raises(ValueError, match="model.window"):
         _released(RELEASED[2][0], window_layers=18)
+
+
+def test_mtp_depth_adds_a_block_a_projection_and_an_output_head():
+    """DeepSeek-V3's MTP module (report, section 2.2): a 2h x h projection, one
+    (MoE) block and the shared output head per depth."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    base = workload.model("deepseek-v3")
+    mtp = eqx.tree_at(lambda m: m.mtp_layers, base, jnp.asarray(1.0))
+    h = 7168.0
+    moe_block = (float(base.attention_params()) + 256 * 3 * h * 2048 + 3 * h * 2048
+                 + h * 256)
+    assert float(mtp.params() - base.params()) == pytest.approx(moe_block + 2 * h * h, rel=1e-6)
+    extra = float(mtp.forward_flops_per_token() - base.forward_flops_per_token())
+    assert extra == pytest.approx(float(base.layer_forward_flops_per_token(True))
+                                  + float(base.attention_score_flops_per_token())
+                                  + 4 * h * h + 2 * 129280 * h, rel=1e-6)
+    # a dense model's MTP block is dense
+    dense = eqx.tree_at(lambda m: m.mtp_layers, workload.model("llama3-8b"), jnp.asarray(2.0))
+    assert float(dense.mtp_moe_layers) == 0.0
+    assert float(dense.blocks) == 34.0
