@@ -257,6 +257,80 @@ def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu
           "SHARD_GRAD_OP = ZeRO-2, AC = full recomputation; Adam assumed")
 
 
+# Megatron-Bridge 25.11's performance table (GB200 and H100), the 2025-26 MoE
+# models with the recipes' settings; every fact below is read in the source
+# named or in the recipe files it names, and the set's assumptions are said once
+# in `_BRIDGE_ASSUMED`.
+BRIDGE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 00b7660b (25.11 "
+           "NeMo container, Pre-Training; typo fixes 5776a6d9 change no number); shapes "
+           "from src/megatron/bridge/models/*/*_provider.py, recipe facts from "
+           "scripts/performance/configs/ and src/megatron/bridge/recipes/")
+_BRIDGE_ASSUMED = (
+    "recompute as the recipe sets it (none unless said); the distributed optimizer "
+    "(ZeRO-1; ZeRO-3 where the table prints FSDP: Megatron FSDP); gradients reduced in "
+    "bf16 (grad_reduce_in_fp32 False in the performance scripts); MoE routing "
+    "force-balanced (the table's footnote: moe_imbalance 1); MXFP8 as fp8; the "
+    "table's GBS and MBS where the workload config differs")
+# (layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, MoE
+# (moe_layers, experts, top_k, expert width, shared experts), extra model keys)
+_BRIDGE_MODELS = {
+    # Llama3ModelProvider8B / 70B, Llama31ModelProvider405B (SwiGLU, untied,
+    # vocab 128,256 unpadded)
+    "Llama3-8B": (32, 4096, 32, 8, 0, 14336, 128256, 8192, None, {}),
+    "Llama3-70B": (80, 8192, 64, 8, 0, 28672, 128256, 8192, None, {}),
+    "Llama3.1-405B": (126, 16384, 128, 8, 0, 53248, 128256, 8192, None, {}),
+    # DeepSeekV3ModelProvider: codesign's deepseek-v3 preset (the table's rows run
+    # without MTP)
+    "DeepSeek-V3": None,
+    # GPTOSSProvider120B: kv_channels 64, a 128-token sliding window on every other
+    # layer (window_attn_skip_freq 2), attention sinks
+    "GPT-OSS-120B": (36, 2880, 64, 8, 64, 2880, 201088, None, (36, 128, 4, 2880, 0),
+                     {"window_layers": 18, "window": 128, "attention_sinks": True}),
+    # Qwen3MoEModelProvider30B_A3B / 235B_A22B: kv_channels 128, qk_layernorm
+    "Qwen3-30B-A3B": (48, 2048, 32, 4, 128, 6144, 151936, 4096, (48, 128, 8, 768, 0), {}),
+    "Qwen3-235B-A22B": (94, 4096, 64, 4, 128, 12288, 151936, 4096, (94, 128, 8, 1536, 0), {}),
+}
+
+
+def _bridge_model(name: str, seq: int) -> dict:
+    spec = _BRIDGE_MODELS[name]
+    if spec is None:
+        return {"preset": "deepseek-v3", "seq_len": seq}
+    layers, hidden, heads, kv, head_dim, ffn, vocab, seq_len, moe, extra = spec
+    out = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
+           "head_dim": head_dim, "ffn_hidden": ffn, "vocab": vocab, "seq_len": seq,
+           "gated": True, "tied_embeddings": False, **extra}
+    if moe is not None:
+        out |= dict(zip(("moe_layers", "experts", "top_k", "expert_ffn_hidden",
+                         "shared_experts"), moe, strict=True))
+    return out
+
+
+def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, published, note,
+            fsdp=False, recompute="none", tp_overlap=0.0, ep_overlap=False):
+    """A row of Megatron-Bridge 25.11's pre-training table (tokens/s/GPU)."""
+    parallel = _megatron_parallel(gpus, tp, pp, cp, vp, ep=ep, dtype=dtype,
+                                  tp_overlap=tp_overlap)
+    if fsdp:
+        parallel["zero"] = 3
+    if ep_overlap:
+        parallel["ep_overlap"] = True
+    training = {"global_batch": gbs, "micro_batch": mbs, "recompute": recompute,
+                "dtype": dtype, "grad_reduce_dtype": "bf16"}
+    if _BRIDGE_MODELS[model] is None or _BRIDGE_MODELS[model][8] is not None:
+        training["moe_imbalance"] = 1.0
+    plan = f"tp {tp}, pp {pp}" + (f", cp {cp}" if cp > 1 else "") + (
+        f", vp {vp}" if vp > 1 else "") + (f", ep {ep}" if ep > 1 else "") + (
+        ", FSDP" if fsdp else "")
+    preset = {"GB200": "gb200-nvl72", "H100": "dgx-h100"}[chip]
+    return Check(
+        f"Megatron-Bridge 25.11 {model} {dtype.upper()} on {gpus} {chip} ({plan}, mbs {mbs})",
+        BRIDGE_SOURCE, "tokens_per_s_per_gpu", published,
+        {"model": _bridge_model(model, seq), "training": training, "parallel": parallel,
+         "system": {"preset": preset, "gpus": gpus}},
+        note=f"{_BRIDGE_ASSUMED}; {note}")
+
+
 CHECKS: tuple[Check, ...] = (
     # ------------------------------------------------------------ calibration
     _narayanan(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, calibration=True),
@@ -352,6 +426,45 @@ CHECKS: tuple[Check, ...] = (
           note=f"{_MEGATRON_ASSUMED}; the headline's pairing with the mapping table is "
                "the README's (both MCore v0.8), not stated as one measurement; Megatron's "
                "FLOP count (top-2 experts, whole s x s attention)"),
+    # --- Megatron-Bridge 25.11 on GB200 and H100 (tokens/s/GPU)
+    _bridge("Llama3-8B", "GB200", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 31508,
+            "CUDA graphs (full iteration) in the workload config"),
+    _bridge("Llama3-70B", "GB200", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4312,
+            "activation offload of 40 layers to the Grace CPU "
+            "(LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_BASE_CONFIG cpu_offloading_num_layers)",
+            fsdp=True),
+    _bridge("Llama3.1-405B", "GB200", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 813,
+            "TP overlap on (tp_comm_overlap in llama31_405b_pretrain_config); the recipe "
+            "counts embedding and loss as pipeline layers (126 + 2)", tp_overlap=1.0),
+    _bridge("DeepSeek-V3", "GB200", 256, "bf16", 4096, 1, 4096, 1, 4, 1, 4, 64, 3139,
+            "recompute selective (set_deepseek_v3_common_configs: mla_up_proj); HybridEP "
+            "dispatcher; EP overlap off (moe_a2a_overlap False); without MTP",
+            recompute="selective"),
+    _bridge("DeepSeek-V3", "GB200", 256, "fp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018,
+            "recompute selective (mla_up_proj); EP overlap off; without MTP",
+            recompute="selective"),
+    _bridge("GPT-OSS-120B", "GB200", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876,
+            "recompute_modules [layernorm, moe_act] without a granularity (memory-bound "
+            "modules: none)"),
+    _bridge("Qwen3-30B-A3B", "GB200", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 23766,
+            "HybridEP dispatcher and CUDA graphs in the workload config"),
+    _bridge("Qwen3-235B-A22B", "GB200", 256, "bf16", 8192, 1, 4096, 1, 8, 1, 3, 32, 4916,
+            "94 layers over pp x vp = 24 chunks, uneven as Megatron splits them"),
+    _bridge("Llama3-8B", "H100", 8, "fp8", 128, 1, 8192, 1, 1, 1, 1, 1, 14451,
+            "the workload config recomputes 5 of 32 layers (recompute_num_layers 5), "
+            "not expressed", fsdp=True),
+    _bridge("Llama3-70B", "H100", 64, "fp8", 128, 1, 8192, 4, 8, 1, 5, 1, 1602,
+            "TP overlap on (userbuffers_fp8_h100_h8192_tp4)", tp_overlap=1.0),
+    _bridge("Llama3.1-405B", "H100", 1024, "fp8", 512, 1, 8192, 8, 8, 2, 8, 1, 292,
+            "TP overlap on (userbuffers_fp8_h100_h16384_tp8_cp2)", tp_overlap=1.0),
+    _bridge("GPT-OSS-120B", "H100", 64, "bf16", 512, 4, 4096, 1, 4, 1, 1, 8, 5630,
+            "the table's GA 2 disagrees with GBS / (MBS x DP) = 8: GBS and MBS as printed"),
+    _bridge("Qwen3-30B-A3B", "H100", 16, "fp8", 512, 2, 4096, 1, 2, 1, 24, 8, 5275,
+            "EP overlap off (no moe_a2a_overlap in the 30B configs)"),
+    _bridge("Qwen3-235B-A22B", "H100", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 16, 1575,
+            "EP overlap on (moe_a2a_overlap in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_"
+            "CS_BASE_CONFIG); TP overlap off; ran EP 32 folded over TP 2 x DP 16, written "
+            "as ep 16", tp_overlap=0.0, ep_overlap=True),
 )
 
 
