@@ -39,11 +39,19 @@ import jax.numpy as jnp
 from . import traffic
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Plan
+from .relax import smooth_max
 from .workload import LAYER_KINDS, Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
 # residual adds, the activation, rotary/bias (assumption; GEMMs and the attention
 # kernel pay their own overhead in gemm_time_s / attention_time_s)
+# kernels of one MoE layer's routing beside its GEMMs, forward: Megatron-Core's
+# router (softmax, top-k, the routing map), its load-balancing loss (~6
+# reductions and element-wise), the token dispatcher's preprocessing (tokens per
+# expert, their host copy) and permute / unpermute's index computations
+# (assumption, counted from Megatron-Core's moe/router.py, moe/moe_utils.py and
+# moe/token_dispatcher.py)
+ROUTING_KERNELS = 24.0
 
 
 def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
@@ -192,6 +200,34 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     return forward + memory + overhead, backward + 2.0 * (memory + overhead)
 
 
+def host_launches(model: Transformer, plan: Plan, sh: traffic.Shape):
+    """(forward, backward) kernel launches the host issues for one micro-batch
+    of the stage, under `plan.cuda_graphs`: eager, a GEMM a launch (a grouped
+    GEMM one per local expert, as Transformer Engine's GroupedLinear issues
+    them) and an fp8 GEMM one more for its quantisation, the attention kernel,
+    the memory-bound kernels (`KERNELS_PER_LAYER`), the MoE layer's routing
+    (`ROUTING_KERNELS`), permute, unpermute and its two all-to-alls, the output
+    head and loss (again per MTP depth); a layer's CUDA graphs replay its static
+    parts as one launch, leaving the routed experts' kernels eager; a whole
+    iteration's graph leaves none. Backward launches twice the forward's (two
+    GEMMs per forward GEMM), plus the forward's again per recomputed forward."""
+    gemm = 2.0 if plan.precision.gemm == "fp8" else 1.0  # launches per GEMM
+    local = jnp.maximum(model.experts / plan.ep, 1.0)
+    routed = 2.0 * gemm * local + 4.0  # the experts' GEMMs, permute, unpermute, 2 all-to-alls
+    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
+    head = (1.0 + model.mtp_layers) * 3.0  # logits GEMM, loss forward and its reduction
+    if plan.cuda_graphs == "iteration":
+        forward = jnp.zeros(())
+    elif plan.cuda_graphs == "layer":
+        forward = sh.layers_on_stage + sh.moe_layers_on_stage * routed + head
+    else:
+        attention = len(model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
+        shared = jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)
+        moe = attention + 1.0 + ROUTING_KERNELS + shared + routed
+        forward = dense_layers * (attention + 2.0 * gemm) + sh.moe_layers_on_stage * moe + head
+    return forward, (1.0 + plan.recompute.layer_forwards) * forward
+
+
 def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
     """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
     tp (and ep for the routed experts), and, when ZeRO `stage` or higher is on
@@ -251,6 +287,11 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     forward = matrix + att_fwd + logits
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
     backward = matrix_backward + 2.0 * logits + att_bwd + recompute
+    # the host launches the kernels while the GPU runs the ones before: only the
+    # excess of its launch time over the GPU's work shows
+    launches = host_launches(model, plan, sh)
+    forward = smooth_max(forward, launches[0] * plan.host_launch_s, t)
+    backward = smooth_max(backward, launches[1] * plan.host_launch_s, t)
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd

@@ -40,6 +40,17 @@ MOE_IMBALANCE = 1.1  # tokens on the busiest expert rank / the mean (assumption)
 # bucket). Deeper prefetch holds more gathered layers and buys slack only for
 # uneven layers, which the uniform per-layer model does not see.
 FSDP_PREFETCH_LAYERS = 1.0
+# Host seconds per kernel launch through an eager PyTorch training stack (Python,
+# the dispatcher, autograd bookkeeping, Transformer Engine's module logic and
+# cudaLaunchKernel): PyTorch's own overhead is ~10 us per operator (Horace He,
+# "Making Deep Learning Go Brrrr From First Principles", 2022, section
+# "Overhead"); one launch per kernel the step model counts (assumption)
+HOST_LAUNCH_S = 10e-6
+# CUDA graphs (Megatron-Core's --cuda-graph-scope / --enable-cuda-graph): none;
+# each layer's static parts captured (attention, the dense FFN, the MoE router
+# and preprocessing; the routed experts' permute, grouped GEMMs and all-to-alls
+# stay eager: their shapes follow the routing); the whole iteration captured
+CUDA_GRAPHS = ("none", "layer", "iteration")
 
 
 class Precision(eqx.Module):
@@ -221,6 +232,12 @@ class Plan(eqx.Module):
     # micro-batch's MoE all-to-alls overlap an adjacent one's compute, under the
     # interleaved schedule or 1f1b without pipeline stages (dualpipe always does)
     ep_overlap: bool = static_field("parallel.ep_overlap", bool, default=False, kw_only=True)
+    # host seconds per kernel launch of the training stack (see HOST_LAUNCH_S)
+    host_launch_s: jax.Array = float_field("training.host_launch_s", interval(0.0, 1.0),
+                                           default=HOST_LAUNCH_S, kw_only=True)
+    # what CUDA graphs capture: none, layer, iteration (see CUDA_GRAPHS)
+    cuda_graphs: str = static_field("training.cuda_graphs", str, choices=CUDA_GRAPHS,
+                                    default="none", kw_only=True)
     # the recipe's name
     dtype: str = static_field("training.dtype", str, choices=DTYPES, default="bf16",
                               kw_only=True)

@@ -368,8 +368,9 @@ class Transformer(eqx.Module):
         """One forward per token; `causal` counts only the unmasked half of the
         attention scores (a convention some MFU reports use)."""
         mtp_dense = self.mtp_layers - self.mtp_moe_layers
+        moe_blocks = self.moe_layers + self.mtp_moe_layers
         layers = ((self.dense_layers + mtp_dense) * self.layer_forward_flops_per_token(False)
-                  + (self.moe_layers + self.mtp_moe_layers) * self.layer_forward_flops_per_token(True))
+                  + moe_blocks * self.layer_forward_flops_per_token(True))
         mtp = self.mtp_layers * (2.0 * self.mtp_projection_params() + self.logits_flops_per_token())
         scores = self.blocks * self.attention_score_flops_per_token()
         return layers + mtp + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()

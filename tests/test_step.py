@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import hardware, memory, plan, step, traffic, workload
+from codesign import compute, hardware, memory, plan, step, traffic, workload
 from codesign import scenario as sc
 
 
@@ -274,3 +274,41 @@ def test_an_mtp_depth_lands_on_the_last_stage_and_costs_a_block_and_an_output_he
     a, b = step.estimate(scn), step.estimate(mtp)
     assert float(b.step.step_time_s) > float(a.step.step_time_s)
     assert float(b.step.memory.total_bytes) > float(a.step.memory.total_bytes)
+
+
+def test_the_host_shows_only_where_its_launches_outlast_the_gpu_and_cuda_graphs_remove_it():
+    """Qwen3-30B-A3B's shape (128 experts of 768, top-8) at a micro-batch of 128
+    tokens: the host's launches (a GEMM a local expert) outlast the GPU's work,
+    which they bound; CUDA graphs of the layers leave the routed experts' kernels,
+    of the iteration none; a large micro-batch hides the host entirely."""
+    tables = {"model": {"layers": 4, "hidden": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128,
+                        "ffn_hidden": 6144, "vocab": 151936, "seq_len": 128, "moe_layers": 4,
+                        "experts": 128, "top_k": 8, "expert_ffn_hidden": 768, "gated": True},
+              "training": {"global_batch": 8, "micro_batch": 1},
+              "parallel": {"ep": 8, "dp": 8},
+              "system": {"preset": "dgx-h100", "gpus": 8}}
+
+    def timing(graphs="none", seq=128):
+        t = {**tables, "training": {**tables["training"], "cuda_graphs": graphs},
+             "model": {**tables["model"], "seq_len": seq}}
+        scn = sc.from_tables(t)
+        sh = traffic.shape(scn.model, scn.plan)
+        return (compute.timing(scn.model, scn.plan, scn.system),
+                compute.host_launches(scn.model, scn.plan, sh), scn.plan.host_launch_s)
+
+    eager, (fwd, bwd), launch_s = timing()
+    # 4 MoE layers: attention (2 GEMMs, the kernel, 6 memory-bound), router and its
+    # routing kernels, 16 local experts x 2 GEMMs, permute, unpermute, 2 all-to-alls;
+    # the output head's 3
+    per_layer = 2 + 1 + compute.KERNELS_PER_LAYER + 1 + compute.ROUTING_KERNELS + 32 + 4
+    assert float(fwd) == pytest.approx(4 * per_layer + 3)
+    assert float(bwd) == pytest.approx(2 * float(fwd))
+    assert float(eager.forward_s) == pytest.approx(float(fwd) * float(launch_s))  # host-bound
+    layer, (fwd_layer, _), _ = timing("layer")
+    assert float(fwd_layer) == pytest.approx(4 + 4 * 36 + 3)
+    whole, (fwd_whole, _), _ = timing("iteration")
+    assert float(fwd_whole) == 0.0
+    assert float(whole.forward_s) < float(layer.forward_s) < float(eager.forward_s)
+    long, (fwd_long, _), _ = timing(seq=65536)  # the GPU's work outlasts the launches
+    assert float(fwd_long) == float(fwd)
+    assert float(long.forward_s) > 10 * float(fwd_long) * float(launch_s)
