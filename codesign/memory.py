@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 
 from . import traffic
 from .compute import local_params, shard_params
