@@ -49,11 +49,20 @@ from .units import GB, Gbps, KiB, us
 #   microseconds (assumption; `codesign calibrate compute` measures it).
 # - HBM reserve: 2 GiB for the CUDA context and communicator buffers plus 5% of
 #   capacity for allocator fragmentation (assumption).
+# - HOST_Bps: one GPU's link to its host CPU's memory, one direction, where a
+#   preset does not say: PCIe Gen5 x16 (PCI-SIG PCIe 5.0: 32 GT/s x 16 lanes,
+#   128b/130b, ~63 GB/s per direction; we take 64e9). PCIe 3.0 and 4.0 run at
+#   8 and 16 GT/s per lane: ~15.8 and ~31.5 GB/s per direction at x16 (16e9,
+#   32e9).
 HBM_EFFICIENCY = 0.9
 ATTENTION_EFFICIENCY = 0.6
 KERNEL_OVERHEAD_S = 4e-6
 HBM_RESERVE_FIXED_BYTES = 2 * 2**30
 HBM_RESERVE_FRACTION = 0.05
+PCIE3_X16_Bps = 16e9
+PCIE4_X16_Bps = 32e9
+PCIE5_X16_Bps = 64e9
+HOST_Bps = PCIE5_X16_Bps
 
 
 def default_hbm_reserve_bytes(hbm_bytes):
@@ -88,7 +97,10 @@ class Chip(eqx.Module):
     `hbm_efficiency` the fraction of `hbm_Bps` a streaming (memory-bound)
     kernel achieves; `kernel_overhead_s` the fixed cost of one kernel (launch
     and tail); `hbm_reserve_bytes` the HBM a training process cannot use for
-    its tensors (CUDA context, communicator buffers, allocator fragmentation).
+    its tensors (CUDA context, communicator buffers, allocator fragmentation);
+    `host_Bps` the link between the chip and its host CPU's memory (PCIe, or a
+    Grace CPU's NVLink-C2C), per direction: what offloading to host memory
+    moves over.
     """
 
     # dense 16-bit (bf16/fp16) tensor peak, vendor; a [system] key, so a chip that
@@ -121,6 +133,9 @@ class Chip(eqx.Module):
     # HBM not available to the training tensors; default `default_hbm_reserve_bytes`
     hbm_reserve_bytes: jax.Array = float_field("system.hbm_reserve_bytes", interval(0.0, 1e15),
                                                default=None, kw_only=True)
+    # the chip's link to its host CPU's memory, per direction; default HOST_Bps
+    host_Bps: jax.Array = float_field("system.host_Bps", POSITIVE, default=HOST_Bps,
+                                      kw_only=True)
 
     def __post_init__(self):
         if self.peak_fp32_flops_per_s is None:
@@ -255,8 +270,8 @@ H100_GEMM_MICROBENCHMARK_EFFICIENCY = gemm_efficiency(0.5 * (769e12 + 798e12), 8
 # `validate.H100_GEMM_ROWS` (llm-foundry's BF16 MPT-70B on 128 and 512 H100s,
 # MPT-30B and MPT-13B on 512: the four H100 rows whose steps are most nearly all
 # large GEMMs), rerun and checked in tests/test_training_today.py. H200 and H800
-# (the same tensor cores and board power), B200 and GB200 borrow it (assumption:
-# no Blackwell run in the table).
+# (the same tensor cores and board power), B200, GB200, B300 and GB300 borrow it
+# (assumption: no Blackwell run in the table).
 H100_MATMUL_EFFICIENCY = 0.6492
 # FP8 GEMMs reach less of their (doubled) peak than BF16 GEMMs of the same
 # shape. Measured on an NVIDIA H200 (700 W; the H100's tensor cores) on
@@ -300,26 +315,44 @@ FP8_RELATIVE_EFFICIENCY = _fp8_relative_efficiency()  # 0.902
 # 24.07 / Megatron-Core's Transformer Engine, Llama 3's) is read as running an
 # FA2-class kernel, forward and backward alike (assumption; FlashAttention-3
 # reaches 75% forward: set system.attention_efficiency for a stack that runs it).
-# H200 / H800 likewise; B200 / GB200 borrow it (assumption).
+# H200 / H800 likewise; B200 / GB200 / B300 / GB300 borrow it (assumption).
 HOPPER_ATTENTION_EFFICIENCY = 0.35
 
 
 # Board power (vendor datasheets): V100 SXM3 450 W (DGX-2H), A100 SXM4 400 W,
 # H100/H800 SXM5 700 W, H200 SXM up to 700 W, B200 1000 W (DGX B200), GB200
-# 1200 W per GPU (a 2,700 W superchip less its CPU: assumption), TPU v4 192 W
+# 1200 W per GPU (a 2,700 W superchip less its CPU: assumption), GB300 1400 W
+# per GPU (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, as Tom's
+# Hardware tabulates them), B300 1100 W in HGX/DGX B300 (a cloud provider's
+# per-GPU table, Verda; no NVIDIA datasheet found: assumption), TPU v4 192 W
 # (Jouppi et al. 2023, peak), TPU v5p 350 W (not published: assumption).
 TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
          "H200-SXM-141GB": 700.0, "H800": 700.0, "B200": 1000.0, "GB200": 1200.0,
-         "tpu-v4": 192.0, "tpu-v5p": 350.0}
+         "B300": 1100.0, "GB300": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0}
+
+# One chip's link to its host CPU's memory (`Chip.host_Bps`), per direction:
+# the GPU's PCIe generation at x16 (vendor datasheets: V100 PCIe Gen3, A100
+# Gen4, H100 / H200 / H800 Gen5; DGX B200's Xeon 8570 hosts are PCIe Gen5).
+# Blackwell Ultra supports PCIe Gen6 (NVIDIA, Hot Chips 2025) but DGX B300's
+# Xeon 6776P hosts are PCIe Gen5: the link runs at Gen5 x16 (assumption: a full
+# x16 per GPU). TPU v4: PCIe Gen3 x16 (Google's TPU v4 documentation); TPU
+# v5p's is not published: Gen4 x16 (assumption). A Grace Blackwell superchip
+# joins its Grace CPU to its two GPUs by NVLink-C2C, 900 GB/s bidirectional
+# (NVIDIA Grace Blackwell datasheet), which we read as shared by the two:
+# 900e9 B/s / 2 directions / 2 GPUs = 225e9 B/s per GPU per direction (the
+# even split is our reading: assumption); GB300 keeps GB200's Grace and
+# NVLink-C2C (assumption).
+GRACE_C2C_PER_GPU_Bps = 900 * GB / 2 / 2
 
 
 # Dense 32-bit matmul peaks (vendor datasheets): V100 15.7 TFLOP/s FP32 (no
-# TF32), A100 156 TF32, H100/H800 494.7 TF32, B200/GB200 half their 16-bit peak
-# (TF32); TPUs have no 32-bit matrix unit: three bf16 passes (assumption).
+# TF32), A100 156 TF32, H100/H800 494.7 TF32, B200/GB200/B300/GB300 half their
+# 16-bit peak (TF32); TPUs have no 32-bit matrix unit: three bf16 passes (assumption).
 def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32,
-              attention_efficiency=None):
+              attention_efficiency=None, *, host_Bps):
     return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, tdp_w=TDP_W[name],
-                peak_fp32_flops_per_s=fp32, attention_efficiency=attention_efficiency)
+                peak_fp32_flops_per_s=fp32, attention_efficiency=attention_efficiency,
+                host_Bps=host_Bps)
 
 
 def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
@@ -340,7 +373,8 @@ def _dgx_v100() -> Preset:
     chip = _gpu_chip(chip_name,
                      125e12,  # vendor: V100 tensor-core peak 125 TFLOP/s
                      125e12,  # no 8-bit tensor-core path on V100: same as fp16
-                     32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY, 15.7e12)  # vendor: 32 GB
+                     32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY, 15.7e12,  # vendor: 32 GB
+                     host_Bps=PCIE3_X16_Bps)  # vendor: PCIe Gen3 x16
     up_bw = 300 * GB / 2  # vendor: NVLink2 via NVSwitch 300 GB/s bidir
     # No nccl-tests figure for DGX-2H: borrow DGX A100's calibrated factor.
     up_eff = _calibrated_efficiency(230 * GB, 300 * GB, 2.0e12 / 2)
@@ -351,7 +385,8 @@ def _dgx_v100() -> Preset:
                16),
         "DGX-2H: 16x V100 32 GB on NVSwitch, 8x 100 Gb/s IB per node (Megatron-LM 2019)",
         {"chip": "datasheet (V100)", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
-         "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "latency": _LATENCY},
+         "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "host_Bps": "PCIe Gen3 x16",
+         "latency": _LATENCY},
         chip_name,
     )
 
@@ -361,7 +396,8 @@ def _dgx_a100() -> Preset:
     chip_name = "A100-SXM4-80GB"
     chip = _gpu_chip(chip_name, 312e12,  # vendor: 312 TFLOP/s bf16 dense
                      624e12,  # vendor datasheet: int8 dense 624 TOPS (no fp8)
-                     80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY, 156e12)
+                     80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY, 156e12,
+                     host_Bps=PCIE4_X16_Bps)  # vendor: PCIe Gen4 x16
     up_bw = 600 * GB / 2  # vendor: NVLink3 600 GB/s bidir
     return Preset(
         System(chip, 1024, 8,
@@ -373,14 +409,15 @@ def _dgx_a100() -> Preset:
         "DGX A100 80 GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s per node",
         {"chip": "datasheet (A100)", "scale_up.efficiency": "nccl-tests: 8x A100 busbw ~230 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
-         "latency": _LATENCY},
+         "host_Bps": "PCIe Gen4 x16", "latency": _LATENCY},
         chip_name,
     )
 
 
 def _h100_chip(name: str) -> Chip:
     return _gpu_chip(name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 80 * GB, H100_HBM_Bps,
-                     H100_MATMUL_EFFICIENCY, H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY)
+                     H100_MATMUL_EFFICIENCY, H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY,
+                     host_Bps=PCIE5_X16_Bps)  # vendor: PCIe Gen5 x16
 
 
 def _dgx_h100() -> Preset:
@@ -398,7 +435,8 @@ def _dgx_h100() -> Preset:
         "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
         {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
-         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "latency": _LATENCY},
+         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "host_Bps": "PCIe Gen5 x16",
+         "latency": _LATENCY},
         chip_name,
     )
 
@@ -411,7 +449,8 @@ def _dgx_h200() -> Preset:
     chip_name = "H200-SXM-141GB"
     chip = _gpu_chip(chip_name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 141 * GB, hbm_Bps,
                      H100_MATMUL_EFFICIENCY,  # H100-class (see above)
-                     H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY)
+                     H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY,
+                     host_Bps=PCIE5_X16_Bps)  # vendor: PCIe Gen5 x16
     up_bw = 900 * GB / 2
     # no nccl-tests figure for DGX H200 here: DGX H100's factors (same NVLink4 and
     # NVSwitch), calibrated with H100's reduction speed
@@ -427,7 +466,8 @@ def _dgx_h200() -> Preset:
         {"chip": "datasheet (H200 SXM)",
          "matmul_efficiency": "H100's, fitted to llm-foundry's H100 runs (borrowed)",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
-         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "latency": _LATENCY},
+         "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "host_Bps": "PCIe Gen5 x16",
+         "latency": _LATENCY},
         chip_name,
     )
 
@@ -445,15 +485,18 @@ def _h800() -> Preset:
                8),
         "H800 nodes as DeepSeek-V3 describes them: NVLink ~160 GB/s, IB 50 GB/s per GPU",
         {"chip": "datasheet (H800)", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
-         "scale_out": "DeepSeek-V3: 50 GB/s", "latency": _LATENCY},
+         "scale_out": "DeepSeek-V3: 50 GB/s", "host_Bps": "PCIe Gen5 x16 (H100's)",
+         "latency": _LATENCY},
         chip_name,
     )
 
 
-def _b200_chip(name, bf16, fp8, hbm_bytes) -> Chip:
+def _b200_chip(name, bf16, fp8, hbm_bytes, host_Bps) -> Chip:
+    """A Blackwell (B200, GB200) or Blackwell Ultra (B300, GB300) GPU: both
+    8 TB/s HBM3e, TF32 half the 16-bit peak, H100's efficiencies."""
     return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12,  # vendor: 8 TB/s
                      H100_MATMUL_EFFICIENCY, bf16 / 2,  # borrowed from H100 (assumption)
-                     HOPPER_ATTENTION_EFFICIENCY)
+                     HOPPER_ATTENTION_EFFICIENCY, host_Bps=host_Bps)
 
 
 def _nvlink5_tier(hbm_Bps: float) -> Tier:
@@ -468,14 +511,15 @@ def _dgx_b200() -> Preset:
     chip_name = "B200"
     chip = _b200_chip(chip_name, 2.25e15,  # vendor: ~2.25 PFLOP/s dense 16-bit
                       4.5e15,  # vendor datasheet: fp8 dense ~4.5 PFLOP/s
-                      180 * GB)  # vendor: 180-192 GB
+                      180 * GB,  # vendor: 180-192 GB
+                      PCIE5_X16_Bps)  # vendor: Xeon 8570 hosts, PCIe Gen5 x16
     return Preset(
         System(chip, 1024, 8, _nvlink5_tier(8e12),
                _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # vendor
                8),
         "DGX B200: NVLink5, 8x 400 Gb/s per node",
         {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
-         "scale_out": "vendor: 8x 400 Gb/s", "latency": _LATENCY},
+         "scale_out": "vendor: 8x 400 Gb/s", "host_Bps": "PCIe Gen5 x16", "latency": _LATENCY},
         chip_name,
     )
 
@@ -484,7 +528,8 @@ def _gb200_nvl72() -> Preset:
     chip_name = "GB200"
     chip = _b200_chip(chip_name, 2.5e15,  # vendor: ~2.5 PFLOP/s dense 16-bit
                       5e15,  # vendor datasheet: fp8 dense ~5 PFLOP/s
-                      186 * GB)  # vendor: ~186 GB
+                      186 * GB,  # vendor: ~186 GB
+                      GRACE_C2C_PER_GPU_Bps)  # NVLink-C2C 900 GB/s bidir / 2 GPUs, halved
     return Preset(
         System(chip, 1152, 72, _nvlink5_tier(8e12),
                # vendor: 400-800 Gb/s per GPU; we take 400 Gb/s (ConnectX-7 class)
@@ -493,16 +538,84 @@ def _gb200_nvl72() -> Preset:
         "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
         {"chip": "datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
+         "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
          "latency": _LATENCY},
         chip_name,
     )
 
 
-def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape) -> System:
+# Blackwell Ultra (B300 in HGX/DGX B300, GB300 in GB300 NVL72). Dense peaks are
+# the vendor's sparse figures halved. GB300 NVL72 (NVIDIA GB300 NVL72
+# specifications, per 72-GPU rack): FP8 720 PFLOP/s sparse, BF16 360 sparse,
+# 20-21 TB HBM3e at 576 TB/s, one ConnectX-8 800 Gb/s SuperNIC per GPU: per GPU
+# 2.5e15 BF16 and 5e15 FP8 dense, 576/72 = 8 TB/s. HGX B300 (NVIDIA HGX B300
+# specifications, per 8 GPUs): FP8 72 PFLOP/s sparse, BF16 36 sparse, up to
+# 2.3 TB HBM3e, 8x ConnectX-8 800 Gb/s (1.6 TB/s networking, both directions):
+# per GPU 2.25e15 BF16, 4.5e15 FP8 dense. Both: 288 GB HBM3e per GPU at up to
+# 8 TB/s (NVIDIA technical blog, "Inside NVIDIA Blackwell Ultra"; 2.3 TB / 8 and
+# 20.7 TB / 72 agree; a cloud provider lists 270 GB (B300) and 279 GB (GB300)
+# visible, near the 271.5 GB the default reserve, 2 GiB + 5%, leaves to the
+# tensors). NVLink5 1.8 TB/s per GPU, as B200's (HGX B300 specifications).
+# Tensor-core efficiencies and the NVLink5 tier's are borrowed exactly as B200 /
+# GB200 borrow them (assumption: no Blackwell Ultra measurement).
+BLACKWELL_ULTRA_HBM_BYTES = 288 * GB
+
+
+def _dgx_b300() -> Preset:
+    chip_name = "B300"
+    chip = _b200_chip(chip_name, 36e15 / 8 / 2,  # vendor (HGX B300): BF16 36 PF sparse / 8 GPUs
+                      72e15 / 8 / 2,  # vendor (HGX B300): FP8 72 PF sparse / 8 GPUs
+                      BLACKWELL_ULTRA_HBM_BYTES,  # vendor: 288 GB (2.3 TB per 8 GPUs)
+                      PCIE5_X16_Bps)  # Xeon 6776P hosts: PCIe Gen5 x16 (assumption: x16 each)
+    return Preset(
+        System(chip, 1024, 8, _nvlink5_tier(8e12),
+               # vendor: 8x ConnectX-8 800 Gb/s per node, one per GPU
+               _tier(800 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
+               8),
+        "DGX B300: 8x Blackwell Ultra 288 GB, NVLink5, 8x ConnectX-8 800 Gb/s per node",
+        {"chip": "HGX B300 specifications (per 8 GPUs; sparse halved), Blackwell Ultra blog",
+         "matmul_efficiency": "H100's, borrowed as dgx-b200 does (assumption)",
+         "attention_efficiency": "FA2 on Hopper, borrowed as dgx-b200 does (assumption)",
+         "scale_up.efficiency": "borrowed from dgx-h100 as dgx-b200 does (assumption)",
+         "scale_out": "vendor: 8x ConnectX-8 800 Gb/s",
+         "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
+         "host_Bps": "PCIe Gen5 x16 (host CPUs' generation; assumption)",
+         "tdp_w": "1100 W, third-party figure (assumption)", "latency": _LATENCY},
+        chip_name,
+    )
+
+
+def _gb300_nvl72() -> Preset:
+    chip_name = "GB300"
+    chip = _b200_chip(chip_name, 360e15 / 72 / 2,  # vendor: BF16 360 PF sparse per rack
+                      720e15 / 72 / 2,  # vendor: FP8 720 PF sparse per rack
+                      BLACKWELL_ULTRA_HBM_BYTES,  # vendor: 288 GB (20.7 TB per rack)
+                      GRACE_C2C_PER_GPU_Bps)  # NVLink-C2C 900 GB/s bidir / 2 GPUs, halved
+    return Preset(
+        System(chip, 1152, 72, _nvlink5_tier(8e12),
+               # vendor: one ConnectX-8 800 Gb/s SuperNIC per GPU (72 per rack)
+               _tier(800 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
+               4),  # 4 GPUs per compute tray, as gb200-nvl72
+        "GB300 NVL72: 72 Blackwell Ultra 288 GB in one NVLink5 domain, 800 Gb/s per GPU out",
+        {"chip": "GB300 NVL72 specifications (per rack; sparse halved), Blackwell Ultra blog",
+         "scale_up_domain": "vendor: 72 GPUs",
+         "matmul_efficiency": "H100's, borrowed as gb200-nvl72 does (assumption)",
+         "attention_efficiency": "FA2 on Hopper, borrowed as gb200-nvl72 does (assumption)",
+         "scale_up.efficiency": "borrowed from dgx-h100 as gb200-nvl72 does (assumption)",
+         "scale_out": "vendor: one ConnectX-8 800 Gb/s per GPU",
+         "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
+         "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
+         "tdp_w": "1400 W, NVIDIA at Hot Chips 2025", "latency": _LATENCY},
+        chip_name,
+    )
+
+
+def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape, host_Bps) -> System:
     # A 3D torus of `shape` chips: 6 nearest-neighbour ICI links per chip; a
     # collective on the torus drives all of them, so the per-chip bandwidth is
     # 6 x per-link.
-    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3)
+    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3,
+                     host_Bps=host_Bps)
     ici = _tier(6 * link_Bps, ICI_LATENCY_S, 1.0, hbm_Bps)
     # The data-centre network beside the torus is not in the vendor tables: assumption of
     # 200 Gb/s per 4-chip host, labelled as such.
@@ -518,10 +631,12 @@ def _tpu_v4() -> Preset:
              32 * KiB**3, 1.2e12,  # vendor: 32 GiB, 1.2 TB/s
              # vendor: ICI ~4.5e10 B/s per link one way; 64 cubes of 4x4x4 chips joined
              # by optical circuit switches into a 16x16x16 pod (Jouppi et al., ISCA 2023)
-             4.5e10, (16, 16, 16)),
+             4.5e10, (16, 16, 16),
+             PCIE3_X16_Bps),  # vendor: PCIe Gen3 x16 to the host
         "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "latency": _TPU_LATENCY},
+         "scale_out": "assumption: 200 Gb/s per host", "host_Bps": "PCIe Gen3 x16",
+         "latency": _TPU_LATENCY},
         "tpu-v4",
     )
 
@@ -532,10 +647,12 @@ def _tpu_v5p() -> Preset:
              95 * GB, 2.76e12,  # vendor: 95 GB, 2.76 TB/s
              # vendor: ICI ~9e10 B/s per link one way; the largest slice, 16x20x28 =
              # 8,960 chips (Google Cloud TPU v5p documentation)
-             9e10, (16, 20, 28)),
+             9e10, (16, 20, 28),
+             PCIE4_X16_Bps),  # not published: PCIe Gen4 x16 (assumption)
         "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "latency": _TPU_LATENCY},
+         "scale_out": "assumption: 200 Gb/s per host",
+         "host_Bps": "assumption: PCIe Gen4 x16", "latency": _TPU_LATENCY},
         "tpu-v5p",
     )
 
@@ -543,7 +660,7 @@ def _tpu_v5p() -> Preset:
 _PRESETS = {
     "dgx-v100": _dgx_v100, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100,
     "dgx-h200": _dgx_h200, "h800": _h800, "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
-    "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p,
+    "dgx-b300": _dgx_b300, "gb300-nvl72": _gb300_nvl72, "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p,
 }
 PRESET_NAMES = tuple(_PRESETS)
 

@@ -228,3 +228,105 @@ def test_fp8_gemms_reach_the_measured_h200_ratio_of_the_bf16_efficiency():
     speedup = float(compute.gemm_time_s(s, n, n, n, "bf16")) / float(
         compute.gemm_time_s(s, n, n, n, "fp8"))
     assert 1.5 < speedup < 2.0
+
+
+# ------------------------------------------------------------------ Blackwell Ultra
+def _same_tier(a, b):
+    return [float(x) for x in jax.tree.leaves(a)] == [float(x) for x in jax.tree.leaves(b)]
+
+
+def test_blackwell_ultra_presets_derive_from_the_rack_and_node_figures():
+    """GB300 NVL72 (NVIDIA, per 72-GPU rack: FP8 720 and BF16 360 PFLOP/s with
+    sparsity, 20-21 TB of HBM3e at 576 TB/s, one 800 Gb/s ConnectX-8 per GPU)
+    and HGX/DGX B300 (per 8 GPUs: FP8 72 and BF16 36 PFLOP/s sparse, up to
+    2.3 TB, 8x 800 Gb/s): dense per-GPU peaks are the sparse figures halved,
+    288 GB at 8 TB/s per GPU; NVLink5, the efficiencies and the tensor-core
+    constants are B200's / GB200's."""
+    gb300, gb200 = hw.system("gb300-nvl72"), hw.system("gb200-nvl72")
+    c = gb300.chip
+    assert float(c.peak_flops_per_s) == pytest.approx(360e15 / 72 / 2, rel=1e-12) == 2.5e15
+    assert float(c.peak_fp8_flops_per_s) == pytest.approx(720e15 / 72 / 2, rel=1e-12) == 5e15
+    assert float(c.hbm_bytes) == 288e9 and 20e12 <= 72 * float(c.hbm_bytes) <= 21e12
+    assert float(c.hbm_Bps) == pytest.approx(576e12 / 72, rel=1e-12) == 8e12
+    assert float(gb300.scale_up_domain) == 72 and float(gb300.gpus_per_node) == 4
+    assert float(gb300.scale_out.bandwidth_Bps) == pytest.approx(800e9 / 8) == 100e9
+    assert float(gb300.scale_out.efficiency) == hw.NIC_EFFICIENCY
+    assert float(c.tdp_w) == 1400.0 == hw.TDP_W["GB300"]
+
+    dgx, b200 = hw.system("dgx-b300"), hw.system("dgx-b200")
+    b = dgx.chip
+    assert float(b.peak_flops_per_s) == pytest.approx(36e15 / 8 / 2, rel=1e-12) == 2.25e15
+    assert float(b.peak_fp8_flops_per_s) == pytest.approx(72e15 / 8 / 2, rel=1e-12) == 4.5e15
+    assert float(b.hbm_bytes) == 288e9 and 8 * float(b.hbm_bytes) == pytest.approx(2.3e12, rel=0.01)
+    assert float(b.hbm_Bps) == 8e12
+    assert float(dgx.scale_up_domain) == 8 and float(dgx.gpus_per_node) == 8
+    assert float(dgx.scale_out.bandwidth_Bps) == 100e9  # 8x 800 Gb/s per 8 GPUs
+    assert float(b.tdp_w) == 1100.0 == hw.TDP_W["B300"]
+
+    for ultra, old in ((gb300, gb200), (dgx, b200)):
+        assert float(ultra.chip.hbm_bytes) > float(old.chip.hbm_bytes)
+        assert float(ultra.scale_out.bandwidth_Bps) == 2 * float(old.scale_out.bandwidth_Bps)
+        for f in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
+                  "kernel_overhead_s", "hbm_Bps"):
+            assert float(getattr(ultra.chip, f)) == float(getattr(old.chip, f)), f
+        assert float(ultra.chip.peak_fp32_flops_per_s) == float(ultra.chip.peak_flops_per_s) / 2
+        assert _same_tier(ultra.scale_up, old.scale_up)  # NVLink5, 900 GB/s per direction
+        assert float(ultra.scale_up.bandwidth_Bps) == 900 * GB
+    assert [hw.chip_family(hw.preset(n).chip) for n in ("gb300-nvl72", "dgx-b300")] == \
+        ["GB300", "B300"]
+    for name in ("gb300-nvl72", "dgx-b300"):
+        sources = hw.preset(name).sources
+        assert "borrowed" in sources["matmul_efficiency"] and "host_Bps" in sources
+
+
+def test_host_link_of_every_preset_is_its_pcie_or_nvlink_c2c():
+    """`system.host_Bps`: one GPU's link to its host's memory, per direction.
+    PCIe Gen3/4/5 x16 = 16/32/64e9 B/s; a Grace Blackwell superchip's
+    NVLink-C2C, 900 GB/s both ways shared by its two GPUs: 225e9. A declared,
+    checked scenario key whose default is PCIe Gen5 x16."""
+    from codesign import scenario as sc
+
+    host = {n: float(hw.system(n).chip.host_Bps) for n in hw.PRESET_NAMES}
+    assert host["gb200-nvl72"] == host["gb300-nvl72"] == 900e9 / 2 / 2 == 225e9
+    for n in ("dgx-h100", "dgx-h200", "h800", "dgx-b200", "dgx-b300"):
+        assert host[n] == 64e9, n
+    assert (host["dgx-v100"], host["dgx-a100"], host["tpu-v4"]) == (16e9, 32e9, 16e9)
+    assert all(0 < v < float(hw.system(n).chip.hbm_Bps) for n, v in host.items())
+    assert hw.HOST_Bps == 64e9
+    assert float(hw.Chip(1e15, 2e15, 8e10, 3e12).host_Bps) == hw.HOST_Bps
+    assert "system.host_Bps" in sc.KNOBS
+    assert float(sc.load(None).system.chip.host_Bps) == 32e9  # the default scenario's dgx-a100
+    assert float(sc.load(None, ["system.preset=dgx-h100"]).system.chip.host_Bps) == 64e9
+    loaded = sc.load(None, ["system.preset=gb300-nvl72"]).system.chip
+    assert float(loaded.host_Bps) == 225e9
+    assert float(sc.load(None, ["system.preset=gb300-nvl72", "system.host_Bps=1e11"])
+                 .system.chip.host_Bps) == 1e11
+    with pytest.raises(ValueError, match=r"system.host_Bps=0 must be a number > 0"):
+        sc.load(None, ["system.host_Bps=0"])
+    with pytest.raises(ValueError, match=r"system.host_Bps=-1"):
+        hw.Chip(1e15, 2e15, 8e10, 3e12, host_Bps=-1.0)
+
+
+@pytest.mark.parametrize("ultra, old", [("gb300-nvl72", "gb200-nvl72"), ("dgx-b300", "dgx-b200")])
+def test_llama3_405b_estimates_on_blackwell_ultra(ultra, old):
+    """Llama 3 405B (tp 8, pp 9, dp 32 on 2,304 GPUs) on each Blackwell Ultra
+    preset: a finite, positive step that fits its 288 GB, no slower than on the
+    Blackwell preset it succeeds (the same 16-bit peak and HBM bandwidth, twice
+    the NIC)."""
+    import math
+
+    from codesign import scenario as sc
+    from codesign import step
+
+    def out(preset):
+        return step.outputs(step.estimate(sc.from_tables({
+            "model": {"preset": "llama3-405b"},
+            "training": {"global_batch": 2048, "micro_batch": 1, "recompute": "full"},
+            "parallel": {"tp": 8, "pp": 9}, "system": {"preset": preset, "gpus": 2304}})))
+
+    new, before = out(ultra), out(old)
+    t = float(new["step_time_s"])
+    assert math.isfinite(t) and t > 0
+    assert 0 < float(new["mfu"]) < 1
+    assert 0 < float(new["memory_bytes_per_gpu"]) <= 288e9
+    assert t <= float(before["step_time_s"])

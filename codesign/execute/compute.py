@@ -69,7 +69,8 @@ STREAM_BYTES = {"accelerator": tuple(2 ** i for i in range(16, 31, 2)),
 REPEATS = {"accelerator": 16, "cpu": 4}
 MEMORY_BYTES = {"accelerator": 8 * 2**30, "cpu": 256 * 2**20}  # for the copies of one kernel
 # device-kind fragment -> preset (checked in order: "GB200" before "B200")
-DEVICE_PRESETS = (("GB200", "gb200-nvl72"), ("B200", "dgx-b200"), ("H800", "h800"),
+DEVICE_PRESETS = (("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"),
+                  ("B200", "dgx-b200"), ("H800", "h800"),
                   ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"),
                   ("V100", "dgx-v100"), ("TPU v5p", "tpu-v5p"), ("TPU v4", "tpu-v4"))
 
