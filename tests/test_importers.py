@@ -6,6 +6,7 @@ rows whose sources publish a config."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from pathlib import Path
 
@@ -173,6 +174,65 @@ def test_megatron_shell_words():
     assert imp.tables["model"]["top_k"] == 2 and "model.top_k" in imp.assumed
 
 
+GPT_OSS_ARGS = ("--num-layers 36 --hidden-size 2880 --num-attention-heads 64 "
+                "--group-query-attention --num-query-groups 8 --seq-length 4096 --swiglu "
+                "--num-experts 128 --moe-router-topk 4 --moe-ffn-hidden-size 2880 --bf16 "
+                "--untie-embeddings-and-output-weights --vocab-size 201088 --lr 3e-4")
+
+
+def test_megatron_head_width_windows_mtp_and_bf16_gradient_reduction(capsys):
+    args = GPT_OSS_ARGS + (" --kv-channels 128 --window-size 128 0 --window-attn-skip-freq 2 "
+                           "--mtp-num-layers 1 --grad-reduce-in-bf16")
+    rc, text, err = _cli(capsys, "import", "megatron", *args.split(), "--gpus", "8")
+    assert (rc, err) == (0, "")
+    tables = tomllib.loads(text)
+    m, t = tables["model"], tables["training"]
+    # every 2nd layer (counting from 1) full, the other 18 windowed over 128 tokens
+    assert (m["head_dim"], m["window_layers"], m["window"], m["mtp_layers"]) == (128, 18, 128, 1)
+    assert t["grad_reduce_dtype"] == "bf16"
+    # Megatron-Core's 40M-parameter bucket in the bf16 reduction: 2 bytes each
+    assert tables["parallel"]["dp_bucket_bytes"] == 2 * 40e6
+    assert "--lr" in text and "--kv-channels" not in text.split("\n[")[0]
+    scn = scenario.from_tables(tables)
+    assert (float(scn.model.head_width), float(scn.model.window_layers)) == (128.0, 18.0)
+    assert scn.plan.precision.grad_reduce == "bf16"
+    # without them: hidden / heads, no window, no MTP, the bf16 recipe's fp32 reduction
+    plain = importers.megatron(GPT_OSS_ARGS.split(), gpus=8).tables
+    assert not {"head_dim", "window_layers", "window", "mtp_layers"} & set(plain["model"])
+    assert "grad_reduce_dtype" not in plain["training"]
+    assert plain["parallel"]["dp_bucket_bytes"] == 4 * 40e6
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("--kv-channels 45", {}),  # hidden / heads: the default
+    ("--window-size (4096,0)", {"window_layers": 36, "window": 4096}),  # every layer
+    ("--window-size 4096,0 --window-attn-skip-freq 4", {"window_layers": 27, "window": 4096}),
+    ("--window-size '(128, 0)' --window-attn-skip-freq [1,0]*18",
+     {"window_layers": 18, "window": 128}),
+    ("--window-size -1,0", {}),  # an unbounded window: full attention
+])
+def test_megatron_window_forms(extra, expected):
+    words = importers.shell_arguments(GPT_OSS_ARGS + " " + extra, "args")
+    m = importers.megatron(words, gpus=8).tables["model"]
+    assert {k: m[k] for k in ("head_dim", "window_layers", "window") if k in m} == expected
+
+
+def test_megatron_fp32_gradient_accumulation_of_fp16():
+    words = LLAMA3_8B_ARGS.replace("--bf16 --fp8-format hybrid", "--fp16").split()
+    assert "grad_reduce_dtype" not in importers.megatron(words).tables["training"]  # fp16
+    imp = importers.megatron(words + ["--accumulate-allreduce-grads-in-fp32"])
+    assert imp.tables["training"]["grad_reduce_dtype"] == "fp32"
+    assert "--accumulate-allreduce-grads-in-fp32" not in imp.ignored
+
+
+def test_nemo_window_lists_are_megatron_tuples():
+    text = ("model:\n  num_layers: 36\n  hidden_size: 2880\n  num_attention_heads: 64\n"
+            "  seq_length: 4096\n  kv_channels: 64\n  window_size: [128, 0]\n"
+            "  window_attn_skip_freq: 2\n  mtp_num_layers: null\n")
+    m = importers.nemo(text, "gpt-oss.yaml", gpus=8).tables["model"]
+    assert (m["window_layers"], m["window"], m["head_dim"]) == (18, 128, 64)
+
+
 @pytest.mark.parametrize("args, message", [
     ("--num-layers 8 --hidden-size 64", "--num-attention-heads missing"),
     ("--num-layers x --hidden-size 64 --num-attention-heads 8 --seq-length 8",
@@ -186,6 +246,17 @@ def test_megatron_shell_words():
      "--num-experts 4 --moe-layer-freq [1]*7", "must give 0 or 1 for each of the 8 layers"),
     ("--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 8 "
      "--tensor-model-parallel-size 3", "parallel.tp=3 must divide model.heads=8"),
+    ("--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 8 "
+     "--window-size 0,0", "--window-size='0,0' must be the window's left and right extents"),
+    ("--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 8 "
+     "--window-size wide", "--window-size='wide' must be the window's left and right extents"),
+    ("--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 8 "
+     "--window-size 16 --window-attn-skip-freq [1]*7",
+     "--window-attn-skip-freq='[1]*7' must give 0 or 1 for each of the 8 layers"),
+    ("--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 8 "
+     "--kv-channels 0", "--kv-channels='0' must be a whole number >= 1"),
+    ("--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 8 "
+     "--mtp-num-layers -1", "--mtp-num-layers='-1' must be a whole number >= 0"),
 ])
 def test_megatron_bad_input_is_one_line_exit_2(capsys, args, message):
     rc, out, err = _cli(capsys, "import", "megatron", *args.split())
@@ -310,6 +381,42 @@ def test_torchtitan_pipeline_schedule():
     assert "training.recompute" not in imp.assumed
 
 
+def test_torchtitan_qwen3_flavor_is_the_hugging_face_model():
+    """torchtitan's Qwen3 32B job: the flavor's shape restated from torchtitan's
+    model args is the model of Qwen3-32B's config.json."""
+    imp = _fixture("torchtitan", "qwen3_32b.toml")
+    scn = _scenario(imp)
+    assert "preset" not in imp.tables["model"] and imp.tables["model"]["seq_len"] == 4096
+    hf = _scenario(_fixture("hf", "qwen3-32b.json")).model
+    assert _differences(scn.model, eqx.tree_at(lambda m: m.seq_len, hf, scn.model.seq_len)) == {}
+    assert (float(scn.plan.dp), scn.plan.zero, scn.plan.recompute.name) == (8.0, 3, "full")
+    assert imp.tables["training"]["tokens"] == 3000 * 2 * 8 * 4096
+
+
+@pytest.mark.parametrize("name, flavor, params", [
+    # Qwen3 model cards' totals; DeepSeek-V2-Lite's 15.7B and V2's 236B; V3's 671B
+    ("qwen3", "0.6B", 0.6e9), ("qwen3", "1.7B", 1.7e9), ("qwen3", "4B", 4.0e9),
+    ("qwen3", "8B", 8.2e9), ("qwen3", "14B", 14.8e9), ("qwen3", "32B", 32.8e9),
+    ("qwen3", "30B-A3B", 30.5e9), ("qwen3", "235B-A22B", 235e9),
+    ("deepseek_v3", "16B", 15.7e9), ("deepseek_v3", "236B", 236e9),
+    ("deepseek_v3", "671B", 671e9),
+])
+def test_torchtitan_flavors_have_their_published_sizes(name, flavor, params):
+    imp = importers.torchtitan(f'[model]\nname = "{name}"\nflavor = "{flavor}"\n', "job.toml")
+    assert abs(float(_scenario(imp).model.params()) / params - 1) < 0.03
+
+
+def test_torchtitan_deepseek_v3_671b_is_the_preset_and_16b_imports():
+    model = _scenario(importers.torchtitan(
+        '[model]\nname = "deepseek_v3"\nflavor = "671B"\n[training]\nseq_len = 4096\n',
+        "job.toml")).model
+    assert _differences(model, workload.model("deepseek-v3")) == {}
+    scn = _scenario(_fixture("torchtitan", "deepseek_v3_16b.toml"))
+    assert (float(scn.plan.ep), float(scn.plan.dp), scn.plan.recompute.name) == \
+        (8.0, 8.0, "selective")
+    assert (float(scn.model.experts), float(scn.model.moe_layers)) == (64.0, 26.0)
+
+
 @pytest.mark.parametrize("text, argv, message", [
     ('[model]\nname = "llama3"\nflavor = "debugmodel"\n', (),
      "model.name='llama3' model.flavor='debugmodel' is not a flavor codesign knows"),
@@ -345,10 +452,88 @@ def test_hf_config_is_the_preset_of_its_model(name, preset):
     it, at the importer's assumed training sequence."""
     imp = _fixture("hf", name)
     model = _scenario(imp).model
-    expected = eqx.tree_at(lambda m: m.seq_len, workload.model(preset),
-                           model.seq_len.astype(float))
+    expected = eqx.tree_at(lambda m: (m.seq_len, m.mtp_layers), workload.model(preset),
+                           (model.seq_len.astype(float), model.mtp_layers.astype(float)))
     assert _differences(model, expected) == {}
     assert "model.seq_len" in imp.assumed and "plan" in imp.assumed
+    # DeepSeek-V3's num_nextn_predict_layers: one MTP depth (the preset leaves it out)
+    assert float(model.mtp_layers) == (1.0 if preset == "deepseek-v3" else 0.0)
+
+
+@pytest.mark.parametrize("name, params, windowed, window", [
+    ("qwen3-32b.json", 32.8e9, None, None),  # use_sliding_window false: no window
+    ("qwen3-30b-a3b.json", 30.5e9, None, None),
+    ("gemma-2-9b.json", 9.24e9, 21, 4096),  # every other layer of 42, the first too
+    ("gpt-oss-120b.json", 116.8e9, 18, 128),  # layer_types: sliding, full, ... x 18
+])
+def test_hf_public_configs_have_their_published_sizes(name, params, windowed, window):
+    """The public config.json of Qwen3-32B, Qwen3-30B-A3B, Gemma-2-9B and
+    GPT-OSS-120B: the model's parameters within 1% of the published totals, the
+    windows as the families lay them out, every key not read listed as ignored."""
+    imp = _fixture("hf", name)
+    model = _scenario(imp).model
+    assert abs(float(model.params()) / params - 1) < 0.01, float(model.params())
+    m = imp.tables["model"]
+    assert (m.get("window_layers"), m.get("window")) == (windowed, window)
+    assert "rope_theta" in imp.ignored and "architectures" in imp.ignored
+    assert not {"num_hidden_layers", "head_dim", "sliding_window", "model_type"} & \
+        set(imp.ignored)
+    assert "# ignored (not read by codesign): architectures," in imp.toml("test")
+
+
+def test_hf_gpt_oss_and_deepseek_v3_specifics():
+    gpt = _fixture("hf", "gpt-oss-120b.json")
+    m = gpt.tables["model"]
+    assert (m["gated"], m["attention_sinks"], m["experts"], m["top_k"], m["moe_layers"],
+            m["expert_ffn_hidden"], m["head_dim"]) == (True, True, 128, 4, 36, 2880, 64)
+    # mxfp4 is the release's storage, not a training recipe
+    assert "training" not in gpt.tables and "quantization_config" in gpt.ignored
+    assert "mxfp4" in gpt.assumed["quantization_config"]
+    assert "experts_per_token" not in gpt.ignored  # read, with num_experts_per_tok
+    assert float(_scenario(gpt).model.attention_params()) == \
+        2 * 2880 * 64 * 64 + 2 * 2880 * 8 * 64 + 64  # Q, O, K, V and a sink per head
+    deepseek = _fixture("hf", "deepseek-v3.json")
+    assert deepseek.tables["model"]["mtp_layers"] == 1
+    # topk_group 4 of n_group 8: node-limited routing to 4 nodes, said as assumed
+    assert deepseek.tables["parallel"]["moe_node_limit"] == 4
+    assert "topk_group 4" in deepseek.assumed["parallel.moe_node_limit"]
+
+
+LAYERS4 = ('"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, '
+           '"vocab_size": 1000')
+
+
+@pytest.mark.parametrize("keys, expected, rule", [
+    ('"model_type": "mistral", "sliding_window": 64', (4, 64, None), None),
+    ('"model_type": "mistral", "sliding_window": null', None, None),
+    ('"model_type": "phi3", "sliding_window": 64', (4, 64, None), "Mistral's rule"),
+    ('"model_type": "gemma3_text", "sliding_window": 64, "sliding_window_pattern": 2',
+     (2, 64, None), "sliding_window_pattern 2"),
+    ('"model_type": "gemma3_text", "sliding_window": 64', (4, 64, None), "Gemma 3's 6"),
+    ('"model_type": "gpt_oss", "sliding_window": 16', (2, 16, None), "GptOssConfig"),
+    ('"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": false', None, None),
+    ('"model_type": "qwen2", "sliding_window": 64, "use_sliding_window": true, '
+     '"max_window_layers": 1', (3, 64, None), "max_window_layers 1"),
+    ('"model_type": "qwen3", "sliding_window": 64, "use_sliding_window": true',
+     None, None),  # Qwen2's default 28 full layers: none of 4 slides
+    ('"sliding_window": 64, "layer_types": ["full_attention", "sliding_attention", '
+     '"sliding_attention", "full_attention"]', (2, 64, None), None),
+    ('"model_type": "llama4_text", "attention_chunk_size": 32, "no_rope_layers": [1, 1, 0, 1]',
+     (3, 32, True), None),
+    ('"model_type": "llama4_text", "attention_chunk_size": 32', (3, 32, True),
+     "Llama 4's interval 4"),
+    ('"attention_chunk_size": 32, "layer_types": ["chunked_attention", "chunked_attention", '
+     '"chunked_attention", "full_attention"]', (3, 32, True), None),
+])
+def test_hf_window_rules(keys, expected, rule):
+    imp = importers.hf("{" + LAYERS4 + ", " + keys + "}", "config.json")
+    m = imp.tables["model"]
+    got = (m["window_layers"], m["window"], m.get("chunked_attention")) \
+        if "window_layers" in m else None
+    assert got == expected
+    assert (rule is None) == ("model.window_layers" not in imp.assumed)
+    assert rule is None or rule in imp.assumed["model.window_layers"]
+    _scenario(imp)
 
 
 def test_hf_qwen_moe_counts_shared_experts_and_sparse_layers():
@@ -375,6 +560,40 @@ def test_hf_bad_input_is_one_line_exit_2(capsys, tmp_path):
         rc, out, err = _cli(capsys, "import", "hf", str(path))
         assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
         assert message in err, err
+
+
+GPT_OSS = (FIXTURES / "hf" / "gpt-oss-120b.json").read_text()
+GEMMA2 = (FIXTURES / "hf" / "gemma-2-9b.json").read_text()
+
+
+@pytest.mark.parametrize("text, message", [
+    (GEMMA2.replace('"sliding_window": 4096', '"sliding_window": -3'),
+     "sliding_window=-3 must be a whole number >= 0"),
+    (GEMMA2.replace('"sliding_window": 4096', '"sliding_window": 0').replace(
+        '"model_type": "gemma2"', '"layer_types": ' + json.dumps(
+            ["sliding_attention", "full_attention"] * 21) + ', "model_type": "gemma2"'),
+     "sliding_window=0 must be a whole number >= 1 for the 21 sliding_attention layers"),
+    (GPT_OSS.replace('"full_attention"\n  ],', '"full_attention", "full_attention"\n  ],', 1),
+     "layer_types must name the attention of each of the 36 layers (num_hidden_layers), "
+     "not 37 entries"),
+    (GPT_OSS.replace('"full_attention"', '"chunked_attention"', 1),
+     "layer_types mixes sliding_attention and chunked_attention layers"),
+    (GPT_OSS.replace('"full_attention"', '"linear_attention"', 1),
+     "layer_types[1]='linear_attention' is not an attention codesign models"),
+    (GPT_OSS.replace('"sliding_window": 128', '"sliding_window": null'),
+     "sliding_window=None must be a whole number >= 1 for the 18 sliding_attention layers"),
+    (GPT_OSS.replace('"experts_per_token": 4', '"experts_per_token": 2'),
+     "experts_per_token=2 must equal num_experts_per_tok=4"),
+    (GPT_OSS.replace('"num_hidden_layers": 36', '"num_hidden_layers": 36, '
+                     '"num_nextn_predict_layers": -1'),
+     "num_nextn_predict_layers=-1 must be a whole number >= 0"),
+])
+def test_hf_bad_windows_and_experts_are_one_line_exit_2(capsys, tmp_path, text, message):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    rc, out, err = _cli(capsys, "import", "hf", str(path))
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert message in err, err
 
 
 def test_hf_round_trips_to_an_estimate(capsys, tmp_path):

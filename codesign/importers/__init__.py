@@ -9,9 +9,9 @@ source is silent the importer takes the framework's own default or an
 assumption and says so: each is one `# assumed: ...` comment line naming the
 key, the value and why; what the source gives that codesign does not read is
 listed on `# ignored` lines (Megatron flags, NeMo model keys, the keys of
-torchtitan's plan tables). Each importer is a pure function of the source's
-text to an `Imported` (tables, assumptions, ignored names); `Imported.toml`
-renders it.
+torchtitan's plan tables, every top-level key of a config.json not read). Each
+importer is a pure function of the source's text to an `Imported` (tables,
+assumptions, ignored names); `Imported.toml` renders it.
 
 A value the importer cannot read (a number that is not one, a shell variable or
 interpolation it cannot resolve, an unknown torchtitan flavor) is a one-line

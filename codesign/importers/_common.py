@@ -312,14 +312,16 @@ class Tree:
                 return flag(self.where, path, value)
         return default
 
-    def unread(self, prefix: str) -> list[str]:
-        """The keys of the table `prefix` not read whose value is set (not null,
-        false, 0 or empty, nor a table)."""
-        node = self.node(prefix)
+    def unread(self, prefix: str = "", every: bool = False) -> list[str]:
+        """The keys of the table `prefix` ("": the top level) not read: `every`
+        one, else those whose value is set (not null, false, 0 or empty, nor a
+        table)."""
+        node = self.node(prefix) if prefix else self.root
         if not isinstance(node, dict):
             return []
-        return [f"{prefix}.{k}" for k, v in node.items() if f"{prefix}.{k}" not in self.read
-                and v not in (None, False, 0, "", []) and not isinstance(v, dict)]
+        dot = f"{prefix}." if prefix else ""
+        return [f"{dot}{k}" for k, v in node.items() if f"{dot}{k}" not in self.read
+                and (every or (v not in (None, False, 0, "", []) and not isinstance(v, dict)))]
 
 
 def yaml_mapping(text: str, where: str) -> dict:

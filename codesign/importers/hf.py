@@ -1,6 +1,7 @@
 """Hugging Face config.json files: the model only (Llama, Mistral/Mixtral,
-Qwen2/3 and their MoE, DeepSeek-V2/V3); the plan is codesign's defaults unless
-the command's --set gives it."""
+Qwen2/3 and their MoE, DeepSeek-V2/V3, Gemma 2/3, GPT-OSS); the plan is
+codesign's defaults unless the command's --set gives it. Every top-level key
+the importer does not read is listed as ignored."""
 
 from __future__ import annotations
 
@@ -12,9 +13,28 @@ from . import _common as c
 SEQ_LEN = 8192  # the training sequence assumed: at most the config's max_position_embeddings
 # model_type with a gated (gate/up/down) MLP, and without
 GATED = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-                   "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "phi3", "olmo", "olmo2",
-                   "granite", "cohere", "internlm2"})
+                   "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text",
+                   "phi3", "olmo", "olmo2", "granite", "cohere", "internlm2", "gpt_oss",
+                   "llama4_text"})
 UNGATED = frozenset({"gpt_neox", "phi", "starcoder2", "gpt_bigcode", "opt", "gptj"})
+# model_type whose config class ties the embeddings unless tie_word_embeddings says
+# otherwise (GemmaConfig, Gemma2Config, Gemma3TextConfig); Llama's and most others' do not
+TIED = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
+# layer_types' names (transformers): a layer's attention
+SLIDING, FULL, CHUNKED = "sliding_attention", "full_attention", "chunked_attention"
+# the families' own rules where a config has no layer_types (transformers' configs):
+# every other layer slides, the first too (Gemma2Config, GptOssConfig)
+ALTERNATE = {"gemma2": "Gemma2Config", "gpt_oss": "GptOssConfig"}
+# N-1 of every N layers slide, N = sliding_window_pattern (Gemma3TextConfig: 6)
+PATTERNED = frozenset({"gemma3", "gemma3_text"})
+GEMMA3_PATTERN = 6
+# the layers from max_window_layers on slide, with use_sliding_window (Qwen2Config: 28)
+QWEN = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+QWEN_MAX_WINDOW_LAYERS = 28
+# every layer slides (MistralConfig, MixtralConfig)
+EVERY_LAYER = frozenset({"mistral", "mixtral"})
+# Llama 4: the RoPE layers attend in chunks, every no_rope_layer_interval-th is full
+LLAMA4_NOPE_INTERVAL = 4
 
 
 def hf(text: str, where: str, *, gpus: int | None = None,
@@ -50,8 +70,9 @@ def hf(text: str, where: str, *, gpus: int | None = None,
         d.put("model.gated", family in GATED)
     else:
         d.assume("model.gated", True, f"model_type {family!r}: a Llama-style gated MLP")
-    d.given("model.tied_embeddings", t.flag("tie_word_embeddings"), False,
-            "no tie_word_embeddings (Llama's default)")
+    d.given("model.tied_embeddings", t.flag("tie_word_embeddings"), family in TIED,
+            f"no tie_word_embeddings (model_type {family}'s default)" if family in TIED
+            else "no tie_word_embeddings (Llama's default)")
     _moe(t, d, layers, d.get("model.ffn_hidden"))
     if t.get("kv_lora_rank") is not None:  # multi-head latent attention
         d.put("model.attention", "mla")
@@ -61,6 +82,12 @@ def hf(text: str, where: str, *, gpus: int | None = None,
             d.put(f"model.{key}", t.count(name, default=0, lo=0))  # null q_lora_rank: 0
     elif t.count("head_dim") not in (None, hidden / heads):
         d.put("model.head_dim", t.count("head_dim"))
+    _window(t, d, layers, family)
+    mtp = t.count("num_nextn_predict_layers", lo=0)
+    if mtp:
+        d.put("model.mtp_layers", mtp)
+    if family == "gpt_oss":  # a learnt sink logit per head in every softmax
+        d.put("model.attention_sinks", True)
     d.put("model.dropout", False)
     d.assume("plan", None, "a config.json holds no plan: [parallel] and [training] are "
              "codesign's defaults (data parallelism over every GPU, micro_batch 1, "
@@ -68,6 +95,13 @@ def hf(text: str, where: str, *, gpus: int | None = None,
     c.system(d, system)
     per_node = int(hardware.system(d.tables["system"]["preset"]).gpus_per_node)
     c.gpus(d, gpus, (per_node, "one node of the system (--gpus N)"))
+    quantized = t.node("quantization_config")  # not read: listed as ignored too
+    if quantized is not None:
+        method = quantized.get("quant_method", "?") if isinstance(quantized, dict) else quantized
+        d.assume("quantization_config", None, f"quant_method {method} is how the release "
+                 "stores its weights, not a training recipe: training.dtype is not taken "
+                 "from it (--set training.dtype=...)")
+    d.ignored += t.unread(every=True)
     return d.done()
 
 
@@ -85,7 +119,11 @@ def _moe(t: c.Tree, d: c.Draft, layers: int, ffn: int) -> None:
            and (i % freq == 0 if freq else (i + 1) % step == 0)]
     d.put("model.moe_layers", len(moe))
     d.put("model.experts", experts)
-    d.given("model.top_k", t.count("num_experts_per_tok"), 2, "no num_experts_per_tok")
+    top_k, per_token = t.count("num_experts_per_tok"), t.count("experts_per_token")  # GPT-OSS
+    if None not in (top_k, per_token) and top_k != per_token:
+        raise c.bad(t.where, "experts_per_token", per_token,
+                    f"must equal num_experts_per_tok={top_k} (both name the routed top-k)")
+    d.given("model.top_k", top_k or per_token, 2, "no num_experts_per_tok")
     width = t.count("moe_intermediate_size", default=ffn)
     d.put("model.expert_ffn_hidden", width)
     shared, shared_width = t.count("n_shared_experts", lo=0), \
@@ -96,3 +134,117 @@ def _moe(t: c.Tree, d: c.Draft, layers: int, ffn: int) -> None:
         d.assume("model.shared_experts", max(1, round(shared_width / width)),
                  f"shared_expert_intermediate_size {shared_width} as shared experts of the "
                  f"routed width {width}")
+    groups, limit = t.count("n_group", lo=0), t.count("topk_group", lo=0)
+    if groups and limit and limit < groups:  # DeepSeek's group-limited routing
+        d.assume("parallel.moe_node_limit", limit,
+                 f"topk_group {limit} of n_group {groups}: a token's experts come from at most "
+                 f"{limit} of {groups} expert groups, taken as one group per node (DeepSeek-V3: "
+                 "at most 4 of the 8 nodes holding its experts); another layout bounds "
+                 "otherwise (--set parallel.moe_node_limit=M)")
+
+
+def _window(t: c.Tree, d: c.Draft, layers: int, family: str) -> None:
+    """model.window_layers and model.window: the sliding (or chunked) layers of
+    layer_types, else the family's rule (said as an assumption), else none."""
+    window = t.count("sliding_window", lo=0)  # null or 0: no window
+    chunk = t.count("attention_chunk_size", lo=0)
+    kinds = t.get("layer_types")
+    if kinds is not None:
+        sliding, chunked = _layer_types(t, kinds, layers)
+        if sliding:
+            _put_window(t, d, sliding, window, "sliding_window", SLIDING)
+        elif chunked:
+            _put_window(t, d, chunked, chunk, "attention_chunk_size", CHUNKED)
+        return
+    if chunk:  # Llama 4: chunked attention on the RoPE layers
+        _chunked(t, d, layers, chunk)
+        return
+    if family in QWEN:  # a window only with use_sliding_window, from max_window_layers on
+        use = t.flag("use_sliding_window", default=False)
+        full = t.count("max_window_layers", lo=0)
+        if not (use and window):
+            return
+        if full is None:
+            full = QWEN_MAX_WINDOW_LAYERS
+            why = f"no max_window_layers: Qwen2's default {full}"
+        else:
+            why = f"max_window_layers {full}"
+        windowed = max(0, layers - full)
+        if windowed:
+            _put_window(t, d, windowed, window, "sliding_window", SLIDING, (
+                f"{why}: layers {full} and up slide (use_sliding_window, Qwen's rule)"))
+        return
+    if t.flag("use_sliding_window") is False or not window:
+        return
+    pattern = t.count("sliding_window_pattern", "_sliding_window_pattern")
+    if family in ALTERNATE:
+        windowed, rule = (layers + 1) // 2, (
+            f"model_type {family} without layer_types: every other layer slides, the first "
+            f"too ({ALTERNATE[family]}'s rule)")
+    elif family in PATTERNED or pattern is not None:
+        if pattern is None:
+            pattern = GEMMA3_PATTERN
+            given = f"no sliding_window_pattern: Gemma 3's {pattern}"
+        else:
+            given = f"sliding_window_pattern {pattern}"
+        windowed = layers - layers // pattern
+        rule = f"{given}: {pattern - 1} of every {pattern} layers slide (Gemma 3's rule)"
+    elif family in EVERY_LAYER:
+        windowed, rule = layers, None
+    else:
+        windowed, rule = layers, (f"model_type {family or '?'} without layer_types: every "
+                                  "layer slides (Mistral's rule)")
+    _put_window(t, d, windowed, window, "sliding_window", SLIDING, rule)
+
+
+def _layer_types(t: c.Tree, kinds, layers: int) -> tuple[int, int]:
+    """(sliding, chunked) layers of layer_types: one name per layer."""
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        got = f"{len(kinds)} entries" if isinstance(kinds, list) else type(kinds).__name__
+        raise ValueError(f"{t.where}: layer_types must name the attention of each of the "
+                         f"{layers} layers (num_hidden_layers), not {got}")
+    for i, kind in enumerate(kinds):
+        if kind not in (SLIDING, FULL, CHUNKED):
+            raise c.bad(t.where, f"layer_types[{i}]", kind,
+                        f"is not an attention codesign models ({FULL}, {SLIDING}, {CHUNKED})")
+    sliding, chunked = kinds.count(SLIDING), kinds.count(CHUNKED)
+    if sliding and chunked:
+        raise ValueError(f"{t.where}: layer_types mixes {SLIDING} and {CHUNKED} layers; "
+                         "codesign models one window per model")
+    return sliding, chunked
+
+
+def _chunked(t: c.Tree, d: c.Draft, layers: int, chunk: int) -> None:
+    """Llama 4: no_rope_layers (1: a RoPE layer, chunked) or, without it, every
+    no_rope_layer_interval-th layer full."""
+    rope = t.get("no_rope_layers")
+    if rope:
+        if (not isinstance(rope, list) or len(rope) != layers
+                or any(r not in (0, 1) or isinstance(r, bool) for r in rope)):
+            raise ValueError(f"{t.where}: no_rope_layers must give 0 or 1 for each of the "
+                             f"{layers} layers (num_hidden_layers)")
+        _put_window(t, d, sum(rope), chunk, "attention_chunk_size", CHUNKED)
+        return
+    interval = t.count("no_rope_layer_interval")
+    given = f"no_rope_layer_interval {interval}" if interval else \
+        f"no no_rope_layers: Llama 4's interval {LLAMA4_NOPE_INTERVAL}"
+    interval = interval or LLAMA4_NOPE_INTERVAL
+    _put_window(t, d, layers - layers // interval, chunk, "attention_chunk_size", CHUNKED,
+                f"{given}: every {interval}th layer full (no RoPE), the others chunked "
+                "(Llama 4's rule)")
+
+
+def _put_window(t: c.Tree, d: c.Draft, windowed: int, window, key: str, kind: str,
+                rule: str | None = None) -> None:
+    """`windowed` layers attend within `window` (the config's `key`) tokens;
+    `rule`: the family's rule that gave the count, said as an assumption."""
+    if not window:
+        raise c.bad(t.where, key, window, f"must be a whole number >= 1 for the {windowed} "
+                    f"{kind} layers")
+    if rule is None:
+        d.put("model.window_layers", windowed)
+    else:
+        d.assume("model.window_layers", windowed, rule)
+    d.put("model.window", window)
+    if kind == CHUNKED:
+        d.put("model.chunked_attention", True)

@@ -16,7 +16,8 @@ SWITCHES = frozenset({
     "--sequence-parallel", "--swiglu", "--untie-embeddings-and-output-weights",
     "--group-query-attention", "--bf16", "--fp16", "--use-distributed-optimizer",
     "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
-    "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp", "--tp-comm-overlap"})
+    "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp", "--tp-comm-overlap",
+    "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"})
 # --attention-backend -> model.attention_kernel
 ATTENTION_BACKENDS = {"flash": "flash", "fused": "flash", "unfused": "naive", "local": "naive"}
 # --data-parallel-sharding-strategy (Megatron FSDP) -> parallel.zero
@@ -136,6 +137,21 @@ def moe_layer_count(where: str, name: str, value, layers: int) -> int:
     0/1 per layer (`[0]*3+[1]*58`, `([1]*48)`, `[0,1,1]`)."""
     if str(value).strip().isdigit():
         return -(-layers // c.whole(where, name, value))
+    return sum(layer_pattern(where, name, value, layers))
+
+
+def window_layer_count(where: str, name: str, value, layers: int) -> int:
+    """Windowed layers of --window-attn-skip-freq (Megatron-Core's
+    `is_layer_window_attention`): an int N, every N-th layer (counting from 1)
+    full attention and the others windowed, or a pattern of 0/1 per layer (1:
+    windowed)."""
+    if str(value).strip().isdigit():
+        return layers - layers // c.whole(where, name, value)
+    return sum(layer_pattern(where, name, value, layers))
+
+
+def layer_pattern(where: str, name: str, value, layers: int) -> list[int]:
+    """A 0/1 per layer, as Megatron's `moe_freq_type` reads a list expression."""
     try:
         pattern = _layer_pattern(ast.parse(str(value).strip().strip("'\""), mode="eval").body)
     except (SyntaxError, ValueError):
@@ -143,7 +159,21 @@ def moe_layer_count(where: str, name: str, value, layers: int) -> int:
                     "such as [0]*3+[1]*58") from None
     if len(pattern) != layers or any(p not in (0, 1) for p in pattern):
         raise c.bad(where, name, value, f"must give 0 or 1 for each of the {layers} layers")
-    return sum(pattern)
+    return pattern
+
+
+def window_size(where: str, name: str, value) -> tuple[int, int]:
+    """--window-size (Megatron's `tuple_type`: "A,B" or "(A, B)"; "A B" and a lone A
+    too): the window's left and right extents; -1 is an unbounded extent."""
+    words = [w for w in re.split(r"[\s,]+", str(value).strip().strip("()[]")) if w]
+    try:
+        extents = [int(w) for w in words]
+    except ValueError:
+        extents = []
+    if len(extents) not in (1, 2) or extents[0] == 0 or any(e < -1 for e in extents):
+        raise c.bad(where, name, value, "must be the window's left and right extents in "
+                    "tokens, such as 128,0 (-1: unbounded)")
+    return extents[0], extents[1] if len(extents) == 2 else 0
 
 
 def _layer_pattern(node) -> list:
@@ -203,6 +233,10 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
     else:
         given = " or ".join(dict.fromkeys(n(x) for x in ("--bf16", "--fp16", "--fp8-format")))
         d.assume("training.dtype", "fp32", f"no {given} ({default})")
+    bf16_reduce, fp32_reduce = (f.switch("--grad-reduce-in-bf16"),
+                                f.switch("--accumulate-allreduce-grads-in-fp32"))
+    if bf16_reduce or fp32_reduce:  # Megatron: reducing in bf16 turns fp32 accumulation off
+        d.put("training.grad_reduce_dtype", "bf16" if bf16_reduce else "fp32")
 
     for key, name in (("tp", "--tensor-model-parallel-size"),
                       ("pp", "--pipeline-model-parallel-size"),
@@ -241,15 +275,18 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
 def _bucket(f: Flags, d: c.Draft, model_parallel: int, default: str) -> None:
     """parallel.dp_bucket_bytes: --ddp-bucket-size parameters, else Megatron-Core's
     default for the run's dp x cp (`plan.megatron_bucket_bytes`), in the
-    recipe's gradient-reduction width."""
+    gradient-reduction width (the recipe's, or --grad-reduce-in-bf16's)."""
     dtype = d.get("training.dtype")  # set above, given or assumed
+    recipe = plan.RECIPES[dtype]["grad_reduce"]
+    width = plan.DTYPE_BYTES[d.get("training.grad_reduce_dtype", recipe)] / \
+        plan.DTYPE_BYTES[recipe]  # the reduction's width over the recipe's
     given = f.number("--ddp-bucket-size")
     if given is not None:
-        d.put("parallel.dp_bucket_bytes", plan.megatron_bucket_bytes(dtype, params=given))
+        d.put("parallel.dp_bucket_bytes", width * plan.megatron_bucket_bytes(dtype, params=given))
         return
     gpus = d.get("system.gpus")
     dp_cp = None if gpus is None else gpus / model_parallel
-    d.assume("parallel.dp_bucket_bytes", plan.megatron_bucket_bytes(dtype, dp_cp),
+    d.assume("parallel.dp_bucket_bytes", width * plan.megatron_bucket_bytes(dtype, dp_cp),
              f"no {f.name('--ddp-bucket-size')}: max(40M, 1M x dp) parameters "
              f"({default}, Megatron-Core)")
 
@@ -286,10 +323,16 @@ def _model(f: Flags, d: c.Draft, layers: int, tp: int, default: str) -> None:
     experts = f.count("--num-experts", lo=0)
     if experts:
         _moe(f, d, layers, ffn, experts, default)
-    if f.switch("--multi-latent-attention"):
+    if f.switch("--multi-latent-attention"):  # its head widths are its own (MLA)
         d.put("model.attention", "mla")
         for key, name, value in MLA:
             d.given(f"model.{key}", f.count(name, lo=0), value, f"no {n(name)} ({default})")
+    elif f.count("--kv-channels") not in (None, hidden / heads):  # default: hidden / heads
+        d.put("model.head_dim", f.count("--kv-channels"))
+    _window(f, d, layers)
+    mtp = f.count("--mtp-num-layers", lo=0)
+    if mtp:
+        d.put("model.mtp_layers", mtp)
     kernel = ATTENTION_BACKENDS.get(f.text("--attention-backend"))
     if f.switch("--use-flash-attn") or kernel is not None:
         d.put("model.attention_kernel", kernel or ATTENTION_BACKENDS["flash"])
@@ -303,6 +346,21 @@ def _model(f: Flags, d: c.Draft, layers: int, tp: int, default: str) -> None:
                  "where not given")
     else:
         d.put("model.dropout", any(p > 0 for p in dropouts))
+
+
+def _window(f: Flags, d: c.Draft, layers: int) -> None:
+    """--window-size's left extent over the layers --window-attn-skip-freq leaves
+    windowed (every layer without it); an unbounded (-1) window is full attention."""
+    given = f.get("--window-size")
+    if given is None:
+        return
+    left, _ = window_size(f.where, f.name("--window-size"), given)
+    skip = f.get("--window-attn-skip-freq")
+    windowed = layers if skip is None else window_layer_count(
+        f.where, f.name("--window-attn-skip-freq"), skip, layers)
+    if left > 0 and windowed:
+        d.put("model.window_layers", windowed)
+        d.put("model.window", left)
 
 
 def _moe(f: Flags, d: c.Draft, layers: int, ffn: int, experts: int, default: str) -> None:

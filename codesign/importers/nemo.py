@@ -16,6 +16,9 @@ RENAMED = {"encoder_seq_length": "--seq-length", "num_moe_experts": "--num-exper
            "use_flash_attention": "--use-flash-attn", "ub_tp_comm_overlap": "--tp-comm-overlap"}
 # model.* keys read below, as NeMo spells them otherwise than Megatron
 SPELLED = ("fp8", "share_embeddings_and_output_weights", "activation", "gated_linear_unit")
+# model.* keys whose value may be a list, given to Megatron as its flag's text
+LISTS = {"window_size": lambda v: ",".join(str(x) for x in v),  # (left, right)
+         "window_attn_skip_freq": str}  # a 0/1 per layer
 GATED_ACTIVATIONS = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu")
 DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")
 
@@ -45,6 +48,8 @@ def nemo(text: str, where: str, *, gpus: int | None = None,
 
     for k in model:
         value = t.get(f"model.{k}")
+        if k in LISTS and isinstance(value, list):
+            value = LISTS[k](value)
         if k not in SPELLED and not isinstance(value, (dict, list)):
             give(RENAMED.get(k, "--" + k.replace("_", "-")), f"model.{k}", value)
     # what NeMo spells otherwise than Megatron

@@ -1,7 +1,7 @@
-"""torchtitan job TOMLs: the model is a codesign preset named by the job's
-flavor; the plan is torchtitan's FSDP2 (ZeRO-3 over the data-parallel shard
-degree x cp, HSDP replicas as `zero_shard_size`) with sequence-parallel tensor
-parallelism."""
+"""torchtitan job TOMLs: the model is the job's flavor (a codesign preset, or
+the flavor's shape restated from torchtitan's model args); the plan is
+torchtitan's FSDP2 (ZeRO-3 over the data-parallel shard degree x cp, HSDP
+replicas as `zero_shard_size`) with sequence-parallel tensor parallelism."""
 
 from __future__ import annotations
 
@@ -13,9 +13,61 @@ from . import _common as c
 GPUS = 8  # torchtitan's run_train.sh default NGPU
 SEQ_LEN = 2048  # torchtitan's default training.seq_len
 LOCAL_BATCH = 8  # torchtitan's default training.local_batch_size
-# (model.name, model.flavor) -> codesign model preset
-FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b",
-           ("llama3", "405B"): "llama3-405b", ("deepseek_v3", "671B"): "deepseek-v3"}
+QWEN3_VOCAB, DEEPSEEK_V2_VOCAB, DEEPSEEK_V3_VOCAB = 151936, 102400, 129280
+
+
+def _qwen3(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int,
+           tied: bool = False) -> dict:
+    """A dense Qwen3 flavor's [model] keys (head width 128, SwiGLU)."""
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=128,
+                ffn_hidden=ffn, vocab=QWEN3_VOCAB, gated=True, tied_embeddings=tied)
+
+
+def _qwen3_moe(layers: int, hidden: int, heads: int, kv_heads: int, experts: int,
+               top_k: int, width: int) -> dict:
+    """A Qwen3 MoE flavor: routed experts in every layer (no dense FFN), no
+    shared expert."""
+    model = _qwen3(layers, hidden, heads, kv_heads, 0)
+    del model["ffn_hidden"]
+    return dict(model, moe_layers=layers, experts=experts, top_k=top_k, expert_ffn_hidden=width)
+
+
+def _deepseek(layers: int, hidden: int, heads: int, vocab: int, dense_layers: int, ffn: int,
+              experts: int, shared: int, top_k: int, width: int, q_lora_rank: int) -> dict:
+    """A DeepSeek-V2/V3 flavor: MLA (kv_lora_rank 512, per-head query/key 128 +
+    64 RoPE, value 128), the first `dense_layers` dense, then routed experts and
+    `shared` shared experts of the routed width (torchtitan's shared FFN of
+    width x shared)."""
+    return dict(layers=layers, hidden=hidden, heads=heads, ffn_hidden=ffn, vocab=vocab,
+                moe_layers=layers - dense_layers, experts=experts, shared_experts=shared,
+                top_k=top_k, expert_ffn_hidden=width, gated=True, tied_embeddings=False,
+                attention="mla", q_lora_rank=q_lora_rank, kv_lora_rank=512, qk_head_dim=128,
+                qk_rope_head_dim=64, v_head_dim=128)
+
+
+# (model.name, model.flavor) -> a codesign model preset, or the flavor's [model]
+# keys restated from torchtitan's model args (pytorch/torchtitan at commit
+# b5bcd76c66d0acb1a08b176d9639425bc55e0b2a: torchtitan/models/qwen3/__init__.py
+# `qwen3_configs`, torchtitan/models/deepseek_v3/__init__.py `deepseekv3_configs`;
+# the 0.6B, 1.7B and 4B Qwen3 tie the embeddings, the others do not)
+FLAVORS = {
+    ("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b",
+    ("llama3", "405B"): "llama3-405b",
+    ("qwen3", "0.6B"): _qwen3(28, 1024, 16, 8, 3072, tied=True),
+    ("qwen3", "1.7B"): _qwen3(28, 2048, 16, 8, 6144, tied=True),
+    ("qwen3", "4B"): _qwen3(36, 2560, 32, 8, 9728, tied=True),
+    ("qwen3", "8B"): _qwen3(36, 4096, 32, 8, 12288),
+    ("qwen3", "14B"): _qwen3(40, 5120, 40, 8, 17408),
+    ("qwen3", "32B"): _qwen3(64, 5120, 64, 8, 25600),
+    ("qwen3", "30B-A3B"): _qwen3_moe(48, 2048, 32, 4, 128, 8, 768),
+    ("qwen3", "235B-A22B"): _qwen3_moe(94, 4096, 64, 4, 128, 8, 1536),
+    ("deepseek_v3", "16B"): _deepseek(27, 2048, 16, DEEPSEEK_V2_VOCAB, 1, 10944, 64, 2, 6, 1408,
+                                      q_lora_rank=0),
+    ("deepseek_v3", "236B"): _deepseek(60, 5120, 128, DEEPSEEK_V2_VOCAB, 1, 12288, 160, 2, 6,
+                                       1536, q_lora_rank=1536),
+    ("deepseek_v3", "671B"): _deepseek(61, 7168, 128, DEEPSEEK_V3_VOCAB, 3, 18432, 256, 1, 8,
+                                       2048, q_lora_rank=1536),
+}
 # pipeline_parallel_schedule (lower case) -> parallel.schedule
 SCHEDULES = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved1f1b": "interleaved",
              "looped_bfs": "interleaved", "interleavedzerobubble": "zero_bubble",
@@ -33,12 +85,18 @@ def torchtitan(text: str, where: str, *, gpus: int | None = None,
         raise ValueError(f"torchtitan job file {where!r} is not valid TOML: {e}") from None
     d = c.Draft("torchtitan", where)
     name, flavor = str(t.get("model.name", default="")), str(t.get("model.flavor", default=""))
-    preset = FLAVORS.get((name, flavor))
-    if preset is None:
+    model = FLAVORS.get((name, flavor))
+    if model is None:
         known = "; ".join(f"{n} {f}" for n, f in FLAVORS)
         raise ValueError(f"{where}: model.name={name!r} model.flavor={flavor!r} is not a "
                          f"flavor codesign knows ({known})")
-    d.put("model.preset", preset)
+    if isinstance(model, str):
+        d.put("model.preset", model)
+        layers = int(workload.model(model).layers)
+    else:
+        for key, value in model.items():
+            d.put(f"model.{key}", value)
+        layers = model["layers"]
     d.given("model.seq_len", t.count("training.seq_len"), SEQ_LEN,
             "no training.seq_len (torchtitan's default)")
     degree = lambda k: t.count(f"parallelism.{k}", f"experimental.{k}", default=1)  # noqa: E731
@@ -61,7 +119,7 @@ def torchtitan(text: str, where: str, *, gpus: int | None = None,
     for key, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("dp", dp)):
         d.put(f"parallel.{key}", value)
     if pp > 1:
-        _schedule(t, d, preset, pp)
+        _schedule(t, d, layers, pp)
     d.put("parallel.sequence_parallel", tp > 1)  # torchtitan's TP shards norms by sequence
     if tp > 1 and t.flag("parallelism.enable_async_tensor_parallel",
                          "experimental.enable_async_tensor_parallel"):
@@ -125,7 +183,7 @@ def _dtype(t: c.Tree, d: c.Draft) -> str:
     return "fp32" if param == "float32" else "bf16"
 
 
-def _schedule(t: c.Tree, d: c.Draft, preset: str, pp: int) -> None:
+def _schedule(t: c.Tree, d: c.Draft, layers: int, pp: int) -> None:
     name = str(t.get("parallelism.pipeline_parallel_schedule",
                      "experimental.pipeline_parallel_schedule", default="1F1B"))
     schedule = SCHEDULES.get(name.lower())
@@ -135,7 +193,6 @@ def _schedule(t: c.Tree, d: c.Draft, preset: str, pp: int) -> None:
     d.put("parallel.schedule", schedule)
     if not strategies.schedule(schedule).interleaves:
         return
-    layers = int(workload.model(preset).layers)
     per_stage = t.count("parallelism.pipeline_parallel_layers_per_stage")
     if per_stage is None:
         d.assume("parallel.interleave", 2, f"{name} without pipeline_parallel_layers_per_stage")
