@@ -39,7 +39,6 @@ import jax.numpy as jnp
 from . import traffic
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Plan
-from .relax import smooth_max
 from .workload import LAYER_KINDS, Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
@@ -290,8 +289,10 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     # the host launches the kernels while the GPU runs the ones before: only the
     # excess of its launch time over the GPU's work shows
     launches = host_launches(model, plan, sh)
-    forward = smooth_max(forward, launches[0] * plan.host_launch_s, t)
-    backward = smooth_max(backward, launches[1] * plan.host_launch_s, t)
+    # (exact at every temperature: the relaxation smooths the plan's knobs, and a
+    # softplus here would move every relaxed step the host does not bound)
+    forward = jnp.maximum(forward, launches[0] * plan.host_launch_s)
+    backward = jnp.maximum(backward, launches[1] * plan.host_launch_s)
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd
