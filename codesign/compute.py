@@ -26,7 +26,7 @@ Calibration (the only throughput figures in the seeds; rerun with
 - H100-class chips (H100, H200, H800; B200 and GB200 borrow it): no figure in
   the seeds; the sustained `matmul_efficiency` is fitted to four of
   `codesign validate`'s H100 rows (`validate.fit_matmul_efficiency`, see
-  hardware.py), and attention runs at FlashAttention-2's 35% of the H100 peak.
+  _measured.py), and attention runs at FlashAttention-2's 35% of the H100 peak.
   TPUs borrow A100's factor (labelled in hardware.py).
 """
 

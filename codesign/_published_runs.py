@@ -1,0 +1,459 @@
+"""The published end-to-end figures `codesign validate` sets the model beside:
+each `Check` is one number with its source, the scenario tables that
+reproduce the published configuration (the assumptions where the publication
+is silent, said once per set) and whether it calibrates a model constant.
+`validate` evaluates and summarises them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import plan as plan_lib
+from . import scenario as scenario_lib
+
+MEASURES = {
+    "hardware_tflops_per_gpu": "TFLOP/s per GPU, hardware FLOPs (recomputation included)",
+    "model_tflops_per_gpu": "TFLOP/s per GPU, model FLOPs",
+    "aggregate_hardware_pflops": "PFLOP/s over all GPUs, hardware FLOPs",
+    "mfu": "model FLOPs utilisation against the 16-bit peak (full s x s attention)",
+    "mfu_causal": "MFU counting only the causal half of the attention scores",
+    "tokens_per_s_per_gpu": "tokens per second per GPU (no FLOP convention)",
+    "step_time_s": "seconds per iteration",
+    "gpu_hours": "GPU-hours to train on the scenario's tokens (failures included)",
+    "busbw_GBps": "nccl-tests bus bandwidth, GB/s",
+}
+# the measures that are a time (the others are rates: a positive error is optimistic)
+TIME_MEASURES = frozenset({"step_time_s", "gpu_hours"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One published figure and how to reproduce it."""
+
+    name: str
+    source: str
+    measure: str  # a key of MEASURES
+    published: float
+    tables: dict | None = None  # scenario tables (scenario.from_tables)
+    collective: tuple | None = None  # (system preset, op, algorithm, tier, ranks, bytes)
+    calibration: bool = False  # the figure sets a model constant
+    note: str = ""
+
+
+def _narayanan(params_b, heads, hidden, layers, tp, pp, gpus, batch, tflops, calibration=False):
+    """A row of Narayanan et al. 2021, Table 1 (seq 2048, vocab 51,200, A100s,
+    full recomputation, fp16); micro-batch 1 and the 1F1B schedule are ours."""
+    return Check(
+        f"Megatron {params_b}B on {gpus} A100 (tp {tp}, pp {pp})",
+        "Narayanan et al. 2021, Table 1", "hardware_tflops_per_gpu", tflops,
+        {"model": {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": 2048,
+                   "vocab": 51200, "attention_kernel": "naive", "dropout": True},
+         "training": {"global_batch": batch, "micro_batch": 1, "recompute": "full",
+                      "dtype": "fp16"},
+         "parallel": {"tp": tp, "pp": pp},
+         "system": {"preset": "dgx-a100", "gpus": gpus}},
+        calibration=calibration,
+        note="sets the A100 matmul_efficiency" if calibration
+        else "micro-batch 1 and 1F1B assumed (not in the table)")
+
+
+def _mt_nlg(nodes, seconds):
+    return Check(
+        f"MT-NLG 530B on {nodes * 8} A100 (tp 8, pp 35)", "Smith et al. 2022, Table 2",
+        "step_time_s", seconds,
+        {"model": {"preset": "megatron-530b"},
+         "training": {"global_batch": 1920, "micro_batch": 1, "recompute": "full",
+                      "dtype": "bf16"},
+         "parallel": {"tp": 8, "pp": 35},
+         "system": {"preset": "dgx-a100", "gpus": nodes * 8}},
+        note="micro-batch 1, 1F1B and bf16 assumed; the same model at the same tp and pp "
+             "reaches 163 TFLOP/s in Narayanan et al. 2021: MT-NLG's software stack "
+             "(Megatron-DeepSpeed) ran slower than the model's Megatron-LM reading")
+
+
+def _llama3(gpus, cp, dp_batch, seq, mfu):
+    dp = gpus // (8 * 16 * cp)
+    return Check(
+        f"Llama 3 405B on {gpus} H100 (tp 8, cp {cp}, pp 16, seq {seq})",
+        "Dubey et al. 2024, Table 4", "mfu", mfu,
+        {"model": {"preset": "llama3-405b", "seq_len": seq},
+         "training": {"global_batch": dp_batch * dp, "micro_batch": 1, "recompute": "none"},
+         "parallel": {"tp": 8, "pp": 16, "cp": cp, "schedule": "interleaved",
+                      "interleave": 4, "zero": 1, "sequence_parallel": True},
+         "system": {"preset": "dgx-h100", "gpus": gpus, "topology": "clos",
+                    "pod_size": 3072, "oversubscription": 7}},
+        note="MFU convention not stated: Meta's torchtitan's (6N + 12 L H Q T per token, "
+             "the full s x s attention) assumed; no recomputation, "
+             "interleaving 4 assumed; the model's memory says this plan does not fit "
+             "80 GB without recomputation")
+
+
+def _nccl(name, preset, algorithm, tier, ranks, busbw_GBps, note):
+    """A published nccl-tests bus bandwidth of an 8 GiB all-reduce (a calibration row)."""
+    return Check(name, "nccl-tests (vendor figures)", "busbw_GBps", busbw_GBps,
+                 collective=(preset, "all_reduce", algorithm, tier, ranks, 8 * 2**30),
+                 calibration=True, note=note)
+
+
+# --------------------------------------------------- runs of 2023-2025 stacks
+# Each set copies a published table (source named with the repository and the
+# commit it was read at); where the source is silent the set makes ONE
+# assumption for all its rows, said in each row's note; nothing is tuned per row.
+_NEMO_PERF = ("NVIDIA NeMo 24.07 performance summary (NVIDIA/NeMo "
+              "docs/source/performance/performance_summary.md at 9c5c5e97, Pretraining "
+              "table, DGX-H100); architectures from NeMo-Megatron-Launcher's training "
+              "yamls (GPT-3, Nemotron) and NeMo's llama.py")
+_NEMO_LONG = ("NVIDIA NeMo long-sequence performance (NVIDIA/NeMo "
+              "docs/source/performance/performance_long_sequence.md at 8cfedd72, "
+              "LLAMA2-7B (FP8) - H100, the CP columns)")
+_FOUNDRY = ("MosaicML llm-foundry MPT training benchmarks (mosaicml/llm-foundry "
+            "scripts/train/benchmarking/README.md at 8c8dd48f; architectures from its "
+            "scripts/train/yamls/pretrain/mpt-*.yaml)")
+_MCORE_MOE = ("Megatron-Core MoE README (NVIDIA/Megatron-LM "
+              "megatron/core/transformer/moe/README.md at 0b981f9c): 438 TFLOPS headline "
+              "and the Reference Best Parallel Mapping table; architecture from "
+              "yanring/Megatron-MoE-ModelZoo Mixtral-8x7B.yaml")
+# Megatron / NeMo recipe as the sources state or imply: Megatron's distributed
+# optimizer (ZeRO-1 over dp x cp), sequence parallelism with tp, the
+# interleaved schedule where vp > 1, flash attention, no dropout.
+_MEGATRON_ASSUMED = ("recompute none (not printed; one assumption for every NeMo and "
+                     "Megatron-Core row)")
+# model architectures the NeMo tables name: (layers, hidden, heads, kv_heads,
+# ffn_hidden, vocab, gated, tied embeddings)
+_NEMO_MODELS = {
+    # GPT-3 shapes from the launcher yamls (ffn 4h); vocab 51,200 and tied
+    # embeddings as Megatron's GPT runs (assumption: the table prints neither)
+    "GPT3-5B": (24, 4096, 32, 32, 16384, 51200, False, True),
+    "GPT3-20B": (44, 6144, 48, 48, 24576, 51200, False, True),
+    "GPT3-175B": (96, 12288, 96, 96, 49152, 51200, False, True),
+    # Llama 2 (Touvron et al. 2023: vocab 32,000, SwiGLU, untied)
+    "LLAMA2-7B": (32, 4096, 32, 32, 11008, 32000, True, False),
+    "LLAMA2-13B": (40, 5120, 40, 40, 13824, 32000, True, False),
+    "LLAMA2-70B": (80, 8192, 64, 8, 28672, 32000, True, False),
+    # Llama 3 (Dubey et al. 2024, Table 3: vocab 128,256)
+    "LLAMA3-8B": (32, 4096, 32, 8, 14336, 128256, True, False),
+    "LLAMA3-70B": (80, 8192, 64, 8, 28672, 128256, True, False),
+    # Nemotron-4 340B (NVIDIA 2024 report: vocab 256,000, squared-ReLU MLP, untied)
+    "Nemotron-340B": (96, 18432, 96, 8, 73728, 256000, False, False),
+}
+
+
+def _nemo_model(name: str, seq_len: int) -> dict:
+    layers, hidden, heads, kv, ffn, vocab, gated, tied = _NEMO_MODELS[name]
+    return {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
+            "ffn_hidden": ffn, "vocab": vocab, "seq_len": seq_len, "gated": gated,
+            "tied_embeddings": tied}
+
+
+# NeMo 24.07's table does not say whether TP communication overlapped the GEMMs;
+# NVIDIA's performance recipes for its models turn Transformer Engine's
+# userbuffers on (one assumption for the set; tp > 1 rows only)
+_NEMO_TP_OVERLAP = (
+    "TP communication hidden under the GEMMs (parallel.tp_overlap 1; not printed: "
+    "NVIDIA's performance recipes set it, NeMo-Megatron-Launcher's gpt3/"
+    "175b_fp8_performance.yaml, 20b_fp8_performance.yaml, llama/llama3_70b.yaml and "
+    "nemotron/nemotron_340b.yaml ub_tp_comm_overlap: True, NeMo 2.0's gpt3_175b and "
+    "llama3_70b performance recipes tp_comm_overlap=True; its llama2_70b.yaml leaves it "
+    "off, as it leaves fp8 off)")
+
+
+def _megatron_parallel(gpus, tp, pp, cp, vp, ep=1, dtype="fp8", tp_overlap=0.0) -> dict:
+    """Megatron-Core's plan: the distributed optimizer (ZeRO-1), its default
+    gradient bucket (`plan.megatron_bucket_bytes`), TP communication hidden
+    under the GEMMs by `tp_overlap` (Transformer Engine's userbuffers)."""
+    out = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": 1, "sequence_parallel": tp > 1,
+           "dp_bucket_bytes": plan_lib.megatron_bucket_bytes(dtype, gpus / (tp * pp))}
+    if tp > 1 and tp_overlap:
+        out["tp_overlap"] = tp_overlap
+    if vp > 1:
+        out |= {"schedule": "interleaved", "interleave": vp}
+    return out
+
+
+def _nemo(model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens_per_s_per_gpu, why=""):
+    """A row of NeMo 24.07's FP8 pre-training table (DGX H100); `why`: what the
+    model's memory says of the plan when it does not fit."""
+    return Check(
+        f"NeMo 24.07 {model} FP8 on {gpus} H100 (tp {tp}, pp {pp}, cp {cp}, vp {vp})",
+        _NEMO_PERF, "tokens_per_s_per_gpu", tokens_per_s_per_gpu,
+        {"model": _nemo_model(model, seq),
+         "training": {"global_batch": gbs, "micro_batch": mbs, "recompute": "none",
+                      "dtype": "fp8"},
+         "parallel": _megatron_parallel(gpus, tp, pp, cp, vp, tp_overlap=1.0),
+         "system": {"preset": "dgx-h100", "gpus": gpus}},
+        note=f"{_MEGATRON_ASSUMED}; " + (f"{_NEMO_TP_OVERLAP}; " if tp > 1 else "") + (
+            "GPT-3's vocabulary 51,200 and tied embeddings assumed (not printed)"
+            if model.startswith("GPT3") else "vocabulary from the model's own report")
+        + why)
+
+
+_FP32_GRADIENTS = ("; does not fit the model's 80 GB: {} with Megatron's fp32 gradient "
+                   "buffer (the bf16 recipe's default); the source prints neither the "
+                   "gradient width nor recomputation")
+
+
+def _nemo_long(seq_k, gpus, gbs, tp, dp, cp, tflops):
+    """A row of NeMo's long-sequence table: Llama 2 7B FP8 with context parallelism."""
+    return Check(
+        f"NeMo Llama 2 7B FP8 seq {seq_k}K on {gpus} H100 (tp {tp}, dp {dp}, cp {cp})",
+        _NEMO_LONG, "model_tflops_per_gpu", tflops,
+        {"model": _nemo_model("LLAMA2-7B", seq_k * 1024),
+         "training": {"global_batch": gbs, "micro_batch": 1, "recompute": "none",
+                      "dtype": "fp8"},
+         "parallel": _megatron_parallel(gpus, tp, 1, cp, 1),
+         "system": {"preset": "dgx-h100", "gpus": gpus}},
+        note=f"micro-batch 1 (not printed; one assumption for the set); "
+             f"{_MEGATRON_ASSUMED}; TP communication not hidden (not printed; Llama 2 "
+             "7B's recipes, NeMo-Megatron-Launcher's llama/llama2_7b.yaml and NeMo 2.0's "
+             "llama2_7b performance recipe, leave it off); TFLOPS taken as model FLOPs "
+             "over the whole s x s attention (NeMo 24.07's Llama 2 7B row, 780 model "
+             "TFLOP/s at 16,934 tokens/s, is 46.1 GFLOP per token: that count)")
+
+
+# MPT (MosaicML): GPT-style decoder, GeLU MLP 4h, ALiBi, tied embeddings, vocab 50,368
+_MPT = {"1b": (24, 2048, 16), "7b": (32, 4096, 32), "13b": (40, 5120, 40),
+        "30b": (48, 7168, 56), "70b": (80, 8192, 64)}
+
+
+def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu,
+             calibration=False):
+    """A row of llm-foundry's MPT benchmark tables (PyTorch FSDP, BF16);
+    `calibration`: one of `H100_GEMM_ROWS`."""
+    layers, hidden, heads = _MPT[size]
+    training = {"global_batch": gbs, "micro_batch": mbs,
+                "recompute": "full" if ac else "none", "dtype": "bf16"}
+    if mp == "PURE":  # FSDP mixed precision PURE: gradients reduced in bf16
+        training["grad_reduce_dtype"] = "bf16"
+    system = {"preset": "dgx-h100" if chip.startswith("h100") else "dgx-a100", "gpus": gpus}
+    if chip == "a100_40gb":  # NVIDIA A100 datasheet: 40 GB of HBM2 at 1,555 GB/s
+        system |= {"hbm_bytes": 40e9, "hbm_Bps": 1.555e12}
+    return Check(
+        f"llm-foundry MPT-{size} seq {seq} on {gpus} {chip} ({fsdp}, AC {ac})",
+        _FOUNDRY, "tokens_per_s_per_gpu", tokens_per_s_per_gpu,
+        {"model": {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq,
+                   "vocab": 50368},
+         "training": training,
+         "parallel": {"zero": 3 if fsdp == "FULL_SHARD" else 2},
+         "system": system},
+        calibration=calibration,
+        note=("with the other H100_GEMM_ROWS, sets the H100-class sustained "
+              "matmul_efficiency; " if calibration else "")
+        + "pure FSDP (dp = GPUs) as the table has no TP/PP columns; FULL_SHARD = ZeRO-3, "
+          "SHARD_GRAD_OP = ZeRO-2, AC = full recomputation; Adam assumed")
+
+
+# Megatron-Bridge 25.11's performance table (GB200 and H100), the 2025-26 MoE
+# models with the recipes' settings; every fact below is read in the source
+# named or in the recipe files it names, and the set's assumptions are said once
+# in `_BRIDGE_ASSUMED`.
+BRIDGE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 00b7660b (25.11 "
+           "NeMo container, Pre-Training; typo fixes 5776a6d9 change no number); shapes "
+           "from src/megatron/bridge/models/*/*_provider.py, recipe facts from "
+           "scripts/performance/configs/ and src/megatron/bridge/recipes/")
+_BRIDGE_ASSUMED = (
+    "recompute as the recipe sets it (none unless said); the distributed optimizer "
+    "(ZeRO-1; ZeRO-3 where the table prints FSDP: Megatron FSDP); gradients reduced in "
+    "bf16 (grad_reduce_in_fp32 False in the performance scripts); MoE routing "
+    "force-balanced (the table's footnote: moe_imbalance 1); MXFP8 as fp8; the "
+    "table's GBS and MBS where the workload config differs")
+# (layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, MoE
+# (moe_layers, experts, top_k, expert width, shared experts), extra model keys)
+_BRIDGE_MODELS = {
+    # Llama3ModelProvider8B / 70B, Llama31ModelProvider405B (SwiGLU, untied,
+    # vocab 128,256 unpadded)
+    "Llama3-8B": (32, 4096, 32, 8, 0, 14336, 128256, 8192, None, {}),
+    "Llama3-70B": (80, 8192, 64, 8, 0, 28672, 128256, 8192, None, {}),
+    "Llama3.1-405B": (126, 16384, 128, 8, 0, 53248, 128256, 8192, None, {}),
+    # DeepSeekV3ModelProvider: codesign's deepseek-v3 preset (the table's rows run
+    # without MTP)
+    "DeepSeek-V3": None,
+    # GPTOSSProvider120B: kv_channels 64, a 128-token sliding window on every other
+    # layer (window_attn_skip_freq 2), attention sinks
+    "GPT-OSS-120B": (36, 2880, 64, 8, 64, 2880, 201088, None, (36, 128, 4, 2880, 0),
+                     {"window_layers": 18, "window": 128, "attention_sinks": True}),
+    # Qwen3MoEModelProvider30B_A3B / 235B_A22B: kv_channels 128, qk_layernorm
+    "Qwen3-30B-A3B": (48, 2048, 32, 4, 128, 6144, 151936, 4096, (48, 128, 8, 768, 0), {}),
+    "Qwen3-235B-A22B": (94, 4096, 64, 4, 128, 12288, 151936, 4096, (94, 128, 8, 1536, 0), {}),
+}
+
+
+def _bridge_model(name: str, seq: int) -> dict:
+    spec = _BRIDGE_MODELS[name]
+    if spec is None:
+        return {"preset": "deepseek-v3", "seq_len": seq}
+    layers, hidden, heads, kv, head_dim, ffn, vocab, seq_len, moe, extra = spec
+    out = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
+           "head_dim": head_dim, "ffn_hidden": ffn, "vocab": vocab, "seq_len": seq,
+           "gated": True, "tied_embeddings": False, **extra}
+    if moe is not None:
+        out |= dict(zip(("moe_layers", "experts", "top_k", "expert_ffn_hidden",
+                         "shared_experts"), moe, strict=True))
+    return out
+
+
+def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, published, note,
+            fsdp=False, recompute="none", tp_overlap=0.0, ep_overlap=False):
+    """A row of Megatron-Bridge 25.11's pre-training table (tokens/s/GPU)."""
+    parallel = _megatron_parallel(gpus, tp, pp, cp, vp, ep=ep, dtype=dtype,
+                                  tp_overlap=tp_overlap)
+    if fsdp:
+        parallel["zero"] = 3
+    if ep_overlap:
+        parallel["ep_overlap"] = True
+    training = {"global_batch": gbs, "micro_batch": mbs, "recompute": recompute,
+                "dtype": dtype, "grad_reduce_dtype": "bf16"}
+    if _BRIDGE_MODELS[model] is None or _BRIDGE_MODELS[model][8] is not None:
+        training["moe_imbalance"] = 1.0
+    plan = f"tp {tp}, pp {pp}" + (f", cp {cp}" if cp > 1 else "") + (
+        f", vp {vp}" if vp > 1 else "") + (f", ep {ep}" if ep > 1 else "") + (
+        ", FSDP" if fsdp else "")
+    preset = {"GB200": "gb200-nvl72", "H100": "dgx-h100"}[chip]
+    return Check(
+        f"Megatron-Bridge 25.11 {model} {dtype.upper()} on {gpus} {chip} ({plan}, mbs {mbs})",
+        BRIDGE_SOURCE, "tokens_per_s_per_gpu", published,
+        {"model": _bridge_model(model, seq), "training": training, "parallel": parallel,
+         "system": {"preset": preset, "gpus": gpus}},
+        note=f"{_BRIDGE_ASSUMED}; {note}")
+
+
+CHECKS: tuple[Check, ...] = (
+    # ------------------------------------------------------------ calibration
+    _narayanan(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, calibration=True),
+    Check("Megatron-LM 1.2B on one V100", "Shoeybi et al. 2019", "hardware_tflops_per_gpu",
+          39.0, {"model": {"preset": "megatron-1.2b"},
+                 "training": {"global_batch": 8, "micro_batch": 8, "recompute": "full",
+                              "dtype": "fp16"},
+                 "system": {"preset": "dgx-v100", "gpus": 1}},
+          calibration=True, note="sets the V100 matmul_efficiency (batch 8 assumed)"),
+    _nccl("nccl-tests all-reduce, 8x H100 NVLink, ring", "dgx-h100", "ring", "scale_up", 8,
+          370.0, "sets the NVLink4 efficiency"),
+    _nccl("nccl-tests all-reduce, 8x H100 NVLink SHARP", "dgx-h100", "in_network", "scale_up",
+          8, 480.0, "sets the NVLS efficiency"),
+    _nccl("nccl-tests all-reduce, 8x A100 NVLink", "dgx-a100", "ring", "scale_up", 8, 230.0,
+          "sets the NVLink3 efficiency"),
+    _nccl("nccl-tests, one 400 Gb/s NDR NIC per GPU", "dgx-h100", "ring", "scale_out", 16,
+          47.0, "sets the NIC efficiency (46-48 GB/s)"),
+    # ------------------------------------------------------------ predictions
+    Check("Megatron-LM 8.3B on 512 V100 (tp 8, dp 64)", "Shoeybi et al. 2019",
+          "aggregate_hardware_pflops", 15.1, scenario_lib.read("megatron-8.3b"),
+          note="micro-batch 8 and full recomputation assumed"),
+    _narayanan(1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+    _narayanan(3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    _narayanan(7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
+    _narayanan(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    _narayanan(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
+    _narayanan(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    _narayanan(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    _narayanan(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    _narayanan(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    Check("GPT-3 175B on 1024 A100 (tp 8, pp 8)",
+          "Narayanan et al. 2021, GPT-3 training-time estimate",
+          "hardware_tflops_per_gpu", 140.0, scenario_lib.read("default"),
+          note="interleaved schedule (2 chunks) assumed"),
+    _mt_nlg(280, 60.1),
+    _mt_nlg(350, 50.2),
+    _mt_nlg(420, 44.4),
+    _llama3(8192, 1, 32, 8192, 0.43),
+    _llama3(16384, 1, 16, 8192, 0.41),
+    _llama3(16384, 16, 16, 131072, 0.38),
+    Check("DeepSeek-V3 pre-training, 14.8T tokens on 2048 H800",
+          "DeepSeek-V3 technical report, Table 1", "gpu_hours", 2.664e6,
+          scenario_lib.read("deepseek-v3"),
+          note="final global batch 15,360 for the whole run (the batch-size ramp and "
+               "the FP8 GEMMs' fine-grained scaling are not modelled)"),
+    # --- NeMo 24.07 performance summary, FP8 on DGX H100 (tokens/s/GPU)
+    _nemo("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406),
+    _nemo("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851,
+          _FP32_GRADIENTS.format("10B parameters per GPU (tp 2, pp 1)")),
+    _nemo("GPT3-175B", 128, 256, 1, 2048, 4, 8, 1, 6, 716),
+    _nemo("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 1, 6, 825),
+    _nemo("LLAMA2-7B", 8, 128, 1, 4096, 1, 1, 1, 1, 16934),
+    _nemo("LLAMA2-13B", 16, 128, 1, 4096, 1, 4, 1, 10, 8715),
+    _nemo("LLAMA2-70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1728),
+    _nemo("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273,
+          "; over the model's 80 GB by less than its HBM reserve (2 GiB + 5%, an "
+          "assumption): the fp32 gradient buffer of all 8B parameters (pp 1)"),
+    _nemo("LLAMA3-70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524),
+    _nemo("Nemotron-340B", 128, 32, 1, 4096, 8, 8, 1, 12, 326,
+          _FP32_GRADIENTS.format(
+              "5.3B parameters per GPU (tp 8, pp 8), optimizer state sharded over dp 2 only,")),
+    # --- NeMo long-sequence Llama 2 7B FP8 with context parallelism (TFLOP/s/GPU)
+    _nemo_long(4, 4, 1024, 1, 4, 1, 768),
+    _nemo_long(16, 16, 256, 2, 8, 1, 660),
+    _nemo_long(32, 32, 128, 2, 8, 2, 610),
+    _nemo_long(128, 128, 32, 4, 8, 4, 555),
+    _nemo_long(512, 512, 8, 8, 4, 16, 549),
+    _nemo_long(1024, 1024, 4, 8, 4, 32, 536),
+    # --- llm-foundry MPT under PyTorch FSDP, BF16 (tokens/s/GPU)
+    _foundry("70b", 2048, 512, "h100_80gb", 8, 4096, "FULL_SHARD", True, "DEFAULT", 1007,
+             calibration=True),
+    _foundry("70b", 2048, 128, "h100_80gb", 8, 1024, "FULL_SHARD", True, "DEFAULT", 1058,
+             calibration=True),
+    _foundry("30b", 2048, 512, "h100_80gb", 8, 4096, "FULL_SHARD", True, "DEFAULT", 2115,
+             calibration=True),
+    _foundry("13b", 2048, 512, "h100_80gb", 16, 8192, "FULL_SHARD", True, "DEFAULT", 4952,
+             calibration=True),
+    _foundry("7b", 2048, 512, "h100_80gb", 6, 3072, "FULL_SHARD", False, "DEFAULT", 9670),
+    _foundry("1b", 2048, 512, "h100_80gb", 12, 6144, "SHARD_GRAD_OP", False, "DEFAULT",
+             39837),
+    _foundry("7b", 2048, 8, "h100_80gb", 6, 48, "FULL_SHARD", False, "DEFAULT", 10643),
+    _foundry("7b", 8192, 8, "h100_80gb", 8, 128, "FULL_SHARD", True, "DEFAULT", 6935),
+    _foundry("70b", 2048, 64, "a100_80gb", 8, 2048, "FULL_SHARD", True, "PURE", 410),
+    _foundry("7b", 2048, 128, "a100_40gb", 18, 2304, "FULL_SHARD", True, "PURE", 3623),
+    # --- Megatron-Core MoE: Mixtral 8x7B, BF16, 64 H100 (model TFLOP/s/GPU)
+    Check("Megatron-Core 0.8 Mixtral 8x7B on 64 H100 (tp 1, ep 8, pp 4, vp 8)", _MCORE_MOE,
+          "model_tflops_per_gpu", 438.0,
+          {"model": {"preset": "mixtral-8x7b", "seq_len": 4096},
+           "training": {"global_batch": 256, "micro_batch": 1, "recompute": "none",
+                        "dtype": "bf16"},
+           "parallel": _megatron_parallel(64, 1, 4, 1, 8, ep=8, dtype="bf16"),
+           "system": {"preset": "dgx-h100", "gpus": 64}},
+          note=f"{_MEGATRON_ASSUMED}; the headline's pairing with the mapping table is "
+               "the README's (both MCore v0.8), not stated as one measurement; Megatron's "
+               "FLOP count (top-2 experts, whole s x s attention)"),
+    # --- Megatron-Bridge 25.11 on GB200 and H100 (tokens/s/GPU)
+    _bridge("Llama3-8B", "GB200", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 31508,
+            "CUDA graphs (full iteration) in the workload config"),
+    _bridge("Llama3-70B", "GB200", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4312,
+            "activation offload of 40 layers to the Grace CPU "
+            "(LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_BASE_CONFIG cpu_offloading_num_layers)",
+            fsdp=True),
+    _bridge("Llama3.1-405B", "GB200", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 813,
+            "TP overlap on (tp_comm_overlap in llama31_405b_pretrain_config); the recipe "
+            "counts embedding and loss as pipeline layers (126 + 2)", tp_overlap=1.0),
+    _bridge("DeepSeek-V3", "GB200", 256, "bf16", 4096, 1, 4096, 1, 4, 1, 4, 64, 3139,
+            "recompute selective (set_deepseek_v3_common_configs: mla_up_proj); HybridEP "
+            "dispatcher; EP overlap off (moe_a2a_overlap False); without MTP",
+            recompute="selective"),
+    _bridge("DeepSeek-V3", "GB200", 256, "fp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018,
+            "recompute selective (mla_up_proj); EP overlap off; without MTP",
+            recompute="selective"),
+    _bridge("GPT-OSS-120B", "GB200", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876,
+            "recompute_modules [layernorm, moe_act] without a granularity (memory-bound "
+            "modules: none)"),
+    _bridge("Qwen3-30B-A3B", "GB200", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 23766,
+            "HybridEP dispatcher and CUDA graphs in the workload config"),
+    _bridge("Qwen3-235B-A22B", "GB200", 256, "bf16", 8192, 1, 4096, 1, 8, 1, 3, 32, 4916,
+            "94 layers over pp x vp = 24 chunks, uneven as Megatron splits them"),
+    _bridge("Llama3-8B", "H100", 8, "fp8", 128, 1, 8192, 1, 1, 1, 1, 1, 14451,
+            "the workload config recomputes 5 of 32 layers (recompute_num_layers 5), "
+            "not expressed", fsdp=True),
+    _bridge("Llama3-70B", "H100", 64, "fp8", 128, 1, 8192, 4, 8, 1, 5, 1, 1602,
+            "TP overlap on (userbuffers_fp8_h100_h8192_tp4)", tp_overlap=1.0),
+    _bridge("Llama3.1-405B", "H100", 1024, "fp8", 512, 1, 8192, 8, 8, 2, 8, 1, 292,
+            "TP overlap on (userbuffers_fp8_h100_h16384_tp8_cp2)", tp_overlap=1.0),
+    _bridge("GPT-OSS-120B", "H100", 64, "bf16", 512, 4, 4096, 1, 4, 1, 1, 8, 5630,
+            "the table's GA 2 disagrees with GBS / (MBS x DP) = 8: GBS and MBS as printed"),
+    _bridge("Qwen3-30B-A3B", "H100", 16, "fp8", 512, 2, 4096, 1, 2, 1, 24, 8, 5275,
+            "EP overlap off (no moe_a2a_overlap in the 30B configs)"),
+    _bridge("Qwen3-235B-A22B", "H100", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 16, 1575,
+            "EP overlap on (moe_a2a_overlap in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_"
+            "CS_BASE_CONFIG); TP overlap off; ran EP 32 folded over TP 2 x DP 16, written "
+            "as ep 16", tp_overlap=0.0, ep_overlap=True),
+)
+
+
+# The four H100 rows whose steps are most nearly all large GEMMs (BF16, full
+# recomputation, hidden 5,120-8,192, no TP/PP traffic), 4 of the table's 28 H100
+# rows: they set `hardware.H100_MATMUL_EFFICIENCY` by `fit_matmul_efficiency`.
+H100_GEMM_ROWS = tuple(c.name for c in CHECKS if c.calibration and c.source == _FOUNDRY)
