@@ -292,10 +292,12 @@ def _bridge_model(name: str, seq: int) -> dict:
 
 
 def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, published, note,
-            fsdp=False, recompute="none", tp_overlap=0.0, ep_overlap=False):
+            fsdp=False, recompute="none", tp_overlap=0.0, ep_overlap=False, etp=0):
     """A row of Megatron-Bridge 25.11's pre-training table (tokens/s/GPU)."""
     parallel = _megatron_parallel(gpus, tp, pp, cp, vp, ep=ep, dtype=dtype,
                                   tp_overlap=tp_overlap)
+    if etp:
+        parallel["etp"] = etp
     if fsdp:
         parallel["zero"] = 3
     if ep_overlap:
@@ -306,6 +308,7 @@ def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, publish
         training["moe_imbalance"] = 1.0
     plan = f"tp {tp}, pp {pp}" + (f", cp {cp}" if cp > 1 else "") + (
         f", vp {vp}" if vp > 1 else "") + (f", ep {ep}" if ep > 1 else "") + (
+        f", etp {etp}" if etp else "") + (
         ", FSDP" if fsdp else "")
     preset = {"GB200": "gb200-nvl72", "H100": "dgx-h100"}[chip]
     return Check(
@@ -446,10 +449,10 @@ CHECKS: tuple[Check, ...] = (
             "the table's GA 2 disagrees with GBS / (MBS x DP) = 8: GBS and MBS as printed"),
     _bridge("Qwen3-30B-A3B", "H100", 16, "fp8", 512, 2, 4096, 1, 2, 1, 24, 8, 5275,
             "EP overlap off (no moe_a2a_overlap in the 30B configs)"),
-    _bridge("Qwen3-235B-A22B", "H100", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 16, 1575,
+    _bridge("Qwen3-235B-A22B", "H100", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 32, 1575,
             "EP overlap on (moe_a2a_overlap in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_"
-            "CS_BASE_CONFIG); TP overlap off; ran EP 32 folded over TP 2 x DP 16, written "
-            "as ep 16", tp_overlap=0.0, ep_overlap=True),
+            "CS_BASE_CONFIG); TP overlap off; the experts' EP 32 x ETP 1 folded over "
+            "attention's TP 2 x DP 16", tp_overlap=0.0, ep_overlap=True, etp=1),
 )
 
 

@@ -175,20 +175,24 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
               (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
     f_e = jnp.maximum(model.expert_ffn_hidden, 1.0)  # finite for dense models too
     experts = jnp.maximum(model.experts, 1.0)
-    # the busiest expert rank sets the pace: moe_imbalance x the mean load
-    per_expert = tokens * plan.ep * model.top_k / experts * plan.moe_imbalance
+    # an expert's tokens: those of the ep x etp ranks it gathers from, each
+    # holding tokens / tp (sequence parallel) of its own; the busiest expert
+    # rank sets the pace: moe_imbalance x the mean load
+    etp = plan.expert_tp
+    received = tokens * etp / tp * model.top_k  # token copies one GPU's experts take
+    per_expert = received * plan.ep / experts * plan.moe_imbalance
     local = experts / plan.ep
     shared = model.shared_experts * f_e
     with_shared = moe_layers * (model.shared_experts > 0)
-    gemms += [(per_expert, h, mats * f_e / tp, local, d, moe_layers, cast, cast),
-              (per_expert, f_e / tp, h, local, d, moe_layers, cast, cast),
+    gemms += [(per_expert, h, mats * f_e / etp, local, d, moe_layers, cast, cast),
+              (per_expert, f_e / etp, h, local, d, moe_layers, cast, cast),
               (tokens, h, mats * shared / tp, 1.0, d, with_shared, cast, cast),
               (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast),
               # router (16-bit, replicated)
               (tokens, h, experts, 1.0, plan.precision.attention, moe_layers, 0.0, 0.0)]
-    # the permute / unpermute of the top_k copies of each token (read + write
-    # each, a kernel each), MoE layers only
-    copies = tokens * model.top_k * h * plan.precision.bytes("activations")
+    # the permute / unpermute of the token copies the experts take (read +
+    # write each, a kernel each), MoE layers only
+    copies = received * h * plan.precision.bytes("activations")
     permute = streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
     stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
                                               "none", LAYER_KINDS, plan.cp, plan.precision)
@@ -229,7 +233,7 @@ def host_launches(model: Transformer, plan: Plan, sh: traffic.Shape):
 
 def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
     """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
-    tp (and ep for the routed experts), and, when ZeRO `stage` or higher is on
+    tp (the routed experts by ep x etp), and, when ZeRO `stage` or higher is on
     (`stage=None`: never), over the group the framework shards over
     (`shard_params`). The fullest stage holds one embedding matrix (input on
     the first stage, output on the last), both when pp = 1. `sh`: the stage's
@@ -238,7 +242,7 @@ def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
     share = sh.layers_on_stage / model.blocks  # of the blocks, on the fullest stage
     embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
     dense = (model.layer_params() * share + embedding) / plan.tp
-    routed = model.routed_expert_params() * share / (plan.ep * plan.tp)
+    routed = model.routed_expert_params() * share / (plan.ep * plan.expert_tp)
     return shard_params(plan, dense, routed, stage)
 
 
@@ -247,7 +251,7 @@ def shard_params(plan: Plan, dense, routed, stage):
     `stage` or higher is on (`stage=None`: never) over the group the framework
     shards over: every dp x cp rank holds the same weights (Megatron's
     distributed optimizer shards over dp x cp), the routed experts' over their
-    dp / ep replicas x cp; HSDP (`plan.zero_shard_size` > 0) shards inside
+    replicas (`Plan.expert_dp`); HSDP (`plan.zero_shard_size` > 0) shards inside
     groups of that many of them and replicates across."""
     if stage is None or plan.zero < stage:
         return dense, routed
@@ -256,7 +260,7 @@ def shard_params(plan: Plan, dense, routed, stage):
         return jnp.where(plan.zero_shard_size > 0,
                          jnp.clip(plan.zero_shard_size, 1.0, ranks), ranks)
 
-    return dense / shard(plan.dp * plan.cp), routed / shard(plan.dp / plan.ep * plan.cp)
+    return dense / shard(plan.dp * plan.cp), routed / shard(plan.expert_dp)
 
 
 def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0, sh=None):

@@ -63,8 +63,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Me
 
     weights = sharded(pr.bytes("params"), 3)
     if plan.zero == 3:  # gathered weights: one layer at a time, or all kept for backward
-        gathered = (model.layer_params() / model.blocks + model.routed_expert_params()
-                    / model.blocks / plan.ep) / plan.tp
+        gathered = (model.layer_params() / plan.tp
+                    + model.routed_expert_params() / (plan.ep * plan.expert_tp)) / model.blocks
         shard_dense, shard_routed = shard_params(plan, *unsharded, 3)
         keep = sum(unsharded) - shard_dense - shard_routed  # the other ranks' shards
         weights = weights + pr.bytes("params") * (

@@ -3,9 +3,12 @@
 Sizes and counts are float leaves (differentiable, exact at integers); the
 discrete choices are static (ZeRO stage, sequence parallelism, placement)
 or strategies (`strategies.Schedule`, `strategies.Recompute`: types that own
-their formulas). Expert parallelism shards the experts across the
-data-parallel ranks (Megatron, DeepSeek-V3): ep divides dp, and experts are
-replicated dp / ep times. The structural rules of a plan on a model and a
+their formulas). The routed experts have a mesh of their own over the same
+GPUs as attention's tp x cp x dp (Megatron-Core's MoE parallel folding):
+expert tensor parallelism `etp` (0: attention's tp, Megatron-Core's default),
+expert parallelism `ep` and expert data parallelism `expert_dp` = tp cp dp /
+(etp ep), the replicas of each expert shard; ep x etp divides tp x cp x dp,
+as Megatron-Core requires. The structural rules of a plan on a model and a
 machine are one table (`RULES`), read by `validate` and by the optimiser.
 """
 
@@ -232,6 +235,9 @@ class Plan(eqx.Module):
     # micro-batch's MoE all-to-alls overlap an adjacent one's compute, under the
     # interleaved schedule or 1f1b without pipeline stages (dualpipe always does)
     ep_overlap: bool = static_field("parallel.ep_overlap", bool, default=False, kw_only=True)
+    # the experts' tensor-parallel size (--expert-tensor-parallel-size); 0 = tp
+    etp: jax.Array = float_field("parallel.etp", count(MAX_GPUS, lo=0.0), default=0.0,
+                                 kw_only=True)
     # host seconds per kernel launch of the training stack (see HOST_LAUNCH_S)
     host_launch_s: jax.Array = float_field("training.host_launch_s", interval(0.0, 1.0),
                                            default=HOST_LAUNCH_S, kw_only=True)
@@ -265,6 +271,16 @@ class Plan(eqx.Module):
     @property
     def gpus(self) -> jax.Array:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> jax.Array:
+        """The routed experts' tensor-parallel size: `etp`, or tp where it is 0."""
+        return jnp.where(self.etp > 0, self.etp, self.tp)
+
+    @property
+    def expert_dp(self) -> jax.Array:
+        """Replicas of each expert shard: tp cp dp / (expert_tp ep)."""
+        return self.tp * self.cp * self.dp / (self.expert_tp * self.ep)
 
 
 def data_parallel(gpus, tp, pp, cp):
@@ -349,7 +365,13 @@ RULES = (
     _divides_rule("parallel.tp", "model.heads"),
     _divides_rule("parallel.tp", "model.kv_heads"),
     _divides_rule("parallel.cp", "model.seq_len"),
-    _divides_rule("parallel.ep", "parallel.dp"),
+    Rule("ep etp | tp cp dp", ("parallel.ep", "parallel.etp", "parallel.dp", "parallel.tp",
+                               "parallel.cp"),
+         lambda m, p, s: _divides(p.ep * _xp(p.etp).where(p.etp > 0, p.etp, p.tp),
+                                  p.tp * p.cp * p.dp),
+         lambda m, p, s: f"parallel.ep={_g(p.ep)} x parallel.etp="
+         f"{_g(_xp(p.etp).where(p.etp > 0, p.etp, p.tp))} must divide tp*cp*dp="
+         f"{_g(p.tp * p.cp * p.dp)} (the experts' mesh folds over attention's)"),
     Rule("zero_shard_size | dp cp", ("parallel.zero_shard_size", "parallel.dp", "parallel.cp"),
          lambda m, p, s: (p.zero_shard_size <= 0) | _divides(p.zero_shard_size, p.dp * p.cp),
          lambda m, p, s: f"parallel.zero_shard_size={_g(p.zero_shard_size)} must divide "

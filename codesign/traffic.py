@@ -15,8 +15,12 @@ requests in one vectorised expression (`times_on_many`,
 copy of the cost model to the trace.
 
 Placement: ranks are numbered with the dimensions of `plan.placement`
-innermost first (default tp, cp, ep, dp, pp; ep is the inner part of dp, and
-"dp" in the order is the dp / ep replicas of each expert shard). A group of
+innermost first (default tp, cp, ep, dp, pp). Attention's mesh is tp, cp, dp,
+pp (ep has no part in it); the routed experts' mesh folds over the same ranks
+in the same order with tp read as the expert tensor parallel size, cp folded
+in and dp read as the experts' data parallel size (Megatron-Core's MoE
+parallel folding: etp, ep, edp, pp; with cp = 1 and etp = tp this is ep as
+the inner part of dp). A group of
 dimension d has stride = product of the sizes placed inside it; the ranks of
 one group that share a scale-up domain of D GPUs number
 prod_d clip(D / stride_d, 1, size_d). A group that fits is costed on the fast
@@ -101,11 +105,6 @@ def shape(model: Transformer, plan: Plan, t=0.0) -> Shape:
 
 
 # ------------------------------------------------------------------ placement
-def _sizes(plan: Plan) -> dict:
-    return {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "dp": plan.dp / plan.ep,
-            "pp": plan.pp}
-
-
 def _stride(plan: Plan, sizes: dict, d: str):
     """Ranks between neighbours of dimension `d`: the product of the sizes
     placed inside it (1.0 for the innermost)."""
@@ -113,12 +112,25 @@ def _stride(plan: Plan, sizes: dict, d: str):
     return functools.reduce(operator.mul, (sizes[e] for e in inside)) if inside else 1.0
 
 
+def _meshes(plan: Plan) -> tuple[dict, dict]:
+    """(sizes, strides) of attention's dimensions (tp, cp, dp, pp; ep 1) and the
+    experts' (etp, ep, edp), each numbered in `plan.placement`'s order."""
+    sizes = {"tp": plan.tp, "cp": plan.cp, "ep": 1.0, "dp": plan.dp, "pp": plan.pp}
+    expert = {"tp": plan.expert_tp, "cp": 1.0, "ep": plan.ep, "dp": plan.expert_dp,
+              "pp": plan.pp}
+    strides = {d: _stride(plan, sizes, d) for d in DIMENSIONS}
+    for d, e in (("tp", "etp"), ("ep", "ep"), ("dp", "edp")):
+        sizes[e], strides[e] = expert[d], _stride(plan, expert, d)
+    return sizes, strides
+
+
 class Placement(eqx.Module):
     """Each parallel dimension's ranks, stride (ranks between neighbours: the
     product of the sizes placed inside it, 1 for the innermost) and ranks
     inside one scale-up domain (clip(domain / stride, 1, ranks), relaxed), by
-    dimension: one `smooth_clip` of the five at once, once per step (`table`),
-    for every group `group` forms of them."""
+    dimension (attention's tp, cp, ep = 1, dp, pp and the experts' etp, ep,
+    edp): one `smooth_clip` of them all at once, once per step (`table`), for
+    every group `group` forms of them."""
 
     sizes: dict
     strides: dict
@@ -126,12 +138,11 @@ class Placement(eqx.Module):
 
 
 def placement(plan: Plan, system: System, t=0.0) -> Placement:
-    sizes = _sizes(plan)
-    strides = {d: _stride(plan, sizes, d) for d in DIMENSIONS}
+    sizes, strides = _meshes(plan)
     stack = lambda values: jnp.stack(jnp.broadcast_arrays(*values))  # noqa: E731
-    inside = smooth_clip(system.scale_up_domain / stack([strides[d] for d in DIMENSIONS]), 1.0,
-                         stack([sizes[d] for d in DIMENSIONS]), t)
-    return Placement(sizes, strides, dict(zip(DIMENSIONS, inside, strict=True)))
+    inside = smooth_clip(system.scale_up_domain / stack(list(strides.values())), 1.0,
+                         stack([sizes[d] for d in strides]), t)
+    return Placement(sizes, strides, dict(zip(strides, inside, strict=True)))
 
 
 def group(place: Placement, dims: tuple[str, ...]):
@@ -244,22 +255,29 @@ def _row(dimension, op, algorithm, n_bytes, count, one_s, ranks, inside, exposed
 def _tp_rows(model, plan, system, sh, place, compute_s, t):
     """Megatron: 2 all-reduces per layer forward and 2 backward, per micro-batch
     (+2 when the forward is recomputed); reduce-scatter + all-gather each with
-    sequence parallelism; `auto` over ring, tree, NVLS... On the critical path,
-    except the share `plan.tp_overlap` hidden under the GEMMs (Transformer
-    Engine's userbuffers, async TP), at most the step's compute `compute_s`."""
+    sequence parallelism; `auto` over ring, tree, NVLS... An MoE layer's
+    second pair gathers and scatters the experts' tokens over the expert
+    tensor-parallel group (none at etp = 1: the all-to-all carries each rank's
+    own tokens). On the critical path, except the share `plan.tp_overlap`
+    hidden under the GEMMs (Transformer Engine's userbuffers, async TP), at
+    most the step's compute `compute_s`."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations")
     per_layer = 2.0 + 2.0 * plan.recompute.layer_forwards
-    count = per_layer * sh.layers_on_stage * sh.micro_batches
+    half_moe = 0.5 * per_layer * sh.moe_layers_on_stage * sh.micro_batches
+    counts = (per_layer * sh.layers_on_stage * sh.micro_batches - half_moe, half_moe)
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
-    geometry = group(place, ("tp",))
-    ranks, inside = geometry[:2]
-    costs = yield [(op, n, geometry) for op in ops]
+    geometries = (group(place, ("tp",)), group(place, ("etp",)))
+    costs = yield [(op, n, g) for op in ops for g in geometries]
     rows = []
-    for op, one in zip(ops, costs, strict=True):
-        time = count * one
-        hidden = smooth_min(plan.tp_overlap * time, compute_s / len(ops), t)
-        rows.append(_row("tp", op, "auto", n, count, one, ranks, inside,
-                         exposed=time - hidden))
+    for i, op in enumerate(ops):
+        ones = costs[2 * i:2 * i + 2]
+        times = [c * one for c, one in zip(counts, ones, strict=True)]
+        hidden = smooth_min(plan.tp_overlap * (times[0] + times[1]), compute_s / len(ops), t)
+        share = 1.0 - safe_div(hidden, times[0] + times[1])
+        for label, count, one, time, g in zip(("auto", "auto/experts"), counts, ones, times,
+                                              geometries, strict=True):
+            rows.append(_row("tp", op, label, n, count, one, g[0], g[1],
+                             exposed=share * time))
     return rows
 
 
@@ -413,7 +431,7 @@ def _bucketed_row(op, label, total_bytes, geometry, system, plan, hide_s, times,
 def _dp_rows(model, plan, system, sh, place, timing, t):
     """Data parallelism over dp x cp (context-parallel ranks hold the same
     weights): the dense weights over all of it, the routed experts over their
-    dp / ep replicas x cp. Gradients in the `grad_reduce` width, weights in
+    replicas (`plan.expert_dp`). Gradients in the `grad_reduce` width, weights in
     the `params` width; the sharded stages shard inside groups of
     `plan.zero_shard_size` ranks (HSDP; 0 = all) and all-reduce each shard
     across the replicas once per step.
@@ -431,13 +449,13 @@ def _dp_rows(model, plan, system, sh, place, timing, t):
       (`layered_exposed_s`, prefetch `plan.fsdp_prefetch_layers`): at large dp
       with one or two micro-batches per GPU the gathers outrun the compute.
     """
-    expert = model.routed_expert_params() / (plan.ep * plan.tp * plan.pp)
+    expert = model.routed_expert_params() / (plan.ep * plan.expert_tp * plan.pp)
     dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
     m = sh.micro_batches
     parts = []  # row generators, run together
     for label, params, dims, layers in (
-            ("dense", dense, ("cp", "ep", "dp"), sh.layers_on_stage),
-            ("experts", expert, ("cp", "dp"), sh.moe_layers_on_stage)):
+            ("dense", dense, ("cp", "dp"), sh.layers_on_stage),
+            ("experts", expert, ("edp",), sh.moe_layers_on_stage)):
         grad_bytes = params * plan.precision.bytes("grad_reduce")
         param_bytes = params * plan.precision.bytes("params")
         present = grad_bytes > 0  # no routed experts: the experts rows are empty

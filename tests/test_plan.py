@@ -57,7 +57,9 @@ def test_every_rule_holds_exactly_where_validate_accepts():
     ({}, 1000.0, "system.gpus=1000 must equal dp*tp*pp*cp=16*8*8*1=1024"),
     ({"tp": 64.0}, None, "parallel.tp=64 must divide model.heads=96"),
     ({"cp": 5.0}, None, "parallel.cp=5 must divide model.seq_len=2048"),
-    ({"ep": 3.0}, None, "parallel.ep=3 must divide parallel.dp=16"),
+    ({"ep": 3.0}, None, "parallel.ep=3 x parallel.etp=8 must divide tp*cp*dp=128 (the "
+     "experts' mesh folds over attention's)"),
+    ({"ep": 32.0, "etp": 1.0}, None, "parallel.ep=32 needs an MoE model (model.moe_layers > 0)"),
     ({"zero_shard_size": 3.0}, None, "parallel.zero_shard_size=3 must divide dp*cp=16"),
     ({"ep": 2.0}, None, "parallel.ep=2 needs an MoE model (model.moe_layers > 0)"),
     ({"micro_batch": 5.0}, None, "dp*micro_batch=80 must divide training.global_batch=1536"),

@@ -312,3 +312,38 @@ def test_the_host_shows_only_where_its_launches_outlast_the_gpu_and_cuda_graphs_
     long, (fwd_long, _), _ = timing(seq=65536)  # the GPU's work outlasts the launches
     assert float(fwd_long) == float(fwd)
     assert float(long.forward_s) > 10 * float(fwd_long) * float(launch_s)
+
+
+def test_the_experts_mesh_folds_over_attentions():
+    """MoE parallel folding (Megatron-Core): Qwen3-235B-A22B's experts at ep 32 x
+    etp 1 over attention's tp 2 x dp 16. An expert's tokens are those of the ep x
+    etp ranks it gathers from (tokens / tp each), so its GEMMs' FLOPs per GPU are
+    those of etp = tp at ep 16; the routed weights split ep x etp ways and
+    replicate over the rest; etp = 1 drops the MoE layers' TP pair, and the
+    experts' gradients reduce over tp cp dp / (ep etp) ranks."""
+    model = {"layers": 8, "hidden": 4096, "heads": 64, "kv_heads": 4, "head_dim": 128,
+             "ffn_hidden": 12288, "vocab": 151936, "seq_len": 4096, "moe_layers": 8,
+             "experts": 128, "top_k": 8, "expert_ffn_hidden": 1536, "gated": True}
+
+    def scn(ep, etp):
+        return sc.from_tables({"model": model, "training": {"global_batch": 64},
+                               "parallel": {"tp": 2, "ep": ep, "etp": etp,
+                                            "sequence_parallel": True},
+                               "system": {"preset": "dgx-h100", "gpus": 32}})
+
+    folded, legacy = scn(32, 1), scn(16, 0)
+    assert float(folded.plan.expert_dp) == 1.0 and float(legacy.plan.expert_dp) == 1.0
+    params = [compute.local_params(s.model, s.plan)[1] for s in (folded, legacy)]
+    assert float(params[0]) == pytest.approx(float(params[1]))  # 128 x 1/(32 x 1) = 1/(16 x 2)
+    rows = {s: {(r.dimension, r.algorithm, r.collective): r
+                for r in step.step(x.model, x.plan, x.system).traffic}
+            for s, x in (("folded", folded), ("legacy", legacy))}
+    moe_tp = ("tp", "auto/experts", "reduce_scatter")
+    assert float(rows["folded"][moe_tp].time_s) == 0.0 < float(rows["legacy"][moe_tp].time_s)
+    assert float(rows["folded"][("ep", "two_tier_dispatch", "all_to_all")].ranks) == 32.0
+    experts_dp = [r for r in rows["folded"].values() if r.algorithm.endswith("experts")
+                  and r.dimension == "dp"]
+    assert experts_dp and all(float(r.ranks) == 1.0 for r in experts_dp)
+    with pytest.raises(ValueError, match=r"^parallel.ep=64 x parallel.etp=1 must divide "
+                       r"tp\*cp\*dp=32"):
+        plan.validate(scn(64, 1).plan, scn(64, 1).model, 32.0)

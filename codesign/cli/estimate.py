@@ -109,13 +109,18 @@ def _print_traffic(rows):
               f"{r['exposed_s']:>9.3f}")
 
 
+def _etp(p) -> str:
+    """The experts' own tensor-parallel size where it is set."""
+    return f" etp {float(p.etp):g}" if float(p.etp) > 0 else ""
+
+
 def _print_estimate(scn, labels, out):
     p = scn.plan
     print(f"scenario {labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
           f"{labels.system.chip} ({labels.system.preset})")
     print(_system.line(out["system"]))
     print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
-          f"cp {float(p.cp):g}  ep {float(p.ep):g}  micro-batches {float(p.micro_batches):g}  "
+          f"cp {float(p.cp):g}  ep {float(p.ep):g}{_etp(p)}  micro-batches {float(p.micro_batches):g}  "
           f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
           f"attention {scn.model.attention.name}/{scn.model.attention_kernel.name}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")

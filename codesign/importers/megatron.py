@@ -242,6 +242,9 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
                       ("pp", "--pipeline-model-parallel-size"),
                       ("cp", "--context-parallel-size"), ("ep", "--expert-model-parallel-size")):
         d.put(f"parallel.{key}", f.count(name, 1))
+    etp = f.count("--expert-tensor-parallel-size")  # MoE parallel folding; absent: tp
+    if etp is not None and etp != tp:
+        d.put("parallel.etp", etp)
     _interleave(f, d, layers, pp)
     d.put("parallel.sequence_parallel", f.switch("--sequence-parallel") and tp > 1)
     if f.switch("--tp-comm-overlap") and tp > 1:  # Transformer Engine's userbuffers

@@ -118,6 +118,10 @@ def torchtitan(text: str, where: str, *, gpus: int | None = None,
     d.put("training.dtype", _dtype(t, d))
     for key, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("dp", dp)):
         d.put(f"parallel.{key}", value)
+    etp = t.count("parallelism.expert_tensor_parallel_degree")
+    if ep > 1 and tp > 1:  # the experts' own TP: 1 (none on the experts) or tp
+        d.given("parallel.etp", etp, 1,
+                "no parallelism.expert_tensor_parallel_degree (torchtitan's default)")
     if pp > 1:
         _schedule(t, d, layers, pp)
     d.put("parallel.sequence_parallel", tp > 1)  # torchtitan's TP shards norms by sequence

@@ -11,7 +11,7 @@ bounds, an objective and the constraints. Two methods solve it:
   random starts in one vmapped, scanned run, while t anneals geometrically
   from `T_START` to `T_END` and the penalty weight mu grows from `MU_START` to
   `MU_END`. Smooth constraints (memory per GPU, budgets in dollars and watts,
-  GPU count, dp >= 1, micro-batches >= 1, ep <= dp, pp x interleave <= layers,
+  GPU count, dp >= 1, micro-batches >= 1, ep x etp <= tp x cp x dp, pp x interleave <= layers,
   scale-up domain <= GPUs) are log-ratios g <= 0 with the penalty
   mu max(g, 0)^2. Divisibility is a projection: every integer knob has an
   admissible set (integers in its bounds that satisfy the rules of

@@ -103,7 +103,7 @@ def _log_ratio(a, b):
 def constraints(core: Core, scn: Scenario, m: dict) -> jax.Array:
     """Log-ratio constraints g <= 0, in the order of `CONSTRAINTS`: memory, the
     three limits (about -690 when unset), and the orderings dp >= 1,
-    micro-batches >= 1, ep <= dp, pp x interleave <= layers, domain <= GPUs."""
+    micro-batches >= 1, ep x etp <= tp x cp x dp, pp x interleave <= layers, domain <= GPUs."""
     return jnp.stack(_constraint_terms(core, scn, m, LIMITS))
 
 
@@ -116,7 +116,7 @@ def _constraint_terms(core: Core, scn: Scenario, m: dict, limits: tuple) -> list
           if n in limits),
         _log_ratio(1.0, p.dp),
         _log_ratio(p.dp * p.micro_batch, p.global_batch),
-        _log_ratio(p.ep, p.dp),
+        _log_ratio(p.ep * p.expert_tp, p.tp * p.cp * p.dp),
         _log_ratio(p.pp * p.interleave, model.layers),
         _log_ratio(scn.system.scale_up_domain, scn.system.gpus),
     ]
@@ -125,7 +125,7 @@ def _constraint_terms(core: Core, scn: Scenario, m: dict, limits: tuple) -> list
 def structurally_feasible(scn: Scenario) -> jax.Array:
     """True where the plan meets every structural rule of `plan.RULES`
     (vmappable): those `plan.validate` checks (tp | heads and kv_heads, cp |
-    seq_len, ep | dp, ep | experts or ep = 1 without experts, dp micro_batch |
+    seq_len, ep x etp | tp x cp x dp, ep | experts or ep = 1 without experts, dp micro_batch |
     global_batch, pp interleave <= layers, ...) and the optimiser's own (an
     integral dp >= 1, whole scale-up domains of whole nodes, ...)."""
     m, p, s = scn.model, scn.plan, scn.system
