@@ -292,7 +292,8 @@ def _bridge_model(name: str, seq: int) -> dict:
 
 
 def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, published, note,
-            fsdp=False, recompute="none", tp_overlap=0.0, ep_overlap=False, etp=0):
+            fsdp=False, recompute="none", tp_overlap=0.0, ep_overlap=False, etp=0,
+            offload_layers=0):
     """A row of Megatron-Bridge 25.11's pre-training table (tokens/s/GPU)."""
     parallel = _megatron_parallel(gpus, tp, pp, cp, vp, ep=ep, dtype=dtype,
                                   tp_overlap=tp_overlap)
@@ -304,6 +305,8 @@ def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, publish
         parallel["ep_overlap"] = True
     training = {"global_batch": gbs, "micro_batch": mbs, "recompute": recompute,
                 "dtype": dtype, "grad_reduce_dtype": "bf16"}
+    if offload_layers:
+        training["offload_layers"] = offload_layers
     if _BRIDGE_MODELS[model] is None or _BRIDGE_MODELS[model][8] is not None:
         training["moe_imbalance"] = 1.0
     plan = f"tp {tp}, pp {pp}" + (f", cp {cp}" if cp > 1 else "") + (
@@ -420,7 +423,7 @@ CHECKS: tuple[Check, ...] = (
     _bridge("Llama3-70B", "GB200", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4312,
             "activation offload of 40 layers to the Grace CPU "
             "(LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_BASE_CONFIG cpu_offloading_num_layers)",
-            fsdp=True),
+            fsdp=True, offload_layers=40),
     _bridge("Llama3.1-405B", "GB200", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 813,
             "TP overlap on (tp_comm_overlap in llama31_405b_pretrain_config); the recipe "
             "counts embedding and loss as pipeline layers (126 + 2)", tp_overlap=1.0),

@@ -51,6 +51,10 @@ KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms,
 # (assumption, counted from Megatron-Core's moe/router.py, moe/moe_utils.py and
 # moe/token_dispatcher.py)
 ROUTING_KERNELS = 24.0
+# the output tile one SM computes at a time: 128 x 128, cuBLAS's and CUTLASS's
+# common Hopper tile for 16- and 8-bit GEMMs (assumption; DeepGEMM's BLOCK_M is
+# 64-128 and its BLOCK_N up to 256)
+GEMM_TILE = 128.0
 
 
 def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
@@ -85,6 +89,18 @@ def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
     moved = DTYPE_BYTES[dtype] * (m * k + k * n + m * n)
     seconds = flops / peak_flops_per_s(system, dtype) + streaming_time_s(system, moved)
     return count * seconds / matmul_efficiency(system, dtype) + system.chip.kernel_overhead_s
+
+
+def grouped_occupancy(system: System, m, n, concurrent) -> jax.Array:
+    """The share of the chip's compute units a grouped GEMM keeps busy when
+    `concurrent` of its (m x k) @ (k x n) GEMMs run at once: each has
+    (m / tile) (n / tile) output tiles (`GEMM_TILE`), at least one, each on one
+    unit at a time, so min(1, concurrent x tiles / units) (continuous: wave
+    quantisation left out).
+    Qwen3-30B-A3B's 128 experts at 512 tokens each (n 1,536) in one stream
+    leave 48 tiles for the H100's 132 SMs: 36%."""
+    tiles = jnp.maximum((m / GEMM_TILE) * (n / GEMM_TILE), 1.0)
+    return jnp.minimum(concurrent * tiles / system.chip.compute_units, 1.0)
 
 
 def attention_time_s(model: Transformer, plan: Plan, system: System):
@@ -184,8 +200,12 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     local = experts / plan.ep
     shared = model.shared_experts * f_e
     with_shared = moe_layers * (model.shared_experts > 0)
-    gemms += [(per_expert, h, mats * f_e / etp, local, d, moe_layers, cast, cast),
-              (per_expert, f_e / etp, h, local, d, moe_layers, cast, cast),
+    # small experts' GEMMs, `grouped_gemm_streams` at a time, may leave units
+    # idle: the local experts' GEMMs take 1 / occupancy as long
+    at_once = jnp.minimum(plan.grouped_gemm_streams, jnp.maximum(local, 1.0))
+    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (mats * f_e / etp, h)]
+    gemms += [(per_expert, h, mats * f_e / etp, local / busy[0], d, moe_layers, cast, cast),
+              (per_expert, f_e / etp, h, local / busy[1], d, moe_layers, cast, cast),
               (tokens, h, mats * shared / tp, 1.0, d, with_shared, cast, cast),
               (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast),
               # router (16-bit, replicated)
@@ -229,6 +249,20 @@ def host_launches(model: Transformer, plan: Plan, sh: traffic.Shape):
         moe = attention + 1.0 + ROUTING_KERNELS + shared + routed
         forward = dense_layers * (attention + 2.0 * gemm) + sh.moe_layers_on_stage * moe + head
     return forward, (1.0 + plan.recompute.layer_forwards) * forward
+
+
+def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: traffic.Shape):
+    """(bytes the stage's layers keep for backward per micro-batch, of them the
+    bytes `plan.offload_layers` of its layers send to host memory): the
+    offloaded layers hold the stage's mean layer's bytes (dense and MoE layers
+    in their proportion); at most every layer of the stage is offloaded."""
+    kinds = model.activation_bytes_per_layer(plan.micro_batch, plan.tp, plan.sequence_parallel,
+                                             plan.recompute, LAYER_KINDS, plan.cp,
+                                             plan.precision)  # (dense, MoE) layer
+    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
+    stored = dense_layers * kinds[0] + sh.moe_layers_on_stage * kinds[1]
+    offloaded = jnp.minimum(plan.offload_layers, sh.layers_on_stage) / sh.layers_on_stage
+    return stored, stored * offloaded
 
 
 def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
@@ -290,13 +324,16 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     forward = matrix + att_fwd + logits
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
     backward = matrix_backward + 2.0 * logits + att_bwd + recompute
-    # the host launches the kernels while the GPU runs the ones before: only the
-    # excess of its launch time over the GPU's work shows
+    # the host launches the kernels while the GPU runs the ones before, and the
+    # copy engines move the offloaded activations to host memory in forward and
+    # back in backward beside the compute: only the excess of either over the
+    # GPU's work shows (exact at every temperature: the relaxation smooths the
+    # plan's knobs, and a softplus here would move every relaxed step the host
+    # does not bound)
     launches = host_launches(model, plan, sh)
-    # (exact at every temperature: the relaxation smooths the plan's knobs, and a
-    # softplus here would move every relaxed step the host does not bound)
-    forward = jnp.maximum(forward, launches[0] * plan.host_launch_s)
-    backward = jnp.maximum(backward, launches[1] * plan.host_launch_s)
+    offload_s = stored_bytes_per_micro_batch(model, plan, sh)[1] / system.chip.host_Bps
+    forward = jnp.maximum(forward, jnp.maximum(launches[0] * plan.host_launch_s, offload_s))
+    backward = jnp.maximum(backward, jnp.maximum(launches[1] * plan.host_launch_s, offload_s))
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd

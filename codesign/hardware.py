@@ -83,6 +83,7 @@ PCIE3_X16_Bps = 16e9
 PCIE4_X16_Bps = 32e9
 PCIE5_X16_Bps = 64e9
 HOST_Bps = PCIE5_X16_Bps
+COMPUTE_UNITS = 132.0  # a custom chip's: H100 SXM5's SMs
 
 
 def default_hbm_reserve_bytes(hbm_bytes):
@@ -139,6 +140,10 @@ class Chip(eqx.Module):
     # the chip's link to its host CPU's memory, per direction; default HOST_Bps
     host_Bps: jax.Array = float_field("system.host_Bps", POSITIVE, default=HOST_Bps,
                                       kw_only=True)
+    # units that each run one GEMM tile at a time (SMs; a TPU's MXUs); default
+    # COMPUTE_UNITS
+    compute_units: jax.Array = float_field("system.compute_units", count(1e6),
+                                           default=COMPUTE_UNITS, kw_only=True)
 
     def __post_init__(self):
         if self.peak_fp32_flops_per_s is None:
@@ -234,6 +239,15 @@ class System(eqx.Module):
 # Hardware tabulates them), B300 1100 W in HGX/DGX B300 (a cloud provider's
 # per-GPU table, Verda; no NVIDIA datasheet found: assumption), TPU v4 192 W
 # (Jouppi et al. 2023, peak), TPU v5p 350 W (not published: assumption).
+# Units running GEMM tiles (vendor architecture whitepapers): V100 80 SMs, A100
+# 108, H100 / H200 / H800 SXM5 132, B200 148 per GPU (GB200's GPU the same);
+# Blackwell Ultra 160 (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, the
+# enabled count of B300 / GB300 as that: assumption); TPU v4 and v5p 2
+# TensorCores x 4 MXUs (TPU v4 paper; v5p's system architecture documentation).
+COMPUTE_UNITS_BY_CHIP = {"V100-SXM3-32GB": 80.0, "A100-SXM4-80GB": 108.0,
+                         "H100-SXM5-80GB": 132.0, "H200-SXM-141GB": 132.0, "H800": 132.0,
+                         "B200": 148.0, "GB200": 148.0, "B300": 160.0, "GB300": 160.0,
+                         "tpu-v4": 8.0, "tpu-v5p": 8.0}
 TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
          "H200-SXM-141GB": 700.0, "H800": 700.0, "B200": 1000.0, "GB200": 1200.0,
          "B300": 1100.0, "GB300": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0}
@@ -260,7 +274,7 @@ def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32,
               attention_efficiency=None, *, host_Bps):
     return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, tdp_w=TDP_W[name],
                 peak_fp32_flops_per_s=fp32, attention_efficiency=attention_efficiency,
-                host_Bps=host_Bps)
+                host_Bps=host_Bps, compute_units=COMPUTE_UNITS_BY_CHIP[name])
 
 
 def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):

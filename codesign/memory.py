@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from . import traffic
-from .compute import local_params, shard_params
+from .compute import local_params, shard_params, stored_bytes_per_micro_batch
 from .hardware import System
 from .plan import Plan
 from .strategies import NoRecompute
-from .workload import LAYER_KINDS, Transformer
+from .workload import Transformer
 
 
 def in_flight_micro_batches(plan: Plan, t=0.0) -> jax.Array:
@@ -49,7 +50,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Me
     sharded over the group the framework shards over (`compute.local_params`:
     dp x cp, or HSDP's `parallel.zero_shard_size` groups);
     activations by recompute mode, attention kernel, sequence parallelism and
-    the micro-batches in flight; the chip's reserve. `sh`: the stage's
+    the micro-batches in flight, less those of the layers offloaded to host
+    memory (`training.offload_layers`); the chip's reserve. `sh`: the stage's
     `traffic.Shape` if known."""
     sh = traffic.shape(model, plan, t) if sh is None else sh
     pr = plan.precision
@@ -69,12 +71,13 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Me
         keep = sum(unsharded) - shard_dense - shard_routed  # the other ranks' shards
         weights = weights + pr.bytes("params") * (
             2.0 * gathered if plan.reshard_after_forward else keep)
-    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
     per_layer = lambda recompute, moe: model.activation_bytes_per_layer(  # noqa: E731
         plan.micro_batch, plan.tp, plan.sequence_parallel, recompute, moe, plan.cp, pr)
-    kinds = per_layer(plan.recompute, LAYER_KINDS)  # (dense, MoE) layer
-    per_mb = dense_layers * kinds[0] + sh.moe_layers_on_stage * kinds[1]
-    activations = per_mb * in_flight_micro_batches(plan, t)
+    # offloaded layers' activations live in host memory; one offloaded layer's
+    # stay on the GPU while they stream out or back (a staging buffer: assumption)
+    per_mb, offloaded = stored_bytes_per_micro_batch(model, plan, sh)
+    staging = offloaded / jnp.maximum(jnp.minimum(plan.offload_layers, sh.layers_on_stage), 1.0)
+    activations = (per_mb - offloaded) * in_flight_micro_batches(plan, t) + staging
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
         activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
     # fp32 logits of one micro-batch on the last stage (one more per MTP depth)

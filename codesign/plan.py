@@ -54,6 +54,12 @@ HOST_LAUNCH_S = 10e-6
 # and preprocessing; the routed experts' permute, grouped GEMMs and all-to-alls
 # stay eager: their shapes follow the routing); the whole iteration captured
 CUDA_GRAPHS = ("none", "layer", "iteration")
+# The routed experts' GEMMs that run at once: Transformer Engine's GroupedLinear
+# issues one cuBLAS GEMM per local expert over its 4 compute streams
+# (transformer_engine/common/util/multi_stream.h, num_compute_streams = 4); a
+# fused grouped kernel (CUTLASS's grouped GEMM, DeepGEMM, XLA's ragged dot)
+# schedules every expert's tiles together: set it to the local experts or more
+GROUPED_GEMM_STREAMS = 4.0
 
 
 class Precision(eqx.Module):
@@ -241,6 +247,13 @@ class Plan(eqx.Module):
     # host seconds per kernel launch of the training stack (see HOST_LAUNCH_S)
     host_launch_s: jax.Array = float_field("training.host_launch_s", interval(0.0, 1.0),
                                            default=HOST_LAUNCH_S, kw_only=True)
+    # the routed experts' GEMMs in flight at once (see GROUPED_GEMM_STREAMS)
+    grouped_gemm_streams: jax.Array = float_field("training.grouped_gemm_streams", count(1e6),
+                                                  default=GROUPED_GEMM_STREAMS, kw_only=True)
+    # layers per stage whose stored activations go to host memory in forward and
+    # come back in backward (Megatron-Core's --cpu-offloading-num-layers)
+    offload_layers: jax.Array = float_field("training.offload_layers", count(1e4, lo=0.0),
+                                            unit="layers", default=0.0, kw_only=True)
     # what CUDA graphs capture: none, layer, iteration (see CUDA_GRAPHS)
     cuda_graphs: str = static_field("training.cuda_graphs", str, choices=CUDA_GRAPHS,
                                     default="none", kw_only=True)

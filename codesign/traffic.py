@@ -339,7 +339,7 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0, limit=None):
     return where(limit > 0, smooth_min(dedup, limit * remote, t), unlimited)
 
 
-def _ep_rows(model, plan, system, sh, place, overlap_s, t):
+def _ep_rows(model, plan, system, sh, place, timing, t):
     """Dispatch and combine all-to-alls, forward and backward, per MoE layer and
     micro-batch (+2 when the forward is recomputed).
 
@@ -348,8 +348,11 @@ def _ep_rows(model, plan, system, sh, place, overlap_s, t):
     `ep_slow_tier_copies` copies of each token while the fast tier forwards the
     k copies to their experts; the two run pipelined, so a dispatch costs the
     larger of the two (DeepSeek-V3: NVLink forwards ~3.2 copies per IB copy
-    for free). Critical path, except that DualPipe overlaps it with the other
-    micro-batch's compute (`overlap_s`).
+    for free). Critical path, except that DualPipe (and Megatron-Core's combined
+    1F1B, `plan.ep_overlap`) overlaps one micro-batch's forward with another's
+    backward: the forward's exchanges hide under the backward's compute and the
+    backward's under the forward's, each at most under the compute it pairs
+    with, and the first forward and the last backward of a step have no partner.
     """
     # as many exchanges in the dispatch width as in the combine width: forward
     # dispatch and combine (again when recomputed), and in backward the
@@ -382,7 +385,13 @@ def _ep_rows(model, plan, system, sh, place, overlap_s, t):
     count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
         * sh.micro_batches
     time = count * one_s
-    exposed = plan.schedule.exposed_all_to_all_s(time, overlap_s, t, plan.ep_overlap)
+    m = sh.micro_batches
+    paired = jnp.maximum(m - 1.0, 0.0)  # micro-batches whose exchanges have a partner
+    forward_share = plan.recompute.layer_forwards / (1.0 + plan.recompute.layer_forwards)
+    exposed = sum(plan.schedule.exposed_all_to_all_s(share * time, paired * hide_s, t,
+                                                     plan.ep_overlap)
+                  for share, hide_s in ((forward_share, timing.backward_s),
+                                        (1.0 - forward_share, timing.forward_s)))
     return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
                  exposed=exposed, slow_bytes=count * cross_bytes * (model.moe_layers > 0))]
 
@@ -550,7 +559,7 @@ def table(model: Transformer, plan: Plan, system: System, timing, t=0.0, sh=None
         run.send(times_on_many(requests, system, t))
     except StopIteration as done:
         tp, cp, dp = done.value
-    return tuple(tp + cp + _ep_rows(model, plan, system, sh, place, timing.overlap_s, t) + dp
+    return tuple(tp + cp + _ep_rows(model, plan, system, sh, place, timing, t) + dp
                  + _pp_rows(model, plan, system, sh, place, t))
 
 

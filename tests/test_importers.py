@@ -203,6 +203,24 @@ def test_megatron_head_width_windows_mtp_and_bf16_gradient_reduction(capsys):
     assert plain["parallel"]["dp_bucket_bytes"] == 4 * 40e6
 
 
+def test_megatron_expert_tensor_parallelism_and_activation_offload():
+    """Qwen3-235B's H100 recipe folds EP 32 x ETP 1 over TP 2 x DP 16; Llama 3
+    70B's GB200 recipe offloads 40 layers' activations: both land in the
+    scenario (an ETP equal to TP is the default and is not written)."""
+    args = GPT_OSS_ARGS + (" --tensor-model-parallel-size 2 --expert-model-parallel-size 32 "
+                           "--expert-tensor-parallel-size 1 --sequence-parallel "
+                           "--cpu-offloading --cpu-offloading-num-layers 12")
+    imp = importers.megatron(args.split(), gpus=32)
+    p, t = imp.tables["parallel"], imp.tables["training"]
+    assert (p["tp"], p["ep"], p["etp"], t["offload_layers"]) == (2, 32, 1, 12)
+    assert not {"--expert-tensor-parallel-size", "--cpu-offloading-num-layers"} & set(imp.ignored)
+    scn = scenario.from_tables(imp.tables)
+    assert float(scn.plan.expert_dp) == 1.0
+    same = importers.megatron((GPT_OSS_ARGS + " --tensor-model-parallel-size 2 "
+                               "--expert-tensor-parallel-size 2").split(), gpus=8)
+    assert "etp" not in same.tables["parallel"]
+
+
 @pytest.mark.parametrize("extra, expected", [
     ("--kv-channels 45", {}),  # hidden / heads: the default
     ("--window-size (4096,0)", {"window_layers": 36, "window": 4096}),  # every layer

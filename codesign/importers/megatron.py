@@ -225,6 +225,8 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
     else:
         d.put("training.global_batch", batch)
     _recompute(f, d, layers // pp, default)
+    if f.switch("--cpu-offloading"):  # the activations of that many layers to host memory
+        d.put("training.offload_layers", f.count("--cpu-offloading-num-layers", 0, lo=0))
     bf16, fp16 = f.switch("--bf16"), f.switch("--fp16")
     if f.get("--fp8-format") is not None:
         d.put("training.dtype", "fp8")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -125,10 +126,10 @@ def sigmas(scn: sc.Scenario, family: str = "all", given: dict | None = None) -> 
 
 def factors(sig: dict, samples: int, seed: int) -> np.ndarray:
     """(samples, U) log-normal factors exp(sigma z), one column per constant of
-    `sig` in its order; each constant's z from its own stream (seed, its index
-    in `scenario.KNOBS`)."""
-    cols = [np.exp(s * np.random.default_rng([seed, sc.KNOBS.index(k)]).standard_normal(samples))
-            for k, s in sig.items()]
+    `sig` in its order; each constant's z from its own stream (seed, the CRC-32
+    of its key): a constant's draws stay the same when keys are added."""
+    cols = [np.exp(s * np.random.default_rng([seed, zlib.crc32(k.encode())])
+                   .standard_normal(samples)) for k, s in sig.items()]
     return np.stack(cols, axis=1) if cols else np.ones((samples, 0))
 
 
