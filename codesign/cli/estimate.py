@@ -120,7 +120,8 @@ def _print_estimate(scn, labels, out):
           f"{labels.system.chip} ({labels.system.preset})")
     print(_system.line(out["system"]))
     print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
-          f"cp {float(p.cp):g}  ep {float(p.ep):g}{_etp(p)}  micro-batches {float(p.micro_batches):g}  "
+          f"cp {float(p.cp):g}  ep {float(p.ep):g}{_etp(p)}  "
+          f"micro-batches {float(p.micro_batches):g}  "
           f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
           f"attention {scn.model.attention.name}/{scn.model.attention_kernel.name}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
