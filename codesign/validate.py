@@ -33,25 +33,130 @@ from ._published_runs import TIME_MEASURES as TIME_MEASURES
 from ._published_runs import Check as Check
 
 
+def with_matmul_efficiency(check: Check, matmul_efficiency: float) -> Check:
+    """`check` with its system's [system] matmul_efficiency set."""
+    return dataclasses.replace(check, tables={**check.tables, "system": {
+        **check.tables["system"], "matmul_efficiency": matmul_efficiency}})
+
+
 def mean_log_error(checks, matmul_efficiency=None) -> float:
-    """The mean log(predicted / published) over the rate `checks`, at their own
-    systems or at a [system] matmul_efficiency given."""
+    """The mean log of the step-time ratio's inverse over `checks`
+    (log(predicted / published) for a rate, its negative for a time: positive
+    where the model is too fast), at their own systems or at a [system]
+    matmul_efficiency given."""
     logs = []
     for c in checks:
         if matmul_efficiency is not None:
-            c = dataclasses.replace(c, tables={**c.tables, "system": {
-                **c.tables["system"], "matmul_efficiency": matmul_efficiency}})
-        logs.append(math.log(predict(c)[0] / c.published))
+            c = with_matmul_efficiency(c, matmul_efficiency)
+        sign = -1.0 if c.measure in TIME_MEASURES else 1.0
+        logs.append(sign * math.log(predict(c)[0] / c.published))
     return sum(logs) / len(logs)
 
 
-def fit_matmul_efficiency(checks, lo=0.3, hi=1.0, iterations=24) -> float:
-    """The [system] matmul_efficiency at which the rate `checks` are right on
-    average (`mean_log_error` 0). Bisection: a rate rises with the efficiency."""
+def fit_matmul_efficiency(checks, start=0.6, lo=0.05, hi=1.0, tolerance=1e-5,
+                          iterations=16) -> float:
+    """The [system] matmul_efficiency at which `checks` are right on average
+    (`mean_log_error` 0): secant steps in log efficiency from `start` (a
+    compute-bound rate moves in proportion to the efficiency: the first step
+    assumes so), kept inside [lo, hi]."""
+    x0, f0 = math.log(start), mean_log_error(checks, start)
+    x1 = min(max(x0 - f0, math.log(lo)), math.log(hi))
     for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if mean_log_error(checks, mid) < 0.0 else (lo, mid)
-    return 0.5 * (lo + hi)
+        f1 = mean_log_error(checks, math.exp(x1))
+        if abs(f1) < tolerance or f1 == f0:
+            break
+        x0, f0, x1 = x1, f1, min(max(x1 - f1 * (x1 - x0) / (f1 - f0), math.log(lo)),
+                                 math.log(hi))
+    return math.exp(x1)
+
+
+# The constants fitted to end-to-end rows (DESIGN's rule: one per chip family
+# and mechanism, on at most a third of its rows): the sustained matmul
+# efficiencies, each carried by the presets of its chip and those that borrow it.
+FITTED = {"H100-class matmul_efficiency": hardware.H100_MATMUL_EFFICIENCY,
+          "A100 matmul_efficiency": hardware.A100_MATMUL_EFFICIENCY,
+          "V100 matmul_efficiency": hardware.V100_MATMUL_EFFICIENCY}
+
+
+def carries(check: Check, value: float) -> bool:
+    """Whether `check`'s system carries the fitted constant `value`: its
+    preset's chip has that matmul efficiency and the row does not set its own."""
+    if check.collective is not None or "matmul_efficiency" in check.tables["system"]:
+        return False
+    chip = hardware.preset(check.tables["system"]["preset"]).system.chip
+    return abs(float(chip.matmul_efficiency) - value) < 1e-12
+
+
+def cross_validate(checks=CHECKS, rows=None) -> tuple[list[dict], list[str]]:
+    """Each source set predicted with every constant it helped fit refitted
+    without it: its calibration rows of a constant left out, the constant is
+    fitted on that constant's other calibration rows, or, where none are
+    left, on the other sets' rows of the same chip family (a leave-one-set-out
+    fit); where no other set has such rows, the set's rows that carry it get
+    no cross-validated value ("only this set fits it"). Returns `run`'s rows
+    with `cross_error` (NaN for rows without one: collectives, and constants
+    only their own set fits) and `cross_note`, and one line per refit."""
+    rows = run(checks) if rows is None else rows
+    out = [{**r, "cross_error": float("nan") if r["calibration"] else r["error"],
+            "cross_note": ""} for r in rows]
+    notes = []
+    for source in dict.fromkeys(c.source for c in checks):
+        refit = {}  # fitted value -> its value without this set (None: none)
+        for label, value in FITTED.items():
+            carriers = [c for c in checks if carries(c, value)]
+            setters = [c for c in carriers if c.calibration]
+            if not any(c.source == source for c in setters):
+                continue
+            on = [c for c in setters if c.source != source]
+            families = {family(c) for c in setters}
+            if not on:
+                on = [c for c in carriers if c.source != source and not c.calibration
+                      and family(c) in families]
+            if not on:
+                refit[value] = None
+                notes.append(f"{label}: only {source} fits it")
+                continue
+            refit[value] = fit_matmul_efficiency(on, start=value)
+            notes.append(f"{label}: {value:.4g} -> {refit[value]:.4g} without {source} "
+                         f"(fitted on {len(on)} rows of {', '.join(sorted(families))})")
+        for i, c in enumerate(checks):
+            value = next((v for v in refit if c.source == source and carries(c, v)), None)
+            if value is None:
+                continue
+            if refit[value] is None:
+                out[i]["cross_error"] = float("nan")
+                out[i]["cross_note"] = "only its own set fits its constant"
+                continue
+            try:
+                predicted = predict(with_matmul_efficiency(c, refit[value]))[0]
+            except ValueError:
+                predicted = float("nan")
+            out[i]["cross_error"] = predicted / c.published - 1.0
+            out[i]["cross_note"] = f"matmul_efficiency {refit[value]:.4g} without its set"
+    return out, notes
+
+
+def cross_summary(rows) -> dict:
+    """`summary`'s statistics of `cross_error` (every row with one, the
+    refitted calibration rows included), and per source set the in-sample and
+    cross-validated median |error|."""
+    valued = [r for r in rows if math.isfinite(r["cross_error"])]
+
+    def grouped(key):
+        groups: dict = {}
+        for r in valued:
+            groups.setdefault(r[key], []).append(abs(r["cross_error"]))
+        return {k: _stats(v) for k, v in sorted(groups.items())}
+
+    by_set = {}
+    for source in dict.fromkeys(r["source"] for r in rows):
+        mine = [r for r in rows if r["source"] == source]
+        inside = [abs(r["error"]) for r in mine
+                  if not r["calibration"] and math.isfinite(r["error"])]
+        crossed = [abs(r["cross_error"]) for r in mine if math.isfinite(r["cross_error"])]
+        by_set[source] = {"in_sample": _stats(inside), "cross_validated": _stats(crossed)}
+    return {**_stats([abs(r["cross_error"]) for r in valued]),
+            "by_family": grouped("family"), "by_measure": grouped("measure"), "by_set": by_set}
 
 
 def _collective(spec) -> float:

@@ -2,6 +2,7 @@
 precision recipes, overheads, and the honesty table (`codesign validate`)."""
 
 import json
+import math
 
 import jax
 import jax.numpy as jnp
@@ -401,3 +402,35 @@ def test_validate_cli_json_and_text(capsys, monkeypatch, validate_rows):
     assert any(line.split()[:2] == ["H100", str(h100["predictions"])]
                and f"{h100['median_abs_error']:.1%}" in line for line in families)
     assert any("calibration" in line for line in text[1:7])  # the calibration rows say so
+
+
+def test_cross_validation_refits_each_sets_constants_without_it(validate_rows):
+    """`validate.cross_validate` on the A100 and V100 rows: Narayanan et al.'s
+    table sets A100's matmul efficiency (its 1T row); without that set the
+    efficiency is refitted on the other sets' A100 rows, where the model is
+    then right on average, and the table's rows (the 1T row included) are
+    predictions at it. Shoeybi et al.'s V100 rows are the only ones that fit
+    V100's: they get no cross-validated value. Rows of sets that fit nothing
+    keep their error."""
+    checks = [c for c in validate.CHECKS if c.tables is not None
+              and validate.family(c) in ("A100", "V100")]
+    names = {c.name for c in checks}
+    rows, notes = validate.cross_validate(checks, [r for r in validate_rows if r["name"] in names])
+    narayanan = "Narayanan et al. 2021, Table 1"
+    assert any(n.startswith("A100 matmul_efficiency: 0.796 -> ") and narayanan in n
+               for n in notes)
+    assert "V100 matmul_efficiency: only Shoeybi et al. 2019 fits it" in notes
+    others = [c for c in checks if validate.family(c) == "A100" and c.source != narayanan]
+    refit = validate.fit_matmul_efficiency(others, start=hardware.A100_MATMUL_EFFICIENCY)
+    assert abs(validate.mean_log_error(others, refit)) < 1e-4
+    for c, r in zip(checks, rows, strict=True):
+        if c.source == narayanan:
+            assert math.isfinite(r["cross_error"]) and r["cross_error"] != r["error"]
+            assert f"{refit:.4g}" in r["cross_note"]
+        elif c.source == "Shoeybi et al. 2019":
+            assert math.isnan(r["cross_error"]) and "only its own set" in r["cross_note"]
+        else:
+            assert r["cross_error"] == r["error"] and r["cross_note"] == ""
+    s = validate.cross_summary(rows)
+    assert s["by_set"][narayanan]["cross_validated"]["predictions"] == 10  # the 1T row too
+    assert s["by_set"][narayanan]["in_sample"]["predictions"] == 9
