@@ -449,7 +449,9 @@ CHECKS: tuple[Check, ...] = (
     _bridge("Llama3.1-405B", "H100", 1024, "fp8", 512, 1, 8192, 8, 8, 2, 8, 1, 292,
             "TP overlap on (userbuffers_fp8_h100_h16384_tp8_cp2)", tp_overlap=1.0),
     _bridge("GPT-OSS-120B", "H100", 64, "bf16", 512, 4, 4096, 1, 4, 1, 1, 8, 5630,
-            "the table's GA 2 disagrees with GBS / (MBS x DP) = 8: GBS and MBS as printed"),
+            "the table's GA 2 disagrees with GBS / (MBS x DP) = 8: GBS and MBS as printed; "
+            "at that MBS 4 the plan does not fit the model's 80 GB (pp 4 keeps 4 micro-batches "
+            "of ~16 GB of activations in flight, 124 GB in all): the printed MBS is doubtful"),
     _bridge("Qwen3-30B-A3B", "H100", 16, "fp8", 512, 2, 4096, 1, 2, 1, 24, 8, 5275,
             "EP overlap off (no moe_a2a_overlap in the 30B configs)"),
     _bridge("Qwen3-235B-A22B", "H100", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 32, 1575,

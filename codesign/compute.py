@@ -123,6 +123,10 @@ class Timing(eqx.Module):
     optimizer_s: jax.Array  # per step: the optimizer update over the local shard
     attention_forward_s: jax.Array  # per step: the forward part of attention_s (+ recompute)
     layers: jax.Array  # layers on the slowest stage (per-layer times: forward_s / layers)
+    # per micro-batch: what the stage's layers keep for backward, and of it what
+    # goes to host memory (`stored_bytes_per_micro_batch`; memory reads them)
+    stored_bytes: jax.Array
+    offloaded_bytes: jax.Array
 
     @property
     def micro_batch_s(self) -> jax.Array:
@@ -331,7 +335,8 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     # plan's knobs, and a softplus here would move every relaxed step the host
     # does not bound)
     launches = host_launches(model, plan, sh)
-    offload_s = stored_bytes_per_micro_batch(model, plan, sh)[1] / system.chip.host_Bps
+    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh)
+    offload_s = offloaded / system.chip.host_Bps
     forward = jnp.maximum(forward, jnp.maximum(launches[0] * plan.host_launch_s, offload_s))
     backward = jnp.maximum(backward, jnp.maximum(launches[1] * plan.host_launch_s, offload_s))
     m = sh.micro_batches
@@ -339,4 +344,4 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     attention = attention_fwd + m * att_bwd
     return Timing(forward, backward, attention, m * (forward + backward),
                   optimizer_time_s(model, plan, system, t, sh), attention_fwd,
-                  sh.layers_on_stage)
+                  sh.layers_on_stage, stored, offloaded)

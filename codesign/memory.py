@@ -45,14 +45,16 @@ class Memory(eqx.Module):
                 "reserve": self.reserve_bytes}
 
 
-def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Memory:
+def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None,
+           stored=None) -> Memory:
     """Weights, gradients and optimizer state by ZeRO stage and precision recipe,
     sharded over the group the framework shards over (`compute.local_params`:
     dp x cp, or HSDP's `parallel.zero_shard_size` groups);
     activations by recompute mode, attention kernel, sequence parallelism and
     the micro-batches in flight, less those of the layers offloaded to host
     memory (`training.offload_layers`); the chip's reserve. `sh`: the stage's
-    `traffic.Shape` if known."""
+    `traffic.Shape` if known; `stored`: (stored, offloaded) bytes per
+    micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`)."""
     sh = traffic.shape(model, plan, t) if sh is None else sh
     pr = plan.precision
     copies = plan.schedule.weight_copies  # DualPipe keeps two copies
@@ -75,7 +77,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Me
         plan.micro_batch, plan.tp, plan.sequence_parallel, recompute, moe, plan.cp, pr)
     # offloaded layers' activations live in host memory; one offloaded layer's
     # stay on the GPU while they stream out or back (a staging buffer: assumption)
-    per_mb, offloaded = stored_bytes_per_micro_batch(model, plan, sh)
+    per_mb, offloaded = stored_bytes_per_micro_batch(model, plan, sh) if stored is None \
+        else stored
     staging = offloaded / jnp.maximum(jnp.minimum(plan.offload_layers, sh.layers_on_stage), 1.0)
     activations = (per_mb - offloaded) * in_flight_micro_batches(plan, t) + staging
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed

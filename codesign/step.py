@@ -149,8 +149,8 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         hardware_flops_per_step=tokens * model.hardware_flops_per_token(plan.recompute),
         peak_flops_per_s=system.chip.peak_flops_per_s,
         peak_gemm_flops_per_s=gemm_peak_flops_per_s(plan, system), optimizer_s=tm.optimizer_s,
-        gpus=plan.gpus, memory=memory.memory(model, plan, system, t, sh), traffic=rows,
-        timing=tm)
+        gpus=plan.gpus, traffic=rows, timing=tm,
+        memory=memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes)))
 
 
 def calibrate_matmul_efficiency(model: Transformer, plan: Plan, system: System,

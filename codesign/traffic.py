@@ -257,27 +257,27 @@ def _tp_rows(model, plan, system, sh, place, compute_s, t):
     (+2 when the forward is recomputed); reduce-scatter + all-gather each with
     sequence parallelism; `auto` over ring, tree, NVLS... An MoE layer's
     second pair gathers and scatters the experts' tokens over the expert
-    tensor-parallel group (none at etp = 1: the all-to-all carries each rank's
-    own tokens). On the critical path, except the share `plan.tp_overlap`
-    hidden under the GEMMs (Transformer Engine's userbuffers, async TP), at
-    most the step's compute `compute_s`."""
+    tensor-parallel group: none at etp = 1 (the all-to-all carries each rank's
+    own tokens), the tp group's at etp = tp, linear between (1 < etp < tp:
+    costed on the tp group, an approximation; Megatron-Core's recipes and
+    torchtitan use etp = 1 or tp). On the critical path, except the share
+    `plan.tp_overlap` hidden under the GEMMs (Transformer Engine's userbuffers,
+    async TP), at most the step's compute `compute_s`."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations")
     per_layer = 2.0 + 2.0 * plan.recompute.layer_forwards
-    half_moe = 0.5 * per_layer * sh.moe_layers_on_stage * sh.micro_batches
-    counts = (per_layer * sh.layers_on_stage * sh.micro_batches - half_moe, half_moe)
+    experts_pair = safe_div(plan.expert_tp - 1.0, plan.tp - 1.0)  # 0 at etp 1, 1 at tp
+    layers = sh.layers_on_stage - 0.5 * sh.moe_layers_on_stage * (1.0 - experts_pair)
+    count = per_layer * layers * sh.micro_batches
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
-    geometries = (group(place, ("tp",)), group(place, ("etp",)))
-    costs = yield [(op, n, g) for op in ops for g in geometries]
+    geometry = group(place, ("tp",))
+    ranks, inside = geometry[:2]
+    costs = yield [(op, n, geometry) for op in ops]
     rows = []
-    for i, op in enumerate(ops):
-        ones = costs[2 * i:2 * i + 2]
-        times = [c * one for c, one in zip(counts, ones, strict=True)]
-        hidden = smooth_min(plan.tp_overlap * (times[0] + times[1]), compute_s / len(ops), t)
-        share = 1.0 - safe_div(hidden, times[0] + times[1])
-        for label, count, one, time, g in zip(("auto", "auto/experts"), counts, ones, times,
-                                              geometries, strict=True):
-            rows.append(_row("tp", op, label, n, count, one, g[0], g[1],
-                             exposed=share * time))
+    for op, one in zip(ops, costs, strict=True):
+        time = count * one
+        hidden = smooth_min(plan.tp_overlap * time, compute_s / len(ops), t)
+        rows.append(_row("tp", op, "auto", n, count, one, ranks, inside,
+                         exposed=time - hidden))
     return rows
 
 
