@@ -242,6 +242,49 @@ def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu
           "SHARD_GRAD_OP = ZeRO-2, AC = full recomputation; Adam assumed")
 
 
+# torchtitan's H100 benchmarks (the PyTorch team, end of 2024): Llama 3.1 under
+# FSDP2, TP (async), PP and CP, BF16 or torchao Float8 with torch.compile; every
+# fact is the table's or its train_configs', the set's assumptions said once in
+# `_TORCHTITAN_ASSUMED`.
+TORCHTITAN_SOURCE = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md at "
+                     "b5bcd76c (results of torchtitan 9dec370, 2024-12-26; TPS/GPU read at "
+                     "step 90); train_configs/llama3_*.toml at 9dec370")
+_TORCHTITAN_ASSUMED = (
+    "the 96 GB HBM2e H100 at a 500 W power limit (Grand Teton) as dgx-h100 with 96 GB: its "
+    "HBM bandwidth as the 80 GB part's and its power-limited clocks not modelled; FSDP2 as "
+    "ZeRO-3 over dp (reshard after forward unless pp > 1, torchtitan's default), gradients "
+    "reduced in fp32 (FSDP2's default reduce_dtype); torchao Float8 linears as the fp8 "
+    "recipe and torch.compile's fusions not modelled apart; selective activation "
+    "checkpointing as codesign's selective recomputation; pipeline micro-batches of 1 "
+    "sequence (pipeline_parallel_microbatch_size's default), Interleaved 1F1B with 2 "
+    "stages a rank")
+
+
+def _torchtitan(size, gpus, fsdp, tp, pp, cp, local, seq, fp8, recompute, published,
+                schedule=None):
+    """A row of torchtitan's H100 benchmark tables (TPS/GPU)."""
+    parallel = {"tp": tp, "pp": pp, "cp": cp, "dp": fsdp, "zero": 3 if fsdp > 1 else 0,
+                "sequence_parallel": tp > 1}
+    if fsdp > 1 and pp > 1:
+        parallel["reshard_after_forward"] = False
+    if tp > 1:
+        parallel["tp_overlap"] = 1.0  # AsyncTP: the TP collectives under the GEMMs
+    micro = 1 if pp > 1 else local
+    if schedule == "interleaved":
+        parallel |= {"schedule": "interleaved", "interleave": 2}
+    training = {"global_batch": local * fsdp, "micro_batch": micro, "recompute": recompute,
+                "dtype": "fp8" if fp8 else "bf16", "grad_reduce_dtype": "fp32"}
+    plan = f"FSDP {fsdp}, TP {tp}, PP {pp}" + (f", CP {cp}" if cp > 1 else "") + (
+        f", {schedule}" if schedule else "")
+    return Check(
+        f"torchtitan Llama 3.1 {size} {'Float8' if fp8 else 'BF16'} seq {seq} on {gpus} "
+        f"H100 ({plan})", TORCHTITAN_SOURCE, "tokens_per_s_per_gpu", published,
+        {"model": {"preset": f"llama3-{size.lower()}", "seq_len": seq},
+         "training": training, "parallel": parallel,
+         "system": {"preset": "dgx-h100", "gpus": gpus, "hbm_bytes": 96e9}},
+        note=_TORCHTITAN_ASSUMED)
+
+
 # Megatron-Bridge 25.11's performance table (GB200 and H100), the 2025-26 MoE
 # models with the recipes' settings; every fact below is read in the source
 # named or in the recipe files it names, and the set's assumptions are said once
@@ -417,6 +460,16 @@ CHECKS: tuple[Check, ...] = (
           note=f"{_MEGATRON_ASSUMED}; the headline's pairing with the mapping table is "
                "the README's (both MCore v0.8), not stated as one measurement; Megatron's "
                "FLOP count (top-2 experts, whole s x s attention)"),
+    # --- torchtitan on H100 (96 GB, 500 W), end of 2024 (tokens/s/GPU)
+    _torchtitan("8B", 8, 8, 1, 1, 1, 2, 8192, False, "selective", 5762),
+    _torchtitan("8B", 8, 8, 1, 1, 1, 2, 8192, True, "selective", 8532),
+    _torchtitan("8B", 128, 128, 1, 1, 1, 2, 8192, False, "selective", 5605),
+    _torchtitan("8B", 128, 128, 1, 1, 1, 2, 8192, True, "selective", 8380),
+    _torchtitan("8B", 8, 1, 1, 1, 8, 1, 262144, True, "full", 548),
+    _torchtitan("70B", 256, 32, 8, 1, 1, 16, 8192, True, "full", 876),
+    _torchtitan("405B", 512, 8, 8, 8, 1, 32, 8192, True, "full", 128, "interleaved"),
+    _torchtitan("405B", 512, 8, 8, 8, 1, 32, 8192, True, "full", 100, "1f1b"),
+    _torchtitan("405B", 512, 8, 8, 8, 1, 8, 32768, True, "full", 76, "1f1b"),
     # --- Megatron-Bridge 25.11 on GB200 and H100 (tokens/s/GPU)
     _bridge("Llama3-8B", "GB200", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 31508,
             "CUDA graphs (full iteration) in the workload config"),

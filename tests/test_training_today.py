@@ -326,8 +326,10 @@ def test_h100_sustained_gemm_efficiency_is_the_fit_on_a_third_of_its_rows_at_mos
 
 
 def _before_2025(rows):
-    """The rows of the sets before Megatron-Bridge 25.11's (issue 22's bounds)."""
-    return [r for r in rows if r["source"] != validate.BRIDGE_SOURCE]
+    """The rows of the sets issue 22 bounded: all but Megatron-Bridge 25.11's and
+    torchtitan's (added by issues 44 and 45)."""
+    later = (validate.BRIDGE_SOURCE, validate.TORCHTITAN_SOURCE)
+    return [r for r in rows if r["source"] not in later]
 
 
 def test_h100_predictions_within_the_issue_bounds(validate_rows):
@@ -372,6 +374,20 @@ def test_megatron_bridge_rows_hold_the_2025_models_as_they_ran(validate_rows):
                                                                                       rel=0.01)
     oss = sc.from_tables(next(t for n, t in tables.items() if "GPT-OSS" in n)).model
     assert (float(oss.head_width), float(oss.window_layers), float(oss.window)) == (64, 18, 128)
+
+
+def test_torchtitan_rows_are_predictions_of_a_stack_nobody_fitted(validate_rows):
+    """torchtitan's 9 H100 rows (FSDP2, async TP, PP, CP; BF16 and Float8) are
+    predictions: none calibrates, none is refused, each says the set's
+    assumptions (the 500 W, 96 GB part as the 80 GB preset with 96 GB)."""
+    rows = [r for r in validate_rows if r["source"] == validate.TORCHTITAN_SOURCE]
+    assert len(rows) == 9 and {r["family"] for r in rows} == {"H100"}
+    assert not any(r["calibration"] or r["refused"] for r in rows)
+    assert all("500 W" in r["note"] and np.isfinite(r["predicted"]) for r in rows)
+    float8 = {r["name"]: r for r in rows if "Float8 seq 8192 on 8 H100" in r["name"]
+              or "BF16 seq 8192 on 8 H100" in r["name"]}
+    bf16, fp8 = (next(r for n, r in float8.items() if k in n) for k in ("BF16", "Float8"))
+    assert fp8["predicted"] > bf16["predicted"] and fp8["published"] > bf16["published"]
 
 
 def test_nemo_counts_model_flops_over_the_whole_attention_matrix():
