@@ -261,7 +261,7 @@ _TORCHTITAN_ASSUMED = (
 
 
 def _torchtitan(size, gpus, fsdp, tp, pp, cp, local, seq, fp8, recompute, published,
-                schedule=None):
+                interleave=1):
     """A row of torchtitan's H100 benchmark tables (TPS/GPU)."""
     parallel = {"tp": tp, "pp": pp, "cp": cp, "dp": fsdp, "zero": 3 if fsdp > 1 else 0,
                 "sequence_parallel": tp > 1}
@@ -270,12 +270,12 @@ def _torchtitan(size, gpus, fsdp, tp, pp, cp, local, seq, fp8, recompute, publis
     if tp > 1:
         parallel["tp_overlap"] = 1.0  # AsyncTP: the TP collectives under the GEMMs
     micro = 1 if pp > 1 else local
-    if schedule == "interleaved":
-        parallel |= {"schedule": "interleaved", "interleave": 2}
+    if interleave > 1:  # Interleaved 1F1B; pp > 1 otherwise runs 1F1B, the default
+        parallel |= {"schedule": "interleaved", "interleave": interleave}
     training = {"global_batch": local * fsdp, "micro_batch": micro, "recompute": recompute,
                 "dtype": "fp8" if fp8 else "bf16", "grad_reduce_dtype": "fp32"}
     plan = f"FSDP {fsdp}, TP {tp}, PP {pp}" + (f", CP {cp}" if cp > 1 else "") + (
-        f", {schedule}" if schedule else "")
+        ", interleaved" if interleave > 1 else ", 1f1b" if pp > 1 else "")
     return Check(
         f"torchtitan Llama 3.1 {size} {'Float8' if fp8 else 'BF16'} seq {seq} on {gpus} "
         f"H100 ({plan})", TORCHTITAN_SOURCE, "tokens_per_s_per_gpu", published,
@@ -283,6 +283,38 @@ def _torchtitan(size, gpus, fsdp, tp, pp, cp, local, seq, fp8, recompute, publis
          "training": training, "parallel": parallel,
          "system": {"preset": "dgx-h100", "gpus": gpus, "hbm_bytes": 96e9}},
         note=_TORCHTITAN_ASSUMED)
+
+
+# MaxText's MFU tables on TPU v5p and v5e (end of 2023): its synthetic decoders
+# (global_parameter_scale over base.yml: relu MLP, MHA with 256-wide heads,
+# vocabulary 32,768) under FSDP x TP in one slice.
+MAXTEXT_SOURCE = ("google/maxtext MaxText/configs/v5p/README.md and v5e/README.md at 76bd53b0 "
+                  "(2023-12-15); shapes from base.yml and pyconfig.py's scales, batches from "
+                  "configs/v5p/*.sh and v5e/*.sh at that commit; MFU as train.py counts it "
+                  "(6 N per token with embeddings, causal attention)")
+_MAXTEXT_ASSUMED = (
+    "MaxText's MFU read as codesign's causal MFU (its 6 N counts the input embedding too: "
+    "~1% more FLOPs); FSDP as ZeRO-3 over dp, one micro-batch a step (no gradient "
+    "accumulation), TP communication hidden under the GEMMs (XLA's collective matmul); "
+    "remat_policy minimal as selective recomputation, full as full; the slice a torus of "
+    "its chips (v5p: the most cube-like shape; v5e: the 16 x 16 pod)")
+
+
+def _maxtext(size, chip, chips, fsdp, tp, per_device, layers, hidden, heads, ffn, remat,
+             mfu):
+    """A row of MaxText's TPU MFU tables (one slice, FSDP x TP)."""
+    model = {"layers": layers, "hidden": hidden, "heads": heads, "head_dim": 256,
+             "ffn_hidden": ffn, "vocab": 32768, "seq_len": 2048, "gated": False,
+             "tied_embeddings": True}  # logits_via_embedding: the source's parameter count
+    return Check(
+        f"MaxText {size} on {chips} TPU {chip} (FSDP {fsdp}, TP {tp})", MAXTEXT_SOURCE,
+        "mfu_causal", mfu,
+        {"model": model,
+         "training": {"global_batch": per_device * chips, "micro_batch": per_device * tp,
+                      "recompute": remat, "dtype": "bf16"},
+         "parallel": {"tp": tp, "dp": fsdp, "zero": 3, "tp_overlap": 1.0 if tp > 1 else 0.0},
+         "system": {"preset": f"tpu-{chip}", "gpus": chips, "scale_up_domain": chips}},
+        note=_MAXTEXT_ASSUMED)
 
 
 # Megatron-Bridge 25.11's performance table (GB200 and H100), the 2025-26 MoE
@@ -467,9 +499,15 @@ CHECKS: tuple[Check, ...] = (
     _torchtitan("8B", 128, 128, 1, 1, 1, 2, 8192, True, "selective", 8380),
     _torchtitan("8B", 8, 1, 1, 1, 8, 1, 262144, True, "full", 548),
     _torchtitan("70B", 256, 32, 8, 1, 1, 16, 8192, True, "full", 876),
-    _torchtitan("405B", 512, 8, 8, 8, 1, 32, 8192, True, "full", 128, "interleaved"),
-    _torchtitan("405B", 512, 8, 8, 8, 1, 32, 8192, True, "full", 100, "1f1b"),
-    _torchtitan("405B", 512, 8, 8, 8, 1, 8, 32768, True, "full", 76, "1f1b"),
+    _torchtitan("405B", 512, 8, 8, 8, 1, 32, 8192, True, "full", 128, interleave=2),
+    _torchtitan("405B", 512, 8, 8, 8, 1, 32, 8192, True, "full", 100),
+    _torchtitan("405B", 512, 8, 8, 8, 1, 8, 32768, True, "full", 76),
+    # --- MaxText on TPU v5p and v5e (MFU, causal attention)
+    _maxtext("32B", "v5p", 64, 16, 4, 8, 32, 10240, 32, 32768, "selective", 0.7147),
+    _maxtext("128B", "v5p", 128, 16, 8, 2, 64, 10240, 64, 65536, "selective", 0.6868),
+    _maxtext("1024B", "v5p", 2048, 128, 16, 2, 128, 20480, 128, 131072, "full", 0.648),
+    _maxtext("16B", "v5e", 256, 256, 1, 6, 32, 5120, 32, 32768, "full", 0.611),
+    _maxtext("128B", "v5e", 256, 16, 16, 1, 64, 10240, 64, 65536, "full", 0.5606),
     # --- Megatron-Bridge 25.11 on GB200 and H100 (tokens/s/GPU)
     _bridge("Llama3-8B", "GB200", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 31508,
             "CUDA graphs (full iteration) in the workload config"),

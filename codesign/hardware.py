@@ -238,19 +238,22 @@ class System(eqx.Module):
 # per GPU (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, as Tom's
 # Hardware tabulates them), B300 1100 W in HGX/DGX B300 (a cloud provider's
 # per-GPU table, Verda; no NVIDIA datasheet found: assumption), TPU v4 192 W
-# (Jouppi et al. 2023, peak), TPU v5p 350 W (not published: assumption).
+# (Jouppi et al. 2023, peak), TPU v5p 350 W, v5e 200 W, v6e 300 W (not published:
+# assumptions).
 # Units running GEMM tiles (vendor architecture whitepapers): V100 80 SMs, A100
 # 108, H100 / H200 / H800 SXM5 132, B200 148 per GPU (GB200's GPU the same);
 # Blackwell Ultra 160 (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, the
 # enabled count of B300 / GB300 as that: assumption); TPU v4 and v5p 2
-# TensorCores x 4 MXUs (TPU v4 paper; v5p's system architecture documentation).
+# TensorCores x 4 MXUs (TPU v4 paper; v5p's system architecture documentation),
+# v5e 1 x 4, v6e 1 x 2 of 256 x 256 (Google Cloud's v5e and v6e documentation).
 COMPUTE_UNITS_BY_CHIP = {"V100-SXM3-32GB": 80.0, "A100-SXM4-80GB": 108.0,
                          "H100-SXM5-80GB": 132.0, "H200-SXM-141GB": 132.0, "H800": 132.0,
                          "B200": 148.0, "GB200": 148.0, "B300": 160.0, "GB300": 160.0,
-                         "tpu-v4": 8.0, "tpu-v5p": 8.0}
+                         "tpu-v4": 8.0, "tpu-v5p": 8.0, "tpu-v5e": 4.0, "tpu-v6e": 2.0}
 TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
          "H200-SXM-141GB": 700.0, "H800": 700.0, "B200": 1000.0, "GB200": 1200.0,
-         "B300": 1100.0, "GB300": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0}
+         "B300": 1100.0, "GB300": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0,
+         "tpu-v5e": 200.0, "tpu-v6e": 300.0}
 
 # One chip's link to its host CPU's memory (`Chip.host_Bps`), per direction:
 # the GPU's PCIe generation at x16 (vendor datasheets: V100 PCIe Gen3, A100
@@ -532,18 +535,20 @@ def _gb300_nvl72() -> Preset:
     )
 
 
-def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape, host_Bps) -> System:
+def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape, host_Bps,
+         dcn_Bps=200 * Gbps / 4, chips_per_host=4) -> System:
     # A 3D torus of `shape` chips: 6 nearest-neighbour ICI links per chip; a
     # collective on the torus drives all of them, so the per-chip bandwidth is
-    # 6 x per-link.
+    # 6 x per-link (a 2D torus is shape (x, y, 1): a group spanning both of its
+    # dimensions drives its 4 links, 2 x per-link a dimension as in 3D).
     chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3,
                      host_Bps=host_Bps)
     ici = _tier(6 * link_Bps, ICI_LATENCY_S, 1.0, hbm_Bps)
-    # The data-centre network beside the torus is not in the vendor tables: assumption of
-    # 200 Gb/s per 4-chip host, labelled as such.
-    dcn = _tier(200 * Gbps / 4, DCN_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
+    # The data-centre network beside the torus, per chip (`dcn_Bps`): where the vendor
+    # tables are silent, an assumption of 200 Gb/s per 4-chip host, labelled as such.
+    dcn = _tier(dcn_Bps, DCN_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
     torus = Torus(shape)
-    return System(chip, torus.chips, torus.chips, ici, dcn, 4, topology=torus,
+    return System(chip, torus.chips, torus.chips, ici, dcn, chips_per_host, topology=torus,
                   protocols=AlphaBeta())
 
 
@@ -579,10 +584,45 @@ def _tpu_v5p() -> Preset:
     )
 
 
+def _tpu_v5e() -> Preset:
+    return Preset(
+        # vendor (Google Cloud TPU v5e documentation): 197 TFLOP/s bf16, 393 TOPS int8,
+        # 16 GB of HBM2 at 819 GB/s; ICI 400 GB/s bidirectional per chip over 4 ports
+        # (50 GB/s a link one way); a 256-chip pod as a 16 x 16 2D torus; 8 chips and
+        # 2 x 100 Gb/s of NIC per host
+        _tpu("tpu-v5e", 197e12, 393e12, 16 * GB, 819e9, 50e9, (16, 16, 1),
+             PCIE4_X16_Bps,  # not published: PCIe Gen4 x16 (assumption)
+             dcn_Bps=2 * 100 * Gbps / 8, chips_per_host=8),
+        "TPU v5e: 2D torus ICI (4 links x 50 GB/s), 256-chip pod, 8 chips per host",
+        {"chip": "Google Cloud TPU v5e documentation", "scale_up": "vendor: 400 GB/s "
+         "bidirectional ICI per chip, 4 ports", "scale_out": "vendor: 2 x 100 Gb/s per "
+         "8-chip host", "host_Bps": "assumption: PCIe Gen4 x16", "latency": _TPU_LATENCY},
+        "tpu-v5e",
+    )
+
+
+def _tpu_v6e() -> Preset:
+    return Preset(
+        # vendor (Google Cloud TPU v6e documentation): 918 TFLOP/s bf16, 1,836 TOPS
+        # int8, 32 GB of HBM at 1,638 GB/s; ICI 800 GB/s bidirectional per chip over 4
+        # ports (100 GB/s a link one way); a 256-chip pod as a 2D torus; 8 chips a host,
+        # each on PCIe Gen5
+        _tpu("tpu-v6e", 918e12, 1836e12, 32 * GB, 1638e9, 100e9, (16, 16, 1),
+             PCIE5_X16_Bps, chips_per_host=8),
+        "TPU v6e (Trillium): 2D torus ICI (4 links x 100 GB/s), 256-chip pod, 8 chips per "
+        "host",
+        {"chip": "Google Cloud TPU v6e documentation", "scale_up": "vendor: 800 GB/s "
+         "bidirectional ICI per chip, 4 ports", "scale_out": "assumption: 200 Gb/s per 4 "
+         "chips", "host_Bps": "vendor: PCIe Gen5", "latency": _TPU_LATENCY},
+        "tpu-v6e",
+    )
+
+
 _PRESETS = {
     "dgx-v100": _dgx_v100, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100,
     "dgx-h200": _dgx_h200, "h800": _h800, "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
     "dgx-b300": _dgx_b300, "gb300-nvl72": _gb300_nvl72, "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p,
+    "tpu-v5e": _tpu_v5e, "tpu-v6e": _tpu_v6e,
 }
 PRESET_NAMES = tuple(_PRESETS)
 

@@ -28,6 +28,7 @@ from . import uncertainty as uncertainty_lib
 from ._published_runs import BRIDGE_SOURCE as BRIDGE_SOURCE
 from ._published_runs import CHECKS as CHECKS
 from ._published_runs import H100_GEMM_ROWS as H100_GEMM_ROWS
+from ._published_runs import MAXTEXT_SOURCE as MAXTEXT_SOURCE
 from ._published_runs import MEASURES as MEASURES
 from ._published_runs import TIME_MEASURES as TIME_MEASURES
 from ._published_runs import TORCHTITAN_SOURCE as TORCHTITAN_SOURCE

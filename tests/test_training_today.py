@@ -326,9 +326,9 @@ def test_h100_sustained_gemm_efficiency_is_the_fit_on_a_third_of_its_rows_at_mos
 
 
 def _before_2025(rows):
-    """The rows of the sets issue 22 bounded: all but Megatron-Bridge 25.11's and
-    torchtitan's (added by issues 44 and 45)."""
-    later = (validate.BRIDGE_SOURCE, validate.TORCHTITAN_SOURCE)
+    """The rows of the sets issue 22 bounded: all but Megatron-Bridge 25.11's,
+    torchtitan's and MaxText's (added by issues 44 and 45)."""
+    later = (validate.BRIDGE_SOURCE, validate.TORCHTITAN_SOURCE, validate.MAXTEXT_SOURCE)
     return [r for r in rows if r["source"] not in later]
 
 
@@ -388,6 +388,28 @@ def test_torchtitan_rows_are_predictions_of_a_stack_nobody_fitted(validate_rows)
               or "BF16 seq 8192 on 8 H100" in r["name"]}
     bf16, fp8 = (next(r for n, r in float8.items() if k in n) for k in ("BF16", "Float8"))
     assert fp8["predicted"] > bf16["predicted"] and fp8["published"] > bf16["published"]
+
+
+def test_maxtext_rows_put_tpus_in_the_table(validate_rows):
+    """MaxText's 5 rows on TPU v5p slices and the v5e pod are predictions of the
+    TPU family (none refused), their shapes with 256-wide heads; the v5e and v6e
+    presets carry Google's chip and ICI figures, each pod a 16 x 16 2D torus."""
+    rows = [r for r in validate_rows if r["source"] == validate.MAXTEXT_SOURCE]
+    assert len(rows) == 5 and {r["family"] for r in rows} == {"tpu"}
+    assert not any(r["calibration"] or r["refused"] for r in rows)
+    assert all(r["measure"] == "mfu_causal" and 0 < r["predicted"] < 1 for r in rows)
+    tables = next(c.tables for c in validate.CHECKS if c.name.startswith("MaxText 32B"))
+    model = sc.from_tables(tables).model
+    assert float(model.head_width) == 256.0
+    assert float(model.params()) == pytest.approx(32.55e9, rel=0.01)  # the source's count
+    for name, bf16, hbm_Bps, link_Bps in (("tpu-v5e", 197e12, 819e9, 50e9),
+                                          ("tpu-v6e", 918e12, 1638e9, 100e9)):
+        preset = hardware.preset(name)
+        assert float(preset.system.chip.peak_flops_per_s) == bf16
+        assert float(preset.system.chip.hbm_Bps) == hbm_Bps
+        assert float(preset.system.scale_up.bandwidth_Bps) == 6 * link_Bps
+        assert preset.system.topology.shape == (16, 16, 1)
+        assert float(preset.system.gpus_per_node) == 8.0
 
 
 def test_nemo_counts_model_flops_over_the_whole_attention_matrix():
