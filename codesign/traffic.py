@@ -114,12 +114,13 @@ def _stride(plan: Plan, sizes: dict, d: str):
 
 def _meshes(plan: Plan) -> tuple[dict, dict]:
     """(sizes, strides) of attention's dimensions (tp, cp, dp, pp; ep 1) and the
-    experts' (etp, ep, edp), each numbered in `plan.placement`'s order."""
+    experts' ep and edp (their mesh etp, ep, edp, pp), each numbered in
+    `plan.placement`'s order."""
     sizes = {"tp": plan.tp, "cp": plan.cp, "ep": 1.0, "dp": plan.dp, "pp": plan.pp}
     expert = {"tp": plan.expert_tp, "cp": 1.0, "ep": plan.ep, "dp": plan.expert_dp,
               "pp": plan.pp}
     strides = {d: _stride(plan, sizes, d) for d in DIMENSIONS}
-    for d, e in (("tp", "etp"), ("ep", "ep"), ("dp", "edp")):
+    for d, e in (("ep", "ep"), ("dp", "edp")):  # the experts' groups the rows form
         sizes[e], strides[e] = expert[d], _stride(plan, expert, d)
     return sizes, strides
 
@@ -128,8 +129,8 @@ class Placement(eqx.Module):
     """Each parallel dimension's ranks, stride (ranks between neighbours: the
     product of the sizes placed inside it, 1 for the innermost) and ranks
     inside one scale-up domain (clip(domain / stride, 1, ranks), relaxed), by
-    dimension (attention's tp, cp, ep = 1, dp, pp and the experts' etp, ep,
-    edp): one `smooth_clip` of them all at once, once per step (`table`), for
+    dimension (attention's tp, cp, ep = 1, dp, pp and the experts' ep, edp):
+    one `smooth_clip` of them all at once, once per step (`table`), for
     every group `group` forms of them."""
 
     sizes: dict
@@ -260,7 +261,7 @@ def _tp_rows(model, plan, system, sh, place, compute_s, t):
     tensor-parallel group: none at etp = 1 (the all-to-all carries each rank's
     own tokens), the tp group's at etp = tp, linear between (1 < etp < tp:
     costed on the tp group, an approximation; Megatron-Core's recipes and
-    torchtitan use etp = 1 or tp). On the critical path, except the share
+    torchtitan use etp = 1 or tp; an etp above tp is not charged). On the critical path, except the share
     `plan.tp_overlap` hidden under the GEMMs (Transformer Engine's userbuffers,
     async TP), at most the step's compute `compute_s`."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations")
