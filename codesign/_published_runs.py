@@ -21,9 +21,13 @@ MEASURES = {
     "step_time_s": "seconds per iteration",
     "gpu_hours": "GPU-hours to train on the scenario's tokens (failures included)",
     "busbw_GBps": "nccl-tests bus bandwidth, GB/s",
+    "all_reduce_s": "nccl-tests all-reduce time (out-of-place), seconds",
 }
 # the measures that are a time (the others are rates: a positive error is optimistic)
-TIME_MEASURES = frozenset({"step_time_s", "gpu_hours"})
+TIME_MEASURES = frozenset({"step_time_s", "gpu_hours", "all_reduce_s"})
+# the measures of one collective, not of a training step: summarised by measure
+# only, and outside the step-time intervals (`validate.uncertainty`)
+COLLECTIVE_MEASURES = frozenset({"busbw_GBps", "all_reduce_s"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +97,34 @@ def _nccl(name, preset, algorithm, tier, ranks, busbw_GBps, note):
     return Check(name, "nccl-tests (vendor figures)", "busbw_GBps", busbw_GBps,
                  collective=(preset, "all_reduce", algorithm, tier, ranks, 8 * 2**30),
                  calibration=True, note=note)
+
+
+# Public nccl-tests all_reduce_perf logs across nodes (8 GPUs and 8 NICs a node,
+# NCCL's defaults): the out-of-place time at 8 KiB, 1 MiB, 64 MiB and 1 GiB, as
+# printed; each log re-stated with its provenance under tests/fixtures/nccl/public.
+_NCCL_LOGS = {
+    "nccl-tests-309-qoofyk-2": ("NVIDIA/nccl-tests issue 309 (qoofyk, 2025-05-20): Dell "
+                                "XE9680, 2 x 8 H100, 8 CX-7 400 Gb/s IB per node, NCCL 2.26.2"),
+    "nccl-tests-309-qoofyk-4": ("NVIDIA/nccl-tests issue 309 (qoofyk, 2025-05-23): 4 x 8 H100, "
+                                "8 GPU-NIC pairs per node, NCCL 2.26.2"),
+    "nccl-tests-309-gj-aion": ("NVIDIA/nccl-tests issue 309 (gj-aion, 2025-06-18): H100 nodes on "
+                               "400 Gb/s IB, NCCL's defaults"),
+    "oci-hpc-oke": ("oracle-quickstart/oci-hpc-oke README.md at 001cbb9b: 2 x 8 A100-SXM4-40GB "
+                    "on OCI RDMA (16 VFs a node; link speed not stated)"),
+}
+_NCCL_LOGS_NOTE = ("NCCL's defaults (auto algorithm and protocol); the model costs the "
+                   "all-reduce two-tier over the nodes (`traffic.cost_on`, 8 GPUs a domain)")
+
+
+def _nccl_log(log, preset, nodes, n_bytes, time_us):
+    """A nccl-tests all-reduce time across `nodes` nodes of 8 GPUs (a prediction)."""
+    size = f"{n_bytes / 2**30:g} GiB" if n_bytes >= 2**30 else (
+        f"{n_bytes / 2**20:g} MiB" if n_bytes >= 2**20 else f"{n_bytes / 2**10:g} KiB")
+    chip = "A100" if "a100" in preset else "H100"
+    return Check(f"nccl-tests all-reduce {size}, {nodes} x 8 {chip} ({log})", _NCCL_LOGS[log],
+                 "all_reduce_s", time_us * 1e-6,
+                 collective=(preset, "all_reduce", "auto", "two_tier", nodes * 8, n_bytes),
+                 note=_NCCL_LOGS_NOTE)
 
 
 # --------------------------------------------------- runs of 2023-2025 stacks
@@ -415,6 +447,16 @@ CHECKS: tuple[Check, ...] = (
     _nccl("nccl-tests, one 400 Gb/s NDR NIC per GPU", "dgx-h100", "ring", "scale_out", 16,
           47.0, "sets the NIC efficiency (46-48 GB/s)"),
     # ------------------------------------------------------------ predictions
+    # --- nccl-tests across nodes (all-reduce time)
+    *(_nccl_log("nccl-tests-309-qoofyk-2", "dgx-h100", 2, b, t) for b, t in (
+        (8192, 32.12), (2**20, 71.93), (64 * 2**20, 466.1), (2**30, 4484.9))),
+    *(_nccl_log("nccl-tests-309-qoofyk-4", "dgx-h100", 4, b, t) for b, t in (
+        (8192, 46.84), (2**20, 82.17), (64 * 2**20, 579.1), (2**30, 5808.8))),
+    *(_nccl_log("nccl-tests-309-gj-aion", "dgx-h100", nodes, b, t) for nodes, b, t in (
+        (4, 2**20, 317.0), (4, 64 * 2**20, 624.1), (4, 2**30, 6460.4),
+        (8, 2**20, 117.0), (8, 64 * 2**20, 718.1), (8, 2**30, 7370.5))),
+    *(_nccl_log("oci-hpc-oke", "dgx-a100", 2, b, t) for b, t in (
+        (8192, 48.16), (2**20, 85.58), (64 * 2**20, 821.7), (2**30, 9187.8))),
     Check("Megatron-LM 8.3B on 512 V100 (tp 8, dp 64)", "Shoeybi et al. 2019",
           "aggregate_hardware_pflops", 15.1, scenario_lib.read("megatron-8.3b"),
           note="micro-batch 8 and full recomputation assumed"),

@@ -261,9 +261,10 @@ def _tp_rows(model, plan, system, sh, place, compute_s, t):
     tensor-parallel group: none at etp = 1 (the all-to-all carries each rank's
     own tokens), the tp group's at etp = tp, linear between (1 < etp < tp:
     costed on the tp group, an approximation; Megatron-Core's recipes and
-    torchtitan use etp = 1 or tp; an etp above tp is not charged). On the critical path, except the share
-    `plan.tp_overlap` hidden under the GEMMs (Transformer Engine's userbuffers,
-    async TP), at most the step's compute `compute_s`."""
+    torchtitan use etp = 1 or tp; an etp above tp is not charged). On the
+    critical path, except the share `plan.tp_overlap` hidden under the GEMMs
+    (Transformer Engine's userbuffers, async TP), at most the step's compute
+    `compute_s`."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations")
     per_layer = 2.0 + 2.0 * plan.recompute.layer_forwards
     experts_pair = safe_div(plan.expert_tp - 1.0, plan.tp - 1.0)  # 0 at etp 1, 1 at tp

@@ -21,12 +21,13 @@ import math
 
 import numpy as np
 
-from . import collectives, hardware
+from . import collectives, hardware, traffic
 from . import scenario as scenario_lib
 from . import step as step_lib
 from . import uncertainty as uncertainty_lib
 from ._published_runs import BRIDGE_SOURCE as BRIDGE_SOURCE
 from ._published_runs import CHECKS as CHECKS
+from ._published_runs import COLLECTIVE_MEASURES as COLLECTIVE_MEASURES
 from ._published_runs import H100_GEMM_ROWS as H100_GEMM_ROWS
 from ._published_runs import MAXTEXT_SOURCE as MAXTEXT_SOURCE
 from ._published_runs import MEASURES as MEASURES
@@ -143,13 +144,7 @@ def cross_summary(rows) -> dict:
     refitted calibration rows included), and per source set the in-sample and
     cross-validated median |error|."""
     valued = [r for r in rows if math.isfinite(r["cross_error"])]
-
-    def grouped(key):
-        groups: dict = {}
-        for r in valued:
-            groups.setdefault(r[key], []).append(abs(r["cross_error"]))
-        return {k: _stats(v) for k, v in sorted(groups.items())}
-
+    runs = [r for r in valued if r["measure"] not in COLLECTIVE_MEASURES]
     by_set = {}
     for source in dict.fromkeys(r["source"] for r in rows):
         mine = [r for r in rows if r["source"] == source]
@@ -157,13 +152,21 @@ def cross_summary(rows) -> dict:
                   if not r["calibration"] and math.isfinite(r["error"])]
         crossed = [abs(r["cross_error"]) for r in mine if math.isfinite(r["cross_error"])]
         by_set[source] = {"in_sample": _stats(inside), "cross_validated": _stats(crossed)}
-    return {**_stats([abs(r["cross_error"]) for r in valued]),
-            "by_family": grouped("family"), "by_measure": grouped("measure"), "by_set": by_set}
+    return {**_stats([abs(r["cross_error"]) for r in runs]),
+            "by_family": _grouped(runs, "family", "cross_error"),
+            "by_measure": _grouped(valued, "measure", "cross_error"), "by_set": by_set}
 
 
 def _collective(spec) -> float:
+    """A collective row's value: busbw (GB/s) on one tier, or the seconds of a
+    `two_tier` one over nodes of the preset's GPUs a node (`traffic.cost_on`)."""
     preset, op, algorithm, tier_name, ranks, n_bytes = spec
     system = hardware.system(preset)
+    if tier_name == "two_tier":
+        per_node = float(system.gpus_per_node)
+        geometry = (float(ranks), per_node, float(ranks), 1.0)
+        return float(traffic.cost_on(op, float(n_bytes), geometry, system, 0.0,
+                                     algorithm).time_s)
     c = collectives.cost(op, algorithm, n_bytes, ranks, getattr(system, tier_name),
                          protocols=system.protocols)
     return float(collectives.busbw_Bps(op, n_bytes, c.time_s, ranks)) / 1e9
@@ -226,25 +229,27 @@ def _stats(errors) -> dict:
             "max_abs_error": errors[-1] if n else float("nan")}
 
 
+def _grouped(rows, key, error="error") -> dict:
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(r[key], []).append(abs(r[error]))
+    return {k: _stats(v) for k, v in sorted(groups.items())}
+
+
 def summary(rows) -> dict:
     """Median and maximum |error| over the prediction rows (calibration rows
-    apart) that have a value: overall, and `by_family` / `by_measure`;
-    `calibration` counts the calibration rows, `refused` the rows whose
-    estimate is refused or cannot be made, `not_fitting` the plans that do not
-    fit memory."""
+    apart) that have a value: overall and `by_family` over the training runs,
+    `by_measure` over every row (the collectives' measures,
+    `COLLECTIVE_MEASURES`, too); `calibration` counts the calibration rows,
+    `refused` the rows whose estimate is refused or cannot be made,
+    `not_fitting` the plans that do not fit memory."""
     predictions = [r for r in rows if not r["calibration"] and math.isfinite(r["error"])]
-
-    def grouped(key):
-        groups: dict = {}
-        for r in predictions:
-            groups.setdefault(r[key], []).append(abs(r["error"]))
-        return {k: _stats(v) for k, v in sorted(groups.items())}
-
-    return {**_stats([abs(r["error"]) for r in predictions]),
+    runs = [r for r in predictions if r["measure"] not in COLLECTIVE_MEASURES]
+    return {**_stats([abs(r["error"]) for r in runs]),
             "calibration": sum(r["calibration"] for r in rows),
             "refused": sum(bool(r["refused"]) for r in rows),
             "not_fitting": sum(not r["fits_memory"] for r in rows),
-            "by_family": grouped("family"), "by_measure": grouped("measure")}
+            "by_family": _grouped(runs, "family"), "by_measure": _grouped(predictions, "measure")}
 
 
 def step_time_ratio(row: dict) -> float:
@@ -266,11 +271,13 @@ def _spread(ratios: list[float]) -> dict:
 def uncertainty(rows) -> dict:
     """The table `codesign.uncertainty` reads (stored as its `TABLE`): the
     `QUANTILE` and 1 - `QUANTILE` percentiles of `step_time_ratio` over the
-    prediction rows (calibration rows and rows without a value apart), of all
-    families (`all`) and per chip family (`families`), with their row counts."""
+    prediction rows of training runs (calibration rows, rows without a value
+    and the collectives' rows apart), of all families (`all`) and per chip
+    family (`families`), with their row counts."""
     ratios: dict = {}
     for r in rows:
-        if not r["calibration"] and math.isfinite(r["error"]):
+        if (not r["calibration"] and math.isfinite(r["error"])
+                and r["measure"] not in COLLECTIVE_MEASURES):
             ratios.setdefault(r["family"], []).append(step_time_ratio(r))
     return {"quantile": uncertainty_lib.QUANTILE, "min_rows": uncertainty_lib.MIN_ROWS,
             "all": _spread([x for v in ratios.values() for x in v]),

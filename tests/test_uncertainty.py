@@ -25,6 +25,8 @@ def _ratios(rows, family=None):
     for r in rows:
         if r["calibration"] or not math.isfinite(r["error"]):
             continue
+        if r["measure"] in validate.COLLECTIVE_MEASURES:  # a collective, not a step
+            continue
         if family is not None and r["family"] != family:
             continue
         # a rate measure too high by (1 + e) means a step (1 + e) longer; a time the reverse
