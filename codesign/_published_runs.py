@@ -39,7 +39,8 @@ class Check:
     measure: str  # a key of MEASURES
     published: float
     tables: dict | None = None  # scenario tables (scenario.from_tables)
-    collective: tuple | None = None  # (system preset, op, algorithm, tier, ranks, bytes)
+    # (system preset, op, algorithm, tier or None for over nodes, ranks, bytes)
+    collective: tuple | None = None
     calibration: bool = False  # the figure sets a model constant
     note: str = ""
 
@@ -123,7 +124,7 @@ def _nccl_log(log, preset, nodes, n_bytes, time_us):
     chip = "A100" if "a100" in preset else "H100"
     return Check(f"nccl-tests all-reduce {size}, {nodes} x 8 {chip} ({log})", _NCCL_LOGS[log],
                  "all_reduce_s", time_us * 1e-6,
-                 collective=(preset, "all_reduce", "auto", "two_tier", nodes * 8, n_bytes),
+                 collective=(preset, "all_reduce", "auto", None, nodes * 8, n_bytes),
                  note=_NCCL_LOGS_NOTE)
 
 

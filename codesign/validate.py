@@ -158,11 +158,12 @@ def cross_summary(rows) -> dict:
 
 
 def _collective(spec) -> float:
-    """A collective row's value: busbw (GB/s) on one tier, or the seconds of a
-    `two_tier` one over nodes of the preset's GPUs a node (`traffic.cost_on`)."""
+    """A collective row's value: busbw (GB/s) on one tier, or, with no tier
+    named, the seconds of one over nodes of the preset's GPUs a node, on both
+    tiers (`traffic.cost_on`)."""
     preset, op, algorithm, tier_name, ranks, n_bytes = spec
     system = hardware.system(preset)
-    if tier_name == "two_tier":
+    if tier_name is None:
         per_node = float(system.gpus_per_node)
         geometry = (float(ranks), per_node, float(ranks), 1.0)
         return float(traffic.cost_on(op, float(n_bytes), geometry, system, 0.0,
