@@ -237,43 +237,54 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     terms = jnp.broadcast_arrays(latency, latency_out, bandwidth, reduction, zero)[:4]
     # the rows whose first tier is the outer one: the flat rows of a group that leaves
     # its domain (their steps take the network's protocol ratios)
-    on_outer = False
-    if outer is not None and not two_tier.all():
-        on_outer = per_row(~table.two_tier) & ~_inside(ranks, local_ranks)
-    return _by_protocol(protocols, table, feature("one(p)"), on_outer, *terms)
+    on_outer = spans = False
+    if outer is not None:
+        spans = ~_inside(ranks, local_ranks)  # the group spans domains (nodes)
+        if not two_tier.all():
+            on_outer = per_row(~table.two_tier) & spans
+    return _by_protocol(protocols, table, feature("one(p)"), on_outer, spans, *terms)
 
 
 def _single_protocol(protocols: Protocols) -> bool:
     """One protocol that adds nothing to alpha and beta (`AlphaBeta`)."""
     return (len(protocols.protocol_names) == 1 and protocols.scale_up_step == (1.0,)
-            and protocols.scale_out_step == (1.0,) and protocols.bandwidth_share == (1.0,)
+            and protocols.scale_up_step_across == (1.0,)
+            and all(o == (1.0,) for o in protocols.scale_out_step.values())
+            and protocols.bandwidth_share == (1.0,)
             and all(b == (0.0,) for b in protocols.base_s.values()))
 
 
-def _by_protocol(protocols: Protocols, table: _rows.Table, one, on_outer, latency,
+def _by_protocol(protocols: Protocols, table: _rows.Table, one, on_outer, spans, latency,
                  latency_out, bandwidth, reduction) -> Cost:
     """Each row's terms (leading axis A) in its fastest protocol: per protocol,
     its base latency (x min(log2 p, 1), so one rank costs nothing), the steps'
-    alphas scaled (`latency` on the first tier, by the scale-up ratios or, where
-    `on_outer`, the scale-out ones; `latency_out` on the outer) and the
+    alphas scaled (`latency` on the first tier, by the scale-up ratios, those
+    across domains where the group `spans` them, or, where `on_outer`, the
+    row's family's scale-out ones; `latency_out` on the outer) and the
     bandwidth terms at its share (`protocols.Protocols`; a protocol the row's
     family cannot run is skipped). The fastest is chosen elementwise (ties to
     the first; NCCL's choice is a hard one too) and the terms are computed once
     with its constants, so the gradient flows through one set of terms: a
     reduction over a protocol axis of 3A candidates ran 4-8x slower on XLA:CPU,
     and selecting whole Costs doubled the gradient's cost."""
-    base = np.array([protocols.base_s[f] for f in table.family.reshape(-1)], dtype=object)
+    families = table.family.reshape(-1)
+    base = np.array([protocols.base_s[f] for f in families], dtype=object)
     base = base.reshape(table.family.shape + (len(protocols.protocol_names),))
+    outs = np.array([protocols.scale_out_step[f] for f in families], dtype=float)
+    outs = outs.reshape(table.family.shape + (len(protocols.protocol_names),))
     extra = (1,) * (latency.ndim - table.family.ndim)
     lat, lat_out, bw, red = (jax.lax.stop_gradient(x)
                              for x in (latency, latency_out, bandwidth, reduction))
     chosen = None  # (time, base, step, out, share, ok) of the fastest so far
     every_ok = True  # no row skips a protocol (no mask on the chosen bandwidth)
-    for q, (up, out, share) in enumerate(zip(protocols.scale_up_step, protocols.scale_out_step,
-                                             protocols.bandwidth_share, strict=True)):
+    for q, (up, across, share) in enumerate(zip(protocols.scale_up_step,
+                                                protocols.scale_up_step_across,
+                                                protocols.bandwidth_share, strict=True)):
         ok = base[..., q] != None  # noqa: E711 (an object array of floats and None)
         if not ok.any():
             continue
+        out = outs[..., q].reshape(outs.shape[:-1] + extra)
+        up = up if spans is False or across == up else where(spans, across, up)
         step = up if on_outer is False else where(on_outer, out, up)
         base_s = np.where(ok, base[..., q], 0.0).astype(float).reshape(ok.shape + extra)
         every_ok &= bool(ok.all())

@@ -21,9 +21,10 @@ class Protocols(Strategy):
     Protocol q of an algorithm of family f (`_collective_rows._Row.family`:
     "ring", "tree", "nvls") costs
 
-        base_s[f][q] + scale_up_step[q] x (its steps' alpha on the scale-up tier)
-          + scale_out_step[q] x (its steps' alpha on the scale-out tier, also a
-                                 flat algorithm's once it leaves the domain)
+        base_s[f][q] + scale_up_step[q] x (its steps' alpha on the scale-up tier;
+                       scale_up_step_across[q] once the group spans domains)
+          + scale_out_step[f][q] x (its steps' alpha on the scale-out tier, also
+                                    a flat algorithm's once it leaves the domain)
           + (its bytes' beta terms) / bandwidth_share[q] + (its reduction)
 
     so a tier's `latency_s` is the per-step latency of the protocol whose
@@ -34,7 +35,8 @@ class Protocols(Strategy):
     protocol_names: eqx.AbstractClassVar[tuple[str, ...]]
     base_s: eqx.AbstractClassVar[dict]  # family -> seconds per collective, per protocol
     scale_up_step: eqx.AbstractClassVar[tuple[float, ...]]
-    scale_out_step: eqx.AbstractClassVar[tuple[float, ...]]
+    scale_up_step_across: eqx.AbstractClassVar[tuple[float, ...]]
+    scale_out_step: eqx.AbstractClassVar[dict]  # family -> ratio per protocol
     bandwidth_share: eqx.AbstractClassVar[tuple[float, ...]]
 
 
@@ -46,11 +48,12 @@ class Nccl(Protocols):
     Simple: the full bandwidth, the highest latency. Base latencies (us,
     LL / LL128 / Simple): Ring 6.6 / 14 / 8.4, Tree 6.8 / 14 / 8.4, NVLS
     Simple only, 25 (NCCL's NVLS hwLat on NVLink, which has base 0). Per-step
-    latencies (hwLat, Ring): NVLink 0.6 / 1.9 / 3.4 us, network 2.7 / 4.0 / 14 us,
-    read as ratios to Simple's (a tier's `latency_s`). Not modelled: NCCL's
-    LL x 1.8 intra-node step across nodes, the Tree hwLat of its own (Ring's is
-    used), the "plateau" x 1.9 of a multi-node Simple ring all-reduce, PAT, and
-    the per-architecture caps on LL / LL128 bandwidth."""
+    latencies (hwLat): NVLink 0.6 / 1.9 / 3.4 us (Ring's), the LL step x 1.8
+    once a communicator spans nodes (NCCL: intraLat *= 1.8 for LL when nNodes
+    > 1); network Ring 2.7 / 4.0 / 14 us, Tree 5.0 / 8.5 / 14 us, NVLSTree 14 us;
+    read as ratios to Simple's (a tier's `latency_s`). Not modelled: the
+    "plateau" x 1.9 of a multi-node Simple ring all-reduce, PAT, and the
+    per-architecture caps on LL / LL128 bandwidth."""
 
     name: ClassVar[str] = "nccl"
     protocol_names: ClassVar[tuple[str, ...]] = ("LL", "LL128", "Simple")
@@ -58,7 +61,10 @@ class Nccl(Protocols):
                               "tree": (6.8e-6, 14.0e-6, 8.4e-6),
                               "nvls": (None, None, 25.0e-6)}
     scale_up_step: ClassVar[tuple[float, ...]] = (0.6 / 3.4, 1.9 / 3.4, 1.0)
-    scale_out_step: ClassVar[tuple[float, ...]] = (2.7 / 14.0, 4.0 / 14.0, 1.0)
+    scale_up_step_across: ClassVar[tuple[float, ...]] = (1.8 * 0.6 / 3.4, 1.9 / 3.4, 1.0)
+    scale_out_step: ClassVar[dict] = {"ring": (2.7 / 14.0, 4.0 / 14.0, 1.0),
+                                      "tree": (5.0 / 14.0, 8.5 / 14.0, 1.0),
+                                      "nvls": (1.0, 1.0, 1.0)}  # Simple only
     bandwidth_share: ClassVar[tuple[float, ...]] = (0.25, 0.92, 1.0)
 
 
@@ -70,7 +76,8 @@ class AlphaBeta(Protocols):
     protocol_names: ClassVar[tuple[str, ...]] = ("alpha_beta",)
     base_s: ClassVar[dict] = {"ring": (0.0,), "tree": (0.0,), "nvls": (0.0,)}
     scale_up_step: ClassVar[tuple[float, ...]] = (1.0,)
-    scale_out_step: ClassVar[tuple[float, ...]] = (1.0,)
+    scale_up_step_across: ClassVar[tuple[float, ...]] = (1.0,)
+    scale_out_step: ClassVar[dict] = {"ring": (1.0,), "tree": (1.0,), "nvls": (1.0,)}
     bandwidth_share: ClassVar[tuple[float, ...]] = (1.0,)
 
 

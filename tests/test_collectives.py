@@ -18,6 +18,7 @@ from jax.test_util import check_grads
 
 from codesign import collectives as co
 from codesign import hardware as hw
+from codesign import traffic
 from codesign.protocols import AlphaBeta, Nccl
 from codesign.units import GiB, MiB
 
@@ -476,3 +477,20 @@ def test_auto_with_protocols_is_monotone_in_bytes_and_never_above_the_ring():
     assert w.shape == (len(co.algorithms("all_reduce", hierarchical=True)), sizes.size)
     np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=1e-12)
     assert np.isfinite(grad) and grad > 0
+
+
+def test_nccl_tree_across_nodes_takes_its_own_network_step_and_ll_x_1_8():
+    """NCCL's tuning model for a tree all-reduce over 2 nodes of 8: base 6.8 us +
+    2 ((8 - 1) x 0.6 us x 1.8 + log2(2) x 5.0 us) in LL = 31.9 us (the Tree's
+    network hwLat, not the Ring's 2.7, and LL's NVLink step x 1.8 across nodes);
+    a public 2 x 8 H100 log (NVIDIA/nccl-tests issue 309) measures 32.1 us at
+    8 KiB. Inside one node the LL step stays 0.6 us."""
+    across = traffic.cost_on("all_reduce", 8192.0, (16.0, 8.0, 16.0, 1.0), H100, 0.0,
+                             "rail_tree")
+    assert float(across.latency_s) == pytest.approx((6.8 + 2 * (7 * 0.6 * 1.8 + 5.0)) * 1e-6,
+                                                    rel=1e-6)
+    assert NCCL.scale_out_step["tree"][0] * 14.0 == pytest.approx(5.0)
+    assert NCCL.scale_out_step["ring"][0] * 14.0 == pytest.approx(2.7)
+    inside = co.cost("all_reduce", "ring", 1024.0, 8, H100.scale_up, temperature=0,
+                     protocols=NCCL)
+    assert float(inside.time_s) == pytest.approx(6.6e-6 + 14 * 0.6e-6, rel=0.02)

@@ -487,7 +487,7 @@ def test_public_multi_node_all_reduces_are_rows_of_their_own(validate_rows):
     assert {r["family"] for r in rows} == {"H100", "A100"}
     assert all("issue 309" in r["source"] or "oci-hpc-oke" in r["source"] for r in rows)
     small = [r for r in rows if "KiB" in r["name"] or " 1 MiB" in r["name"]]
-    assert small and all(r["error"] < -0.25 for r in small)
+    assert small and all(r["error"] < -0.2 for r in small)
     s = validate.summary(validate_rows)
     assert s["by_measure"]["all_reduce_s"]["predictions"] == 18
     runs = [r for r in validate_rows if r["measure"] not in validate.COLLECTIVE_MEASURES
