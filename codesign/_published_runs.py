@@ -6,43 +6,13 @@ is silent, said once per set) and whether it calibrates a model constant.
 
 from __future__ import annotations
 
-import dataclasses
-
 from . import plan as plan_lib
 from . import scenario as scenario_lib
-
-MEASURES = {
-    "hardware_tflops_per_gpu": "TFLOP/s per GPU, hardware FLOPs (recomputation included)",
-    "model_tflops_per_gpu": "TFLOP/s per GPU, model FLOPs",
-    "aggregate_hardware_pflops": "PFLOP/s over all GPUs, hardware FLOPs",
-    "mfu": "model FLOPs utilisation against the 16-bit peak (full s x s attention)",
-    "mfu_causal": "MFU counting only the causal half of the attention scores",
-    "tokens_per_s_per_gpu": "tokens per second per GPU (no FLOP convention)",
-    "step_time_s": "seconds per iteration",
-    "gpu_hours": "GPU-hours to train on the scenario's tokens (failures included)",
-    "busbw_GBps": "nccl-tests bus bandwidth, GB/s",
-    "all_reduce_s": "nccl-tests all-reduce time (out-of-place), seconds",
-}
-# the measures that are a time (the others are rates: a positive error is optimistic)
-TIME_MEASURES = frozenset({"step_time_s", "gpu_hours", "all_reduce_s"})
-# the measures of one collective, not of a training step: summarised by measure
-# only, and outside the step-time intervals (`validate.uncertainty`)
-COLLECTIVE_MEASURES = frozenset({"busbw_GBps", "all_reduce_s"})
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """One published figure and how to reproduce it."""
-
-    name: str
-    source: str
-    measure: str  # a key of MEASURES
-    published: float
-    tables: dict | None = None  # scenario tables (scenario.from_tables)
-    # (system preset, op, algorithm, tier or None for over nodes, ranks, bytes)
-    collective: tuple | None = None
-    calibration: bool = False  # the figure sets a model constant
-    note: str = ""
+from ._figures import COLLECTIVE_MEASURES as COLLECTIVE_MEASURES
+from ._figures import MEASURES as MEASURES
+from ._figures import TIME_MEASURES as TIME_MEASURES
+from ._figures import Check
+from ._published_collectives import nccl_log, nccl_vendor
 
 
 def _narayanan(params_b, heads, hidden, layers, tp, pp, gpus, batch, tflops, calibration=False):
@@ -91,41 +61,6 @@ def _llama3(gpus, cp, dp_batch, seq, mfu):
              "the full s x s attention) assumed; no recomputation, "
              "interleaving 4 assumed; the model's memory says this plan does not fit "
              "80 GB without recomputation")
-
-
-def _nccl(name, preset, algorithm, tier, ranks, busbw_GBps, note):
-    """A published nccl-tests bus bandwidth of an 8 GiB all-reduce (a calibration row)."""
-    return Check(name, "nccl-tests (vendor figures)", "busbw_GBps", busbw_GBps,
-                 collective=(preset, "all_reduce", algorithm, tier, ranks, 8 * 2**30),
-                 calibration=True, note=note)
-
-
-# Public nccl-tests all_reduce_perf logs across nodes (8 GPUs and 8 NICs a node,
-# NCCL's defaults): the out-of-place time at 8 KiB, 1 MiB, 64 MiB and 1 GiB, as
-# printed; each log re-stated with its provenance under tests/fixtures/nccl/public.
-_NCCL_LOGS = {
-    "nccl-tests-309-qoofyk-2": ("NVIDIA/nccl-tests issue 309 (qoofyk, 2025-05-20): Dell "
-                                "XE9680, 2 x 8 H100, 8 CX-7 400 Gb/s IB per node, NCCL 2.26.2"),
-    "nccl-tests-309-qoofyk-4": ("NVIDIA/nccl-tests issue 309 (qoofyk, 2025-05-23): 4 x 8 H100, "
-                                "8 GPU-NIC pairs per node, NCCL 2.26.2"),
-    "nccl-tests-309-gj-aion": ("NVIDIA/nccl-tests issue 309 (gj-aion, 2025-06-18): H100 nodes on "
-                               "400 Gb/s IB, NCCL's defaults"),
-    "oci-hpc-oke": ("oracle-quickstart/oci-hpc-oke README.md at 001cbb9b: 2 x 8 A100-SXM4-40GB "
-                    "on OCI RDMA (16 VFs a node; link speed not stated)"),
-}
-_NCCL_LOGS_NOTE = ("NCCL's defaults (auto algorithm and protocol); the model costs the "
-                   "all-reduce two-tier over the nodes (`traffic.cost_on`, 8 GPUs a domain)")
-
-
-def _nccl_log(log, preset, nodes, n_bytes, time_us):
-    """A nccl-tests all-reduce time across `nodes` nodes of 8 GPUs (a prediction)."""
-    size = f"{n_bytes / 2**30:g} GiB" if n_bytes >= 2**30 else (
-        f"{n_bytes / 2**20:g} MiB" if n_bytes >= 2**20 else f"{n_bytes / 2**10:g} KiB")
-    chip = "A100" if "a100" in preset else "H100"
-    return Check(f"nccl-tests all-reduce {size}, {nodes} x 8 {chip} ({log})", _NCCL_LOGS[log],
-                 "all_reduce_s", time_us * 1e-6,
-                 collective=(preset, "all_reduce", "auto", None, nodes * 8, n_bytes),
-                 note=_NCCL_LOGS_NOTE)
 
 
 # --------------------------------------------------- runs of 2023-2025 stacks
@@ -439,24 +374,24 @@ CHECKS: tuple[Check, ...] = (
                               "dtype": "fp16"},
                  "system": {"preset": "dgx-v100", "gpus": 1}},
           calibration=True, note="sets the V100 matmul_efficiency (batch 8 assumed)"),
-    _nccl("nccl-tests all-reduce, 8x H100 NVLink, ring", "dgx-h100", "ring", "scale_up", 8,
-          370.0, "sets the NVLink4 efficiency"),
-    _nccl("nccl-tests all-reduce, 8x H100 NVLink SHARP", "dgx-h100", "in_network", "scale_up",
-          8, 480.0, "sets the NVLS efficiency"),
-    _nccl("nccl-tests all-reduce, 8x A100 NVLink", "dgx-a100", "ring", "scale_up", 8, 230.0,
-          "sets the NVLink3 efficiency"),
-    _nccl("nccl-tests, one 400 Gb/s NDR NIC per GPU", "dgx-h100", "ring", "scale_out", 16,
-          47.0, "sets the NIC efficiency (46-48 GB/s)"),
+    nccl_vendor("nccl-tests all-reduce, 8x H100 NVLink, ring", "dgx-h100", "ring",
+                "scale_up", 8, 370.0, "sets the NVLink4 efficiency"),
+    nccl_vendor("nccl-tests all-reduce, 8x H100 NVLink SHARP", "dgx-h100", "in_network",
+                "scale_up", 8, 480.0, "sets the NVLS efficiency"),
+    nccl_vendor("nccl-tests all-reduce, 8x A100 NVLink", "dgx-a100", "ring", "scale_up", 8,
+                230.0, "sets the NVLink3 efficiency"),
+    nccl_vendor("nccl-tests, one 400 Gb/s NDR NIC per GPU", "dgx-h100", "ring", "scale_out",
+                16, 47.0, "sets the NIC efficiency (46-48 GB/s)"),
     # ------------------------------------------------------------ predictions
     # --- nccl-tests across nodes (all-reduce time)
-    *(_nccl_log("nccl-tests-309-qoofyk-2", "dgx-h100", 2, b, t) for b, t in (
+    *(nccl_log("nccl-tests-309-qoofyk-2", "dgx-h100", 2, b, t) for b, t in (
         (8192, 32.12), (2**20, 71.93), (64 * 2**20, 466.1), (2**30, 4484.9))),
-    *(_nccl_log("nccl-tests-309-qoofyk-4", "dgx-h100", 4, b, t) for b, t in (
+    *(nccl_log("nccl-tests-309-qoofyk-4", "dgx-h100", 4, b, t) for b, t in (
         (8192, 46.84), (2**20, 82.17), (64 * 2**20, 579.1), (2**30, 5808.8))),
-    *(_nccl_log("nccl-tests-309-gj-aion", "dgx-h100", nodes, b, t) for nodes, b, t in (
+    *(nccl_log("nccl-tests-309-gj-aion", "dgx-h100", nodes, b, t) for nodes, b, t in (
         (4, 2**20, 317.0), (4, 64 * 2**20, 624.1), (4, 2**30, 6460.4),
         (8, 2**20, 117.0), (8, 64 * 2**20, 718.1), (8, 2**30, 7370.5))),
-    *(_nccl_log("oci-hpc-oke", "dgx-a100", 2, b, t) for b, t in (
+    *(nccl_log("oci-hpc-oke", "dgx-a100", 2, b, t) for b, t in (
         (8192, 48.16), (2**20, 85.58), (64 * 2**20, 821.7), (2**30, 9187.8))),
     Check("Megatron-LM 8.3B on 512 V100 (tp 8, dp 64)", "Shoeybi et al. 2019",
           "aggregate_hardware_pflops", 15.1, scenario_lib.read("megatron-8.3b"),

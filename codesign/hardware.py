@@ -17,6 +17,14 @@ import jax
 from . import _checks, strategies
 from . import protocols as protocols_lib
 from ._checks import float_field, strategy_field
+from ._chip_specs import COMPUTE_UNITS as COMPUTE_UNITS
+from ._chip_specs import COMPUTE_UNITS_BY_CHIP as COMPUTE_UNITS_BY_CHIP
+from ._chip_specs import TDP_W as TDP_W
+from ._chip_specs import GRACE_C2C_PER_GPU_Bps as GRACE_C2C_PER_GPU_Bps
+from ._chip_specs import HOST_Bps as HOST_Bps
+from ._chip_specs import PCIE3_X16_Bps as PCIE3_X16_Bps
+from ._chip_specs import PCIE4_X16_Bps as PCIE4_X16_Bps
+from ._chip_specs import PCIE5_X16_Bps as PCIE5_X16_Bps
 from ._domains import (
     BANDWIDTH,
     EFFICIENCY,
@@ -31,16 +39,13 @@ from ._domains import (
 )
 from ._measured import (
     _LATENCY,
-    _TPU_LATENCY,
     A100_MATMUL_EFFICIENCY,
-    DCN_LATENCY_S,
     H100_BF16_FLOPS_PER_S,
     H100_FP8_FLOPS_PER_S,
     H100_MATMUL_EFFICIENCY,
     H100_TF32_FLOPS_PER_S,
     HBM_EFFICIENCY,
     HOPPER_ATTENTION_EFFICIENCY,
-    ICI_LATENCY_S,
     NIC_EFFICIENCY,
     SCALE_OUT_LATENCY_S,
     SCALE_UP_LATENCY_S,
@@ -52,11 +57,11 @@ from ._measured import (
 from ._measured import FP8_RELATIVE_EFFICIENCY as FP8_RELATIVE_EFFICIENCY
 from ._measured import H100_GEMM_MICROBENCHMARK_EFFICIENCY as H100_GEMM_MICROBENCHMARK_EFFICIENCY
 from ._measured import H200_GEMMS as H200_GEMMS
-from .protocols import AlphaBeta, Nccl, Protocols
+from .protocols import Nccl, Protocols
 from .strategies import ROUTINGS as ROUTINGS
 from .strategies import TOPOLOGIES as TOPOLOGIES
-from .strategies import Adaptive, Routing, Topology, Torus, TwoTier
-from .units import GB, Gbps, KiB
+from .strategies import Adaptive, Routing, Topology, TwoTier
+from .units import GB, Gbps
 
 # Compute constants shared by every chip unless its preset says otherwise
 # (docs/sources.md has each source):
@@ -70,20 +75,11 @@ from .units import GB, Gbps, KiB
 #   microseconds (assumption; `codesign calibrate compute` measures it).
 # - HBM reserve: 2 GiB for the CUDA context and communicator buffers plus 5% of
 #   capacity for allocator fragmentation (assumption).
-# - HOST_Bps: one GPU's link to its host CPU's memory, one direction, where a
-#   preset does not say: PCIe Gen5 x16 (PCI-SIG PCIe 5.0: 32 GT/s x 16 lanes,
-#   128b/130b, ~63 GB/s per direction; we take 64e9). PCIe 3.0 and 4.0 run at
-#   8 and 16 GT/s per lane: ~15.8 and ~31.5 GB/s per direction at x16 (16e9,
-#   32e9).
+# - HOST_Bps, COMPUTE_UNITS: a custom chip's host link and GEMM units (`_chip_specs`).
 ATTENTION_EFFICIENCY = 0.6
 KERNEL_OVERHEAD_S = 4e-6
 HBM_RESERVE_FIXED_BYTES = 2 * 2**30
 HBM_RESERVE_FRACTION = 0.05
-PCIE3_X16_Bps = 16e9
-PCIE4_X16_Bps = 32e9
-PCIE5_X16_Bps = 64e9
-HOST_Bps = PCIE5_X16_Bps
-COMPUTE_UNITS = 132.0  # a custom chip's: H100 SXM5's SMs
 
 
 def default_hbm_reserve_bytes(hbm_bytes):
@@ -232,42 +228,6 @@ class System(eqx.Module):
 
 
 
-# Board power (vendor datasheets): V100 SXM3 450 W (DGX-2H), A100 SXM4 400 W,
-# H100/H800 SXM5 700 W, H200 SXM up to 700 W, B200 1000 W (DGX B200), GB200
-# 1200 W per GPU (a 2,700 W superchip less its CPU: assumption), GB300 1400 W
-# per GPU (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, as Tom's
-# Hardware tabulates them), B300 1100 W in HGX/DGX B300 (a cloud provider's
-# per-GPU table, Verda; no NVIDIA datasheet found: assumption), TPU v4 192 W
-# (Jouppi et al. 2023, peak), TPU v5p 350 W, v5e 200 W, v6e 300 W (not published:
-# assumptions).
-# Units running GEMM tiles (vendor architecture whitepapers): V100 80 SMs, A100
-# 108, H100 / H200 / H800 SXM5 132, B200 148 per GPU (GB200's GPU the same);
-# Blackwell Ultra 160 (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, the
-# enabled count of B300 / GB300 as that: assumption); TPU v4 and v5p 2
-# TensorCores x 4 MXUs (TPU v4 paper; v5p's system architecture documentation),
-# v5e 1 x 4, v6e 1 x 2 of 256 x 256 (Google Cloud's v5e and v6e documentation).
-COMPUTE_UNITS_BY_CHIP = {"V100-SXM3-32GB": 80.0, "A100-SXM4-80GB": 108.0,
-                         "H100-SXM5-80GB": 132.0, "H200-SXM-141GB": 132.0, "H800": 132.0,
-                         "B200": 148.0, "GB200": 148.0, "B300": 160.0, "GB300": 160.0,
-                         "tpu-v4": 8.0, "tpu-v5p": 8.0, "tpu-v5e": 4.0, "tpu-v6e": 2.0}
-TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
-         "H200-SXM-141GB": 700.0, "H800": 700.0, "B200": 1000.0, "GB200": 1200.0,
-         "B300": 1100.0, "GB300": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0,
-         "tpu-v5e": 200.0, "tpu-v6e": 300.0}
-
-# One chip's link to its host CPU's memory (`Chip.host_Bps`), per direction:
-# the GPU's PCIe generation at x16 (vendor datasheets: V100 PCIe Gen3, A100
-# Gen4, H100 / H200 / H800 Gen5; DGX B200's Xeon 8570 hosts are PCIe Gen5).
-# Blackwell Ultra supports PCIe Gen6 (NVIDIA, Hot Chips 2025) but DGX B300's
-# Xeon 6776P hosts are PCIe Gen5: the link runs at Gen5 x16 (assumption: a full
-# x16 per GPU). TPU v4: PCIe Gen3 x16 (Google's TPU v4 documentation); TPU
-# v5p's is not published: Gen4 x16 (assumption). A Grace Blackwell superchip
-# joins its Grace CPU to its two GPUs by NVLink-C2C, 900 GB/s bidirectional
-# (NVIDIA Grace Blackwell datasheet), which we read as shared by the two:
-# 900e9 B/s / 2 directions / 2 GPUs = 225e9 B/s per GPU per direction (the
-# even split is our reading: assumption); GB300 keeps GB200's Grace and
-# NVLink-C2C (assumption).
-GRACE_C2C_PER_GPU_Bps = 900 * GB / 2 / 2
 
 
 # Dense 32-bit matmul peaks (vendor datasheets): V100 15.7 TFLOP/s FP32 (no
@@ -535,88 +495,9 @@ def _gb300_nvl72() -> Preset:
     )
 
 
-def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape, host_Bps,
-         dcn_Bps=200 * Gbps / 4, chips_per_host=4) -> System:
-    # A 3D torus of `shape` chips: 6 nearest-neighbour ICI links per chip; a
-    # collective on the torus drives all of them, so the per-chip bandwidth is
-    # 6 x per-link (a 2D torus is shape (x, y, 1): a group spanning both of its
-    # dimensions drives its 4 links, 2 x per-link a dimension as in 3D).
-    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3,
-                     host_Bps=host_Bps)
-    ici = _tier(6 * link_Bps, ICI_LATENCY_S, 1.0, hbm_Bps)
-    # The data-centre network beside the torus, per chip (`dcn_Bps`): where the vendor
-    # tables are silent, an assumption of 200 Gb/s per 4-chip host, labelled as such.
-    dcn = _tier(dcn_Bps, DCN_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
-    torus = Torus(shape)
-    return System(chip, torus.chips, torus.chips, ici, dcn, chips_per_host, topology=torus,
-                  protocols=AlphaBeta())
-
-
-def _tpu_v4() -> Preset:
-    return Preset(
-        _tpu("tpu-v4", 275e12, 275e12,  # vendor: 275 TFLOP/s bf16; int8 peak is the same
-             32 * KiB**3, 1.2e12,  # vendor: 32 GiB, 1.2 TB/s
-             # vendor: ICI ~4.5e10 B/s per link one way; 64 cubes of 4x4x4 chips joined
-             # by optical circuit switches into a 16x16x16 pod (Jouppi et al., ISCA 2023)
-             4.5e10, (16, 16, 16),
-             PCIE3_X16_Bps),  # vendor: PCIe Gen3 x16 to the host
-        "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
-        {"chip": "datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host", "host_Bps": "PCIe Gen3 x16",
-         "latency": _TPU_LATENCY},
-        "tpu-v4",
-    )
-
-
-def _tpu_v5p() -> Preset:
-    return Preset(
-        _tpu("tpu-v5p", 459e12, 918e12,  # vendor: 459 TFLOP/s bf16; datasheet int8 918 TOPS
-             95 * GB, 2.76e12,  # vendor: 95 GB, 2.76 TB/s
-             # vendor: ICI ~9e10 B/s per link one way; the largest slice, 16x20x28 =
-             # 8,960 chips (Google Cloud TPU v5p documentation)
-             9e10, (16, 20, 28),
-             PCIE4_X16_Bps),  # not published: PCIe Gen4 x16 (assumption)
-        "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
-        {"chip": "datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
-         "scale_out": "assumption: 200 Gb/s per host",
-         "host_Bps": "assumption: PCIe Gen4 x16", "latency": _TPU_LATENCY},
-        "tpu-v5p",
-    )
-
-
-def _tpu_v5e() -> Preset:
-    return Preset(
-        # vendor (Google Cloud TPU v5e documentation): 197 TFLOP/s bf16, 393 TOPS int8,
-        # 16 GB of HBM2 at 819 GB/s; ICI 400 GB/s bidirectional per chip over 4 ports
-        # (50 GB/s a link one way); a 256-chip pod as a 16 x 16 2D torus; 8 chips and
-        # 2 x 100 Gb/s of NIC per host
-        _tpu("tpu-v5e", 197e12, 393e12, 16 * GB, 819e9, 50e9, (16, 16, 1),
-             PCIE4_X16_Bps,  # not published: PCIe Gen4 x16 (assumption)
-             dcn_Bps=2 * 100 * Gbps / 8, chips_per_host=8),
-        "TPU v5e: 2D torus ICI (4 links x 50 GB/s), 256-chip pod, 8 chips per host",
-        {"chip": "Google Cloud TPU v5e documentation", "scale_up": "vendor: 400 GB/s "
-         "bidirectional ICI per chip, 4 ports", "scale_out": "vendor: 2 x 100 Gb/s per "
-         "8-chip host", "host_Bps": "assumption: PCIe Gen4 x16", "latency": _TPU_LATENCY},
-        "tpu-v5e",
-    )
-
-
-def _tpu_v6e() -> Preset:
-    return Preset(
-        # vendor (Google Cloud TPU v6e documentation): 918 TFLOP/s bf16, 1,836 TOPS
-        # int8, 32 GB of HBM at 1,638 GB/s; ICI 800 GB/s bidirectional per chip over 4
-        # ports (100 GB/s a link one way); a 256-chip pod as a 2D torus; 8 chips a host,
-        # each on PCIe Gen5
-        _tpu("tpu-v6e", 918e12, 1836e12, 32 * GB, 1638e9, 100e9, (16, 16, 1),
-             PCIE5_X16_Bps, chips_per_host=8),
-        "TPU v6e (Trillium): 2D torus ICI (4 links x 100 GB/s), 256-chip pod, 8 chips per "
-        "host",
-        {"chip": "Google Cloud TPU v6e documentation", "scale_up": "vendor: 800 GB/s "
-         "bidirectional ICI per chip, 4 ports", "scale_out": "assumption: 200 Gb/s per 4 "
-         "chips", "host_Bps": "vendor: PCIe Gen5", "latency": _TPU_LATENCY},
-        "tpu-v6e",
-    )
-
+# the TPU systems (3D and 2D tori of ICI links) are `_tpu_presets`': they build on
+# the helpers above, so they are imported once these exist
+from ._tpu_presets import _tpu_v4, _tpu_v5e, _tpu_v5p, _tpu_v6e  # noqa: E402
 
 _PRESETS = {
     "dgx-v100": _dgx_v100, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100,

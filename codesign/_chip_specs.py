@@ -1,0 +1,55 @@
+"""Vendor figures per chip that the presets read (docs/sources.md has each
+source): the host link, the GEMM compute units, the board power; the
+measured and fitted constants are `_measured`'s. `hardware` re-exports them."""
+
+from __future__ import annotations
+
+from .units import GB
+
+# HOST_Bps: one GPU's link to its host CPU's memory, one direction, where a
+# preset does not say: PCIe Gen5 x16 (PCI-SIG PCIe 5.0: 32 GT/s x 16 lanes,
+# 128b/130b, ~63 GB/s per direction; we take 64e9). PCIe 3.0 and 4.0 run at
+# 8 and 16 GT/s per lane: ~15.8 and ~31.5 GB/s per direction at x16 (16e9,
+# 32e9).
+PCIE3_X16_Bps = 16e9
+PCIE4_X16_Bps = 32e9
+PCIE5_X16_Bps = 64e9
+HOST_Bps = PCIE5_X16_Bps
+COMPUTE_UNITS = 132.0  # a custom chip's: H100 SXM5's SMs
+
+# Board power (vendor datasheets): V100 SXM3 450 W (DGX-2H), A100 SXM4 400 W,
+# H100/H800 SXM5 700 W, H200 SXM up to 700 W, B200 1000 W (DGX B200), GB200
+# 1200 W per GPU (a 2,700 W superchip less its CPU: assumption), GB300 1400 W
+# per GPU (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, as Tom's
+# Hardware tabulates them), B300 1100 W in HGX/DGX B300 (a cloud provider's
+# per-GPU table, Verda; no NVIDIA datasheet found: assumption), TPU v4 192 W
+# (Jouppi et al. 2023, peak), TPU v5p 350 W, v5e 200 W, v6e 300 W (not published:
+# assumptions).
+# Units running GEMM tiles (vendor architecture whitepapers): V100 80 SMs, A100
+# 108, H100 / H200 / H800 SXM5 132, B200 148 per GPU (GB200's GPU the same);
+# Blackwell Ultra 160 (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, the
+# enabled count of B300 / GB300 as that: assumption); TPU v4 and v5p 2
+# TensorCores x 4 MXUs (TPU v4 paper; v5p's system architecture documentation),
+# v5e 1 x 4, v6e 1 x 2 of 256 x 256 (Google Cloud's v5e and v6e documentation).
+COMPUTE_UNITS_BY_CHIP = {"V100-SXM3-32GB": 80.0, "A100-SXM4-80GB": 108.0,
+                         "H100-SXM5-80GB": 132.0, "H200-SXM-141GB": 132.0, "H800": 132.0,
+                         "B200": 148.0, "GB200": 148.0, "B300": 160.0, "GB300": 160.0,
+                         "tpu-v4": 8.0, "tpu-v5p": 8.0, "tpu-v5e": 4.0, "tpu-v6e": 2.0}
+TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
+         "H200-SXM-141GB": 700.0, "H800": 700.0, "B200": 1000.0, "GB200": 1200.0,
+         "B300": 1100.0, "GB300": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0,
+         "tpu-v5e": 200.0, "tpu-v6e": 300.0}
+
+# One chip's link to its host CPU's memory (`Chip.host_Bps`), per direction:
+# the GPU's PCIe generation at x16 (vendor datasheets: V100 PCIe Gen3, A100
+# Gen4, H100 / H200 / H800 Gen5; DGX B200's Xeon 8570 hosts are PCIe Gen5).
+# Blackwell Ultra supports PCIe Gen6 (NVIDIA, Hot Chips 2025) but DGX B300's
+# Xeon 6776P hosts are PCIe Gen5: the link runs at Gen5 x16 (assumption: a full
+# x16 per GPU). TPU v4: PCIe Gen3 x16 (Google's TPU v4 documentation); TPU
+# v5p's is not published: Gen4 x16 (assumption). A Grace Blackwell superchip
+# joins its Grace CPU to its two GPUs by NVLink-C2C, 900 GB/s bidirectional
+# (NVIDIA Grace Blackwell datasheet), which we read as shared by the two:
+# 900e9 B/s / 2 directions / 2 GPUs = 225e9 B/s per GPU per direction (the
+# even split is our reading: assumption); GB300 keeps GB200's Grace and
+# NVLink-C2C (assumption).
+GRACE_C2C_PER_GPU_Bps = 900 * GB / 2 / 2
