@@ -103,10 +103,12 @@ def cross_validate(checks=CHECKS, rows=None) -> tuple[list[dict], list[str]]:
     out = [{**r, "cross_error": float("nan") if r["calibration"] else r["error"],
             "cross_note": ""} for r in rows]
     notes = []
+    # the fitted constant each check carries (None: none), found once
+    carried = [next((v for v in FITTED.values() if carries(c, v)), None) for c in checks]
     for source in dict.fromkeys(c.source for c in checks):
         refit = {}  # fitted value -> its value without this set (None: none)
         for label, value in FITTED.items():
-            carriers = [c for c in checks if carries(c, value)]
+            carriers = [c for c, v in zip(checks, carried, strict=True) if v == value]
             setters = [c for c in carriers if c.calibration]
             if not any(c.source == source for c in setters):
                 continue
@@ -122,9 +124,8 @@ def cross_validate(checks=CHECKS, rows=None) -> tuple[list[dict], list[str]]:
             refit[value] = fit_matmul_efficiency(on, start=value)
             notes.append(f"{label}: {value:.4g} -> {refit[value]:.4g} without {source} "
                          f"(fitted on {len(on)} rows of {', '.join(sorted(families))})")
-        for i, c in enumerate(checks):
-            value = next((v for v in refit if c.source == source and carries(c, v)), None)
-            if value is None:
+        for i, (c, value) in enumerate(zip(checks, carried, strict=True)):
+            if c.source != source or value not in refit:
                 continue
             if refit[value] is None:
                 out[i]["cross_error"] = float("nan")
