@@ -183,7 +183,7 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     tokens = plan.micro_batch * model.seq_len / plan.cp
     h, tp = model.hidden, plan.tp
     mats = 2.0 if model.gated else 1.0
-    dense_layers, moe_layers = sh.layers_on_stage - sh.moe_layers_on_stage, sh.moe_layers_on_stage
+    dense_layers, moe_layers = sh.dense_layers_on_stage, sh.moe_layers_on_stage
     cut = {"k": (tp, 1.0), "n": (1.0, tp), "": (1.0, 1.0)}  # tensor parallelism's cut (k, n)
     # every projection but the output one reads a norm's output (the layer's,
     # or MLA's latent norms)
@@ -241,7 +241,6 @@ def host_launches(model: Transformer, plan: Plan, sh: traffic.Shape):
     gemm = 2.0 if plan.precision.gemm == "fp8" else 1.0  # launches per GEMM
     local = jnp.maximum(model.experts / plan.ep, 1.0)
     routed = 2.0 * gemm * local + 4.0  # the experts' GEMMs, permute, unpermute, 2 all-to-alls
-    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
     head = (1.0 + model.mtp_layers) * 3.0  # logits GEMM, loss forward and its reduction
     if plan.cuda_graphs == "iteration":
         forward = jnp.zeros(())
@@ -251,7 +250,8 @@ def host_launches(model: Transformer, plan: Plan, sh: traffic.Shape):
         attention = len(model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
         shared = jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)
         moe = attention + 1.0 + ROUTING_KERNELS + shared + routed
-        forward = dense_layers * (attention + 2.0 * gemm) + sh.moe_layers_on_stage * moe + head
+        forward = (sh.dense_layers_on_stage * (attention + 2.0 * gemm)
+                   + sh.moe_layers_on_stage * moe + head)
     return forward, (1.0 + plan.recompute.layer_forwards) * forward
 
 
@@ -263,8 +263,7 @@ def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: traffic.Sha
     kinds = model.activation_bytes_per_layer(plan.micro_batch, plan.tp, plan.sequence_parallel,
                                              plan.recompute, LAYER_KINDS, plan.cp,
                                              plan.precision)  # (dense, MoE) layer
-    dense_layers = sh.layers_on_stage - sh.moe_layers_on_stage
-    stored = dense_layers * kinds[0] + sh.moe_layers_on_stage * kinds[1]
+    stored = sh.dense_layers_on_stage * kinds[0] + sh.moe_layers_on_stage * kinds[1]
     offloaded = jnp.minimum(plan.offload_layers, sh.layers_on_stage) / sh.layers_on_stage
     return stored, stored * offloaded
 

@@ -89,6 +89,10 @@ class Shape(eqx.Module):
     micro_batches: jax.Array
     tokens: jax.Array  # tokens per micro-batch per data-parallel rank (b s / cp)
 
+    @property
+    def dense_layers_on_stage(self) -> jax.Array:
+        return self.layers_on_stage - self.moe_layers_on_stage
+
 
 def shape(model: Transformer, plan: Plan, t=0.0) -> Shape:
     # relaxed: the stage's share of the layers over an even split (>= 1, 1 where

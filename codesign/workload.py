@@ -218,6 +218,18 @@ class Transformer(eqx.Module):
 
     @property
     @_once
+    def moe_blocks(self) -> jax.Array:
+        """MoE blocks: the MoE layers and the MTP depths' MoE blocks."""
+        return self.moe_layers + self.mtp_moe_layers
+
+    @property
+    @_once
+    def dense_blocks(self) -> jax.Array:
+        """Dense blocks: the dense layers and the MTP depths' dense blocks."""
+        return self.dense_layers + self.mtp_layers - self.mtp_moe_layers
+
+    @property
+    @_once
     def blocks(self) -> jax.Array:
         """Transformer blocks: the layers and the MTP depths' blocks."""
         return self.layers + self.mtp_layers
@@ -288,7 +300,7 @@ class Transformer(eqx.Module):
     @_once
     def routed_expert_params(self) -> jax.Array:
         """All routed experts of all MoE blocks (sharded by expert parallelism)."""
-        return (self.moe_layers + self.mtp_moe_layers) * self.experts * self.expert_params()
+        return self.moe_blocks * self.experts * self.expert_params()
 
     @_once
     def mtp_projection_params(self) -> jax.Array:
@@ -304,10 +316,8 @@ class Transformer(eqx.Module):
     def _blocks_params(self, moe_ffn) -> jax.Array:
         """Attention and FFN parameters of every block (the MTP depths' too, with
         their projections), `moe_ffn` those of one MoE block's FFN."""
-        mtp_dense = self.mtp_layers - self.mtp_moe_layers
         return (self.blocks * self.attention_params()
-                + (self.dense_layers + mtp_dense) * self.dense_ffn_params()
-                + (self.moe_layers + self.mtp_moe_layers) * moe_ffn
+                + self.dense_blocks * self.dense_ffn_params() + self.moe_blocks * moe_ffn
                 + self.mtp_layers * self.mtp_projection_params())
 
     @_once
@@ -367,10 +377,8 @@ class Transformer(eqx.Module):
     def forward_flops_per_token(self, causal: bool = False) -> jax.Array:
         """One forward per token; `causal` counts only the unmasked half of the
         attention scores (a convention some MFU reports use)."""
-        mtp_dense = self.mtp_layers - self.mtp_moe_layers
-        moe_blocks = self.moe_layers + self.mtp_moe_layers
-        layers = ((self.dense_layers + mtp_dense) * self.layer_forward_flops_per_token(False)
-                  + moe_blocks * self.layer_forward_flops_per_token(True))
+        layers = (self.dense_blocks * self.layer_forward_flops_per_token(False)
+                  + self.moe_blocks * self.layer_forward_flops_per_token(True))
         mtp = self.mtp_layers * (2.0 * self.mtp_projection_params() + self.logits_flops_per_token())
         scores = self.blocks * self.attention_score_flops_per_token()
         return layers + mtp + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()
