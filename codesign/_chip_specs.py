@@ -18,7 +18,8 @@ HOST_Bps = PCIE5_X16_Bps
 COMPUTE_UNITS = 132.0  # a custom chip's: H100 SXM5's SMs
 
 # Board power (vendor datasheets): V100 SXM3 450 W (DGX-2H), A100 SXM4 400 W,
-# H100/H800 SXM5 700 W, H200 SXM up to 700 W, B200 1000 W (DGX B200), GB200
+# H100/H800 SXM5 700 W (Meta's Grand Teton H100s run at 500 W: torchtitan's
+# and FBGEMM's benchmarks), H200 SXM up to 700 W, B200 1000 W (DGX B200), GB200
 # 1200 W per GPU (a 2,700 W superchip less its CPU: assumption), GB300 1400 W
 # per GPU (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, as Tom's
 # Hardware tabulates them), B300 1100 W in HGX/DGX B300 (a cloud provider's
@@ -32,10 +33,12 @@ COMPUTE_UNITS = 132.0  # a custom chip's: H100 SXM5's SMs
 # TensorCores x 4 MXUs (TPU v4 paper; v5p's system architecture documentation),
 # v5e 1 x 4, v6e 1 x 2 of 256 x 256 (Google Cloud's v5e and v6e documentation).
 COMPUTE_UNITS_BY_CHIP = {"V100-SXM3-32GB": 80.0, "A100-SXM4-80GB": 108.0,
-                         "H100-SXM5-80GB": 132.0, "H200-SXM-141GB": 132.0, "H800": 132.0,
+                         "H100-SXM5-80GB": 132.0, "H100-SXM5-96GB-500W": 132.0,
+                         "H200-SXM-141GB": 132.0, "H800": 132.0,
                          "B200": 148.0, "GB200": 148.0, "B300": 160.0, "GB300": 160.0,
                          "tpu-v4": 8.0, "tpu-v5p": 8.0, "tpu-v5e": 4.0, "tpu-v6e": 2.0}
 TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
+         "H100-SXM5-96GB-500W": 500.0,
          "H200-SXM-141GB": 700.0, "H800": 700.0, "B200": 1000.0, "GB200": 1200.0,
          "B300": 1100.0, "GB300": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0,
          "tpu-v5e": 200.0, "tpu-v6e": 300.0}

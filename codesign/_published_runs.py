@@ -218,8 +218,8 @@ TORCHTITAN_SOURCE = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtita
                      "b5bcd76c (results of torchtitan 9dec370, 2024-12-26; TPS/GPU read at "
                      "step 90); train_configs/llama3_*.toml at 9dec370")
 _TORCHTITAN_ASSUMED = (
-    "the 96 GB HBM2e H100 at a 500 W power limit (Grand Teton) as dgx-h100 with 96 GB: its "
-    "HBM bandwidth as the 80 GB part's and its power-limited clocks not modelled; FSDP2 as "
+    "the 96 GB H100 at a 500 W power limit as grand-teton-h100 (its clocks FBGEMM's 500 W "
+    "GEMMs' share of the 700 W part's, its HBM bandwidth the 80 GB part's); FSDP2 as "
     "ZeRO-3 over dp (reshard after forward unless pp > 1, torchtitan's default), gradients "
     "reduced in fp32 (FSDP2's default reduce_dtype); torchao Float8 linears as the fp8 "
     "recipe and torch.compile's fusions not modelled apart; selective activation "
@@ -249,7 +249,7 @@ def _torchtitan(size, gpus, fsdp, tp, pp, cp, local, seq, fp8, recompute, publis
         f"H100 ({plan})", TORCHTITAN_SOURCE, "tokens_per_s_per_gpu", published,
         {"model": {"preset": f"llama3-{size.lower()}", "seq_len": seq},
          "training": training, "parallel": parallel,
-         "system": {"preset": "dgx-h100", "gpus": gpus, "hbm_bytes": 96e9}},
+         "system": {"preset": "grand-teton-h100", "gpus": gpus}},
         note=_TORCHTITAN_ASSUMED)
 
 

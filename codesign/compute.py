@@ -58,10 +58,12 @@ GEMM_TILE = 128.0
 
 
 def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
-    """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16)."""
+    """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16) at
+    the clocks its power limit sustains (`chip.clock_fraction` of the datasheet's)."""
     chip = system.chip
-    return {"fp8": chip.peak_fp8_flops_per_s, "fp32": chip.peak_fp32_flops_per_s}.get(
-        dtype, chip.peak_flops_per_s)
+    return chip.clock_fraction * {"fp8": chip.peak_fp8_flops_per_s,
+                                  "fp32": chip.peak_fp32_flops_per_s}.get(dtype,
+                                                                          chip.peak_flops_per_s)
 
 
 def matmul_efficiency(system: System, dtype: str) -> jax.Array:

@@ -40,6 +40,7 @@ from ._domains import (
 from ._measured import (
     _LATENCY,
     A100_MATMUL_EFFICIENCY,
+    H100_500W_CLOCK_FRACTION,
     H100_BF16_FLOPS_PER_S,
     H100_FP8_FLOPS_PER_S,
     H100_MATMUL_EFFICIENCY,
@@ -54,6 +55,7 @@ from ._measured import (
     H200_HBM_Bps,
     _calibrated_efficiency,
 )
+from ._measured import FBGEMM_H100_500W_GEMMS as FBGEMM_H100_500W_GEMMS
 from ._measured import FP8_RELATIVE_EFFICIENCY as FP8_RELATIVE_EFFICIENCY
 from ._measured import H100_GEMM_MICROBENCHMARK_EFFICIENCY as H100_GEMM_MICROBENCHMARK_EFFICIENCY
 from ._measured import H200_GEMMS as H200_GEMMS
@@ -136,6 +138,11 @@ class Chip(eqx.Module):
     # the chip's link to its host CPU's memory, per direction; default HOST_Bps
     host_Bps: jax.Array = float_field("system.host_Bps", POSITIVE, default=HOST_Bps,
                                       kw_only=True)
+    # the share of the full-power part's sustained clocks a board under a lower
+    # power limit keeps (its tensor cores' and attention's throughput; the
+    # datasheet peaks, which MFU counts against, stay)
+    clock_fraction: jax.Array = float_field("system.clock_fraction", EFFICIENCY, default=1.0,
+                                            kw_only=True)
     # units that each run one GEMM tile at a time (SMs; a TPU's MXUs); default
     # COMPUTE_UNITS
     compute_units: jax.Array = float_field("system.compute_units", count(1e6),
@@ -234,10 +241,11 @@ class System(eqx.Module):
 # TF32), A100 156 TF32, H100/H800 494.7 TF32, B200/GB200/B300/GB300 half their
 # 16-bit peak (TF32); TPUs have no 32-bit matrix unit: three bf16 passes (assumption).
 def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32,
-              attention_efficiency=None, *, host_Bps):
+              attention_efficiency=None, *, host_Bps, clock_fraction=1.0):
     return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, tdp_w=TDP_W[name],
                 peak_fp32_flops_per_s=fp32, attention_efficiency=attention_efficiency,
-                host_Bps=host_Bps, compute_units=COMPUTE_UNITS_BY_CHIP[name])
+                host_Bps=host_Bps, compute_units=COMPUTE_UNITS_BY_CHIP[name],
+                clock_fraction=clock_fraction)
 
 
 def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
@@ -299,10 +307,11 @@ def _dgx_a100() -> Preset:
     )
 
 
-def _h100_chip(name: str) -> Chip:
-    return _gpu_chip(name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 80 * GB, H100_HBM_Bps,
+def _h100_chip(name: str, hbm_bytes=80 * GB, clock_fraction=1.0) -> Chip:
+    return _gpu_chip(name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, hbm_bytes, H100_HBM_Bps,
                      H100_MATMUL_EFFICIENCY, H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY,
-                     host_Bps=PCIE5_X16_Bps)  # vendor: PCIe Gen5 x16
+                     host_Bps=PCIE5_X16_Bps,  # vendor: PCIe Gen5 x16
+                     clock_fraction=clock_fraction)
 
 
 def _dgx_h100() -> Preset:
@@ -322,6 +331,28 @@ def _dgx_h100() -> Preset:
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "host_Bps": "PCIe Gen5 x16",
          "latency": _LATENCY},
+        chip_name,
+    )
+
+
+def _grand_teton_h100() -> Preset:
+    # Meta's Grand Teton H100 servers, as torchtitan's H100 benchmarks and
+    # FBGEMM's GEMM benchmarks ran on them: 8 H100 SXM5 with 96 GB of HBM at a
+    # 500 W power limit, NVLink4 + NVSwitch, a 400 Gb/s RoCE NIC per GPU (Meta's
+    # "Building Meta's GenAI Infrastructure", 2024). Sustained clocks:
+    # H100_500W_CLOCK_FRACTION (FBGEMM at 500 W against our 700 W H200); the
+    # 96 GB part's HBM bandwidth is not published: the 80 GB part's (assumption)
+    dgx = _dgx_h100()
+    chip_name = "H100-SXM5-96GB-500W"
+    chip = _h100_chip(chip_name, 96 * GB, H100_500W_CLOCK_FRACTION)
+    return Preset(
+        eqx.tree_at(lambda s: s.chip, dgx.system, chip),
+        "Grand Teton H100: 8x H100 96 GB at 500 W, NVLink4 + NVSwitch, 400 Gb/s per GPU "
+        "(torchtitan's and FBGEMM's H100s)",
+        {**dgx.sources, "chip": "datasheet (H100) with 96 GB and a 500 W limit (torchtitan)",
+         "clock_fraction": "FBGEMM's 500 W H100 GEMMs against our 700 W H200's",
+         "hbm_Bps": "the 80 GB part's (assumption)",
+         "scale_out": "Meta: 400 Gb/s RoCE per GPU (NDR's factor)"},
         chip_name,
     )
 
@@ -501,7 +532,8 @@ from ._tpu_presets import _tpu_v4, _tpu_v5e, _tpu_v5p, _tpu_v6e  # noqa: E402
 
 _PRESETS = {
     "dgx-v100": _dgx_v100, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100,
-    "dgx-h200": _dgx_h200, "h800": _h800, "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
+    "grand-teton-h100": _grand_teton_h100, "dgx-h200": _dgx_h200, "h800": _h800,
+    "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
     "dgx-b300": _dgx_b300, "gb300-nvl72": _gb300_nvl72, "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p,
     "tpu-v5e": _tpu_v5e, "tpu-v6e": _tpu_v6e,
 }

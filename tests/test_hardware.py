@@ -230,6 +230,42 @@ def test_fp8_gemms_reach_the_measured_h200_ratio_of_the_bf16_efficiency():
     assert 1.5 < speedup < 2.0
 
 
+def test_a_500_w_h100_sustains_fbgemms_share_of_the_700_w_clocks():
+    """`grand-teton-h100`'s `clock_fraction`: through `compute.gemm_time_s`,
+    FBGEMM's 500 W H100 GEMMs over the 700 W H200's at the same three shapes
+    (each on its own HBM) have the constant as their geometric mean; a
+    compute-bound GEMM takes 1 / clock_fraction as long as on dgx-h100, the
+    datasheet peak (what MFU counts against) is the same, and only the clock,
+    HBM capacity and board power differ from dgx-h100's chip."""
+    import math
+
+    import equinox as eqx
+
+    from codesign import compute
+
+    teton, h100, h200 = (eqx.tree_at(lambda x: x.chip.matmul_efficiency, hw.system(n), 1.0)
+                         for n in ("grand-teton-h100", "dgx-h100", "dgx-h200"))
+    o = float(h100.chip.kernel_overhead_s)
+    logs = []
+    for (m, n, k, *at700), at500 in zip(hw.H200_GEMMS, hw.FBGEMM_H100_500W_GEMMS,
+                                        strict=False):
+        for dtype, f500, f700 in zip(("bf16", "fp8"), at500, at700, strict=True):
+            flops = 2.0 * m * n * k
+            e500 = (float(compute.gemm_time_s(h100, m, k, n, dtype)) - o) / (flops / f500)
+            e700 = (float(compute.gemm_time_s(h200, m, k, n, dtype)) - o) / (flops / f700)
+            logs.append(math.log(e500 / e700))
+    fraction = float(teton.chip.clock_fraction)
+    assert math.exp(sum(logs) / len(logs)) == pytest.approx(fraction, rel=1e-6)
+    assert 0.84 < min(math.exp(x) for x in logs) and max(math.exp(x) for x in logs) < 0.96
+    big = 16384.0
+    ratio = float(compute.gemm_time_s(teton, big, big, big, "bf16")) / float(
+        compute.gemm_time_s(h100, big, big, big, "bf16"))
+    assert ratio == pytest.approx(1.0 / fraction, rel=0.02)
+    assert float(teton.chip.peak_flops_per_s) == float(h100.chip.peak_flops_per_s)
+    assert (float(teton.chip.hbm_bytes), float(teton.chip.tdp_w)) == (96 * GB, 500.0)
+    assert float(h100.chip.clock_fraction) == 1.0
+
+
 # ------------------------------------------------------------------ Blackwell Ultra
 def _same_tier(a, b):
     return [float(x) for x in jax.tree.leaves(a)] == [float(x) for x in jax.tree.leaves(b)]
