@@ -38,7 +38,7 @@ def _mt_nlg(nodes, seconds):
         "step_time_s", seconds,
         {"model": {"preset": "megatron-530b"},
          "training": {"global_batch": 1920, "micro_batch": 1, "recompute": "full",
-                      "dtype": "bf16"},
+                      "dtype": "bf16", "stack": "deepspeed"},
          "parallel": {"tp": 8, "pp": 35},
          "system": {"preset": "dgx-a100", "gpus": nodes * 8}},
         note="micro-batch 1, 1F1B and bf16 assumed; the same model at the same tp and pp "
@@ -189,7 +189,7 @@ def _foundry(size, seq, gpus, chip, mbs, gbs, fsdp, ac, mp, tokens_per_s_per_gpu
     `calibration`: one of `H100_GEMM_ROWS`."""
     layers, hidden, heads = _MPT[size]
     training = {"global_batch": gbs, "micro_batch": mbs,
-                "recompute": "full" if ac else "none", "dtype": "bf16"}
+                "recompute": "full" if ac else "none", "dtype": "bf16", "stack": "pytorch"}
     if mp == "PURE":  # FSDP mixed precision PURE: gradients reduced in bf16
         training["grad_reduce_dtype"] = "bf16"
     system = {"preset": "dgx-h100" if chip.startswith("h100") else "dgx-a100", "gpus": gpus}
@@ -241,7 +241,8 @@ def _torchtitan(size, gpus, fsdp, tp, pp, cp, local, seq, fp8, recompute, publis
     if interleave > 1:  # Interleaved 1F1B; pp > 1 otherwise runs 1F1B, the default
         parallel |= {"schedule": "interleaved", "interleave": interleave}
     training = {"global_batch": local * fsdp, "micro_batch": micro, "recompute": recompute,
-                "dtype": "fp8" if fp8 else "bf16", "grad_reduce_dtype": "fp32"}
+                "dtype": "fp8" if fp8 else "bf16", "grad_reduce_dtype": "fp32",
+                "stack": "pytorch"}
     plan = f"FSDP {fsdp}, TP {tp}, PP {pp}" + (f", CP {cp}" if cp > 1 else "") + (
         ", interleaved" if interleave > 1 else ", 1f1b" if pp > 1 else "")
     return Check(
@@ -279,7 +280,7 @@ def _maxtext(size, chip, chips, fsdp, tp, per_device, layers, hidden, heads, ffn
         "mfu_causal", mfu,
         {"model": model,
          "training": {"global_batch": per_device * chips, "micro_batch": per_device * tp,
-                      "recompute": remat, "dtype": "bf16"},
+                      "recompute": remat, "dtype": "bf16", "stack": "xla"},
          "parallel": {"tp": tp, "dp": fsdp, "zero": 3, "tp_overlap": 1.0 if tp > 1 else 0.0},
          "system": {"preset": f"tpu-{chip}", "gpus": chips, "scale_up_domain": chips}},
         note=_MAXTEXT_ASSUMED)

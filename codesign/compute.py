@@ -179,9 +179,12 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     (`Precision.gemm_transpose_bytes`); in backward a cast-transpose of every
     output gradient but the dense FFN's first GEMM's, which the activation's
     backward writes quantised. The experts' GEMMs (grouped, after the permute)
-    and the shared experts' cast their own."""
+    and the shared experts' cast their own. A stack whose producers write wide
+    (`stacks.Stack.fused_fp8_producers` False: torchao's Float8Linear) casts
+    every input."""
     d = plan.precision.gemm
-    cast, fused = plan.precision.gemm_cast_bytes, plan.precision.gemm_transpose_bytes
+    cast = plan.precision.gemm_cast_bytes
+    fused = plan.precision.gemm_transpose_bytes if plan.stack.fused_fp8_producers else cast
     tokens = plan.micro_batch * model.seq_len / plan.cp
     h, tp = model.hidden, plan.tp
     mats = 2.0 if model.gated else 1.0

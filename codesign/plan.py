@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, strategies
+from . import _checks, stacks, strategies
 from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_GPUS, UNIT, Domain, count, interval
 from .strategies import SCHEDULES as SCHEDULES
@@ -36,30 +36,17 @@ WIDE_DTYPES = ("fp32", "bf16", "fp16")  # widths of the parts that are never fp8
 NARROW_DTYPES = (*WIDE_DTYPES, "fp8")  # widths of the other parts
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
-COMM_SM_FRACTION = 20.0 / 132.0  # DeepSeek-V3: 20 of the H800's 132 SMs run communication
 MOE_IMBALANCE = 1.1  # tokens on the busiest expert rank / the mean (assumption)
 # ZeRO-3 / FSDP prefetch: gather the next layer's weights while this one computes
 # (PyTorch FSDP's forward/backward prefetch of one module; DeepSpeed's prefetch
 # bucket). Deeper prefetch holds more gathered layers and buys slack only for
 # uneven layers, which the uniform per-layer model does not see.
 FSDP_PREFETCH_LAYERS = 1.0
-# Host seconds per kernel launch through an eager PyTorch training stack (Python,
-# the dispatcher, autograd bookkeeping, Transformer Engine's module logic and
-# cudaLaunchKernel): PyTorch's own overhead is ~10 us per operator (Horace He,
-# "Making Deep Learning Go Brrrr From First Principles", 2022, section
-# "Overhead"); one launch per kernel the step model counts (assumption)
-HOST_LAUNCH_S = 10e-6
 # CUDA graphs (Megatron-Core's --cuda-graph-scope / --enable-cuda-graph): none;
 # each layer's static parts captured (attention, the dense FFN, the MoE router
 # and preprocessing; the routed experts' permute, grouped GEMMs and all-to-alls
 # stay eager: their shapes follow the routing); the whole iteration captured
 CUDA_GRAPHS = ("none", "layer", "iteration")
-# The routed experts' GEMMs that run at once: Transformer Engine's GroupedLinear
-# issues one cuBLAS GEMM per local expert over its 4 compute streams
-# (transformer_engine/common/util/multi_stream.h, num_compute_streams = 4); a
-# fused grouped kernel (CUTLASS's grouped GEMM, DeepGEMM, XLA's ragged dot)
-# schedules every expert's tiles together: set it to the local experts or more
-GROUPED_GEMM_STREAMS = 4.0
 
 
 class Precision(eqx.Module):
@@ -207,9 +194,10 @@ class Plan(eqx.Module):
     # tokens on the busiest expert rank / the mean (>= 1)
     moe_imbalance: jax.Array = float_field("training.moe_imbalance", interval(1.0, 1e3),
                                            default=MOE_IMBALANCE)
-    # share of compute lost while communication overlaps it; below 1: some SMs compute
+    # share of compute lost while communication overlaps it; below 1: some SMs
+    # compute; default the stack's (`stacks.Stack.comm_sm_fraction`)
     comm_sm_fraction: jax.Array = float_field("parallel.comm_sm_fraction", Domain(0.0, 0.99),
-                                              default=COMM_SM_FRACTION)
+                                              default=None)
     # HSDP: ZeRO shards inside groups of this many dp x cp ranks, replicated
     # across them; 0 = shard over the whole dp x cp group
     zero_shard_size: jax.Array = float_field("parallel.zero_shard_size",
@@ -244,12 +232,12 @@ class Plan(eqx.Module):
     # the experts' tensor-parallel size (--expert-tensor-parallel-size); 0 = tp
     etp: jax.Array = float_field("parallel.etp", count(MAX_GPUS, lo=0.0), default=0.0,
                                  kw_only=True)
-    # host seconds per kernel launch of the training stack (see HOST_LAUNCH_S)
+    # host seconds per kernel launch of the training stack; default the stack's
     host_launch_s: jax.Array = float_field("training.host_launch_s", interval(0.0, 1.0),
-                                           default=HOST_LAUNCH_S, kw_only=True)
-    # the routed experts' GEMMs in flight at once (see GROUPED_GEMM_STREAMS)
+                                           default=None, kw_only=True)
+    # the routed experts' GEMMs in flight at once; default the stack's
     grouped_gemm_streams: jax.Array = float_field("training.grouped_gemm_streams", count(1e6),
-                                                  default=GROUPED_GEMM_STREAMS, kw_only=True)
+                                                  default=None, kw_only=True)
     # layers per stage whose stored activations go to host memory in forward and
     # come back in backward (Megatron-Core's --cpu-offloading-num-layers)
     offload_layers: jax.Array = float_field("training.offload_layers", count(1e4, lo=0.0),
@@ -257,6 +245,10 @@ class Plan(eqx.Module):
     # what CUDA graphs capture: none, layer, iteration (see CUDA_GRAPHS)
     cuda_graphs: str = static_field("training.cuda_graphs", str, choices=CUDA_GRAPHS,
                                     default="none", kw_only=True)
+    # the training framework (`stacks.Stack`, or its name): the defaults of the
+    # three knobs above and the mechanisms it owns
+    stack: stacks.Stack = strategy_field("training.stack", stacks.stack, stacks.STACK_CLASSES,
+                                         default=stacks.MegatronCore(), kw_only=True)
     # the recipe's name
     dtype: str = static_field("training.dtype", str, choices=DTYPES, default="bf16",
                               kw_only=True)
@@ -268,6 +260,9 @@ class Plan(eqx.Module):
     def __post_init__(self):
         if self.global_batch is None:
             self.global_batch = self.dp * self.micro_batch
+        for knob in ("comm_sm_fraction", "host_launch_s", "grouped_gemm_streams"):
+            if getattr(self, knob) is None:  # the stack's, as a float leaf
+                setattr(self, knob, jnp.asarray(getattr(stacks.stack(self.stack), knob), float))
         if self.precision is None:
             self.precision = recipe(self.dtype)
 

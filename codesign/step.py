@@ -127,14 +127,17 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
 
     Communication hidden under compute still costs compute: the SMs its kernels
     occupy (`plan.comm_sm_fraction`) are lost to the GEMMs for as long as it
-    runs, so the hidden seconds times that fraction are added to the compute.
+    runs, so the hidden seconds times that fraction are added to the compute;
+    the dimensions the stack moves on copy engines
+    (`stacks.Stack.copy_engine_dimensions`) cost none.
     """
     sh = traffic.shape(model, plan, t)
     tm = compute.timing(model, plan, system, t, sh)
     rows = traffic.table(model, plan, system, tm, t, sh)
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
-    hidden = sum((r.time_s - r.exposed_s for r in rows), jnp.zeros(()))
+    on_sms = [r for r in rows if r.dimension not in plan.stack.copy_engine_dimensions]
+    hidden = sum((r.time_s - r.exposed_s for r in on_sms), jnp.zeros(()))
     stolen = plan.comm_sm_fraction * hidden  # per step, spread over the micro-batches
     per_mb = tm.micro_batch_s + (exposed["tp"] + exposed["cp"] + exposed["ep"] + stolen) / m
     bubble = bubble_s(plan, per_mb, t)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import compute, hardware, memory, plan, step, traffic, workload
+from codesign import compute, hardware, memory, plan, stacks, step, traffic, workload
 from codesign import scenario as sc
 
 
@@ -422,7 +422,7 @@ def test_small_experts_leave_sms_idle_as_a_public_grouped_gemm_benchmark_shows()
 
     assert float(compute.grouped_occupancy(h100, m, n, 1.0)) == pytest.approx(48 / 132)
     assert tflops(1.0) == pytest.approx(129.5, rel=0.15)
-    assert float(compute.grouped_occupancy(h100, m, n, plan.GROUPED_GEMM_STREAMS)) == 1.0
+    assert float(compute.grouped_occupancy(h100, m, n, stacks.TE_GROUPED_STREAMS)) == 1.0
     assert float(compute.grouped_occupancy(h100, 4096.0, n, 1.0)) == 1.0
     assert float(compute.grouped_occupancy(h100, 0.0, n, 1.0)) == 1.0 / 132  # one tile at least
     # in a step: one stream slows Qwen3-30B-A3B's experts at a micro-batch of 128 tokens

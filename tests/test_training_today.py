@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import compute, hardware, memory, plan, step, validate, workload
+from codesign import compute, hardware, memory, plan, stacks, step, validate, workload
 from codesign import scenario as sc
 from codesign.cli import main
 
@@ -229,7 +229,39 @@ def test_overlapped_communication_costs_compute():
     none = step.estimate(sc.load(None, ["parallel.comm_sm_fraction=0"])).step
     some = step.estimate(scn).step
     assert float(some.compute_s - none.compute_s) == pytest.approx(
-        plan.COMM_SM_FRACTION * hidden, rel=1e-6)
+        stacks.NCCL_SM_FRACTION * hidden, rel=1e-6)
+
+
+def test_the_stack_sets_its_knobs_and_owns_its_mechanisms():
+    """`training.stack`: its defaults of the launch, SM and grouped-GEMM knobs (a
+    scenario's own value wins); PyTorch's async TP on copy engines costs no SMs
+    where Megatron-Core's userbuffers overlap costs its hidden seconds x the SM
+    fraction; torchao's fp8 inputs cast from the wide tensors cost more HBM
+    passes than Transformer Engine's fused producers; XLA launches nothing."""
+    for s in stacks.STACK_CLASSES:
+        p = sc.load(None, [f"training.stack={s.name}"]).plan
+        assert (float(p.host_launch_s), float(p.comm_sm_fraction),
+                float(p.grouped_gemm_streams)) == pytest.approx(
+            (s.host_launch_s, s.comm_sm_fraction, s.grouped_gemm_streams))
+    own = sc.load(None, ["training.stack=xla", "parallel.comm_sm_fraction=0.3"]).plan
+    assert float(own.comm_sm_fraction) == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="training.stack='jax' is not one of megatron"):
+        sc.load(None, ["training.stack=jax"])
+
+    tp = ["parallel.tp=8", "parallel.tp_overlap=1", "parallel.sequence_parallel=true",
+          "training.dtype=fp8"]
+    te = step.estimate(sc.load(None, [*tp, "training.stack=megatron"])).step
+    torch = step.estimate(sc.load(None, [*tp, "training.stack=pytorch"])).step
+    hidden_tp = sum(float(r.time_s - r.exposed_s) for r in te.traffic if r.dimension == "tp")
+    assert hidden_tp > 0
+    # compute = the micro-batches' + the SM fraction x the hidden seconds on SMs
+    for st, free in ((te, ()), (torch, ("tp",))):
+        hidden = sum(float(r.time_s - r.exposed_s) for r in st.traffic if r.dimension not in free)
+        m = float(st.timing.overlap_s / st.timing.micro_batch_s)  # micro-batches a step
+        assert float(st.compute_s) == pytest.approx(
+            m * float(st.timing.micro_batch_s) + stacks.NCCL_SM_FRACTION * hidden, rel=1e-6)
+    # torchao casts each fp8 input from the wide tensor: more HBM passes
+    assert float(torch.timing.forward_s) > float(te.timing.forward_s)
 
 
 def test_moe_imbalance_slows_the_experts():

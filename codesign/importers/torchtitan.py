@@ -125,6 +125,7 @@ def torchtitan(text: str, where: str, *, gpus: int | None = None,
     if pp > 1:
         _schedule(t, d, layers, pp)
     d.put("parallel.sequence_parallel", tp > 1)  # torchtitan's TP shards norms by sequence
+    d.put("training.stack", "pytorch")  # FSDP2, torchao's float8, async TP on copy engines
     if tp > 1 and t.flag("parallelism.enable_async_tensor_parallel",
                          "experimental.enable_async_tensor_parallel"):
         d.put("parallel.tp_overlap", 1.0)  # async TP: the collectives hide under the GEMMs
