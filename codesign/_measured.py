@@ -121,15 +121,19 @@ def _fp8_relative_efficiency(rows=H200_GEMMS, bf16=H100_BF16_FLOPS_PER_S,
 
 
 FP8_RELATIVE_EFFICIENCY = _fp8_relative_efficiency()  # 0.902
+# Meta's Grand Teton H100s (torchtitan's benchmark page, "Hardware"): 96 GB of
+# HBM2e at 2.4e12 B/s, a 500 W power limit.
+GRAND_TETON_HBM_Bps = 2.4e12
 # What a 500 W power limit leaves of the 700 W part's tensor-core throughput:
-# FBGEMM's H100 benchmark at 500 W (pytorch/FBGEMM pull request 2546; Meta's
-# Grand Teton H100s) at its three shapes, BF16 585.23 / 575.12 / 546.31 and FP8
-# 1,125.51 / 1,082.75 / 1,141.38 TFLOP/s, against the same shapes measured on
-# the 700 W H200 (`H200_GEMMS`' first three rows; the same tensor cores), each
-# through the GEMM roofline of compute.gemm_time_s on its own HBM (3.35e12 and
-# 4.8e12 B/s): BF16 0.84-0.86, FP8 0.88-0.96; their geometric mean is the share
-# of the 700 W clocks the 500 W part sustains (`Chip.clock_fraction`; one
-# factor for every width: assumption).
+# FBGEMM's H100 benchmark at 500 W (pytorch/FBGEMM pull request 2546, Meta's
+# H100s: read as the Grand Teton part, assumption) at its three shapes, BF16
+# 585.23 / 575.12 / 546.31 and FP8 1,125.51 / 1,082.75 / 1,141.38 TFLOP/s,
+# against the same shapes measured on the 700 W H200 (`H200_GEMMS`' first
+# three rows; the same tensor cores), each through the GEMM roofline of
+# compute.gemm_time_s on its own HBM (2.4e12 and 4.8e12 B/s): BF16 0.88-0.96,
+# FP8 0.88-1.0; their geometric mean is the share of the 700 W clocks the
+# 500 W part sustains (`Chip.clock_fraction`; one factor for every width:
+# assumption).
 FBGEMM_H100_500W_GEMMS = ((585.23e12, 1125.51e12), (575.12e12, 1082.75e12),
                           (546.31e12, 1141.38e12))  # (BF16, FP8) FLOP/s per shape
 
@@ -141,12 +145,13 @@ def _clock_fraction(rows=FBGEMM_H100_500W_GEMMS, measured=H200_GEMMS) -> float:
     for (b500, f500), (*mnk, b700, f700) in zip(rows, measured, strict=False):
         for at500, at700, peak, width in ((b500, b700, H100_BF16_FLOPS_PER_S, 2.0),
                                           (f500, f700, H100_FP8_FLOPS_PER_S, 1.0)):
-            logs.append(math.log(_roofline_efficiency(at500, mnk, peak, H100_HBM_Bps, width)
+            logs.append(math.log(_roofline_efficiency(at500, mnk, peak, GRAND_TETON_HBM_Bps,
+                                                      width)
                                  / _roofline_efficiency(at700, mnk, peak, H200_HBM_Bps, width)))
     return math.exp(sum(logs) / len(logs))
 
 
-H100_500W_CLOCK_FRACTION = _clock_fraction()  # 0.885
+H100_500W_CLOCK_FRACTION = _clock_fraction()  # 0.921
 # FlashAttention-2 reaches 35% of the H100's 16-bit peak (Shah et al. 2024,
 # "FlashAttention-3", section 1: it uses none of Hopper's TMA / warp-group
 # MMA); every H100 stack in validate's table (llm-foundry's flash-attn 2, NeMo

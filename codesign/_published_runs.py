@@ -218,11 +218,12 @@ TORCHTITAN_SOURCE = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtita
                      "b5bcd76c (results of torchtitan 9dec370, 2024-12-26; TPS/GPU read at "
                      "step 90); train_configs/llama3_*.toml at 9dec370")
 _TORCHTITAN_ASSUMED = (
-    "the 96 GB H100 at a 500 W power limit as grand-teton-h100 (its clocks FBGEMM's 500 W "
-    "GEMMs' share of the 700 W part's, its HBM bandwidth the 80 GB part's); FSDP2 as "
+    "the 96 GB HBM2e H100 at 500 W as grand-teton-h100 (its clocks FBGEMM's 500 W GEMMs' "
+    "share of the 700 W part's); the BF16 rows ran eager (no torch.compile), modelled with "
+    "the compiled rows' fusions; FSDP2 as "
     "ZeRO-3 over dp (reshard after forward unless pp > 1, torchtitan's default), gradients "
     "reduced in fp32 (FSDP2's default reduce_dtype); torchao Float8 linears as the fp8 "
-    "recipe and torch.compile's fusions not modelled apart; selective activation "
+    "recipe under the pytorch stack (each input cast from bf16); selective activation "
     "checkpointing as codesign's selective recomputation; pipeline micro-batches of 1 "
     "sequence (pipeline_parallel_microbatch_size's default), Interleaved 1F1B with 2 "
     "stages a rank")

@@ -51,6 +51,7 @@ from ._measured import (
     SCALE_OUT_LATENCY_S,
     SCALE_UP_LATENCY_S,
     V100_MATMUL_EFFICIENCY,
+    GRAND_TETON_HBM_Bps,
     H100_HBM_Bps,
     H200_HBM_Bps,
     _calibrated_efficiency,
@@ -307,8 +308,8 @@ def _dgx_a100() -> Preset:
     )
 
 
-def _h100_chip(name: str, hbm_bytes=80 * GB, clock_fraction=1.0) -> Chip:
-    return _gpu_chip(name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, hbm_bytes, H100_HBM_Bps,
+def _h100_chip(name: str, hbm_bytes=80 * GB, hbm_Bps=H100_HBM_Bps, clock_fraction=1.0) -> Chip:
+    return _gpu_chip(name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, hbm_bytes, hbm_Bps,
                      H100_MATMUL_EFFICIENCY, H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY,
                      host_Bps=PCIE5_X16_Bps,  # vendor: PCIe Gen5 x16
                      clock_fraction=clock_fraction)
@@ -336,23 +337,28 @@ def _dgx_h100() -> Preset:
 
 
 def _grand_teton_h100() -> Preset:
-    # Meta's Grand Teton H100 servers, as torchtitan's H100 benchmarks and
-    # FBGEMM's GEMM benchmarks ran on them: 8 H100 SXM5 with 96 GB of HBM at a
-    # 500 W power limit, NVLink4 + NVSwitch, a 400 Gb/s RoCE NIC per GPU (Meta's
-    # "Building Meta's GenAI Infrastructure", 2024). Sustained clocks:
+    # Meta's Grand Teton H100 servers, as torchtitan's benchmark page describes
+    # them: 8 H100 SXM5 with 96 GB of HBM2e at 2.4 TB/s, the default 500 W power
+    # limit, NVLink4 + NVSwitch, a 400 Gb/s RDMA NIC per GPU. Sustained clocks:
     # H100_500W_CLOCK_FRACTION (FBGEMM at 500 W against our 700 W H200); the
-    # 96 GB part's HBM bandwidth is not published: the 80 GB part's (assumption)
-    dgx = _dgx_h100()
+    # NVLink and NIC efficiencies dgx-h100's
+    hbm_Bps = GRAND_TETON_HBM_Bps
+    up_bw = 900 * GB / 2
     chip_name = "H100-SXM5-96GB-500W"
-    chip = _h100_chip(chip_name, 96 * GB, H100_500W_CLOCK_FRACTION)
     return Preset(
-        eqx.tree_at(lambda s: s.chip, dgx.system, chip),
-        "Grand Teton H100: 8x H100 96 GB at 500 W, NVLink4 + NVSwitch, 400 Gb/s per GPU "
-        "(torchtitan's and FBGEMM's H100s)",
-        {**dgx.sources, "chip": "datasheet (H100) with 96 GB and a 500 W limit (torchtitan)",
+        System(_h100_chip(chip_name, 96 * GB, hbm_Bps, H100_500W_CLOCK_FRACTION), 1024, 8,
+               _tier(up_bw, SCALE_UP_LATENCY_S,
+                     _calibrated_efficiency(370 * GB, up_bw, H100_HBM_Bps / 2), hbm_Bps,
+                     480 * GB / (2 * 7 / 8) / up_bw),
+               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
+               8),
+        "Grand Teton H100: 8x H100 96 GB HBM2e at 500 W, NVLink4 + NVSwitch, 400 Gb/s per GPU "
+        "(torchtitan's benchmarks)",
+        {"chip": "torchtitan's benchmark page: H100 96 GB HBM2e 2.4 TB/s at 500 W",
          "clock_fraction": "FBGEMM's 500 W H100 GEMMs against our 700 W H200's",
-         "hbm_Bps": "the 80 GB part's (assumption)",
-         "scale_out": "Meta: 400 Gb/s RoCE per GPU (NDR's factor)"},
+         "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
+         "scale_out": "torchtitan: 400 Gb/s RDMA per GPU (NDR's factor)",
+         "host_Bps": "PCIe Gen5 x16", "latency": _LATENCY},
         chip_name,
     )
 

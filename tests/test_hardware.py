@@ -230,13 +230,41 @@ def test_fp8_gemms_reach_the_measured_h200_ratio_of_the_bf16_efficiency():
     assert 1.5 < speedup < 2.0
 
 
+def test_the_gemm_roofline_costs_each_measured_shape_within_5_percent():
+    """GEMM efficiency by shape: at one large-GEMM efficiency E (the geometric
+    mean over the seven shapes measured on the H200), `compute.gemm_time_s`'s
+    roofline gives each measured BF16 time within 5%, the four GEMMs of a
+    Llama 3 405B layer at tp 8 (QKV's n 2,304; the output projection's k
+    2,048) included; wave quantisation on 128 x 128 tiles over the 132 SMs,
+    tried on top, puts the QKV GEMM 15% off at 128 x 256 tiles and 6% at
+    128 x 128, so it is not applied (docs/step-model.md)."""
+    import math
+
+    import equinox as eqx
+
+    from codesign import compute
+
+    s = eqx.tree_at(lambda x: x.chip.matmul_efficiency, hw.system("dgx-h200"), 1.0)
+    o = float(s.chip.kernel_overhead_s)
+    # the time at E = 1 over the measured time is each shape's own efficiency
+    own = [(float(compute.gemm_time_s(s, m, k, n, "bf16")) - o) / (2.0 * m * n * k / bf16)
+           for m, n, k, bf16, _ in hw.H200_GEMMS]
+    e = math.exp(sum(math.log(x) for x in own) / len(own))
+    assert 0.7 < e < 0.8
+    assert max(abs(x / e - 1.0) for x in own) < 0.05
+    ragged = [math.ceil(m / 128) * math.ceil(n / 256) / 132 for m, n, *_ in hw.H200_GEMMS]
+    waved = [x * math.ceil(w) / w for x, w in zip(own, ragged, strict=True)]
+    e_waved = math.exp(sum(math.log(x) for x in waved) / len(waved))
+    assert max(abs(x / e_waved - 1.0) for x in waved) > 0.1
+
+
 def test_a_500_w_h100_sustains_fbgemms_share_of_the_700_w_clocks():
     """`grand-teton-h100`'s `clock_fraction`: through `compute.gemm_time_s`,
     FBGEMM's 500 W H100 GEMMs over the 700 W H200's at the same three shapes
     (each on its own HBM) have the constant as their geometric mean; a
-    compute-bound GEMM takes 1 / clock_fraction as long as on dgx-h100, the
-    datasheet peak (what MFU counts against) is the same, and only the clock,
-    HBM capacity and board power differ from dgx-h100's chip."""
+    compute-bound GEMM takes about 1 / clock_fraction as long as on dgx-h100,
+    the datasheet peak (what MFU counts against) is the same; its HBM is the
+    96 GB HBM2e part's (2.4 TB/s, torchtitan's page) at 500 W."""
     import math
 
     import equinox as eqx
@@ -246,23 +274,25 @@ def test_a_500_w_h100_sustains_fbgemms_share_of_the_700_w_clocks():
     teton, h100, h200 = (eqx.tree_at(lambda x: x.chip.matmul_efficiency, hw.system(n), 1.0)
                          for n in ("grand-teton-h100", "dgx-h100", "dgx-h200"))
     o = float(h100.chip.kernel_overhead_s)
+    teton_e1 = eqx.tree_at(lambda x: x.chip.clock_fraction, teton, 1.0)  # its HBM, full clocks
     logs = []
     for (m, n, k, *at700), at500 in zip(hw.H200_GEMMS, hw.FBGEMM_H100_500W_GEMMS,
                                         strict=False):
         for dtype, f500, f700 in zip(("bf16", "fp8"), at500, at700, strict=True):
             flops = 2.0 * m * n * k
-            e500 = (float(compute.gemm_time_s(h100, m, k, n, dtype)) - o) / (flops / f500)
+            e500 = (float(compute.gemm_time_s(teton_e1, m, k, n, dtype)) - o) / (flops / f500)
             e700 = (float(compute.gemm_time_s(h200, m, k, n, dtype)) - o) / (flops / f700)
             logs.append(math.log(e500 / e700))
     fraction = float(teton.chip.clock_fraction)
     assert math.exp(sum(logs) / len(logs)) == pytest.approx(fraction, rel=1e-6)
-    assert 0.84 < min(math.exp(x) for x in logs) and max(math.exp(x) for x in logs) < 0.96
+    assert 0.87 < min(math.exp(x) for x in logs) and max(math.exp(x) for x in logs) < 1.01
     big = 16384.0
     ratio = float(compute.gemm_time_s(teton, big, big, big, "bf16")) / float(
         compute.gemm_time_s(h100, big, big, big, "bf16"))
-    assert ratio == pytest.approx(1.0 / fraction, rel=0.02)
+    assert ratio == pytest.approx(1.0 / fraction, rel=0.03)  # (and its slower HBM)
     assert float(teton.chip.peak_flops_per_s) == float(h100.chip.peak_flops_per_s)
-    assert (float(teton.chip.hbm_bytes), float(teton.chip.tdp_w)) == (96 * GB, 500.0)
+    assert (float(teton.chip.hbm_bytes), float(teton.chip.hbm_Bps),
+            float(teton.chip.tdp_w)) == (96 * GB, pytest.approx(2.4e12), 500.0)
     assert float(h100.chip.clock_fraction) == 1.0
 
 
