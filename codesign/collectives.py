@@ -318,6 +318,14 @@ def algorithms(op: str, *, hierarchical: bool = False) -> tuple[str, ...]:
     return tuple(a for a, r in _rows.ROWS[op].items() if hierarchical or not r.two_tier)
 
 
+def candidates(op: str, protocols: Protocols | None, *, hierarchical: bool = False):
+    """`auto`'s candidates for `op`: the algorithms `protocols` runs
+    (`Protocols.runs`; every algorithm without protocols or where it says None)."""
+    names = algorithms(op, hierarchical=hierarchical)
+    runs = None if protocols is None else protocols.runs
+    return names if runs is None else tuple(a for a in names if a in runs[_check_op(op)])
+
+
 def _check_op(op: str) -> str:
     name = str(op).replace("-", "_")
     if name not in OPS:
@@ -352,7 +360,7 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     """
     op = _check_op(op)
     local_ranks = _check_tiers(outer, local_ranks)
-    names = algorithms(op, hierarchical=outer is not None)
+    names = candidates(op, protocols, hierarchical=outer is not None)
     table = _rows.table(((op, names),))
     return _spill_mixed(lambda g, ramp: _soft_min_cost(
         _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols), temperature),
@@ -371,7 +379,7 @@ def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, l
     _checks.non_negative("bytes", n_bytes)
     _checks.at_least_one("ranks", ranks)
     local_ranks = _check_tiers(outer, local_ranks)
-    table = _rows.table(tuple((op, algorithms(op, hierarchical=True)) for op in ops))
+    table = _rows.table(tuple((op, candidates(op, protocols, hierarchical=True)) for op in ops))
     n_bytes, ranks = _checks.as_float(n_bytes), _checks.as_float(ranks)
 
     def auto_s(g, ramp):

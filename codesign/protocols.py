@@ -38,6 +38,9 @@ class Protocols(Strategy):
     scale_up_step_across: eqx.AbstractClassVar[tuple[float, ...]]
     scale_out_step: eqx.AbstractClassVar[dict]  # family -> ratio per protocol
     bandwidth_share: eqx.AbstractClassVar[tuple[float, ...]]
+    # op -> the algorithms the library runs, `auto`'s candidates (None: every
+    # algorithm `collectives` defines; a named algorithm is costed either way)
+    runs: eqx.AbstractClassVar[dict | None]
 
 
 class Nccl(Protocols):
@@ -52,8 +55,9 @@ class Nccl(Protocols):
     once a communicator spans nodes (NCCL: intraLat *= 1.8 for LL when nNodes
     > 1); network Ring 2.7 / 4.0 / 14 us, Tree 5.0 / 8.5 / 14 us, NVLSTree 14 us;
     read as ratios to Simple's (a tier's `latency_s`). Not modelled: the
-    "plateau" x 1.9 of a multi-node Simple ring all-reduce, PAT, and the
-    per-architecture caps on LL / LL128 bandwidth."""
+    "plateau" x 1.9 of a multi-node Simple ring all-reduce, PAT's own
+    constants (it takes the ring's), and the per-architecture caps on LL / LL128
+    bandwidth."""
 
     name: ClassVar[str] = "nccl"
     protocol_names: ClassVar[tuple[str, ...]] = ("LL", "LL128", "Simple")
@@ -66,6 +70,25 @@ class Nccl(Protocols):
                                       "tree": (5.0 / 14.0, 8.5 / 14.0, 1.0),
                                       "nvls": (1.0, 1.0, 1.0)}  # Simple only
     bandwidth_share: ClassVar[tuple[float, ...]] = (0.25, 0.92, 1.0)
+    # NCCL's algorithms (src/device and tuning.cc: Ring, Tree, NVLS, NVLSTree,
+    # PAT; CollNet not modelled) as `collectives` defines them: a ring or tree
+    # inside a domain, and across domains the rail ring (NCCL's rings enter and
+    # leave a node on each GPU's own NIC), the rail tree (intra-node chains under
+    # an inter-node tree) and NVLSTree; reduce-scatter and all-gather by ring,
+    # rail ring, and PAT (NCCL 2.23's Parallel Aggregated Trees, log2 p steps
+    # with one GPU per node) costed as recursive halving / doubling; all-to-all,
+    # send / receive by direct peer-to-peer sends; broadcast and reduce by ring.
+    # Recursive doubling and halving-doubling all-reduces and the sequential
+    # hierarchical forms are not NCCL's: `auto` does not pick them here.
+    runs: ClassVar[dict | None] = {
+        "all_reduce": ("ring", "tree", "in_network", "rail_ring", "rail_tree", "nvls_tree"),
+        "reduce_scatter": ("ring", "recursive_doubling", "rail_ring"),
+        "all_gather": ("ring", "recursive_doubling", "rail_ring"),
+        "all_to_all": ("direct",),
+        "broadcast": ("ring",),
+        "reduce": ("ring",),
+        "send_recv": ("direct",),
+    }
 
 
 class AlphaBeta(Protocols):
@@ -79,6 +102,7 @@ class AlphaBeta(Protocols):
     scale_up_step_across: ClassVar[tuple[float, ...]] = (1.0,)
     scale_out_step: ClassVar[dict] = {"ring": (1.0,), "tree": (1.0,), "nvls": (1.0,)}
     bandwidth_share: ClassVar[tuple[float, ...]] = (1.0,)
+    runs: ClassVar[dict | None] = None
 
 
 PROTOCOLS_CLASSES = (Nccl, AlphaBeta)

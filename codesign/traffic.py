@@ -176,8 +176,9 @@ def split_group(geometry, shard):
 def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto"):
     """Cost of one `op` on `n_bytes` over a group of `geometry` (`group`): the fast
     tier it sees (torus dimensions spanned), the slow tier (pods its flows
-    cross, ECMP), `auto` over every algorithm (flat, NVLS, hierarchical, the
-    pipelined rail algorithms; at temperature t, the exact minimum at t = 0);
+    cross, ECMP), `auto` over the algorithms the system's protocols run
+    (`Protocols.runs`: NCCL's flat, NVLS and pipelined rail algorithms; every
+    algorithm under alpha_beta; at temperature t, the exact minimum at t = 0);
     an all-to-all leaving the domain on a rail-only fabric pays the forwarding
     hop (`fabric.rail_forwarding_cost`)."""
     ranks, inside, span, stride = geometry
@@ -196,7 +197,7 @@ def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto")
 
 def times_on_many(requests, system: System, t=0.0) -> list:
     """The seconds of `cost_on` of each request (op, n_bytes, geometry), with
-    `auto` over every algorithm: the requests that are not all-to-alls (no
+    `auto` over the algorithms the system's protocols run: the requests that are not all-to-alls (no
     forwarding hop) stacked and costed as one (`collectives.choose_many`)."""
     costs = [None] * len(requests)
     many = [i for i, (op, _, _) in enumerate(requests) if op != "all_to_all"]

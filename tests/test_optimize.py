@@ -379,7 +379,10 @@ def test_elasticities_agree_with_central_finite_differences(elasticities, moved,
         if np.max(np.abs(forward - backward)) > 1e-3 * max(1.0, np.max(np.abs(central))):
             found.add(knob)
             lo, hi = np.minimum(forward, backward), np.maximum(forward, backward)
-            slack = 1e-3 * np.abs(central) + 1e-6  # the differences' own truncation
+            # the differences' own truncation; at cp = 1 several kinks meet (its
+            # clip, the ties of a one-rank group's algorithms) and AD takes one
+            # side of each: 0.25% beyond the backward slope under NCCL's candidates
+            slack = 5e-3 * np.abs(central) + 1e-6
             assert np.all((e >= lo - slack) & (e <= hi + slack)), knob
             continue
         np.testing.assert_allclose(e, central, rtol=1e-3, atol=1e-6, err_msg=knob)

@@ -146,9 +146,11 @@ def test_a_group_spilling_out_of_its_domain_crosses_twice():
     """Llama 3 405B (tp 8): a 6-GPU domain puts the tp ring over 6 + 2 GPUs,
     which crosses two domain boundaries, so the step is slower than on the 8-GPU
     domain (the crossing count N min(log2 N, 1) gave 0.55 there, and 6 beat 8:
-    7.727 s against 7.796 s); the exact step falls monotonically from 4 to 8
-    GPUs, and the relaxed one between 7 and 8 and between tp 8 and 9, where the
-    group spills by less than a rank (`collectives._spill_mixed`)."""
+    7.727 s against 7.796 s); the exact step never rises from 4 to 8 GPUs (under
+    NCCL's algorithms the rail ring's NICs carry the ring's whole share at each
+    of its two crossings, whatever the split: 4 to 7 cost alike) and falls at
+    8, and the relaxed one falls between 7 and 8 and rises between tp 8 and 9,
+    where the group spills by less than a rank (`collectives._spill_mixed`)."""
     from codesign import step
 
     scn = sc.load("llama3-405b")
@@ -159,7 +161,7 @@ def test_a_group_spilling_out_of_its_domain_crosses_twice():
             jnp.asarray(domain, float), jnp.asarray(tp, float))
 
     exact = np.asarray(steps(range(4, 9), [8.0] * 5, 0.0))
-    assert np.all(np.diff(exact) < 0) and exact[2] > exact[4] * 1.03  # 6 GPUs: > 3% slower
+    assert np.all(np.diff(exact) <= 1e-9 * exact[1:]) and exact[2] > exact[4] * 1.03  # 6: > 3%
     x = np.linspace(0.0, 1.0, 9)
     relaxed = np.asarray(steps(np.r_[7.0 + x, [8.0] * 9], np.r_[[8.0] * 9, 8.0 + x], 0.01))
     for part in (relaxed[:9], relaxed[9:]):  # domain 7 -> 8, tp 8 -> 9

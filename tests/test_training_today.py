@@ -513,13 +513,19 @@ def test_public_multi_node_all_reduces_are_rows_of_their_own(validate_rows):
     """18 all-reduce times from public nccl-tests logs of 2-8 nodes (H100, and
     A100 on OCI) are predictions by measure, outside the training runs' overall
     and per-family statistics and the step-time intervals; the model is faster
-    than every log below 64 MiB (NCCL's multi-node latency is not all modelled)."""
+    than or as fast as every log below 64 MiB (NCCL's multi-node latency is not
+    all modelled)."""
     rows = [r for r in validate_rows if r["measure"] == "all_reduce_s"]
     assert len(rows) == 18 and not any(r["calibration"] or r["refused"] for r in rows)
     assert {r["family"] for r in rows} == {"H100", "A100"}
     assert all("issue 309" in r["source"] or "oci-hpc-oke" in r["source"] for r in rows)
     small = [r for r in rows if "KiB" in r["name"] or " 1 MiB" in r["name"]]
-    assert small and all(r["error"] < -0.2 for r in small)
+    # NCCL's tree at 8 KiB on 2 nodes as measured; 1 MiB still fast (its latency
+    # across nodes not all modelled); everything below 64 MiB within 2x, but one
+    # noisy 1 MiB point (gj-aion's 4 nodes, slower than its own 8 nodes)
+    assert small and all(r["error"] < 0.01 for r in small)
+    assert min(abs(r["error"]) for r in small) < 0.01
+    assert sum(r["error"] > -0.5 for r in small) == len(small) - 1
     s = validate.summary(validate_rows)
     assert s["by_measure"]["all_reduce_s"]["predictions"] == 18
     runs = [r for r in validate_rows if r["measure"] not in validate.COLLECTIVE_MEASURES

@@ -142,7 +142,7 @@ def evaluate(op: str, algorithm: str, n_bytes, ranks: float, where: Placement) -
     out = _evaluate_all(op, (algorithm,), n_bytes, ranks, where)
     result = out[algorithm]
     if algorithm == "auto":
-        result["names"] = co.algorithms(op, hierarchical=where.outer is not None)
+        result["names"] = co.candidates(op, where.protocols, hierarchical=where.outer is not None)
         result["weights"] = out["weights"].T
         result["algorithm"] = [result["names"][i] for i in np.argmax(out["weights"], axis=0)]
     else:
