@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 
 import equinox as eqx
 import jax
@@ -20,6 +21,37 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._domains import Domain, fmt
+
+# The messages codesign's own traced checks raise with (`error_if`,
+# `branched_error_if`). Under jax.jit, equinox raises them inside a
+# pure_callback, and JAX logs every exception a callback raises, traceback and
+# all, to stderr before the caller gets it: a record of one of ours is dropped
+# (the error itself still reaches the caller), every other record passes.
+_OWN_MESSAGES: set[str] = set()
+
+
+class _OwnTracedErrors(logging.Filter):
+    """Drops JAX's log record of a callback exception that is one of codesign's
+    traced checks (its message's first line is one of `_OWN_MESSAGES`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or str(error).split("\n", 1)[0] not in _OWN_MESSAGES
+
+
+logging.getLogger("jax._src.callback").addFilter(_OwnTracedErrors())
+
+
+def error_if(x, pred, message: str):
+    """`equinox.error_if` for one of codesign's own checks (see `_OWN_MESSAGES`)."""
+    _OWN_MESSAGES.add(message)
+    return eqx.error_if(x, pred, message)
+
+
+def branched_error_if(x, pred, index, messages):
+    """`equinox.branched_error_if` for codesign's own checks (see `_OWN_MESSAGES`)."""
+    _OWN_MESSAGES.update(messages)
+    return eqx.branched_error_if(x, pred, index, messages)
 
 
 def concrete(value) -> np.ndarray | None:

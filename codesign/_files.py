@@ -1,11 +1,18 @@
 """Reading an input file the user named: one helper, with a size cap, whose
 errors are one line naming the file (a directory, a device or pipe that never
-ends, a file too big, one that cannot be read)."""
+ends, a file too big, one that cannot be read); and parsers of its text (JSON,
+TOML, YAML) with caps on what a hostile file can make them do (nest past
+Python's stack, expand aliases without end, hold a number Python will not show),
+whose errors are one line naming the file too."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import re
 import stat
+import tomllib
 from pathlib import Path
 
 from .units import format_bytes
@@ -47,12 +54,229 @@ def read_bytes(path: str | Path, what: str, limit: int = TOML_LIMIT_BYTES) -> by
 
 
 def read_text(path: str | Path, what: str, limit: int = TOML_LIMIT_BYTES) -> str:
-    """`read_bytes` decoded as UTF-8; bytes that are not UTF-8 are a ValueError naming
-    the file, the line and the byte."""
+    """`read_bytes` decoded as UTF-8, less a byte-order mark at the start (editors on
+    Windows write one; no reader wants it as the first character of a key); bytes
+    that are not UTF-8 are a ValueError naming the file, the line and the byte."""
     data = read_bytes(path, what, limit)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (line {line}, byte {e.start}: "
                          f"{e.reason}); is it the right file?") from None
+
+
+# ----------------------------------------------------------------- parsing
+# Parsers of the text of a file the user named (JSON, TOML, YAML) whose every
+# failure is one ValueError naming the file (`name`, as the caller's messages
+# do): nesting past MAX_DEPTH (the parsers recurse: past Python's stack they raise
+# RecursionError), an integer too long for Python to show (its int<->str limit
+# would advise a Python call), YAML aliases that expand past MAX_ALIAS_VALUES.
+MAX_DEPTH = 32  # levels of tables / lists in any file a user names (scenario.MAX_TOML_DEPTH)
+MAX_DIGITS = 1000  # an integer longer than this is no configuration's (Python shows <= 4300)
+MAX_ALIAS_VALUES = 100_000  # values YAML aliases may repeat, over the whole file
+_HUGE = 10**MAX_DIGITS
+_DIGITS = re.compile(r"[0-9][0-9_]*")  # a run of digits (TOML and YAML allow 1_000)
+_KEY_BEFORE = re.compile(r"""([\w.\-]+)["']?\s*[:=]""")
+KEY_CHARS = 200  # of the text before a number, searched for its key
+KEY_SHOWN = 40  # of a key, in a message
+
+
+def _too_deep(name: str, at: str = "") -> ValueError:
+    return ValueError(f"{name}{': ' + at if at else ''} nests tables or lists more than "
+                      f"{MAX_DEPTH} levels deep; is it the right file?")
+
+
+def _too_long(name: str, at: str) -> ValueError:
+    return ValueError(f"{name}: {at} holds an integer of more than {MAX_DIGITS} digits; "
+                      "is it the right file?")
+
+
+def _long_number(text: str) -> re.Match | None:
+    """The first run of more than MAX_DIGITS digits in `text` (each run is scanned
+    once: a pattern asking for 1000 digits would rescan every shorter run from each
+    of its digits)."""
+    return next((m for m in _DIGITS.finditer(text)
+                 if len(m.group()) - m.group().count("_") > MAX_DIGITS), None)
+
+
+def _key(key) -> str:
+    """A key as a message shows it: cut to KEY_SHOWN characters (a hostile file's
+    key may be megabytes long)."""
+    text = str(key)
+    return text if len(text) <= KEY_SHOWN else f"{text[:KEY_SHOWN]}..."
+
+
+def _path(link) -> str:
+    """The dotted key (list items as [i], past two in a row as [...]) of a (key,
+    parent) link of `_problem`'s walk."""
+    parts: list = []
+    while link is not None:
+        key, link = link
+        parts.append(key if isinstance(key, int) else _key(key))
+    shown, run = [], 0
+    for key in reversed(parts):
+        run = run + 1 if isinstance(key, int) else 0
+        if run <= 2:
+            shown.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+        elif run == 3:
+            shown.append("[...]")
+    return "".join(shown).lstrip(".")
+
+
+def _problem(tree) -> tuple[str, object] | None:
+    """("deep" or "long", the link of its key) of the first table or list nested
+    past MAX_DEPTH, or integer of more than MAX_DIGITS digits, in a parsed tree;
+    None when there is none. Iterative, and no deeper than the cap."""
+    todo = [(tree, 0, None)]
+    while todo:
+        value, depth, link = todo.pop()
+        if isinstance(value, (dict, list, tuple, set, frozenset)):  # YAML: !!omap, !!set
+            if depth >= MAX_DEPTH:
+                return "deep", link
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            todo.extend((v, depth + 1, (k, link)) for k, v in reversed(list(items)))
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _HUGE:
+            return "long", link
+    return None
+
+
+def checked(tree, name: str):
+    """`tree` (a parsed JSON / TOML / YAML value), if it nests at most MAX_DEPTH
+    levels and holds no integer of more than MAX_DIGITS digits; else a ValueError
+    naming the file and the key."""
+    problem = _problem(tree)
+    if problem is None:
+        return tree
+    kind, link = problem
+    raise (_too_deep(name, _path(link)) if kind == "deep" else _too_long(name, _path(link)))
+
+
+def _unreadable(text: str, name: str, error: ValueError, form: str) -> ValueError:
+    """What a parser's own ValueError (not its syntax error) means, in one line: an
+    integer past Python's int<->str limit (the key on its line named), or else the
+    parser's words."""
+    m = _long_number(text)
+    if m is None:
+        words = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return ValueError(f"{name} is not valid {form} ({words})")
+    line = text.count("\n", 0, m.start()) + 1
+    start = max(text.rfind("\n", 0, m.start()) + 1, m.start() - KEY_CHARS)
+    keys = _KEY_BEFORE.findall(text, start, m.start())
+    return _too_long(name, f"{_key(keys[-1])} (line {line})" if keys else f"line {line}")
+
+
+def parse_json(text: str, name: str):
+    """The value of a JSON text, `checked`; invalid JSON, nesting past MAX_DEPTH or
+    an integer too long is a one-line ValueError naming `name` (the file)."""
+    try:
+        tree = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:  # nested past Python's stack: past the cap too
+        raise _too_deep(name) from None
+    except ValueError as e:
+        raise _unreadable(text, name, e, "JSON") from None
+    return checked(tree, name)
+
+
+def parse_toml(text: str, name: str) -> dict:
+    """The tables of a TOML text, `checked` (as `parse_json`)."""
+    try:
+        tree = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{name} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise _too_deep(name) from None
+    except ValueError as e:
+        raise _unreadable(text, name, e, "TOML") from None
+    return checked(tree, name)
+
+
+class _Refused(Exception):
+    """A YAML document refused before it is built; its text follows the file's name."""
+
+
+@functools.cache
+def _yaml_loader():
+    """PyYAML's SafeLoader (as `yaml.safe_load`) that refuses, while composing, nodes
+    nested past MAX_DEPTH + 1 (its composer recurses: the stack would run out)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        nesting = 0
+
+        def compose_node(self, parent, index):
+            self.nesting += 1
+            try:
+                if self.nesting > MAX_DEPTH + 1:
+                    line = self.peek_event().start_mark.line + 1
+                    raise _Refused(f" (line {line}) nests tables or lists more than "
+                                   f"{MAX_DEPTH} levels deep; is it the right file?")
+                return super().compose_node(parent, index)
+            finally:
+                self.nesting -= 1
+
+    return Loader
+
+
+def _yaml_problem(node) -> str | None:
+    """What is wrong with a composed YAML document, in words that follow the file's
+    name, or None: a node nested past MAX_DEPTH, or aliases that would repeat more
+    than MAX_ALIAS_VALUES values (a "billion laughs": anchors of lists of aliases of
+    anchors, a few hundred bytes that expand to 9^9 values; an alias of the list that
+    holds it, which never ends). The nodes are walked as built (aliases expanded),
+    iteratively, counting each node met again."""
+    import yaml
+
+    seen, repeated, todo = set(), 0, [(node, 1, None)]
+    while todo:
+        node, depth, link = todo.pop()
+        if id(node) in seen:
+            repeated += 1
+            if repeated > MAX_ALIAS_VALUES:
+                at = _path(link) or "the top level"
+                return (f": {at} uses YAML aliases (&/*) that repeat more than "
+                        f"{MAX_ALIAS_VALUES} values, which codesign does not expand")
+        seen.add(id(node))
+        if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) and depth > MAX_DEPTH:
+            at = f": {_path(link)}" if link is not None else ""
+            return f"{at} nests tables or lists more than {MAX_DEPTH} levels deep; is it " \
+                "the right file?"
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend((v, depth + 1, (i, link)) for i, v in reversed(
+                list(enumerate(node.value))))
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                todo += [(value, depth + 1, (name, link)), (key, depth + 1, link)]
+    return None
+
+
+def parse_yaml(text: str, name: str):
+    """The value of a YAML text (PyYAML's safe loader, which flax, a dependency of
+    codesign, installs), `checked`; invalid YAML, nesting past MAX_DEPTH, aliases
+    that repeat too much (`_yaml_problem`) or an integer too long is a one-line
+    ValueError naming `name` (the file)."""
+    import yaml
+
+    loader = _yaml_loader()(text)
+    try:
+        node = loader.get_single_node()
+        problem = None if node is None else _yaml_problem(node)
+        if problem is not None:
+            raise _Refused(problem)
+        tree = None if node is None else loader.construct_document(node)
+    except _Refused as e:
+        raise ValueError(f"{name}{e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" (line {mark.line + 1}: {getattr(e, 'problem', '')})" if mark else ""
+        raise ValueError(f"{name} is not valid YAML{at}") from None
+    except RecursionError:
+        raise _too_deep(name) from None
+    except ValueError as e:  # a constructor's: an integer past Python's limit, a bad date
+        raise _unreadable(text, name, e, "YAML") from None
+    finally:
+        loader.dispose()
+    return checked(tree, name)

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from . import _checks
 from .strategies import Strategy, parse
@@ -117,7 +118,8 @@ class Attention(Strategy):
 
     @abc.abstractmethod
     def gemms(self, model) -> tuple:
-        """The weight matrices per layer, as (k, n, split) (`Transformer.attention_gemms`)."""
+        """The weight matrices per layer, as (k, n, split, count)
+        (`Transformer.attention_gemms`)."""
 
     @abc.abstractmethod
     def kv_elements_per_token(self, model) -> jax.Array:
@@ -147,7 +149,7 @@ class Mha(Attention):
 
     def gemms(self, model) -> tuple:
         h, q = model.hidden, model.heads * model.head_width
-        return ((h, q + 2 * model.kv_hidden, "n"), (q, h, "k"))
+        return ((h, q + 2 * model.kv_hidden, "n", 1.0), (q, h, "k", 1.0))
 
     def kv_elements_per_token(self, model) -> jax.Array:
         return 2 * model.kv_hidden
@@ -179,11 +181,12 @@ class Mla(Attention):
     def gemms(self, model) -> tuple:
         h, heads, qk, v = model.hidden, model.heads, model.qk_width, model.v_width
         rope, nope, q_rank = model.qk_rope_head_dim, model.qk_head_dim, model.q_lora_rank
-        q = (((h, q_rank, ""), (q_rank, heads * qk, "n"))
-             if _checks.concrete(q_rank) is None or _checks.concrete(q_rank) > 0
-             else ((h, heads * qk, "n"),))
-        return q + ((h, model.kv_lora_rank + rope, ""),
-                    (model.kv_lora_rank, heads * (nope + v), "n"), (heads * v, h, "k"))
+        # the query's low-rank pair, or (q_lora_rank 0) its full-rank projection:
+        # both rows, counted 1 or 0, so traced and concrete ranks cost the same
+        low = jnp.where(q_rank > 0, 1.0, 0.0)
+        return ((h, q_rank, "", low), (q_rank, heads * qk, "n", low),
+                (h, heads * qk, "n", 1.0 - low), (h, model.kv_lora_rank + rope, "", 1.0),
+                (model.kv_lora_rank, heads * (nope + v), "n", 1.0), (heads * v, h, "k", 1.0))
 
     def kv_elements_per_token(self, model) -> jax.Array:
         return model.heads * (model.qk_width + model.v_width)

@@ -192,9 +192,9 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     cut = {"k": (tp, 1.0), "n": (1.0, tp), "": (1.0, 1.0)}  # tensor parallelism's cut (k, n)
     # every projection but the output one reads a norm's output (the layer's,
     # or MLA's latent norms)
-    gemms = [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d, sh.layers_on_stage,
+    gemms = [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d, c * sh.layers_on_stage,
               cast if split == "k" else fused, cast)
-             for k, n, split in model.attention_gemms()]
+             for k, n, split, c in model.attention_gemms()]
     f = model.ffn_hidden
     gemms += [(tokens, h, mats * f / tp, 1.0, d, dense_layers, fused, 0.0),
               (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
@@ -252,7 +252,7 @@ def host_launches(model: Transformer, plan: Plan, sh: traffic.Shape):
     elif plan.cuda_graphs == "layer":
         forward = sh.layers_on_stage + sh.moe_layers_on_stage * routed + head
     else:
-        attention = len(model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
+        attention = sum(c for *_, c in model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
         shared = jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)
         moe = attention + 1.0 + ROUTING_KERNELS + shared + routed
         forward = (sh.dense_layers_on_stage * (attention + 2.0 * gemm)

@@ -80,6 +80,7 @@ from .units import GB, Gbps
 #   capacity for allocator fragmentation (assumption).
 # - HOST_Bps, COMPUTE_UNITS: a custom chip's host link and GEMM units (`_chip_specs`).
 ATTENTION_EFFICIENCY = 0.6
+MAX_NARROW_PEAK_RATIO = 4.0  # 8-bit / 16-bit peak: twice the largest any chip has
 KERNEL_OVERHEAD_S = 4e-6
 HBM_RESERVE_FIXED_BYTES = 2 * 2**30
 HBM_RESERVE_FRACTION = 0.05
@@ -156,6 +157,25 @@ class Chip(eqx.Module):
             self.attention_efficiency = ATTENTION_EFFICIENCY
         if self.hbm_reserve_bytes is None:
             self.hbm_reserve_bytes = default_hbm_reserve_bytes(self.hbm_bytes)
+
+
+    def __check_init__(self):
+        """The physical ratios of the peaks (`scenario._relations` checks them
+        traced): an 8-bit peak at most `MAX_NARROW_PEAK_RATIO` x the 16-bit one,
+        a 32-bit matrix peak at most the 16-bit one."""
+        peak = _checks.concrete(self.peak_flops_per_s)
+        if peak is None:
+            return
+        _checks.check("system.peak_fp8_flops_per_s", self.peak_fp8_flops_per_s,
+                      lambda v: v <= MAX_NARROW_PEAK_RATIO * peak,
+                      f"must not exceed {MAX_NARROW_PEAK_RATIO:g} x system.peak_flops_per_s="
+                      f"{_checks.fmt(peak)} (an 8-bit peak is 2x the 16-bit one on every "
+                      "chip so far)")
+        fp32 = _checks.concrete(self.peak_fp32_flops_per_s)
+        if fp32 is not None and fp32 > peak:
+            raise ValueError(f"system.peak_flops_per_s={_checks.fmt(peak)} must not be below "
+                             f"the chip's 32-bit matrix peak {_checks.fmt(fp32)} "
+                             "(chip.peak_fp32_flops_per_s)")
 
 
 class Tier(eqx.Module):

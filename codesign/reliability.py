@@ -475,4 +475,4 @@ def checked(rep: ReliabilityReport) -> ReliabilityReport:
     cause instead of flowing on as an infinite time to train, a zero goodput
     or a NaN gradient (`step.estimate` calls it unless `check=False`)."""
     bad = ~(rep.effective_training_time_fraction >= MIN_EFFECTIVE_FRACTION)
-    return eqx.error_if(rep, jnp.any(bad), _TRACED_NO_PROGRESS)
+    return _checks.error_if(rep, jnp.any(bad), _TRACED_NO_PROGRESS)

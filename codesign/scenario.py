@@ -46,7 +46,7 @@ import numpy as np
 
 from . import _checks, _domains, _files, hardware, strategies, workload
 from ._checks import float_field
-from .hardware import System
+from .hardware import MAX_NARROW_PEAK_RATIO, System
 from .plan import Plan, Precision, check_data_parallel, data_parallel, recipe, validate
 from .reliability import Reliability
 from .units import parse_quantity
@@ -87,10 +87,10 @@ class Scenario(eqx.Module):
             owner = np.repeat(present, [np.size(v) for v in values])
         lo, hi, lo_open = (x[owner] for x in _TRACED_BOUNDS)
         outside = ~(jnp.where(lo_open, flat > lo, flat >= lo) & (flat <= hi))
-        bad = jnp.concatenate([outside, _relations(self.model)])
+        bad = jnp.concatenate([outside, _relations(self)])
         which = np.concatenate([owner, len(_TRACED) + np.arange(len(_RELATION_MESSAGES))])
-        return eqx.branched_error_if(self, jnp.any(bad), jnp.asarray(which)[jnp.argmax(bad)],
-                                     _TRACED_MESSAGES + _RELATION_MESSAGES)
+        return _checks.branched_error_if(self, jnp.any(bad), jnp.asarray(which)[jnp.argmax(bad)],
+                                         _TRACED_MESSAGES + _RELATION_MESSAGES)
 
 
 _RELATION_MESSAGES = ("model.moe_layers must not exceed model.layers",
@@ -98,19 +98,29 @@ _RELATION_MESSAGES = ("model.moe_layers must not exceed model.layers",
                       "model.experts must be at least 1 in an MoE model",
                       "model.top_k must be at least 1 in an MoE model",
                       "model.top_k must not exceed model.experts",
-                      "model.expert_ffn_hidden must be at least 1 in an MoE model")
+                      "model.expert_ffn_hidden must be at least 1 in an MoE model",
+                      # the physical ratio of a chip's two peaks that are keys (vendor
+                      # datasheets: an 8-bit peak is 2x the 16-bit one on every GPU so
+                      # far, 1x on V100)
+                      f"system.peak_fp8_flops_per_s must not exceed {MAX_NARROW_PEAK_RATIO:g} x "
+                      "system.peak_flops_per_s (an 8-bit peak is 2x the 16-bit one on every "
+                      "chip so far)")
 
 
-def _relations(m: Transformer) -> jax.Array:
-    """Which of the model's rules between keys (`_RELATION_MESSAGES`) are broken,
-    as one comparison lhs > rhs (the last four only in an MoE model): the
-    traced check of what `Transformer.__check_init__` checks concretely."""
+def _relations(scn: Scenario) -> jax.Array:
+    """Which of the rules between keys (`_RELATION_MESSAGES`) are broken, as
+    one comparison lhs > rhs (the model's four MoE rules only in an MoE model):
+    the traced check of what `Transformer.__check_init__` checks concretely,
+    and the 8-bit peak's ratio to the 16-bit one (`Chip.__check_init__`'s)."""
+    m, chip = scn.model, scn.system.chip
     one = jnp.ones_like(m.layers)
-    lhs = jnp.stack(jnp.broadcast_arrays(m.moe_layers, m.kv_heads, one, one, m.top_k, one))
+    lhs = jnp.stack(jnp.broadcast_arrays(m.moe_layers, m.kv_heads, one, one, m.top_k, one,
+                                         chip.peak_fp8_flops_per_s))
     rhs = jnp.stack(jnp.broadcast_arrays(m.layers, m.heads, m.experts, m.top_k, m.experts,
-                                         m.expert_ffn_hidden))
+                                         m.expert_ffn_hidden,
+                                         MAX_NARROW_PEAK_RATIO * chip.peak_flops_per_s))
     moe = m.moe_layers > 0
-    gate = jnp.stack(jnp.broadcast_arrays(True, True, moe, moe, moe, moe))
+    gate = jnp.stack(jnp.broadcast_arrays(True, True, moe, moe, moe, moe, True))
     return jnp.any((gate & (lhs > rhs)).reshape(len(_RELATION_MESSAGES), -1), axis=1)
 
 
@@ -244,41 +254,16 @@ def _builtin_path(name: str):
     return resources.files("codesign") / "scenarios" / f"{name}.toml"
 
 
-# tables and arrays nested in a scenario or system file: a few levels in any real
-# one; past Python's recursion limit (~1000) parsing and printing fail
-MAX_TOML_DEPTH = 32
-
-
-def _depth(tree) -> int:
-    """How deep tables and arrays nest in a parsed TOML value (iteratively)."""
-    deepest, todo = 0, [(tree, 0)]
-    while todo:
-        value, depth = todo.pop()
-        if isinstance(value, (dict, list)):
-            deepest = max(deepest, depth + 1)
-            if depth + 1 <= MAX_TOML_DEPTH:
-                todo.extend((v, depth + 1) for v in (
-                    value.values() if isinstance(value, dict) else value))
-    return deepest
+MAX_TOML_DEPTH = _files.MAX_DEPTH  # tables and arrays nested in a scenario or system file
 
 
 def read_toml(path: Path, what: str = "scenario") -> dict:
     """The tables of a TOML file; a file that cannot be read, decoded or parsed,
-    or that nests tables or arrays more than `MAX_TOML_DEPTH` levels deep, is a
-    one-line `ValueError` naming it."""
+    that nests tables or arrays more than `MAX_TOML_DEPTH` levels deep or holds
+    an integer too long for any configuration, is a one-line `ValueError`
+    naming it (`_files.parse_toml`, the importers' parser too)."""
     text = _files.read_text(path, f"{what} file")  # at most _files.TOML_LIMIT_BYTES
-    name = f"{what} file {str(path)!r}"
-    too_deep = ValueError(f"{name} nests tables or arrays more than {MAX_TOML_DEPTH} levels "
-                          "deep; is it the right file?")
-    try:
-        tables = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{name} is not valid TOML: {e}") from None
-    except RecursionError:  # nested past Python's limit: deeper than the cap too
-        raise too_deep from None
-    if _depth(tables) > MAX_TOML_DEPTH:
-        raise too_deep
-    return tables
+    return _files.parse_toml(text, f"{what} file {str(path)!r}")
 
 
 def read(source: str | Path | None) -> dict:
@@ -431,6 +416,15 @@ def _system(t: dict, late: frozenset = frozenset()) -> System:
         # the reserve is the default's for the capacity given, not the preset's
         base = eqx.tree_at(lambda s: s.chip.hbm_reserve_bytes, base, jnp.asarray(
             hardware.default_hbm_reserve_bytes(float(t["system"]["hbm_bytes"]))))
+    if "peak_flops_per_s" in t["system"]:
+        # the 8- and 32-bit peaks follow a 16-bit peak given without them, in the
+        # preset's ratios (a chip's peaks scale with its clock and units together)
+        scale = float(t["system"]["peak_flops_per_s"]) / float(base.chip.peak_flops_per_s)
+        follow = [f for f, given in (("peak_fp8_flops_per_s", "peak_fp8_flops_per_s"),
+                                     ("peak_fp32_flops_per_s", None))
+                  if given not in t["system"]]
+        base = eqx.tree_at(lambda s: [getattr(s.chip, f) for f in follow], base,
+                           [jnp.asarray(getattr(base.chip, f) * scale) for f in follow])
     domain = t["system"].get("scale_up_domain", base.scale_up_domain)
     return _updated(base, t, topology=_topology(t["system"], base, domain, late))
 

@@ -234,7 +234,7 @@ def _finite_checked(est: Estimate) -> Estimate:
     bad = ~(s.step_time_s > 0) | ~jnp.isfinite(s.step_time_s)
     for x in parts:
         bad = bad | ~jnp.isfinite(x)
-    return eqx.error_if(est, jnp.any(bad), "the estimate is not finite (a traced value): an "
+    return _checks.error_if(est, jnp.any(bad), "the estimate is not finite (a traced value): an "
                         f"input is beyond what the model can represent; check {_STEP_INPUTS}, "
                         "training.tokens")
 

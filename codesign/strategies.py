@@ -327,18 +327,19 @@ class Routing(Strategy):
     collides: eqx.AbstractClassVar[bool]  # flows can share a link by chance
 
     @abc.abstractmethod
-    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=None) -> jax.Array:
+    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=False) -> jax.Array:
         """Slowdown of a collective of `k_flows` elephant flows over `m_links` links."""
 
 
 class Ecmp(Routing):
     """Each flow hashed onto one path: balls into bins (`_ecmp.ecmp_slowdown`);
-    `exact` as `ecmp_expected_max_load` (None: exact at concrete integers)."""
+    `exact` as `ecmp_expected_max_load` (False: its smooth form, the same
+    eagerly and under jit)."""
 
     name: ClassVar[str] = "ecmp"
     collides: ClassVar[bool] = True
 
-    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=None) -> jax.Array:
+    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=False) -> jax.Array:
         _checks.non_negative("overhead", overhead)
         return ecmp_slowdown(k_flows, m_links, exact)
 
@@ -349,7 +350,7 @@ class Ecmp(Routing):
 class _Spreading(Routing):
     collides: ClassVar[bool] = False
 
-    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=None) -> jax.Array:
+    def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=False) -> jax.Array:
         """1 + `overhead`."""
         _checks.non_negative("overhead", overhead)
         return 1.0 + _checks.as_float(overhead) + 0.0 * _checks.as_float(k_flows)

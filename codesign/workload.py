@@ -264,9 +264,11 @@ class Transformer(eqx.Module):
 
     @_once
     def attention_gemms(self) -> tuple:
-        """The attention block's weight matrices per layer, as (k, n, split):
-        a token's (1 x k) @ (k x n); `split` says which side tensor parallelism
-        cuts ("n" column-parallel, "k" row-parallel, "" replicated)."""
+        """The attention block's weight matrices per layer, as (k, n, split,
+        count): `count` of a token's (1 x k) @ (k x n) (1, or 0 for a matrix the
+        model's shape leaves out: MLA's query bottleneck at q_lora_rank 0);
+        `split` says which side tensor parallelism cuts ("n" column-parallel,
+        "k" row-parallel, "" replicated)."""
         return self.attention.gemms(self)
 
     @_once
@@ -282,7 +284,7 @@ class Transformer(eqx.Module):
         each), K and V (h x kv_hidden each) for MHA/GQA; the projections of `attention_gemms`
         for MLA."""
         sinks = self.heads if self.attention_sinks else 0.0
-        return sum(k * n for k, n, _ in self.attention_gemms()) + sinks
+        return sum(c * k * n for k, n, _, c in self.attention_gemms()) + sinks
 
     @_once
     def dense_ffn_params(self) -> jax.Array:

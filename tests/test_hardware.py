@@ -396,3 +396,28 @@ def test_llama3_405b_estimates_on_blackwell_ultra(ultra, old):
     assert 0 < float(new["mfu"]) < 1
     assert 0 < float(new["memory_bytes_per_gpu"]) <= 288e9
     assert t <= float(before["step_time_s"])
+
+
+def test_the_peaks_keep_their_physical_ratios():
+    """An 8-bit peak above 4x the 16-bit one is refused, naming both keys (one
+    line at the command line, exit 2); a 16-bit peak given alone carries the 8-
+    and 32-bit peaks with it in the preset's ratios, so deepseek-v3's FP8 GEMMs
+    at a millionth of the H100's 16-bit peak stay under 100% utilisation."""
+    from codesign import scenario as sc
+    from codesign import step
+
+    with pytest.raises(ValueError, match=r"system.peak_fp8_flops_per_s=1e\+18 must not exceed "
+                       r"4 x system.peak_flops_per_s=9.89e\+14"):
+        sc.load("deepseek-v3", ["system.peak_fp8_flops_per_s=1e18"])
+    with pytest.raises(ValueError, match="must not be below the chip's 32-bit matrix peak"):
+        hw.Chip(1e12, 2e12, 80e9, 3e12, 0.6, peak_fp32_flops_per_s=2e12)
+    slow = sc.load("deepseek-v3", ["system.peak_flops_per_s=989e6"])
+    chip, h100 = slow.system.chip, hw.system("dgx-h100").chip
+    for peak in ("peak_fp8_flops_per_s", "peak_fp32_flops_per_s"):
+        assert float(getattr(chip, peak)) / float(chip.peak_flops_per_s) == pytest.approx(
+            float(getattr(h100, peak)) / float(h100.peak_flops_per_s), rel=1e-6)
+    out = step.outputs(step.estimate(slow))
+    assert 0 < float(out["hfu"]) < 1
+    own = sc.load("deepseek-v3", ["system.peak_flops_per_s=989e12",
+                                  "system.peak_fp8_flops_per_s=3e15"])
+    assert float(own.system.chip.peak_fp8_flops_per_s) == 3e15

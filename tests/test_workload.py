@@ -156,7 +156,7 @@ def test_head_width_of_its_own_gives_the_published_sizes(shape, params):
 
 def test_head_width_sets_the_attention_shapes():
     m = _released(RELEASED[1][0])  # Qwen3-30B-A3B: queries 32 x 128 = 4096 on a hidden of 2048
-    (qkv_k, qkv_n, _), (o_k, o_n, _) = m.attention_gemms()
+    (qkv_k, qkv_n, _, _), (o_k, o_n, _, _) = m.attention_gemms()
     assert (float(qkv_k), float(qkv_n), float(o_k), float(o_n)) == (2048, 4096 + 2 * 512, 4096,
                                                                       2048)
     assert float(m.kv_elements_per_token()) == 2 * 4 * 128

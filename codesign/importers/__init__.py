@@ -15,9 +15,12 @@ assumptions, ignored names); `Imported.toml` renders it.
 
 A value the importer cannot read (a number that is not one, a shell variable or
 interpolation it cannot resolve, an unknown torchtitan flavor) is a one-line
-ValueError naming the source, the flag or key and the value. Whether the plan is
-possible is the scenario loader's to say (`scenario.from_tables`), as for any
-scenario file.
+ValueError naming the source, the flag or key and the value. So is a hostile
+file: nesting past 32 levels, YAML aliases repeating more than 100,000 values, an
+integer of more than 1,000 digits (`_files.parse_json`, `parse_toml`,
+`parse_yaml`), shell expansions adding more than 1 MiB, a layer pattern past
+100,000 layers, interpolations past 1,000 or 1 MiB. Whether the plan is possible
+is the scenario loader's to say (`scenario.from_tables`), as for any scenario file.
 """
 
 from __future__ import annotations

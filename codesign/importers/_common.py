@@ -9,7 +9,7 @@ import json
 import math
 import re
 
-from .. import strategies
+from .. import _files, strategies
 
 SECTIONS = ("model", "training", "parallel", "system")
 DEFAULT_SYSTEM = "dgx-h100"  # the system of a source that names none
@@ -118,9 +118,23 @@ class Draft:
 
 
 # ----------------------------------------------------------------- values
+SHOWN_CHARS = 60  # of a value in a message: a hostile one may be megabytes
+
+
+def shown(value) -> str:
+    """`value` as a message shows it (a string quoted), cut to SHOWN_CHARS with its
+    length said: a message stays one short line whatever the file holds."""
+    try:
+        text = repr(value) if isinstance(value, str) else str(value)
+    except ValueError:  # an integer past Python's int-to-str limit
+        return "(an integer too long to show)"
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
 def bad(where: str, name: str, value, need: str) -> ValueError:
-    shown = repr(value) if isinstance(value, str) else str(value)
-    return ValueError(f"{where}: {name}={shown} {need}")
+    return ValueError(f"{where}: {name}={shown(value)} {need}")
 
 
 def whole(where: str, name: str, value, lo: int = 1) -> int:
@@ -144,7 +158,7 @@ def whole(where: str, name: str, value, lo: int = 1) -> int:
 def number(where: str, name: str, value) -> float:
     try:
         x = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past 1e308
         x = math.nan
     if isinstance(value, bool) or not math.isfinite(x):
         raise bad(where, name, value, "must be a number")
@@ -243,6 +257,8 @@ def tokens(d: Draft, steps, what: str) -> None:
 
 # ----------------------------------------------------------------- trees
 _INNER = re.compile(r"\$\{([^${}]*)\}")
+MAX_INTERPOLATIONS = 1000  # `${...}` resolved for one value read (with those they name)
+MAX_RESOLVED_CHARS = 2**20  # what one value's interpolations may grow it to
 
 
 class Tree:
@@ -252,6 +268,8 @@ class Tree:
 
     def __init__(self, root: dict, where: str):
         self.root, self.where, self.read = root, where, set()
+        # the interpolations left to the value being read, and its (path, text)
+        self._left, self._reading = MAX_INTERPOLATIONS, ("", "")
 
     def node(self, path: str):
         node = self.root
@@ -264,20 +282,34 @@ class Tree:
             self.read.add(path)
             node = self.node(path)
             if isinstance(node, str) and "${" in node:
+                self._left, self._reading = MAX_INTERPOLATIONS, (path, node)
                 node = self._resolve(node, path)
             if node is not None:
                 return node
         return default
 
     def _resolve(self, text: str, path: str, depth: int = 0):
+        """`text` with its interpolations resolved: at most MAX_INTERPOLATIONS for one
+        value read, growing it to at most MAX_RESOLVED_CHARS (interpolations of
+        interpolations, each naming the next many times, would multiply without end:
+        a one-line error naming the key read)."""
         while "${" in text and depth < 20:
             m = _INNER.search(text)
             if m is None:
                 break
+            self._left -= 1
+            if self._left < 0:
+                raise bad(self.where, *self._reading, f"takes more than "
+                          f"{MAX_INTERPOLATIONS} interpolations to resolve; codesign "
+                          "resolves no more")
             value = self._interpolation(m.group(1).strip(), path, depth)
             if m.group(0) == text:
                 return value
-            text = text[:m.start()] + str(value) + text[m.end():]
+            piece = str(value)
+            if len(text) - len(m.group(0)) + len(piece) > MAX_RESOLVED_CHARS:
+                raise bad(self.where, *self._reading, "resolves to more than "
+                          f"{MAX_RESOLVED_CHARS} characters; codesign resolves no more")
+            text = text[:m.start()] + piece + text[m.end():]
             depth += 1
         if "${" in text:
             raise bad(self.where, path, text, "is an interpolation codesign does not resolve")
@@ -325,15 +357,9 @@ class Tree:
 
 
 def yaml_mapping(text: str, where: str) -> dict:
-    """A YAML file's mapping (PyYAML, which flax, a dependency of codesign, installs)."""
-    import yaml
-
-    try:
-        tree = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" (line {mark.line + 1}: {getattr(e, 'problem', '')})" if mark else ""
-        raise ValueError(f"{where} is not valid YAML{at}") from None
+    """A YAML file's mapping (`_files.parse_yaml`: its errors, nesting, aliases and
+    numbers are one line naming the file)."""
+    tree = _files.parse_yaml(text, where)
     if not isinstance(tree, dict):
         raise ValueError(f"{where} must hold a YAML mapping, not {type(tree).__name__}")
     return tree

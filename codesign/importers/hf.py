@@ -5,9 +5,7 @@ the importer does not read is listed as ignored."""
 
 from __future__ import annotations
 
-import json
-
-from .. import hardware
+from .. import _files, hardware
 from . import _common as c
 
 SEQ_LEN = 8192  # the training sequence assumed: at most the config's max_position_embeddings
@@ -40,10 +38,7 @@ LLAMA4_NOPE_INTERVAL = 4
 def hf(text: str, where: str, *, gpus: int | None = None,
        system: dict | None = None) -> c.Imported:
     """The scenario of a Hugging Face config.json: its model, on one node."""
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{where} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    cfg = _files.parse_json(text, where)  # nesting and numbers capped: one line naming it
     if not isinstance(cfg, dict):
         raise ValueError(f"{where} must hold a JSON object (a model's config.json)")
     t, d = c.Tree(cfg, where), c.Draft("hf", where)
@@ -113,11 +108,13 @@ def _moe(t: c.Tree, d: c.Draft, layers: int, ffn: int) -> None:
     if not experts:
         return
     dense_first = t.count("first_k_dense_replace", default=0, lo=0)
-    dense_only = set(t.get("mlp_only_layers", default=[]) or [])
+    dense_only = t.get("mlp_only_layers", default=[]) or []
+    if not isinstance(dense_only, list):
+        raise c.bad(t.where, "mlp_only_layers", dense_only, "must list layer numbers")
+    dense_only = {c.whole(t.where, f"mlp_only_layers[{i}]", x, lo=0)
+                  for i, x in enumerate(dense_only)}
     freq, step = t.count("moe_layer_freq"), t.count("decoder_sparse_step", default=1)
-    moe = [i for i in range(dense_first, layers) if i not in dense_only
-           and (i % freq == 0 if freq else (i + 1) % step == 0)]
-    d.put("model.moe_layers", len(moe))
+    d.put("model.moe_layers", _routed_layers(layers, dense_first, dense_only, freq, step))
     d.put("model.experts", experts)
     top_k, per_token = t.count("num_experts_per_tok"), t.count("experts_per_token")  # GPT-OSS
     if None not in (top_k, per_token) and top_k != per_token:
@@ -141,6 +138,20 @@ def _moe(t: c.Tree, d: c.Draft, layers: int, ffn: int) -> None:
                  f"{limit} of {groups} expert groups, taken as one group per node (DeepSeek-V3: "
                  "at most 4 of the 8 nodes holding its experts); another layout bounds "
                  "otherwise (--set parallel.moe_node_limit=M)")
+
+
+def _routed_layers(layers: int, dense_first: int, dense_only: set, freq: int | None,
+                   step: int) -> int:
+    """Layers i from `dense_first` on, not in `dense_only`, with i % freq == 0 (freq
+    given) or (i + 1) % step == 0: counted, not listed (a config may claim 2^53 layers)."""
+    def routed(i: int) -> bool:
+        return i % freq == 0 if freq else (i + 1) % step == 0
+
+    if freq:  # multiples of freq in [dense_first, layers)
+        every = max(0, (layers - 1) // freq - (dense_first - 1) // freq)
+    else:  # multiples of step in [dense_first + 1, layers]
+        every = max(0, layers // step - dense_first // step)
+    return every - sum(1 for i in dense_only if dense_first <= i < layers and routed(i))
 
 
 def _window(t: c.Tree, d: c.Draft, layers: int, family: str) -> None:

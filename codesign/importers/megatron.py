@@ -9,6 +9,8 @@ import re
 import shlex
 
 from .. import plan, strategies
+from .._domains import MAX_GPUS
+from ..units import format_bytes
 from . import _common as c
 
 # switches (flags without a value) the reader reads
@@ -27,24 +29,47 @@ MLA = (("q_lora_rank", "--q-lora-rank", 0), ("kv_lora_rank", "--kv-lora-rank", 3
        ("qk_head_dim", "--qk-head-dim", 128), ("qk_rope_head_dim", "--qk-pos-emb-head-dim", 64),
        ("v_head_dim", "--v-head-dim", 128))
 _VAR = re.compile(r"\$(?:\{(\w+)(?::?-([^}]*))?\}|(\w+))")
+_PLAIN_VAR = re.compile(r"\$()()(\w+)")  # `_VAR`'s groups, `$NAME` only
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
+# what `$NAME` expansions may add to a script, all together: a script's arguments
+# are a few KiB; `A=$A$A` forty times over would be a TiB
+EXPANSION_LIMIT = 2**20
+# the text of a --moe-layer-freq / --window-attn-skip-freq pattern, and the layers
+# it may give (more than any model's)
+PATTERN_CHARS, PATTERN_LAYERS = 2**20, 10**5
 
 
 # ----------------------------------------------------------------- words
-def _expand(text: str, env: dict) -> str:
-    """`$NAME`, `${NAME}` and `${NAME:-default}` from `env`; others stay."""
+class _Overflow(Exception):
+    """An expansion past EXPANSION_LIMIT, at the variable `args[0]`."""
+
+
+def _expand(text: str, env: dict, room: int) -> tuple[str, int]:
+    """`$NAME`, `${NAME}` and `${NAME:-default}` from `env` (others stay), and what
+    is left of `room`, the characters expansions may still add; past it, _Overflow
+    naming the variable (raised before the text is built)."""
     def sub(m):
+        nonlocal room
         name = m.group(1) or m.group(3)
-        if name in env:
-            return env[name]
-        return m.group(2) if m.group(2) is not None else m.group(0)
-    return _VAR.sub(sub, text)
+        value = env[name] if name in env else (
+            m.group(2) if m.group(2) is not None else m.group(0))
+        room -= max(0, len(value) - len(m.group(0)))
+        if room < 0:
+            raise _Overflow(name)
+        return value
+    # past the last `}` no `${` closes: only `$NAME` is looked for there (`_VAR` would
+    # scan from each unclosed `${NAME:-` to the end of the text: quadratic)
+    cut = text.rfind("}") + 1
+    head = _VAR.sub(sub, text[:cut])
+    return head + _PLAIN_VAR.sub(sub, text[cut:]), room
 
 
 def shell_arguments(text: str, where: str) -> list[str]:
     """The words of a shell script or text holding Megatron arguments: line
     continuations joined, comments dropped, `NAME=value` assignments (strings and
-    arrays of arguments too) followed, `$NAME` / `${NAME:-default}` expanded."""
+    arrays of arguments too) followed, `$NAME` / `${NAME:-default}` expanded, the
+    expansions adding at most EXPANSION_LIMIT characters in all (else a one-line
+    error naming the file and the variable)."""
     lines = [re.sub(r"(^|\s)#.*$", "", line) for line in text.replace("\\\n", " ").split("\n")]
     try:
         words = shlex.split("\n".join(lines))
@@ -52,15 +77,22 @@ def shell_arguments(text: str, where: str) -> list[str]:
         raise ValueError(f"{where} cannot be read as shell words ({e})") from None
     env: dict = {}
     out: list[str] = []
-    for word in words:
-        m = _ASSIGN.match(word)
-        if m:
-            value = _expand(m.group(2), env)
-            value = value[1:] if value.startswith("(") else value  # NAME=( opens an array
-            env[m.group(1)] = value
-            out += value.split()  # a string of arguments: its words count too
-        elif word not in ("(", ")"):
-            out += _expand(word, env).split()  # an expansion splits into words
+    room = EXPANSION_LIMIT
+    try:
+        for word in words:
+            m = _ASSIGN.match(word)
+            if m:
+                value, room = _expand(m.group(2), env, room)
+                value = value[1:] if value.startswith("(") else value  # NAME=( opens an array
+                env[m.group(1)] = value
+                out += value.split()  # a string of arguments: its words count too
+            elif word not in ("(", ")"):
+                expanded, room = _expand(word, env, room)
+                out += expanded.split()  # an expansion splits into words
+    except _Overflow as e:
+        raise ValueError(f"{where}: ${e.args[0]} expands the script past "
+                         f"{format_bytes(EXPANSION_LIMIT)} (a variable doubled over and "
+                         "over?); codesign expands no more") from None
     return out
 
 
@@ -113,20 +145,29 @@ class Flags:
         self.read.update(flags)
         return next((self.values[f] for f in flags if f in self.values), None)
 
-    def count(self, flag: str, default=None, lo: int = 1):
+    def value(self, flag: str):
+        """The value of `flag` (None when not given); a flag that takes a value given
+        without one (`--num-layers` last, or before another flag) is a one-line error
+        naming it, not the value True."""
         value = self.get(flag)
+        if value is True:
+            raise ValueError(f"{self.where}: {self.name(flag)} needs a value")
+        return value
+
+    def count(self, flag: str, default=None, lo: int = 1):
+        value = self.value(flag)
         return default if value is None else c.whole(self.where, self.name(flag), value, lo)
 
     def number(self, flag: str):
-        value = self.get(flag)
+        value = self.value(flag)
         return None if value is None else c.number(self.where, self.name(flag), value)
 
     def switch(self, flag: str) -> bool:
         return self.get(flag) is not None
 
     def text(self, flag: str):
-        value = self.get(flag)
-        return None if value is None or value is True else str(value)
+        value = self.value(flag)
+        return None if value is None else str(value)
 
     def unread(self) -> list[str]:
         return [self.name(f) for f in self.values if f not in self.read]
@@ -151,10 +192,15 @@ def window_layer_count(where: str, name: str, value, layers: int) -> int:
 
 
 def layer_pattern(where: str, name: str, value, layers: int) -> list[int]:
-    """A 0/1 per layer, as Megatron's `moe_freq_type` reads a list expression."""
+    """A 0/1 per layer, as Megatron's `moe_freq_type` reads a list expression: at
+    most PATTERN_CHARS of text (Python's parser recurses on a long sum: its
+    RecursionError is this one-line error too)."""
+    text = str(value).strip().strip("'\"")
     try:
-        pattern = _layer_pattern(ast.parse(str(value).strip().strip("'\""), mode="eval").body)
-    except (SyntaxError, ValueError):
+        if len(text) > PATTERN_CHARS:
+            raise ValueError("too long a text")
+        pattern = _layer_pattern(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise c.bad(where, name, value, "must be an integer or a list of 0/1 per layer "
                     "such as [0]*3+[1]*58") from None
     if len(pattern) != layers or any(p not in (0, 1) for p in pattern):
@@ -176,18 +222,40 @@ def window_size(where: str, name: str, value) -> tuple[int, int]:
     return extents[0], extents[1] if len(extents) == 2 else 0
 
 
-def _layer_pattern(node) -> list:
-    """A list expression of integer literals, `*` by an integer and `+`."""
-    if isinstance(node, ast.List):
-        return [_int_literal(e) for e in node.elts]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _layer_pattern(node.left) + _layer_pattern(node.right)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        left, times = _layer_pattern(node.left), _int_literal(node.right)
-        if len(left) * times > 10**5:  # more than any model's layers
-            raise ValueError("too long a pattern")
-        return left * times
-    raise ValueError("not a layer pattern")
+def _layer_pattern(root) -> list:
+    """A list expression of integer literals, `*` by an integer and `+`, of at most
+    PATTERN_LAYERS entries; evaluated with a stack of its own, not by recursion (a
+    sum of thousands of lists nests as deep)."""
+    done: list[list] = []  # the values of the nodes evaluated, in order
+    todo = [(root, False)]  # (node, whether its operands are evaluated)
+    while todo:
+        node, ready = todo.pop()
+        if isinstance(node, ast.List):
+            _bounded(len(node.elts))
+            done.append([_int_literal(e) for e in node.elts])
+        elif not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult))):
+            raise ValueError("not a layer pattern")
+        elif not ready:
+            todo.append((node, True))
+            todo += [(node.right, False)] if isinstance(node.op, ast.Add) else []
+            todo.append((node.left, False))
+        elif isinstance(node.op, ast.Add):  # each list in `done` is its own: extended
+            right = done.pop()
+            _bounded(len(done[-1]) + len(right))
+            done[-1].extend(right)
+        else:
+            times = _int_literal(node.right)
+            _bounded(len(done[-1]) * times)
+            if times != 1:  # a chain of `* 1` copies nothing
+                done[-1] = done[-1] * times
+    return done[0]
+
+
+def _bounded(entries: int) -> None:
+    """A pattern of more than PATTERN_LAYERS entries (more than any model's layers)
+    is refused before it is built."""
+    if entries > PATTERN_LAYERS:
+        raise ValueError("too long a pattern")
 
 
 def _int_literal(node) -> int:
@@ -262,6 +330,12 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
         "--nproc_per_node")
     source = None
     if nodes is not None and per_node is not None:
+        per_node_flag = "--nproc-per-node" if f.get("--nproc-per-node") is not None \
+            else "--nproc_per_node"
+        if nodes * per_node > MAX_GPUS:  # named here: the loader would blame a derived key
+            raise ValueError(f"{f.where}: {n('--nnodes')}={nodes} x {n(per_node_flag)}="
+                             f"{per_node} is {nodes * per_node} GPUs, more than codesign "
+                             f"models ({MAX_GPUS:,.0f})")
         source = (nodes * per_node, f"{n('--nnodes')} {nodes} x {n('--nproc-per-node')} "
                   f"{per_node}")
     c.system(d, system)

@@ -6,7 +6,7 @@ so the recipe is translated to Megatron flags and read as they are
 from __future__ import annotations
 
 from . import _common as c
-from .megatron import Flags, read
+from .megatron import SWITCHES, Flags, read
 
 # model.* keys whose Megatron flag is not their own name with dashes
 RENAMED = {"encoder_seq_length": "--seq-length", "num_moe_experts": "--num-experts",
@@ -41,17 +41,20 @@ def nemo(text: str, where: str, *, gpus: int | None = None,
     names = _Names({flag: f"model.{key}" for key, flag in RENAMED.items()})
 
     def give(name: str, key: str, value) -> None:
-        """The Megatron flag `name` from the recipe's `key` (a switch when True)."""
+        """The Megatron flag `name` from the recipe's `key` (a switch when True and
+        the flag is one: else True is the flag's value, which its reader refuses)."""
         names[name] = key
         if value is not None and value is not False:
-            words.extend([name] if value is True else [name, str(value)])
+            words.extend([name] if value is True and name in SWITCHES else [name, str(value)])
 
     for k in model:
         value = t.get(f"model.{k}")
         if k in LISTS and isinstance(value, list):
             value = LISTS[k](value)
-        if k not in SPELLED and not isinstance(value, (dict, list)):
-            give(RENAMED.get(k, "--" + k.replace("_", "-")), f"model.{k}", value)
+        # a list where the flag takes a number is its text, which the reader refuses
+        # naming the key (left out, the flag would read as missing); an empty one is unset
+        if k not in SPELLED and not isinstance(value, dict) and value != []:
+            give(RENAMED.get(k, "--" + str(k).replace("_", "-")), f"model.{k}", value)
     # what NeMo spells otherwise than Megatron
     if t.get("model.num_query_groups") is not None:
         give("--group-query-attention", "model.num_query_groups", True)

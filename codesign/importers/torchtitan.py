@@ -5,9 +5,7 @@ replicas as `zero_shard_size`) with sequence-parallel tensor parallelism."""
 
 from __future__ import annotations
 
-import tomllib
-
-from .. import strategies, workload
+from .. import _files, strategies, workload
 from . import _common as c
 
 GPUS = 8  # torchtitan's run_train.sh default NGPU
@@ -79,10 +77,7 @@ PLAN_TABLES = ("parallelism", "activation_checkpoint", "float8", "experimental")
 def torchtitan(text: str, where: str, *, gpus: int | None = None,
                system: dict | None = None) -> c.Imported:
     """The scenario of a torchtitan job TOML."""
-    try:
-        t = c.Tree(tomllib.loads(text), where)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"torchtitan job file {where!r} is not valid TOML: {e}") from None
+    t = c.Tree(_files.parse_toml(text, f"torchtitan job file {where!r}"), where)
     d = c.Draft("torchtitan", where)
     name, flavor = str(t.get("model.name", default="")), str(t.get("model.flavor", default=""))
     model = FLAVORS.get((name, flavor))
@@ -177,6 +172,9 @@ def _dtype(t: c.Tree, d: c.Draft) -> str:
     """fp8 with the Float8 converter; else mixed_precision_param (bf16 by default)
     and, reduced in bf16, the gradients' width."""
     converters = t.get("model.converters", default=[])
+    if not isinstance(converters, (list, str)):
+        raise c.bad(t.where, "model.converters", converters, "must list converters "
+                    '(such as ["float8"])')
     if "float8" in converters or t.flag("float8.enable_float8_linear", default=False):
         return "fp8"
     param = str(t.get("training.mixed_precision_param", "parallelism.mixed_precision_param",
