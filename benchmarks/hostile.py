@@ -2,7 +2,7 @@
 
     python benchmarks/hostile.py [--quick] [--category NAME] [--filter TEXT] [--workers 2]
 
-Seven categories (issue 25): `scenario` (every built-in scenario file with each
+Eight categories (issues 25 and 46): `scenario` (every built-in scenario file with each
 key set to nan, inf, -1, 0, 1e308, a string, a list, a table, removed,
 unknown keys, duplicate tables), `cli` (every command's flags and `--set`
 with hostile values, every declared key at the ends of its domain and just
@@ -11,8 +11,10 @@ outside), `data` (measurement files for `calibrate`, system files for
 each target, results never lost or mixed: two specs into one folder, two
 runs at once, a chunk edited on disk, a read-only folder, a full disk),
 `multiprocess` (launch flags, a worker stopped or killed), `library` (the
-public API under jit, grad and vmap at the ends of every knob's domain) and
-`load` (inputs that would take unbounded memory or time: refused fast).
+public API under jit, grad and vmap at the ends of every knob's domain),
+`load` (inputs that would take unbounded memory or time: refused fast) and
+`import` (`codesign import` of hostile files: nesting, alias bombs, expansions
+that fill memory, recursion, long numbers, values of the wrong kind).
 
 A case is clean when it exits 0 with every number it prints or writes finite,
 or exits 2 or 3 with exactly one non-empty line on stderr and no traceback, or
@@ -62,7 +64,7 @@ if str(ROOT) not in sys.path:
 
 from codesign import _procfs, cli  # noqa: E402 - after the path; imports no JAX
 
-CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load")
+CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load", "import")
 GiB = 1 << 30
 MEMORY_BYTES = 8 * GiB  # address-space limit of every case
 LOAD_MEMORY_BYTES = 4 * GiB  # of the load cases: a blow-up is a MemoryError, not a dead machine
@@ -1613,10 +1615,68 @@ def load_cases() -> list:
     return c
 
 
+# ----------------------------------------------------------------------- import
+_HF = '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8, "vocab_size": 1024'
+_TITAN = '[model]\nname = "llama3"\nflavor = "8B"\n'
+_NEMO = ("trainer:\n  num_nodes: 1\n  devices: 8\nmodel:\n  num_layers: 2\n  hidden_size: 64\n"
+         "  num_attention_heads: 8\n  encoder_seq_length: 128\n")
+_ZOO = ("MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 8\n"
+        "  --seq-length: 128\n")
+_MEGATRON = "--num-layers 2 --hidden-size 64 --num-attention-heads 8 --seq-length 128"
+
+
+def _bomb(key: str) -> str:
+    """A YAML alias bomb (nine levels of nine aliases) bound to `key`."""
+    lines = ['a0: &a0 ["lol"]'] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]"
+                                    for i in range(1, 10)]
+    return "\n".join(lines) + f"\nMODEL_ARGS:\n  {key}: *a9\n"
+
+
+def import_cases() -> list:
+    """`codesign import` of hostile files (issue 46): nesting past the cap, an
+    alias bomb, a shell variable doubled to fill memory, a --moe-layer-freq past
+    Python's stack, numbers of thousands of digits, values of the wrong kind:
+    each refused in one line; a byte-order mark read."""
+    deep = "[" * 100_000
+
+    def case(name, kind, file, text, *extra, expect=None, quick=True):
+        return Case(f"import/{name}", ("import", kind, file, *extra), files={file: text},
+                    memory_bytes=LOAD_MEMORY_BYTES, timeout_s=LOAD_TIMEOUT_S,
+                    expect=expect or all_of(refused(), stderr_has(file)), quick=quick)
+
+    doubled = "A=x\n" + "A=$A$A\n" * 40 + "echo $A " + _MEGATRON + "\n"
+    return [
+        case("hf config.json nested 100,000 deep", "hf", "config.json", deep),
+        case("torchtitan TOML nested 5,000 deep", "torchtitan", "job.toml",
+             "deep = " + "[" * 5000 + "]" * 5000 + "\n" + _TITAN),
+        case("nemo YAML nested 20,000 deep", "nemo", "r.yaml", _NEMO + "  x: " + "[" * 20_000),
+        case("modelzoo YAML nested 20,000 deep", "megatron", "zoo.yaml",
+             _ZOO + "  --x: " + "[" * 20_000),
+        case("modelzoo YAML alias bomb at --num-layers", "megatron", "zoo.yaml",
+             _bomb("--num-layers")),
+        case("megatron script doubling a variable 40 times", "megatron", "run.sh", doubled),
+        case("megatron --moe-layer-freq nested past the stack", "megatron", "run.sh",
+             _MEGATRON + " --num-experts 8 --moe-layer-freq " + "(" * 100_000 + "[1]"
+             + ")" * 100_000 + "\n"),
+        case("megatron --num-layers without its value", "megatron", "run.sh",
+             "--hidden-size 64 --num-attention-heads 8 --seq-length 128 --num-layers\n"),
+        case("hf integer of 5,000 digits", "hf", "config.json",
+             _HF + ', "intermediate_size": ' + "9" * 5000 + "}"),
+        case("nemo trainer.num_nodes 1e11", "nemo", "r.yaml",
+             _NEMO.replace("num_nodes: 1", "num_nodes: 100000000000"),
+             expect=all_of(refused(), stderr_has("trainer.num_nodes"))),
+        case("nemo num_layers a list", "nemo", "r.yaml",
+             _NEMO.replace("num_layers: 2", "num_layers: [32]"),
+             expect=all_of(refused(), stderr_has("num_layers"))),
+        case("hf config.json with a byte-order mark", "hf", "config.json", "\ufeff" + _HF + "}",
+             expect=lambda o: None if o.rc == 0 else f"exit {o.rc}, not 0"),
+    ]
+
+
 # ------------------------------------------------------------------------- all
 GENERATORS = {"scenario": scenario_cases, "cli": cli_cases, "data": data_cases,
               "sweep": sweep_cases, "multiprocess": multiprocess_cases,
-              "library": library_cases, "load": load_cases}
+              "library": library_cases, "load": load_cases, "import": import_cases}
 
 
 # in the --quick sample too (besides the cases generated with quick=True)

@@ -246,3 +246,22 @@ def test_points_made_a_chunk_at_a_time_are_the_grid_crossed_with_the_draws():
     want = [[n, r, lr] for r, lr in itertools.product([8, 16, 32], [4, 8]) for n in draws]
     assert pts.n_float == 18 and pts.floats.tolist() == want
     assert pts.float_rows(5, 11).tolist() == want[5:11]
+
+
+def test_a_manifest_or_chunk_nested_past_python_s_stack_is_one_line(tmp_path, capsys):
+    """A chunk nested 100,000 deep is changed on disk (not JSON), a manifest so
+    nested one line naming it: never a RecursionError."""
+    spec = spec_file(tmp_path)
+    done = tmp_path / "done"
+    assert sweep_cli(capsys, spec, done)[0] == 0
+    job = sweep.make_job(sweep.load_spec(spec))
+    chunk = job.chunks[1]
+    _store.chunk_path(done, chunk).write_text("[" * 100_000)
+    with pytest.raises(_store.ChangedChunk, match="changed on disk \\(not JSON\\)"):
+        _store.read_chunk(job, done, chunk)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text("[" * 100_000)
+    rc, _, err = sweep_cli(capsys, spec_file(tmp_path), out)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "its manifest.json cannot be read (nested too deep)" in err

@@ -178,7 +178,7 @@ def read_chunk(job: Job, out_dir: Path, chunk: Chunk) -> list[list] | None:
             from None
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past Python's stack: not ours either)
         raise ChangedChunk(chunk, "changed on disk (not JSON)") from None
     rows = record.get("rows") if isinstance(record, dict) else None
     ok = (isinstance(rows, list) and record.get("fingerprint") == job.fingerprint
@@ -222,8 +222,9 @@ def _manifest(out_dir: Path) -> dict | None:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
-        why = getattr(e, "strerror", None) or "not JSON"
+    except (OSError, ValueError, RecursionError) as e:
+        why = getattr(e, "strerror", None) or (
+            "nested too deep" if isinstance(e, RecursionError) else "not JSON")
         raise ValueError(f"out_dir={str(out_dir)!r}: its manifest.json cannot be read ({why}); "
                          "remove the folder or choose another `out_dir`") from None
     if not isinstance(manifest, dict):
