@@ -83,7 +83,7 @@ KEY_SHOWN = 40  # of a key, in a message
 
 
 def _too_deep(name: str, at: str = "") -> ValueError:
-    return ValueError(f"{name}{': ' + at if at else ''} nests tables or lists more than "
+    return ValueError(f"{name}{': ' + at if at else ''} nests tables or arrays more than "
                       f"{MAX_DEPTH} levels deep; is it the right file?")
 
 
@@ -211,7 +211,7 @@ def _yaml_loader():
             try:
                 if self.nesting > MAX_DEPTH + 1:
                     line = self.peek_event().start_mark.line + 1
-                    raise _Refused(f" (line {line}) nests tables or lists more than "
+                    raise _Refused(f" (line {line}) nests tables or arrays more than "
                                    f"{MAX_DEPTH} levels deep; is it the right file?")
                 return super().compose_node(parent, index)
             finally:
@@ -241,7 +241,7 @@ def _yaml_problem(node) -> str | None:
         seen.add(id(node))
         if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) and depth > MAX_DEPTH:
             at = f": {_path(link)}" if link is not None else ""
-            return f"{at} nests tables or lists more than {MAX_DEPTH} levels deep; is it " \
+            return f"{at} nests tables or arrays more than {MAX_DEPTH} levels deep; is it " \
                 "the right file?"
         if isinstance(node, yaml.SequenceNode):
             todo.extend((v, depth + 1, (i, link)) for i, v in reversed(

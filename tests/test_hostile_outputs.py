@@ -225,7 +225,8 @@ def test_a_toml_nested_too_deep_is_refused(capsys, tmp_path, text, flag):
     path.write_text(text + "\n")
     line = _line(capsys, "estimate", *([flag] if flag else []), str(path))
     what = "system file" if flag else "scenario file"
-    assert f"{what} '{path}' nests tables or arrays more than 32 levels deep" in line
+    assert f"{what} '{path}'" in line  # (then the key where it has one)
+    assert "nests tables or arrays more than 32 levels deep" in line
 
 
 def test_dev_zero_as_a_scenario_is_refused_quickly(capsys):
