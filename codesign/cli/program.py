@@ -31,10 +31,11 @@ def run(args: argparse.Namespace, name: str) -> int:
     from ..program._trace import MAX_TRACE_DEVICES
 
     spec = _spec.load(args.spec)
-    mesh_axes = _spec.parse_axes(args.mesh, "--mesh") if args.mesh else spec.mesh
+    # an empty --mesh / --scale is refused, not read as "the spec's" (parse_axes)
+    mesh_axes = _spec.parse_axes(args.mesh, "--mesh") if args.mesh is not None else spec.mesh
     if not mesh_axes:
         raise ValueError("--mesh: no mesh; give --mesh AXIS=SIZE,... or [mesh] in --spec")
-    scale = _spec.parse_axes(args.scale, "--scale") if args.scale else spec.scale
+    scale = _spec.parse_axes(args.scale, "--scale") if args.scale is not None else spec.scale
     n = math.prod(mesh_axes.values())
     if n > MAX_TRACE_DEVICES:
         raise ValueError(f"--mesh: {n} devices exceed the trace cap of {MAX_TRACE_DEVICES} "
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace, name: str) -> int:
     from .. import scenario as sc
     from ..program import examples
 
-    fn = _spec.function(args.target)
+    fn = _spec.function(args.target)  # the user's module runs here (their errors: exit 2)
     system_source = args.system or spec.system
     scn = sc.load(None, [], system=system_source)
     labels = sc.labels(None, [], system=system_source)
@@ -58,22 +59,11 @@ def run(args: argparse.Namespace, name: str) -> int:
     mesh = examples.make_mesh(mesh_axes)
     if spec.args:
         structs, shardings = _spec.arrays(spec, mesh)
-        try:
-            prog = program.trace(fn, *structs, mesh=mesh, in_shardings=shardings,
-                                 name=args.target)
-        except TypeError as e:  # the step does not take these arrays
-            raise ValueError(f"MODULE:FUNCTION={args.target!r} on the spec's [[args]]: "
-                             f"{str(e).splitlines()[0]}") from None
+        _spec.check_args(fn, structs)
+        prog = program.trace(fn, *structs, mesh=mesh, in_shardings=shardings,
+                             name=args.target)
     else:
-        try:
-            built = fn(mesh, **spec.config)
-        except TypeError as e:  # a [config] key the builder does not take
-            raise ValueError(f"MODULE:FUNCTION={args.target!r} called with the mesh and "
-                             f"[config] {sorted(spec.config)}: {e}") from None
-        if not isinstance(built, tuple) or len(built) != 4:
-            raise ValueError(f"MODULE:FUNCTION={args.target!r} must return (step, args, "
-                             "in_shardings, out_shardings), or give [[args]] in the spec")
-        step, step_args, ins, outs = built
+        step, step_args, ins, outs = _spec.build(fn, mesh, spec.config)
         prog = program.trace(step, *step_args, mesh=mesh, in_shardings=ins,
                              out_shardings=outs, name=args.target)
     est = jax.jit(lambda s: program.cost(prog, s, scale))(scn.system)

@@ -12,7 +12,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from . import _graph, _hlo_ops
+from . import _graph, _hlo_ops, _user
 
 # The most devices a program is traced for (measured, jax 0.10.2 on a shared
 # 2-core machine: the 2-layer audit transformer compiles for 64, 256 and 1,024
@@ -20,6 +20,12 @@ from . import _graph, _hlo_ops
 # "Multiprocess computations aren't implemented on the CPU backend"). A larger
 # machine is costed by scaling the data axis of a smaller trace (`cost(..., scale=)`).
 MAX_TRACE_DEVICES = 1024
+# The largest array a traced step may make (global, before sharding): XLA counts an
+# array's bytes in an int64 and aborts the process past it (SIGABRT, "overflow in
+# static extent product", measured: f32[2**31, 2**30] aborts, f32[2**30, 2**30]
+# and sixteen live f32[2**28, 2**30] compile on CPU, jax 0.10.2); 2**60 leaves 8x.
+# The step's inputs are bounded tighter (`_spec.MAX_ARRAY_BYTES`).
+MAX_TRACED_BYTES = 2**60
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -114,21 +120,71 @@ def _named(tree, mesh):
 
 def compile_text(fn, *args, mesh, in_shardings=None, out_shardings=None,
                  compiler_options=None):
-    """(compiled HLO text, XLA cost totals) of `fn` on `args` for `mesh`."""
+    """(compiled HLO text, XLA cost totals) of `fn` on `args` for `mesh`. JAX traces
+    `fn` (the user's step) inside `_user.running`: whatever fails there, in the
+    step or in JAX on what the step and its shardings are, is the user's error,
+    a one-line ValueError naming the step's file and function; so is a step that
+    returns nothing or makes an array XLA would abort on (`check_extents`)."""
     check_devices(int(mesh.devices.size))
-    if hasattr(fn, "lower") and in_shardings is None and out_shardings is None:
-        jitted = fn
-    else:
-        kwargs = {}
-        if in_shardings is not None:
-            kwargs["in_shardings"] = _named(in_shardings, mesh)
-        if out_shardings is not None:
-            kwargs["out_shardings"] = _named(out_shardings, mesh)
-        jitted = jax.jit(getattr(fn, "__wrapped__", fn), **kwargs)
-    with jax.set_mesh(mesh):
-        lowered = jitted.lower(*args)
+    where = _user.location(fn)
+    with _user.running(where), jax.set_mesh(mesh):
+        if hasattr(fn, "lower") and in_shardings is None and out_shardings is None:
+            jitted = fn
+        else:
+            kwargs = {}
+            if in_shardings is not None:
+                kwargs["in_shardings"] = _named(in_shardings, mesh)
+            if out_shardings is not None:
+                kwargs["out_shardings"] = _named(out_shardings, mesh)
+            jitted = jax.jit(getattr(fn, "__wrapped__", fn), **kwargs)
+        # traced, its arrays checked before XLA compiles them (a jit-like object
+        # without `trace` is lowered at once)
+        staged = jitted.trace(*args) if hasattr(jitted, "trace") else jitted.lower(*args)
+    if not jax.tree.leaves(staged.out_info):
+        raise _user.UserError(f"{where}: returned no arrays (None); a step returns what it "
+                              "computes (the loss, the updated parameters)")
+    if hasattr(staged, "jaxpr"):
+        check_extents(staged.jaxpr, where)
+    with _user.running(where), jax.set_mesh(mesh):
+        lowered = staged.lower() if hasattr(staged, "jaxpr") else staged
         compiled = lowered.compile(compiler_options) if compiler_options else lowered.compile()
     return compiled.as_text(), _hlo_ops.cost_analysis_totals(compiled)
+
+
+def _subjaxprs(value):
+    """The jaxprs in an equation's parameter (a scan's body, a cond's branches)."""
+    if hasattr(value, "eqns"):
+        return [value]
+    if hasattr(getattr(value, "jaxpr", None), "eqns"):
+        return [value.jaxpr]
+    if isinstance(value, (tuple, list)):
+        return [j for v in value for j in _subjaxprs(v)]
+    return []
+
+
+def check_extents(jaxpr, where: str) -> None:
+    """Every array the traced step makes (in loops and branches too) at most
+    `MAX_TRACED_BYTES`: past 2**63 bytes XLA aborts the process as it compiles
+    ("overflow in static extent product"), which no exception handler sees."""
+    todo = [getattr(jaxpr, "jaxpr", jaxpr)]
+    while todo:
+        for eqn in todo.pop().eqns:
+            for var in eqn.outvars:
+                _check_aval(getattr(var, "aval", None), eqn, where)
+            for value in eqn.params.values():
+                todo.extend(_subjaxprs(value))
+
+
+def _check_aval(aval, eqn, where: str) -> None:
+    shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+    if shape is None or not hasattr(dtype, "itemsize") or not all(
+            isinstance(d, int) for d in shape):
+        return
+    n_bytes = math.prod(shape) * dtype.itemsize
+    if n_bytes > MAX_TRACED_BYTES:
+        raise _user.UserError(f"{where}: makes a {dtype} array of shape {tuple(shape)} "
+                              f"({eqn.primitive}): {n_bytes:.3g} bytes, past the 2**60 XLA "
+                              "is given (codesign.program._trace.MAX_TRACED_BYTES)")
 
 
 def trace(fn, *args, mesh, in_shardings=None, out_shardings=None,
