@@ -2,7 +2,7 @@
 
     python benchmarks/hostile.py [--quick] [--category NAME] [--filter TEXT] [--workers 2]
 
-Eight categories (issues 25 and 46): `scenario` (every built-in scenario file with each
+Nine categories (issues 25 and 46): `scenario` (every built-in scenario file with each
 key set to nan, inf, -1, 0, 1e308, a string, a list, a table, removed,
 unknown keys, duplicate tables), `cli` (every command's flags and `--set`
 with hostile values, every declared key at the ends of its domain and just
@@ -12,9 +12,11 @@ each target, results never lost or mixed: two specs into one folder, two
 runs at once, a chunk edited on disk, a read-only folder, a full disk),
 `multiprocess` (launch flags, a worker stopped or killed), `library` (the
 public API under jit, grad and vmap at the ends of every knob's domain),
-`load` (inputs that would take unbounded memory or time: refused fast) and
+`load` (inputs that would take unbounded memory or time: refused fast),
 `import` (`codesign import` of hostile files: nesting, alias bombs, expansions
-that fill memory, recursion, long numbers, values of the wrong kind).
+that fill memory, recursion, long numbers, values of the wrong kind) and
+`program` (the user's own code failing every way Python allows, extents XLA
+would abort on, meshes named twice, a spec nested too deep, huge scales).
 
 A case is clean when it exits 0 with every number it prints or writes finite,
 or exits 2 or 3 with exactly one non-empty line on stderr and no traceback, or
@@ -64,7 +66,8 @@ if str(ROOT) not in sys.path:
 
 from codesign import _procfs, cli  # noqa: E402 - after the path; imports no JAX
 
-CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load", "import")
+CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load", "import",
+              "program")
 GiB = 1 << 30
 MEMORY_BYTES = 8 * GiB  # address-space limit of every case
 LOAD_MEMORY_BYTES = 4 * GiB  # of the load cases: a blow-up is a MemoryError, not a dead machine
@@ -1673,10 +1676,64 @@ def import_cases() -> list:
     ]
 
 
+# ---------------------------------------------------------------------- program
+_ARGS_SPEC = '[mesh]\ndp = 8\n[[args]]\nshape = [64, 32]\nsharding = ["dp"]\n'
+_OK_STEP = "def step(x):\n    return (x * 2.0).sum()\n"
+
+
+def program_cases() -> list:
+    """`codesign program` on the user's own code failing in every way Python
+    allows, extents XLA would abort on, a mesh axis named twice or empty, a spec
+    nested past the cap, a scale that rounding would make negative (issue 46):
+    each one line at exit 2 (the user's error or bad input), or every number >= 0."""
+
+    def case(name, body, spec=_ARGS_SPEC, *extra, expect=None, quick=True):
+        return Case(f"program/{name}", ("program", "m.py:step", "--spec", "s.toml", "--json",
+                                        *extra),
+                    files={"m.py": body, "s.toml": spec}, quick=quick,
+                    expect=expect or all_of(refused(), stderr_has("m.py")))
+
+    def non_negative(o: Outcome) -> str | None:
+        if o.rc != 0:
+            return f"exit {o.rc}, not 0"
+        todo, negative = [json.loads(o.stdout)], []
+        while todo:
+            x = todo.pop()
+            if isinstance(x, dict):
+                todo += x.values()
+            elif isinstance(x, list):
+                todo += x
+            elif isinstance(x, (int, float)) and not isinstance(x, bool) and x < 0:
+                negative.append(x)
+        return f"negative numbers {negative[:3]}" if negative else None
+
+    deep = "[mesh]\ndp = 8\n[x]\ny = " + "[" * 5000 + "]" * 5000 + "\n"
+    return [
+        case("a SyntaxError in the user's module", "def step(x):\n    return (x *\n"),
+        case("a RuntimeError raised as the module imports",
+             "raise RuntimeError('boom')\n" + _OK_STEP),
+        case("a RecursionError in the step", "def step(x):\n    return step(x)\n"),
+        case("a MemoryError in the step", "def step(x):\n    raise MemoryError('oom')\n"),
+        case("SystemExit(0) in the step under --json",
+             "def step(x):\n    raise SystemExit(0)\n"),
+        case("a step that returns None", "def step(x):\n    return None\n"),
+        case("a spec array of 1e12 x 1e12", _OK_STEP,
+             '[mesh]\ndp = 8\n[[args]]\nshape = [1000000000000, 1000000000000]\n',
+             expect=all_of(refused(), stderr_has("shape"))),
+        case("--mesh dp=2,dp=4", _OK_STEP, _ARGS_SPEC, "--mesh", "dp=2,dp=4",
+             expect=all_of(refused(), stderr_has("--mesh"))),
+        case("a spec nested 5,000 deep", _OK_STEP, deep,
+             expect=all_of(refused(), stderr_has("s.toml"))),
+        case("--scale dp=10000000: no negative time", _OK_STEP, _ARGS_SPEC,
+             "--scale", "dp=10000000", expect=non_negative, quick=False),
+    ]
+
+
 # ------------------------------------------------------------------------- all
 GENERATORS = {"scenario": scenario_cases, "cli": cli_cases, "data": data_cases,
               "sweep": sweep_cases, "multiprocess": multiprocess_cases,
-              "library": library_cases, "load": load_cases, "import": import_cases}
+              "library": library_cases, "load": load_cases, "import": import_cases,
+              "program": program_cases}
 
 
 # in the --quick sample too (besides the cases generated with quick=True)

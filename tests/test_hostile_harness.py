@@ -72,17 +72,19 @@ def test_the_runner_reports_a_fake_command_that_prints_nan_at_exit_0(tmp_path):
     assert summary["categories"]["cli"] == {"tried": 3, "clean": 1, "failed": 2}
 
 
-def test_the_import_census_is_clean():
+def test_the_import_and_program_census_is_clean():
     """The census's `import` category (12 hostile files: nesting, an alias bomb,
     a doubled shell variable, a --moe-layer-freq past the stack, long numbers,
-    values of the wrong kind, a byte-order mark), run as the benchmark runs
-    (each case in a forked child under a memory limit): every one clean."""
+    values of the wrong kind, a byte-order mark) and `program` category (10: the
+    user's code failing, a 1e12 x 1e12 array, a mesh axis twice, a spec nested
+    too deep, a huge scale), run as the benchmark runs (each case in a forked
+    child under a memory limit): every one clean."""
     import json
     import subprocess
 
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hostile.py"),
-                           "--category", "import"], capture_output=True, text=True,
-                          timeout=300, check=True)
+                           "--category", "import", "--category", "program"],
+                          capture_output=True, text=True, timeout=300, check=True)
     summary = json.loads(done.stdout)
-    assert summary["total"]["tried"] >= 12
+    assert summary["total"]["tried"] >= 22
     assert summary["total"]["failed"] == 0, summary["failed"]
