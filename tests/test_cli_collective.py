@@ -162,3 +162,12 @@ def test_console_error_has_no_traceback():
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == ("codesign collective: error: bytes='lots' is not a size; "
                                    "write e.g. 8B, 64KiB, 1GiB or 1GB")
+
+
+def test_a_two_tier_algorithm_on_ranks_that_fit_one_domain_names_the_flag_to_pass(capsys):
+    """Without --tier the ranks chose the scale-up tier: the message does not ask
+    to drop a flag that was never given."""
+    assert main(["collective", "all_reduce", "--ranks", "8", "--bytes", "1MiB",
+                 "--algorithm", "nvls_tree"]) == 2
+    err = capsys.readouterr().err
+    assert "drop --tier" not in err and "pass --tier hierarchical" in err

@@ -97,12 +97,14 @@ def placement(system: hw.System, tier: str | None, ranks: float, preset: str) ->
                      system.scale_out if spans else system.scale_up, system.protocols)
 
 
-def _check_algorithm(algorithm: str, where: Placement, preset: str) -> None:
-    """What `collectives.cost` cannot know: whether the chosen tier can run `algorithm`."""
+def _check_algorithm(algorithm: str, where: Placement, preset: str, tier: str | None) -> None:
+    """What `collectives.cost` cannot know: whether the chosen tier can run
+    `algorithm` (`tier`: the --tier given, None when the ranks chose it)."""
     if (algorithm == "hierarchical" or algorithm in co.pipelined_algorithms()) \
             and where.outer is None:
-        raise ValueError(f"algorithm={algorithm!r} spans both tiers; drop --tier "
-                         f"{where.flat_label} or pass --tier hierarchical")
+        drop = (f"drop --tier {where.flat_label} or pass" if tier is not None else
+                f"the ranks fit one scale-up domain of {preset}: pass")
+        raise ValueError(f"algorithm={algorithm!r} spans both tiers; {drop} --tier hierarchical")
     if algorithm == "in_network" and float(where.flat_tier.in_network_efficiency) == 0:
         raise ValueError(f"algorithm='in_network' needs switches that reduce (NVLS/SHARP); "
                          f"the {where.flat_label} tier of {preset} has none")
@@ -235,7 +237,7 @@ def run(args, name) -> int:
     co.algorithms(args.op)  # names an unknown op
     op = args.op = args.op.replace("-", "_")
     where = placement(system, args.tier, ranks, labels.preset)
-    _check_algorithm(args.algorithm, where, labels.preset)
+    _check_algorithm(args.algorithm, where, labels.preset, args.tier)
     if args.algorithm in ("recursive_doubling", "halving_doubling"):
         _checks.check("--ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
                       f"must be a power of two for --algorithm {args.algorithm}")
