@@ -265,3 +265,16 @@ def test_a_manifest_or_chunk_nested_past_python_s_stack_is_one_line(tmp_path, ca
     rc, _, err = sweep_cli(capsys, spec_file(tmp_path), out)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "its manifest.json cannot be read (nested too deep)" in err
+
+
+def test_an_edited_chunk_csv_is_written_again_from_its_verified_record(tmp_path, capsys):
+    spec = spec_file(tmp_path)
+    out = tmp_path / "out"
+    assert sweep_cli(capsys, spec, out)[0] == 0
+    csv_copy = out / "chunks" / "000002.csv"
+    want = csv_copy.read_text()
+    csv_copy.write_text(want.replace(",", ";"))
+    (out / "chunks" / "000003.csv").unlink()
+    rc, stdout, err = sweep_cli(capsys, spec, out, "--resume")
+    assert (rc, err) == (0, "") and f"{CHUNKS} from disk" in stdout
+    assert csv_copy.read_text() == want and (out / "chunks" / "000003.csv").exists()

@@ -187,7 +187,20 @@ def read_chunk(job: Job, out_dir: Path, chunk: Chunk) -> list[list] | None:
         raise ChangedChunk(chunk, "has no checksum (an older codesign wrote it)")
     if not ok or record["sha256"] != rows_sha256(rows):
         raise ChangedChunk(chunk, "changed on disk")
+    _restore_csv(job, chunk_path(out_dir, chunk).with_suffix(".csv"), rows)
     return rows
+
+
+def _restore_csv(job: Job, path: Path, rows: list[list]) -> None:
+    """The chunk's CSV (a readable copy of its verified record) written again
+    from the record when it is missing or differs from it (edited on disk)."""
+    want = "".join(csv_lines(job.columns, rows))
+    try:
+        if path.read_text() == want:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    atomic_write(path, [want])
 
 
 def chunks_on_disk(job: Job, out_dir: Path) -> tuple[set[int], tuple[str, ...]]:
