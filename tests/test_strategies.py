@@ -205,3 +205,35 @@ def test_recompute_owns_what_backward_adds():
     assert float(model.hardware_flops_per_token("full")) == pytest.approx(
         float(model.model_flops_per_token() + model.forward_flops_per_token()
               - model.logits_flops_per_token()))
+
+
+def test_every_strategy_family_is_abstract_or_final():
+    """Equinox's rule, checked where each family is declared: the classes a name
+    parses to (a family's registry) are final (nothing subclasses them), and
+    every other class of the family is abstract (no name: it cannot be built),
+    so a family's contract is its base's abstract members."""
+    from codesign import attention, protocols, stacks
+
+    families = {strategies.Topology: strategies.TOPOLOGY_CLASSES,
+                strategies.Routing: strategies.ROUTING_CLASSES,
+                strategies.Schedule: strategies.SCHEDULE_CLASSES,
+                strategies.Recompute: strategies.RECOMPUTE_CLASSES,
+                protocols.Protocols: protocols.PROTOCOLS_CLASSES,
+                stacks.Stack: stacks.STACK_CLASSES,
+                attention.Attention: attention.ATTENTION_CLASSES,
+                attention.AttentionKernel: attention.ATTENTION_KERNEL_CLASSES}
+
+    def below(c):
+        for s in c.__subclasses__():
+            yield s
+            yield from below(s)
+
+    for base, registry in families.items():
+        classes = set(below(base))
+        assert set(registry) <= classes, base
+        for c in registry:
+            assert not c.__subclasses__(), f"{c.__name__} is subclassed: not final"
+            assert isinstance(c.name, str), c
+        for c in classes - set(registry):
+            assert c.__subclasses__() and "name" not in vars(c), \
+                f"{c.__name__} is neither registered (final) nor abstract"
