@@ -10,7 +10,7 @@ import pytest
 
 from codesign import scenario
 from codesign.cli import main
-from codesign.execute import compute
+from codesign.execute import compute, measurements
 from codesign.hardware import system
 
 TRUE = {"matmul_efficiency": 0.72, "hbm_efficiency": 0.85, "attention_efficiency": 0.55,
@@ -71,12 +71,12 @@ def test_layer_gemm_shapes_after_tp_splits():
 
 
 def test_device_kinds_map_to_presets():
-    assert compute.preset_for_device("NVIDIA H100 80GB HBM3") == "dgx-h100"
-    assert compute.preset_for_device("NVIDIA GB200") == "gb200-nvl72"
-    assert compute.preset_for_device("TPU v4") == "tpu-v4"
-    assert compute.preset_for_device("NVIDIA H200") == "dgx-h200"  # not the H100's
-    assert compute.preset_for_device("NVIDIA H20") is None
-    assert compute.preset_for_device("cpu") is None
+    assert measurements.preset_for_device("NVIDIA H100 80GB HBM3") == "dgx-h100"
+    assert measurements.preset_for_device("NVIDIA GB200") == "gb200-nvl72"
+    assert measurements.preset_for_device("TPU v4") == "tpu-v4"
+    assert measurements.preset_for_device("NVIDIA H200") == "dgx-h200"  # not the H100's
+    assert measurements.preset_for_device("NVIDIA H20") is None
+    assert measurements.preset_for_device("cpu") is None
 
 
 def test_an_efficiency_above_one_is_not_written():

@@ -333,11 +333,11 @@ def _run_calibrate_compute(args: argparse.Namespace) -> int:
     import jax
 
     from .. import scenario as sc
-    from ..execute import compute
+    from ..execute import compute, measurements
 
     device = jax.devices()[0]
     platform, kind = device.platform, device.device_kind
-    spec = args.system or compute.preset_for_device(kind)
+    spec = args.system or measurements.preset_for_device(kind)
     if spec is None:
         raise ValueError(f"no preset matches device {kind!r} ({platform}): pass --system PRESET "
                          "(its peak FLOP/s and hbm_Bps are what the constants are relative to)")

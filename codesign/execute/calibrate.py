@@ -55,11 +55,11 @@ from collections.abc import Iterable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from .. import _checks, collectives
 from .._domains import Domain
 from ..hardware import System, Tier
+from ._fit import minimise
 from .measurements import (  # noqa: F401
     ACROSS_NODES,
     FIELDS,
@@ -69,11 +69,11 @@ from .measurements import (  # noqa: F401
     default_tier,
     load,
     model_algorithm,
+    preset_for_device,
     two_tier,
 )
 
 FIT_STEPS = 1500
-FIT_LEARNING_RATE = 0.1
 FOLDED_REDUCTION_Bps = 1e30  # "free": the fitted bandwidth already includes the reduction
 # Assumption (docs/sources.md): a model that misses a size it did not see by more
 # than 25% does not describe the machine (the nccl-tests fixtures, each fitted with
@@ -247,7 +247,7 @@ def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
     init = _initial_theta(ms, tiers)
     start = jnp.concatenate([init[t] for t in tiers]
                             + [jnp.log(jnp.array([10.0 * jnp.exp(init[tiers[0]][1])]))])
-    flat = _minimise(loss, start, steps)
+    flat = minimise(loss, start, steps)
     theta, log_r = unpack(flat)
     all_groups = _groups(ms, np.ones(len(ms), bool))
     pred = np.asarray(jax.jit(lambda th, lr: _predict(th, all_groups, len(ms), fixed, lr))(
@@ -292,8 +292,6 @@ class PoorFit(ArithmeticError):
 def devices_preset(measurements: Sequence[Measurement]) -> str | None:
     """The system preset of the devices the measurements name (nccl-tests '# Rank'
     lines: "NVIDIA H100 80GB HBM3" -> dgx-h100), when they name one and only one."""
-    from .compute import preset_for_device
-
     presets = {preset_for_device(d) for m in measurements for d in m.devices}
     return presets.pop() if len(presets) == 1 and None not in presets else None
 
@@ -382,24 +380,6 @@ def _falling(measurements: Sequence[Measurement]) -> tuple[Measurement, Measurem
             elif i - start + 1 >= 3 and (best is None or i - start + 1 > best[0]):
                 best = (i - start + 1, ordered[start], ordered[i])
     return None if best is None else best[1:]
-
-
-def _minimise(loss, start, steps: int):
-    """Adam (optax) on the log parameters with a cosine-decayed step, one compiled loop.
-
-    The loss is smooth and has three parameters per tier; Adam's per-parameter
-    step of about `FIT_LEARNING_RATE` (an e-fold of 10%) reaches the optimum of
-    parameters that start orders of magnitude away, and the decay settles it.
-    """
-    opt = optax.adam(optax.cosine_decay_schedule(FIT_LEARNING_RATE, steps))
-
-    def body(_, carry):
-        params, state = carry
-        updates, state = opt.update(jax.grad(loss)(params), state, params)
-        return optax.apply_updates(params, updates), state
-
-    run = jax.jit(lambda x: jax.lax.fori_loop(0, steps, body, (x, opt.init(x)))[0])
-    return run(start)
 
 
 def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:

@@ -46,7 +46,7 @@ import numpy as np
 
 from ..attention import FLASH_BACKWARD_OVER_FORWARD
 from ..hardware import System
-from .calibrate import _minimise
+from ._fit import minimise
 
 KINDS = ("gemm", "attention", "stream")
 CONSTANTS = ("matmul_efficiency", "hbm_efficiency", "attention_efficiency", "kernel_overhead_s")
@@ -69,12 +69,6 @@ STREAM_BYTES = {"accelerator": tuple(2 ** i for i in range(16, 31, 2)),
 REPEATS = {"accelerator": 16, "cpu": 4}
 MEMORY_BYTES = {"accelerator": 8 * 2**30, "cpu": 256 * 2**20}  # for the copies of one kernel
 # device-kind fragment -> preset (checked in order: "GB200" before "B200")
-DEVICE_PRESETS = (("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"),
-                  ("B200", "dgx-b200"), ("H800", "h800"),
-                  ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"),
-                  ("V100", "dgx-v100"), ("TPU v5p", "tpu-v5p"), ("TPU v4", "tpu-v4"))
-
-
 # ------------------------------------------------------------------ what is timed
 @dataclasses.dataclass(frozen=True)
 class Kernel:
@@ -375,23 +369,13 @@ def fit(kernels: Sequence[Kernel], peaks: Peaks, *, holdout_every: int = 3,
         err = jnp.log(predict(constants(theta), kernels, peaks)) - measured
         return jnp.sum(jnp.where(train, err**2, 0.0)) / jnp.sum(train)
 
-    theta = _minimise(loss, jnp.asarray(_initial(kernels, peaks)), steps)
+    theta = minimise(loss, jnp.asarray(_initial(kernels, peaks)), steps)
     best = {k: float(v) for k, v in constants(theta).items()}
     pred = np.asarray(predict(best, kernels, peaks))
     return ComputeFit(best, kernels, tuple(map(float, pred)), tuple(map(bool, held)), peaks)
 
 
 # ------------------------------------------------------------------ the preset
-def preset_for_device(device_kind: str) -> str | None:
-    """The system preset of a device kind where it is obvious (e.g. "NVIDIA H100 80GB
-    HBM3" -> dgx-h100), else None."""
-    kind = device_kind.upper()
-    for fragment, preset in DEVICE_PRESETS:
-        if fragment.upper() in kind:
-            return preset
-    return None
-
-
 def system_toml(result: ComputeFit, *, preset: str, dtype: str, device: str,
                 platform: str) -> str:
     """A `[system]` override: `preset` plus the four fitted constants, which scenario

@@ -226,3 +226,21 @@ def load(path: str, *, tier: str | None = None, algorithm: str | None = None,
     if not out:
         raise ValueError(f"{path}: no usable measurements (all wrong, or empty)")
     return out
+
+
+# the system preset of a device kind (a measurement's, a log's '# Rank' line) where it
+# is obvious; longest fragments first ("GB200" before "B200")
+DEVICE_PRESETS = (("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"),
+                  ("B200", "dgx-b200"), ("H800", "h800"),
+                  ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"),
+                  ("V100", "dgx-v100"), ("TPU v5p", "tpu-v5p"), ("TPU v4", "tpu-v4"))
+
+
+def preset_for_device(device_kind: str) -> str | None:
+    """The system preset of a device kind where it is obvious (e.g. "NVIDIA H100 80GB
+    HBM3" -> dgx-h100), else None."""
+    kind = device_kind.upper()
+    for fragment, preset in DEVICE_PRESETS:
+        if fragment.upper() in kind:
+            return preset
+    return None
