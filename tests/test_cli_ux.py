@@ -267,3 +267,15 @@ def test_calibrated_file_is_a_system_for_collective_and_calibrate(capsys, tmp_pa
     again = tmp_path / "again.toml"  # the file as the prior of another fit
     _run(capsys, "calibrate", *logs, "--system", str(first), "--out", str(again))
     assert 'preset = "dgx-h100"' in again.read_text()
+
+
+def test_estimate_prints_the_total_and_active_parameters(capsys):
+    """The first thing a user checks after an import: deepseek-v3's 671B
+    parameters, of which a token multiplies through 36.5B (its technical report:
+    671B, 37B activated per token)."""
+    from codesign.cli import estimate
+
+    assert [estimate._count(n) for n in (8.03e9, 671e9, 1.008e12, 3.2e6, 950.0)] == [
+        "8.03B", "671B", "1.01T", "3.2M", "950"]
+    assert main(["estimate", "deepseek-v3"]) == 0
+    assert "parameters       671B (36.5B active per token)" in capsys.readouterr().out

@@ -114,6 +114,15 @@ def _etp(p) -> str:
     return f" etp {float(p.etp):g}" if float(p.etp) > 0 else ""
 
 
+def _count(n) -> str:
+    """A parameter count as people write it: 8.03B, 671B, 1.01T."""
+    n = float(n)
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:,.0f}"
+
+
 def _print_estimate(scn, labels, out):
     p = scn.plan
     print(f"scenario {labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
@@ -133,6 +142,9 @@ def _print_estimate(scn, labels, out):
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
     # against the 16-bit peak and, GEMMs in 8 bits, against the chip's 8-bit peak
     # (`Chip.peak_fp8_flops_per_s`: fp8, or int8 on a chip without fp8, e.g. A100)
+    model = scn.model
+    print(f"parameters       {_count(model.params())} ({_count(model.active_params_per_token())}"
+          " active per token)")
     own = p.precision.gemm not in ("bf16", "fp16")
     mfu_own = f", of the 8-bit peak {out['mfu_gemm_peak']:.1%}" if own else ""
     hfu_own = f" (of the 8-bit peak {out['hfu_gemm_peak']:.1%})" if own else ""
