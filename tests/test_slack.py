@@ -45,5 +45,16 @@ def test_a_hidden_collective_is_exposed_just_below_its_threshold_and_not_above(c
     assert f"exposed below {up['threshold_Bps'] / 1e9:.4g} GB/s scale-up ({up['factor']:.3g}x)" \
         in text
     assert "pp send_recv (scale-out): exposed " in text
+    assert "still partly exposed at 1e4x the scale-out bandwidth" in text
     assert main(["sensitivity", "deepseek-v3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["collectives"] == rows
+
+
+def test_a_collective_never_hidden_is_said_so(capsys):
+    """The default's TP all-reduce (no TP overlap) is on the critical path: more
+    bandwidth shortens it but never hides it, which the line says in those words
+    rather than "still exposed at 1e4x the bandwidth"."""
+    assert main(["sensitivity", "default", "--top", "1"]) == 0
+    text = capsys.readouterr().out
+    assert ("tp all_reduce (scale-up): exposed 3.034 s of 3.034 s; never hidden under "
+            "compute: more scale-up bandwidth only shortens it") in text

@@ -344,13 +344,18 @@ def _slack_line(r: dict) -> str:
     else:
         now = f"exposed {format_seconds(r['exposed_s'])} of {format_seconds(r['time_s'])}"
         change = "hidden above"
+    # nothing of it hidden: on the critical path, bandwidth shortens it but never hides it
+    never = not r["hidden"] and r["exposed_s"] >= r["time_s"] * (1.0 - 1e-12)
     ends = []
     for tier, t in r["tiers"].items():
         name = tier.replace("_", "-")
         ends.append(f"{change} {format_quantity('x_Bps', t['threshold_Bps'], 4)} {name} "
                     f"({t['factor']:.3g}x)" if t["factor"] is not None else
                     f"still hidden at 1e-4x the {name} bandwidth" if r["hidden"] else
-                    f"still exposed at 1e4x the {name} bandwidth")
+                    f"never hidden under compute: more {name} bandwidth only shortens it"
+                    if never else
+                    f"still partly exposed at 1e4x the {name} bandwidth (what is left is "
+                    "not bandwidth)")
     return f"{what}: {now}; {', '.join(ends)}"
 
 
