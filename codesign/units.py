@@ -36,13 +36,13 @@ def parse_bytes(text: str | float | int, *, name: str = "size") -> float:
     if isinstance(text, (int, float)):
         value = float(text)
     else:
-        m = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", str(text).strip())
-        unit = m.group(2).upper() if m else None
+        m = re.fullmatch(r"([-+]?)" + _NUMBER + r"\s*([A-Za-z]*)", str(text).strip())
+        unit = m.group(3).upper() if m else None
         if m is None or (unit and unit not in _BYTE_UNITS):
             raise ValueError(
                 f"{name}={text!r} is not a size; write e.g. 8B, 64KiB, 1GiB or 1GB"
             )
-        value = float(m.group(1)) * _BYTE_UNITS[unit or "B"]
+        value = float(m.group(1) + m.group(2)) * _BYTE_UNITS[unit or "B"]
     if not value >= 0:
         raise ValueError(f"{name}={text!r} must be a non-negative number of bytes")
     return value

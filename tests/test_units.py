@@ -80,3 +80,9 @@ def test_format_quantity_by_name():
     assert units.format_quantity("mfu", 0.41234) == "0.4123"
     assert units.format_quantity("memory_bytes_per_gpu", 52.49e9) == "52.49 GB"
     assert math.isclose(units.parse_quantity("x_Bps", "400Gb/s", field="f"), 50 * units.GB)
+
+
+def test_a_negative_size_is_named_as_negative():
+    with pytest.raises(ValueError, match=r"bytes='-1KiB' must be a non-negative number of bytes"):
+        units.parse_bytes("-1KiB", name="bytes")
+    assert units.parse_bytes("+1GB") == 1e9
