@@ -464,8 +464,8 @@ def bus_factor(op: str, ranks) -> jax.Array:
 
 def algbw_Bps(n_bytes, time_s) -> jax.Array:
     """nccl-tests' algbw = size / time (0 when time is 0)."""
-    t = _checks.as_float(time_s)
-    return where(t > 0, n_bytes / where(t > 0, t, 1.0), 0.0)
+    t, n = _checks.as_float(time_s), _checks.as_float(n_bytes)  # (a Python int past 2**31)
+    return where(t > 0, n / where(t > 0, t, 1.0), 0.0)
 
 
 def busbw_Bps(op: str, n_bytes, time_s, ranks) -> jax.Array:

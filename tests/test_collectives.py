@@ -517,3 +517,19 @@ def test_nccl_tree_across_nodes_takes_its_own_network_step_and_ll_x_1_8():
     inside = co.cost("all_reduce", "ring", 1024.0, 8, H100.scale_up, temperature=0,
                      protocols=NCCL)
     assert float(inside.time_s) == pytest.approx(6.6e-6 + 14 * 0.6e-6, rel=0.02)
+
+
+def test_bus_bandwidth_of_a_python_int_past_2_31_bytes_without_x64():
+    """JAX's default 32-bit mode (the library's caller's, not the tests'): a size
+    of 8 GiB as a Python int is a float, not an int32 overflow."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from codesign import collectives as co; "
+            "print(float(co.busbw_Bps('all_reduce', 8 * 2**30, 1.0, 8)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ,
+                                            "JAX_ENABLE_X64": "0"})
+    assert done.returncode == 0, done.stderr[-500:]
+    assert float(done.stdout) == pytest.approx(8 * 2**30 * 1.75, rel=1e-6)
