@@ -56,3 +56,21 @@ TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700
 # even split is our reading: assumption); GB300 keeps GB200's Grace and
 # NVLink-C2C (assumption).
 GRACE_C2C_PER_GPU_Bps = 900 * GB / 2 / 2
+
+
+# the system preset of a device kind (a measurement's, a log's '# Rank' line) where it
+# is obvious; longest fragments first ("GB200" before "B200")
+DEVICE_PRESETS = (("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"),
+                  ("B200", "dgx-b200"), ("H800", "h800"),
+                  ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"),
+                  ("V100", "dgx-v100"), ("TPU v5p", "tpu-v5p"), ("TPU v4", "tpu-v4"))
+
+
+def preset_for_device(device_kind: str) -> str | None:
+    """The system preset of a device kind where it is obvious (e.g. "NVIDIA H100 80GB
+    HBM3" -> dgx-h100), else None."""
+    kind = device_kind.upper()
+    for fragment, preset in DEVICE_PRESETS:
+        if fragment.upper() in kind:
+            return preset
+    return None

@@ -127,7 +127,9 @@ def _relations(scn: Scenario) -> jax.Array:
 # ------------------------------------------------------- the declared keys
 SECTIONS = ("model", "training", "parallel", "system", "reliability")
 # keys the loader reads that are no field: the presets the other keys override
-_LOADER_KEYS = {"model.preset": str, "system.preset": str}
+# keys the loader reads itself: the presets, and the devices a calibrated system's
+# tiers were measured on (a label: `SystemLabels.measured_on`)
+_LOADER_KEYS = {"model.preset": str, "system.preset": str, "system.measured_on": str}
 
 
 class Key(NamedTuple):
@@ -524,10 +526,12 @@ def load(source: str | Path | None = None, overrides=(), system: str | None = No
 
 # ----------------------------------------------------------------- labels
 class SystemLabels(NamedTuple):
-    """What names a system in output: its preset and that preset's chip."""
+    """What names a system in output: its preset and that preset's chip, and the
+    devices its tiers were measured on where `codesign calibrate` wrote them."""
 
     preset: str
     chip: str
+    measured_on: str | None = None
 
 
 class Labels(NamedTuple):
@@ -541,7 +545,7 @@ class Labels(NamedTuple):
 
 def _system_labels(table: dict) -> SystemLabels:
     preset = table.get("preset", DEFAULT_SYSTEM)
-    return SystemLabels(preset, hardware.preset(preset).chip)
+    return SystemLabels(preset, hardware.preset(preset).chip, table.get("measured_on"))
 
 
 def labels(source: str | Path | None = None, overrides=(), system: str | None = None) -> Labels:

@@ -34,7 +34,7 @@ def test_every_key_has_exactly_one_declaration():
 
 def test_schema_knobs_domains_and_integer_knobs_are_derived():
     loader_only = {f"{s}.{k}" for s, keys in sc.SCHEMA.items() for k in keys} - set(sc.KEYS)
-    assert loader_only == {"model.preset", "system.preset"}
+    assert loader_only == {"model.preset", "system.preset", "system.measured_on"}
     for key, where in sc.KEYS.items():
         section, name = key.split(".", 1)
         decl = where.declaration

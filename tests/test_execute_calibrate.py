@@ -98,7 +98,8 @@ def test_calibrate_cli_json_and_system_toml(capsys, tmp_path):
     assert keys <= set(fits["scale_up"])
     table = tomllib.loads(toml_path.read_text())["system"]
     assert set(table) == {"scale_up_bandwidth_Bps", "scale_up_latency_s", "scale_up_efficiency",
-                          "scale_up_reduction_Bps"}
+                          "scale_up_reduction_Bps", "measured_on"}
+    assert table["measured_on"] == "NVIDIA H100 80GB HBM3"  # the log's '# Rank' lines
     assert table["scale_up_efficiency"] == 1.0
     assert table["scale_up_bandwidth_Bps"] == pytest.approx(fits["scale_up"]["bandwidth_Bps"],
                                                             rel=1e-6)

@@ -100,3 +100,24 @@ def test_estimate_prints_and_returns_the_interval(capsys):
     assert (f"  68% interval   {step_lo:.3f}-{step_hi:.3f} s, from validate's 15 A100 rows"
             in text.splitlines())
     assert max(len(line) for line in text.splitlines()[3:12]) <= 100
+
+
+def test_no_validate_interval_for_a_system_calibrated_on_other_devices(tmp_path, capsys):
+    """`calibrate` writes the devices it measured (`system.measured_on`); an
+    estimate on a preset whose chips those are not (fake CPU devices fitted as a
+    dgx-h100's tiers) gives no interval and says why; on its own chips it does."""
+    fit = tmp_path / "fit.toml"
+    fit.write_text('[system]\npreset = "dgx-h100"\nmeasured_on = "cpu"\n'
+                   "scale_up_bandwidth_Bps = 1.5e9\n")
+    assert main(["estimate", "--system", str(fit), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "step_time_s_interval" not in out
+    assert out["interval"] == {"none": "the system's tiers were calibrated on cpu, not on "
+                               "dgx-h100's H100-SXM5-80GB, and validate's rows describe those "
+                               "chips"}
+    assert main(["estimate", "--system", str(fit)]) == 0
+    assert "  interval       none: the system's tiers were calibrated on cpu" in \
+        capsys.readouterr().out
+    fit.write_text('[system]\npreset = "dgx-h100"\nmeasured_on = "NVIDIA H100 80GB HBM3"\n')
+    assert main(["estimate", "--system", str(fit), "--json"]) == 0
+    assert "step_time_s_interval" in json.loads(capsys.readouterr().out)

@@ -359,7 +359,8 @@ def test_property_traced_knobs_answer_or_raise_naming_the_key(values):
         message = _traced_message(e)
         assert message is not None, str(e)[:300]
         assert any(message.startswith(f"{k} must be") for k in outside) if outside \
-            else message.startswith(("model.", "the job makes no progress",
+            else message.startswith(("model.", "system.peak_fp8_flops_per_s must not exceed",
+                                     "the job makes no progress",
                                      "the estimate is not finite")), message
         event("traced error: " + ("domain" if outside else "relation, no progress or overflow"))
         return

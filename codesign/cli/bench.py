@@ -314,7 +314,8 @@ def _run_calibrate(args: argparse.Namespace) -> int:
             print(calibrate.predictions_table(result))
     if args.out:
         with open(args.out, "w") as f:
-            f.write(calibrate.system_toml(result, preset=preset))
+            f.write(calibrate.system_toml(result, preset=preset,
+                                          measured_on=calibrate.devices_kind(measurements)))
         _output.wrote(args.out, args)
     return 0
 

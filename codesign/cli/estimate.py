@@ -7,6 +7,7 @@ import json
 import jax
 
 from .. import hardware, scenario, step, uncertainty
+from .._chip_specs import preset_for_device
 from .._compile import compiled
 from ..units import format_bytes
 from . import _output, _system, executable_store
@@ -75,9 +76,25 @@ def estimate_json(est: step.Estimate) -> dict:
     return out
 
 
+def _measured_elsewhere(labels) -> str | None:
+    """Why validate's interval does not apply (None: it does): the system's tiers
+    were calibrated on devices that are not its preset's chips (fake CPU devices,
+    another GPU), so the model's error on published runs of those chips says
+    nothing about this system."""
+    on, preset = labels.system.measured_on, labels.system.preset
+    if on is None or preset_for_device(on) == preset:
+        return None
+    return (f"the system's tiers were calibrated on {on}, not on {preset}'s "
+            f"{labels.system.chip}, and validate's rows describe those chips")
+
+
 def intervals_json(labels, out: dict) -> dict:
     """The intervals of the step time and (tokens set) the time to train, from
-    validate's rows of the scenario's chip family (`codesign.uncertainty`)."""
+    validate's rows of the scenario's chip family (`codesign.uncertainty`); none,
+    with the reason, for a system calibrated on other devices."""
+    why = _measured_elsewhere(labels)
+    if why is not None:
+        return {"interval": {"none": why}}
     family = hardware.chip_family(labels.system.chip)
     step_i = uncertainty.interval(family, out["step_time_s"])
     res = {"step_time_s_interval": [step_i.lo, step_i.hi]}
@@ -134,9 +151,12 @@ def _print_estimate(scn, labels, out):
           f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
           f"attention {scn.model.attention.name}/{scn.model.attention_kernel.name}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
-    lo, hi = out["step_time_s_interval"]
-    print(f"  {out['interval']['coverage']:.0%} interval   {lo:.3f}-{hi:.3f} s, from "
-          f"{_interval_source(out['interval'])}")
+    if "step_time_s_interval" in out:
+        lo, hi = out["step_time_s_interval"]
+        print(f"  {out['interval']['coverage']:.0%} interval   {lo:.3f}-{hi:.3f} s, from "
+              f"{_interval_source(out['interval'])}")
+    else:
+        print(f"  interval       none: {out['interval']['none']}")
     for k, v in out["breakdown_s"].items():
         share = v / out["step_time_s"] if out["step_time_s"] else 0.0
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
@@ -165,9 +185,10 @@ def _print_estimate(scn, labels, out):
     if "time_to_train_s" in out:
         print(f"time to train    {out['time_to_train_s'] / 86400:.1f} days, "
               f"{out['gpu_hours'] / 1e6:.2f}M GPU-hours")
-        lo, hi = out["time_to_train_s_interval"]
-        print(f"  {out['interval']['coverage']:.0%} interval   {lo / 86400:.1f}-"
-              f"{hi / 86400:.1f} days (the step time's)")
+        if "time_to_train_s_interval" in out:
+            lo, hi = out["time_to_train_s_interval"]
+            print(f"  {out['interval']['coverage']:.0%} interval   {lo / 86400:.1f}-"
+                  f"{hi / 86400:.1f} days (the step time's)")
 
 
 def _roofline_rows(scn, est):

@@ -195,6 +195,7 @@ class BenchRecord:
     wrong: int
     checksum: float
     iters: int
+    device: str = ""  # the devices' kind as JAX names it ("cpu", "NVIDIA H100 80GB HBM3")
 
     def as_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -258,7 +259,7 @@ def record(op: str, algorithm: str, mesh: BenchMesh, case: Case, dtype: str,
         op, algorithm, mesh.ranks, mesh.spec, dtype, case.size_bytes, case.count, t,
         statistics.median(times), float(collectives.algbw_Bps(case.size_bytes, t)),
         float(collectives.busbw_Bps(op, case.size_bytes, t, mesh.ranks)), wrong, checksum,
-        len(times))
+        len(times), mesh.mesh.devices.flat[0].device_kind)
 
 
 def check_dtype(dtype: str) -> str:

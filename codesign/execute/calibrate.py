@@ -50,6 +50,7 @@ a fitted bandwidth above the line rate of the machine's links (a System's
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Sequence
 
 import jax
@@ -395,11 +396,21 @@ def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:
 
 
 # ------------------------------------------------------------------ outputs
-def system_toml(calibration: Calibration, preset: str | None = None) -> str:
+def devices_kind(measurements: Sequence[Measurement]) -> str | None:
+    """The one device kind the measurements name ("cpu", "NVIDIA H100 80GB HBM3"),
+    None when they name none or several."""
+    kinds = {d for m in measurements for d in m.devices}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def system_toml(calibration: Calibration, preset: str | None = None,
+                measured_on: str | None = None) -> str:
     """A `[system]` override with the fitted tiers (keys `scale_up_*` / `scale_out_*`),
     which scenario files and `codesign estimate --system FILE.toml` accept; with
     `preset` (the --system the fit took its prior from) it names that preset, so
-    the file carries the chip and topology its tiers belong to."""
+    the file carries the chip and topology its tiers belong to; with `measured_on`
+    (the devices' kind) it says what was measured (`system.measured_on`: an
+    estimate on a preset whose chips were not those gives no validate interval)."""
     lines = ["# codesign calibrate: alpha-beta-gamma fitted per tier (see codesign/execute/"
              "calibrate.py)"]
     for t, f in calibration.tiers.items():
@@ -408,6 +419,8 @@ def system_toml(calibration: Calibration, preset: str | None = None) -> str:
     lines.append("[system]")
     if preset is not None:
         lines.append(f'preset = "{preset}"')
+    if measured_on is not None:
+        lines.append(f"measured_on = {json.dumps(measured_on)}")
     for t, f in calibration.tiers.items():
         lines += [f"{t}_bandwidth_Bps = {f.bandwidth_Bps:.6e}",
                   f"{t}_latency_s = {f.alpha_s:.6e}",

@@ -12,6 +12,7 @@ import math
 import re
 
 from .. import _checks, _domains, _files, collectives
+from .._chip_specs import preset_for_device as preset_for_device
 from .._domains import DURATION, MAX_GPUS, MAX_MESSAGE_BYTES, Domain, count
 from . import nccl_tests
 
@@ -178,8 +179,10 @@ def _bench_measurements(path: str, text: str, tier: str | None, algorithm: str |
             raise ValueError(f"{where}: {e}") from None
         local = (_hierarchical_local(where, r.get("mesh", ""), p, local_ranks)
                  if two_tier(r["op"], alg) else local_ranks)
+        device = r.get("device")  # the devices' kind (`codesign bench` writes it)
         out.append(Measurement(r["op"], alg, p, size, time, tier or default_tier(p, local_ranks),
-                               path, local, line))
+                               path, local, line,
+                               (device,) if isinstance(device, str) and device else ()))
     return out
 
 
@@ -226,21 +229,3 @@ def load(path: str, *, tier: str | None = None, algorithm: str | None = None,
     if not out:
         raise ValueError(f"{path}: no usable measurements (all wrong, or empty)")
     return out
-
-
-# the system preset of a device kind (a measurement's, a log's '# Rank' line) where it
-# is obvious; longest fragments first ("GB200" before "B200")
-DEVICE_PRESETS = (("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"),
-                  ("B200", "dgx-b200"), ("H800", "h800"),
-                  ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"),
-                  ("V100", "dgx-v100"), ("TPU v5p", "tpu-v5p"), ("TPU v4", "tpu-v4"))
-
-
-def preset_for_device(device_kind: str) -> str | None:
-    """The system preset of a device kind where it is obvious (e.g. "NVIDIA H100 80GB
-    HBM3" -> dgx-h100), else None."""
-    kind = device_kind.upper()
-    for fragment, preset in DEVICE_PRESETS:
-        if fragment.upper() in kind:
-            return preset
-    return None
