@@ -39,6 +39,8 @@ COMMANDS = {
     "estimate": ("estimate", "step time, memory, MFU of a scenario (default GPT-3 175B)"),
     "traffic": ("estimate", "the traffic table of a scenario: one row per collective"),
     "roofline": ("estimate", "FLOP per byte achieved per tier against what the hardware needs"),
+    "timeline": ("timeline", "the modelled step as a trace (Chrome JSON: Perfetto, "
+                             "chrome://tracing)"),
     "collective": ("collective", "cost of one collective: time, algbw, busbw, algorithm"),
     "presets": ("presets", "list hardware and model presets with their numbers and sources"),
     "reliability": ("reliability", "stragglers, failures, checkpoints and goodput of a scenario"),

@@ -1,0 +1,32 @@
+"""`codesign timeline`: the modelled step as Chrome trace-event JSON (`timeline`)."""
+
+from __future__ import annotations
+
+import json
+
+from .. import timeline
+from . import _output, _system
+from .estimate import evaluate
+
+OUTPUT_FILES = {"out": "--out"}  # checked before the command runs (cli._run)
+
+
+def add_arguments(parser, name):
+    _system.add_scenario_arguments(parser)
+    parser.add_argument("--out", required=True, metavar="FILE.json",
+                        help="the trace to write (open it in ui.perfetto.dev or chrome://tracing)")
+
+
+def run(args, name) -> int:
+    scn, labels, est = evaluate(args)
+    trace = timeline.trace(est.step, scn.plan)
+    trace["otherData"] |= {"scenario": labels.scenario, "model": labels.model,
+                           "system": labels.system.preset}
+    with open(args.out, "w") as f:
+        json.dump(trace, f)
+    shown = sorted({e["pid"] for e in trace["traceEvents"]})
+    print(f"{labels.scenario}: step {trace['otherData']['step_time_s']:.3f} s, "
+          f"{trace['otherData']['micro_batches']} micro-batches, pipeline stages "
+          f"{', '.join(str(s) for s in shown)} of {trace['otherData']['pipeline_stages']}")
+    _output.wrote(args.out, args)
+    return 0
