@@ -228,3 +228,36 @@ def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: fl
     if path is not None:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
     return fig
+
+
+def timeline(trace: dict, *, title: str = "", path=None, dpi: int = 150):
+    """The trace of `timeline.trace` as a Gantt chart: a row per (pipeline stage,
+    track), a bar per event (exposed communication solid, hidden hatched and
+    light, the bubble grey), time in seconds."""
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["name"] == "process_name"}
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+              if e["name"] == "thread_name"}
+    used = sorted({(e["pid"], e["tid"]) for e in events})
+    row = {key: i for i, key in enumerate(used)}
+    fig, ax = _pyplot().subplots(figsize=(12, 0.32 * len(used) + 1.2))
+    colors = matplotlib.colormaps["tab10"].colors
+    for e in events:
+        hidden = e.get("args", {}).get("exposed") is False
+        bubble = "bubble" in e["name"]
+        ax.barh(row[(e["pid"], e["tid"])], e["dur"] / 1e6, left=e["ts"] / 1e6, height=0.8,
+                color="0.8" if bubble else colors[e["tid"] % len(colors)],
+                alpha=0.35 if hidden else 1.0, hatch="//" if hidden else None,
+                edgecolor="white" if not hidden else None, linewidth=0.2)
+    ax.set_yticks(range(len(used)))
+    ax.set_yticklabels([f"{names[p].replace('pipeline ', '')}: {tracks[(p, t)]}"
+                        for p, t in used], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time in the step (s)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(title or f"step {trace['otherData']['step_time_s']:.3g} s")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    return fig

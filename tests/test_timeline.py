@@ -57,3 +57,10 @@ def test_the_command_writes_a_trace_perfetto_reads(tmp_path, capsys):
     # where every hidden row of the traffic table is drawn: the dp reduction, the sends
     hidden = {e["cat"] for e in trace["traceEvents"] if e.get("args", {}).get("exposed") is False}
     assert {"dp", "pp"} <= hidden
+
+
+def test_plot_draws_the_trace(tmp_path, capsys):
+    out, png = tmp_path / "t.json", tmp_path / "t.png"
+    assert main(["timeline", "deepseek-v3", "--out", str(out), "--plot", str(png)]) == 0
+    assert f"wrote {png}" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

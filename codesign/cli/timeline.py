@@ -8,13 +8,14 @@ from .. import timeline
 from . import _output, _system
 from .estimate import evaluate
 
-OUTPUT_FILES = {"out": "--out"}  # checked before the command runs (cli._run)
+OUTPUT_FILES = {"out": "--out"}  # checked before the command runs (cli._run; --plot too)
 
 
 def add_arguments(parser, name):
     _system.add_scenario_arguments(parser)
     parser.add_argument("--out", required=True, metavar="FILE.json",
                         help="the trace to write (open it in ui.perfetto.dev or chrome://tracing)")
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw it as a Gantt chart")
 
 
 def run(args, name) -> int:
@@ -29,4 +30,9 @@ def run(args, name) -> int:
           f"{trace['otherData']['micro_batches']} micro-batches, pipeline stages "
           f"{', '.join(str(s) for s in shown)} of {trace['otherData']['pipeline_stages']}")
     _output.wrote(args.out, args)
+    if args.plot:
+        _output.plots().timeline(trace, path=args.plot, title=f"{labels.scenario}: "
+                                 f"{labels.model} on {float(scn.system.gpus):.0f} x "
+                                 f"{labels.system.chip}, one step")
+        _output.wrote(args.plot, args)
     return 0
