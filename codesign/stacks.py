@@ -58,7 +58,6 @@ class Stack(Strategy):
     # the dimensions whose communication hidden under compute runs on copy
     # engines (no SMs lost): `step` charges `comm_sm_fraction` on the others
     copy_engine_dimensions: eqx.AbstractClassVar[tuple[str, ...]]
-    title: eqx.AbstractClassVar[str]
 
 
 class MegatronCore(Stack):
@@ -69,7 +68,6 @@ class MegatronCore(Stack):
     reduce-scatter reduces on SMs: assumption for the whole overlap)."""
 
     name: ClassVar[str] = "megatron"
-    title: ClassVar[str] = "Megatron-Core / Transformer Engine"
     host_launch_s: ClassVar[float] = EAGER_LAUNCH_S
     comm_sm_fraction: ClassVar[float] = NCCL_SM_FRACTION
     grouped_gemm_streams: ClassVar[float] = TE_GROUPED_STREAMS
@@ -87,7 +85,6 @@ class PyTorchFsdp(Stack):
     "Introducing Async Tensor Parallelism in PyTorch", 2024)."""
 
     name: ClassVar[str] = "pytorch"
-    title: ClassVar[str] = "PyTorch FSDP / torchtitan"
     host_launch_s: ClassVar[float] = EAGER_LAUNCH_S
     comm_sm_fraction: ClassVar[float] = NCCL_SM_FRACTION
     grouped_gemm_streams: ClassVar[float] = EVERY_EXPERT
@@ -104,7 +101,6 @@ class Xla(Stack):
     (assumption)."""
 
     name: ClassVar[str] = "xla"
-    title: ClassVar[str] = "JAX / XLA (MaxText)"
     host_launch_s: ClassVar[float] = 0.0
     comm_sm_fraction: ClassVar[float] = 0.0
     grouped_gemm_streams: ClassVar[float] = EVERY_EXPERT
@@ -117,7 +113,6 @@ class DeepSpeed(Stack):
     runs its local experts one after another; no fp8 producer fusion."""
 
     name: ClassVar[str] = "deepspeed"
-    title: ClassVar[str] = "DeepSpeed / Megatron-DeepSpeed"
     host_launch_s: ClassVar[float] = EAGER_LAUNCH_S
     comm_sm_fraction: ClassVar[float] = NCCL_SM_FRACTION
     grouped_gemm_streams: ClassVar[float] = 1.0
