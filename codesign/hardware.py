@@ -335,18 +335,25 @@ def _h100_chip(name: str, hbm_bytes=80 * GB, hbm_Bps=H100_HBM_Bps, clock_fractio
                      clock_fraction=clock_fraction)
 
 
-def _dgx_h100() -> Preset:
-    hbm_Bps = H100_HBM_Bps
+def _nvlink4_node(chip: Chip, hbm_Bps) -> System:
+    """Eight H100-class GPUs on NVLink4 + NVSwitch (NVLS), one 400 Gb/s NIC each:
+    the NVLink efficiency calibrated to DGX H100's nccl-tests ring busbw (~370
+    GB/s) with H100's reduction speed, NVLS to its ~480 GB/s, the NIC to NDR's
+    46-48 GB/s; the tiers reduce at the chip's `hbm_Bps` / 2."""
     up_bw = 900 * GB / 2  # vendor: NVLink4 900 GB/s bidir
     nvls_eff = 480 * GB / (2 * 7 / 8) / up_bw  # vendor: NVLS all-reduce busbw ~480 GB/s
+    return System(chip, 1024, 8,
+                  _tier(up_bw, SCALE_UP_LATENCY_S,
+                        _calibrated_efficiency(370 * GB, up_bw, H100_HBM_Bps / 2), hbm_Bps,
+                        nvls_eff),
+                  _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # NDR
+                  8)
+
+
+def _dgx_h100() -> Preset:
     chip_name = "H100-SXM5-80GB"
     return Preset(
-        System(_h100_chip(chip_name), 1024, 8,
-               _tier(up_bw, SCALE_UP_LATENCY_S,
-                     _calibrated_efficiency(370 * GB, up_bw, hbm_Bps / 2), hbm_Bps,
-                     nvls_eff),
-               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # vendor: NDR
-               8),
+        _nvlink4_node(_h100_chip(chip_name), H100_HBM_Bps),
         "DGX H100: NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
         {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
@@ -362,16 +369,10 @@ def _grand_teton_h100() -> Preset:
     # limit, NVLink4 + NVSwitch, a 400 Gb/s RDMA NIC per GPU. Sustained clocks:
     # H100_500W_CLOCK_FRACTION (FBGEMM at 500 W against our 700 W H200); the
     # NVLink and NIC efficiencies dgx-h100's
-    hbm_Bps = GRAND_TETON_HBM_Bps
-    up_bw = 900 * GB / 2
     chip_name = "H100-SXM5-96GB-500W"
+    chip = _h100_chip(chip_name, 96 * GB, GRAND_TETON_HBM_Bps, H100_500W_CLOCK_FRACTION)
     return Preset(
-        System(_h100_chip(chip_name, 96 * GB, hbm_Bps, H100_500W_CLOCK_FRACTION), 1024, 8,
-               _tier(up_bw, SCALE_UP_LATENCY_S,
-                     _calibrated_efficiency(370 * GB, up_bw, H100_HBM_Bps / 2), hbm_Bps,
-                     480 * GB / (2 * 7 / 8) / up_bw),
-               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
-               8),
+        _nvlink4_node(chip, GRAND_TETON_HBM_Bps),
         "Grand Teton H100: 8x H100 96 GB HBM2e at 500 W, NVLink4 + NVSwitch, 400 Gb/s per GPU "
         "(torchtitan's benchmarks)",
         {"chip": "torchtitan's benchmark page: H100 96 GB HBM2e 2.4 TB/s at 500 W",
@@ -386,24 +387,17 @@ def _grand_teton_h100() -> Preset:
 def _dgx_h200() -> Preset:
     # NVIDIA H200 Tensor Core GPU datasheet (SXM): the H100's tensor cores and peaks
     # (989 TFLOP/s bf16, 1,979 fp8, 494.7 TF32 dense; the datasheet quotes them
-    # with sparsity, twice these), 141 GB HBM3e at 4.8 TB/s, NVLink4 900 GB/s
-    hbm_Bps = H200_HBM_Bps
+    # with sparsity, twice these), 141 GB HBM3e at 4.8 TB/s, NVLink4 900 GB/s;
+    # DGX H200: 8x ConnectX-7 400 Gb/s NDR, one per GPU. No nccl-tests figure for
+    # DGX H200 here: DGX H100's factors (same NVLink4 and NVSwitch)
     chip_name = "H200-SXM-141GB"
-    chip = _gpu_chip(chip_name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 141 * GB, hbm_Bps,
+    chip = _gpu_chip(chip_name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 141 * GB,
+                     H200_HBM_Bps,
                      H100_MATMUL_EFFICIENCY,  # H100-class (see above)
                      H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY,
                      host_Bps=PCIE5_X16_Bps)  # vendor: PCIe Gen5 x16
-    up_bw = 900 * GB / 2
-    # no nccl-tests figure for DGX H200 here: DGX H100's factors (same NVLink4 and
-    # NVSwitch), calibrated with H100's reduction speed
     return Preset(
-        System(chip, 1024, 8,
-               _tier(up_bw, SCALE_UP_LATENCY_S,
-                     _calibrated_efficiency(370 * GB, up_bw, H100_HBM_Bps / 2), hbm_Bps,
-                     480 * GB / (2 * 7 / 8) / up_bw),
-               # vendor (DGX H200): 8x ConnectX-7 400 Gb/s NDR, one per GPU
-               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
-               8),
+        _nvlink4_node(chip, H200_HBM_Bps),
         "DGX H200: 8x H200 141 GB HBM3e, NVLink4 + NVSwitch (NVLS), 8x NDR 400 Gb/s per node",
         {"chip": "datasheet (H200 SXM)",
          "matmul_efficiency": "H100's, fitted to llm-foundry's H100 runs (borrowed)",
