@@ -187,13 +187,13 @@ def read_chunk(job: Job, out_dir: Path, chunk: Chunk) -> list[list] | None:
         raise ChangedChunk(chunk, "has no checksum (an older codesign wrote it)")
     if not ok or record["sha256"] != rows_sha256(rows):
         raise ChangedChunk(chunk, "changed on disk")
-    _restore_csv(job, chunk_path(out_dir, chunk).with_suffix(".csv"), rows)
     return rows
 
 
 def _restore_csv(job: Job, path: Path, rows: list[list]) -> None:
     """The chunk's CSV (a readable copy of its verified record) written again
-    from the record when it is missing or differs from it (edited on disk)."""
+    from the record when it is missing or differs from it (edited on disk); on
+    resume only (`chunks_on_disk`), not on every merge."""
     want = "".join(csv_lines(job.columns, rows))
     try:
         if path.read_text() == want:
@@ -209,7 +209,9 @@ def chunks_on_disk(job: Job, out_dir: Path) -> tuple[set[int], tuple[str, ...]]:
     done, changed = set(), []
     for chunk in job.chunks:
         try:
-            if read_chunk(job, out_dir, chunk) is not None:
+            rows = read_chunk(job, out_dir, chunk)
+            if rows is not None:
+                _restore_csv(job, chunk_path(out_dir, chunk).with_suffix(".csv"), rows)
                 done.add(chunk.id)
         except ChangedChunk as e:
             changed.append(str(e))
