@@ -20,8 +20,10 @@ from . import economics as economics
 from . import fabric as fabric
 from . import hardware as hardware
 from . import plan as plan
+from . import presets as presets
 from . import reliability as reliability
 from . import scenario as scenario
+from . import stage as stage
 from . import step as step
 from . import strategies as strategies
 from . import traffic as traffic
@@ -55,8 +57,8 @@ _ON_FIRST_USE = ("execute", "optimize", "plots", "program", "sweep", "validate")
 __all__ = [
     # modules
     "attention", "collectives", "economics", "execute", "fabric", "hardware", "optimize", "plan",
-    "plots", "program", "reliability", "scenario", "step", "strategies", "sweep", "traffic",
-    "uncertainty", "units", "validate", "workload",
+    "plots", "presets", "program", "reliability", "scenario", "stage", "step", "strategies",
+    "sweep", "traffic", "uncertainty", "units", "validate", "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
     "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",

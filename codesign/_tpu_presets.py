@@ -1,6 +1,6 @@
 """The TPU presets: chips on a torus of ICI links (3D for v4 and v5p, 2D for
 v5e and v6e), a data-centre network beside it, XLA's collectives costed on the
-bare alpha-beta table. `hardware` lists them with the GPU presets."""
+bare alpha-beta table. `presets` lists them with the GPU presets."""
 
 from __future__ import annotations
 

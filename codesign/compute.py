@@ -36,7 +36,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import traffic
+from . import stage as stage_lib
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Plan
 from .workload import LAYER_KINDS, Transformer
@@ -165,7 +165,7 @@ def _gemms_s(system: System, gemms):
     return forward, backward
 
 
-def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape):
+def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape):
     """(forward, backward) matrix + memory-bound seconds of the stage's layers,
     one micro-batch, per GPU: the dense layers' and the MoE layers' GEMMs as
     rows of one table (the attention projections are the same in both), their
@@ -232,7 +232,7 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: traffic.Shape)
     return forward + memory + overhead, backward + 2.0 * (memory + overhead)
 
 
-def host_launches(model: Transformer, plan: Plan, sh: traffic.Shape):
+def host_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
     """(forward, backward) kernel launches the host issues for one micro-batch
     of the stage, under `plan.cuda_graphs`: eager, a GEMM a launch (a grouped
     GEMM one per local expert, as Transformer Engine's GroupedLinear issues
@@ -260,7 +260,7 @@ def host_launches(model: Transformer, plan: Plan, sh: traffic.Shape):
     return forward, (1.0 + plan.recompute.layer_forwards) * forward
 
 
-def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: traffic.Shape):
+def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape):
     """(bytes the stage's layers keep for backward per micro-batch, of them the
     bytes `plan.offload_layers` of its layers send to host memory): the
     offloaded layers hold the stage's mean layer's bytes (dense and MoE layers
@@ -279,8 +279,8 @@ def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
     (`stage=None`: never), over the group the framework shards over
     (`shard_params`). The fullest stage holds one embedding matrix (input on
     the first stage, output on the last), both when pp = 1. `sh`: the stage's
-    `traffic.Shape` if known."""
-    sh = traffic.shape(model, plan, t) if sh is None else sh
+    `stage.Shape` if known."""
+    sh = stage_lib.shape(model, plan, t) if sh is None else sh
     share = sh.layers_on_stage / model.blocks  # of the blocks, on the fullest stage
     embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
     dense = (model.layer_params() * share + embedding) / plan.tp
@@ -314,7 +314,7 @@ def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0, sh=N
 
 
 def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Timing:
-    sh = traffic.shape(model, plan, t) if sh is None else sh
+    sh = stage_lib.shape(model, plan, t) if sh is None else sh
     matrix, matrix_backward = _layers_s(model, plan, system, sh)
     layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
     att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab

@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import traffic
+from . import stage
 from .compute import local_params, shard_params, stored_bytes_per_micro_batch
 from .hardware import System
 from .plan import Plan
@@ -53,9 +53,9 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None,
     activations by recompute mode, attention kernel, sequence parallelism and
     the micro-batches in flight, less those of the layers offloaded to host
     memory (`training.offload_layers`); the chip's reserve. `sh`: the stage's
-    `traffic.Shape` if known; `stored`: (stored, offloaded) bytes per
+    `stage.Shape` if known; `stored`: (stored, offloaded) bytes per
     micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`)."""
-    sh = traffic.shape(model, plan, t) if sh is None else sh
+    sh = stage.shape(model, plan, t) if sh is None else sh
     pr = plan.precision
     copies = plan.schedule.weight_copies  # DualPipe keeps two copies
 

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _domains, _files, hardware, strategies, workload
+from . import _checks, _domains, _files, hardware, presets, strategies, workload
 from ._checks import float_field
 from .hardware import MAX_NARROW_PEAK_RATIO, System
 from .plan import Plan, Precision, check_data_parallel, data_parallel, recipe, validate
@@ -413,7 +413,7 @@ def _system(t: dict, late: frozenset = frozenset()) -> System:
     preset = t["system"].get("preset", DEFAULT_SYSTEM)
     if Path(str(preset)).suffix == ".toml":
         raise ValueError(f"system.preset={preset!r}: pass a system file with --system")
-    base = hardware.system(preset)
+    base = presets.system(preset)
     if "hbm_bytes" in t["system"] and "hbm_reserve_bytes" not in t["system"]:
         # the reserve is the default's for the capacity given, not the preset's
         base = eqx.tree_at(lambda s: s.chip.hbm_reserve_bytes, base, jnp.asarray(
@@ -545,7 +545,7 @@ class Labels(NamedTuple):
 
 def _system_labels(table: dict) -> SystemLabels:
     preset = table.get("preset", DEFAULT_SYSTEM)
-    return SystemLabels(preset, hardware.preset(preset).chip, table.get("measured_on"))
+    return SystemLabels(preset, presets.preset(preset).chip, table.get("measured_on"))
 
 
 def labels(source: str | Path | None = None, overrides=(), system: str | None = None) -> Labels:

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, collectives, compute, economics, fabric, memory, reliability, traffic
+from . import _checks, collectives, compute, economics, fabric, memory, reliability, stage, traffic
 from .hardware import System
 from .plan import Plan, data_parallel
 from .relax import lattice_linear_tree, safe_div
@@ -131,7 +131,7 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
     the dimensions the stack moves on copy engines
     (`stacks.Stack.copy_engine_dimensions`) cost none.
     """
-    sh = traffic.shape(model, plan, t)
+    sh = stage.shape(model, plan, t)
     tm = compute.timing(model, plan, system, t, sh)
     rows = traffic.table(model, plan, system, tm, t, sh)
     exposed = traffic.exposed_by_dimension(rows)

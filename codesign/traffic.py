@@ -40,15 +40,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import collectives, fabric
+from . import collectives, fabric, stage
 from .hardware import System
 from .plan import DIMENSIONS, Plan
 from .relax import (
     beyond_one,
-    lattice_cubic,
     lattice_linear_tree,
     safe_div,
-    smooth_ceil,
     smooth_clip,
     smooth_max,
     smooth_min,
@@ -79,33 +77,6 @@ class Row(eqx.Module):
         if inside >= ranks - 1e-9:
             return "scale_up"
         return "scale_out" if inside <= 1 + 1e-9 else "scale_up+scale_out"
-
-
-class Shape(eqx.Module):
-    """Per-micro-batch quantities of the slowest stage that the rows need."""
-
-    layers_on_stage: jax.Array
-    moe_layers_on_stage: jax.Array
-    micro_batches: jax.Array
-    tokens: jax.Array  # tokens per micro-batch per data-parallel rank (b s / cp)
-
-    @property
-    def dense_layers_on_stage(self) -> jax.Array:
-        return self.layers_on_stage - self.moe_layers_on_stage
-
-
-def shape(model: Transformer, plan: Plan, t=0.0) -> Shape:
-    # relaxed: the stage's share of the layers over an even split (>= 1, 1 where
-    # pp v divides L), times the even split L / pp; m x layers, m ~ pp, stays flat
-    # between stage counts where relaxing the count itself overshot it by ~12%
-    padding = lattice_cubic(lambda pp, v: smooth_ceil(model.layers / (pp * v)) * v * pp
-                            / model.layers, (plan.pp, plan.interleave), t)
-    layers = model.layers / plan.pp * padding
-    # the MTP blocks on the last stage, taken as the slowest (it holds the output head)
-    return Shape(layers + model.mtp_layers,
-                 layers * model.moe_layers / model.layers + model.mtp_moe_layers,
-                 plan.micro_batches,
-                 plan.micro_batch * model.seq_len / plan.cp)
 
 
 # ------------------------------------------------------------------ placement
@@ -556,7 +527,7 @@ def table(model: Transformer, plan: Plan, system: System, timing, t=0.0, sh=None
     the overlappable rows hide under: .attention_s, .attention_forward_s,
     .overlap_s (per step), .forward_s, .backward_s (one micro-batch; per layer
     divided by .layers), slowest stage. `sh`: the stage's `Shape` if known."""
-    sh = shape(model, plan, t) if sh is None else sh
+    sh = stage.shape(model, plan, t) if sh is None else sh
     place = placement(plan, system, t)
     run = _together([_tp_rows(model, plan, system, sh, place, timing.overlap_s, t),
                      _cp_rows(model, plan, system, sh, place, timing, t),

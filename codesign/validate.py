@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from . import collectives, hardware, traffic
+from . import collectives, hardware, presets, traffic
 from . import scenario as scenario_lib
 from . import step as step_lib
 from . import uncertainty as uncertainty_lib
@@ -86,7 +86,7 @@ def carries(check: Check, value: float) -> bool:
     preset's chip has that matmul efficiency and the row does not set its own."""
     if check.collective is not None or "matmul_efficiency" in check.tables["system"]:
         return False
-    chip = hardware.preset(check.tables["system"]["preset"]).system.chip
+    chip = presets.preset(check.tables["system"]["preset"]).system.chip
     return abs(float(chip.matmul_efficiency) - value) < 1e-12
 
 
@@ -163,7 +163,7 @@ def _collective(spec) -> float:
     named, the seconds of one over nodes of the preset's GPUs a node, on both
     tiers (`traffic.cost_on`)."""
     preset, op, algorithm, tier_name, ranks, n_bytes = spec
-    system = hardware.system(preset)
+    system = presets.system(preset)
     if tier_name is None:
         per_node = float(system.gpus_per_node)
         geometry = (float(ranks), per_node, float(ranks), 1.0)
@@ -179,7 +179,7 @@ def family(check: Check) -> str:
     first '-': A100, H100, H800, V100, B200...)."""
     preset = (check.collective[0] if check.collective is not None
               else check.tables["system"]["preset"])
-    return hardware.chip_family(hardware.preset(preset).chip)
+    return hardware.chip_family(presets.preset(preset).chip)
 
 
 def predict(check: Check) -> tuple[float, bool, str]:

@@ -18,7 +18,8 @@ import pytest
 from codesign import collectives
 from codesign.cli import main
 from codesign.execute import calibrate
-from codesign.hardware import Tier, system
+from codesign.hardware import Tier
+from codesign.presets import system
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FOUR_NODES = str(FIXTURES / "nccl" / "all_reduce_perf_4x8xH100.txt")

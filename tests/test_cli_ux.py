@@ -11,8 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 from codesign import collectives as co
-from codesign import hardware as hw
-from codesign import optimize
+from codesign import optimize, presets
 from codesign.cli import main
 from codesign.plan import Plan
 from codesign.scenario import load
@@ -217,7 +216,7 @@ def test_sensitivity_omits_zero_elasticities(capsys):
 
 
 def test_cost_repr_has_units():
-    tier = hw.system("dgx-h100").scale_up
+    tier = presets.system("dgx-h100").scale_up
     c = co.cost("all_reduce", "ring", 1e9, 8.0, tier)
     text = repr(c)
     assert text.startswith("Cost(time ") and text.count(" ms") == 4

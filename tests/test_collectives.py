@@ -18,14 +18,14 @@ from jax.test_util import check_grads
 
 from codesign import collectives as co
 from codesign import hardware as hw
-from codesign import traffic
+from codesign import presets, traffic
 from codesign.protocols import AlphaBeta, Nccl
 from codesign.units import GiB, MiB
 
 TIER = hw.Tier(100e9, 1.7e-6, efficiency=0.9, reduction_Bps=800e9, in_network_efficiency=0.7)
 NCCL = Nccl()
 OUTER = hw.Tier(25e9, 5e-6, efficiency=0.8, reduction_Bps=600e9)
-H100 = hw.system("dgx-h100")
+H100 = presets.system("dgx-h100")
 
 
 def _lg(p):

@@ -10,7 +10,8 @@ import pytest
 from codesign import collectives, scenario
 from codesign.cli import main
 from codesign.execute import calibrate, nccl_tests
-from codesign.hardware import Tier, system
+from codesign.hardware import Tier
+from codesign.presets import system
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 H100_AR = str(FIXTURES / "all_reduce_perf_8xH100.txt")

@@ -11,7 +11,7 @@ import pytest
 from codesign import scenario
 from codesign.cli import main
 from codesign.execute import compute, measurements
-from codesign.hardware import system
+from codesign.presets import system
 
 TRUE = {"matmul_efficiency": 0.72, "hbm_efficiency": 0.85, "attention_efficiency": 0.55,
         "kernel_overhead_s": 5e-6}

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from codesign import collectives as co
-from codesign import fabric
-from codesign import hardware as hw
+from codesign import fabric, presets
 
 
 def _with(system, **kw):
@@ -24,7 +23,7 @@ def _with(system, **kw):
     return system
 
 
-H100 = hw.system("dgx-h100")
+H100 = presets.system("dgx-h100")
 LLAMA3 = _with(H100, gpus=16_384, pod_size=3072, oversubscription=7, topology="clos")
 OUT_BW = float(H100.scale_out.bandwidth_Bps)
 
@@ -103,14 +102,14 @@ def test_torus_shapes():
     assert fabric.torus_shape(8960) == (16, 20, 28)  # the v5p pod, derived
     assert fabric.torus_shape(13) == (1, 1, 13)
     assert fabric.torus_shape(2048) == (8, 16, 16)
-    assert hw.system("tpu-v5p").topology.shape == (16, 20, 28)  # the preset's own
+    assert presets.system("tpu-v5p").topology.shape == (16, 20, 28)  # the preset's own
     assert fabric.Torus.of(2048).shape == (8, 16, 16)
     with pytest.raises(ValueError, match="chips=0"):
         fabric.torus_shape(0)
 
 
 def test_torus_group_drives_only_the_dimensions_it_spans():
-    v4 = hw.system("tpu-v4")
+    v4 = presets.system("tpu-v4")
     full = float(v4.scale_up.bandwidth_Bps)
     bw = lambda g, s: float(fabric.scale_up_tier(v4, g, s).bandwidth_Bps)  # noqa: E731
     assert bw(16, 1) == pytest.approx(full / 3)  # a ring along x: 2 of 6 links
@@ -163,7 +162,7 @@ def test_clos_pods_and_oversubscribed_core():
 
 
 def test_torus_inventory_tpu_v4():
-    inv = fabric.inventory(hw.system("tpu-v4"))
+    inv = fabric.inventory(presets.system("tpu-v4"))
     assert float(inv.ocs_switches) == 48  # Jouppi et al. 2023: 48 OCSes for 4096 chips
     assert float(inv.leaf_switches + inv.spine_switches + inv.core_switches) == 0
     assert float(inv.nics) == 1024  # one data-centre NIC per 4-chip host

@@ -8,7 +8,7 @@ import pytest
 
 from codesign import collectives as co
 from codesign import hardware as hw
-from codesign import strategies
+from codesign import presets, strategies
 from codesign.cli import main
 from codesign.units import GB, GiB
 
@@ -20,9 +20,9 @@ def _busbw(op, algorithm, n_bytes, ranks, tier):
                               ranks))
 
 
-@pytest.mark.parametrize("name", hw.PRESET_NAMES)
+@pytest.mark.parametrize("name", presets.PRESET_NAMES)
 def test_every_preset_is_a_float_pytree_with_sources(name):
-    p = hw.preset(name)
+    p = presets.preset(name)
     assert p.chip and p.description and p.sources
     leaves = jax.tree.leaves(p.system)
     assert all(leaf.dtype == jnp.float64 and leaf.shape == () for leaf in leaves)
@@ -39,35 +39,35 @@ def test_every_preset_is_a_float_pytree_with_sources(name):
 
 
 def test_preset_numbers_match_the_reference():
-    h100 = hw.system("dgx-h100")
+    h100 = presets.system("dgx-h100")
     assert float(h100.chip.peak_flops_per_s) == 989e12
     assert float(h100.chip.hbm_Bps) == 3.35e12
     assert float(h100.scale_up.bandwidth_Bps) == 450 * GB  # 900 GB/s bidir, halved
     assert float(h100.scale_out.bandwidth_Bps) == 50 * GB  # NDR 400 Gb/s
     assert float(h100.scale_up_domain) == 8 and float(h100.gpus_per_node) == 8
-    assert float(hw.system("dgx-a100").scale_up.bandwidth_Bps) == 300 * GB
-    assert float(hw.system("dgx-a100").scale_out.bandwidth_Bps) == 25 * GB  # HDR 200 Gb/s
-    h800 = hw.system("h800")
+    assert float(presets.system("dgx-a100").scale_up.bandwidth_Bps) == 300 * GB
+    assert float(presets.system("dgx-a100").scale_out.bandwidth_Bps) == 25 * GB  # HDR 200 Gb/s
+    h800 = presets.system("h800")
     assert float(h800.scale_up.effective_Bps) == pytest.approx(160 * GB)
     assert float(h800.scale_up.effective_Bps) / float(h800.scale_out.effective_Bps) == \
         pytest.approx(3.2)  # DeepSeek-V3: "roughly 3.2 times"
-    assert float(hw.system("gb200-nvl72").scale_up_domain) == 72
-    assert float(hw.system("dgx-v100").scale_up_domain) == 16
-    assert hw.system("tpu-v4").topology == strategies.Torus((16, 16, 16))
-    assert float(hw.system("tpu-v5p").scale_up.bandwidth_Bps) == 6 * 9e10
+    assert float(presets.system("gb200-nvl72").scale_up_domain) == 72
+    assert float(presets.system("dgx-v100").scale_up_domain) == 16
+    assert presets.system("tpu-v4").topology == strategies.Torus((16, 16, 16))
+    assert float(presets.system("tpu-v5p").scale_up.bandwidth_Bps) == 6 * 9e10
 
 
 @pytest.mark.parametrize("name, algorithm, target_GBps", [
     ("dgx-h100", "ring", 370), ("dgx-h100", "in_network", 480), ("dgx-a100", "ring", 230),
 ])
 def test_efficiency_is_calibrated_to_nccl_tests_8_gpu_all_reduce(name, algorithm, target_GBps):
-    tier = hw.system(name).scale_up
+    tier = presets.system(name).scale_up
     assert _busbw("all_reduce", algorithm, LARGE_BYTES, 8, tier) == \
         pytest.approx(target_GBps * GB, rel=2e-3)
 
 
 def test_one_ndr_nic_reaches_about_47_GBps():
-    nic = hw.system("dgx-h100").scale_out
+    nic = presets.system("dgx-h100").scale_out
     assert _busbw("send_recv", "direct", LARGE_BYTES, 2, nic) == pytest.approx(47 * GB, rel=1e-3)
     ring = _busbw("all_reduce", "ring", LARGE_BYTES, 16, nic)
     assert 46 * GB <= ring <= 48 * GB  # the NIC's 47 GB/s less the reduction's share
@@ -75,7 +75,7 @@ def test_one_ndr_nic_reaches_about_47_GBps():
 
 def test_unknown_preset_names_the_value():
     with pytest.raises(ValueError, match="'dgx-z9'.*dgx-h100"):
-        hw.preset("dgx-z9")
+        presets.preset("dgx-z9")
 
 
 @pytest.mark.parametrize("build, message", [
@@ -94,7 +94,7 @@ def test_bad_hardware_numbers_raise_naming_field_and_value(build, message):
 
 
 def test_bad_system_raises_naming_field_and_value():
-    s = hw.system("dgx-h100")
+    s = presets.system("dgx-h100")
     with pytest.raises(ValueError,
                        match=r"system.scale_up_domain=0 must be an integer in \[1, 1e7\]"):
         hw.System(s.chip, 8, 0, s.scale_up, s.scale_out, 8)
@@ -103,7 +103,7 @@ def test_bad_system_raises_naming_field_and_value():
 
 
 def test_gradient_flows_into_preset_leaves():
-    s = hw.system("dgx-h100")
+    s = presets.system("dgx-h100")
     grad = jax.grad(lambda t: co.cost("all_reduce", "ring", 1 * GiB, 8, t).time_s)(s.scale_up)
     assert float(grad.bandwidth_Bps) < 0 and float(grad.efficiency) < 0
     assert float(grad.latency_s) == pytest.approx(14.0)  # 2(p-1) messages
@@ -113,7 +113,7 @@ def test_gradient_flows_into_preset_leaves():
 def test_presets_cli_lists_every_preset_with_numbers(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
-    for name in hw.PRESET_NAMES:
+    for name in presets.PRESET_NAMES:
         assert f"\n{name}: " in out
     assert "989 TFLOP/s" in out and "450 GB/s per direction" in out
     assert "in-network reduction" in out and "sources" in out and "torus" in out
@@ -122,7 +122,7 @@ def test_presets_cli_lists_every_preset_with_numbers(capsys):
 def test_presets_cli_json(capsys):
     assert main(["presets", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data["hardware"]) == set(hw.PRESET_NAMES)
+    assert set(data["hardware"]) == set(presets.PRESET_NAMES)
     h100 = data["hardware"]["dgx-h100"]
     assert h100["system"]["chip"]["peak_flops_per_s"] == 989e12
     assert h100["system"]["scale_up"]["bandwidth_Bps"] == 450e9
@@ -148,7 +148,7 @@ def test_h200_preset_is_the_datasheet_and_its_gemm_microbenchmark():
 
     from codesign import compute
 
-    s = hw.system("dgx-h200")
+    s = presets.system("dgx-h200")
     c = s.chip
     assert (float(c.peak_flops_per_s), float(c.peak_fp8_flops_per_s)) == (989e12, 1979e12)
     assert (float(c.hbm_bytes), float(c.hbm_Bps)) == (141e9, 4.8e12)
@@ -160,7 +160,7 @@ def test_h200_preset_is_the_datasheet_and_its_gemm_microbenchmark():
     assert float(c.matmul_efficiency) == hw.H100_MATMUL_EFFICIENCY
     assert hw.H100_MATMUL_EFFICIENCY < hw.H100_GEMM_MICROBENCHMARK_EFFICIENCY
     assert float(c.attention_efficiency) == hw.HOPPER_ATTENTION_EFFICIENCY
-    h100 = hw.system("dgx-h100")
+    h100 = presets.system("dgx-h100")
     assert float(s.scale_up.effective_Bps) == float(h100.scale_up.effective_Bps)
 
 
@@ -212,7 +212,7 @@ def test_fp8_gemms_reach_the_measured_h200_ratio_of_the_bf16_efficiency():
         assert bf16 == pytest.approx(measured[m, n, k]["bf16"], abs=0.051e12)
         assert fp8 == pytest.approx(measured[m, n, k]["fp8"], abs=0.051e12)
 
-    s = eqx.tree_at(lambda x: x.chip.matmul_efficiency, hw.system("dgx-h200"), 1.0)
+    s = eqx.tree_at(lambda x: x.chip.matmul_efficiency, presets.system("dgx-h200"), 1.0)
     o = float(s.chip.kernel_overhead_s)
     logs = []
     for m, n, k, bf16, fp8 in hw.H200_GEMMS:
@@ -244,7 +244,7 @@ def test_the_gemm_roofline_costs_each_measured_shape_within_5_percent():
 
     from codesign import compute
 
-    s = eqx.tree_at(lambda x: x.chip.matmul_efficiency, hw.system("dgx-h200"), 1.0)
+    s = eqx.tree_at(lambda x: x.chip.matmul_efficiency, presets.system("dgx-h200"), 1.0)
     o = float(s.chip.kernel_overhead_s)
     # the time at E = 1 over the measured time is each shape's own efficiency
     own = [(float(compute.gemm_time_s(s, m, k, n, "bf16")) - o) / (2.0 * m * n * k / bf16)
@@ -271,7 +271,7 @@ def test_a_500_w_h100_sustains_fbgemms_share_of_the_700_w_clocks():
 
     from codesign import compute
 
-    teton, h100, h200 = (eqx.tree_at(lambda x: x.chip.matmul_efficiency, hw.system(n), 1.0)
+    teton, h100, h200 = (eqx.tree_at(lambda x: x.chip.matmul_efficiency, presets.system(n), 1.0)
                          for n in ("grand-teton-h100", "dgx-h100", "dgx-h200"))
     o = float(h100.chip.kernel_overhead_s)
     teton_e1 = eqx.tree_at(lambda x: x.chip.clock_fraction, teton, 1.0)  # its HBM, full clocks
@@ -308,7 +308,7 @@ def test_blackwell_ultra_presets_derive_from_the_rack_and_node_figures():
     2.3 TB, 8x 800 Gb/s): dense per-GPU peaks are the sparse figures halved,
     288 GB at 8 TB/s per GPU; NVLink5, the efficiencies and the tensor-core
     constants are B200's / GB200's."""
-    gb300, gb200 = hw.system("gb300-nvl72"), hw.system("gb200-nvl72")
+    gb300, gb200 = presets.system("gb300-nvl72"), presets.system("gb200-nvl72")
     c = gb300.chip
     assert float(c.peak_flops_per_s) == pytest.approx(360e15 / 72 / 2, rel=1e-12) == 2.5e15
     assert float(c.peak_fp8_flops_per_s) == pytest.approx(720e15 / 72 / 2, rel=1e-12) == 5e15
@@ -319,7 +319,7 @@ def test_blackwell_ultra_presets_derive_from_the_rack_and_node_figures():
     assert float(gb300.scale_out.efficiency) == hw.NIC_EFFICIENCY
     assert float(c.tdp_w) == 1400.0 == hw.TDP_W["GB300"]
 
-    dgx, b200 = hw.system("dgx-b300"), hw.system("dgx-b200")
+    dgx, b200 = presets.system("dgx-b300"), presets.system("dgx-b200")
     b = dgx.chip
     assert float(b.peak_flops_per_s) == pytest.approx(36e15 / 8 / 2, rel=1e-12) == 2.25e15
     assert float(b.peak_fp8_flops_per_s) == pytest.approx(72e15 / 8 / 2, rel=1e-12) == 4.5e15
@@ -338,10 +338,10 @@ def test_blackwell_ultra_presets_derive_from_the_rack_and_node_figures():
         assert float(ultra.chip.peak_fp32_flops_per_s) == float(ultra.chip.peak_flops_per_s) / 2
         assert _same_tier(ultra.scale_up, old.scale_up)  # NVLink5, 900 GB/s per direction
         assert float(ultra.scale_up.bandwidth_Bps) == 900 * GB
-    assert [hw.chip_family(hw.preset(n).chip) for n in ("gb300-nvl72", "dgx-b300")] == \
+    assert [hw.chip_family(presets.preset(n).chip) for n in ("gb300-nvl72", "dgx-b300")] == \
         ["GB300", "B300"]
     for name in ("gb300-nvl72", "dgx-b300"):
-        sources = hw.preset(name).sources
+        sources = presets.preset(name).sources
         assert "borrowed" in sources["matmul_efficiency"] and "host_Bps" in sources
 
 
@@ -352,12 +352,12 @@ def test_host_link_of_every_preset_is_its_pcie_or_nvlink_c2c():
     checked scenario key whose default is PCIe Gen5 x16."""
     from codesign import scenario as sc
 
-    host = {n: float(hw.system(n).chip.host_Bps) for n in hw.PRESET_NAMES}
+    host = {n: float(presets.system(n).chip.host_Bps) for n in presets.PRESET_NAMES}
     assert host["gb200-nvl72"] == host["gb300-nvl72"] == 900e9 / 2 / 2 == 225e9
     for n in ("dgx-h100", "dgx-h200", "h800", "dgx-b200", "dgx-b300"):
         assert host[n] == 64e9, n
     assert (host["dgx-v100"], host["dgx-a100"], host["tpu-v4"]) == (16e9, 32e9, 16e9)
-    assert all(0 < v < float(hw.system(n).chip.hbm_Bps) for n, v in host.items())
+    assert all(0 < v < float(presets.system(n).chip.hbm_Bps) for n, v in host.items())
     assert hw.HOST_Bps == 64e9
     assert float(hw.Chip(1e15, 2e15, 8e10, 3e12).host_Bps) == hw.HOST_Bps
     assert "system.host_Bps" in sc.KNOBS
@@ -412,7 +412,7 @@ def test_the_peaks_keep_their_physical_ratios():
     with pytest.raises(ValueError, match="must not be below the chip's 32-bit matrix peak"):
         hw.Chip(1e12, 2e12, 80e9, 3e12, 0.6, peak_fp32_flops_per_s=2e12)
     slow = sc.load("deepseek-v3", ["system.peak_flops_per_s=989e6"])
-    chip, h100 = slow.system.chip, hw.system("dgx-h100").chip
+    chip, h100 = slow.system.chip, presets.system("dgx-h100").chip
     for peak in ("peak_fp8_flops_per_s", "peak_fp32_flops_per_s"):
         assert float(getattr(chip, peak)) / float(chip.peak_flops_per_s) == pytest.approx(
             float(getattr(h100, peak)) / float(h100.peak_flops_per_s), rel=1e-6)

@@ -79,13 +79,13 @@ def test_relaxed_layers_per_stage_times_pipelines_is_monotone_between_stage_coun
     counts runs monotonically from one integer's value to the next's: the
     stage's padding over an even split is relaxed, not the layer count, whose
     cubic through 96 and 48 put 108 where pp x layers is 96 at pp = 1.5."""
-    from codesign import traffic
+    from codesign import stage
 
     scn = sc.load("default")
     model = eqx.tree_at(lambda m: m.layers, scn.model, float(layers))
 
     def work(pp, t):  # pp traced: between integers, no construction check
-        return traffic.shape(model, eqx.tree_at(lambda p: p.pp, scn.plan, pp),
+        return stage.shape(model, eqx.tree_at(lambda p: p.pp, scn.plan, pp),
                              t).layers_on_stage * pp
 
     x = np.linspace(1.0, 16.0, 15 * 8 + 1)

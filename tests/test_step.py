@@ -11,7 +11,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import compute, hardware, memory, plan, stacks, step, traffic, workload
+from codesign import (
+    compute,
+    hardware,
+    memory,
+    plan,
+    presets,
+    stacks,
+    stage,
+    step,
+    traffic,
+    workload,
+)
 from codesign import scenario as sc
 
 
@@ -34,7 +45,7 @@ def test_calibration_reruns_to_the_preset_constants():
     assert e == pytest.approx(hardware.A100_MATMUL_EFFICIENCY, rel=0.005)
     small = workload.model("megatron-1.2b")  # Megatron-LM's 1.2B baseline
     one = plan.Plan(dp=1, micro_batch=8, global_batch=8, recompute="full", dtype="fp16")
-    e = step.calibrate_matmul_efficiency(small, one, hardware.system("dgx-v100"), 39e12,
+    e = step.calibrate_matmul_efficiency(small, one, presets.system("dgx-v100"), 39e12,
                                          iterations=25)
     assert e == pytest.approx(hardware.V100_MATMUL_EFFICIENCY, rel=0.005)
 
@@ -276,8 +287,8 @@ def test_memory_shards_over_the_group_the_framework_shards_over():
 def test_an_mtp_depth_lands_on_the_last_stage_and_costs_a_block_and_an_output_head():
     scn = sc.load("deepseek-v3")
     mtp = eqx.tree_at(lambda s: s.model.mtp_layers, scn, jnp.asarray(1.0))
-    base_sh = traffic.shape(scn.model, scn.plan)
-    sh = traffic.shape(mtp.model, mtp.plan)
+    base_sh = stage.shape(scn.model, scn.plan)
+    sh = stage.shape(mtp.model, mtp.plan)
     assert float(sh.layers_on_stage - base_sh.layers_on_stage) == 1.0
     assert float(sh.moe_layers_on_stage - base_sh.moe_layers_on_stage) == 1.0
     a, b = step.estimate(scn), step.estimate(mtp)
@@ -302,7 +313,7 @@ def test_the_host_shows_only_where_its_launches_outlast_the_gpu_and_cuda_graphs_
         t = {**tables, "training": {**tables["training"], "cuda_graphs": graphs},
              "model": {**tables["model"], "seq_len": seq}}
         scn = sc.from_tables(t)
-        sh = traffic.shape(scn.model, scn.plan)
+        sh = stage.shape(scn.model, scn.plan)
         return (compute.timing(scn.model, scn.plan, scn.system),
                 compute.host_launches(scn.model, scn.plan, sh), scn.plan.host_launch_s)
 
@@ -375,7 +386,7 @@ def test_offloaded_activations_leave_the_gpu_and_cost_only_what_outlasts_the_com
         if host_Bps is not None:
             t["system"] = {**t["system"], "host_Bps": host_Bps}
         scn = sc.from_tables(t)
-        sh = traffic.shape(scn.model, scn.plan)
+        sh = stage.shape(scn.model, scn.plan)
         return (step.step(scn.model, scn.plan, scn.system),
                 compute.stored_bytes_per_micro_batch(scn.model, scn.plan, sh))
 
@@ -412,7 +423,7 @@ def test_small_experts_leave_sms_idle_as_a_public_grouped_gemm_benchmark_shows()
     one stream: 129.5 TFLOP/s. Each GEMM has 48 tiles of 128 x 128 for 132 SMs:
     the model gives 116 (-11%). Transformer Engine's 4 streams fill the SMs;
     a micro-batch's thousands of tokens per expert fill them alone."""
-    h100 = hardware.system("dgx-h100")
+    h100 = presets.system("dgx-h100")
     m, k, n, experts = 512.0, 2048.0, 1536.0, 128.0
 
     def tflops(streams):

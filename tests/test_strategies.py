@@ -115,8 +115,8 @@ def test_names_parse_to_their_types_and_types_pass_through():
     assert plan.Plan(recompute=strategies.FullRecompute()).recompute.name == "full"
     assert strategies.routing("ecmp") == strategies.Ecmp()
     # the GPU presets run NCCL's protocols, the TPU presets the bare alpha-beta table
-    assert codesign.hardware.system("dgx-h100").protocols == protocols.Nccl()
-    assert codesign.hardware.system("tpu-v4").protocols == protocols.AlphaBeta()
+    assert codesign.presets.system("dgx-h100").protocols == protocols.Nccl()
+    assert codesign.presets.system("tpu-v4").protocols == protocols.AlphaBeta()
     assert sc.load(None, ["system.protocols=alpha_beta"]).system.protocols == \
         protocols.AlphaBeta()
     assert sc.load(None, ["model.attention_kernel=naive"]).model.attention_kernel == \
@@ -128,7 +128,7 @@ def test_names_parse_to_their_types_and_types_pass_through():
     assert fabric.topology("clos", 8.0, pod_size=64.0) == fabric.Clos(64.0, 1.0)
     with pytest.raises(ValueError, match="torus shape=.* must be 3 positive sizes"):
         strategies.Torus((4, 4))
-    h100 = codesign.hardware.system("dgx-h100")
+    h100 = codesign.presets.system("dgx-h100")
     with pytest.raises(ValueError, match=r"system.scale_up_domain=8 must equal the torus's "
                                          r"16x16x16 = 4096 chips"):
         fabric.with_topology(h100, strategies.Torus((16, 16, 16)))

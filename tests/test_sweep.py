@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import collectives, hardware, reliability, scenario, step, sweep, units
+from codesign import collectives, presets, reliability, scenario, step, sweep, units
 from codesign.cli import main
 
 SMALL = {
@@ -58,7 +58,7 @@ def test_bundle_categories_set_several_keys(tmp_path):
                "ranks": [16.0]}}
     table = run_and_merge(sweep.make_job(sweep.parse_spec(raw)), tmp_path)["table"]
     assert list(table.data["collective"]) == ["ar", "a2a"]
-    system = hardware.system("dgx-h100")
+    system = presets.system("dgx-h100")
     for i, (op, alg) in enumerate((("all_reduce", "ring"), ("all_to_all", "direct"))):
         want = collectives.cost(op, alg, units.GiB, 16.0, system.scale_out,
                                 protocols=system.protocols).time_s
@@ -83,7 +83,7 @@ def test_random_knobs_are_seeded_and_crossed_with_the_grid():
 def test_values_match_the_cost_functions(tmp_path):
     job = job_of()
     table = run_and_merge(job, tmp_path)["table"]
-    system = hardware.system("dgx-h100")
+    system = presets.system("dgx-h100")
     d = table.data
     for alg in ("ring", "tree"):
         rows = d["algorithm"] == alg
@@ -110,7 +110,7 @@ def test_elasticities_are_the_closed_forms_and_the_autodiff(tmp_path):
     p = d["ranks"][ring]
     assert np.allclose(d["dlog(latency_s)/dlog(ranks)"][ring], p / (p - 1), rtol=1e-9)
     # total time: against jax.grad in log space
-    system = hardware.system("dgx-h100")
+    system = presets.system("dgx-h100")
     i = int(np.flatnonzero(ring & (d["ranks"] == 64))[5])
     log_t = lambda log_n: jnp.log(collectives.cost(  # noqa: E731
         "all_reduce", "ring", jnp.exp(log_n), 64.0, system.scale_up, outer=system.scale_out,

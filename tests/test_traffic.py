@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from codesign import collectives as co
-from codesign import fabric, hardware, step, traffic
+from codesign import fabric, hardware, presets, step, traffic
 from codesign import scenario as sc
 from codesign.units import GiB
 
@@ -30,7 +30,7 @@ def _rows(est, dimension):
 def test_sixteen_rank_all_reduce_reaches_the_nic_aggregate(preset, nic_Bps):
     """NCCL's rail rings: busbw of a large all-reduce over 2 nodes approaches
     8 NICs x per-NIC achieved bandwidth (~376 GB/s H100, ~188 GB/s A100)."""
-    s = hardware.system(preset)
+    s = presets.system(preset)
     n = 8 * GiB
     bound = 8 * nic_Bps * hardware.NIC_EFFICIENCY
     ring = co.cost("all_reduce", "rail_ring", n, 16.0, s.scale_up, outer=s.scale_out,
@@ -63,7 +63,7 @@ def test_rail_ring_closed_form_and_one_domain():
 
 
 def test_nvls_tree_needs_nvls():
-    s = hardware.system("dgx-a100")
+    s = presets.system("dgx-a100")
     with pytest.raises(ValueError, match="in_network_efficiency"):
         co.cost("all_reduce", "nvls_tree", 1e9, 16.0, s.scale_up, outer=s.scale_out,
                 local_ranks=8.0)
@@ -71,7 +71,7 @@ def test_nvls_tree_needs_nvls():
 
 @pytest.mark.parametrize("algorithm", ["rail_ring", "rail_tree", "nvls_tree"])
 def test_pipelined_gradients_are_finite_and_signed(algorithm):
-    s = hardware.system("dgx-h100")
+    s = presets.system("dgx-h100")
 
     def f(n, up_Bps, out_Bps):
         up = eqx.tree_at(lambda t: t.bandwidth_Bps, s.scale_up, up_Bps)
@@ -194,7 +194,7 @@ def test_tp_overlap_hides_tp_time_and_charges_compute():
 
 
 def test_tp_auto_uses_nvls_on_h100():
-    s = hardware.system("dgx-h100")
+    s = presets.system("dgx-h100")
     _, w, names = co.choose("all_reduce", 256 * 2**20, 8.0, s.scale_up)
     assert names[int(np.argmax(np.asarray(w)))] == "in_network"
 
@@ -251,7 +251,7 @@ def test_ecmp_routing_slows_crossing_groups():
 
 
 def test_group_flow_slowdown_matches_balls_into_bins():
-    s = dataclasses.replace(hardware.system("dgx-h100"), routing="ecmp")
+    s = dataclasses.replace(presets.system("dgx-h100"), routing="ecmp")
     # a ring of 64 members, one per leaf (a leaf holds 32 domains of 8 GPUs): all
     # 32 flows of a leaf go up, hashed onto its 32 uplinks
     # (the smooth Poisson form, eagerly as under jit: within 3% of the exact 3.53)
@@ -261,7 +261,7 @@ def test_group_flow_slowdown_matches_balls_into_bins():
     assert got > 2.0
     # inside one leaf nothing goes up
     assert float(fabric.group_flow_slowdown(s, 256.0, 32.0)) == 1.0
-    spray = hardware.system("dgx-h100")
+    spray = presets.system("dgx-h100")
     assert float(fabric.group_flow_slowdown(spray, 64 * 256.0, 64.0)) == 1.0
 
 

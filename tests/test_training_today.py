@@ -9,7 +9,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import compute, hardware, memory, plan, stacks, step, validate, workload
+from codesign import (
+    compute,
+    hardware,
+    memory,
+    plan,
+    presets,
+    stacks,
+    stage,
+    step,
+    validate,
+    workload,
+)
 from codesign import scenario as sc
 from codesign.cli import main
 
@@ -51,7 +62,7 @@ def test_long_context_plans_are_costed_without_s_squared():
 def test_causal_kernel_executes_half_the_scores():
     m = workload.model("llama3-8b")
     pl = plan.Plan(dp=1, micro_batch=1, global_batch=1)
-    h100 = hardware.system("dgx-h100")
+    h100 = presets.system("dgx-h100")
     fwd, bwd = compute.attention_time_s(m, pl, h100)
     flops = 8192 * float(m.attention_score_flops_per_token()) * 0.5
     expected = flops / (989e12 * hardware.HOPPER_ATTENTION_EFFICIENCY)
@@ -83,7 +94,7 @@ def test_fp8_quantisation_is_transformer_engines_inventory(monkeypatch):
     scn = sc.load("default", ["training.dtype='fp8'", "parallel.tp=2", "model.gated=false",
                               "system.preset='dgx-h100'"])
     m, p, s = scn.model, scn.plan, scn.system
-    sh = compute.traffic.shape(m, p)
+    sh = stage.shape(m, p)
     fwd, bwd = (float(x) for x in compute._layers_s(m, p, s, sh))
     for name in ("gemm_cast_bytes", "gemm_transpose_bytes"):
         monkeypatch.setattr(plan.Precision, name, property(lambda self: 0.0))
@@ -439,7 +450,7 @@ def test_maxtext_rows_put_tpus_in_the_table(validate_rows):
     assert float(model.params()) == pytest.approx(32.55e9, rel=0.01)  # the source's count
     for name, bf16, hbm_Bps, link_Bps in (("tpu-v5e", 197e12, 819e9, 50e9),
                                           ("tpu-v6e", 918e12, 1638e9, 100e9)):
-        preset = hardware.preset(name)
+        preset = presets.preset(name)
         assert float(preset.system.chip.peak_flops_per_s) == bf16
         assert float(preset.system.chip.hbm_Bps) == hbm_Bps
         assert float(preset.system.scale_up.bandwidth_Bps) == 6 * link_Bps

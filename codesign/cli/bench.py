@@ -261,7 +261,7 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
-    from .. import hardware
+    from .. import presets
     from .. import scenario as sc
     from ..execute import calibrate
 
@@ -290,7 +290,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     checked = checked or sc.DEFAULT_SYSTEM
     try:
         result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
-        calibrate.check_line_rate(result, hardware.system(checked), f"{checked} ({named})")
+        calibrate.check_line_rate(result, presets.system(checked), f"{checked} ({named})")
         calibrate.check_holdout(result)
     except calibrate.UnphysicalFit as e:  # valid input, no physical answer: nothing written
         print(f"codesign calibrate: {e}", file=sys.stderr)

@@ -20,7 +20,7 @@ import json
 import jax
 import numpy as np
 
-from .. import _checks, _domains, step
+from .. import _checks, _domains, presets, step
 from .. import collectives as co
 from .. import hardware as hw
 from .. import scenario as sc
@@ -45,7 +45,7 @@ def add_arguments(parser, name) -> None:
                              "in_network, hierarchical, rail_ring, rail_tree, nvls_tree, "
                              "or auto (default: the cheapest)")
     parser.add_argument("--system", default=DEFAULT_SYSTEM,
-                        help=f"hardware preset ({', '.join(hw.PRESET_NAMES)}) or system TOML "
+                        help=f"hardware preset ({', '.join(presets.PRESET_NAMES)}) or system TOML "
                              f"(e.g. from `codesign calibrate --out`; without `preset` it "
                              f"builds on {DEFAULT_SYSTEM}); default {DEFAULT_SYSTEM}")
     parser.add_argument("--tier", choices=TIERS,

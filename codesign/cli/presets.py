@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from .. import hardware as hw
+from .. import presets
 from ..strategies import Strategy
 from ..units import GB, TB, us
 
@@ -95,7 +96,7 @@ def _describe(name: str, preset: hw.Preset) -> str:
 
 
 def run(args, name) -> int:
-    hardware = {n: hw.preset(n) for n in hw.PRESET_NAMES}
+    hardware = {n: presets.preset(n) for n in presets.PRESET_NAMES}
     models = _model_presets()
     if args.json:
         print(json.dumps({

@@ -5,7 +5,7 @@ the importer does not read is listed as ignored."""
 
 from __future__ import annotations
 
-from .. import _files, hardware
+from .. import _files, presets
 from . import _common as c
 
 SEQ_LEN = 8192  # the training sequence assumed: at most the config's max_position_embeddings
@@ -88,7 +88,7 @@ def hf(text: str, where: str, *, gpus: int | None = None,
              "codesign's defaults (data parallelism over every GPU, micro_batch 1, "
              "global_batch = dp, bf16, no recomputation); set them with --set")
     c.system(d, system)
-    per_node = int(hardware.system(d.tables["system"]["preset"]).gpus_per_node)
+    per_node = int(presets.system(d.tables["system"]["preset"]).gpus_per_node)
     c.gpus(d, gpus, (per_node, "one node of the system (--gpus N)"))
     quantized = t.node("quantization_config")  # not read: listed as ignored too
     if quantized is not None:

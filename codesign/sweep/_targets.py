@@ -27,6 +27,7 @@ from .. import (
     fabric,
     hardware,
     plan,
+    presets,
     reliability,
     scenario,
     step,
@@ -77,7 +78,7 @@ def collective_target() -> Target:
 
     def static(settings: dict, directory: Path | None = None):
         s = {**_COLLECTIVE_DEFAULTS, **settings}
-        system = hardware.system(str(s["system"]))
+        system = presets.system(str(s["system"]))
         op = str(s["op"])
         if s["tier"] not in ("system", "scale_up", "scale_out"):
             raise ValueError(f"tier={s['tier']!r} must be system, scale_up or scale_out")
@@ -271,7 +272,7 @@ _FABRIC_DEFAULTS = {"system": "dgx-h100", "n_bytes": 64 * units.MiB, "ranks": 25
 
 
 def _fabric_system(settings: dict, directory: Path | None = None) -> hardware.System:
-    system = hardware.system(str(settings.get("system", _FABRIC_DEFAULTS["system"])))
+    system = presets.system(str(settings.get("system", _FABRIC_DEFAULTS["system"])))
     if "topology" in settings:
         cls = strategies.topology_class(settings["topology"], "topology")
         if cls is not type(system.topology):
