@@ -17,7 +17,9 @@ from codesign import importers, scenario, validate, workload
 from codesign.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
-ALL = sorted((kind, p) for kind in importers.KINDS for p in (FIXTURES / kind).iterdir())
+# one file a scenario (torchtitan/*.py: registry source, tests/test_import_torchtitan.py)
+ALL = sorted((kind, p) for kind in importers.FILE_KINDS for p in (FIXTURES / kind).iterdir()
+             if p.suffix != ".py")
 
 
 def _fixture(kind: str, name: str, **options) -> importers.Imported:

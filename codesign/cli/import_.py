@@ -22,7 +22,10 @@ OWN = ("--out", "--system", "--gpus", "--set")
 def add_arguments(parser, name) -> None:
     parser.add_argument("kind", choices=importers.KINDS, metavar="KIND",
                         help="megatron (arguments or a FILE holding them), nemo (RECIPE.yaml), "
-                             "torchtitan (JOB.toml), hf (config.json)")
+                             "torchtitan (JOB.toml, or --module M --config C "
+                             "[--section.key value ...]), hf (config.json), "
+                             "megatron-bridge (RECIPE [OVERRIDES.yaml ...] [key=value ...]), "
+                             "maxtext (base.yml [models/X.yml ...] [model_name=X] [key=value ...])")
     parser.add_argument("source", nargs=argparse.REMAINDER, metavar="SOURCE",
                         help="the file; for megatron the arguments themselves may follow")
     parser.add_argument("--out", metavar="FILE.toml", help="write the scenario here "
@@ -74,6 +77,8 @@ def _count(flag: str, text: str | None) -> int | None:
 def imported(kind: str, source: list[str], gpus: int | None,
              system: dict | None) -> importers.Imported:
     """The import of `source` (the words after KIND, the command's flags taken out)."""
+    if kind in importers.WORDS:
+        return importers.WORDS[kind](source, gpus=gpus, system=system)
     if len(source) == 1 and not source[0].startswith("-"):
         return importers.from_file(kind, source[0], gpus=gpus, system=system)
     if kind == "megatron" and source:

@@ -2,8 +2,11 @@
 
 `codesign import KIND SOURCE` reads a Megatron-LM argument list (inline, a shell
 script or a Megatron-MoE-ModelZoo YAML: `megatron`), a NeMo YAML recipe (`nemo`,
-translated to Megatron's flags and read as they are), a torchtitan job TOML
-(`torchtitan`) or a Hugging Face config.json (`hf`), and writes a scenario TOML:
+translated to Megatron's flags and read as they are), a torchtitan job (`torchtitan`:
+an old job TOML, or an entry of its config registry with command-line overrides), a
+Megatron-Bridge recipe with YAML and `key=value` overrides (`megatron-bridge`), a
+MaxText config (`maxtext`: base.yml, a model file, overrides) or a Hugging Face
+config.json (`hf`), and writes a scenario TOML:
 the model, the plan, the precision recipe and the recomputation. Where the
 source is silent the importer takes the framework's own default or an
 assumption and says so: each is one `# assumed: ...` comment line naming the
@@ -30,18 +33,27 @@ from pathlib import Path
 from .. import _files
 from ._common import DEFAULT_SYSTEM, Imported, padded_vocab, tokenizer_vocab
 from .hf import hf
+from .maxtext import maxtext_words
 from .megatron import megatron, modelzoo_arguments, moe_layer_count, shell_arguments
+from .megatron_bridge import megatron_bridge_words
 from .nemo import nemo
-from .torchtitan import torchtitan
+from .torchtitan import torchtitan, torchtitan_words
 
-KINDS = ("megatron", "nemo", "torchtitan", "hf")
+FILE_KINDS = ("megatron", "nemo", "torchtitan", "hf")  # a file is a scenario (`from_file`)
+# kinds whose importer reads the command line's words itself: files, a registry entry
+# or recipe name, overrides (`codesign import KIND WORDS...`)
+WORDS = {"torchtitan": torchtitan_words, "megatron-bridge": megatron_bridge_words,
+         "maxtext": maxtext_words}
+KINDS = (*FILE_KINDS, *(k for k in WORDS if k not in FILE_KINDS))
 IMPORTERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "hf": hf}
 WHAT = {"megatron": "Megatron arguments file", "nemo": "NeMo recipe",
-        "torchtitan": "torchtitan job file", "hf": "Hugging Face config"}
+        "torchtitan": "torchtitan job file", "hf": "Hugging Face config",
+        "megatron-bridge": "Megatron-Bridge recipe", "maxtext": "MaxText config"}
 
-__all__ = ["DEFAULT_SYSTEM", "IMPORTERS", "KINDS", "WHAT", "Imported", "from_file", "hf",
-           "megatron", "modelzoo_arguments", "moe_layer_count", "nemo", "padded_vocab",
-           "shell_arguments", "tokenizer_vocab", "torchtitan"]
+__all__ = ["DEFAULT_SYSTEM", "FILE_KINDS", "IMPORTERS", "KINDS", "WHAT", "WORDS", "Imported",
+           "from_file", "hf", "maxtext_words", "megatron", "megatron_bridge_words",
+           "modelzoo_arguments", "moe_layer_count", "nemo", "padded_vocab", "shell_arguments",
+           "tokenizer_vocab", "torchtitan", "torchtitan_words"]
 
 
 def from_file(kind: str, path: str | Path, *, gpus: int | None = None,

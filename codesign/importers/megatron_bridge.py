@@ -1,0 +1,633 @@
+"""Megatron-Bridge recipes (NVIDIA-NeMo/Megatron-Bridge): `codesign import
+megatron-bridge RECIPE [OVERRIDES.yaml ...] [key=value ...]`.
+
+A recipe is a Python function returning a ConfigContainer; codesign cannot run
+it, so each supported recipe's values are restated below (`RECIPES`, in the
+ConfigContainer's own nested keys, from the source at `COMMIT`). The YAML override
+files and Hydra-style `key=value` words then apply over it in the order given,
+later winning, with the same dotted keys (`model.tensor_model_parallel_size`,
+`train.global_batch_size`), as Bridge's `process_config_with_overrides` merges
+them. Bridge's model keys are Megatron-Core's arguments by their Python names, so
+the result is read as the Megatron arguments it stands for (`megatron.read`),
+every message naming the ConfigContainer key; a key of a ConfigContainer section
+that codesign does not read is listed on `# ignored`."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from .. import _files
+from . import _common as c
+from .megatron import SWITCHES, Flags, read
+from .nemo import LISTS, RENAMED, _Names
+
+REPOSITORY = "NVIDIA-NeMo/Megatron-Bridge"
+COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"  # every recipe and rule below
+DEFAULT = "Megatron-Bridge's default"
+# ConfigContainer's fields (src/megatron/bridge/training/config.py, class ConfigContainer)
+SECTIONS = ("env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer",
+            "optimizer_config_override_provider", "ddp", "validation", "scheduler",
+            "dataset", "logger", "tokenizer", "checkpoint", "dist", "ft", "straggler",
+            "nvrx_straggler", "profiling", "peft", "comm_overlap", "mixed_precision",
+            "tensor_inspect", "inprocess_restart")
+REQUIRED = ("model", "train", "dataset")  # sections that must stay mappings
+# mixed-precision recipes by name (src/megatron/bridge/training/mixed_precision.py; each
+# is registered with hyphens too): (16-bit width, fp8 format, grad_reduce_in_fp32)
+PRECISIONS = {
+    "bf16_mixed": ("bf16", None, True), "fp16_mixed": ("fp16", None, False),
+    **{f"{w}_with_{kind}_mixed": (w, fmt, w == "bf16") for w in ("bf16", "fp16")
+       for kind, fmt in (("fp8_delayed_scaling", "hybrid"), ("mxfp8", "e4m3"),
+                         ("fp8_current_scaling", "hybrid"), ("fp8_subchannel_scaling", "hybrid"))},
+    "nemotron_h_bf16_with_fp8_current_scaling_mixed": ("bf16", "hybrid", True),
+    "nanov2_bf16_with_fp8_current_scaling_mixed": ("bf16", "hybrid", True),
+}
+FP4 = ("bf16_with_nvfp4_mixed", "nemotron_3_super_bf16_with_nvfp4_mixed")  # no fp4 recipe
+# MixedPrecisionConfig fields read (its defaults: no 16-bit width, no fp8, reduce in fp32;
+# fp8_recipe too)
+PRECISION_FIELDS = ("fp32", "fp16", "bf16", "fp8", "fp4", "grad_reduce_in_fp32")
+# model keys the mixed-precision config overwrites (MixedPrecisionConfig.setup)
+PRECISION_OWNED = frozenset(PRECISION_FIELDS + ("params_dtype", "pipeline_dtype"))
+# model keys read otherwise than as the Megatron flag of their name
+MODEL_OWN = frozenset({"num_query_groups", "gated_linear_unit", "vocab_size", "seq_length",
+                       "share_embeddings_and_output_weights", "softmax_type"})
+# scripts/training/run_recipe.py's convenience flags (COMMON_OVERRIDE_FIELDS)
+RUN_RECIPE_FLAGS = {
+    "max_steps": ("ms", "train.train_iters"),
+    "global_batch_size": ("gb", "train.global_batch_size"),
+    "micro_batch_size": ("mb", "train.micro_batch_size"),
+    "seq_length": ("sl", "dataset.seq_length"),
+    "tensor_model_parallel_size": ("tp", "model.tensor_model_parallel_size"),
+    "pipeline_model_parallel_size": ("pp", "model.pipeline_model_parallel_size"),
+    "context_parallel_size": ("cp", "model.context_parallel_size"),
+    "virtual_pipeline_model_parallel_size": ("vp", "model.virtual_pipeline_model_parallel_size"),
+    "expert_model_parallel_size": ("ep", "model.expert_model_parallel_size"),
+    "expert_tensor_parallel_size": ("etp", "model.expert_tensor_parallel_size"),
+    "lr": (None, "optimizer.lr"), "min_lr": (None, "optimizer.min_lr"),
+    "warmup_iters": (None, "scheduler.lr_warmup_iters"),
+    "pretrained_checkpoint": (None, "checkpoint.pretrained_checkpoint"),
+    "save_dir": (None, "checkpoint.save"), "load_dir": (None, "checkpoint.load"),
+    "save_interval": (None, "checkpoint.save_interval"),
+}
+FLAG_KEYS = {**{f"--{long}": key for long, (_, key) in RUN_RECIPE_FLAGS.items()},
+             **{f"-{short}": key for short, key in RUN_RECIPE_FLAGS.values() if short}}
+LAUNCH_FLAGS = ("--dataset", "--step-func", "--step_func")  # run_recipe.py's, not the model's
+
+
+# ----------------------------------------------------------------- the recipes
+def _shape(layers: int, hidden: int, heads: int, groups: int, ffn: int, vocab: int,
+           **extra) -> dict:
+    """A checkpoint's model keys as Bridge's model bridge maps its config.json
+    (CONFIG_MAPPING in src/megatron/bridge/models/conversion/model_bridge.py):
+    the Llama, Qwen3, DeepSeek-V3 and GPT-OSS bridges set SwiGLU, untied embeddings
+    and hidden_dropout 0.0; the configs' attention_dropout is 0.0; the vocabulary
+    padding is 128, the largest power of 2 up to 128 dividing each vocab_size
+    (`make_vocab_size_divisible_by`)."""
+    return dict(num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                num_query_groups=groups, ffn_hidden_size=ffn, vocab_size=vocab,
+                make_vocab_size_divisible_by=128, gated_linear_unit=True,
+                share_embeddings_and_output_weights=False, hidden_dropout=0.0,
+                attention_dropout=0.0, **extra)
+
+
+# The Hugging Face checkpoints the recipes build their models from
+# (AutoBridge.from_hf_pretrained), as their config.json gives them
+LLAMA3_8B = _shape(32, 4096, 32, 8, 14336, 128256)  # meta-llama/Meta-Llama-3-8B
+LLAMA3_70B = _shape(80, 8192, 64, 8, 28672, 128256)  # meta-llama/Meta-Llama-3-70B
+LLAMA31_405B = _shape(126, 16384, 128, 8, 53248, 128256)  # meta-llama/Meta-Llama-3.1-405B
+QWEN3_8B = _shape(36, 4096, 32, 8, 12288, 151936, kv_channels=128)  # Qwen/Qwen3-8B
+QWEN3_32B = _shape(64, 5120, 64, 8, 25600, 151936, kv_channels=128)  # Qwen/Qwen3-32B
+# Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B: routed experts in every layer, no shared one
+QWEN3_30B_A3B = _shape(48, 2048, 32, 4, 6144, 151936, kv_channels=128, num_moe_experts=128,
+                       moe_router_topk=8, moe_ffn_hidden_size=768)
+QWEN3_235B_A22B = _shape(94, 4096, 64, 4, 12288, 151936, kv_channels=128, num_moe_experts=128,
+                         moe_router_topk=8, moe_ffn_hidden_size=1536)
+# deepseek-ai/DeepSeek-V3, with the DeepSeek-V3 bridge's own keys
+# (src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py): the first 3 layers
+# dense, one shared expert of the routed width, one MTP layer, padding 1280
+DEEPSEEK_V3 = {**_shape(61, 7168, 128, 128, 18432, 129280, multi_latent_attention=True,
+                       q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
+                       qk_pos_emb_head_dim=64, v_head_dim=128, num_moe_experts=256,
+                       moe_router_topk=8, moe_ffn_hidden_size=2048,
+                       moe_shared_expert_intermediate_size=2048,
+                       moe_layer_freq=[0] * 3 + [1] * 58, mtp_num_layers=1),
+               "make_vocab_size_divisible_by": 1280}
+
+
+def _gpt_oss(layers: int, experts: int) -> dict:
+    """openai/gpt-oss-20b and -120b: head width 64, 4 of `experts` experts of width
+    2880 per token; the GPT-OSS bridge (src/megatron/bridge/models/gpt_oss/
+    gpt_oss_bridge.py) windows every other layer to sliding_window - 1 = 127 tokens
+    (window_attn_skip_freq 2) and learns a sink per head (softmax_type learnable)."""
+    return _shape(layers, 2880, 64, 8, 2880, 201088, kv_channels=64, num_moe_experts=experts,
+                  moe_router_topk=4, moe_ffn_hidden_size=2880, window_size=[127, 0],
+                  window_attn_skip_freq=2, softmax_type="learnable")
+
+
+GPT_OSS_20B, GPT_OSS_120B = _gpt_oss(24, 32), _gpt_oss(36, 128)
+
+# _pretrain_common() (src/megatron/bridge/recipes/common.py): every recipe's start;
+# its tokenizer sizes the vocabulary (use_tokenizer_vocab_size), its
+# data_parallel_sharding_strategy applies under Megatron FSDP only
+COMMON = {
+    "train": {"train_iters": 300000, "global_batch_size": 32, "micro_batch_size": 2},
+    "dataset": {"seq_length": 4096},
+    "ddp": {"use_distributed_optimizer": True, "grad_reduce_in_fp32": True,
+            "use_megatron_fsdp": False, "data_parallel_sharding_strategy": "optim_grads_params"},
+    "tokenizer": {"tokenizer_type": "HuggingFaceTokenizer", "use_tokenizer_vocab_size": True},
+    "mixed_precision": "bf16_mixed",
+}
+# the mock-data tokenizer of the Llama, DeepSeek-V3 and GPT-OSS recipes
+# (DEFAULT_NULL_TOKENIZER_VOCAB_SIZE, src/megatron/bridge/recipes/utils/tokenizer_utils.py)
+NULL_TOKENIZER = {"tokenizer_type": "NullTokenizer", "vocab_size": 32000}
+# bf16_mixed() with gradients reduced in bf16 (MixedPrecisionConfig)
+BF16_REDUCED = {"bf16": True, "grad_reduce_in_fp32": False}
+
+
+def _recipe(model: dict, tokenizer: dict | None = None, **sections) -> dict:
+    """A recipe's ConfigContainer: `COMMON` with the model's keys and the recipe's
+    own sections over it (a section given as a mapping is merged, else replaced)."""
+    tree = {k: dict(v) if isinstance(v, dict) else v for k, v in COMMON.items()}
+    tree["model"] = dict(model)
+    if tokenizer is not None:
+        tree["tokenizer"].update(tokenizer)
+    for section, body in sections.items():
+        if isinstance(body, dict) and isinstance(tree.get(section), dict):
+            tree[section].update(body)
+        else:
+            tree[section] = body
+    return tree
+
+
+def _plan(tp=1, pp=1, cp=1, vp=None, ep=None, etp=None, sp=False, seq=None, **model) -> dict:
+    """A recipe's parallelism (and other model keys): those left out are
+    Megatron-Core's ModelParallelConfig defaults (1, none, off)."""
+    keys = dict(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                context_parallel_size=cp, virtual_pipeline_model_parallel_size=vp,
+                expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
+                sequence_parallel=sp, seq_length=seq, **model)
+    return {k: v for k, v in keys.items() if v is not None}
+
+
+def _hf(model_id: str) -> dict:
+    """The checkpoint's own tokenizer (HuggingFaceTokenizer, `COMMON`'s type)."""
+    return {"tokenizer_model": model_id}
+
+
+FULL_RECOMPUTE = dict(recompute_granularity="full", recompute_method="uniform",
+                      recompute_num_layers=1)
+NO_SHARD = {"data_parallel_sharding_strategy": "no_shard"}
+LONG_RUN = {"train_iters": 1168251, "global_batch_size": 512, "micro_batch_size": 1}
+
+
+def _llama(model: dict, seq: int, plan: dict, batch: int = 512, precision="bf16_mixed",
+           tp_overlap: bool = False) -> dict:
+    """A Llama 3 pretrain recipe (src/megatron/bridge/recipes/llama/h100/llama3.py):
+    the mock-data tokenizer, 1,168,251 iterations of micro-batch 1, no FSDP."""
+    return _recipe({**model, **plan, "seq_length": seq}, NULL_TOKENIZER,
+                   train={**LONG_RUN, "global_batch_size": batch}, dataset={"seq_length": seq},
+                   ddp=NO_SHARD, mixed_precision=precision,
+                   **({"comm_overlap": {"tp_comm_overlap": True}} if tp_overlap else {}))
+
+
+def _gpt_oss_recipe(model: dict, ep: int, precision: str = "bf16_mixed") -> dict:
+    """A GPT-OSS pretrain recipe (src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py)."""
+    return _recipe({**model, **_plan(tp=2, pp=4, ep=ep, etp=1, sp=True, seq=4096)},
+                   NULL_TOKENIZER, train={"train_iters": 1000000, "global_batch_size": 512,
+                                          "micro_batch_size": 1},
+                   dataset={"seq_length": 4096}, ddp=NO_SHARD, mixed_precision=precision)
+
+
+def _deepseek_v3(pp: int, ep: int, recompute: dict) -> dict:
+    """A DeepSeek-V3 pretrain recipe (src/megatron/bridge/recipes/deepseek/h100/
+    deepseek_v3.py): bf16 with gradients reduced in bf16, tp 2, sequence parallel."""
+    return _recipe({**DEEPSEEK_V3, **_plan(tp=2, pp=pp, ep=ep, etp=1, sp=True, seq=4096),
+                    **recompute}, NULL_TOKENIZER,
+                   train={"train_iters": 1_000_000, "global_batch_size": 4096,
+                          "micro_batch_size": 1},
+                   ddp={**NO_SHARD, "grad_reduce_in_fp32": False}, mixed_precision=BF16_REDUCED,
+                   comm_overlap={"tp_comm_overlap": False})
+
+
+# recipe function -> its ConfigContainer; the GPU count is the name's (`_(N)gpu_`).
+# Each restates the function of that name at COMMIT, in the file its builder names.
+RECIPES = {
+    # src/megatron/bridge/recipes/llama/h100/llama3.py
+    "llama3_8b_pretrain_2gpu_h100_bf16_config": _llama(LLAMA3_8B, 8192, _plan(cp=2)),
+    "llama3_8b_pretrain_2gpu_h100_fp8cs_config": _llama(
+        LLAMA3_8B, 8192, _plan(cp=2), batch=768, precision="bf16_with_fp8_current_scaling_mixed"),
+    "llama3_8b_pretrain_2gpu_h100_fp8mx_config": _llama(
+        LLAMA3_8B, 8192, _plan(cp=2), batch=768, precision="bf16_with_mxfp8_mixed"),
+    "llama3_8b_pretrain_16gpu_h100_bf16_16k_config": _llama(
+        LLAMA3_8B, 16384, _plan(tp=4, pp=2, cp=2, sp=True)),
+    "llama3_8b_pretrain_32gpu_h100_bf16_64k_config": _llama(
+        LLAMA3_8B, 65536, _plan(tp=4, pp=2, cp=4, sp=True)),
+    "llama3_8b_pretrain_64gpu_h100_bf16_128k_config": _llama(
+        LLAMA3_8B, 131072, _plan(tp=4, pp=2, cp=8, sp=True)),
+    "llama3_70b_pretrain_32gpu_h100_bf16_config": _llama(
+        LLAMA3_70B, 8192, _plan(tp=4, pp=4, vp=5, cp=2, sp=True), tp_overlap=True),
+    "llama3_70b_pretrain_32gpu_h100_bf16_16k_config": _llama(
+        LLAMA3_70B, 16384, _plan(tp=8, pp=2, cp=2, sp=True), tp_overlap=True),
+    "llama3_70b_pretrain_256gpu_h100_bf16_64k_config": _llama(
+        LLAMA3_70B, 65536, _plan(tp=8, pp=4, cp=8, sp=True), tp_overlap=True),
+    "llama31_405b_pretrain_256gpu_h100_bf16_config": _llama(
+        LLAMA31_405B, 131072, _plan(tp=8, pp=8, vp=2, cp=4, sp=True), tp_overlap=True),
+    # src/megatron/bridge/recipes/qwen/h100/qwen3.py (the 16-GPU 8B starts from the 4-GPU)
+    "qwen3_8b_pretrain_4gpu_h100_bf16_config": _recipe(
+        {**QWEN3_8B, **_plan(tp=4, seq=4096)}, _hf("Qwen/Qwen3-8B")),
+    "qwen3_8b_pretrain_16gpu_h100_bf16_config": _recipe(
+        {**QWEN3_8B, **_plan(seq=4096)}, _hf("Qwen/Qwen3-8B"),
+        train={"train_iters": 100, "global_batch_size": 1024, "micro_batch_size": 1},
+        ddp={"grad_reduce_in_fp32": False}, mixed_precision=BF16_REDUCED),
+    "qwen3_32b_pretrain_16gpu_h100_bf16_config": _recipe(
+        {**QWEN3_32B, **_plan(tp=8, pp=2, seq=4096), **FULL_RECOMPUTE}, _hf("Qwen/Qwen3-32B")),
+    # src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py (the 16-GPU 30B-A3B starts
+    # from the 8-GPU one)
+    "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config": _recipe(
+        {**QWEN3_30B_A3B, **_plan(tp=4, pp=2, ep=4, etp=1, sp=True, seq=4096),
+         **FULL_RECOMPUTE}, _hf("Qwen/Qwen3-30B-A3B")),
+    "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config": _recipe(
+        {**QWEN3_30B_A3B, **_plan(ep=16, etp=1, seq=4096)}, _hf("Qwen/Qwen3-30B-A3B"),
+        train={"train_iters": 100, "global_batch_size": 1024, "micro_batch_size": 1},
+        ddp={"grad_reduce_in_fp32": False}, mixed_precision=BF16_REDUCED,
+        comm_overlap={"tp_comm_overlap": True}),
+    "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config": _recipe(
+        {**QWEN3_235B_A22B, **_plan(tp=4, pp=16, cp=2, ep=8, etp=1, sp=True, seq=4096)},
+        _hf("Qwen/Qwen3-235B-A22B"), train={"micro_batch_size": 1}),
+    # src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py
+    "deepseek_v3_pretrain_1024gpu_h100_bf16_config": _deepseek_v3(16, 64, {}),
+    "deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config": _deepseek_v3(8, 32, FULL_RECOMPUTE),
+    # src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py
+    "gpt_oss_20b_pretrain_16gpu_h100_bf16_config": _gpt_oss_recipe(GPT_OSS_20B, 4),
+    "gpt_oss_20b_pretrain_16gpu_h100_fp8cs_config": _gpt_oss_recipe(
+        GPT_OSS_20B, 4, "bf16_with_fp8_current_scaling_mixed"),
+    "gpt_oss_120b_pretrain_64gpu_h100_bf16_config": _gpt_oss_recipe(GPT_OSS_120B, 16),
+}
+# the legacy names (src/megatron/bridge/recipes/{llama/llama3,qwen/qwen3,qwen/qwen3_moe,
+# deepseek/deepseek_v3,gpt_oss/gpt_oss}.py import the functions above under them)
+ALIASES = {
+    "llama3_8b_pretrain_config": "llama3_8b_pretrain_2gpu_h100_bf16_config",
+    "llama3_8b_low_precision_pretrain_config": "llama3_8b_pretrain_2gpu_h100_fp8cs_config",
+    "llama3_8b_16k_pretrain_config": "llama3_8b_pretrain_16gpu_h100_bf16_16k_config",
+    "llama3_8b_64k_pretrain_config": "llama3_8b_pretrain_32gpu_h100_bf16_64k_config",
+    "llama3_8b_128k_pretrain_config": "llama3_8b_pretrain_64gpu_h100_bf16_128k_config",
+    "llama3_70b_pretrain_config": "llama3_70b_pretrain_32gpu_h100_bf16_config",
+    "llama3_70b_16k_pretrain_config": "llama3_70b_pretrain_32gpu_h100_bf16_16k_config",
+    "llama3_70b_64k_pretrain_config": "llama3_70b_pretrain_256gpu_h100_bf16_64k_config",
+    "llama31_405b_pretrain_config": "llama31_405b_pretrain_256gpu_h100_bf16_config",
+    "qwen3_8b_pretrain_config": "qwen3_8b_pretrain_16gpu_h100_bf16_config",
+    "qwen3_32b_pretrain_config": "qwen3_32b_pretrain_16gpu_h100_bf16_config",
+    "qwen3_30b_a3b_pretrain_config": "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config",
+    "qwen3_235b_a22b_pretrain_config": "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config",
+    "deepseek_v3_pretrain_config": "deepseek_v3_pretrain_1024gpu_h100_bf16_config",
+    "gpt_oss_20b_pretrain_config": "gpt_oss_20b_pretrain_16gpu_h100_bf16_config",
+    "gpt_oss_20b_pretrain_fp8_current_scaling_config":
+        "gpt_oss_20b_pretrain_16gpu_h100_fp8cs_config",
+    "gpt_oss_120b_pretrain_config": "gpt_oss_120b_pretrain_64gpu_h100_bf16_config",
+}
+
+
+# ----------------------------------------------------------------- the words
+def megatron_bridge_words(words: list[str], *, gpus: int | None = None,
+                          system: dict | None = None) -> c.Imported:
+    """The scenario of a Megatron-Bridge run: the words after `codesign import
+    megatron-bridge` (the command's own flags taken out): a recipe function name
+    (or `--recipe NAME`), YAML override files (or `--config-file FILE`), Hydra-style
+    `key=value` words and run_recipe.py's convenience flags (`-tp 2`), applied over
+    the recipe in the order given."""
+    recipe, sources, launch = _parse(words)
+    name = ALIASES.get(recipe, recipe)
+    if name not in RECIPES:
+        raise ValueError(f"megatron-bridge: recipe {c.shown(recipe)} is not one codesign "
+                         f"restates (known: {', '.join([*RECIPES, *ALIASES])})")
+    where = " + ".join([recipe, *dict.fromkeys(w for w, _ in sources)])
+    tree = _copy(RECIPES[name])
+    for source, items in sources:
+        for key, value in items:
+            _set(tree, key, value, source)
+    count = int(re.search(r"_(\d+)gpu", name).group(1))
+    imported = _read(tree, where, name, count, gpus, system)
+    return dataclasses.replace(imported, ignored=imported.ignored + tuple(launch))
+
+
+def _parse(words: list[str]) -> tuple[str, list, list]:
+    """The recipe named, the override sources in order ((where, [(dotted key,
+    value)]) per YAML file, run_recipe.py flag or `key=value` word) and the
+    run_recipe.py flags that do not shape the run (listed as ignored)."""
+    recipe, sources, ignored = None, [], []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag, eq, value = word.partition("=")
+        takes = flag in ("--recipe", "--config-file", "--config_file", "--mode",
+                         *FLAG_KEYS, *LAUNCH_FLAGS)
+        if word.startswith("-") and not takes:
+            raise ValueError(f"megatron-bridge: {c.shown(word)} is not a flag codesign reads "
+                             "(--recipe, --config-file, --mode pretrain and run_recipe.py's "
+                             f"{', '.join(FLAG_KEYS)}; a ConfigContainer key is key=value)")
+        if takes and not eq:
+            if i + 1 >= len(words):
+                raise ValueError(f"megatron-bridge: {flag} needs a value")
+            value, i = words[i + 1], i + 1
+        i += 1
+        if flag == "--recipe" or (not takes and recipe is None and "=" not in word
+                                  and not word.startswith(("~", "+"))):
+            if recipe is not None:
+                raise ValueError(f"megatron-bridge: two recipes: {recipe} and {value or word}")
+            recipe = value if takes else word
+        elif flag == "--mode":
+            if value != "pretrain":
+                raise ValueError(f"megatron-bridge: --mode {c.shown(value)}: codesign "
+                                 "restates pretrain recipes only")
+        elif flag in LAUNCH_FLAGS:
+            ignored.append(flag)
+        elif flag in FLAG_KEYS:
+            sources.append(("the command line", [(FLAG_KEYS[flag], _value(value, flag))]))
+        elif takes or not ("=" in word or word.startswith(("~", "+"))):
+            sources.append((value if takes else word, _yaml_file(value if takes else word)))
+        else:
+            sources.append(("the command line", _word(word)))
+    if recipe is None:
+        raise ValueError("megatron-bridge: no recipe named (a recipe function, such as "
+                         "llama3_8b_pretrain_config)")
+    return recipe, sources, ignored
+
+
+def _yaml_file(path: str) -> list:
+    """The (dotted key, value) pairs of a YAML override file."""
+    try:
+        text = _files.read_text(path, "Megatron-Bridge override file")
+    except FileNotFoundError as e:  # a word that names no file: one line, as any value
+        raise ValueError(f"megatron-bridge: {e}") from None
+    tree = _files.parse_yaml(text, path)
+    if tree is None:
+        raise ValueError(f"{path} is empty: a Megatron-Bridge override file holds "
+                         "ConfigContainer keys (model:, train:, ...)")
+    if not isinstance(tree, dict):
+        raise ValueError(f"{path} must hold a YAML mapping of ConfigContainer keys, not "
+                         f"{type(tree).__name__}")
+    return _pairs(tree, "")
+
+
+def _pairs(tree: dict, prefix: str) -> list:
+    """A mapping's leaves as (dotted key, value); a mapping merges key by key."""
+    out = []
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out += _pairs(value, dotted + ".")
+        else:
+            out.append((dotted, value))
+    return out
+
+
+def _word(word: str) -> list:
+    """A Hydra override word: `key=value`, `+key=value` or `++key=value` (add or
+    force: the same here); `~key` deletes, which codesign does not do."""
+    key, _, text = word.partition("=")
+    if key.startswith("~"):
+        raise ValueError(f"megatron-bridge: {c.shown(word)} deletes a key; codesign "
+                         "imports over the recipe's keys (give key=value)")
+    key = key.lstrip("+")
+    value = _value(text, key)
+    return _pairs(value, key + ".") if isinstance(value, dict) and value else [(key, value)]
+
+
+def _value(text: str, key: str):
+    """A command-line value as Hydra reads one (YAML's scalars, lists and mappings)."""
+    return _files.parse_yaml(text, f"megatron-bridge: {key}={c.shown(text)}")
+
+
+def _copy(tree):
+    return {k: _copy(v) for k, v in tree.items()} if isinstance(tree, dict) else tree
+
+
+def _set(tree: dict, key: str, value, where: str) -> None:
+    """`key` (dotted) = `value` in the ConfigContainer `tree`; a section that is not
+    the ConfigContainer's, or a required section set to a non-mapping, is an error.
+    A mixed-precision recipe name under a key of its own is the recipe's fields."""
+    parts = key.split(".")
+    if parts[0] not in SECTIONS or "" in parts:
+        raise ValueError(f"{where}: {key}={c.shown(value)}: {parts[0]!r} is not a "
+                         f"ConfigContainer field ({', '.join(SECTIONS)})")
+    if len(parts) == 1 and parts[0] in REQUIRED:
+        raise ValueError(f"{where}: {key}={c.shown(value)} must be a mapping of its keys")
+    node = tree
+    for part in parts[:-1]:
+        child = node.get(part)
+        if part == "mixed_precision" and node is tree and isinstance(child, str):
+            child = _precision_fields(child, where)
+        if not isinstance(child, dict):
+            child = {}
+        node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _precision_fields(name: str, where: str) -> dict:
+    """The MixedPrecisionConfig fields codesign reads of a recipe by name."""
+    known = PRECISIONS.get(str(name).replace("-", "_"))
+    if known is None:
+        if str(name).replace("-", "_") in FP4:
+            raise ValueError(f"{where}: mixed_precision={c.shown(name)} trains in NVFP4, "
+                             "which codesign does not model (its recipes: fp32, fp16, bf16, fp8)")
+        raise ValueError(f"{where}: mixed_precision={c.shown(name)} is not a mixed-precision "
+                         f"recipe Megatron-Bridge defines ({', '.join(PRECISIONS)})")
+    width, fp8, reduce32 = known
+    return {width: True, "fp8": fp8, "grad_reduce_in_fp32": reduce32,
+            "fp8_recipe": "mxfp8" if "mxfp8" in name else None}
+
+
+# ----------------------------------------------------------------- reading
+class _Arguments:
+    """Megatron arguments built from ConfigContainer keys: `names` spells each flag
+    as its key (in messages and `# ignored`; a flag not given is `model.` and its
+    name, as NeMo's); a key is read when `megatron.read` asks for its flag, or is
+    `consumed` here."""
+
+    def __init__(self):
+        self.words: list[str] = []
+        # Bridge's attention kernel is model.attention_backend (None: Transformer Engine's)
+        self.names: dict = _Names({"--use-flash-attn": "model.attention_backend"})
+        self.consumed: set = set()
+
+    def give(self, flag: str, key: str, value) -> None:
+        """The flag `flag` from `key` (a switch when True and the flag is one;
+        None and False give nothing)."""
+        self.names[flag] = key
+        if value is not None and value is not False:
+            self.words.extend([flag] if value is True and flag in SWITCHES
+                              else [flag, str(value)])
+
+    def mark(self, *keys: str) -> None:
+        """Keys read without a flag of their own."""
+        self.consumed.update(keys)
+
+
+def _section(tree: dict, name: str) -> dict:
+    body = tree.get(name)
+    return body if isinstance(body, dict) else {}
+
+
+def _read(tree: dict, where: str, name: str, count: int, gpus: int | None,
+          system: dict | None) -> c.Imported:
+    """The scenario of the ConfigContainer `tree`, read as Megatron arguments;
+    `count` is the recipe's GPU count (its name's)."""
+    a, model = _Arguments(), _section(tree, "model")
+    for k, value in model.items():
+        if k in MODEL_OWN or k in PRECISION_OWNED or isinstance(value, dict):
+            continue
+        if isinstance(value, list):  # a list where a number goes is its text: refused
+            value = LISTS[k](value) if k in LISTS else str(value)
+        a.give(RENAMED.get(k, "--" + k.replace("_", "-")), f"model.{k}", value)
+    if model.get("num_query_groups") is not None:
+        a.give("--group-query-attention", "model.num_query_groups", True)
+        a.give("--num-query-groups", "model.num_query_groups", model["num_query_groups"])
+    a.give("--swiglu", "model.gated_linear_unit", bool(model.get("gated_linear_unit")))
+    a.give("--untie-embeddings-and-output-weights", "model.share_embeddings_and_output_weights",
+           model.get("share_embeddings_and_output_weights", True) is False)
+    train = _section(tree, "train")
+    for flag, key in (("--micro-batch-size", "micro_batch_size"),
+                      ("--global-batch-size", "global_batch_size"),
+                      ("--train-iters", "train_iters"), ("--train-samples", "train_samples")):
+        a.give(flag, f"train.{key}", train.get(key))
+    seq_note = _seq(tree, model, a)
+    mxfp8 = _precision(tree, where, a)
+    _sharding(tree, a)
+    vocab_note = _vocab(tree, model, where, a)
+    a.mark("model.softmax_type")
+    flags = Flags(a.words, where, a.names)
+    fits = gpus is None and _holds(model, count)
+    imported = read(flags, "megatron-bridge", gpus=count if fits else gpus, system=system,
+                    default=DEFAULT)
+    extra = [("training", "stack", "megatron")]  # Megatron-Core with Transformer Engine
+    if str(model.get("softmax_type")) == "learnable":  # a learnt sink logit per head
+        extra.append(("model", "attention_sinks", True))
+    done = imported.with_overrides(extra)
+    assumed = dict(done.assumed)
+    if fits:
+        assumed["system.gpus"] = f"system.gpus = {count}: the recipe's ({name}; --gpus N)"
+    elif gpus is None:
+        assumed["system.gpus"] = (
+            f"system.gpus = {done.tables['system']['gpus']}: the recipe's {count} GPUs "
+            f"({name}) do not hold its tp x pp x cp as overridden: the fewest that do, "
+            "tp x pp x cp x ep (--gpus N)")
+    if vocab_note:
+        assumed["model.vocab"] = f"model.vocab = {done.tables['model']['vocab']}: {vocab_note}"
+    if seq_note:
+        assumed["model.seq_len"] = seq_note
+    if mxfp8:
+        assumed["training.dtype"] = ('training.dtype = "fp8": MXFP8 (e4m3 blocks of 32 with '
+                                     "a shared scale) as codesign's fp8 recipe")
+    read_keys = {a.names[f] for f in flags.read if f in a.names} | a.consumed
+    ignored = tuple(k for k, _ in _pairs(tree, "") if k not in read_keys)
+    return c.Imported("megatron-bridge", where, done.tables, assumed, ignored)
+
+
+def _holds(model: dict, count: int) -> bool:
+    """Whether the recipe's `count` GPUs hold its tp x pp x cp (overrides may
+    change the plan past them)."""
+    sizes = [model.get(k) or 1 for k in ("tensor_model_parallel_size",
+                                         "pipeline_model_parallel_size", "context_parallel_size")]
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        return False  # read names the value it cannot read
+    return count % (sizes[0] * sizes[1] * sizes[2]) == 0
+
+
+def _seq(tree: dict, model: dict, a: _Arguments) -> str | None:
+    """The training sequence: dataset.seq_length (run_recipe.py sets the model's
+    from it, sync_model_dataset_sequence_length); a note when model.seq_length
+    differs."""
+    given, own = _section(tree, "dataset").get("seq_length"), model.get("seq_length")
+    a.give("--seq-length", "dataset.seq_length" if given is not None else "model.seq_length",
+           given if given is not None else own)
+    a.mark("model.seq_length", "dataset.seq_length")
+    if given is not None and own is not None and str(own) != str(given):
+        return (f"model.seq_len = {given}: dataset.seq_length (run_recipe.py sets "
+                f"model.seq_length {own} to it)")
+    return None
+
+
+def _precision(tree: dict, where: str, a: _Arguments) -> bool:
+    """The recipe (`mixed_precision`: a recipe's name or MixedPrecisionConfig
+    fields, which overwrite the model's and the DDP config's own; without one, the
+    model's and the DDP config's) as --bf16 / --fp16 / --fp8-format and the
+    gradient reduction's width; whether it is MXFP8 (fp8_recipe mxfp8)."""
+    given = tree.get("mixed_precision")
+    a.mark("ddp.grad_reduce_in_fp32")
+    if isinstance(given, str):
+        fields = _precision_fields(given, where)
+        name = lambda f: "mixed_precision"  # noqa: E731
+    elif isinstance(given, dict):
+        fields, name = given, lambda f: f"mixed_precision.{f}"  # noqa: E731
+    else:
+        fields = {**_section(tree, "model"),
+                  "grad_reduce_in_fp32": _section(tree, "ddp").get("grad_reduce_in_fp32", True)}
+        name = lambda f: "ddp.grad_reduce_in_fp32" if f == "grad_reduce_in_fp32" \
+            else f"model.{f}"  # noqa: E731
+    fp4 = fields.get("fp4")
+    if fp4 not in (None, False):
+        raise ValueError(f"{where}: {name('fp4')}={c.shown(fp4)}: codesign does not model "
+                         "NVFP4 (its recipes: fp32, fp16, bf16, fp8)")
+    a.mark(*(name(f) for f in PRECISION_FIELDS))
+    bf16 = c.flag(where, name("bf16"), fields.get("bf16", False))
+    fp16 = c.flag(where, name("fp16"), fields.get("fp16", False))
+    a.give("--bf16", name("bf16"), bf16)
+    a.give("--fp16", name("fp16"), fp16 and not bf16)
+    fp8 = fields.get("fp8")
+    a.give("--fp8-format", name("fp8"), None if fp8 in (None, False) else fp8)
+    reduce32 = c.flag(where, name("grad_reduce_in_fp32"), fields.get("grad_reduce_in_fp32", True))
+    a.give("--accumulate-allreduce-grads-in-fp32", name("grad_reduce_in_fp32"),
+           reduce32 and (bf16 or fp16))
+    a.give("--grad-reduce-in-bf16", name("grad_reduce_in_fp32"), bf16 and not reduce32)
+    a.mark(name("fp8_recipe"))
+    return fp8 not in (None, False) and fields.get("fp8_recipe") == "mxfp8"
+
+
+def _sharding(tree: dict, a: _Arguments) -> None:
+    """The data-parallel sharding (the distributed optimizer; Megatron FSDP, from
+    ddp or dist, with its strategy; torch FSDP2), the DDP bucket and the TP overlap."""
+    ddp, dist = _section(tree, "ddp"), _section(tree, "dist")
+    a.give("--use-distributed-optimizer", "ddp.use_distributed_optimizer",
+           bool(ddp.get("use_distributed_optimizer")))
+    fsdp = bool(ddp.get("use_megatron_fsdp")) or bool(dist.get("use_megatron_fsdp"))
+    a.mark("ddp.use_megatron_fsdp", "dist.use_megatron_fsdp",
+           "ddp.data_parallel_sharding_strategy")
+    a.give("--data-parallel-sharding-strategy", "ddp.data_parallel_sharding_strategy",
+           ddp.get("data_parallel_sharding_strategy", "no_shard") if fsdp else None)
+    a.give("--use-torch-fsdp2", "dist.use_torch_fsdp2", bool(dist.get("use_torch_fsdp2")))
+    a.give("--ddp-bucket-size", "ddp.bucket_size", ddp.get("bucket_size"))
+    a.give("--tp-comm-overlap", "comm_overlap.tp_comm_overlap",
+           bool(_section(tree, "comm_overlap").get("tp_comm_overlap")))
+
+
+def _vocab(tree: dict, model: dict, where: str, a: _Arguments) -> str | None:
+    """The vocabulary as Bridge's setup sizes it (_validate_and_set_vocab_size in
+    src/megatron/bridge/training/setup.py): the tokenizer's, padded
+    (use_tokenizer_vocab_size), else model.vocab_size as given. A NullTokenizer has
+    tokenizer.vocab_size + 1 tokens (its end of document); a Hugging Face tokenizer
+    codesign cannot count is taken as the checkpoint's vocab_size, said (the note
+    returned)."""
+    tok = _section(tree, "tokenizer")
+    a.give("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by",
+           model.get("make_vocab_size_divisible_by", c.VOCAB_MULTIPLE))
+    a.mark("tokenizer.tokenizer_type", "tokenizer.use_tokenizer_vocab_size", "model.vocab_size")
+    kind, own = str(tok.get("tokenizer_type")), model.get("vocab_size")
+    if not tok.get("use_tokenizer_vocab_size") and own is not None:
+        a.give("--padded-vocab-size", "model.vocab_size", own)  # as given: not padded
+        return None
+    if kind == "NullTokenizer":
+        size = c.whole(where, "tokenizer.vocab_size", tok.get("vocab_size"))
+        a.mark("tokenizer.vocab_size")
+        a.give("--vocab-size", f"the NullTokenizer's tokenizer.vocab_size {size} + its "
+               "end-of-document token =", size + 1)
+        return None
+    model_id = tok.get("tokenizer_model")
+    a.give("--tokenizer-model", "tokenizer.tokenizer_model", model_id)
+    if c.tokenizer_vocab(model_id) is not None or own is None:
+        return None
+    a.give("--vocab-size", "model.vocab_size", own)
+    return (f"tokenizer {model_id or kind}: Bridge takes the tokenizer's own length "
+            "(use_tokenizer_vocab_size), which codesign cannot count: the checkpoint's "
+            f"model.vocab_size {own}, padded to a multiple of "
+            f"{model.get('make_vocab_size_divisible_by', c.VOCAB_MULTIPLE)} x tp")
