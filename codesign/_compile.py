@@ -43,26 +43,54 @@ def options(batch: bool = False) -> dict | None:
     return dict(BATCH_COMPILER_OPTIONS if batch else CPU_COMPILER_OPTIONS)
 
 
-def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None):
+def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None,
+             prove: bool = True):
     """`jitted` lowered and compiled ahead of time for the structure, shapes and
     dtypes of `args` (once per process; `options(batch)`): (the executable,
     seconds spent tracing and compiling it, or reading it back, in this call).
 
     With `store` (a folder), the executable is also kept there and read back by
-    a later process (`stored_key`), which then neither traces nor compiles."""
-    leaves, tree = jax.tree.flatten(args)
-    key = (jitted, batch, tree, tuple(jax.typeof(x) for x in leaves))
+    a later process (`stored_key`), which then neither traces nor compiles; one
+    read back is run once on `args` to prove it whole unless `prove` is False
+    (`run`, whose own first run is the proof)."""
+    key = _key(jitted, args, batch)
     if key in _COMPILED:
         return _COMPILED[key], 0.0
     t0 = time.perf_counter()
     path = Path(store) / f"{stored_key(jitted, args, batch)}.exe" if store else None
-    exe = _load(path, args) if path is not None else None
+    exe = _load(path, args, prove) if path is not None else None
     if exe is None:
         exe = _compile(jitted, args, batch, xla_cache=path is None)
         if path is not None:
             _save(path, exe)
     _COMPILED[key] = exe
     return exe, time.perf_counter() - t0
+
+
+def run(jitted, *args, store: str | Path | None = None):
+    """`jitted(*args)` through `compiled`'s executable, waited for: (its output,
+    seconds spent tracing and compiling or reading back). An executable read
+    back from `store` that fails on its first run is compiled afresh and run
+    again (what `compiled`'s proof does, without running a long program twice)."""
+    exe, compile_s = compiled(jitted, *args, store=store, prove=False)
+    try:
+        return jax.block_until_ready(exe(*args)), compile_s
+    except Exception:  # noqa: BLE001
+        if store is None:
+            raise
+    t0 = time.perf_counter()
+    exe = _compile(jitted, args, False, xla_cache=False)
+    _COMPILED[_key(jitted, args, False)] = exe
+    _save(Path(store) / f"{stored_key(jitted, args)}.exe", exe)
+    compile_s += time.perf_counter() - t0
+    return jax.block_until_ready(exe(*args)), compile_s
+
+
+def _key(jitted, args, batch):
+    """This process's key of a compiled program: the function and the arguments'
+    structure, shapes and dtypes."""
+    leaves, tree = jax.tree.flatten(args)
+    return (jitted, batch, tree, tuple(jax.typeof(x) for x in leaves))
 
 
 # ------------------------------------------------------------------ stored executables
@@ -145,10 +173,11 @@ def _save(path: Path, exe) -> None:
         return
 
 
-def _load(path: Path, args):
+def _load(path: Path, args, prove: bool = True):
     """The executable stored at `path` for `args`, run once on them (a few
-    milliseconds) to prove it whole, or None (absent, unreadable, from another
-    build, or failing: compiled again)."""
+    milliseconds) to prove it whole unless `prove` is False (`run` proves it by
+    its own first run), or None (absent, unreadable, from another build, or
+    failing: compiled again)."""
     from jax.experimental import serialize_executable
 
     try:
@@ -157,7 +186,8 @@ def _load(path: Path, args):
         exe = serialize_executable.deserialize_and_load(
             blob, jax.tree.structure((args, {})), jax.tree.structure(example),
             execution_devices=[by_id[i] for i in devices])
-        jax.block_until_ready(exe(*args))
+        if prove:
+            jax.block_until_ready(exe(*args))
         return exe
     except Exception:  # noqa: BLE001
         return None

@@ -394,9 +394,9 @@ def test_elasticities_agree_with_central_finite_differences(elasticities, moved,
 def test_stepped_knobs_get_the_envelope_slope(elasticities, monkeypatch):
     """With ceil replaced by the identity (the envelope), central differences
     of the step time agree with the t = 0 elasticities of pp and interleave."""
-    from codesign import traffic
+    from codesign import stage
 
-    monkeypatch.setattr(traffic, "smooth_ceil", lambda x, t=0.0: x)
+    monkeypatch.setattr(stage, "smooth_ceil", lambda x, t=0.0: x)
     f = jax.jit(lambda v: jnp.log(step.step(*(lambda s: (s.model, s.plan, s.system))(
         sc.set_knobs(SCN, v))).step_time_s))
     for knob in STEPPED:
@@ -508,3 +508,25 @@ def test_gradient_method_compiles_once_per_problem(monkeypatch):
     monkeypatch.undo()  # the grid compiles its own evaluation
     grid = optimize.grid_search(p, POINTS, progress=False)
     assert first.value <= grid.value * 1.01  # within 1% of the grid optimum
+
+
+def test_a_stored_question_compiles_nothing_in_a_new_process(small, tmp_path, monkeypatch):
+    """`optimize(store=...)` keeps its executables keyed by the problem's structure:
+    a later process (this one with its own programs forgotten) asking the same
+    question with other bounds and limits reads them back and compiles nothing,
+    and answers as a process that compiled them."""
+    from codesign import _compile
+
+    monkeypatch.setattr(_compile, "_COMPILED", {})
+    first = optimize.optimize(small, starts=STARTS, steps=STEPS, store=tmp_path)
+    stored = sorted(tmp_path.glob("*.exe"))
+    assert first.profile["compile_s"] > 0 and len(stored) == 3
+
+    edited = optimize.problem(SCN, list(SMALL), {**SMALL, "parallel.tp": (1, 8)},
+                              "cost_to_train_usd", budget_w=1e6)
+    compiled_here = optimize.optimize(edited, starts=STARTS, steps=STEPS)
+    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(_compile, "_compile", lambda *a, **k: pytest.fail("compiled again"))
+    again = optimize.optimize(edited, starts=STARTS, steps=STEPS, store=tmp_path)
+    assert sorted(tmp_path.glob("*.exe")) == stored
+    assert again.best == compiled_here.best and again.value == compiled_here.value

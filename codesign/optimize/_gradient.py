@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from .. import scenario as sc
-from .._compile import compiled as _compiled
+from .._compile import run as _compiled_run
 from ._model import MU_END, Exact, _concat, _exact_batch, _structural_point, chunked, relaxed_loss
 from ._problem import Core, Problem, to_box, to_values
 from ._result import Result, _key, _knob_dict, _result, _top
@@ -33,18 +33,20 @@ RULE_CHUNK = 1 << 14  # points per check of the structural rules alone
 REPAIRS = 2  # a point that breaks a structural rule is replaced by its 2 nearest repairs
 MAX_DESCENT_STEPS = 2_000_000  # starts x steps: the paths' memory (x knobs x 8 bytes)
 class _Clock:
-    """Where the method's wall time goes (seconds): compiling, descending, exact evaluation."""
+    """Where the method's wall time goes (seconds): compiling, descending, exact
+    evaluation; the executables kept in `store` (a folder, or None) as well as
+    in this process."""
 
-    def __init__(self):
+    def __init__(self, store=None):
         self.s = {"compile_s": 0.0, "descent_s": 0.0, "exact_s": 0.0}
+        self.store = store
 
     def run(self, jitted, phase: str, *args):
         """jitted(*args) through its cached executable, timed."""
-        fn, compile_s = _compiled(jitted, *args)
-        self.s["compile_s"] += compile_s
         t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        self.s[phase] += time.perf_counter() - t0
+        out, compile_s = _compiled_run(jitted, *args, store=self.store)
+        self.s["compile_s"] += compile_s
+        self.s[phase] += time.perf_counter() - t0 - compile_s
         return out
 
 
@@ -288,7 +290,7 @@ def _polish(prob: Problem, clock: _Clock, pool: _Pool, count: int, starts: int, 
 
 def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0,
              width: int = 1, beam: int = 8, rounds: int = 8, polish: int = 8,
-             top: int = 0, include=None) -> Result:
+             top: int = 0, include=None, store=None) -> Result:
     """The gradient method (module docstring): relaxed multi-start descent,
     rounding to the admissible neighbourhood (`width` values either side),
     exact evaluation, lattice beam search (`beam` wide, at most `rounds`),
@@ -299,8 +301,12 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     they are): a robust search given the nominal optimum ends no worse than
     it. Two executables per problem's knobs, `starts` and `steps` (the
     descent, the exact evaluation), compiled on first use and reused by every
-    later call; `Result.profile` says where the wall time went (`compile_s`:
-    tracing and compiling, 0 when reused)."""
+    later call, and with `store` (a folder) kept there for a later process,
+    keyed by the problem's structure (the varied knobs and the scenario's
+    shape: bounds, objective and limits are arguments), so the same or an
+    edited question neither traces nor compiles; `Result.profile` says where
+    the wall time went (`compile_s`: tracing and compiling or reading back, 0
+    when reused)."""
     if not (starts >= 1 and steps >= 2 and starts * steps <= MAX_DESCENT_STEPS):
         raise ValueError(f"starts={starts} must be >= 1 and steps={steps} >= 2, with "
                          f"starts x steps at most {MAX_DESCENT_STEPS:,} (the descent keeps "
@@ -308,7 +314,7 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     if width < 1 or beam < 1:
         raise ValueError(f"width={width} and beam={beam} must be >= 1")
     start = time.perf_counter()
-    clock = _Clock()
+    clock = _Clock(store)
     rng = np.random.default_rng(seed)
     x0 = np.stack([rng.uniform(k.lo, k.hi, starts) if not k.log
                    else np.exp(rng.uniform(np.log(k.lo), np.log(k.hi), starts))
