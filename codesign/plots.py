@@ -207,27 +207,179 @@ def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: fl
     left.set_title(f"step time {total:.3g} s by part")
     left.set_xlim(0, max(times + [1e-12]) * 1.35)
     left.grid(True, axis="x", alpha=0.3)
-
-    bottom = 0.0
-    colors = matplotlib.colormaps["tab10"].colors
-    for i, (k, v) in enumerate(memory_bytes.items()):
-        gb = float(v) / 1e9
-        right.bar(["memory per GPU"], [gb], bottom=bottom, color=colors[i % len(colors)],
-                  label=f"{k} {gb:.3g} GB")
-        bottom += gb
-    capacity_gb = float(capacity_bytes) / 1e9
-    right.axhline(capacity_gb, color="k", ls="--", label=f"capacity {capacity_gb:.3g} GB")
-    right.set_ylabel("memory per GPU (GB = 1e9 bytes)")
-    right.set_ylim(0, max(bottom, capacity_gb) * 1.15)
-    fits = "fits" if bottom <= capacity_gb else "DOES NOT FIT"
-    right.set_title(f"memory {bottom:.3g} of {capacity_gb:.3g} GB ({fits})")
-    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    _memory_panel(right, memory_bytes, capacity_bytes)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
     return fig
+
+
+def _memory_panel(ax, memory_bytes: dict, capacity_bytes: float) -> None:
+    """One stacked bar of the memory per GPU by part (GB) against the HBM
+    capacity (a dashed line), titled with the total and whether it fits."""
+    bottom = 0.0
+    colors = matplotlib.colormaps["tab10"].colors
+    for i, (k, v) in enumerate(memory_bytes.items()):
+        gb = float(v) / 1e9
+        ax.bar(["memory per GPU"], [gb], bottom=bottom, color=colors[i % len(colors)],
+               label=f"{k} {gb:.3g} GB")
+        bottom += gb
+    capacity_gb = float(capacity_bytes) / 1e9
+    ax.axhline(capacity_gb, color="k", ls="--", label=f"capacity {capacity_gb:.3g} GB")
+    ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
+    ax.set_ylim(0, max(bottom, capacity_gb) * 1.15)
+    fits = "fits" if bottom <= capacity_gb else "DOES NOT FIT"
+    ax.set_title(f"memory {bottom:.3g} of {capacity_gb:.3g} GB ({fits})")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+
+
+def memory_per_gpu(memory_bytes: dict, capacity_bytes: float, *, title: str = "", path=None):
+    """The memory per GPU by part (one stacked bar, GB) against the HBM capacity
+    (a dashed line): the right panel of `estimate_breakdown` on its own."""
+    fig, ax = _pyplot().subplots(figsize=(5, 4.2))
+    _memory_panel(ax, memory_bytes, capacity_bytes)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def step_stack(breakdown_s: dict, *, interval_s=None, title: str = "", path=None):
+    """The step time as one horizontal bar stacked from its parts (`breakdown_s`:
+    a part's name -> seconds, in the order given; parts of zero time are left
+    out, each other's seconds and share in the legend), with the estimate's
+    interval `interval_s` = (lo, hi) as a bracket around the bar's end when given."""
+    fig, ax = _pyplot().subplots(figsize=(10, 2.9))
+    total = sum(float(v) for v in breakdown_s.values())
+    colors = matplotlib.colormaps["tab10"].colors
+    left = 0.0
+    for i, (k, v) in enumerate(breakdown_s.items()):
+        t = float(v)
+        if t <= 0:
+            continue
+        share = t / total if total > 0 else 0.0
+        ax.barh([0], [t], left=left, height=0.5, color=colors[i % len(colors)],
+                edgecolor="white", linewidth=0.5, label=f"{k} {t:.3g} s ({share:.1%})")
+        left += t
+    if interval_s is not None:
+        lo, hi = (float(v) for v in interval_s)
+        ax.errorbar([total], [0], xerr=[[total - lo], [hi - total]], fmt="none", ecolor="k",
+                    elinewidth=1.5, capsize=8, capthick=1.5, label=f"interval {lo:.3g}-{hi:.3g} s")
+    ax.set_yticks([])
+    ax.set_ylim(-0.6, 0.6)
+    ax.set_xlim(0, max([total] + ([] if interval_s is None else [float(interval_s[1])])) * 1.04)
+    ax.set_xlabel("time per step (s)")
+    ax.set_title(title or f"step time {total:.3g} s by part")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def elasticity_bars(elasticities: dict, *, output: str = "step time", title: str = "",
+                    path=None):
+    """Elasticities d log(output) / d log(knob) as horizontal bars, in the order
+    given (the first on top), red where raising the knob raises `output` (its
+    words, e.g. "step time"), blue where it lowers it; each bar labelled."""
+    names = list(elasticities)
+    values = [float(elasticities[k]) for k in names]
+    fig, ax = _pyplot().subplots(figsize=(8, 0.3 * len(names) + 1.4))
+    bars = ax.barh(names, values, color=["tab:red" if v > 0 else "tab:blue" for v in values])
+    for bar, v in zip(bars, values, strict=True):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:+.3g} ",
+                va="center", ha="left" if v >= 0 else "right", fontsize=7)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=7)
+    reach = max([abs(v) for v in values] + [1e-12]) * 1.3
+    ax.set_xlim(-reach, reach)
+    ax.set_xlabel(f"elasticity d log({output}) / d log(knob)")
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def validation_scatter(rows, *, band: float = 0.1, title: str = "", path=None):
+    """Predicted against published, log-log, one panel per chip family (`rows`:
+    `validate.run`'s dicts: family, measure, published, predicted, calibration):
+    a colour per measure, calibration rows hollow, the line y = x and a band of
+    +-`band` around it. Rows without a prediction (NaN: refused) are left out."""
+    import numpy as np
+
+    rows = [r for r in rows if np.isfinite(r["predicted"]) and r["predicted"] > 0]
+    families = sorted({r["family"] for r in rows})
+    measures = sorted({r["measure"] for r in rows})
+    colors = matplotlib.colormaps["tab10"].colors
+    color = {m: colors[i % len(colors)] for i, m in enumerate(measures)}
+    ncols = min(len(families), 3) or 1
+    nrows = -(-len(families) // ncols) or 1
+    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows + 0.8),
+                                   squeeze=False)
+    for ax in axes.flat[len(families):]:
+        ax.set_visible(False)
+    for ax, family in zip(axes.flat, families, strict=False):
+        mine = [r for r in rows if r["family"] == family]
+        values = [v for r in mine for v in (r["published"], r["predicted"])]
+        lo, hi = min(values) / 1.6, max(values) * 1.6
+        line = np.geomspace(lo, hi, 50)
+        ax.fill_between(line, line * (1 - band), line * (1 + band), color="#b9cde5",
+                        label=f"+-{band:.0%}")
+        ax.loglog(line, line, "k-", lw=0.8, label="y = x")
+        for r in mine:
+            c = color[r["measure"]]
+            ax.plot([r["published"]], [r["predicted"]], "o", ms=5, color=c,
+                    mfc="none" if r["calibration"] else c)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_title(f"{family}: {len(mine)} row{'' if len(mine) == 1 else 's'}", fontsize=10)
+        ax.set_xlabel("published (the measure's unit)", fontsize=8)
+        ax.set_ylabel("predicted", fontsize=8)
+        ax.tick_params(which="both", labelsize=7)
+        ax.grid(True, which="major", alpha=0.3)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker="o", color=color[m], label=m) for m in measures]
+    handles += [Line2D([], [], ls="", marker="o", mfc="none", color="0.3",
+                       label="calibration row (fits a constant)"),
+                Line2D([], [], color="k", lw=0.8, label="y = x"),
+                Line2D([], [], color="#b9cde5", lw=6, label=f"+-{band:.0%}")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, (0.19 * -(-len(handles) // 4) + 0.1) / fig.get_figheight(), 1, 1))
+    return _save(fig, path)
+
+
+def calibration_busbw(tiers: dict, *, title: str = "", path=None):
+    """nccl-tests' bus bandwidth against message size, one panel per tier:
+    `tiers` maps a tier to its runs, label -> (sizes_bytes, measured busbw,
+    fitted model's busbw, held_out) over the run's sizes (B/s; held_out bools).
+    Measured sizes are dots (held-out ones hollow), the fitted alpha-beta(-gamma)
+    model a line through its value at each size, one colour per run."""
+    import numpy as np
+
+    fig, axes = _pyplot().subplots(1, len(tiers), figsize=(6.5 * len(tiers), 4.5),
+                                   squeeze=False)
+    colors = matplotlib.colormaps["tab10"].colors
+    for ax, (tier, runs) in zip(axes.flat, tiers.items(), strict=True):
+        for i, (label, (sizes, measured, model, held_out)) in enumerate(runs.items()):
+            order = np.argsort(sizes)
+            sizes, measured, model, held = (np.asarray(a)[order] for a in
+                                            (sizes, measured, model, held_out))
+            c = colors[i % len(colors)]
+            ax.semilogx(sizes, model / 1e9, "-", lw=1.5, color=c, label=f"{label}: model")
+            ax.plot(sizes[~held], measured[~held] / 1e9, "o", ms=5, color=c)
+            ax.plot(sizes[held], measured[held] / 1e9, "o", ms=7, mfc="none", color=c)
+        ax.plot([], [], "o", ms=5, color="0.3", label="measured (fitted)")
+        ax.plot([], [], "o", ms=7, mfc="none", color="0.3", label="measured (held out)")
+        _finish(fig, ax, "message size (bytes)", "bus bandwidth (GB/s)", tier, fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def timeline(trace: dict, *, title: str = "", path=None, dpi: int = 150):

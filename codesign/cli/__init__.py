@@ -41,6 +41,8 @@ COMMANDS = {
     "roofline": ("estimate", "FLOP per byte achieved per tier against what the hardware needs"),
     "timeline": ("timeline", "the modelled step as a trace (Chrome JSON: Perfetto, "
                              "chrome://tracing)"),
+    "report": ("report", "one self-contained HTML page of a scenario: plan, estimate, "
+                         "breakdowns, timeline, roofline, sensitivities, error band"),
     "collective": ("collective", "cost of one collective: time, algbw, busbw, algorithm"),
     "presets": ("presets", "list hardware and model presets with their numbers and sources"),
     "reliability": ("reliability", "stragglers, failures, checkpoints and goodput of a scenario"),
@@ -241,12 +243,17 @@ def _interrupted(name: str, module=None, args=None) -> int:
 
 def _check_outputs(module, args) -> None:
     """What the command will write, checked before it works: `--plot` of every command
-    that has it (the path it writes, `_output.plot_path`), and the files and folders
-    a sub-module names in `OUTPUT_FILES` / `OUTPUT_DIRS` (argument -> flag)."""
+    that has it (the path it writes, `_output.plot_path`), `--report` (an HTML page:
+    `report.add_output_arguments`), and the files and folders a sub-module names in
+    `OUTPUT_FILES` / `OUTPUT_DIRS` (argument -> flag)."""
     from . import _output
 
     if getattr(args, "plot", None):
         args.plot = _output.plot_path(args.plot)
+    if getattr(args, "report", None):
+        _output.check_output_file(args.report, "--report")
+        if getattr(args, "plot", None) and Path(args.plot).resolve() == Path(args.report).resolve():
+            raise ValueError(f"--report {args.report!r} is --plot's file too; name two files")
     for dest, flag in getattr(module, "OUTPUT_FILES", {}).items():
         if getattr(args, dest, None):
             _output.check_output_file(getattr(args, dest), flag)

@@ -18,6 +18,7 @@ import sys
 from .._progress import Progress
 from ..units import parse_size_range
 from . import ENTRY, INFEASIBLE, _output, restart_command
+from .report import add_output_arguments, made_by, write
 
 DEFAULT_SIZES = "4KiB:4MiB"
 DEFAULT_DEVICES = 8
@@ -244,6 +245,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
                              "threshold (docs/execution.md), with a warning; else exit 3")
     parser.add_argument("--points", action="store_true",
                         help="print measured against predicted time for every size (kernel)")
+    add_output_arguments(parser, "bus bandwidth against message size per tier, measured and "
+                                 "fitted (calibrate FILE... only)")
     group = parser.add_argument_group("calibrate compute")
     group.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp32"),
                        help="the GEMMs' dtype (default bf16; attention is always bf16)")
@@ -268,6 +271,10 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     if args.files[0] == "compute":
         if len(args.files) > 1:
             raise ValueError(f"calibrate compute takes no files; got {args.files[1:]}")
+        for flag, value in (("--plot", args.plot), ("--report", args.report)):
+            if value:
+                raise ValueError(f"{flag} {value!r}: calibrate compute draws nothing; {flag} "
+                                 "draws the collectives' fit (calibrate FILE...)")
         if args.processes != 1:
             raise ValueError(f"processes={args.processes}: calibrate compute measures one device "
                              "per process; on a cluster run it under srun/mpirun (or with "
@@ -306,10 +313,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         print(json.dumps(result.as_json(), indent=2))
     else:
         print(calibrate.summary_table(result))
-        nth = {2: "second", 3: "third", 4: "fourth", 5: "fifth"}.get(
-            args.holdout_every, f"{args.holdout_every}th")
-        print("holdout: max (and median) relative error |model/measured - 1| over every "
-              f"{nth} size of each run, left out of the fit")
+        print(_holdout_line(args.holdout_every))
         if args.points:
             print(calibrate.predictions_table(result))
     if args.out:
@@ -317,7 +321,65 @@ def _run_calibrate(args: argparse.Namespace) -> int:
             f.write(calibrate.system_toml(result, preset=preset,
                                           measured_on=calibrate.devices_kind(measurements)))
         _output.wrote(args.out, args)
+    if args.plot or args.report:
+        write(args, _output.plots().calibration_busbw(
+            _busbw_runs(result), title="codesign calibrate: bus bandwidth, measured and fitted"),
+            lambda fig: _calibrate_page(args, result, fig))
     return 0
+
+
+def _holdout_line(every: int) -> str:
+    nth = {2: "second", 3: "third", 4: "fourth", 5: "fifth"}.get(every, f"{every}th")
+    return ("holdout: max (and median) relative error |model/measured - 1| over every "
+            f"{nth} size of each run, left out of the fit")
+
+
+def _busbw_runs(result) -> dict:
+    """The fit's sizes as `plots.calibration_busbw` draws them: tier -> run
+    ("all_reduce ring 8 ranks (file)") -> its predictions as `_busbw_run`."""
+    import os
+
+    runs: dict = {}
+    for p in result.predictions:
+        m = p.measurement
+        key = f"{m.op} {m.algorithm} {m.ranks} ranks ({os.path.basename(m.source)})"
+        runs.setdefault(m.tier, {}).setdefault(key, []).append(p)
+    return {tier: {key: _busbw_run(ps) for key, ps in by_run.items()}
+            for tier, by_run in runs.items()}
+
+
+def _busbw_run(predictions) -> tuple:
+    """(sizes, measured busbw, the fitted model's busbw, held out) of one run's
+    predictions: nccl-tests' bus bandwidth (`collectives.busbw_Bps`) of the
+    measured and of the fitted times."""
+    import numpy as np
+
+    from ..collectives import busbw_Bps
+
+    m = predictions[0].measurement
+    sizes = np.array([p.measurement.size_bytes for p in predictions])
+    busbw = lambda times: np.asarray(busbw_Bps(m.op, sizes, np.array(times), m.ranks))  # noqa: E731
+    return (sizes, busbw([p.measurement.time_s for p in predictions]),
+            busbw([p.predicted_s for p in predictions]),
+            np.array([p.held_out for p in predictions]))
+
+
+def _calibrate_page(args: argparse.Namespace, result, fig) -> str:
+    """calibrate's page: the bus bandwidth figure, the fit per tier and every size."""
+    import os
+
+    from .. import report
+    from ..execute import calibrate
+
+    return report.page("codesign calibrate", [
+        report.section("Bus bandwidth against message size", report.figure(
+            fig, "nccl-tests' bus bandwidth per run: measured (held-out sizes hollow) and the "
+                 "fitted alpha-beta model at each size (a line), one panel per tier")),
+        report.section("Fit per tier", report.text(calibrate.summary_table(result)),
+                       report.paragraph(_holdout_line(args.holdout_every))),
+        report.section("Every size", report.text(calibrate.predictions_table(result)))],
+        lines=(made_by("codesign calibrate " + " ".join(os.path.basename(f)
+                                                         for f in args.files)),))
 
 
 def _hidden_sizes(text: str) -> tuple[int, ...]:

@@ -7,16 +7,26 @@ import math
 import re
 import sys
 
-from .. import economics, hardware, memory, optimize, reliability, step
+import numpy as np
+
+from .. import economics, hardware, memory, optimize, reliability, report, step
 from .. import scenario as sc
 from .._words import words
 from ..units import day, format_bytes, format_quantity, format_seconds, parse_quantity, year
-from . import INFEASIBLE, _output, _system
+from . import INFEASIBLE, _output, _system, executable_store
 from ._text import describe_elasticity
+from .report import add_output_arguments, captured, made_by, scenario_words, write
 
 # the library's names of what to change -> this command's flags (cli.in_flags)
 FLAGS = {"bounds": "--bounds", "grid_points": "--grid-points", "vary": "--vary",
          "training.tokens": "--set training.tokens=...", "uncertainty": "--uncertainty"}
+# --plot and --report: the heatmap's axes; a grid of at most REPORT_GRID_POINTS points
+# keeps every feasible point's objective for it (`grid_search(keep=...)`: such a grid is
+# evaluated on the host anyway; a larger one streams and holds only its best designs);
+# the gradient method holds up to REPORT_DESIGNS of the designs it evaluated exactly
+HEATMAP_KNOBS = ("parallel.tp", "parallel.pp")
+REPORT_GRID_POINTS = 1 << 16
+REPORT_DESIGNS = 4096
 
 
 def add_arguments(parser, name):
@@ -35,6 +45,7 @@ def add_arguments(parser, name):
                             choices=optimize.SENSITIVITY_OUTPUTS,
                             help="the output to differentiate (default step_time_s; "
                             "time_to_train_s brings in the failure rates)")
+        add_output_arguments(parser, "the elasticities shown as a bar chart")
         return
     parser.add_argument("--vary", action="append", default=[], metavar="KNOB[,KNOB...]",
                         required=True, help="scenario keys to vary, e.g. parallel.tp,"
@@ -71,6 +82,8 @@ def add_arguments(parser, name):
     parser.add_argument("--top", type=int, default=0, metavar="N",
                         help="also the N best distinct feasible designs (grid: of the grid; "
                              "gradient: of the points it evaluated exactly)")
+    add_output_arguments(parser, "the best objective over tp x pp as a heatmap (grid: of "
+                         "its every feasible point; else of the designs the search holds)")
     robust = parser.add_argument_group(
         "robust co-design", "optimise the mean (or --quantile) of the objective over samples "
         "of the uncertain constants; any of these flags implies --robust")
@@ -301,38 +314,76 @@ def _sensitivity(args) -> int:
                          "(add --set training.tokens=...)")
     if args.top < 0:
         raise ValueError(f"--top={args.top} must be at least 0")
-    el = optimize.elasticities(scn, (args.output,), args.knob or None)[args.output]
-    # largest first; equal to 9 digits (hbm_Bps and hbm_efficiency enter as a product,
-    # their last bits depend on XLA's options) by name, so the order is the same everywhere
-    order = sorted(el, key=lambda k: (-float(f"{abs(el[k]):.9g}"), k))
+    el, order = ranked_elasticities(scn, args.output, args.knob or None)
     values = {k: float(sc.get_knob(scn, k)) for k in order}
-    if args.json:
-        print(json.dumps({**_output.echo(scn, labels, args.system), "output": args.output,
-                          "elasticities": {k: el[k] for k in order}, "values": values,
-                          "collectives": optimize.slack(scn)}, indent=1))
-        return 0
     shown = order if args.all else [k for k in order if el[k] != 0]
     omitted = len(order) - len(shown)
     shown = shown[: args.top] if args.top > 0 else shown
-    if args.csv:
+    rows = optimize.slack(scn) if args.json or not args.csv or args.report else []
+    if args.json:
+        print(json.dumps({**_output.echo(scn, labels, args.system), "output": args.output,
+                          "elasticities": {k: el[k] for k in order}, "values": values,
+                          "collectives": rows}, indent=1))
+    elif args.csv:
         _output.write_csv([{"knob": k, "elasticity": el[k], "value": values[k]} for k in shown])
-        return 0
-    print(_system.line(_system.info(scn.system, labels.system, args.system)))
-    output_words = words(args.output)
-    print(f"{labels.scenario}: elasticity d log({output_words}) / d log(knob) at the scenario "
-          "point, largest first")
+    else:
+        print(_system.line(_system.info(scn.system, labels.system, args.system)))
+        print(f"{labels.scenario}: elasticity d log({words(args.output)}) / d log(knob) at the "
+              "scenario point, largest first")
+        _print_elasticities(el, shown, values, args.output)
+        if omitted:
+            print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
+        _print_slack(rows)
+    if args.plot or args.report:
+        system = _system.line(_system.info(scn.system, labels.system, args.system))
+        write(args, elasticity_figure(_output.plots(), labels, args.output, el, shown),
+              lambda fig: report.page(
+                  f"codesign sensitivity: {labels.scenario}",
+                  [sensitivity_section(fig, scn, labels, args.output, el, shown),
+                   report.section("Collectives", report.text(captured(_print_slack, rows)))],
+                  lines=(made_by(f"codesign sensitivity {scenario_words(args)}"), system)))
+    return 0
+
+
+def ranked_elasticities(scn, output: str, knobs=None) -> tuple[dict, list]:
+    """(`optimize.elasticities` of `output` to `knobs` (None: every knob), the
+    knobs largest first): equal to 9 digits (hbm_Bps and hbm_efficiency enter
+    as a product, their last bits depend on XLA's options) by name, so the
+    order is the same everywhere."""
+    el = optimize.elasticities(scn, (output,), knobs)[output]
+    return el, sorted(el, key=lambda k: (-float(f"{abs(el[k]):.9g}"), k))
+
+
+def _print_elasticities(el: dict, shown: list, values: dict, output: str) -> None:
     for k in shown:
         print(f"  {k:<36} {el[k]:+9.4f}   "
-              f"{describe_elasticity(k, el[k], output_words, value=values[k])}")
-    if omitted:
-        print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
-    rows = optimize.slack(scn)
+              f"{describe_elasticity(k, el[k], words(output), value=values[k])}")
+
+
+def _print_slack(rows: list) -> None:
     if rows:
         print("collectives: exposed or hidden under compute now, and the bandwidth of their "
               "tier at which that changes (the others held)")
         for r in rows:
             print(f"  {_slack_line(r)}")
-    return 0
+
+
+def elasticity_figure(plots, labels, output: str, el: dict, shown: list):
+    """The elasticities of `shown` knobs as a bar chart (`plots.elasticity_bars`)."""
+    return plots.elasticity_bars({k: el[k] for k in shown}, output=words(output),
+                                 title=f"{labels.scenario}: elasticity of {words(output)} at "
+                                       "the scenario point, largest first")
+
+
+def sensitivity_section(fig, scn, labels, output: str, el: dict, shown: list):
+    """The page's section of the elasticities: the bar chart `fig` and, per knob,
+    its elasticity, its value and what it means, as `codesign sensitivity` prints."""
+    values = {k: float(sc.get_knob(scn, k)) for k in shown}
+    return report.section(
+        "Sensitivities",
+        report.figure(fig, f"elasticity d log({words(output)}) / d log(knob) at the scenario "
+                           "point (codesign sensitivity); knobs of elasticity zero left out"),
+        report.text(captured(_print_elasticities, el, shown, values, output)))
 
 
 def _slack_line(r: dict) -> str:
@@ -395,12 +446,15 @@ def run(args, name) -> int:
                                  system=args.system)
     here = {k: optimize.scenario_choice(scn, k) if k in categorical
             else float(sc.get_knob(scn, k)) for k in dict.fromkeys(keys)}
+    drawn = bool(args.plot or args.report)
     if args.method == "grid":
         options = {"grid_points": args.grid_points, "top": max(args.top, optimize.GRID_TOP)}
     else:
         options = {"starts": args.starts, "steps": args.steps, "seed": args.seed,
-                   "top": args.top}
+                   "top": max(args.top, REPORT_DESIGNS) if drawn else args.top,
+                   "store": executable_store()}
     rob = cmp = None
+    every = ()  # the knobs of a grid that keeps every feasible point (`_points`)
     if categorical:
         if _is_robust(args):
             raise ValueError(f"--robust takes no categorical knob ({categorical[0]}): "
@@ -421,10 +475,18 @@ def run(args, name) -> int:
         nominal = _checked(load, nominal, args.set)
     else:
         prob = _problem(args, scn, keys)
+        if drawn and args.method == "grid" and \
+                optimize.grid_size(prob, args.grid_points) <= REPORT_GRID_POINTS:
+            every = prob.names
+        keep = (optimize.OBJECTIVES[args.objective][0],) if every else ()
         r = (optimize.optimize(prob, **options) if args.method == "gradient" else
-             optimize.grid_search(prob, progress=not args.no_progress, **options))
+             optimize.grid_search(prob, progress=not args.no_progress, keep=keep, **options))
+    points = _points(r, every if "grid" in r.metrics else ())
+    r = r._replace(metrics={k: v for k, v in r.metrics.items() if k != "grid"})
     if args.method == "grid":
         r = r._replace(top=r.top[: args.top] if args.top else r.top)
+    elif drawn:
+        r = r._replace(top=(r.top or [])[: args.top] if args.top else None)
     r = _checked(load, r, args.set)
     if args.json:
         extra = {} if rob is None else {"robust": {
@@ -434,16 +496,90 @@ def run(args, name) -> int:
     elif args.csv:
         _output.write_csv(_top_rows(r))
     else:
-        print(_system.line(_system.info(scn.system, labels.system, args.system)))
-        if rob is not None:
-            _print_uncertainty(rob.uncertainty)
-        _print_result(None if rob is None else rob.uncertainty, r, here, args.path)
-        if args.top:
-            _print_top(r, args.top)
-        if rob is not None:
-            _print_comparison(rob, cmp)
+        _print_text(args, scn, labels, r, here, rob, cmp)
     if not r.feasible:
+        if drawn:
+            print(f"codesign {name}: nothing feasible to draw: --plot and --report not written",
+                  file=sys.stderr)
         print(f"codesign {name}: no feasible design within the bounds and limits "
               "(exit code 3)", file=sys.stderr)
         return INFEASIBLE
+    if drawn:
+        heatmap, title = _heatmap(scn, labels, r, points)
+        write(args, heatmap, lambda fig: report.page(
+            f"codesign optimize: {labels.scenario}",
+            [report.section("Result", report.text(captured(
+                _print_text, args, scn, labels, r, here, rob, cmp))),
+             report.section("Best objective over tp x pp", report.figure(fig, title)),
+             report.section("Designs", _designs_table(r, points["designs"]))],
+            lines=(made_by(f"codesign optimize {scenario_words(args)} --method {args.method}"),)))
     return 0
+
+
+def _print_text(args, scn, labels, r: optimize.Result, here: dict, rob, cmp) -> None:
+    """What the command prints without --json or --csv."""
+    print(_system.line(_system.info(scn.system, labels.system, args.system)))
+    if rob is not None:
+        _print_uncertainty(rob.uncertainty)
+    _print_result(None if rob is None else rob.uncertainty, r, here, args.path)
+    if args.top:
+        _print_top(r, args.top)
+    if rob is not None:
+        _print_comparison(rob, cmp)
+
+
+def _points(r: optimize.Result, names) -> dict:
+    """The designs the heatmap shows, [{knob: value, "objective": value}], and
+    what they are: with `names` (the problem's knobs), every feasible point of
+    the grid (`grid_search`'s keep: `r.metrics["grid"]`); else the best
+    distinct feasible designs the result holds (`Result.top`), which also
+    make the page's table ("designs")."""
+    held = [{**t["knobs"], "objective": t["objective"]} for t in r.top or []]
+    if not names:
+        return {"points": held, "designs": held,
+                "what": f"the {len(held):,} best distinct feasible designs the "
+                        f"{r.method} search evaluated exactly"}
+    kept = r.metrics["grid"]
+    every = [{**dict(zip(names, x, strict=True)), "objective": v}
+             for x, v in zip(kept["knobs"], kept[optimize.OBJECTIVES[r.objective][0]],
+                             strict=True)]
+    return {"points": every, "designs": held,
+            "what": f"each of the grid's {len(every):,} feasible points "
+                    f"(of {r.grid_size:,})"}
+
+
+def _best_cells(points: list, here: dict, goal: str, value: str) -> dict:
+    """The best objective (`goal` min or max) per (tp, pp) cell of `points`, a
+    knob a point does not vary at the scenario's value `here`: a table for
+    `plots.sweep_heatmap` (`value`: the objective's metric, which names the colour bar)."""
+    best: dict = {}
+    for p in points:
+        cell = tuple(float(p.get(k, here[k])) for k in HEATMAP_KNOBS)
+        v = float(p["objective"])
+        if math.isfinite(v) and (cell not in best or (v < best[cell] if goal == "min"
+                                                      else v > best[cell])):
+            best[cell] = v
+    cells = sorted(best)
+    return {HEATMAP_KNOBS[0]: np.array([c[0] for c in cells]),
+            HEATMAP_KNOBS[1]: np.array([c[1] for c in cells]),
+            value: np.array([best[c] for c in cells])}
+
+
+def _heatmap(scn, labels, r: optimize.Result, points: dict):
+    """(the tp x pp heatmap of the best objective over `points`, its caption)."""
+    here = {k: float(sc.get_knob(scn, k)) for k in HEATMAP_KNOBS}
+    value = optimize.OBJECTIVES[r.objective][0]
+    table = _best_cells(points["points"], here, r.goal, value)
+    title = f"{labels.scenario}: the best {words(value)} ({r.goal}) per tp x pp"
+    return (_output.plots().sweep_heatmap(table, x=HEATMAP_KNOBS[0], y=HEATMAP_KNOBS[1],
+                                          value=value, title=title),
+            f"{title}, over {points['what']}; an empty cell holds none of them")
+
+
+def _designs_table(r: optimize.Result, designs: list, n: int = 50) -> str:
+    """The page's table of the best `n` designs the result holds, best first."""
+    rows = [{"rank": i + 1, "objective": d["objective"],
+             **{k: _shown(k, v) for k, v in d.items() if k != "objective"}}
+            for i, d in enumerate(designs[:n])]
+    return report.table(rows, caption=f"the best {len(rows)} distinct feasible designs "
+                                      f"({r.objective}, {r.goal}) the search holds")

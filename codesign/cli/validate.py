@@ -17,8 +17,9 @@ import json
 import math
 import sys
 
-from .. import validate
+from .. import report, validate
 from . import _output
+from .report import add_output_arguments, made_by, write
 
 
 def add_arguments(parser, name) -> None:
@@ -29,6 +30,7 @@ def add_arguments(parser, name) -> None:
                         help="cross-validate: predict each source set with the constants it "
                         "helped fit refitted without it, and summarise those errors beside "
                         "the in-sample ones (rows gain cross_error and cross_note)")
+    add_output_arguments(parser, "predicted against published per chip family (log-log)")
     # the maintainer's: rewrite codesign/uncertainty.json (estimate's intervals)
     parser.add_argument("--write-uncertainty", action="store_true", help=argparse.SUPPRESS)
 
@@ -100,4 +102,55 @@ def run(args, name) -> int:
         _table(rows)
         if args.cross:
             _cross(rows, notes)
+    if args.plot or args.report:
+        write(args, _output.plots().validation_scatter(
+            rows, band=BAND, title="codesign validate: the model beside every published "
+                                  "figure"),
+            lambda fig: _page(rows, fig, args.cross))
     return 0
+
+
+BAND = 0.1  # the scatter's band around y = x (+-10%)
+
+
+def _flags(r: dict) -> str:
+    """A row's marks, as the table prints them."""
+    return ", ".join(f for f, on in (("calibration", r["calibration"]),
+                                     ("does not fit", not r["fits_memory"]),
+                                     ("REFUSED", bool(r["refused"]))) if on)
+
+
+def _stats_rows(groups: dict) -> list[dict]:
+    return [{"group": k, "predictions": v["predictions"],
+             "median": _share(v["median_abs_error"], 0).strip(),
+             "max": _share(v["max_abs_error"], 0).strip()} for k, v in groups.items()]
+
+
+def _signed(x: float) -> str:
+    """An error as the table prints it (+3.2%), n/a where there is none (a refused row)."""
+    return f"{x:+.1%}" if math.isfinite(x) else "n/a"
+
+
+def _page(rows, fig, cross: bool) -> str:
+    """validate's page: the scatter `fig`, the statistics per chip family and
+    measure (`validate.summary`), and every row."""
+    s = validate.summary(rows)
+    stats = {"group": "", "predictions": "predictions", "median": "median |error|",
+             "max": "max |error|"}
+    columns = {"name": "check", "measure": "measure", "family": "family",
+               "published": "published", "predicted": "predicted", "error": "error",
+               **({"cross_error": "cross-validated error"} if cross else {}), "flags": ""}
+    shown = [{**r, "error": _signed(r["error"]), "flags": _flags(r),
+              **({"cross_error": _signed(r["cross_error"])} if cross else {})} for r in rows]
+    return report.page("codesign validate", [
+        report.section("Predicted against published", report.figure(
+            fig, f"one panel per chip family, a colour per measure; the line y = x and a band "
+                 f"of +-{BAND:.0%}; calibration rows (each fits a constant) hollow")),
+        report.section("By chip family", report.table(
+            _stats_rows({"all": s, **s["by_family"]}), stats)),
+        report.section("By measure", report.table(_stats_rows(s["by_measure"]), stats)),
+        report.section("Rows", report.paragraph(
+            f"{len(rows)} rows: {s['calibration']} calibration, {s['refused']} refused, "
+            f"{s['not_fitting']} plans that do not fit memory; sources, notes and reasons: "
+            "codesign validate --json"), report.table(shown, columns))],
+        lines=(made_by("codesign validate" + (" --cross" if cross else "")),))

@@ -1,0 +1,195 @@
+"""`codesign report`: one self-contained HTML page of a scenario (its plan, the
+estimate, the step and memory breakdowns, the timeline, the roofline, the
+sensitivities and the error band), and what `--report FILE.html` and
+`--plot FILE.png` of optimize, sensitivity, validate and calibrate share
+(`add_output_arguments`, `write`). Every number comes from the functions the
+commands use (`estimate`, `timeline`, `roofline`, `sensitivity`); the page is
+`codesign.report`'s (docs/report.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+from .. import __version__, report, timeline
+from ..scenario import flatten
+from ..units import format_bytes
+from . import _output, _system
+from .estimate import (
+    MEMORY_PARTS,
+    _interval_source,
+    _print_estimate,
+    _print_traffic,
+    _roofline_rows,
+    estimate_json,
+    evaluate,
+    intervals_json,
+)
+
+OUTPUT_FILES = {"out": "--out"}  # checked before the command runs (cli._run)
+PLOT_DPI = 150  # --plot's PNG, as the other commands' figures
+
+
+def add_arguments(parser, name):
+    _system.add_scenario_arguments(parser)
+    parser.add_argument("--out", required=True, metavar="FILE.html",
+                        help="the page to write: one file that opens offline in any browser")
+
+
+def add_output_arguments(parser, figure: str) -> None:
+    """`--report FILE.html` and `--plot FILE.png` (the command's main figure,
+    `figure` in words) of a command; both paths are checked before it runs
+    (`cli._check_outputs`)."""
+    parser.add_argument("--report", metavar="FILE.html",
+                        help="also write one self-contained HTML page of the result with its "
+                             "figures (opens offline; docs/report.md)")
+    parser.add_argument("--plot", metavar="FILE.png", help=f"also draw {figure}")
+
+
+def captured(print_, *args) -> str:
+    """What `print_(*args)` prints (a command's text output, for its page)."""
+    stream = io.StringIO()
+    with contextlib.redirect_stdout(stream):
+        print_(*args)
+    return stream.getvalue()
+
+
+def made_by(command: str) -> str:
+    """The page's line saying what made it."""
+    return f"made by codesign {__version__}: {command}"
+
+
+def scenario_words(args) -> str:
+    """The scenario of a command line as it was given: `default --set parallel.tp=4`."""
+    return " ".join([args.scenario or "default", *(f"--set {o}" for o in args.set),
+                     *([f"--system {args.system}"] if args.system else [])])
+
+
+def write(args, fig, page) -> None:
+    """The command's main figure `fig` to --plot and the page `page(fig)` (an
+    HTML string embedding it, `report.figure`, which closes it) to --report,
+    as asked; each file named once written (`_output.wrote`)."""
+    if args.plot:
+        fig.savefig(args.plot, dpi=PLOT_DPI, bbox_inches="tight")
+    if args.report:
+        text = page(fig)
+        with open(args.report, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    for path in (args.plot, args.report):
+        if path:
+            _output.wrote(path, args)
+
+
+def plan_tables(plan_json: dict, n: int = 3) -> str:
+    """The resolved plan (the plan of `--json`'s echo, nested keys dotted) as
+    (key, value) tables, `n` side by side."""
+    rows = [{"key": k, "value": ", ".join(v) if isinstance(v, list) else v}
+            for k, v in flatten(plan_json).items()]
+    per = -(-len(rows) // n)
+    return report.columns(*(report.table(rows[i:i + per], {"key": "plan key", "value": "value"})
+                            for i in range(0, len(rows), per)))
+
+
+def _title(scn, labels) -> str:
+    return (f"{labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
+            f"{labels.system.chip}")
+
+
+def _interval_line(out: dict) -> str:
+    """The error band as `codesign estimate` words it."""
+    if "step_time_s_interval" not in out:
+        return f"no interval: {out['interval']['none']}"
+    lo, hi = out["step_time_s_interval"]
+    return (f"{out['interval']['coverage']:.0%} interval of the step time {lo:.3f}-{hi:.3f} s "
+            f"(estimate {out['step_time_s']:.3f} s), from {_interval_source(out['interval'])}")
+
+
+def _step_section(plots, out: dict, title: str):
+    step = out["step_time_s"]
+    rows = [{"part": k, "seconds": v, "share": f"{v / step if step else 0.0:.1%}"}
+            for k, v in out["breakdown_s"].items()]
+    rows.append({"part": "step time", "seconds": step, "share": "100.0%"})
+    interval = out.get("step_time_s_interval")
+    fig = plots.step_stack(out["breakdown_s"], interval_s=interval, title=f"{title}: step time "
+                           f"{step:.3f} s by part")
+    return report.section(
+        "Step time", report.figure(fig, "the step's parts, stacked; the bracket is the "
+                                        "error band" if interval else "the step's parts, stacked"),
+        report.table(rows, {"part": "part", "seconds": "seconds per step", "share": "share"}))
+
+
+def _memory_section(plots, out: dict, title: str):
+    memory = {k: out[f"memory_{k}_bytes"] for k in MEMORY_PARTS}
+    rows = [{"part": k, "bytes": format_bytes(v)} for k, v in memory.items()]
+    rows += [{"part": "total", "bytes": format_bytes(out["memory_bytes_per_gpu"])},
+             {"part": "HBM capacity", "bytes": format_bytes(out["memory_capacity_bytes"])}]
+    fig = plots.memory_per_gpu(memory, out["memory_capacity_bytes"], title=title)
+    return report.section("Memory per GPU", report.columns(
+        report.figure(fig, "memory per GPU by part against the HBM capacity (GB = 1e9 bytes)"),
+        report.table(rows, {"part": "part", "bytes": "per GPU"})),
+        report.paragraph(f"memory {format_bytes(out['memory_bytes_per_gpu'])} of "
+                         f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
+                         f"({'fits' if out['fits_memory'] else 'DOES NOT FIT'})"))
+
+
+def _roofline_section(plots, scn, labels, est):
+    rows = _roofline_rows(scn, est)
+    fig = plots.roofline(rows, title=f"{labels.scenario}: network roofline")
+    shown = [{"dimension": r["dimension"], "tier": r["tier"],
+              "bytes": format_bytes(r["wire_bytes_per_gpu"]),
+              "flop_per_byte": r["flop_per_byte"], "needed": r["needed_flop_per_byte"],
+              "bound": "compute" if r["compute_bound"] else "NETWORK"} for r in rows]
+    return report.section("Roofline", report.columns(
+        report.figure(fig, "FLOP per byte on the wire per parallel dimension, against what "
+                           "each tier needs to keep the GPUs busy (codesign roofline)"),
+        report.table(shown, {"dimension": "dim", "tier": "tier", "bytes": "bytes/GPU/step",
+                             "flop_per_byte": "FLOP/byte", "needed": "needed",
+                             "bound": "bound"})))
+
+
+def _timeline_section(plots, scn, labels, est):
+    trace = timeline.trace(est.step, scn.plan)
+    fig = plots.timeline(trace, title=f"{_title(scn, labels)}, one step")
+    return report.section("Timeline", report.figure(
+        fig, "the modelled step as codesign timeline writes it (one row per pipeline stage and "
+             "track; hidden communication hatched, the bubble grey)"))
+
+
+def run(args, name) -> int:
+    from .optimize import elasticity_figure, ranked_elasticities, sensitivity_section
+
+    scn, labels, est = evaluate(args)
+    out = estimate_json(est)
+    out = {**out, **intervals_json(labels, out), **_output.echo(scn, labels, args.system)}
+    plots = _output.plots()
+    title = _title(scn, labels)
+    el, order = ranked_elasticities(scn, "step_time_s")
+    shown = [k for k in order if el[k] != 0]  # as `codesign sensitivity` shows them
+    sections = [
+        report.section("Scenario and plan",
+                       report.paragraph(_system.line(out["system"])),
+                       plan_tables(out["plan"])),
+        _step_section(plots, out, labels.scenario),
+        report.section("Error band", report.paragraph(_interval_line(out))),
+        report.section("Estimate", report.paragraph("as codesign estimate prints it"),
+                       report.text(captured(_print_estimate, scn, labels, out) + "\n"
+                                   + captured(_print_traffic, out["traffic"]))),
+        _memory_section(plots, out, title),
+        _timeline_section(plots, scn, labels, est),
+        _roofline_section(plots, scn, labels, est),
+        sensitivity_section(elasticity_figure(plots, labels, "step_time_s", el, shown), scn,
+                            labels, "step_time_s", el, shown),
+    ]
+    text = report.page(f"codesign report: {title}", sections,
+                       lines=(made_by(f"codesign report {scenario_words(args)}"),))
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"{labels.scenario}: step {out['step_time_s']:.3f} s, "
+          f"{report.figures_in(text)} figures, {len(text) / 1024:,.0f} KiB")
+    _output.wrote(args.out, args)
+    return 0
