@@ -94,6 +94,7 @@ from ._categorical import parse_choice as parse_choice
 from ._categorical import scenario_choice as scenario_choice
 from ._gradient import optimize as optimize
 from ._grid import GRID_TOP as GRID_TOP
+from ._grid import SCANS as SCANS
 from ._grid import grid_axes as grid_axes
 from ._grid import grid_search as grid_search
 from ._grid import grid_size as grid_size
@@ -127,7 +128,7 @@ from ._slack import slack as slack
 
 __all__ = [
     "CATEGORICAL", "DEFAULT_SIGMAS", "DERIVED_AT_ZERO", "GRID_TOP", "INTEGER_KNOBS",
-    "MAX_ROBUST_SAMPLES", "OBJECTIVES", "ROBUST_SAMPLES", "SENSITIVITY_KNOBS",
+    "MAX_ROBUST_SAMPLES", "OBJECTIVES", "ROBUST_SAMPLES", "SCANS", "SENSITIVITY_KNOBS",
     "SENSITIVITY_OUTPUTS", "Assumptions", "Exact", "GridFront", "NoValidChoice", "Problem",
     "Result", "Uncertainty", "categorical_choices", "categorical_search", "default_bounds",
     "design_scenario", "elasticities", "evaluate", "grid_axes", "grid_pareto",
