@@ -1,48 +1,332 @@
 """The modelled step as a timeline: Chrome trace-event JSON, which Perfetto
 (ui.perfetto.dev) and chrome://tracing open.
 
-It is the step model's own step (`step.Step`), laid out, not a second model:
-the slowest stage's micro-batches, each a forward and a backward with the
-tensor-, context- and expert-parallel communication they expose at their end
-(and the compute that hidden communication steals, spread over them), in 1F1B
-order (warm-up forwards, one forward one backward, the backwards that drain);
-the pipeline bubble split between the stage's fill (stage s waits s / (p - 1)
-of it) and its drain (the rest); then the data-parallel and pipeline
+It is the step model's own step (`step.Step`), laid out, not a second model.
+Each pipeline stage shown (every stage up to three, else the first, a middle and
+the last) runs its micro-batches in its schedule's own order, an event per
+micro-batch's forward and backward per chunk the stage holds, each followed by
+the tensor-, context- and expert-parallel communication it leaves exposed
+(step's per-micro-batch exposure, shared out in proportion to the pass) and
+carrying its share of the compute that hidden communication steals; the gaps
+the order leaves are the pipeline bubble; then the data-parallel and pipeline
 communication the step leaves exposed, and the optimizer. Communication hidden
 under compute is drawn on its own track beside the compute it hides under
-(tensor, context, expert and pipeline traffic spread over the micro-batches;
-data-parallel reduction under the last backwards), so hidden and exposed are
-told apart. A process per pipeline stage shown (every stage up to three, else
-the first, a middle and the last): the model costs one stage, so they differ
-only in where their bubble falls. The last event ends at the step time.
-Interleaved, zero-bubble and DualPipe schedules keep their own bubble (the
-model's) in this 1F1B order.
+(tensor, context, expert and pipeline traffic spread over the passes in
+proportion to their compute; the data-parallel reduction under the last
+backwards), so hidden and exposed are told apart. The last event of every
+stage ends at the step time.
+
+The orders (a stage's list of slots, each one pass or, in DualPipe, an
+overlapped forward and backward):
+
+- gpipe: every forward, then every backward (Huang et al. 2019, GPipe).
+- 1f1b: p - s - 1 warm-up forwards on stage s of p, one forward one backward,
+  the backwards that drain (PipeDream-Flush, Narayanan et al. 2021; Megatron-LM's
+  `forward_backward_pipelining_without_interleaving`, same file and commit as
+  interleaved's below).
+- interleaved: v chunks per stage, each 1/v of a micro-batch's forward and
+  backward; the chunks of micro-batches in groups of p (all chunk 0 of a group,
+  then chunk 1, ...; the last group takes what is left), (p - s - 1) * 2 +
+  (v - 1) * p warm-up forward chunks capped at m v, then 1F1B over chunks (the
+  k-th backward is the k-th entry's micro-batch in the reverse chunk), then the
+  drain: NVIDIA/Megatron-LM, megatron/core/pipeline_parallel/schedules.py,
+  `get_pp_rank_microbatches`, `get_schedule_table` and
+  `forward_backward_pipelining_with_interleaving` (commit d98e8a64ddf3).
+  Where p does not divide m (Megatron refuses groups of p then: the last would
+  stall), the whole batch is one group, a size Megatron accepts for m >= p
+  (`interleaved_group`); m < p, which Megatron refuses, is drawn by the same rule.
+- zero_bubble (ZB-H1; Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR,
+  Figure 3): 1F1B's warm-up and steady state with each backward split into B
+  (the input gradient, sent on) and W (the weight gradient), stage s deferring
+  its first s W's (FIFO) into the drain, where they fill what would be bubble,
+  the rest after the last B: sail-sg/zero-bubble-pipeline-parallelism,
+  megatron/core/pipeline_parallel/schedules.py, "delay W by rank" (commit
+  95212f7000dc, branch zb-h1-quick-start; that branch's variation keeps stage
+  0's backwards and some steady-state ones whole, the trace splits every one as
+  the paper does: a whole backward is its B then its W, the same time).
+- dualpipe (DeepSeek-V3 technical report, 2024, section 3.2.1): stage s holds
+  stage s of the pipeline fed from stage 0 and stage p - 1 - s of the one fed
+  from stage p - 1, m / 2 micro-batches each (the second direction's numbered
+  m / 2 .. m - 1), in `DualPipe.step`'s eight steps (nF0, nF0F1, nB1W1F1 with
+  zero-bubble W's, the main nF0B1F1B0 with a forward and a backward of two
+  micro-batches overlapped, nB1F1B0, nB1B0, nWB0, nW): deepseek-ai/DualPipe,
+  dualpipe/dualpipe.py (commit 3da1bbea5360). An overlapped pair is drawn as
+  its forward and its backward back to back (`overlapped_with` in their args);
+  the model prices F&B as F + B (DualPipe's gain is the all-to-all it hides,
+  which the step's exposed expert traffic already has). Where DualPipe's own
+  preconditions fail (p even, m even and m >= 2p, asserted in `step`), ZB-H1's
+  order is drawn with DualPipe's bubble (`otherData.order` says which).
+
+Where a backward is split into B and W (zero_bubble; DualPipe's zero-bubble
+chunks), each is half the backward's compute, as Qi et al.'s equal F, B and W
+assume and as the step model's bubble for them does (ZB-H1 (p-1)(F + B - 2W)
+and DualPipe's (p/2 - 1)(F&B + B - 3W) with F = W = t_mb / 3, B = 2 t_mb / 3,
+B the whole backward: `strategies.ZeroBubble`, `strategies.DualPipe`); the
+backward's exposed communication goes with B (W sends nothing).
+
+Times: every stage's passes are run through the whole pipeline (every stage,
+the shown ones and the rest, each pass starting when its stage is free and
+the pass it needs, the same micro-batch's on the neighbouring stage, is done;
+the sends take no time here: the step's exposed pipeline traffic is drawn
+after the passes), which places the gaps each order leaves on each stage. The
+model's bubble (`plan.schedule.bubble_s`) then wins: the gaps are scaled so
+that they add up to it on every stage. The orders' own gaps add up to the
+model's closed forms exactly for 1F1B and GPipe, for interleaved where p
+divides m, and for ZB-H1 and DualPipe where a backward is twice a forward (the
+model's F = t_mb / 3); elsewhere they differ by the pass lengths (a backward
+three times a forward, as with recomputation, leaves ZB-H1's order 1.25 x the
+model's bubble on the default scenario at pp 4 and DualPipe's 0.88 x) or by a
+batch too small to fill the pipeline (interleaved m < p), and are scaled to
+it. So the compute drawn is the step's compute (m x the per-micro-batch time),
+the idle drawn is its bubble, and the last event ends at its step time.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
+from typing import NamedTuple
 
 from .plan import Plan
 from .step import Step
 
 TRACKS = ("compute", "tp", "cp", "ep", "pp", "dp", "optimizer")
 _PER_MICRO_BATCH = ("tp", "cp", "ep")  # exposed inside each micro-batch (step's per_mb)
+_HIDDEN_PER_PASS = ("tp", "cp", "ep", "pp")  # hidden under the passes
 US = 1e6  # trace-event times are microseconds
+_PASS = {"F": "forward", "B": "backward", "I": "input gradient", "W": "weight gradient"}
 
 
-def _order(stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
-    """1F1B on `stage` of `stages`: (kind "F" / "B", micro-batch) in order."""
-    warm = min(stages - stage - 1, micro_batches)
-    order = [("F", i) for i in range(warm)]
-    f, b = warm, 0
-    while b < micro_batches:
-        if f < micro_batches:
-            order.append(("F", f))
+class Op(NamedTuple):
+    """One pass on one stage: `kind` F (forward), B (whole backward), I (the
+    input-gradient half of a split backward) or W (its weight-gradient half) of
+    micro-batch `mb` in the stage's chunk `chunk` (interleaved: 0..v-1; DualPipe:
+    the direction, 0 fed from stage 0, 1 from the last), `hop` its place on the
+    micro-batch's route through the pipeline (0 .. `hops` - 1)."""
+
+    kind: str
+    mb: int
+    chunk: int
+    hop: int
+
+
+Slot = tuple  # of Op: one pass, or DualPipe's overlapped forward and backward
+
+
+def _gpipe(stage: int, p: int, m: int) -> list[Slot]:
+    """GPipe on `stage` of `p`: every forward, then every backward."""
+    return ([(Op("F", i, 0, stage),) for i in range(m)]
+            + [(Op("B", i, 0, stage),) for i in range(m)])
+
+
+def _one_f_one_b(stage: int, p: int, m: int) -> list[Slot]:
+    """1F1B on `stage` of `p`: p - s - 1 warm-up forwards, one forward one
+    backward, the backwards that drain."""
+    warm = min(p - stage - 1, m)
+    order = [(Op("F", i, 0, stage),) for i in range(warm)]
+    f = warm
+    for b in range(m):
+        if f < m:
+            order.append((Op("F", f, 0, stage),))
             f += 1
-        order.append(("B", b))
-        b += 1
+        order.append((Op("B", b, 0, stage),))
     return order
+
+
+def interleaved_group(p: int, m: int) -> int:
+    """Megatron-Core's `microbatch_group_size_per_vp_stage`: p by default; where
+    p does not divide m Megatron refuses it, and the trace takes the whole
+    batch as one group (m, which Megatron accepts for m >= p; for m < p it
+    refuses every size and the trace draws the same rule)."""
+    return p if m % p == 0 else m
+
+
+def interleaved_table(p: int, m: int, v: int) -> list[tuple[int, int]]:
+    """Megatron-Core's `get_schedule_table`: (micro-batch, chunk) of the k-th
+    forward chunk a stage runs, chunk 0 of a group's micro-batches, then chunk 1, ..."""
+    g = interleaved_group(p, m)
+    return [(i, c) for lo in range(0, m, g) for c in range(v) for i in range(lo, min(lo + g, m))]
+
+
+def interleaved_warmup(stage: int, p: int, m: int, v: int) -> int:
+    """Megatron-Core's `get_pp_rank_microbatches`: the forward chunks stage s of
+    p runs before its first backward, (p - s - 1) * 2 + (v - 1) * group, capped at m v."""
+    return min((p - stage - 1) * 2 + (v - 1) * interleaved_group(p, m), m * v)
+
+
+def _interleaved(stage: int, p: int, m: int, v: int) -> list[Slot]:
+    """Megatron's interleaved 1F1B on `stage` of `p` with `v` chunks: warm-up
+    forward chunks, then a forward chunk and a backward chunk (the backwards in
+    the table's order, chunks reversed), then the drain."""
+    table = interleaved_table(p, m, v)
+    warm, total = interleaved_warmup(stage, p, m, v), m * v
+
+    def fwd(k):
+        i, c = table[k]
+        return (Op("F", i, c, c * p + stage),)
+
+    def bwd(k):
+        i, c = table[k][0], v - 1 - table[k][1]
+        return (Op("B", i, c, c * p + stage),)
+
+    order = [fwd(k) for k in range(warm)]
+    for k in range(total - warm):
+        order += [fwd(warm + k), bwd(k)]
+    return order + [bwd(k) for k in range(total - warm, total)]
+
+
+def _zb_h1(stage: int, p: int, m: int) -> list[Slot]:
+    """ZB-H1 on `stage` of `p`: 1F1B's order with each backward an I and a W,
+    the stage's first s W's deferred (FIFO), the rest after the last I."""
+    warm = min(p - stage - 1, m)
+    order = [(Op("F", i, 0, stage),) for i in range(warm)]
+    pending: deque[int] = deque()
+    f = warm
+    for b in range(m):
+        if f < m:
+            order.append((Op("F", f, 0, stage),))
+            f += 1
+        order.append((Op("I", b, 0, stage),))
+        pending.append(b)
+        if len(pending) > stage:
+            order.append((Op("W", pending.popleft(), 0, stage),))
+    return order + [(Op("W", i, 0, stage),) for i in pending]
+
+
+def dualpipe_feasible(p: int, m: int) -> bool:
+    """DualPipe's own preconditions (`DualPipe.step`): p even, m even, m >= 2p."""
+    return p >= 2 and p % 2 == 0 and m % 2 == 0 and m >= 2 * p
+
+
+def _dualpipe(stage: int, p: int, m: int) -> list[Slot]:
+    """`DualPipe.step`'s eight steps on `stage` of `p` (phase 0 is the
+    direction the stage is nearer the start of; `dualpipe_feasible` holds)."""
+    half, n = p // 2, m // 2
+    h = min(stage, p - 1 - stage)
+    second = stage >= half
+    is_middle = stage in (half - 1, half)
+    made = {"F": [0, 0], "B": [0, 0]}
+    weights: deque[Op] = deque()
+
+    def op(kind, phase, zb=False):
+        d = phase ^ second  # 0: fed from stage 0, 1: fed from stage p - 1
+        k = made["F" if kind == "F" else "B"][d]
+        made["F" if kind == "F" else "B"][d] += 1
+        o = Op("I" if zb else kind, d * n + k, d, stage if d == 0 else p - 1 - stage)
+        if zb:
+            weights.append(Op("W", o.mb, o.chunk, o.hop))
+        return o
+
+    def one(kind, phase, zb=False):
+        return (op(kind, phase, zb),)
+
+    def pair(phase0, phase1):
+        return (op("F", phase0), op("B", phase1))
+
+    order = [one("F", 0) for _ in range((half - h - 1) * 2)]  # 1: nF0
+    for _ in range(h + 1):  # 2: nF0F1
+        order += [one("F", 0), one("F", 1)]
+    for _ in range(half - h - 1):  # 3: nB1W1F1
+        order += [one("B", 1, zb=True), (weights.popleft(),), one("F", 1)]
+    for i in range(n - p + h + 1):  # 4: nF0B1F1B0
+        if i == 0 and is_middle:  # not overlapped, to shrink the bubble
+            order += [one("F", 0), one("B", 1)]
+        else:
+            order.append(pair(0, 1))
+        order.append(pair(1, 0))
+    for _ in range(half - h - 1):  # 5: nB1F1B0
+        order += [one("B", 1), pair(1, 0)]
+    zb = False
+    for i in range(h + 1):  # 6: nB1B0, the second half zero-bubble
+        zb = zb or (i == (h + 1) // 2 and h % 2 == 1)
+        order.append(one("B", 1, zb))
+        zb = zb or (i == (h + 1) // 2 and h % 2 == 0)
+        order.append(one("B", 0, zb))
+    for _ in range(half - h - 1):  # 7: nWB0
+        order += [(weights.popleft(),), one("B", 0, zb=True)]
+    return order + [(w,) for w in weights]  # 8: nW
+
+
+def orders(plan: Plan, p: int, m: int) -> tuple[str, int, list[list[Slot]]]:
+    """(the order's name, chunks per stage, every stage's slots) for `plan`'s schedule."""
+    name = plan.schedule.name
+    if name == "interleaved":
+        v = max(int(round(float(plan.interleave))), 1)
+        return name, v, [_interleaved(s, p, m, v) for s in range(p)]
+    if name == "dualpipe" and dualpipe_feasible(p, m):
+        return name, 1, [_dualpipe(s, p, m) for s in range(p)]
+    if name in ("zero_bubble", "dualpipe"):
+        return "zero_bubble", 1, [_zb_h1(s, p, m) for s in range(p)]
+    if name == "gpipe":
+        return name, 1, [_gpipe(s, p, m) for s in range(p)]
+    return "1f1b", 1, [_one_f_one_b(s, p, m) for s in range(p)]
+
+
+def _needs(op: Op, hops: int) -> list[tuple[str, int, int]]:
+    """What `op` waits for: a forward the previous hop's forward, a backward
+    (or its input-gradient half) the next hop's and its own forward, a W its I."""
+    if op.kind == "F":
+        return [("F", op.mb, op.hop - 1)] if op.hop > 0 else []
+    if op.kind == "W":
+        return [("B", op.mb, op.hop)]
+    after = [("F", op.mb, op.hop)]
+    return after + ([("B", op.mb, op.hop + 1)] if op.hop < hops - 1 else [])
+
+
+def simulate(slots: list[list[Slot]], length: dict, hops: int) -> list[list[tuple]]:
+    """(start, end) of every stage's every slot: each starts when its stage is
+    free and every pass it needs is done (a slot's passes are done at its end);
+    `length[kind]` the time of a pass, `hops` the stages of a micro-batch's route."""
+    done: dict = {}
+    free, nxt = [0.0] * len(slots), [0] * len(slots)
+    spans: list[list[tuple]] = [[] for _ in slots]
+    moved = True
+    while moved:
+        moved = False
+        for s, order in enumerate(slots):
+            while nxt[s] < len(order):
+                needs = [d for op in order[nxt[s]] for d in _needs(op, hops)]
+                if any(d not in done for d in needs):
+                    break
+                start = max([free[s]] + [done[d] for d in needs])
+                free[s] = start + sum(length[op.kind] for op in order[nxt[s]])
+                for op in order[nxt[s]]:
+                    done[("F" if op.kind == "F" else op.kind.replace("I", "B"),
+                          op.mb, op.hop)] = free[s]
+                spans[s].append((start, free[s]))
+                nxt[s] += 1
+                moved = True
+    if any(len(sp) < len(order) for sp, order in zip(spans, slots, strict=True)):
+        raise ArithmeticError("the pipeline order deadlocks: a pass waits on one never run")
+    return spans
+
+
+def gaps(spans: list[tuple], makespan: float) -> list[float]:
+    """The idle time before each (start, end) slot and after the last (to
+    `makespan`), specks below 1e-9 of the makespan (float noise) dropped."""
+    raw = [b - a for a, b in zip([0.0] + [e for _, e in spans],
+                                 [s for s, _ in spans] + [makespan], strict=True)]
+    return [g if g > 1e-9 * makespan else 0.0 for g in raw]
+
+
+def scaled(idle: list[float], bubble: float) -> list[float]:
+    """The order's gaps scaled to add up to the model's `bubble` (the model's
+    number wins); where the order leaves none, the bubble is the drain."""
+    total = sum(idle)
+    if total > 0:
+        return [g * bubble / total for g in idle]
+    return [0.0] * (len(idle) - 1) + [bubble]
+
+
+def gap_names(order: list[Slot]) -> list[str]:
+    """The name of the gap before each slot: the pipeline's fill up to the
+    stage's first backward, its drain after its last forward, else the steady
+    state's."""
+    kinds = [{op.kind for op in slot} for slot in order]
+    first_b = next((k for k, ks in enumerate(kinds) if ks & {"B", "I"}), len(order))
+    last_f = max((k for k, ks in enumerate(kinds) if "F" in ks), default=-1)
+    return [("bubble (pipeline fill)" if k <= first_b else "bubble (pipeline drain)"
+             if k > last_f else "bubble (steady state)") for k in range(len(order))]
 
 
 def shown_stages(stages: int) -> list[int]:
@@ -50,20 +334,47 @@ def shown_stages(stages: int) -> list[int]:
     return list(range(stages)) if stages <= 3 else [0, stages // 2, stages - 1]
 
 
+def _name(op: Op, v: int, partner: Op | None = None) -> str:
+    """An event's name: the pass, the micro-batch, the chunk where v > 1, the
+    overlapped partner in DualPipe."""
+    base = {"F": "forward", "B": "backward", "I": "backward", "W": "backward"}[op.kind]
+    name = f"{base} {op.mb}" + (f" chunk {op.chunk}" if v > 1 else "")
+    name += {"I": " (input)", "W": " (weights)"}.get(op.kind, "")
+    if partner is not None:
+        name += f" (with {'forward' if partner.kind == 'F' else 'backward'} {partner.mb})"
+    return name
+
+
+def pass_times(step: Step, m: int, v: int) -> tuple[dict, dict]:
+    """By pass kind (F, B, I, W): its compute, a micro-batch's forward or
+    backward over v chunks (I and W half a backward each) with its share of the
+    compute hidden communication steals, and the share of a micro-batch's
+    exposed tensor-, context- and expert-parallel traffic drawn after it (a
+    forward's by the forward's share of the compute, W none)."""
+    f_s, b_s = float(step.timing.forward_s), float(step.timing.backward_s)
+    share = f_s / (f_s + b_s) if f_s + b_s > 0 else 0.5
+    stolen = float(step.compute_s) - m * (f_s + b_s)  # compute lost to hidden communication
+    f, b = f_s + stolen / m * share, b_s + stolen / m * (1.0 - share)
+    compute = {"F": f / v, "B": b / v, "I": b / 2, "W": b / 2}
+    return compute, {"F": share / v, "B": (1.0 - share) / v, "I": 1.0 - share, "W": 0.0}
+
+
 def trace(step: Step, plan: Plan) -> dict:
     """The trace-event JSON object of `step` (concrete values) under `plan`."""
     m = max(int(round(float(plan.micro_batches))), 1)
     p = max(int(round(float(plan.pp))), 1)
-    exposed = {k: float(v) for k, v in step.exposed_s.items()}
+    order_name, v, slots = orders(plan, p, m)
+    dual = order_name == "dualpipe"
+    exposed = {k: float(val) for k, val in step.exposed_s.items()}
     hidden = {d: 0.0 for d in TRACKS}
     for r in step.traffic:
         hidden[r.dimension] = hidden.get(r.dimension, 0.0) + float(r.time_s - r.exposed_s)
-    timing = step.timing
-    f_s, b_s = float(timing.forward_s), float(timing.backward_s)
-    share = f_s / (f_s + b_s) if f_s + b_s > 0 else 0.5
-    stolen = float(step.compute_s) - m * (f_s + b_s)  # compute lost to hidden communication
-    pass_s = {"F": f_s + stolen / m * share, "B": b_s + stolen / m * (1.0 - share)}
-    part = {"F": share, "B": 1.0 - share}
+    compute_s = float(step.compute_s)
+    compute, part = pass_times(step, m, v)
+    per_mb = sum(exposed.get(d, 0.0) for d in _PER_MICRO_BATCH) / m
+    length = {k: compute[k] + per_mb * part[k] for k in compute}
+    spans = simulate(slots, length, p * v)
+    makespan = max((sp[-1][1] for sp in spans if sp), default=0.0)
     bubble, tail = float(step.bubble_s), ("dp", "pp")
     events = []
 
@@ -71,7 +382,7 @@ def trace(step: Step, plan: Plan) -> dict:
         if dur > 0:
             events.append({"name": name, "cat": track, "ph": "X", "ts": start * US,
                            "dur": dur * US, "pid": pid, "tid": TRACKS.index(track),
-                           "args": {k: v for k, v in args.items() if v is not None}})
+                           "args": {k: val for k, val in args.items() if val is not None}})
         return start + dur
 
     for stage in shown_stages(p):
@@ -79,22 +390,30 @@ def trace(step: Step, plan: Plan) -> dict:
                        "args": {"name": f"pipeline stage {stage} of {p}"}})
         events += [{"name": "thread_name", "ph": "M", "pid": stage, "tid": i,
                     "args": {"name": track}} for i, track in enumerate(TRACKS)]
-        fill = bubble * stage / (p - 1) if p > 1 else 0.0
-        t = add(stage, "compute", "bubble (pipeline fill)", 0.0, fill)
-        for kind, i in _order(stage, p, m):
-            start = t
-            t = add(stage, "compute", f"{'forward' if kind == 'F' else 'backward'} {i}", t,
-                    pass_s[kind], micro_batch=i)
-            for d in ("tp", "cp", "ep", "pp"):  # hidden under this pass, spread evenly
-                add(stage, d, f"{d} hidden", start, hidden.get(d, 0.0) / m * part[kind],
-                    exposed=False)
-            for d in _PER_MICRO_BATCH:
-                t = add(stage, d, f"{d} exposed", t, exposed.get(d, 0.0) / m * part[kind],
-                        exposed=True, micro_batch=i)
+        idle = scaled(gaps(spans[stage], makespan), bubble)
+        t, first = 0.0, None
+        names = gap_names(slots[stage])
+        for k, slot in enumerate(slots[stage]):
+            t = add(stage, "compute", names[k], t, idle[k])
+            first = t if first is None else first
+            for op in slot:
+                partner = next((o for o in slot if o is not op), None) if dual else None
+                start = t
+                t = add(stage, "compute", _name(op, v, partner), t, compute[op.kind],
+                        micro_batch=op.mb, chunk=op.chunk if v > 1 else None,
+                        direction=op.chunk if dual else None, **{"pass": _PASS[op.kind]},
+                        overlapped_with=_name(partner, v) if partner else None)
+                for d in _HIDDEN_PER_PASS:  # hidden under this pass, by its compute
+                    add(stage, d, f"{d} hidden", start, hidden.get(d, 0.0) * compute[op.kind]
+                        / compute_s if compute_s > 0 else 0.0, exposed=False)
+                for d in _PER_MICRO_BATCH:
+                    t = add(stage, d, f"{d} exposed", t, exposed.get(d, 0.0) / m * part[op.kind],
+                            exposed=True, micro_batch=op.mb)
         # the data-parallel reduction hides under the last backwards
-        add(stage, "dp", "dp hidden", max(t - hidden["dp"], fill), min(hidden["dp"], t - fill),
+        first = t if first is None else first
+        add(stage, "dp", "dp hidden", max(t - hidden["dp"], first), min(hidden["dp"], t - first),
             exposed=False)
-        t = add(stage, "compute", "bubble (pipeline drain)", t, bubble - fill)
+        t = add(stage, "compute", "bubble (pipeline drain)", t, idle[-1])
         for d in tail:
             t = add(stage, d, f"{d} exposed", t, exposed.get(d, 0.0), exposed=True)
         t = add(stage, "optimizer", "optimizer", t, float(step.optimizer_s))
@@ -103,4 +422,5 @@ def trace(step: Step, plan: Plan) -> dict:
                                   f"the step time {float(step.step_time_s):.9g} s")
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"step_time_s": float(step.step_time_s), "micro_batches": m,
-                          "pipeline_stages": p, "schedule": plan.schedule.name}}
+                          "pipeline_stages": p, "schedule": plan.schedule.name,
+                          "order": order_name, "chunks_per_stage": v}}

@@ -1,9 +1,12 @@
 """`codesign timeline`: the modelled step as Chrome trace-event JSON (issue 48):
 the format Perfetto reads, one process per shown pipeline stage, every micro-batch's
-forward and backward, the bubble, hidden and exposed communication told apart,
+forward and backward per chunk in the schedule's own order (1F1B, interleaved,
+zero-bubble, DualPipe), the bubble, hidden and exposed communication told apart,
 and the last event ending at the step time."""
 
+import functools
 import json
+from collections import Counter
 
 import pytest
 
@@ -11,9 +14,21 @@ from codesign import scenario as sc
 from codesign import step, timeline
 from codesign.cli import main
 
+BACKWARD = ("backward", "input gradient")  # a whole backward, or the half that sends on
 
-def _check(trace: dict, scn) -> None:
-    est = step.estimate(scn)
+
+def _compute(events: list, pid: int) -> list:
+    """Stage `pid`'s compute track in time order, bubbles included."""
+    return sorted((e for e in events if e["ph"] == "X" and e["pid"] == pid
+                   and e["cat"] == "compute"), key=lambda e: e["ts"])
+
+
+def _passes(events: list, pid: int) -> list:
+    return [e for e in _compute(events, pid) if "bubble" not in e["name"]]
+
+
+def _check(trace: dict, scn, est=None) -> None:
+    est = est or step.estimate(scn)
     events = trace["traceEvents"]
     timed = [e for e in events if e["ph"] == "X"]
     for e in timed:  # trace-event format: complete events in microseconds
@@ -21,19 +36,31 @@ def _check(trace: dict, scn) -> None:
         assert e["ts"] >= 0 and e["dur"] > 0 and e["cat"] in timeline.TRACKS, e
     names = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "process_name"}
     p, m = int(float(scn.plan.pp)), int(float(scn.plan.micro_batches))
+    v = int(float(scn.plan.interleave))
+    assert trace["otherData"]["chunks_per_stage"] == v
     assert {pid for pid, _ in names} == set(timeline.shown_stages(p))
     for pid, _ in names:
         mine = [e for e in timed if e["pid"] == pid]
         end = max(e["ts"] + e["dur"] for e in mine) / 1e6
         assert end == pytest.approx(float(est.step.step_time_s), rel=1e-6)
-        passes = [e["name"] for e in mine if e["cat"] == "compute" and "bubble" not in e["name"]]
-        assert sorted(passes) == sorted([f"forward {i}" for i in range(m)]
-                                        + [f"backward {i}" for i in range(m)])
-        # a micro-batch's backward never starts before its forward ends
-        at = {e["name"]: e for e in mine if e["cat"] == "compute"}
-        for i in range(m):
-            f, b = at[f"forward {i}"], at[f"backward {i}"]
-            assert b["ts"] >= f["ts"] + f["dur"] - 1e-6
+        track = _compute(events, pid)
+        for a, b in zip(track, track[1:], strict=False):  # one pass at a time
+            assert b["ts"] >= a["ts"] + a["dur"] - 1e-6, (a, b)
+        passes = _passes(events, pid)
+        count = Counter(e["args"]["pass"] for e in passes)
+        assert count["forward"] == sum(count[k] for k in BACKWARD) == m * v, count
+        assert count["weight gradient"] == count["input gradient"]
+        # every chunk of every micro-batch once, its backward after its forward, W after B
+        at = {(e["args"]["pass"], e["args"]["micro_batch"], e["args"].get("chunk", 0)): e
+              for e in passes}
+        assert len(at) == len(passes)
+        for (kind, i, c), e in at.items():
+            before = {"forward": None, "weight gradient": "input gradient"}.get(kind, "forward")
+            if before:
+                f = at[(before, i, c)]
+                assert e["ts"] >= f["ts"] + f["dur"] - 1e-6, (f, e)
+        compute = sum(e["dur"] for e in passes) / 1e6
+        assert compute == pytest.approx(float(est.step.compute_s), rel=1e-6)
         bubble = sum(e["dur"] for e in mine if "bubble" in e["name"]) / 1e6
         assert bubble == pytest.approx(float(est.step.bubble_s), rel=1e-6, abs=1e-9)
         for d in ("tp", "dp", "pp"):  # exposed as the step breaks it down
@@ -64,3 +91,94 @@ def test_plot_draws_the_trace(tmp_path, capsys):
     assert main(["timeline", "deepseek-v3", "--out", str(out), "--plot", str(png)]) == 0
     assert f"wrote {png}" in capsys.readouterr().out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+# ------------------------------------------------- each schedule in its own order, pp 4
+
+
+@functools.cache
+def _laid_out(schedule: str):
+    """The default scenario on 4 stages under `schedule` (v = 2 where interleaved),
+    its estimate and its trace: one estimate per schedule."""
+    v = 2 if schedule == "interleaved" else 1
+    scn = sc.load(None, ("parallel.pp=4", f"parallel.interleave={v}",
+                         f"parallel.schedule={schedule}"))
+    est = step.estimate(scn)
+    return scn, est, timeline.trace(est.step, scn.plan)
+
+
+def _first(schedule: str, stage: int, n: int) -> list[str]:
+    return [e["name"] for e in _passes(_laid_out(schedule)[2]["traceEvents"], stage)[:n]]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zero_bubble", "dualpipe"])
+def test_every_schedule_is_the_estimate_in_its_own_order(schedule):
+    scn, est, trace = _laid_out(schedule)
+    assert trace["otherData"]["order"] == schedule
+    assert int(float(scn.plan.micro_batches)) == 48  # 1536 / dp 32: a finite pipeline
+    _check(trace, scn, est)
+
+
+def test_1f1b_warms_up_with_the_stages_after_it():
+    assert _first("1f1b", 0, 7) == ["forward 0", "forward 1", "forward 2", "forward 3",
+                                    "backward 0", "forward 4", "backward 1"]
+    assert _first("1f1b", 3, 4) == ["forward 0", "backward 0", "forward 1", "backward 1"]
+
+
+def test_interleaved_runs_megatrons_chunk_order():
+    """Stage 0 of 4 with v = 2 warms up with (4-0-1)*2 + (2-1)*4 = 10 forward chunks,
+    chunk 0 then chunk 1 of each group of 4 micro-batches; the last stage with 4;
+    each backward chunk takes the reverse chunk (Megatron-Core's schedule table)."""
+    assert timeline.interleaved_warmup(0, 4, 48, 2) == 10
+    assert timeline.interleaved_warmup(0, 4, 3, 2) == 6  # capped at m v
+    assert _first("interleaved", 0, 12) == [
+        *(f"forward {i} chunk 0" for i in range(4)), *(f"forward {i} chunk 1" for i in range(4)),
+        "forward 4 chunk 0", "forward 5 chunk 0", "forward 6 chunk 0", "backward 0 chunk 1"]
+    assert _first("interleaved", 3, 7) == [
+        *(f"forward {i} chunk 0" for i in range(4)), "forward 0 chunk 1", "backward 0 chunk 1",
+        "forward 1 chunk 1"]
+    scn, est, trace = _laid_out("interleaved")
+    passes = _passes(trace["traceEvents"], 0)
+    f = float(est.step.compute_s) / 48 * float(est.step.timing.forward_s) / float(
+        est.step.timing.micro_batch_s) / 2  # a forward chunk: half a forward
+    assert passes[0]["dur"] / 1e6 == pytest.approx(f, rel=1e-6)
+
+
+def test_zero_bubble_defers_the_weight_gradients_by_stage():
+    """ZB-H1: stage s runs its W's s backwards late; the last stage's first W
+    follows its fourth B, its last three fill the drain."""
+    assert _first("zero_bubble", 0, 7) == [
+        "forward 0", "forward 1", "forward 2", "forward 3", "backward 0 (input)",
+        "backward 0 (weights)", "forward 4"]
+    assert _first("zero_bubble", 3, 10) == [
+        "forward 0", "backward 0 (input)", "forward 1", "backward 1 (input)", "forward 2",
+        "backward 2 (input)", "forward 3", "backward 3 (input)", "backward 0 (weights)",
+        "forward 4"]
+    last = [e["name"] for e in _passes(_laid_out("zero_bubble")[2]["traceEvents"], 3)[-4:]]
+    assert last == [f"backward {i} (weights)" for i in (44, 45, 46, 47)]
+
+
+def test_dualpipe_feeds_both_ends_and_overlaps_pairs():
+    """DualPipe: stage 0 and stage 3 each start their own direction at once (the
+    second direction's micro-batches 24..47), then pairs of a forward and a
+    backward of two micro-batches, drawn back to back (no bubble between, only
+    the forward's exposed communication)."""
+    assert _first("dualpipe", 0, 9) == [
+        "forward 0", "forward 1", "forward 2", "forward 24", "backward 24 (input)",
+        "backward 24 (weights)", "forward 25", "forward 3 (with backward 25)",
+        "backward 25 (with forward 3)"]
+    assert _first("dualpipe", 3, 4) == ["forward 24", "forward 25", "forward 26", "forward 0"]
+    trace = _laid_out("dualpipe")[2]
+    for stage in timeline.shown_stages(4):
+        track = _compute(trace["traceEvents"], stage)
+        pairs = [(a, b) for a, b in zip(track, track[1:], strict=False)
+                 if "overlapped_with" in a["args"] and a["args"]["pass"] == "forward"]
+        assert len(pairs) >= 48 // 2 - 4
+        for a, b in pairs:
+            assert b["args"]["overlapped_with"] == a["name"].split(" (")[0]
+            assert b["args"]["pass"] == "backward" and "bubble" not in b["name"]
+
+
+def test_dualpipe_outside_its_preconditions_draws_zb_h1():
+    assert timeline.dualpipe_feasible(4, 8) and not timeline.dualpipe_feasible(4, 6)
+    assert not timeline.dualpipe_feasible(3, 12) and not timeline.dualpipe_feasible(4, 9)
