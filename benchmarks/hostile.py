@@ -329,7 +329,7 @@ def _library(case: Case) -> int:
     import jax
     import numpy as np
 
-    from codesign import step
+    from codesign import output_checks
 
     jax.config.update("jax_enable_x64", case.x64)
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
@@ -337,7 +337,7 @@ def _library(case: Case) -> int:
         value = case.call()
         leaves = [(jax.tree_util.keystr(path), np.asarray(x))
                   for path, x in jax.tree_util.tree_flatten_with_path(value)[0]]
-    except (ValueError, step.OutputOutOfRange) as e:
+    except (ValueError, output_checks.OutputOutOfRange) as e:
         print(f"library: {type(e).__name__}: {cli._one_line(e)}", file=sys.stderr)
         return 2
     except RuntimeError as e:

@@ -19,6 +19,8 @@ from . import collectives as collectives
 from . import economics as economics
 from . import fabric as fabric
 from . import hardware as hardware
+from . import network_roofline as network_roofline
+from . import output_checks as output_checks
 from . import plan as plan
 from . import presets as presets
 from . import reliability as reliability
@@ -37,6 +39,7 @@ from .fabric import Prices as Prices
 from .hardware import Chip as Chip
 from .hardware import System as System
 from .hardware import Tier as Tier
+from .network_roofline import roofline as roofline
 from .plan import Plan as Plan
 from .plan import Precision as Precision
 from .reliability import Reliability as Reliability
@@ -48,7 +51,6 @@ from .scenario import set_knobs as set_knobs
 from .step import Estimate as Estimate
 from .step import estimate as estimate
 from .step import outputs as outputs
-from .step import roofline as roofline
 from .workload import Transformer as Transformer
 
 __version__ = "0.1.0"
@@ -56,9 +58,10 @@ _ON_FIRST_USE = ("execute", "optimize", "plots", "program", "sweep", "validate")
 
 __all__ = [
     # modules
-    "attention", "collectives", "economics", "execute", "fabric", "hardware", "optimize", "plan",
-    "plots", "presets", "program", "reliability", "scenario", "stage", "step", "strategies",
-    "sweep", "traffic", "uncertainty", "units", "validate", "workload",
+    "attention", "collectives", "economics", "execute", "fabric", "hardware", "network_roofline",
+    "optimize", "output_checks", "plan", "plots", "presets", "program", "reliability", "scenario",
+    "stage", "step", "strategies", "sweep", "traffic", "uncertainty", "units", "validate",
+    "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
     "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",

@@ -3,7 +3,8 @@ errors are one line naming the file (a directory, a device or pipe that never
 ends, a file too big, one that cannot be read); and parsers of its text (JSON,
 TOML, YAML) with caps on what a hostile file can make them do (nest past
 Python's stack, expand aliases without end, hold a number Python will not show),
-whose errors are one line naming the file too."""
+whose errors are one line naming the file too; and the TOML text the commands
+write (`toml_text`, by tomli-w)."""
 
 from __future__ import annotations
 
@@ -280,3 +281,24 @@ def parse_yaml(text: str, name: str):
     finally:
         loader.dispose()
     return checked(tree, name)
+
+
+def toml_text(tables: dict, comments=()) -> str:
+    """The TOML text of `tables` ({table: {key: value}}; empty tables left out),
+    written by tomli-w (every string quoted and escaped as TOML needs), after
+    `comments` (one `# ` line each). A float that is a whole number is written
+    as an integer (48, not 48.0), as a person writes a layer count; a value that
+    is none of bool, number or string is written as its text."""
+    import tomli_w
+
+    def plain(v):
+        if isinstance(v, bool) or isinstance(v, (int, str)):
+            return v
+        if isinstance(v, float):
+            return int(v) if v.is_integer() and abs(v) < 2**63 else v
+        return str(v)
+
+    body = tomli_w.dumps({section: {k: plain(v) for k, v in table.items()}
+                          for section, table in tables.items() if table})
+    head = "".join(f"# {c}\n" for c in comments)
+    return head + ("\n" if head and body else "") + body

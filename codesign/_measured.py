@@ -57,7 +57,7 @@ ICI_LATENCY_S = 0.5 * us
 DCN_LATENCY_S = 2.0 * us
 NDR_NIC_BUSBW_Bps = 47 * GB  # nccl-tests: one 400 Gb/s NDR NIC achieves about 46-48 GB/s
 NIC_EFFICIENCY = NDR_NIC_BUSBW_Bps / (400 * Gbps)  # 0.94, used for every NIC generation
-# Large-GEMM efficiency, fitted by step.calibrate_matmul_efficiency (rerun in
+# Large-GEMM efficiency, fitted by validate.calibrate_matmul_efficiency (rerun in
 # tests/test_step.py) to the seeds' two throughput figures:
 A100_MATMUL_EFFICIENCY = 0.796  # Narayanan et al. 2021: 1T on 3072 A100s, 163 TFLOP/s/GPU
 V100_MATMUL_EFFICIENCY = 0.530  # Shoeybi et al. 2019: 1.2B on one V100, 39 TFLOP/s

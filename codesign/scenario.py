@@ -19,7 +19,7 @@ and the checks. The strategies (`system.topology`, `system.routing`,
 `system.gpus` and `parallel.dp` determine each other (gpus = dp tp pp cp): give
 either. A value outside its domain, a key of the wrong type or an unreadable
 file is a `ValueError` that names the key (or file), the value and the domain.
-`step.check_outputs` rejects an estimate with a non-finite or negative output
+`output_checks.check_outputs` rejects an estimate with a non-finite or negative output
 (and, as the model's fault, one outside its physical range),
 and `Scenario.checked` does the domain checks on traced values
 (`equinox.error_if`; `step.estimate` calls it). What names a scenario in

@@ -1,7 +1,11 @@
 """The training step: compute (`compute`) + exposed communication (`traffic`)
 + pipeline bubble, its memory (`memory`), MFU and HFU — one differentiable
-function of (model, plan, system); and the estimate of a whole scenario with
-reliability and fabric, its outputs by JSON key and their check.
+function of (model, plan, system), and the scenario's estimate built on it
+(reliability, fabric and price of that step) with its outputs by JSON key.
+The stage's shape is computed once (`stage`) and handed to the traffic, the
+compute and the memory; the outputs' check is `output_checks`', the network
+roofline `network_roofline`'s, the bisection that fits a matmul efficiency
+`validate`'s.
 """
 
 from __future__ import annotations
@@ -9,12 +13,12 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from . import _checks, collectives, compute, economics, fabric, memory, reliability, stage, traffic
+from . import _checks, compute, economics, fabric, memory, reliability, stage, traffic
 from .hardware import System
+from .output_checks import STEP_INPUTS
 from .plan import Plan, data_parallel
-from .relax import lattice_linear_tree, safe_div
+from .relax import lattice_linear_tree
 from .workload import Transformer
 
 
@@ -156,30 +160,6 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         memory=memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes)))
 
 
-def calibrate_matmul_efficiency(model: Transformer, plan: Plan, system: System,
-                                target_flops_per_s_per_gpu: float, *, hardware: bool = True,
-                                iterations: int = 40) -> float:
-    """The `chip.matmul_efficiency` at which `step` reports the target per-GPU
-    throughput (hardware FLOPs, or model FLOPs when `hardware=False`). Bisection:
-    throughput rises monotonically with the efficiency."""
-    run = jax.jit(lambda e: step(model, plan, eqx.tree_at(
-        lambda s: s.chip.matmul_efficiency, system, e)))
-
-    def throughput(e):
-        r = run(jnp.asarray(e))
-        return float(r.hardware_flops_per_s_per_gpu if hardware
-                     else r.model_flops_per_s_per_gpu)
-
-    lo, hi = 1e-3, 1.0
-    if throughput(hi) < target_flops_per_s_per_gpu:
-        raise ValueError(f"target={target_flops_per_s_per_gpu:g} FLOP/s per GPU is out of "
-                         "reach even at matmul_efficiency=1")
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if throughput(mid) < target_flops_per_s_per_gpu else (lo, mid)
-    return 0.5 * (lo + hi)
-
-
 class Estimate(eqx.Module):
     """A scenario's step, reliability and fabric: what `codesign estimate` prints."""
 
@@ -235,7 +215,7 @@ def _finite_checked(est: Estimate) -> Estimate:
     for x in parts:
         bad = bad | ~jnp.isfinite(x)
     return _checks.error_if(est, jnp.any(bad), "the estimate is not finite (a traced value): an "
-                        f"input is beyond what the model can represent; check {_STEP_INPUTS}, "
+                        f"input is beyond what the model can represent; check {STEP_INPUTS}, "
                         "training.tokens")
 
 
@@ -277,109 +257,3 @@ def asked(est: Estimate, out: dict) -> dict:
     return {k: v for k, v in out.items() if k not in TIME_TO_TRAIN_OUTPUTS}
 
 
-def wire_bytes_per_gpu(row: traffic.Row) -> jax.Array:
-    """Bytes one GPU puts on its link per step for a row: nccl-tests' bus
-    factor (bytes through each rank's link per byte of message) x size x count."""
-    return row.count_per_step * row.message_bytes * collectives.bus_factor(
-        row.collective, row.ranks)
-
-
-def needed_flop_per_byte(system: System, dtype: str = "bf16") -> dict:
-    """The FLOP per byte each tier needs to stay compute-bound: peak / bandwidth
-    per direction (the seeds' 1,100 for H100 over NVLink divides by the
-    bidirectional 900 GB/s, which halves it)."""
-    peak = compute.peak_flops_per_s(system, dtype)
-    return {"scale_up": peak / system.scale_up.bandwidth_Bps,
-            "scale_out": peak / system.scale_out.bandwidth_Bps}
-
-
-def roofline(s: Step, system: System, dtype: str = "bf16") -> dict:
-    """The network roofline per dimension: FLOP per byte the plan achieves on
-    the wire against the FLOP per byte its tier needs to stay compute-bound
-    (`needed_flop_per_byte`). A dimension whose traffic crosses domains
-    (`scale_out`, a jnp boolean: traceable) is judged on the bytes it sends over
-    the slow tier (`Row.slow_tier_bytes`); one that stays inside on all its wire
-    bytes (`wire_bytes`). `flop_per_byte` is 0 for a dimension without traffic."""
-    flops = s.hardware_flops_per_step / s.gpus
-    need = needed_flop_per_byte(system, dtype)
-    totals = {}
-    for r in s.traffic:
-        wire, slow = totals.get(r.dimension, (0.0, 0.0))
-        totals[r.dimension] = (wire + wire_bytes_per_gpu(r), slow + r.slow_tier_bytes)
-    out = {}
-    for dim, (wire, slow) in totals.items():
-        scale_out = slow > 0
-        moved = jnp.where(scale_out, slow, wire)
-        out[dim] = {"bytes": moved, "wire_bytes": wire, "scale_out": scale_out,
-                    "needed_flop_per_byte": jnp.where(scale_out, need["scale_out"],
-                                                      need["scale_up"]),
-                    "flop_per_byte": safe_div(flops, moved)}
-    return out
-
-
-# ----------------------------------------------------------------- outputs
-# output -> the inputs it follows from most directly (named when it is not finite)
-_LIKELY_INPUTS = {
-    "time_to_train_s": "training.tokens, reliability.gpu_mtbf_s, reliability.restart_s, "
-                       "system.gpus",
-    "gpu_hours": "training.tokens, reliability.gpu_mtbf_s, system.gpus",
-    "goodput": "reliability.gpu_mtbf_s, reliability.restart_s, reliability.straggler_*, "
-               "system.gpus",
-    "effective_training_time_fraction": "reliability.gpu_mtbf_s, reliability.restart_s, "
-                                        "reliability.checkpoint_write_s, system.gpus",
-    "mtbf_s": "reliability.gpu_mtbf_s, system.gpus",
-    "fabric_cost_usd": "system.gpus, system.pod_size, system.oversubscription, "
-                       "system.scale_out_bandwidth_Bps, system.scale_up_bandwidth_Bps, "
-                       "system.scale_up_domain",
-    "fabric_power_w": "system.gpus, system.pod_size, system.oversubscription, "
-                      "system.scale_out_bandwidth_Bps",
-}
-_STEP_INPUTS = ("model sizes, training.global_batch, training.micro_batch, parallel.*, "
-                "system bandwidths, latencies and efficiencies")
-
-
-# outputs that are at most 1 whatever the input -> what more than 1 would mean
-_AT_MOST_ONE = {
-    "mfu_gemm_peak": "more FLOP/s than the peak of the precision the GEMMs run in",
-    "hfu_gemm_peak": "more FLOP/s than the peak of the precision the GEMMs run in",
-    "p_step_delayed": "a probability", "goodput": "a fraction of the wall time",
-    "effective_training_time_fraction": "a fraction of the wall time",
-}
-
-
-class OutputOutOfRange(ArithmeticError):
-    """An output outside its physical range (utilisation above 1 against the
-    peak of the precision the step computes in): the model's fault, not the
-    input's; the command line exits 1 with this one line."""
-
-
-def check_outputs(out: dict, overrides=()) -> None:
-    """Check an estimate's outputs ({key: scalar}, as `step.outputs`): a
-    non-finite or negative number is a one-line `ValueError` naming the output,
-    the inputs it follows from, and the `--set` overrides given; an output
-    above its physical bound of 1 (MFU or HFU against the peak of the GEMMs'
-    precision, `mfu_gemm_peak` and `hfu_gemm_peak`; a probability; goodput) is
-    an `OutputOutOfRange`. The 16-bit `mfu` and `hfu` may exceed 1 for an fp8
-    recipe: legitimate, not checked. An effective training time below the
-    failure model's floor is first a `reliability.NoProgress` (no feasible answer)."""
-    given = [o if isinstance(o, str) else f"{o[0]}.{o[1]}={o[2]!r}" for o in overrides]
-    hint = f" (overrides: {', '.join(given)})" if given else ""
-    if "effective_training_time_fraction" in out:  # first: it explains an infinite time
-        reliability.check_progress(out["effective_training_time_fraction"], out.get("mtbf_s"),
-                                   hint)
-    for key, value in out.items():
-        v = _checks.concrete(value)
-        if v is None:
-            continue
-        negative = bool(np.any(v <= 0)) if key == "step_time_s" else bool(np.any(v < 0))
-        if negative and bool(np.all(np.isfinite(v))):
-            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is impossible (a negative "
-                             f"or zero quantity); check {_LIKELY_INPUTS.get(key, _STEP_INPUTS)}"
-                             f"{hint}")
-        if not bool(np.all(np.isfinite(v))):
-            inputs = _LIKELY_INPUTS.get(key, _STEP_INPUTS)
-            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is not finite: an input is "
-                             f"beyond what the model can represent; check {inputs}{hint}")
-        if key in _AT_MOST_ONE and bool(np.any(v > 1.0 + 1e-9)):
-            raise OutputOutOfRange(f"the estimate's {key}={_checks.fmt(v)} exceeds 1 "
-                                   f"({_AT_MOST_ONE[key]}): the model is wrong here{hint}")

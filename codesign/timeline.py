@@ -87,6 +87,7 @@ import math
 from collections import deque
 from typing import NamedTuple
 
+from . import strategies
 from .plan import Plan
 from .step import Step
 
@@ -249,17 +250,17 @@ def _dualpipe(stage: int, p: int, m: int) -> list[Slot]:
 
 def orders(plan: Plan, p: int, m: int) -> tuple[str, int, list[list[Slot]]]:
     """(the order's name, chunks per stage, every stage's slots) for `plan`'s schedule."""
-    name = plan.schedule.name
-    if name == "interleaved":
+    schedule = plan.schedule
+    if isinstance(schedule, strategies.Interleaved):
         v = max(int(round(float(plan.interleave))), 1)
-        return name, v, [_interleaved(s, p, m, v) for s in range(p)]
-    if name == "dualpipe" and dualpipe_feasible(p, m):
-        return name, 1, [_dualpipe(s, p, m) for s in range(p)]
-    if name in ("zero_bubble", "dualpipe"):
-        return "zero_bubble", 1, [_zb_h1(s, p, m) for s in range(p)]
-    if name == "gpipe":
-        return name, 1, [_gpipe(s, p, m) for s in range(p)]
-    return "1f1b", 1, [_one_f_one_b(s, p, m) for s in range(p)]
+        return schedule.name, v, [_interleaved(s, p, m, v) for s in range(p)]
+    if isinstance(schedule, strategies.DualPipe) and dualpipe_feasible(p, m):
+        return schedule.name, 1, [_dualpipe(s, p, m) for s in range(p)]
+    if isinstance(schedule, (strategies.ZeroBubble, strategies.DualPipe)):
+        return strategies.ZeroBubble.name, 1, [_zb_h1(s, p, m) for s in range(p)]
+    if isinstance(schedule, strategies.GPipe):
+        return schedule.name, 1, [_gpipe(s, p, m) for s in range(p)]
+    return strategies.OneFOneB.name, 1, [_one_f_one_b(s, p, m) for s in range(p)]
 
 
 def _needs(op: Op, hops: int) -> list[tuple[str, int, int]]:
@@ -364,7 +365,7 @@ def trace(step: Step, plan: Plan) -> dict:
     m = max(int(round(float(plan.micro_batches))), 1)
     p = max(int(round(float(plan.pp))), 1)
     order_name, v, slots = orders(plan, p, m)
-    dual = order_name == "dualpipe"
+    dual = order_name == strategies.DualPipe.name
     exposed = {k: float(val) for k, val in step.exposed_s.items()}
     hidden = {d: 0.0 for d in TRACKS}
     for r in step.traffic:

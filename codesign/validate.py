@@ -19,9 +19,12 @@ import dataclasses
 import json
 import math
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from . import collectives, hardware, presets, traffic
+from . import collectives, hardware, output_checks, presets, traffic
 from . import scenario as scenario_lib
 from . import step as step_lib
 from . import uncertainty as uncertainty_lib
@@ -34,6 +37,9 @@ from ._published_runs import MEASURES as MEASURES
 from ._published_runs import TIME_MEASURES as TIME_MEASURES
 from ._published_runs import TORCHTITAN_SOURCE as TORCHTITAN_SOURCE
 from ._published_runs import Check as Check
+from .hardware import System
+from .plan import Plan
+from .workload import Transformer
 
 
 def with_matmul_efficiency(check: Check, matmul_efficiency: float) -> Check:
@@ -54,6 +60,30 @@ def mean_log_error(checks, matmul_efficiency=None) -> float:
         sign = -1.0 if c.measure in TIME_MEASURES else 1.0
         logs.append(sign * math.log(predict(c)[0] / c.published))
     return sum(logs) / len(logs)
+
+
+def calibrate_matmul_efficiency(model: Transformer, plan: Plan, system: System,
+                                target_flops_per_s_per_gpu: float, *, hardware: bool = True,
+                                iterations: int = 40) -> float:
+    """The `chip.matmul_efficiency` at which `step` reports the target per-GPU
+    throughput (hardware FLOPs, or model FLOPs when `hardware=False`). Bisection:
+    throughput rises monotonically with the efficiency."""
+    run = jax.jit(lambda e: step_lib.step(model, plan, eqx.tree_at(
+        lambda s: s.chip.matmul_efficiency, system, e)))
+
+    def throughput(e):
+        r = run(jnp.asarray(e))
+        return float(r.hardware_flops_per_s_per_gpu if hardware
+                     else r.model_flops_per_s_per_gpu)
+
+    lo, hi = 1e-3, 1.0
+    if throughput(hi) < target_flops_per_s_per_gpu:
+        raise ValueError(f"target={target_flops_per_s_per_gpu:g} FLOP/s per GPU is out of "
+                         "reach even at matmul_efficiency=1")
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if throughput(mid) < target_flops_per_s_per_gpu else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def fit_matmul_efficiency(checks, start=0.6, lo=0.05, hi=1.0, tolerance=1e-5,
@@ -184,7 +214,7 @@ def family(check: Check) -> str:
 
 def predict(check: Check) -> tuple[float, bool, str]:
     """(the model's value of `check.measure`, whether the plan fits in memory,
-    "" or why the command line would refuse the estimate: `step.check_outputs`'s
+    "" or why the command line would refuse the estimate: `output_checks.check_outputs`'s
     one-line report of an output outside its physical range)."""
     if check.collective is not None:
         return _collective(check.collective), True, ""
@@ -192,9 +222,9 @@ def predict(check: Check) -> tuple[float, bool, str]:
     est = step_lib.estimate(scn)
     out = step_lib.outputs(est)
     try:
-        step_lib.check_outputs(step_lib.asked(est, out))
+        output_checks.check_outputs(step_lib.asked(est, out))
         refused = ""
-    except (ValueError, step_lib.OutputOutOfRange) as e:
+    except (ValueError, output_checks.OutputOutOfRange) as e:
         refused = str(e)
     fits = bool(out["fits_memory"])
     gpus = float(scn.system.gpus)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import reliability, scenario, step, sweep
+from codesign import output_checks, reliability, scenario, step, sweep
 from codesign.cli import main
 
 
@@ -146,7 +146,7 @@ def test_step_estimate_checks_the_failure_model():
         step.estimate(scn)
     out = step.outputs(step.estimate(scn, check=False))
     with pytest.raises(reliability.NoProgress, match="would be 0 of the wall time"):
-        step.check_outputs(out)
+        output_checks.check_outputs(out)
 
 
 @pytest.mark.parametrize("key", ["system.peak_flops_per_s", "system.matmul_efficiency"])

@@ -21,6 +21,7 @@ from codesign import (
     stage,
     step,
     traffic,
+    validate,
     workload,
 )
 from codesign import scenario as sc
@@ -41,11 +42,11 @@ def test_megatron_2019_prediction_within_5_percent():
 
 def test_calibration_reruns_to_the_preset_constants():
     s1t = sc.load("megatron-1t")
-    e = step.calibrate_matmul_efficiency(s1t.model, s1t.plan, s1t.system, 163e12, iterations=25)
+    e = validate.calibrate_matmul_efficiency(s1t.model, s1t.plan, s1t.system, 163e12, iterations=25)
     assert e == pytest.approx(hardware.A100_MATMUL_EFFICIENCY, rel=0.005)
     small = workload.model("megatron-1.2b")  # Megatron-LM's 1.2B baseline
     one = plan.Plan(dp=1, micro_batch=8, global_batch=8, recompute="full", dtype="fp16")
-    e = step.calibrate_matmul_efficiency(small, one, presets.system("dgx-v100"), 39e12,
+    e = validate.calibrate_matmul_efficiency(small, one, presets.system("dgx-v100"), 39e12,
                                          iterations=25)
     assert e == pytest.approx(hardware.V100_MATMUL_EFFICIENCY, rel=0.005)
 

@@ -8,7 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import collectives, presets, reliability, scenario, step, sweep, units
+from codesign import (
+    collectives,
+    network_roofline,
+    presets,
+    reliability,
+    scenario,
+    step,
+    sweep,
+    units,
+)
 from codesign.cli import main
 
 SMALL = {
@@ -285,15 +294,16 @@ def test_estimate_target_refuses_the_plans_estimate_refuses(knobs, message):
 
 
 def test_estimate_roofline_columns_are_step_roofline():
-    """step.roofline traces (its tier is a jnp boolean), and the estimate target's
+    """network_roofline.roofline traces (its tier is a jnp boolean), and the estimate target's
     roofline columns are its values: a dimension that crosses domains is judged on
     the bytes it sends over the slow tier, not on every wire byte."""
     dp_first = {"placement": "dp,cp,ep,tp,pp"}  # DP 128 spans the 8-GPU domains
     scn = scenario.load("llama3-405b", [("system", k, v) for k, v in dp_first.items()])
     est = step.estimate(scn)
-    need = step.needed_flop_per_byte(scn.system, scn.plan.dtype)
-    eager = step.roofline(est.step, scn.system, scn.plan.dtype)["dp"]
-    dp = jax.jit(step.roofline, static_argnums=2)(est.step, scn.system, scn.plan.dtype)["dp"]
+    need = network_roofline.needed_flop_per_byte(scn.system, scn.plan.dtype)
+    eager = network_roofline.roofline(est.step, scn.system, scn.plan.dtype)["dp"]
+    dp = jax.jit(network_roofline.roofline, static_argnums=2)(est.step, scn.system,
+                                                               scn.plan.dtype)["dp"]
     assert bool(dp["scale_out"]) and float(dp["bytes"]) < float(dp["wire_bytes"])
     assert float(dp["needed_flop_per_byte"]) == float(need["scale_out"])
     assert float(dp["flop_per_byte"]) == pytest.approx(

@@ -13,6 +13,7 @@ from codesign import (
     compute,
     hardware,
     memory,
+    output_checks,
     plan,
     presets,
     stacks,
@@ -161,11 +162,11 @@ def test_utilisation_above_the_precisions_own_peak_is_the_models_fault(capsys, m
     """An HFU above 1 against the GEMMs' own peak is impossible output: exit 1
     with one line that says so (not exit 2, which blames the input)."""
     est = _out(sc.load("llama3-405b"))
-    step.check_outputs({**est, "hfu": jnp.asarray(1.3)})  # 16-bit HFU: not checked
-    with pytest.raises(step.OutputOutOfRange, match="hfu_gemm_peak=1.2 exceeds 1"):
-        step.check_outputs({**est, "hfu_gemm_peak": jnp.asarray(1.2)})
-    with pytest.raises(step.OutputOutOfRange, match="goodput=1.01 exceeds 1"):
-        step.check_outputs({**est, "goodput": jnp.asarray(1.01)})
+    output_checks.check_outputs({**est, "hfu": jnp.asarray(1.3)})  # 16-bit HFU: not checked
+    with pytest.raises(output_checks.OutputOutOfRange, match="hfu_gemm_peak=1.2 exceeds 1"):
+        output_checks.check_outputs({**est, "hfu_gemm_peak": jnp.asarray(1.2)})
+    with pytest.raises(output_checks.OutputOutOfRange, match="goodput=1.01 exceeds 1"):
+        output_checks.check_outputs({**est, "goodput": jnp.asarray(1.01)})
     real = step.outputs
     monkeypatch.setattr(step, "outputs", lambda e: {**real(e), "mfu_gemm_peak": 1.5 + 0 * real(
         e)["mfu"]})

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from codesign import _domains, step
+from codesign import _domains, output_checks, step
 from codesign import scenario as sc
 from codesign.cli import _traced_message, main
 
@@ -179,12 +179,12 @@ def test_optimize_with_nothing_feasible_exits_3(capsys):
 
 def test_outputs_that_are_not_finite_or_above_peak_are_errors():
     est = step.outputs(jax.jit(step.estimate)(BASE))
-    step.check_outputs(est)
+    output_checks.check_outputs(est)
     with pytest.raises(ValueError, match=r"time_to_train_s=inf is not finite.*gpu_mtbf_s"
                                          r".*\(overrides: x.y=1\)"):
-        step.check_outputs({**est, "time_to_train_s": jnp.inf}, ["x.y=1"])
-    with pytest.raises(step.OutputOutOfRange, match="mfu_gemm_peak=1.5 exceeds 1"):
-        step.check_outputs({**est, "mfu_gemm_peak": jnp.asarray(1.5)})
+        output_checks.check_outputs({**est, "time_to_train_s": jnp.inf}, ["x.y=1"])
+    with pytest.raises(output_checks.OutputOutOfRange, match="mfu_gemm_peak=1.5 exceeds 1"):
+        output_checks.check_outputs({**est, "mfu_gemm_peak": jnp.asarray(1.5)})
 
 
 # ------------------------------------------------------------------ traced checks
@@ -300,7 +300,7 @@ def test_property_set_strings_answer_or_name_the_key(overrides):
         event("loaded, structure changed")
         return  # a string or bool key changed the static structure: checked at load level
     event(_assert_answer_or_one_line_error(
-        lambda: step.check_outputs(out := _outputs_of_scenario()(scn), overrides) or out))
+        lambda: output_checks.check_outputs(out := _outputs_of_scenario()(scn), overrides) or out))
 
 
 def test_a_subnormal_value_counts_as_zero_in_the_concrete_and_the_traced_check():
@@ -365,7 +365,7 @@ def test_property_traced_knobs_answer_or_raise_naming_the_key(values):
         event("traced error: " + ("domain" if outside else "relation, no progress or overflow"))
         return
     assert not outside, f"{outside} outside their domains went through"
-    event(_assert_answer_or_one_line_error(lambda: step.check_outputs(out) or out))
+    event(_assert_answer_or_one_line_error(lambda: output_checks.check_outputs(out) or out))
 
 
 def test_the_guard_threads_every_leaf():

@@ -1,14 +1,18 @@
 """What every command's output shares: the `--json` / `--csv` switch, CSV tables,
-the scenario echo in JSON, the figures' backend and the line naming a file a
-command wrote."""
+the scenario echo in JSON, the figures' backend, the line naming a file a
+command wrote, and the `--report FILE.html` / `--plot FILE.png` pair of the
+commands that draw (`add_output_arguments`, `write`; the page is `codesign.report`'s)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import os
 import sys
 from pathlib import Path
 
+from .. import __version__
 from ..scenario import flatten
 from . import _system
 from .presets import to_json
@@ -98,3 +102,54 @@ def wrote(path, args) -> None:
     --json or --csv (whose stdout a program reads)."""
     machine = getattr(args, "json", False) or getattr(args, "csv", False)
     print(f"wrote {path}", file=sys.stderr if machine else sys.stdout)
+
+
+PLOT_DPI = 150  # --plot's PNG, as the other commands' figures
+
+
+def add_output_arguments(parser, figure: str) -> None:
+    """`--report FILE.html` and `--plot FILE.png` (the command's main figure,
+    `figure` in words) of a command; both paths are checked before it runs
+    (`cli._check_outputs`)."""
+    parser.add_argument("--report", metavar="FILE.html",
+                        help="also write one self-contained HTML page of the result with its "
+                             "figures (opens offline; docs/report.md)")
+    parser.add_argument("--plot", metavar="FILE.png", help=f"also draw {figure}")
+
+
+def captured(print_, *args) -> str:
+    """What `print_(*args)` prints (a command's text output, for its page)."""
+    stream = io.StringIO()
+    with contextlib.redirect_stdout(stream):
+        print_(*args)
+    return stream.getvalue()
+
+
+def made_by(command: str) -> str:
+    """The page's line saying what made it."""
+    return f"made by codesign {__version__}: {command}"
+
+
+def scenario_words(args) -> str:
+    """The scenario of a command line as it was given: `default --set parallel.tp=4`."""
+    return " ".join([args.scenario or "default", *(f"--set {o}" for o in args.set),
+                     *([f"--system {args.system}"] if args.system else [])])
+
+
+def write(args, fig, page) -> None:
+    """The command's main figure `fig` to --plot and the page `page(fig)` (an
+    HTML string embedding it, `report.figure`, which closes it) to --report,
+    as asked; each file named once written (`_output.wrote`)."""
+    if args.plot:
+        fig.savefig(args.plot, dpi=PLOT_DPI, bbox_inches="tight")
+    if args.report:
+        text = page(fig)
+        with open(args.report, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    for path in (args.plot, args.report):
+        if path:
+            wrote(path, args)

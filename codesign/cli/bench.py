@@ -18,7 +18,6 @@ import sys
 from .._progress import Progress
 from ..units import parse_size_range
 from . import ENTRY, INFEASIBLE, _output, restart_command
-from .report import add_output_arguments, made_by, write
 
 DEFAULT_SIZES = "4KiB:4MiB"
 DEFAULT_DEVICES = 8
@@ -245,8 +244,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
                              "threshold (docs/execution.md), with a warning; else exit 3")
     parser.add_argument("--points", action="store_true",
                         help="print measured against predicted time for every size (kernel)")
-    add_output_arguments(parser, "bus bandwidth against message size per tier, measured and "
-                                 "fitted (calibrate FILE... only)")
+    _output.add_output_arguments(parser, "bus bandwidth against message size per tier, measured "
+                                 "and fitted (calibrate FILE... only)")
     group = parser.add_argument_group("calibrate compute")
     group.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp32"),
                        help="the GEMMs' dtype (default bf16; attention is always bf16)")
@@ -322,7 +321,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
                                           measured_on=calibrate.devices_kind(measurements)))
         _output.wrote(args.out, args)
     if args.plot or args.report:
-        write(args, _output.plots().calibration_busbw(
+        _output.write(args, _output.plots().calibration_busbw(
             _busbw_runs(result), title="codesign calibrate: bus bandwidth, measured and fitted"),
             lambda fig: _calibrate_page(args, result, fig))
     return 0
@@ -378,7 +377,7 @@ def _calibrate_page(args: argparse.Namespace, result, fig) -> str:
         report.section("Fit per tier", report.text(calibrate.summary_table(result)),
                        report.paragraph(_holdout_line(args.holdout_every))),
         report.section("Every size", report.text(calibrate.predictions_table(result)))],
-        lines=(made_by("codesign calibrate " + " ".join(os.path.basename(f)
+        lines=(_output.made_by("codesign calibrate " + " ".join(os.path.basename(f)
                                                          for f in args.files)),))
 
 

@@ -20,7 +20,7 @@ import json
 import jax
 import numpy as np
 
-from .. import _checks, _domains, presets, step
+from .. import _checks, _domains, output_checks, presets
 from .. import collectives as co
 from .. import hardware as hw
 from .. import scenario as sc
@@ -155,10 +155,10 @@ def evaluate(op: str, algorithm: str, n_bytes, ranks: float, where: Placement) -
 
 def _row(result: dict, i: int, where: Placement) -> dict:
     """Size i of `result` as printed, once its numbers pass the estimate's output
-    check (`step.check_outputs`: finite, not negative)."""
+    check (`output_checks.check_outputs`: finite, not negative)."""
     row = {k: float(result[k][i]) for k in ("time_s", "algbw_Bps", "busbw_Bps",
                                               "latency_s", "bandwidth_s", "reduction_s")}
-    step.check_outputs(row)
+    output_checks.check_outputs(row)
     row["algorithm"] = result["algorithm"][i]
     row["tier"] = where.label(row["algorithm"])
     if result["weights"] is not None:

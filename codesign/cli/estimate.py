@@ -6,7 +6,7 @@ import json
 
 import jax
 
-from .. import hardware, scenario, step, uncertainty
+from .. import hardware, network_roofline, output_checks, scenario, step, uncertainty
 from .._chip_specs import preset_for_device
 from .._compile import compiled
 from ..units import format_bytes
@@ -40,12 +40,12 @@ def _estimate(scn):
 def evaluate(args):
     """(scenario, its labels, estimate) of the command line; an estimate with a
     non-finite output is a ValueError (exit 2), one with MFU/HFU above 1 against
-    the peak of its GEMMs' precision a `step.OutputOutOfRange` (the model's
-    fault: exit 1 with one line), see `step.check_outputs`."""
+    the peak of its GEMMs' precision a `output_checks.OutputOutOfRange` (the model's
+    fault: exit 1 with one line), see `output_checks.check_outputs`."""
     scn = scenario.load(args.scenario, args.set, system=args.system)
     est, out = compiled(_estimate, scn, store=executable_store())[0](scn)
     out = step.asked(est, out)  # time to train only when tokens are set
-    step.check_outputs(out, args.set)
+    output_checks.check_outputs(out, args.set)
     return scn, scenario.labels(args.scenario, args.set, system=args.system), est
 
 
@@ -193,7 +193,7 @@ def _print_estimate(scn, labels, out):
 
 def _roofline_rows(scn, est):
     rows = []
-    for dim, d in step.roofline(est.step, scn.system, scn.plan.dtype).items():
+    for dim, d in network_roofline.roofline(est.step, scn.system, scn.plan.dtype).items():
         if float(d["bytes"]) <= 0:
             continue
         rows.append({"dimension": dim, "tier": "scale_out" if d["scale_out"] else "scale_up",

@@ -9,13 +9,12 @@ import sys
 
 import numpy as np
 
-from .. import economics, hardware, memory, optimize, reliability, report, step
+from .. import economics, hardware, memory, optimize, output_checks, reliability, report, step
 from .. import scenario as sc
 from .._words import words
 from ..units import day, format_bytes, format_quantity, format_seconds, parse_quantity, year
 from . import INFEASIBLE, _output, _system, executable_store
 from ._text import describe_elasticity
-from .report import add_output_arguments, captured, made_by, scenario_words, write
 
 # the library's names of what to change -> this command's flags (cli.in_flags)
 FLAGS = {"bounds": "--bounds", "grid_points": "--grid-points", "vary": "--vary",
@@ -45,7 +44,7 @@ def add_arguments(parser, name):
                             choices=optimize.SENSITIVITY_OUTPUTS,
                             help="the output to differentiate (default step_time_s; "
                             "time_to_train_s brings in the failure rates)")
-        add_output_arguments(parser, "the elasticities shown as a bar chart")
+        _output.add_output_arguments(parser, "the elasticities shown as a bar chart")
         return
     parser.add_argument("--vary", action="append", default=[], metavar="KNOB[,KNOB...]",
                         required=True, help="scenario keys to vary, e.g. parallel.tp,"
@@ -82,7 +81,7 @@ def add_arguments(parser, name):
     parser.add_argument("--top", type=int, default=0, metavar="N",
                         help="also the N best distinct feasible designs (grid: of the grid; "
                              "gradient: of the points it evaluated exactly)")
-    add_output_arguments(parser, "the best objective over tp x pp as a heatmap (grid: of "
+    _output.add_output_arguments(parser, "the best objective over tp x pp as a heatmap (grid: of "
                          "its every feasible point; else of the designs the search holds)")
     robust = parser.add_argument_group(
         "robust co-design", "optimise the mean (or --quantile) of the objective over samples "
@@ -188,7 +187,7 @@ def _problem(args, scn, keys):
 
 def _checked(load, r: optimize.Result, overrides) -> optimize.Result:
     """`r`, once the numbers of a feasible result pass the estimate's output
-    check (`step.check_outputs`: its metrics and those of its --top) and its
+    check (`output_checks.check_outputs`: its metrics and those of its --top) and its
     best design clears the failure model's floor (`reliability.check_job`: a
     `reliability.NoProgress`, exit 3). An infeasible result (exit 3 anyway)
     keeps its numbers; what is not finite in it prints as n/a (null in JSON)."""
@@ -200,9 +199,9 @@ def _checked(load, r: optimize.Result, overrides) -> optimize.Result:
     best = optimize.design_scenario(load, r.best)
     reliability.check_job(best.system.gpus, memory.checkpoint_bytes_total(best.model, best.plan),
                           best.reliability, hint)
-    step.check_outputs({"objective": r.value, **r.metrics}, overrides)
+    output_checks.check_outputs({"objective": r.value, **r.metrics}, overrides)
     for t in r.top or []:
-        step.check_outputs({"objective": t["objective"], **t["metrics"]}, overrides)
+        output_checks.check_outputs({"objective": t["objective"], **t["metrics"]}, overrides)
     return r
 
 
@@ -336,12 +335,14 @@ def _sensitivity(args) -> int:
         _print_slack(rows)
     if args.plot or args.report:
         system = _system.line(_system.info(scn.system, labels.system, args.system))
-        write(args, elasticity_figure(_output.plots(), labels, args.output, el, shown),
+        _output.write(args, elasticity_figure(_output.plots(), labels, args.output, el, shown),
               lambda fig: report.page(
                   f"codesign sensitivity: {labels.scenario}",
                   [sensitivity_section(fig, scn, labels, args.output, el, shown),
-                   report.section("Collectives", report.text(captured(_print_slack, rows)))],
-                  lines=(made_by(f"codesign sensitivity {scenario_words(args)}"), system)))
+                   report.section("Collectives",
+                                  report.text(_output.captured(_print_slack, rows)))],
+                  lines=(_output.made_by(f"codesign sensitivity {_output.scenario_words(args)}"),
+                         system)))
     return 0
 
 
@@ -383,7 +384,7 @@ def sensitivity_section(fig, scn, labels, output: str, el: dict, shown: list):
         "Sensitivities",
         report.figure(fig, f"elasticity d log({words(output)}) / d log(knob) at the scenario "
                            "point (codesign sensitivity); knobs of elasticity zero left out"),
-        report.text(captured(_print_elasticities, el, shown, values, output)))
+        report.text(_output.captured(_print_elasticities, el, shown, values, output)))
 
 
 def _slack_line(r: dict) -> str:
@@ -506,13 +507,14 @@ def run(args, name) -> int:
         return INFEASIBLE
     if drawn:
         heatmap, title = _heatmap(scn, labels, r, points)
-        write(args, heatmap, lambda fig: report.page(
+        _output.write(args, heatmap, lambda fig: report.page(
             f"codesign optimize: {labels.scenario}",
-            [report.section("Result", report.text(captured(
+            [report.section("Result", report.text(_output.captured(
                 _print_text, args, scn, labels, r, here, rob, cmp))),
              report.section("Best objective over tp x pp", report.figure(fig, title)),
              report.section("Designs", _designs_table(r, points["designs"]))],
-            lines=(made_by(f"codesign optimize {scenario_words(args)} --method {args.method}"),)))
+            lines=(_output.made_by(f"codesign optimize {_output.scenario_words(args)} "
+                                   f"--method {args.method}"),)))
     return 0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from .. import reliability, step
+from .. import output_checks, reliability, step
 from . import _output, _system
 from .estimate import evaluate
 
@@ -47,11 +47,11 @@ def reliability_json(scn, est: step.Estimate) -> dict:
 
 def checked(out: dict, overrides=()) -> dict:
     """`out` (`reliability_json`), once every number in it passes the estimate's
-    output check (`step.check_outputs`: finite, in range, the cause named)."""
+    output check (`output_checks.check_outputs`: finite, in range, the cause named)."""
     numbers = {k: v for k, v in out.items() if isinstance(v, float)}
     numbers.update({f"component_mtbf_s.{k}": v for k, v in out["component_mtbf_s"].items()
                     if v is not None})
-    step.check_outputs(numbers, overrides)
+    output_checks.check_outputs(numbers, overrides)
     return out
 
 

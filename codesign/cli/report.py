@@ -1,18 +1,15 @@
 """`codesign report`: one self-contained HTML page of a scenario (its plan, the
 estimate, the step and memory breakdowns, the timeline, the roofline, the
-sensitivities and the error band), and what `--report FILE.html` and
-`--plot FILE.png` of optimize, sensitivity, validate and calibrate share
-(`add_output_arguments`, `write`). Every number comes from the functions the
+sensitivities and the error band); what `--report FILE.html` and `--plot
+FILE.png` of optimize, sensitivity, validate and calibrate share is
+`_output`'s (`add_output_arguments`, `write`). Every number comes from the functions the
 commands use (`estimate`, `timeline`, `roofline`, `sensitivity`); the page is
 `codesign.report`'s (docs/report.md).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-
-from .. import __version__, report, timeline
+from .. import report, timeline
 from ..scenario import flatten
 from ..units import format_bytes
 from . import _output, _system
@@ -28,61 +25,12 @@ from .estimate import (
 )
 
 OUTPUT_FILES = {"out": "--out"}  # checked before the command runs (cli._run)
-PLOT_DPI = 150  # --plot's PNG, as the other commands' figures
 
 
 def add_arguments(parser, name):
     _system.add_scenario_arguments(parser)
     parser.add_argument("--out", required=True, metavar="FILE.html",
                         help="the page to write: one file that opens offline in any browser")
-
-
-def add_output_arguments(parser, figure: str) -> None:
-    """`--report FILE.html` and `--plot FILE.png` (the command's main figure,
-    `figure` in words) of a command; both paths are checked before it runs
-    (`cli._check_outputs`)."""
-    parser.add_argument("--report", metavar="FILE.html",
-                        help="also write one self-contained HTML page of the result with its "
-                             "figures (opens offline; docs/report.md)")
-    parser.add_argument("--plot", metavar="FILE.png", help=f"also draw {figure}")
-
-
-def captured(print_, *args) -> str:
-    """What `print_(*args)` prints (a command's text output, for its page)."""
-    stream = io.StringIO()
-    with contextlib.redirect_stdout(stream):
-        print_(*args)
-    return stream.getvalue()
-
-
-def made_by(command: str) -> str:
-    """The page's line saying what made it."""
-    return f"made by codesign {__version__}: {command}"
-
-
-def scenario_words(args) -> str:
-    """The scenario of a command line as it was given: `default --set parallel.tp=4`."""
-    return " ".join([args.scenario or "default", *(f"--set {o}" for o in args.set),
-                     *([f"--system {args.system}"] if args.system else [])])
-
-
-def write(args, fig, page) -> None:
-    """The command's main figure `fig` to --plot and the page `page(fig)` (an
-    HTML string embedding it, `report.figure`, which closes it) to --report,
-    as asked; each file named once written (`_output.wrote`)."""
-    if args.plot:
-        fig.savefig(args.plot, dpi=PLOT_DPI, bbox_inches="tight")
-    if args.report:
-        text = page(fig)
-        with open(args.report, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
-    for path in (args.plot, args.report):
-        if path:
-            _output.wrote(path, args)
 
 
 def plan_tables(plan_json: dict, n: int = 3) -> str:
@@ -177,8 +125,8 @@ def run(args, name) -> int:
         _step_section(plots, out, labels.scenario),
         report.section("Error band", report.paragraph(_interval_line(out))),
         report.section("Estimate", report.paragraph("as codesign estimate prints it"),
-                       report.text(captured(_print_estimate, scn, labels, out) + "\n"
-                                   + captured(_print_traffic, out["traffic"]))),
+                       report.text(_output.captured(_print_estimate, scn, labels, out) + "\n"
+                                   + _output.captured(_print_traffic, out["traffic"]))),
         _memory_section(plots, out, title),
         _timeline_section(plots, scn, labels, est),
         _roofline_section(plots, scn, labels, est),
@@ -186,7 +134,7 @@ def run(args, name) -> int:
                             labels, "step_time_s", el, shown),
     ]
     text = report.page(f"codesign report: {title}", sections,
-                       lines=(made_by(f"codesign report {scenario_words(args)}"),))
+                       lines=(_output.made_by(f"codesign report {_output.scenario_words(args)}"),))
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
     print(f"{labels.scenario}: step {out['step_time_s']:.3f} s, "

@@ -19,7 +19,6 @@ import sys
 
 from .. import report, validate
 from . import _output
-from .report import add_output_arguments, made_by, write
 
 
 def add_arguments(parser, name) -> None:
@@ -30,7 +29,7 @@ def add_arguments(parser, name) -> None:
                         help="cross-validate: predict each source set with the constants it "
                         "helped fit refitted without it, and summarise those errors beside "
                         "the in-sample ones (rows gain cross_error and cross_note)")
-    add_output_arguments(parser, "predicted against published per chip family (log-log)")
+    _output.add_output_arguments(parser, "predicted against published per chip family (log-log)")
     # the maintainer's: rewrite codesign/uncertainty.json (estimate's intervals)
     parser.add_argument("--write-uncertainty", action="store_true", help=argparse.SUPPRESS)
 
@@ -103,7 +102,7 @@ def run(args, name) -> int:
         if args.cross:
             _cross(rows, notes)
     if args.plot or args.report:
-        write(args, _output.plots().validation_scatter(
+        _output.write(args, _output.plots().validation_scatter(
             rows, band=BAND, title="codesign validate: the model beside every published "
                                   "figure"),
             lambda fig: _page(rows, fig, args.cross))
@@ -153,4 +152,4 @@ def _page(rows, fig, cross: bool) -> str:
             f"{len(rows)} rows: {s['calibration']} calibration, {s['refused']} refused, "
             f"{s['not_fitting']} plans that do not fit memory; sources, notes and reasons: "
             "codesign validate --json"), report.table(shown, columns))],
-        lines=(made_by("codesign validate" + (" --cross" if cross else "")),))
+        lines=(_output.made_by("codesign validate" + (" --cross" if cross else "")),))

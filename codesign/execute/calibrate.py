@@ -50,14 +50,13 @@ a fitted bandwidth above the line rate of the machine's links (a System's
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, collectives
+from .. import _checks, _files, collectives
 from .._domains import Domain
 from ..hardware import System, Tier
 from ._fit import minimise
@@ -411,24 +410,26 @@ def system_toml(calibration: Calibration, preset: str | None = None,
     the file carries the chip and topology its tiers belong to; with `measured_on`
     (the devices' kind) it says what was measured (`system.measured_on`: an
     estimate on a preset whose chips were not those gives no validate interval)."""
-    lines = ["# codesign calibrate: alpha-beta-gamma fitted per tier (see codesign/execute/"
-             "calibrate.py)"]
+    comments = ["codesign calibrate: alpha-beta-gamma fitted per tier (see codesign/execute/"
+                "calibrate.py); each tier's efficiency is 1: the fitted bandwidth is the "
+                "achieved one"]
     for t, f in calibration.tiers.items():
-        lines.append(f"# {t}: {f.points} sizes from {'; '.join(f.runs)}; held-out max "
-                     f"relative error {f.holdout_error:.1%}, reduction {f.reduction}")
-    lines.append("[system]")
-    if preset is not None:
-        lines.append(f'preset = "{preset}"')
-    if measured_on is not None:
-        lines.append(f"measured_on = {json.dumps(measured_on)}")
+        comments.append(f"{t}: {f.points} sizes from {'; '.join(f.runs)}; held-out max "
+                        f"relative error {f.holdout_error:.1%}, reduction {f.reduction}"
+                        + (" (folded into the bandwidth)" if f.reduction == "folded" else ""))
+    system = {"preset": preset, "measured_on": measured_on}
     for t, f in calibration.tiers.items():
-        lines += [f"{t}_bandwidth_Bps = {f.bandwidth_Bps:.6e}",
-                  f"{t}_latency_s = {f.alpha_s:.6e}",
-                  f"{t}_efficiency = 1.0  # the fitted bandwidth is the achieved one"]
+        system |= {f"{t}_bandwidth_Bps": _digits(f.bandwidth_Bps), f"{t}_latency_s":
+                   _digits(f.alpha_s), f"{t}_efficiency": 1.0}
         if f.reduction != "prior":
-            lines.append(f"{t}_reduction_Bps = {f.reduction_Bps:.6e}"
-                         + ("  # folded into the bandwidth" if f.reduction == "folded" else ""))
-    return "\n".join(lines) + "\n"
+            system[f"{t}_reduction_Bps"] = _digits(f.reduction_Bps)
+    return _files.toml_text({"system": {k: v for k, v in system.items() if v is not None}},
+                            comments)
+
+
+def _digits(x: float) -> float:
+    """`x` to the 7 significant digits a fitted constant is written with."""
+    return float(f"{x:.6e}")
 
 
 def summary_table(calibration: Calibration) -> str:

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _files
 from ..attention import FLASH_BACKWARD_OVER_FORWARD
 from ..hardware import System
 from ._fit import minimise
@@ -387,15 +388,16 @@ def system_toml(result: ComputeFit, *, preset: str, dtype: str, device: str,
                              f"or hbm_Bps is below what this {device} achieves; pass this "
                              "chip's preset as `preset`")
     held = result.holdout()
-    lines = [f"# codesign calibrate compute --dtype {dtype}: {device} ({platform}), "
-             f"{len(result.kernels)} kernels, constants relative to the {preset} preset's peaks",
-             "# held-out max relative error: " + ", ".join(
-                 f"{kind} {held[kind]['max']:.1%}" for kind in KINDS)]
+    comments = [f"codesign calibrate compute --dtype {dtype}: {device} ({platform}), "
+                f"{len(result.kernels)} kernels, constants relative to the {preset} preset's "
+                "peaks", "held-out max relative error: " + ", ".join(
+                    f"{kind} {held[kind]['max']:.1%}" for kind in KINDS)]
     if platform == "cpu":
-        lines.append("# measured on a CPU: these numbers describe this CPU, not the preset's chip")
-    lines += ["[system]", f'preset = "{preset}"']
-    lines += [f"{name} = {result.constants[name]:.6e}" for name in CONSTANTS]
-    return "\n".join(lines) + "\n"
+        comments.append("measured on a CPU: these numbers describe this CPU, not the preset's "
+                        "chip")
+    system = {"preset": preset} | {name: float(f"{result.constants[name]:.6e}")
+                                   for name in CONSTANTS}
+    return _files.toml_text({"system": system}, comments)
 
 
 def summary_table(result: ComputeFit) -> str:

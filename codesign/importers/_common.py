@@ -47,14 +47,11 @@ class Imported:
 
     def toml(self, header: str, overrides=()) -> str:
         """The scenario TOML: `header` and the comments, then the tables."""
-        lines = [f"# {header}"]
-        lines += [f"# assumed: {why}" for why in self.assumed.values()]
-        lines += [f"# set: {o}" for o in overrides]
-        lines += _wrapped("# ignored (not read by codesign): ", list(self.ignored))
-        for section, body in self.tables.items():
-            if body:
-                lines += ["", f"[{section}]", *(f"{k} = {_value(v)}" for k, v in body.items())]
-        return "\n".join(lines) + "\n"
+        comments = [header, *(f"assumed: {why}" for why in self.assumed.values()),
+                    *(f"set: {o}" for o in overrides),
+                    *(line.removeprefix("# ") for line in _wrapped(
+                        "# ignored (not read by codesign): ", list(self.ignored)))]
+        return _files.toml_text(self.tables, comments)
 
 
 def _value(v) -> str:

@@ -97,7 +97,8 @@ REMAT = {"full": ("full", None), "none": ("full", None),
              "save_qkv_proj", "save_out_proj", "qkv_proj_offloaded", "custom")}}
 # decoder blocks whose layer is two transformer layers, a local then a global one (Gemma 2)
 LAYER_PAIRS = frozenset({"gemma2"})
-ATTENTIONS = ("global", "full", "local_sliding", "chunk", "mla")
+MLA = "mla"  # attention_type of multi-head latent attention (codesign's model.attention too)
+ATTENTIONS = ("global", "full", "local_sliding", "chunk", MLA)
 
 
 # ----------------------------------------------------------------- reading
@@ -274,8 +275,8 @@ def _model(t: Merged, d: c.Draft) -> tuple[int, int]:
     if kind not in ATTENTIONS:
         raise c.bad(t.where, "attention_type", kind,
                     f"is not an attention codesign models ({', '.join(ATTENTIONS)})")
-    if kind == "mla":
-        d.put("model.attention", "mla")
+    if kind == MLA:
+        d.put("model.attention", MLA)
         for key, name in (("q_lora_rank", "q_lora_rank"), ("kv_lora_rank", "kv_lora_rank"),
                           ("qk_head_dim", "qk_nope_head_dim"),
                           ("qk_rope_head_dim", "qk_rope_head_dim"), ("v_head_dim", "v_head_dim")):

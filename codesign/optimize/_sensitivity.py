@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import memory, reliability, step
+from .. import memory, output_checks, reliability, step
 from .. import scenario as sc
 from ..relax import safe_log
 from ..scenario import Scenario
@@ -29,7 +29,7 @@ def _log_jacobian(scn: Scenario, values: dict, outputs: tuple[str, ...]):
     """(d log(outputs) / d values, every output of the estimate) at `scn` with
     the knobs `values` set (the scenario's own, checked when it was built: no
     traced check, so the persistent cache can store the program; the outputs
-    are checked concretely instead, `step.check_outputs`)."""
+    are checked concretely instead, `output_checks.check_outputs`)."""
     def f(v):
         out = step.outputs(step.estimate(sc.set_knobs(scn, v), check=False))
         return jnp.stack([safe_log(out[o]) for o in outputs]), out
@@ -39,16 +39,16 @@ def _log_jacobian(scn: Scenario, values: dict, outputs: tuple[str, ...]):
 
 def _checked(scn: Scenario, out: dict, elasticity: dict) -> dict:
     """`elasticity` ({output: {knob: value}}), once the estimate at `scn`
-    (`out`) passes `step.check_outputs` (an effective training time below the
+    (`out`) passes `output_checks.check_outputs` (an effective training time below the
     failure model's floor is a `reliability.NoProgress`); an elasticity that is
-    not finite at such a point is the model's fault (`step.OutputOutOfRange`)."""
+    not finite at such a point is the model's fault (`output_checks.OutputOutOfRange`)."""
     asked = {k: v for k, v in out.items()
              if float(scn.tokens) > 0 or k not in step.TIME_TO_TRAIN_OUTPUTS}
-    step.check_outputs(asked)
+    output_checks.check_outputs(asked)
     for o, by_knob in elasticity.items():
         for k, v in by_knob.items():
             if not math.isfinite(v):
-                raise step.OutputOutOfRange(
+                raise output_checks.OutputOutOfRange(
                     f"the elasticity of {o} to {k} is {v} at a point whose outputs are "
                     "finite: the model's derivative is wrong here")
     return elasticity
@@ -62,9 +62,9 @@ def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
     system.gpus by the same factor with tp, pp, cp held, which is exactly what
     raising system.gpus does: the two share one elasticity. A knob at 0
     (unset, e.g. moe_node_limit on a dense model) has elasticity 0. The
-    estimate at the point must pass `step.check_outputs` (a job below the
+    estimate at the point must pass `output_checks.check_outputs` (a job below the
     failure model's floor raises `reliability.NoProgress`), and every
-    elasticity is finite (else `step.OutputOutOfRange`).
+    elasticity is finite (else `output_checks.OutputOutOfRange`).
     """
     if knobs is None:  # those of the scenario (a Clos's pods only on a Clos)
         knobs = tuple(k for k in sc.knobs(scn) if k in SENSITIVITY_KNOBS)

@@ -26,6 +26,7 @@ from .. import (
     economics,
     fabric,
     hardware,
+    network_roofline,
     plan,
     presets,
     reliability,
@@ -506,8 +507,8 @@ def _estimate_build(settings: dict, directory: Path) -> PointFn:
         scn = scenario.set_knobs(scn0, values) if values else scn0
         est = step.estimate(scn)
         s = est.step
-        need = step.needed_flop_per_byte(scn.system, scn.plan.dtype)
-        roof = step.roofline(s, scn.system, scn.plan.dtype)
+        need = network_roofline.needed_flop_per_byte(scn.system, scn.plan.dtype)
+        roof = network_roofline.roofline(s, scn.system, scn.plan.dtype)
         none = {"wire_bytes": jnp.zeros(()), "flop_per_byte": jnp.zeros(())}
         roof = {d: roof.get(d, none) for d in _DIMENSIONS}
         return {**step.outputs(est),
@@ -539,11 +540,11 @@ def estimate_target() -> Target:
     loaded and validated once per combo (`scenario` itself may be one). Outputs:
     `step.outputs` plus `bubble_fraction` (bubble / (compute + bubble)),
     `exposed_comm_fraction` (exposed communication / step time), `micro_batches`,
-    and the network roofline of `step.roofline`: per dimension the bytes one GPU
+    and the network roofline of `network_roofline.roofline`: per dimension the bytes one GPU
     puts on its link per step (`wire_bytes_tp`, ...) and the hardware FLOPs per
     byte on the tier that judges it (`flop_per_byte_tp`, ...: the slow-tier
     bytes of a dimension that crosses domains; 0 = no traffic), against the FLOP
-    per byte each tier needs to stay compute-bound (`step.needed_flop_per_byte`,
+    per byte each tier needs to stay compute-bound (`network_roofline.needed_flop_per_byte`,
     peak / bandwidth per direction: `scale_up_needed_flop_per_byte`,
     `scale_out_needed_flop_per_byte`).
     """
