@@ -514,24 +514,42 @@ def test_gradient_method_compiles_once_per_problem(monkeypatch):
     assert first.value <= grid.value * 1.01  # within 1% of the grid optimum
 
 
-def test_a_stored_question_compiles_nothing_in_a_new_process(small, tmp_path, monkeypatch):
-    """`optimize(store=...)` keeps its executables keyed by the problem's structure:
-    a later process (this one with its own programs forgotten) asking the same
-    question with other bounds and limits reads them back and compiles nothing,
-    and answers as a process that compiled them."""
+def test_a_stored_program_compiles_nothing_in_a_new_process(tmp_path, monkeypatch):
+    """`_compile.run(..., store=...)` keeps an executable keyed by its arguments'
+    structure: a later process (this one with its programs and JAX's caches
+    forgotten) running it on other values of that structure reads it back and
+    compiles nothing, with the same answer."""
     from codesign import _compile
 
+    @jax.jit
+    def program(core, x):
+        return jnp.sum(core.lo * x) + core.objective
+
+    core = optimize.problem(SCN, list(SMALL), SMALL).core
     monkeypatch.setattr(_compile, "_COMPILED", {})
     jax.clear_caches()  # compiled afresh here, not handed back from JAX's own caches
-    first = optimize.optimize(small, starts=STARTS, steps=STEPS, store=tmp_path)
+    _, compile_s = _compile.run(program, core, jnp.ones(len(SMALL)), store=tmp_path)
     stored = sorted(tmp_path.glob("*.exe"))
-    assert first.profile["compile_s"] > 0 and len(stored) == 3
-
-    edited = optimize.problem(SCN, list(SMALL), {**SMALL, "parallel.tp": (1, 8)},
-                              "cost_to_train_usd", budget_w=1e6)
-    compiled_here = optimize.optimize(edited, starts=STARTS, steps=STEPS)
+    assert compile_s > 0 and len(stored) == 1
+    edited = optimize.problem(SCN, list(SMALL), {**SMALL, "parallel.tp": (1, 8)}).core
     monkeypatch.setattr(_compile, "_COMPILED", {})
     monkeypatch.setattr(_compile, "_compile", lambda *a, **k: pytest.fail("compiled again"))
-    again = optimize.optimize(edited, starts=STARTS, steps=STEPS, store=tmp_path)
+    out, _ = _compile.run(program, edited, 2.0 * jnp.ones(len(SMALL)), store=tmp_path)
     assert sorted(tmp_path.glob("*.exe")) == stored
-    assert again.best == compiled_here.best and again.value == compiled_here.value
+    assert float(out) == float(jnp.sum(edited.lo * 2.0) + edited.objective)
+
+
+def test_the_gradient_method_runs_its_programs_through_the_store(small, monkeypatch):
+    """`optimize(store=...)` hands its store to every program it runs (the descent,
+    the structural rules, the exact evaluation), so a repeated or edited question
+    in a new process reads them back (`_compile.run`, tested above)."""
+    from codesign.optimize import _gradient
+
+    seen = []
+    run = _gradient._compiled_run
+    monkeypatch.setattr(_gradient, "_compiled_run", lambda jitted, *args, store=None: (
+        seen.append((jitted, store)) or run(jitted, *args, store=None)))
+    optimize.optimize(small, starts=STARTS, steps=STEPS, store="/nowhere")
+    assert {j for j, _ in seen} == {_gradient._multistart, _gradient._structural_batch,
+                                    _gradient._exact_batch}
+    assert {s for _, s in seen} == {"/nowhere"}
