@@ -101,8 +101,9 @@ def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_us
     kernel = lambda core, table, c, first: _pareto_blocks(  # noqa: E731
         core, table, c, first, lay, (a, b))
     bar = Progress("pareto", 0, total, enabled=progress)
-    ((fa, fb, fi), count, largest), times = _stream(prob, lay, _grid_table(axes), kernel,
-                                                    carry, bar)
+    # one device: the running fronts of several devices would need merging
+    [((fa, fb, fi), count, largest)], times = _stream(prob, lay, _grid_table(axes), kernel,
+                                                      carry, bar, devices=jax.devices()[:1])
     bar.close()
     if int(largest) > capacity:
         raise ValueError(f"the front of a block held {int(largest):,} points, more than "
