@@ -6,15 +6,20 @@ Four co-design problems of 10^6 to 10^8 grid points (`PROBLEMS`). Each
 (problem, method) runs in a fresh Python process, so that its compile time
 and its peak resident memory are its own. One JSON line each:
 
-- grid (`optimize.grid_search`, streamed): value and best design, evaluations
+- grid (`optimize.grid_search`, streamed, its scan in float32 and its
+  candidates ranked again in float64): value and best design, evaluations
   (= grid size), wall_s (cold: tracing and compilation included),
   designs_per_s (grid size / wall_s), stream_designs_per_s (grid size /
   seconds spent streaming, compilation excluded: `Result.profile`),
   compile_s, peak_rss_mib (the process's peak resident set).
-- gradient (`optimize.optimize`): the same fields; compile_s = its tracing
-  and compiling (`Result.profile`, AOT-timed), descent_s and exact_s the
-  runs of its two executables, warm_wall_s a second run of the same call
-  (nothing compiled), designs_per_s = evaluations / cold wall time;
+- grid64 (with --float64-grid): the grid scanned in float64, and
+  same_optimum_as_float32 (the same best design and value as the float32 scan).
+- gradient (`optimize.optimize`, its executables kept in a fresh store): the
+  same fields; compile_s = its tracing and compiling (`Result.profile`,
+  AOT-timed), descent_s and exact_s the runs of its executables, warm_wall_s
+  a second run of the same call in the process (nothing compiled),
+  designs_per_s = evaluations / cold wall time; stored_wall_s the same
+  question in a new process that reads the store (nothing traced or compiled);
   wall_ratio = gradient wall / grid wall (both cold), compile_share =
   compile_s / wall_s. gap_pct = 100 x (gradient -
   grid) / |grid| in the minimised direction (negative: the gradient beat the
@@ -45,6 +50,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,15 +112,16 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
-def run_one(name: str, method: str, starts: int, steps: int) -> dict:
+def run_one(name: str, method: str, starts: int, steps: int, store: str | None = None) -> dict:
     """One (problem, method) in this process."""
     prob, points, what = _CODESIGN.build(name, PROBLEMS)
     size = optimize.grid_size(prob, points)
     row = {"problem": name, "method": method, "what": what, "objective": prob.objective,
            "knobs": list(prob.names), "grid_points": points, "grid_size": size}
     t0 = time.perf_counter()
-    if method == "grid":
-        r = optimize.grid_search(prob, points, progress=False)
+    if method in ("grid", "grid64"):
+        r = optimize.grid_search(prob, points, progress=False,
+                                 scan="float64" if method == "grid64" else "float32")
         wall = time.perf_counter() - t0
         row |= {"compile_s": r.profile["compile_s"], "stream_s": r.profile["stream_s"],
                 "finish_s": r.profile["finish_s"],
@@ -126,10 +133,10 @@ def run_one(name: str, method: str, starts: int, steps: int) -> dict:
             chip = sc.labels(source, overrides).system.chip  # validate's spread for its family
             prob = optimize.robust(prob, hardware.chip_family(chip))
             row["samples"] = prob.uncertainty.samples
-        r = optimize.optimize(prob, starts=starts, steps=steps)
+        r = optimize.optimize(prob, starts=starts, steps=steps, store=store)
         wall = time.perf_counter() - t0
         t1 = time.perf_counter()
-        optimize.optimize(prob, starts=starts, steps=steps)
+        optimize.optimize(prob, starts=starts, steps=steps, store=store)
         row |= {"compile_s": r.profile["compile_s"], "descent_s": r.profile["descent_s"],
                 "exact_s": r.profile["exact_s"], "warm_wall_s": time.perf_counter() - t1}
     row |= {"value": r.value, "feasible": r.feasible, "evaluations": r.evaluations,
@@ -163,9 +170,9 @@ def model_rate(repeats: int = 5) -> dict:
             "batch": batch, "chunk": chunk, "repeats": repeats}
 
 
-def _child(name: str, method: str, args) -> dict:
+def _child(name: str, method: str, args, store: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", f"{name}:{method}", "--starts",
-           str(args.starts), "--steps", str(args.steps)]
+           str(args.starts), "--steps", str(args.steps), *(["--store", store] if store else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(f"{name}:{method} failed:\n{out.stderr[-3000:]}")
@@ -184,11 +191,15 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--robust", action="store_true",
                     help="also the robust gradient search (optimize.robust) of each problem")
+    ap.add_argument("--float64-grid", action="store_true",
+                    help="also the grid scanned in float64, to compare its optimum")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # PROBLEM:METHOD, in this process
+    ap.add_argument("--store", help=argparse.SUPPRESS)  # the gradient method's executables
     args = ap.parse_args(argv)
     if args.child:
         name, method = args.child.split(":")
-        print(json.dumps(run_one(name, method, args.starts, args.steps)), flush=True)
+        print(json.dumps(run_one(name, method, args.starts, args.steps, args.store)),
+              flush=True)
         return 0
     names = [n.strip() for n in args.problems.split(",") if n.strip()]
     unknown = [n for n in names if n not in PROBLEMS]
@@ -201,7 +212,14 @@ def main(argv=None) -> int:
     for name in names:
         grid = _child(name, "grid", args)
         print(json.dumps(grid), flush=True)
-        grad = _child(name, "gradient", args)
+        if args.float64_grid:
+            grid64 = _child(name, "grid64", args)
+            grid64["same_optimum_as_float32"] = (grid64["best"] == grid["best"]
+                                                 and grid64["value"] == grid["value"])
+            print(json.dumps(grid64), flush=True)
+        with tempfile.TemporaryDirectory() as store:  # the cold run fills it, a new one reads it
+            grad = _child(name, "gradient", args, store)
+            grad["stored_wall_s"] = _child(name, "gradient", args, store)["wall_s"]
         grad["gap_pct"] = gap_pct(grad["objective"], grad["value"], grid["value"])
         grad["eval_ratio_pct"] = 100.0 * grad["evaluations"] / grid["evaluations"]
         grad["wall_ratio"] = grad["wall_s"] / grid["wall_s"]
@@ -221,6 +239,10 @@ def main(argv=None) -> int:
                       "gradient_compile_s": grad["compile_s"],
                       "gradient_compile_share": grad["compile_share"],
                       "gradient_warm_wall_s": grad["warm_wall_s"],
+                      "gradient_stored_wall_s": grad["stored_wall_s"],
+                      **({"grid64_stream_designs_per_s": grid64["stream_designs_per_s"],
+                          "float32_optimum_identical": grid64["same_optimum_as_float32"]}
+                         if args.float64_grid else {}),
                       "wall_ratio": grad["wall_ratio"],
                       "gap_pct": grad["gap_pct"], "eval_ratio_pct": grad["eval_ratio_pct"],
                       **({"robust_wall_s": rob["wall_s"],
@@ -234,6 +256,13 @@ def main(argv=None) -> int:
             t["gap_pct"] <= 1.0 and t["eval_ratio_pct"] < 1.0 for t in table),
         "gradient_within_1pct_at_most_0.1x_grid_wall": all(
             t["gap_pct"] <= 1.0 and t["wall_ratio"] <= 0.1 for t in table),
+        # issue 47's targets
+        "gradient_within_0.1pct_5s_cold_1.5s_warm": all(
+            t["gap_pct"] <= 0.1 and t["gradient_wall_s"] <= 5.0
+            and t["gradient_warm_wall_s"] <= 1.5 for t in table),
+        "gradient_at_most_0.1x_grid_wall_on_1e7": all(t["wall_ratio"] <= 0.1 for t in big),
+        "grid_stream_2e6_per_s_on_1e7": bool(big) and all(
+            t["grid_stream_designs_per_s"] >= 2e6 for t in big),
         **({"robust_within_10x_nominal_gradient": all(
             t["robust_wall_ratio"] <= 10.0 for t in table)} if args.robust else {}),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
