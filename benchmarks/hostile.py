@@ -1673,6 +1673,24 @@ def import_cases() -> list:
              expect=all_of(refused(), stderr_has("num_layers"))),
         case("hf config.json with a byte-order mark", "hf", "config.json", "\ufeff" + _HF + "}",
              expect=lambda o: None if o.rc == 0 else f"exit {o.rc}, not 0"),
+        # issue 48's importers: MaxText YAML, Megatron-Bridge overrides, torchtitan's registry
+        case("maxtext base.yml nested 20,000 deep", "maxtext", "base.yml",
+             "base_emb_dim: " + "[" * 20_000),
+        case("maxtext base.yml alias bomb", "maxtext", "base.yml",
+             _bomb("base_num_decoder_layers").replace("MODEL_ARGS:\n  ", "")),
+        case("maxtext override of 5,000 digits", "maxtext", "base.yml", "base_emb_dim: 64\n",
+             "base_emb_dim=" + "9" * 5000, expect=all_of(refused(), stderr_has("base_emb_dim"))),
+        Case("import/megatron-bridge override YAML alias bomb",
+             ("import", "megatron-bridge", "llama3_8b_pretrain_config", "o.yaml"),
+             files={"o.yaml": _bomb("model.num_layers").replace("MODEL_ARGS:\n  ", "")},
+             memory_bytes=LOAD_MEMORY_BYTES, timeout_s=LOAD_TIMEOUT_S,
+             expect=all_of(refused(), stderr_has("o.yaml"))),
+        Case("import/megatron-bridge empty override YAML",
+             ("import", "megatron-bridge", "llama3_8b_pretrain_config", "o.yaml"),
+             files={"o.yaml": ""}, expect=all_of(refused(), stderr_has("o.yaml"))),
+        Case("import/torchtitan registry entry unknown",
+             ("import", "torchtitan", "--module", "llama3", "--config", "llama3_9000b"),
+             expect=all_of(refused(), stderr_has("llama3_9000b"))),
     ]
 
 

@@ -73,9 +73,10 @@ def test_the_runner_reports_a_fake_command_that_prints_nan_at_exit_0(tmp_path):
 
 
 def test_the_import_and_program_census_is_clean():
-    """The census's `import` category (12 hostile files: nesting, an alias bomb,
+    """The census's `import` category (18 hostile files: nesting, alias bombs,
     a doubled shell variable, a --moe-layer-freq past the stack, long numbers,
-    values of the wrong kind, a byte-order mark) and `program` category (10: the
+    values of the wrong kind, a byte-order mark, an empty override file, an
+    unknown registry entry; in every importer) and `program` category (10: the
     user's code failing, a 1e12 x 1e12 array, a mesh axis twice, a spec nested
     too deep, a huge scale), run as the benchmark runs (each case in a forked
     child under a memory limit): every one clean."""
@@ -86,5 +87,5 @@ def test_the_import_and_program_census_is_clean():
                            "--category", "import", "--category", "program"],
                           capture_output=True, text=True, timeout=300, check=True)
     summary = json.loads(done.stdout)
-    assert summary["total"]["tried"] >= 22
+    assert summary["total"]["tried"] >= 28
     assert summary["total"]["failed"] == 0, summary["failed"]
