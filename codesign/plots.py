@@ -395,13 +395,16 @@ def timeline(trace: dict, *, title: str = "", path=None, dpi: int = 150):
     row = {key: i for i, key in enumerate(used)}
     fig, ax = _pyplot().subplots(figsize=(12, 0.32 * len(used) + 1.2))
     colors = matplotlib.colormaps["tab10"].colors
+    bars: dict = {}  # (row, bubble, hidden) -> [(start, width)]: one collection each
     for e in events:
-        hidden = e.get("args", {}).get("exposed") is False
-        bubble = "bubble" in e["name"]
-        ax.barh(row[(e["pid"], e["tid"])], e["dur"] / 1e6, left=e["ts"] / 1e6, height=0.8,
-                color="0.8" if bubble else colors[e["tid"] % len(colors)],
-                alpha=0.35 if hidden else 1.0, hatch="//" if hidden else None,
-                edgecolor="white" if not hidden else None, linewidth=0.2)
+        key = (row[(e["pid"], e["tid"])], "bubble" in e["name"],
+               e.get("args", {}).get("exposed") is False)
+        bars.setdefault(key, []).append((e["ts"] / 1e6, e["dur"] / 1e6))
+    for (y, bubble, hidden), spans in bars.items():
+        ax.broken_barh(spans, (y - 0.4, 0.8),
+                       facecolors="0.8" if bubble else colors[used[y][1] % len(colors)],
+                       alpha=0.35 if hidden else 1.0, hatch="//" if hidden else None,
+                       edgecolors="white" if not hidden else "face", linewidth=0.2)
     ax.set_yticks(range(len(used)))
     ax.set_yticklabels([f"{names[p].replace('pipeline ', '')}: {tracks[(p, t)]}"
                         for p, t in used], fontsize=7)

@@ -83,3 +83,38 @@ def validate_rows():
         rows = validate.run()
         path.write_text(json.dumps(rows))
         return rows
+
+
+@pytest.fixture(scope="session")
+def run_notebook():
+    """run_notebook(nb): execute notebook `nb` (outputs cleared) top to bottom in
+    this worker's one Jupyter kernel, its namespace reset first (`%reset -f`: a
+    name a notebook forgets to import or define is still a NameError), so the
+    notebooks share the kernel's start, codesign's import and the programs it
+    compiled (~4 s a notebook here). The kernel runs in notebooks/, with this
+    interpreter (the venv's), so it sees the same `codesign` as the tests."""
+    from pathlib import Path
+
+    import nbclient
+    import nbformat
+    from jupyter_client.manager import KernelManager
+
+    folder = Path(__file__).resolve().parents[1] / "notebooks"
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(folder))
+
+    def run(nb):
+        for c in nb.cells:
+            if c.cell_type == "code":
+                c.outputs = []
+        nb.cells.insert(0, nbformat.v4.new_code_cell("%reset -f"))
+        try:
+            # timeout: a hang guard per cell, not a speed claim (benchmarks/notebooks.py times them)
+            nbclient.NotebookClient(nb, km=km, timeout=3600, kernel_name="python3",
+                                    resources={"metadata": {"path": str(folder)}}).execute()
+        finally:
+            nb.cells.pop(0)
+        return nb
+
+    yield run
+    km.shutdown_kernel(now=True)

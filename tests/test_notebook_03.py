@@ -5,12 +5,10 @@ on problem (a) and the grid's checkpoint intervals matching Daly's on (d)."""
 import re
 from pathlib import Path
 
-import nbclient
 import nbformat
 import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_codesign.ipynb"
-HANG_S = 3600  # a hang guard per cell, not a speed claim: benchmarks/notebooks.py times them
 FIGURES = 5  # (a) best per (domain, tp), Pareto, (b), (c), (d)
 
 
@@ -59,14 +57,8 @@ def test_committed_notebook_has_current_outputs():
     _check(nb)
 
 
-def test_notebook_executes_top_to_bottom():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    for c in nb.cells:
-        if c.cell_type == "code":
-            c.outputs = []
-    nbclient.NotebookClient(nb, timeout=HANG_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    _check(nb)
+def test_notebook_executes_top_to_bottom(run_notebook):
+    _check(run_notebook(nbformat.read(NOTEBOOK, as_version=4)))
 
 
 DOCS = NOTEBOOK.parents[1] / "docs" / "codesign.md"

@@ -2,18 +2,17 @@
 order, without error, printing the articles' numbers (how long they take is
 `benchmarks/notebooks.py`'s business: a busy machine must not fail a test).
 
-The kernel is `python3`; jupyter_client starts it with this interpreter (the
-venv's), so the notebooks see the same `codesign` as the tests.
+They run in one kernel per test worker (`run_notebook` in conftest.py, its
+namespace reset before each), with this interpreter (the venv's), so the
+notebooks see the same `codesign` as the tests.
 """
 
 from pathlib import Path
 
-import nbclient
 import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-HANG_S = 3600  # a hang guard per cell, not a speed claim: benchmarks/notebooks.py times them
 
 # notebook -> (figures it must show, lines it must print)
 EXPECTED = {
@@ -75,13 +74,8 @@ def test_committed_notebook_has_current_outputs(name):
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_notebook_executes_top_to_bottom(name):
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    for c in nb.cells:
-        if c.cell_type == "code":
-            c.outputs = []
-    nbclient.NotebookClient(nb, timeout=HANG_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+def test_notebook_executes_top_to_bottom(name, run_notebook):
+    nb = run_notebook(nbformat.read(NOTEBOOKS / name, as_version=4))
     text = _check(nb, name, committed=False)
     if name.startswith("02"):  # placement: dp across the 1:7 pods is 7x slower than inside
         inside = next(ln for ln in text.splitlines() if ln.startswith("tp,dp,pp"))

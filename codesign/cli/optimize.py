@@ -81,8 +81,9 @@ def add_arguments(parser, name):
     parser.add_argument("--top", type=int, default=0, metavar="N",
                         help="also the N best distinct feasible designs (grid: of the grid; "
                              "gradient: of the points it evaluated exactly)")
-    _output.add_output_arguments(parser, "the best objective over tp x pp as a heatmap (grid: of "
-                         "its every feasible point; else of the designs the search holds)")
+    _output.add_output_arguments(parser, "the best objective over tp x pp as a heatmap (grid: "
+                                 "of its every feasible point; else of the designs the search "
+                                 "holds)")
     robust = parser.add_argument_group(
         "robust co-design", "optimise the mean (or --quantile) of the objective over samples "
         "of the uncertain constants; any of these flags implies --robust")
@@ -336,13 +337,13 @@ def _sensitivity(args) -> int:
     if args.plot or args.report:
         system = _system.line(_system.info(scn.system, labels.system, args.system))
         _output.write(args, elasticity_figure(_output.plots(), labels, args.output, el, shown),
-              lambda fig: report.page(
-                  f"codesign sensitivity: {labels.scenario}",
-                  [sensitivity_section(fig, scn, labels, args.output, el, shown),
-                   report.section("Collectives",
-                                  report.text(_output.captured(_print_slack, rows)))],
-                  lines=(_output.made_by(f"codesign sensitivity {_output.scenario_words(args)}"),
-                         system)))
+                      lambda fig: report.page(
+                          f"codesign sensitivity: {labels.scenario}",
+                          [sensitivity_section(fig, scn, labels, args.output, el, shown),
+                           report.section("Collectives",
+                                          report.text(_output.captured(_print_slack, rows)))],
+                          lines=(_output.made_by("codesign sensitivity "
+                                                 f"{_output.scenario_words(args)}"), system)))
     return 0
 
 
