@@ -21,6 +21,7 @@ from . import fabric as fabric
 from . import hardware as hardware
 from . import network_roofline as network_roofline
 from . import output_checks as output_checks
+from . import overlap as overlap
 from . import plan as plan
 from . import presets as presets
 from . import reliability as reliability
@@ -59,9 +60,9 @@ _ON_FIRST_USE = ("execute", "optimize", "plots", "program", "sweep", "validate")
 __all__ = [
     # modules
     "attention", "collectives", "economics", "execute", "fabric", "hardware", "network_roofline",
-    "optimize", "output_checks", "plan", "plots", "presets", "program", "reliability", "scenario",
-    "stage", "step", "strategies", "sweep", "traffic", "uncertainty", "units", "validate",
-    "workload",
+    "optimize", "output_checks", "overlap", "plan", "plots", "presets", "program",
+    "reliability", "scenario", "stage", "step", "strategies", "sweep", "traffic", "uncertainty",
+    "units", "validate", "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
     "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",

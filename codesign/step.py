@@ -2,10 +2,11 @@
 + pipeline bubble, its memory (`memory`), MFU and HFU — one differentiable
 function of (model, plan, system), and the scenario's estimate built on it
 (reliability, fabric and price of that step) with its outputs by JSON key.
-The stage's shape is computed once (`stage`) and handed to the traffic, the
-compute and the memory; the outputs' check is `output_checks`', the network
-roofline `network_roofline`'s, the bisection that fits a matmul efficiency
-`validate`'s.
+One direction: the stage's shape (`stage`), then the traffic (costed without
+the compute), the compute, the memory, what of the traffic the compute hides
+(`overlap`), each once, handed on as typed values. The outputs' check is
+`output_checks`', the network roofline `network_roofline`'s, the bisection
+that fits a matmul efficiency `validate`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _checks, compute, economics, fabric, memory, reliability, stage, traffic
+from . import (
+    _checks,
+    compute,
+    economics,
+    fabric,
+    memory,
+    overlap,
+    reliability,
+    stage,
+    traffic,
+)
 from .hardware import System
 from .output_checks import STEP_INPUTS
 from .plan import Plan, data_parallel
@@ -136,8 +147,10 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
     (`stacks.Stack.copy_engine_dimensions`) cost none.
     """
     sh = stage.shape(model, plan, t)
+    rows = traffic.table(model, plan, system, t, sh)
     tm = compute.timing(model, plan, system, t, sh)
-    rows = traffic.table(model, plan, system, tm, t, sh)
+    mem = memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes))
+    rows = overlap.exposed(rows, tm, t)
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
     on_sms = [r for r in rows if r.dimension not in plan.stack.copy_engine_dimensions]
@@ -156,8 +169,7 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         hardware_flops_per_step=tokens * model.hardware_flops_per_token(plan.recompute),
         peak_flops_per_s=system.chip.peak_flops_per_s,
         peak_gemm_flops_per_s=gemm_peak_flops_per_s(plan, system), optimizer_s=tm.optimizer_s,
-        gpus=plan.gpus, traffic=rows, timing=tm,
-        memory=memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes)))
+        gpus=plan.gpus, traffic=rows, timing=tm, memory=mem)
 
 
 class Estimate(eqx.Module):

@@ -3,8 +3,9 @@
 "Budget the traffic, not the FLOPs": each parallelism dimension contributes
 rows through one function (`_tp_rows`, `_cp_rows`, `_ep_rows`, `_dp_rows`,
 `_pp_rows`), each row a message size, a count per step, the time those
-collectives take and the part of it that is exposed (not hidden under
-compute). Counts are for the slowest pipeline stage, which sets the pace.
+collectives take and how compute hides them (`Row.overlap`, a rule of
+`overlap`, which the step applies to its compute: the traffic never reads
+it). Counts are for the slowest pipeline stage, which sets the pace.
 
 The `auto` collectives of every dimension are costed together: `_tp_rows`,
 `_cp_rows` and `_dp_rows` are generators that yield the collectives they need
@@ -40,7 +41,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import collectives, fabric, stage
+from . import collectives, fabric, overlap, stage
 from .hardware import System
 from .plan import DIMENSIONS, Plan
 from .relax import (
@@ -63,12 +64,14 @@ class Row(eqx.Module):
     ranks: jax.Array  # participants of one collective
     ranks_inside: jax.Array  # of them, how many share one scale-up domain
     time_s: jax.Array  # all `count_per_step` collectives, per step
-    exposed_s: jax.Array  # the part not hidden under compute
+    exposed_s: jax.Array  # the part not hidden under compute (`overlap.exposed`)
     slow_tier_bytes: jax.Array  # bytes one GPU sends over the slow tier, per step
     dimension: str = eqx.field(static=True)
     collective: str = eqx.field(static=True)
     algorithm: str = eqx.field(static=True)
     critical_path: bool = eqx.field(static=True)
+    # how the compute hides it (an `overlap` rule; None: exposed_s is final)
+    overlap: object = None
 
     @property
     def tier(self) -> str:
@@ -220,16 +223,18 @@ def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
 
 
 def _row(dimension, op, algorithm, n_bytes, count, one_s, ranks, inside, exposed=None,
-         critical=True, slow_bytes=None) -> Row:
+         critical=True, slow_bytes=None, rule=None) -> Row:
+    """A row; exposed as `exposed` (default: all of it), or as the compute will
+    hide it by `rule` (`overlap`: its exposure is the step's to apply)."""
     time = count * one_s
     if slow_bytes is None:
         slow_bytes = count * slow_tier_bytes(op, n_bytes, ranks, inside)
     return Row(n_bytes, count, ranks, inside, time, time if exposed is None else exposed,
-               slow_bytes, dimension, op, algorithm, critical)
+               slow_bytes, dimension, op, algorithm, critical, rule)
 
 
 # ---------------------------------------------------------------- dimensions
-def _tp_rows(model, plan, system, sh, place, compute_s, t):
+def _tp_rows(model, plan, system, sh, place, t):
     """Megatron: 2 all-reduces per layer forward and 2 backward, per micro-batch
     (+2 when the forward is recomputed); reduce-scatter + all-gather each with
     sequence parallelism; `auto` over ring, tree, NVLS... An MoE layer's
@@ -239,8 +244,7 @@ def _tp_rows(model, plan, system, sh, place, compute_s, t):
     costed on the tp group, an approximation; Megatron-Core's recipes and
     torchtitan use etp = 1 or tp; an etp above tp is not charged). On the
     critical path, except the share `plan.tp_overlap` hidden under the GEMMs
-    (Transformer Engine's userbuffers, async TP), at most the step's compute
-    `compute_s`."""
+    (Transformer Engine's userbuffers, async TP: `overlap.UnderGemms`)."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations")
     per_layer = 2.0 + 2.0 * plan.recompute.layer_forwards
     experts_pair = safe_div(plan.expert_tp - 1.0, plan.tp - 1.0)  # 0 at etp 1, 1 at tp
@@ -250,22 +254,19 @@ def _tp_rows(model, plan, system, sh, place, compute_s, t):
     geometry = group(place, ("tp",))
     ranks, inside = geometry[:2]
     costs = yield [(op, n, geometry) for op in ops]
-    rows = []
-    for op, one in zip(ops, costs, strict=True):
-        time = count * one
-        hidden = smooth_min(plan.tp_overlap * time, compute_s / len(ops), t)
-        rows.append(_row("tp", op, "auto", n, count, one, ranks, inside,
-                         exposed=time - hidden))
-    return rows
+    rule = overlap.UnderGemms(plan.tp_overlap, len(ops))
+    return [_row("tp", op, "auto", n, count, one, ranks, inside, rule=rule)
+            for op, one in zip(ops, costs, strict=True)]
 
 
-def _cp_rows(model, plan, system, sh, place, timing, t):
+def _cp_rows(model, plan, system, sh, place, t):
     """Ring attention (dp x cp hold the same weights; the cp ranks of a sequence
     pass K/V blocks around a ring): forward all-gathers K and V (again when
     the forward is recomputed); backward passes K/V around again and
     reduce-scatters dK, dV, per layer and micro-batch (a windowed layer only
     the share of K/V its window spans, `kv_share_per_layer`). Each overlaps the
-    attention kernels of its own pass; only the excess over them is exposed."""
+    attention kernels of its own pass; only the excess over them is exposed
+    (`overlap.UnderAttention`)."""
     n = (plan.micro_batch * model.seq_len * model.kv_elements_per_token() / plan.tp
          * plan.precision.bytes("attention") * model.kv_share_per_layer())
     per = sh.layers_on_stage * sh.micro_batches
@@ -273,19 +274,12 @@ def _cp_rows(model, plan, system, sh, place, timing, t):
     geometry = group(place, ("cp",))
     ranks, inside = geometry[:2]
     ag, rs = yield [("all_gather", n, geometry), ("reduce_scatter", n, geometry)]
-    fwd_s, bwd_ag_s, bwd_rs_s = fwd * ag, per * ag, per * rs
-    bwd_hide_s = timing.attention_s - timing.attention_forward_s
-    fwd_exposed = smooth_max(fwd_s - timing.attention_forward_s, 0.0, t,
-                             0.5 * (fwd_s + timing.attention_forward_s))
-    bwd_exposed = smooth_max(bwd_ag_s + bwd_rs_s - bwd_hide_s, 0.0, t,
-                             0.5 * (bwd_ag_s + bwd_rs_s + bwd_hide_s))
-    bwd_share = safe_div(bwd_exposed, bwd_ag_s + bwd_rs_s)
+    backward = overlap.UnderAttention(per * ag + per * rs, overlap.PHASES[1])
     return [_row("cp", "all_gather", "ring/forward", n, fwd, ag, ranks, inside,
-                 exposed=fwd_exposed),
-            _row("cp", "all_gather", "ring/backward", n, per, ag, ranks, inside,
-                 exposed=bwd_share * bwd_ag_s),
+                 rule=overlap.UnderAttention(fwd * ag, overlap.PHASES[0])),
+            _row("cp", "all_gather", "ring/backward", n, per, ag, ranks, inside, rule=backward),
             _row("cp", "reduce_scatter", "ring/backward", n, per, rs, ranks, inside,
-                 exposed=bwd_share * bwd_rs_s)]
+                 rule=backward)]
 
 
 def expected_remote_nodes(nodes, top_k):
@@ -317,7 +311,7 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0, limit=None):
     return where(limit > 0, smooth_min(dedup, limit * remote, t), unlimited)
 
 
-def _ep_rows(model, plan, system, sh, place, timing, t):
+def _ep_rows(model, plan, system, sh, place, t):
     """Dispatch and combine all-to-alls, forward and backward, per MoE layer and
     micro-batch (+2 when the forward is recomputed).
 
@@ -362,60 +356,25 @@ def _ep_rows(model, plan, system, sh, place, timing, t):
     one_s = one_s * (model.moe_layers > 0)
     count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
         * sh.micro_batches
-    time = count * one_s
-    m = sh.micro_batches
-    paired = jnp.maximum(m - 1.0, 0.0)  # micro-batches whose exchanges have a partner
+    paired = jnp.maximum(sh.micro_batches - 1.0, 0.0)  # micro-batches with a partner
     forward_share = plan.recompute.layer_forwards / (1.0 + plan.recompute.layer_forwards)
-    exposed = sum(plan.schedule.exposed_all_to_all_s(share * time, paired * hide_s, t,
-                                                     plan.ep_overlap)
-                  for share, hide_s in ((forward_share, timing.backward_s),
-                                        (1.0 - forward_share, timing.forward_s)))
+    rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule)
     return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
-                 exposed=exposed, slow_bytes=count * cross_bytes * (model.moe_layers > 0))]
+                 slow_bytes=count * cross_bytes * (model.moe_layers > 0), rule=rule)]
 
 
-def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
-    """Exposed time of `buckets` back-to-back collectives overlapped with a
-    compute phase of `hide_s` that produces their inputs at an even rate.
-
-    Bucket i is ready at i hide_s / buckets; the last one finishes at
-    max(hide_s + c, hide_s / buckets + buckets c) with c = one bucket's cost,
-    so exposed = max(c, hide_s / buckets + buckets c - hide_s): small buckets
-    pay latency `buckets` times, large ones start late.
-    """
-    return smooth_max(bucket_cost_s, hide_s / buckets + buckets * bucket_cost_s - hide_s, t,
-                      0.5 * (buckets * bucket_cost_s + hide_s))
-
-
-def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=0.0):
-    """Exposed time of one collective per layer (`comm_s` each) on a
-    communication stream beside `layers` layers of compute (`compute_s` each),
-    issued `prefetch` layers ahead (FSDP / ZeRO-3).
-
-    Without prefetch every layer waits for its own gather: L c. With depth >= 1
-    the gather of layer i+1 runs under layer i's compute: only the first is
-    exposed, each later one by what exceeds the compute, c + (L-1) max(c - f, 0)
-    (when c > f the stream sets the pace: communication-bound). A depth in
-    (0, 1) hides that fraction of f. Depth beyond 1 holds more gathered layers
-    and helps only uneven layers, which this uniform form does not see.
-    """
-    d = smooth_min(prefetch, 1.0, t)
-    return comm_s + smooth_max(layers - 1.0, 0.0, t, 0.5 * layers) * smooth_max(
-        comm_s - d * compute_s, 0.0, t, 0.5 * (comm_s + d * compute_s))
-
-
-def _bucketed_row(op, label, total_bytes, geometry, system, plan, hide_s, times, present, t):
+def _bucketed_row(op, label, total_bytes, geometry, plan, phase, times, present):
     """A row generator: `times` x a bucketed `op` of `total_bytes` over
-    `geometry`, each pass hidden under `hide_s` of compute (`bucketed_exposed_s`)."""
+    `geometry`, each pass hidden under a micro-batch's `phase` (`overlap.Buckets`)."""
     buckets = jnp.maximum(total_bytes / plan.dp_bucket_bytes, 1.0)
     bucket = total_bytes / buckets
     (one,) = yield [(op, bucket, geometry)]
-    exposed = times * bucketed_exposed_s(one, buckets, hide_s, t) * present
     return [_row("dp", op, label, bucket, times * buckets * present, one, geometry[0],
-                 geometry[1], exposed=exposed, critical=False)]
+                 geometry[1], critical=False,
+                 rule=overlap.Buckets(one, buckets, times, present, phase))]
 
 
-def _dp_rows(model, plan, system, sh, place, timing, t):
+def _dp_rows(model, plan, system, sh, place, t):
     """Data parallelism over dp x cp (context-parallel ranks hold the same
     weights): the dense weights over all of it, the routed experts over their
     replicas (`plan.expert_dp`). Gradients in the `grad_reduce` width, weights in
@@ -433,12 +392,13 @@ def _dp_rows(model, plan, system, sh, place, timing, t):
       before forward, again before backward when `reshard_after_forward`, and
       reduce-scatter its gradients: 3x (2x) the weights per micro-batch, no
       ZeRO-1/2 rows. Exposure is per layer against that layer's compute
-      (`layered_exposed_s`, prefetch `plan.fsdp_prefetch_layers`): at large dp
-      with one or two micro-batches per GPU the gathers outrun the compute.
+      (`overlap.layered_exposed_s`, prefetch `plan.fsdp_prefetch_layers`): at
+      large dp with one or two micro-batches per GPU the gathers outrun the compute.
     """
     expert = model.routed_expert_params() / (plan.ep * plan.expert_tp * plan.pp)
     dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
     m = sh.micro_batches
+    forward, backward = overlap.PHASES
     parts = []  # row generators, run together
     for label, params, dims, layers in (
             ("dense", dense, ("cp", "dp"), sh.layers_on_stage),
@@ -449,48 +409,46 @@ def _dp_rows(model, plan, system, sh, place, timing, t):
         geo = group(place, dims)
         if plan.zero == 0:
             parts.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
-                                       system, plan, timing.backward_s, 1.0, present, t))
+                                       plan, backward, 1.0, present))
             continue
         shard = where(plan.zero_shard_size > 0, plan.zero_shard_size, geo[0])
         inner, across = split_group(geo, shard)
         if plan.zero in (1, 2):
             times = m if plan.zero == 2 else 1.0
             parts.append(_bucketed_row("reduce_scatter", f"zero{plan.zero}/{label}", grad_bytes,
-                                       inner, system, plan, timing.backward_s, times, present, t))
+                                       inner, plan, backward, times, present))
             parts.append(_bucketed_row("all_gather", f"zero{plan.zero}/{label}", param_bytes,
-                                       inner, system, plan, timing.forward_s, 1.0, present, t))
+                                       inner, plan, forward, 1.0, present))
         else:
             parts.append(_zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh,
-                                     timing, present, t))
+                                     present))
         # HSDP: each shard's gradients all-reduced across the replicas, once per step
         replicated = present * beyond_one(across[0], t)
         parts.append(_bucketed_row("all_reduce", f"hsdp-replicas/{label}", grad_bytes / shard,
-                                   across, system, plan, timing.backward_s, 1.0, replicated, t))
+                                   across, plan, backward, 1.0, replicated))
     rows = yield from _together(parts)
     return [r for part in rows for r in part]
 
 
-def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, timing, present, t):
-    """A row generator: ZeRO-3's per-layer gathers and reduce-scatters (`_dp_rows`)."""
+def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, present):
+    """A row generator: ZeRO-3's per-layer gathers and reduce-scatters (`_dp_rows`),
+    each pass beside the layers of its phase (`overlap.PerLayer`)."""
     m = sh.micro_batches
-    f_layer = safe_div(timing.forward_s, timing.layers)
-    b_layer = safe_div(timing.backward_s, timing.layers)
     n_layers = jnp.maximum(layers, 1.0)
     layer_params, layer_grads = param_bytes / n_layers, grad_bytes / n_layers
     ag, rs = yield [("all_gather", layer_params, inner), ("reduce_scatter", layer_grads, inner)]
     again = 1.0 if plan.reshard_after_forward else 0.0
     depth = plan.fsdp_prefetch_layers
-    fwd = m * layered_exposed_s(ag, f_layer, layers, depth, t) * present
-    bwd_one = again * ag + rs
-    bwd = m * layered_exposed_s(bwd_one, b_layer, layers, depth, t) * present
-    share = safe_div(bwd, m * layers * bwd_one)
+    forward, backward = overlap.PHASES
+    fwd = overlap.PerLayer(ag, layers, depth, m, present, forward, whole=True)
+    bwd = overlap.PerLayer(again * ag + rs, layers, depth, m, present, backward, whole=False)
     count = m * layers * present
     return [_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count, ag,
-                 inner[0], inner[1], exposed=fwd, critical=False),
+                 inner[0], inner[1], critical=False, rule=fwd),
             _row("dp", "all_gather", f"zero3-backward/{label}", layer_params, again * count, ag,
-                 inner[0], inner[1], exposed=share * again * count * ag, critical=False),
+                 inner[0], inner[1], critical=False, rule=bwd),
             _row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs, inner[0],
-                 inner[1], exposed=share * count * rs, critical=False)]
+                 inner[1], critical=False, rule=bwd)]
 
 
 def _pp_rows(model, plan, system, sh, place, t):
@@ -521,23 +479,22 @@ def _pp_rows(model, plan, system, sh, place, t):
                  slow_bytes=count * n * (1.0 - neighbour_inside))]
 
 
-def table(model: Transformer, plan: Plan, system: System, timing, t=0.0, sh=None
+def table(model: Transformer, plan: Plan, system: System, t=0.0, sh=None
           ) -> tuple[Row, ...]:
-    """Every collective of one step. `timing` (from step.py) gives the compute
-    the overlappable rows hide under: .attention_s, .attention_forward_s,
-    .overlap_s (per step), .forward_s, .backward_s (one micro-batch; per layer
-    divided by .layers), slowest stage. `sh`: the stage's `Shape` if known."""
+    """Every collective of one step, costed without the compute: a row the
+    compute hides carries its rule (`Row.overlap`), which `overlap.exposed`
+    applies once the step's compute is known. `sh`: the stage's `Shape` if known."""
     sh = stage.shape(model, plan, t) if sh is None else sh
     place = placement(plan, system, t)
-    run = _together([_tp_rows(model, plan, system, sh, place, timing.overlap_s, t),
-                     _cp_rows(model, plan, system, sh, place, timing, t),
-                     _dp_rows(model, plan, system, sh, place, timing, t)])
+    run = _together([_tp_rows(model, plan, system, sh, place, t),
+                     _cp_rows(model, plan, system, sh, place, t),
+                     _dp_rows(model, plan, system, sh, place, t)])
     requests = next(run)
     try:  # every `auto` collective of the step costed at once
         run.send(times_on_many(requests, system, t))
     except StopIteration as done:
         tp, cp, dp = done.value
-    return tuple(tp + cp + _ep_rows(model, plan, system, sh, place, timing, t) + dp
+    return tuple(tp + cp + _ep_rows(model, plan, system, sh, place, t) + dp
                  + _pp_rows(model, plan, system, sh, place, t))
 
 

@@ -15,6 +15,7 @@ from codesign import (
     compute,
     hardware,
     memory,
+    overlap,
     plan,
     presets,
     stacks,
@@ -65,7 +66,7 @@ def test_bucketed_dp_overlap_has_an_optimal_bucket():
     # exposed = max(c, hide/B + B c - hide) with c = alpha + size/B beta
     alpha, beta, grad, hide = 1e-3, 1e-10, 4e9, 0.5
     sizes = np.logspace(5, 10, 60)
-    exposed = [float(traffic.bucketed_exposed_s(alpha + s * beta, grad / s, hide))
+    exposed = [float(overlap.bucketed_exposed_s(alpha + s * beta, grad / s, hide))
                for s in sizes]
     best = int(np.argmin(exposed))
     assert 0 < best < len(sizes) - 1  # too small pays latency, too large starts late

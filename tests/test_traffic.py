@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from codesign import collectives as co
-from codesign import fabric, hardware, presets, step, traffic
+from codesign import fabric, hardware, overlap, presets, step
 from codesign import scenario as sc
 from codesign.units import GiB
 
@@ -121,10 +121,10 @@ def test_zero_stages_move_their_own_bytes():
 
 def test_layered_exposure_closed_form():
     c, f, L = 3.0, 2.0, 10.0
-    assert float(traffic.layered_exposed_s(c, f, L, 1.0)) == pytest.approx(c + (L - 1) * (c - f))
-    assert float(traffic.layered_exposed_s(c, f, L, 4.0)) == pytest.approx(c + (L - 1) * (c - f))
-    assert float(traffic.layered_exposed_s(1.0, f, L, 1.0)) == pytest.approx(1.0)  # hidden
-    assert float(traffic.layered_exposed_s(c, f, L, 0.0)) == pytest.approx(L * c)  # no prefetch
+    assert float(overlap.layered_exposed_s(c, f, L, 1.0)) == pytest.approx(c + (L - 1) * (c - f))
+    assert float(overlap.layered_exposed_s(c, f, L, 4.0)) == pytest.approx(c + (L - 1) * (c - f))
+    assert float(overlap.layered_exposed_s(1.0, f, L, 1.0)) == pytest.approx(1.0)  # hidden
+    assert float(overlap.layered_exposed_s(c, f, L, 0.0)) == pytest.approx(L * c)  # no prefetch
 
 
 def test_fsdp_throughput_per_gpu_falls_as_dp_grows():

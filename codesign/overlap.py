@@ -1,0 +1,185 @@
+"""What of each collective the compute hides: the step's traffic (`traffic.table`,
+each row's seconds and how it overlaps, a small rule below) against its compute
+(`compute.timing`), the exposed seconds of every row (`exposed`).
+
+The traffic is costed before the compute is known and never reads it; the rule
+a row carries names the compute phase it hides under and holds the counts that
+shape the overlap (buckets, layers, micro-batches, the GEMMs' share). The step
+(`step`) hands the two together here, so the flow is one way: the stage's shape,
+then the traffic, the compute, the memory, and the step from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+
+from .relax import safe_div, smooth_max, smooth_min
+
+PHASES = ("forward", "backward")  # a micro-batch's compute phase a rule hides under
+
+
+def _phase_s(timing, phase: str) -> jax.Array:
+    """One micro-batch's `phase` seconds on the slowest stage."""
+    return timing.forward_s if phase == PHASES[0] else timing.backward_s
+
+
+# A rule: `hiding_s(timing, t)`, what the compute offers the rows that share the rule
+# (computed once), and `exposed_s(time_s, hiding, t)`, one row's exposed seconds.
+
+
+class UnderGemms(eqx.Module):
+    """Tensor parallelism: the share `plan.tp_overlap` hidden under the GEMMs
+    (Transformer Engine's userbuffers, async TP), at most the step's compute
+    another micro-batch can hide it under (`Timing.overlap_s`), split evenly
+    over the `parts` collectives of the pair (reduce-scatter and all-gather
+    with sequence parallelism; one all-reduce without)."""
+
+    share: jax.Array
+    parts: int = eqx.field(static=True)
+
+    def hiding_s(self, timing, t):
+        return timing.overlap_s / self.parts
+
+    def exposed_s(self, time_s, hiding_s, t):
+        return time_s - smooth_min(self.share * time_s, hiding_s, t)
+
+
+class UnderAttention(eqx.Module):
+    """Ring attention: a pass's K/V exchanges overlap that pass's attention
+    kernels (`Timing.attention_forward_s` forward, the rest of
+    `Timing.attention_s` backward); only the excess is exposed, shared among
+    the pass's rows in proportion to their seconds (`pass_s`: all of them)."""
+
+    pass_s: jax.Array
+    phase: str = eqx.field(static=True)
+
+    def hiding_s(self, timing, t):  # the pass's exposed excess (shared by its rows)
+        hide_s = (timing.attention_forward_s if self.phase == PHASES[0]
+                  else timing.attention_s - timing.attention_forward_s)
+        return smooth_max(self.pass_s - hide_s, 0.0, t, 0.5 * (self.pass_s + hide_s))
+
+    def exposed_s(self, time_s, excess_s, t):
+        return excess_s if self.phase == PHASES[0] else safe_div(excess_s, self.pass_s) * time_s
+
+
+class Paired(eqx.Module):
+    """Expert parallelism: with a schedule that pairs one micro-batch's forward
+    with another's backward (`Schedule.exposed_all_to_all_s`: DualPipe, or
+    Megatron-Core's combined 1F1B, `plan.ep_overlap`), the forward's exchanges
+    (`forward_share` of them) hide under the backward's compute and the
+    backward's under the forward's, each at most under the compute it pairs
+    with; `paired` micro-batches have a partner (the first forward and the last
+    backward of a step have none)."""
+
+    paired: jax.Array
+    forward_share: jax.Array
+    combined: jax.Array
+    schedule: object
+
+    def hiding_s(self, timing, t):
+        return timing.backward_s, timing.forward_s
+
+    def exposed_s(self, time_s, hiding_s, t):
+        backward_s, forward_s = hiding_s
+        return sum(self.schedule.exposed_all_to_all_s(share * time_s, self.paired * hide_s, t,
+                                                      self.combined)
+                   for share, hide_s in ((self.forward_share, backward_s),
+                                         (1.0 - self.forward_share, forward_s)))
+
+
+def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
+    """Exposed time of `buckets` back-to-back collectives overlapped with a
+    compute phase of `hide_s` that produces their inputs at an even rate.
+
+    Bucket i is ready at i hide_s / buckets; the last one finishes at
+    max(hide_s + c, hide_s / buckets + buckets c) with c = one bucket's cost,
+    so exposed = max(c, hide_s / buckets + buckets c - hide_s): small buckets
+    pay latency `buckets` times, large ones start late.
+    """
+    return smooth_max(bucket_cost_s, hide_s / buckets + buckets * bucket_cost_s - hide_s, t,
+                      0.5 * (buckets * bucket_cost_s + hide_s))
+
+
+def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=0.0):
+    """Exposed time of one collective per layer (`comm_s` each) on a
+    communication stream beside `layers` layers of compute (`compute_s` each),
+    issued `prefetch` layers ahead (FSDP / ZeRO-3).
+
+    Without prefetch every layer waits for its own gather: L c. With depth >= 1
+    the gather of layer i+1 runs under layer i's compute: only the first is
+    exposed, each later one by what exceeds the compute, c + (L-1) max(c - f, 0)
+    (when c > f the stream sets the pace: communication-bound). A depth in
+    (0, 1) hides that fraction of f. Depth beyond 1 holds more gathered layers
+    and helps only uneven layers, which this uniform form does not see.
+    """
+    d = smooth_min(prefetch, 1.0, t)
+    return comm_s + smooth_max(layers - 1.0, 0.0, t, 0.5 * layers) * smooth_max(
+        comm_s - d * compute_s, 0.0, t, 0.5 * (comm_s + d * compute_s))
+
+
+class Buckets(eqx.Module):
+    """Data parallelism in buckets (`bucketed_exposed_s`): `times` passes a step
+    of `buckets` collectives of `one_s` each, each pass under one micro-batch's
+    `phase` (the gradients' reduction under the backward, the weights' gather
+    under the next forward); `present` is 0 for a group with nothing to move."""
+
+    one_s: jax.Array
+    buckets: jax.Array
+    times: jax.Array
+    present: jax.Array
+    phase: str = eqx.field(static=True)
+
+    def hiding_s(self, timing, t):
+        return _phase_s(timing, self.phase)
+
+    def exposed_s(self, time_s, hiding_s, t):
+        return self.times * bucketed_exposed_s(self.one_s, self.buckets, hiding_s, t) \
+            * self.present
+
+
+class PerLayer(eqx.Module):
+    """ZeRO-3 / FSDP (`layered_exposed_s`): per micro-batch, one collective pass
+    of `comm_s` a layer beside each of `layers` layers of the `phase`'s compute,
+    prefetched `prefetch` layers ahead. The forward's gathers are one row
+    (`whole`); the backward's gather and reduce-scatter share the pass's
+    exposure in proportion to their seconds."""
+
+    comm_s: jax.Array
+    layers: jax.Array
+    prefetch: jax.Array
+    micro_batches: jax.Array
+    present: jax.Array
+    phase: str = eqx.field(static=True)
+    whole: bool = eqx.field(static=True)
+
+    def hiding_s(self, timing, t):  # the passes' exposed seconds (shared by their rows)
+        layer_s = safe_div(_phase_s(timing, self.phase), timing.layers)
+        return self.micro_batches * layered_exposed_s(self.comm_s, layer_s, self.layers,
+                                                      self.prefetch, t) * self.present
+
+    def exposed_s(self, time_s, passes_s, t):
+        return passes_s if self.whole else safe_div(
+            passes_s, self.micro_batches * self.layers * self.comm_s) * time_s
+
+
+def exposed(rows, timing, t=0.0) -> tuple:
+    """The traffic's rows with their exposed seconds against the step's compute
+    (`timing`, `compute.Timing`): each row's rule applied (a row without one is
+    on the critical path as the traffic costed it), the rule then dropped. A
+    rule's `hiding_s` (what the compute offers it, or the pass's exposure that
+    rows sharing the rule split) is computed once per rule, `exposed_s` per row."""
+    hiding: dict = {}
+    out = []
+    for r in rows:
+        rule = r.overlap
+        if rule is None:
+            out.append(r)
+            continue
+        if id(rule) not in hiding:
+            hiding[id(rule)] = rule.hiding_s(timing, t)
+        out.append(dataclasses.replace(r, exposed_s=rule.exposed_s(r.time_s, hiding[id(rule)], t),
+                                       overlap=None))
+    return tuple(out)
