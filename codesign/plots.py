@@ -302,6 +302,28 @@ def elasticity_bars(elasticities: dict, *, output: str = "step time", title: str
     return _save(fig, path)
 
 
+def pareto_points(x, y, front, *, xlabel: str, ylabel: str, title: str = "", path=None):
+    """Designs as points (`x`, `y`: two metrics, each minimised as drawn), the
+    non-dominated ones (`front`: their indices, sorted by x) joined as a step line."""
+    import numpy as np
+
+    x, y, front = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(front)
+    fig, ax = _pyplot().subplots(figsize=(7, 4.2))
+    ax.scatter(x, y, s=12, color="0.7", label=f"{len(x):,} feasible designs")
+    ax.step(x[front], y[front], where="post", color="#2f5d9b", lw=1.2)
+    ax.scatter(x[front], y[front], s=28, color="#2f5d9b", zorder=3,
+               label=f"the Pareto front ({len(front)})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    return fig
+
+
 def validation_scatter(rows, *, band: float = 0.1, title: str = "", path=None):
     """Predicted against published, log-log, one panel per chip family (`rows`:
     `validate.run`'s dicts: family, measure, published, predicted, calibration):

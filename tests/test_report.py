@@ -141,10 +141,12 @@ def test_optimize_grid_page_holds_its_heatmap_of_every_feasible_point(tmp_path, 
     assert timeless.sub("", text) == timeless.sub("", _run(capsys, *argv).out)  # as without
     assert _png_size(png.read_bytes())[0] > 500
     page = page_path.read_text()
-    _self_contained(page, 1)
+    _self_contained(page, 2)  # the heatmap and the Pareto front
     assert html.escape(text.rstrip()) in page
     feasible = re.search(r"of a (\d+)-point grid \((\d+) feasible\)", text).group(2)
     assert f"each of the grid&#x27;s {feasible} feasible points" in page
+    on_front = int(re.search(r"the (\d+) designs on the line are beaten", page).group(1))
+    assert 1 <= on_front <= int(feasible)
     # the designs the grid holds, ranked: every feasible one here (fewer than GRID_TOP)
     assert page.count("<tr><td class=\"number\">") == int(feasible)
 

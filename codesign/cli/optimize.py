@@ -9,7 +9,17 @@ import sys
 
 import numpy as np
 
-from .. import economics, hardware, memory, optimize, output_checks, reliability, report, step
+from .. import (
+    economics,
+    hardware,
+    memory,
+    optimize,
+    output_checks,
+    reliability,
+    report,
+    step,
+    units,
+)
 from .. import scenario as sc
 from .._words import words
 from ..units import day, format_bytes, format_quantity, format_seconds, parse_quantity, year
@@ -24,6 +34,8 @@ FLAGS = {"bounds": "--bounds", "grid_points": "--grid-points", "vary": "--vary",
 # evaluated on the host anyway; a larger one streams and holds only its best designs);
 # the gradient method holds up to REPORT_DESIGNS of the designs it evaluated exactly
 HEATMAP_KNOBS = ("parallel.tp", "parallel.pp")
+# the page's Pareto front: the objective against what the faster plans spend, memory per GPU
+FRONT_METRIC = "memory_bytes_per_gpu"
 REPORT_GRID_POINTS = 1 << 16
 REPORT_DESIGNS = 4096
 
@@ -480,7 +492,7 @@ def run(args, name) -> int:
         if drawn and args.method == "grid" and \
                 optimize.grid_size(prob, args.grid_points) <= REPORT_GRID_POINTS:
             every = prob.names
-        keep = (optimize.OBJECTIVES[args.objective][0],) if every else ()
+        keep = (optimize.OBJECTIVES[args.objective][0], FRONT_METRIC) if every else ()
         r = (optimize.optimize(prob, **options) if args.method == "gradient" else
              optimize.grid_search(prob, progress=not args.no_progress, keep=keep, **options))
     points = _points(r, every if "grid" in r.metrics else ())
@@ -513,6 +525,7 @@ def run(args, name) -> int:
             [report.section("Result", report.text(_output.captured(
                 _print_text, args, scn, labels, r, here, rob, cmp))),
              report.section("Best objective over tp x pp", report.figure(fig, title)),
+             report.section("Pareto front", report.figure(*_front(labels, r, points))),
              report.section("Designs", _designs_table(r, points["designs"]))],
             lines=(_output.made_by(f"codesign optimize {_output.scenario_words(args)} "
                                    f"--method {args.method}"),)))
@@ -537,15 +550,16 @@ def _points(r: optimize.Result, names) -> dict:
     the grid (`grid_search`'s keep: `r.metrics["grid"]`); else the best
     distinct feasible designs the result holds (`Result.top`), which also
     make the page's table ("designs")."""
-    held = [{**t["knobs"], "objective": t["objective"]} for t in r.top or []]
+    held = [{**t["knobs"], "objective": t["objective"], FRONT_METRIC: t["metrics"][FRONT_METRIC]}
+            for t in r.top or []]
     if not names:
         return {"points": held, "designs": held,
                 "what": f"the {len(held):,} best distinct feasible designs the "
                         f"{r.method} search evaluated exactly"}
     kept = r.metrics["grid"]
-    every = [{**dict(zip(names, x, strict=True)), "objective": v}
-             for x, v in zip(kept["knobs"], kept[optimize.OBJECTIVES[r.objective][0]],
-                             strict=True)]
+    every = [{**dict(zip(names, x, strict=True)), "objective": v, FRONT_METRIC: m}
+             for x, v, m in zip(kept["knobs"], kept[optimize.OBJECTIVES[r.objective][0]],
+                                kept[FRONT_METRIC], strict=True)]
     return {"points": every, "designs": held,
             "what": f"each of the grid's {len(every):,} feasible points "
                     f"(of {r.grid_size:,})"}
@@ -577,6 +591,23 @@ def _heatmap(scn, labels, r: optimize.Result, points: dict):
     return (_output.plots().sweep_heatmap(table, x=HEATMAP_KNOBS[0], y=HEATMAP_KNOBS[1],
                                           value=value, title=title),
             f"{title}, over {points['what']}; an empty cell holds none of them")
+
+
+def _front(labels, r: optimize.Result, points: dict):
+    """(the figure of the objective against memory per GPU over `points`, with
+    the designs no other beats in both, its caption)."""
+    value = optimize.OBJECTIVES[r.objective][0]
+    scale = units.unit_of(value)[0]  # the objective in the unit its label names
+    objective = [p["objective"] / scale for p in points["points"]]
+    memory = [p[FRONT_METRIC] / 2**30 for p in points["points"]]
+    sign = 1.0 if r.goal == "min" else -1.0
+    front = optimize.non_dominated([sign * v for v in objective], memory)
+    plots = _output.plots()
+    fig = plots.pareto_points(
+        objective, memory, front, xlabel=plots.column_label(value),
+        ylabel="memory per GPU (GiB)", title=f"{labels.scenario}: {words(value)} against memory")
+    return fig, (f"{words(value)} ({r.goal}) against memory per GPU over {points['what']}; "
+                 f"the {len(front)} designs on the line are beaten by no other in both")
 
 
 def _designs_table(r: optimize.Result, designs: list, n: int = 50) -> str:
