@@ -107,7 +107,7 @@ def intervals_json(labels, out: dict) -> dict:
     return res
 
 
-def _interval_source(i: dict) -> str:
+def interval_source(i: dict) -> str:
     """"validate's 15 A100 rows", or where the family has too few, all rows."""
     if i["rows_family"] != "all":
         return f"validate's {i['rows']} {i['family']} rows"
@@ -116,7 +116,7 @@ def _interval_source(i: dict) -> str:
     return f"validate's {i['rows']} rows, {few} {i['family']} row{'' if n == 1 else 's'}"
 
 
-def _print_traffic(rows):
+def print_traffic(rows):
     print(f"{'dim':<4} {'collective':<15} {'tier':<19} {'ranks':>5} {'message':>10} "
           f"{'count':>9} {'crit':>4} {'time_s':>9} {'exposed_s':>9}")
     for r in rows:
@@ -140,7 +140,7 @@ def _count(n) -> str:
     return f"{n:,.0f}"
 
 
-def _print_estimate(scn, labels, out):
+def print_estimate(scn, labels, out):
     p = scn.plan
     print(f"scenario {labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
           f"{labels.system.chip} ({labels.system.preset})")
@@ -154,7 +154,7 @@ def _print_estimate(scn, labels, out):
     if "step_time_s_interval" in out:
         lo, hi = out["step_time_s_interval"]
         print(f"  {out['interval']['coverage']:.0%} interval   {lo:.3f}-{hi:.3f} s, from "
-              f"{_interval_source(out['interval'])}")
+              f"{interval_source(out['interval'])}")
     else:
         print(f"  interval       none: {out['interval']['none']}")
     for k, v in out["breakdown_s"].items():
@@ -191,7 +191,7 @@ def _print_estimate(scn, labels, out):
                   f"{hi / 86400:.1f} days (the step time's)")
 
 
-def _roofline_rows(scn, est):
+def roofline_rows(scn, est):
     rows = []
     for dim, d in network_roofline.roofline(est.step, scn.system, scn.plan.dtype).items():
         if float(d["bytes"]) <= 0:
@@ -230,10 +230,10 @@ def run(args, name) -> int:
         rows = traffic_rows(est)
         if not _table(args, scn, labels, rows):
             print(_system.line(system))
-            _print_traffic(rows)
+            print_traffic(rows)
         return 0
     if name == "roofline":
-        rows = _roofline_rows(scn, est)
+        rows = roofline_rows(scn, est)
         if args.plot:
             _output.plots().roofline(rows, args.plot, title=f"{labels.scenario}: network roofline")
         if not _table(args, scn, labels, rows, {"plot": args.plot} if args.plot else None):
@@ -256,9 +256,9 @@ def run(args, name) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
     else:
-        _print_estimate(scn, labels, out)
+        print_estimate(scn, labels, out)
         print()
-        _print_traffic(out["traffic"])
+        print_traffic(out["traffic"])
         if args.plot:
             _output.wrote(args.plot, args)
     return 0

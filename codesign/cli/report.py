@@ -15,13 +15,13 @@ from ..units import format_bytes
 from . import _output, _system
 from .estimate import (
     MEMORY_PARTS,
-    _interval_source,
-    _print_estimate,
-    _print_traffic,
-    _roofline_rows,
     estimate_json,
     evaluate,
+    interval_source,
     intervals_json,
+    print_estimate,
+    print_traffic,
+    roofline_rows,
 )
 
 OUTPUT_FILES = {"out": "--out"}  # checked before the command runs (cli._run)
@@ -54,7 +54,7 @@ def _interval_line(out: dict) -> str:
         return f"no interval: {out['interval']['none']}"
     lo, hi = out["step_time_s_interval"]
     return (f"{out['interval']['coverage']:.0%} interval of the step time {lo:.3f}-{hi:.3f} s "
-            f"(estimate {out['step_time_s']:.3f} s), from {_interval_source(out['interval'])}")
+            f"(estimate {out['step_time_s']:.3f} s), from {interval_source(out['interval'])}")
 
 
 def _step_section(plots, out: dict, title: str):
@@ -86,7 +86,7 @@ def _memory_section(plots, out: dict, title: str):
 
 
 def _roofline_section(plots, scn, labels, est):
-    rows = _roofline_rows(scn, est)
+    rows = roofline_rows(scn, est)
     fig = plots.roofline(rows, title=f"{labels.scenario}: network roofline")
     shown = [{"dimension": r["dimension"], "tier": r["tier"],
               "bytes": format_bytes(r["wire_bytes_per_gpu"]),
@@ -125,8 +125,8 @@ def run(args, name) -> int:
         _step_section(plots, out, labels.scenario),
         report.section("Error band", report.paragraph(_interval_line(out))),
         report.section("Estimate", report.paragraph("as codesign estimate prints it"),
-                       report.text(_output.captured(_print_estimate, scn, labels, out) + "\n"
-                                   + _output.captured(_print_traffic, out["traffic"]))),
+                       report.text(_output.captured(print_estimate, scn, labels, out) + "\n"
+                                   + _output.captured(print_traffic, out["traffic"]))),
         _memory_section(plots, out, title),
         _timeline_section(plots, scn, labels, est),
         _roofline_section(plots, scn, labels, est),
