@@ -47,7 +47,7 @@ COMMANDS = {
     "presets": ("presets", "list hardware and model presets with their numbers and sources"),
     "reliability": ("reliability", "stragglers, failures, checkpoints and goodput of a scenario"),
     "optimize": ("optimize", "gradient or grid co-design of hardware and plan knobs"),
-    "sensitivity": ("optimize", "elasticity of step time to every knob"),
+    "sensitivity": ("sensitivity", "elasticity of step time to every knob"),
     "bench": ("bench", "nccl-tests-style benchmark of the real shard_map collectives"),
     "calibrate": ("bench", "fit alpha/beta/gamma per tier from bench output or nccl-tests logs; "
                            "`calibrate compute`: GEMM, attention and HBM constants of this chip"),

@@ -109,7 +109,7 @@ def _timeline_section(plots, scn, labels, est):
 
 
 def run(args, name) -> int:
-    from .optimize import elasticity_figure, ranked_elasticities, sensitivity_section
+    from .sensitivity import elasticity_figure, ranked_elasticities, sensitivity_section
 
     scn, labels, est = evaluate(args)
     out = estimate_json(est)
