@@ -179,16 +179,14 @@ def _interleaved(stage: int, p: int, m: int, v: int) -> list[Slot]:
 def _zb_h1(stage: int, p: int, m: int) -> list[Slot]:
     """ZB-H1 on `stage` of `p`: 1F1B's order with each backward an I and a W,
     the stage's first s W's deferred (FIFO), the rest after the last I."""
-    warm = min(p - stage - 1, m)
-    order = [(Op("F", i, 0, stage),) for i in range(warm)]
+    order: list[Slot] = []
     pending: deque[int] = deque()
-    f = warm
-    for b in range(m):
-        if f < m:
-            order.append((Op("F", f, 0, stage),))
-            f += 1
-        order.append((Op("I", b, 0, stage),))
-        pending.append(b)
+    for (op,) in _one_f_one_b(stage, p, m):
+        if op.kind == "F":
+            order.append((op,))
+            continue
+        order.append((op._replace(kind="I"),))
+        pending.append(op.mb)
         if len(pending) > stage:
             order.append((Op("W", pending.popleft(), 0, stage),))
     return order + [(Op("W", i, 0, stage),) for i in pending]
