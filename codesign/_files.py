@@ -292,7 +292,7 @@ def toml_text(tables: dict, comments=()) -> str:
     import tomli_w
 
     def plain(v):
-        if isinstance(v, bool) or isinstance(v, (int, str)):
+        if isinstance(v, (int, str)):  # bool too
             return v
         if isinstance(v, float):
             return int(v) if v.is_integer() and abs(v) < 2**63 else v

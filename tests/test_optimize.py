@@ -554,3 +554,26 @@ def test_the_gradient_method_runs_its_programs_through_the_store(small, monkeypa
     assert {j for j, _ in seen} == {_gradient._multistart, _gradient._structural_batch,
                                     _gradient._exact_batch}
     assert {s for _, s in seen} == {"/nowhere"}
+
+
+def test_a_stored_program_that_fails_to_run_is_compiled_and_stored_again(tmp_path, monkeypatch):
+    """An executable read back from the store whose first run fails (an XLA:CPU
+    program the persistent cache served, stored without its kernels) is
+    forgotten, compiled afresh and stored again; the answer is the program's."""
+    from codesign import _compile
+
+    program = jax.jit(lambda x: jnp.sum(x * 3.0))
+    x = jnp.arange(4.0)
+    _compile.run(program, x, store=tmp_path)
+    (stored,) = tmp_path.glob("*.exe")
+    monkeypatch.setattr(_compile, "_COMPILED", {})
+
+    def broken(*args):
+        raise RuntimeError("Function not found")
+
+    monkeypatch.setattr(_compile, "_load",
+                        lambda path, args, prove=True: broken if path.exists() else None)
+    mtime = stored.stat().st_mtime_ns
+    out, compile_s = _compile.run(program, x, store=tmp_path)
+    assert float(out) == 18.0 and compile_s > 0
+    assert stored.exists() and stored.stat().st_mtime_ns != mtime  # stored anew
