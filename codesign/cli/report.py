@@ -9,7 +9,7 @@ commands use (`estimate`, `timeline`, `roofline`, `sensitivity`); the page is
 
 from __future__ import annotations
 
-from .. import report, timeline
+from .. import report
 from ..scenario import flatten
 from ..units import format_bytes
 from . import _output, _system
@@ -23,6 +23,8 @@ from .estimate import (
     print_traffic,
     roofline_rows,
 )
+from .timeline import title as scenario_title
+from .timeline import traced
 
 OUTPUT_FILES = {"out": "--out"}  # checked before the command runs (cli._run)
 
@@ -41,11 +43,6 @@ def plan_tables(plan_json: dict, n: int = 3) -> str:
     per = -(-len(rows) // n)
     return report.columns(*(report.table(rows[i:i + per], {"key": "plan key", "value": "value"})
                             for i in range(0, len(rows), per)))
-
-
-def _title(scn, labels) -> str:
-    return (f"{labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
-            f"{labels.system.chip}")
 
 
 def _interval_line(out: dict) -> str:
@@ -101,8 +98,7 @@ def _roofline_section(plots, scn, labels, est):
 
 
 def _timeline_section(plots, scn, labels, est):
-    trace = timeline.trace(est.step, scn.plan)
-    fig = plots.timeline(trace, title=f"{_title(scn, labels)}, one step")
+    fig = plots.timeline(traced(scn, labels, est), title=f"{scenario_title(scn, labels)}, one step")
     return report.section("Timeline", report.figure(
         fig, "the modelled step as codesign timeline writes it (one row per pipeline stage and "
              "track; hidden communication hatched, the bubble grey)"))
@@ -115,7 +111,7 @@ def run(args, name) -> int:
     out = estimate_json(est)
     out = {**out, **intervals_json(labels, out), **_output.echo(scn, labels, args.system)}
     plots = _output.plots()
-    title = _title(scn, labels)
+    title = scenario_title(scn, labels)
     el, order = ranked_elasticities(scn, "step_time_s")
     shown = [k for k in order if el[k] != 0]  # as `codesign sensitivity` shows them
     sections = [

@@ -18,11 +18,24 @@ def add_arguments(parser, name):
     parser.add_argument("--plot", metavar="FILE.png", help="also draw it as a Gantt chart")
 
 
-def run(args, name) -> int:
-    scn, labels, est = evaluate(args)
+def title(scn, labels) -> str:
+    """What a figure of the scenario is titled: `default: gpt3-175b on 1024 x A100-...`."""
+    return (f"{labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
+            f"{labels.system.chip}")
+
+
+def traced(scn, labels, est) -> dict:
+    """The estimate's step as a trace (`timeline.trace`), naming its scenario,
+    model and system."""
     trace = timeline.trace(est.step, scn.plan)
     trace["otherData"] |= {"scenario": labels.scenario, "model": labels.model,
                            "system": labels.system.preset}
+    return trace
+
+
+def run(args, name) -> int:
+    scn, labels, est = evaluate(args)
+    trace = traced(scn, labels, est)
     with open(args.out, "w") as f:
         json.dump(trace, f)
     shown = sorted({e["pid"] for e in trace["traceEvents"]})
@@ -31,8 +44,6 @@ def run(args, name) -> int:
           f"{', '.join(str(s) for s in shown)} of {trace['otherData']['pipeline_stages']}")
     _output.wrote(args.out, args)
     if args.plot:
-        _output.plots().timeline(trace, path=args.plot, title=f"{labels.scenario}: "
-                                 f"{labels.model} on {float(scn.system.gpus):.0f} x "
-                                 f"{labels.system.chip}, one step")
+        _output.plots().timeline(trace, path=args.plot, title=f"{title(scn, labels)}, one step")
         _output.wrote(args.plot, args)
     return 0
