@@ -127,8 +127,9 @@ def test_grid_is_exhaustive(small, small_runs):
     assert list(grid.best.values()) == pts[i].tolist()
 
 
-@pytest.mark.parametrize("scan, devices", [("float64", 1), ("float32", 3)])
-def test_streamed_grid_is_a_plain_loop(scan, devices):
+@pytest.mark.parametrize("scan, devices, top, rescan", [
+    ("float64", 1, 5, ""), ("float32", 3, 5, ""), ("float32", 1, 2, "tie")])
+def test_streamed_grid_is_a_plain_loop(scan, devices, top, rescan, monkeypatch):
     """The streamed grid (blocks on the device, GPU count held per block and
     enumerated outermost, top-N per block) finds what a plain loop over the
     grid in C order finds in float64: the best feasible point, ties to the
@@ -137,24 +138,28 @@ def test_streamed_grid_is_a_plain_loop(scan, devices):
     float64). Tiny blocks and calls make it cross block, call and GPU-count
     boundaries, and three devices take its calls in turn (their tops merged);
     the checkpoint interval does not move the step time, so every design ties
-    3 ways."""
+    3 ways. A float32 scan that keeps fewer candidates than tie (2 of the
+    three-way tie: GRID_RERANK lowered) scans again in float64 and says so."""
+    monkeypatch.setattr(optimize._grid, "GRID_RERANK", top)
     vary = {"parallel.tp": (1, 16), "system.gpus": (512, 1024),
             "reliability.checkpoint_interval_s": (60, 3600), "training.micro_batch": (1, 4)}
     p = optimize.problem(SCN, list(vary), vary)
     axes = optimize.grid_axes(p, 3)
     pts = np.asarray(list(itertools.product(*axes)))
-    r = optimize.grid_search(p, 3, top=5, stream=True, block_points=8, call_points=24,
+    r = optimize.grid_search(p, 3, top=top, stream=True, block_points=8, call_points=24,
                              scan=scan, devices=jax.devices()[:devices])
+    assert (rescan in r.profile["float64_rescan"]) and bool(r.profile["float64_rescan"]) == bool(
+        rescan)
     assert p.names[1] == "system.gpus" and len(axes[1]) > 2  # enumerated out of C order
     assert r.profile["calls"] > 2 and r.grid_size == len(pts)
     ex = optimize.evaluate(p, pts)
     score = np.where(ex.feasible, ex.loss, np.inf)
-    order = np.lexsort((np.arange(len(pts)), score))[:5]  # ties: first in C order
+    order = np.lexsort((np.arange(len(pts)), score))[:top]  # ties: first in C order
     assert r.feasible_points == int(ex.feasible.sum()) > 5
     assert list(r.best.values()) == pts[order[0]].tolist()
     assert r.value == ex.objective[order[0]]
     assert [list(t["knobs"].values()) for t in r.top] == pts[order].tolist()
-    assert score[order[0]] == score[order[1]] == score[order[2]]  # a three-way tie
+    assert score[order[0]] == score[order[1]] == np.sort(score)[2]  # a three-way tie
 
 
 def test_streamed_pareto_front_is_non_dominated_over_the_grid():

@@ -42,6 +42,14 @@ GRID_BLOCK = 4096
 GRID_CALL_POINTS = 1 << 18
 GRID_TOP = 16
 GRID_RERANK = 64  # candidates a float32 scan keeps for the float64 ranking
+# How far a float32 scan's log objective or log constraint ratio may stray from
+# float64's (assumption: a bound, not a measured maximum; the largest seen on
+# benchmarks/search.py's problems is stated in docs/codesign.md). Where the kept
+# candidates lie within it of one another (ties the cut may have split) or a point
+# lies within it of a memory or limit bound (feasibility undecided in float32),
+# the grid is scanned again in float64: the answer and the feasible count are then
+# float64's, and `Result.profile["float64_rescan"]` says why.
+FLOAT32_TOL = 1e-5
 SCANS = ("float32", "float64")  # the streamed scan's precision (`grid_search`'s `scan`)
 GRID_POINTS = 16  # values per continuous knob (`grid_search`'s default)
 GRID_HOISTED = ("system.gpus", "parallel.dp")
@@ -158,9 +166,11 @@ def _merge_top(score, index, top: int):
     return score[:top], index[:top]
 
 
-def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple):
+def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple,
+                near_tol: float = 0.0):
     """Block j of the grid, evaluated exactly: (the `outputs` metrics (block,)
-    each, valid and feasible (block,), grid index (block,))."""
+    each, valid and feasible (block,), grid index (block,), valid and near a
+    measured bound (block,): `_grid_point`)."""
     o, start = j // lay.per_outer, (j % lay.per_outer) * lay.block
     local = start + jnp.arange(lay.block)
     valid = (j < lay.blocks) & (local < math.prod(lay.sizes[i] for i in lay.inner))
@@ -171,30 +181,32 @@ def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple):
     def one(inner_values):
         values = fixed | dict(zip(lay.inner, inner_values, strict=True))
         return _grid_point(core, tuple(values[i] for i in range(len(lay.sizes))), outputs,
-                           lay.limits)
+                           lay.limits, near_tol)
 
-    out, feasible = jax.vmap(one)(tuple(table[i, digits[i]] for i in lay.inner))
+    out, feasible, near = jax.vmap(one)(tuple(table[i, digits[i]] for i in lay.inner))
     index = sum(digits[i] * lay.strides[i] for i in range(len(lay.sizes)))
-    return out, valid & feasible, index
+    return out, valid & feasible, index, valid & near
 
 
-def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout):
+def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
+                 near_tol: float = 0.0):
     """Evaluate blocks first .. first + layout.scan - 1 of the grid exactly and
-    fold them into carry = (scores (top,), grid indices (top,), feasible count):
-    score = loss of a feasible point, inf otherwise."""
+    fold them into carry = (scores (top,), grid indices (top,), feasible count,
+    count of points within `near_tol` of a measured bound): score = loss of a
+    feasible point, inf otherwise."""
     lay = layout
     key, goal = OBJECTIVES[lay.objective]
 
     def body(c, j):
-        best, where, count = c
-        (value,), ok, index = _grid_block(core, table, lay, j, (key,))
+        best, where, count, nears = c
+        (value,), ok, index, near = _grid_block(core, table, lay, j, (key,), near_tol)
         loss = goal * safe_log(value)
         ok = ok & jnp.isfinite(loss)
         score = jnp.where(ok, loss, jnp.inf)
         neg, k = jax.lax.top_k(-score, min(lay.top, lay.block))  # ties: lower index first
         best, where = _merge_top(jnp.concatenate([best, -neg]),
                                  jnp.concatenate([where, index[k]]), lay.top)
-        return (best, where, count + jnp.sum(ok)), None
+        return (best, where, count + jnp.sum(ok), nears + jnp.sum(near)), None
 
     out, _ = jax.lax.scan(body, carry, first + jnp.arange(lay.scan))
     return out
@@ -277,16 +289,29 @@ def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: P
 def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress, block_points: int,
                  call_points: int, scan: str = "float64", devices=None):
     """The top-N kernel over the whole grid: (scores, grid indices of the `top`
-    best, feasible count, seconds per round of device calls); the devices'
-    tops merged as the kernel merges blocks (ties to the smaller grid index)."""
+    best, feasible count, seconds per round of device calls, why the scan must
+    be redone in float64 or ""); the devices' tops merged as the kernel merges
+    blocks (ties to the smaller grid index). A float32 scan asks to be redone
+    where its kept scores all lie within `FLOAT32_TOL` of the best (more ties
+    than it kept) or a point lies within it of a measured bound."""
     lay = _layout(prob, tuple(len(a) for a in axes), top, block_points, call_points)
-    carry = (np.full(top, np.inf), np.zeros(top, dtype=np.int64), np.zeros((), dtype=np.int64))
-    kernel = lambda core, table, c, first: _grid_blocks(core, table, c, first, lay)  # noqa: E731
+    near_tol = FLOAT32_TOL if scan == "float32" else 0.0
+    carry = (np.full(top, np.inf), np.zeros(top, dtype=np.int64), np.zeros((), dtype=np.int64),
+             np.zeros((), dtype=np.int64))
+    kernel = lambda core, table, c, first: _grid_blocks(  # noqa: E731
+        core, table, c, first, lay, near_tol)
     carries, times = _stream(prob, lay, _grid_table(axes), kernel, carry, bar, scan, devices)
     score = np.concatenate([c[0] for c in carries]).astype(float)
     index = np.concatenate([c[1] for c in carries]).astype(np.int64)
     order = np.lexsort((index, score))[:top]
-    return score[order], index[order], sum(int(c[2]) for c in carries), times
+    score, index = score[order], index[order]
+    redo = ""
+    if scan == "float32":
+        if sum(int(c[3]) for c in carries):
+            redo = "a point within float32's tolerance of a memory or limit bound"
+        elif np.isfinite(score[-1]) and score[-1] - score[0] <= FLOAT32_TOL:
+            redo = f"more than {top} points tie within float32's tolerance"
+    return score, index, sum(int(c[2]) for c in carries), times, redo
 
 
 def _profile(times: list, finish_s: float, total: int) -> GridProfile:
@@ -366,13 +391,17 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
     if keep and stream:
         raise ValueError(f"keep={keep!r} needs every point's metrics: stream=True cannot")
     bar = Progress("grid", 0, total, enabled=progress)
-    kept = {}
+    kept, redo = {}, ""
     if not (total * prob.core.samples > GRID_STREAM_MIN if stream is None else stream) or keep:
         score, index, feasible_points, times, kept = _host_grid(prob, axes, top, keep, bar)
     else:
         candidates = max(top, GRID_RERANK) if scan == "float32" else top
-        score, index, feasible_points, times = _stream_grid(
+        score, index, feasible_points, times, redo = _stream_grid(
             prob, axes, candidates, bar, block_points, call_points, scan, devices)
+        if redo:
+            score, index, feasible_points, more, _ = _stream_grid(
+                prob, axes, top, bar, block_points, call_points, "float64", devices)
+            times += more
     bar.close()
     finish = time.perf_counter()
     index = index[np.isfinite(score)]
@@ -389,10 +418,11 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
         best_x, best_value = prob.here, np.nan
     r = _result(prob, "grid", best_x, best_value, feasible, total, start, [], grid_size=total,
                 feasible_points=feasible_points)
-    profile = _profile(times, time.perf_counter() - finish, total)
+    profile = _profile(times, time.perf_counter() - finish, total)._asdict()
+    profile["float64_rescan"] = redo
     best = _top(prob, xs, ex, min(top, len(xs))) if feasible else []
     if keep:
         r.metrics["grid"] = kept
-    return r._replace(top=best, profile=profile._asdict())
+    return r._replace(top=best, profile=profile)
 
 

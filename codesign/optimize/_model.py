@@ -185,17 +185,25 @@ def _exact_point(core: Core, values: tuple) -> Exact:
     return Exact(value, loss, loss + _penalty(g, MU_END), feasible, structural, m)
 
 
-def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple):
-    """(the metrics named in `outputs`, feasible) of one point as `_exact_point`
-    computes them, with the outputs and the set limits static, so that nothing
-    else is computed. A value not batched under `vmap` (a knob held fixed
-    across a block of the grid) keeps what is computed from it alone out of
-    the batch."""
+def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple,
+                near_tol: float = 0.0):
+    """(the metrics named in `outputs`, feasible, near) of one point as
+    `_exact_point` computes them, with the outputs and the set limits static,
+    so that nothing else is computed. A value not batched under `vmap` (a knob
+    held fixed across a block of the grid) keeps what is computed from it
+    alone out of the batch. `near` is True where a measured constraint (memory,
+    the limits set: the first 1 + len(limits) terms; the others are exact
+    integer rules) is within `near_tol` of its bound (log ratio), so that a
+    lower precision could have decided it either way."""
     scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
     m = problem_metrics(core, scn)
     g = jnp.stack(_constraint_terms(core, scn, m, limits))
-    feasible = _structural_point(core, scn, values) & jnp.all(g <= 1e-12)
-    return tuple(m[k] for k in outputs), feasible
+    structural = _structural_point(core, scn, values)
+    feasible = structural & jnp.all(g <= 1e-12)
+    measured = g[:1 + len(limits)]
+    near = structural & jnp.all(g[1 + len(limits):] <= 1e-12) & jnp.any(
+        jnp.abs(measured) <= near_tol)
+    return tuple(m[k] for k in outputs), feasible, near
 
 
 @jax.jit

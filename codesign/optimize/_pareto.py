@@ -53,7 +53,7 @@ def _pareto_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
 
     def body(c, j):
         (fa, fb, fi), count, largest = c
-        (a, b), ok, index = _grid_block(core, table, lay, j, axes)
+        (a, b), ok, index, _ = _grid_block(core, table, lay, j, axes)
         a, b = jnp.where(ok, a, jnp.inf), jnp.where(ok, b, jnp.inf)
         front, n = _front(jnp.concatenate([fa, a]), jnp.concatenate([fb, b]),
                           jnp.concatenate([fi, index]), fa.shape[0])
