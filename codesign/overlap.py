@@ -90,6 +90,29 @@ class Paired(eqx.Module):
                                          (1.0 - self.forward_share, forward_s)))
 
 
+class Steady(eqx.Module):
+    """Pipeline sends under a schedule that overlaps them (`Schedule.overlaps_p2p`):
+    of the `count` sends a step (half activations forward, half gradients
+    backward) the `waited` ones of the fill and drain are exposed; each other one
+    runs beside one chunk of its pass's compute (`chunks` a micro-batch: the
+    interleaved stages) and only what exceeds that chunk is exposed, so no more
+    is hidden than there is compute to hide it. `one_s` is one send's seconds."""
+
+    one_s: jax.Array
+    count: jax.Array
+    waited: jax.Array
+    chunks: jax.Array
+
+    def hiding_s(self, timing, t):  # one chunk's forward and backward seconds
+        return (safe_div(timing.forward_s, self.chunks),
+                safe_div(timing.backward_s, self.chunks))
+
+    def exposed_s(self, time_s, hiding_s, t):
+        one_s, steady = self.one_s, 0.5 * (self.count - self.waited)
+        return self.waited * one_s + steady * sum(
+            smooth_max(one_s - chunk_s, 0.0, t, 0.5 * (one_s + chunk_s)) for chunk_s in hiding_s)
+
+
 def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
     """Exposed time of `buckets` back-to-back collectives overlapped with a
     compute phase of `hide_s` that produces their inputs at an even rate.

@@ -457,10 +457,11 @@ def _pp_rows(model, plan, system, sh, place, t):
     Each tensor-parallel rank sends 1/tp of the activation (Narayanan et al.
     2021's scatter/gather optimisation; the all-gather inside the domain that
     reassembles it is neglected). A schedule that `overlaps_p2p` waits only
-    for the sends of the pipeline's fill and drain, (p - 1) hops each way."""
+    for the sends of the pipeline's fill and drain, (p - 1) hops each way, and
+    hides each other one under a chunk of compute, exposing what exceeds it
+    (`overlap.Steady`)."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations") / plan.tp
     count = 2.0 * sh.micro_batches * plan.interleave * beyond_one(plan.pp, t)
-    waited = 2.0 * (plan.pp - 1.0) if plan.schedule.overlaps_p2p else count
     ranks, inside, span, stride = group(place, ("pp",))
     # a neighbour shares the domain when the stage stride fits inside it
     neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t,
@@ -474,9 +475,11 @@ def _pp_rows(model, plan, system, sh, place, t):
                            outer=fabric.scale_out_tier(system, 2.0 * stride, t),
                            local_ranks=1.0, temperature=0.0, protocols=system.protocols)
     one_s = neighbour_inside * up.time_s + (1 - neighbour_inside) * out.time_s
+    rule = overlap.Steady(one_s, count, jnp.minimum(2.0 * (plan.pp - 1.0), count),
+                          plan.interleave) if plan.schedule.overlaps_p2p else None
     return [_row("pp", "send_recv", "direct", n, count, one_s, jnp.minimum(ranks, 2.0),
-                 1.0 + neighbour_inside, exposed=jnp.minimum(waited, count) * one_s,
-                 slow_bytes=count * n * (1.0 - neighbour_inside))]
+                 1.0 + neighbour_inside, slow_bytes=count * n * (1.0 - neighbour_inside),
+                 rule=rule)]
 
 
 def table(model: Transformer, plan: Plan, system: System, t=0.0, sh=None

@@ -127,6 +127,28 @@ def test_layered_exposure_closed_form():
     assert float(overlap.layered_exposed_s(c, f, L, 0.0)) == pytest.approx(L * c)  # no prefetch
 
 
+@pytest.mark.parametrize("scale_out_Bps", [50e9, 1e7])
+def test_pipeline_sends_hide_no_more_than_the_chunks_they_run_beside(scale_out_Bps):
+    """An interleaved 1F1B pipeline waits for the fill's and drain's sends and
+    hides each other send under one chunk of its pass (`overlap.Steady`): at
+    50 GB/s a send is far below a chunk, so only the 2 (pp - 1) waited are
+    exposed; at 10 MB/s a send outlasts its chunk and the excess of every send is
+    exposed, so the hidden part is at most the chunks' compute."""
+    scn = sc.load("llama3-405b", [f"system.scale_out_bandwidth_Bps={scale_out_Bps}"])
+    est = step.estimate(scn)
+    (row,), p, timing = _rows(est, "pp"), scn.plan, est.step.timing
+    one_s, count = float(row.time_s / row.count_per_step), float(row.count_per_step)
+    waited = 2.0 * (float(p.pp) - 1.0)
+    v, m = float(p.interleave), count / (2.0 * float(p.interleave))
+    chunks_s = (float(timing.forward_s) / v, float(timing.backward_s) / v)
+    want = waited * one_s + 0.5 * (count - waited) * sum(max(one_s - c, 0.0) for c in chunks_s)
+    assert float(row.exposed_s) == pytest.approx(want, rel=1e-12)
+    assert float(row.time_s - row.exposed_s) <= m * float(timing.micro_batch_s) * (1 + 1e-12)
+    slow = one_s > max(chunks_s)
+    assert slow == (scale_out_Bps < 1e9)
+    assert (float(row.exposed_s) > waited * one_s * 1.01) == slow
+
+
 def test_fsdp_throughput_per_gpu_falls_as_dp_grows():
     """GPT-3 175B, ZeRO-3, tp = pp = 1, global batch 1536, one micro-batch per GPU."""
     tput, exposed = [], []
