@@ -6,6 +6,7 @@ the TPU systems (tori of ICI links) are `_tpu_presets`'. `preset(name)` and
 from __future__ import annotations
 
 from . import _checks
+from ._amd_presets import _mi300x_platform, _mi325x_platform, _mi355x_platform
 from ._chip_specs import GRACE_C2C_PER_GPU_Bps, PCIE3_X16_Bps, PCIE4_X16_Bps, PCIE5_X16_Bps
 from ._measured import (
     _LATENCY,
@@ -25,7 +26,6 @@ from ._measured import (
     H200_HBM_Bps,
     _calibrated_efficiency,
 )
-from ._amd_presets import _mi300x_platform, _mi325x_platform, _mi355x_platform
 from ._tpu_presets import _tpu_v4, _tpu_v5e, _tpu_v5p, _tpu_v6e
 from .hardware import Chip, Preset, System, Tier, _gpu_chip, _tier
 from .units import GB, Gbps
