@@ -141,3 +141,35 @@ def test_blackwell_ultra_differs_from_blackwell_where_the_parts_do():
     assert 186e9 < float(old["memory_bytes_per_gpu"]) and not bool(old["fits_memory"])
     assert float(new["memory_bytes_per_gpu"]) < 288e9 and bool(new["fits_memory"])
     assert float(new["step_time_s"]) < float(old["step_time_s"])  # twice the NIC
+
+
+def test_optimize_chooses_among_presets_as_a_categorical_knob(capsys):
+    """`system.preset` is a categorical knob: each preset's system evaluated
+    (the scenario's own keys on top), the fastest kept, its name in the design
+    and the output; `--bounds` on it, or an unknown preset, is one line, exit 2."""
+    from codesign import optimize
+
+    chosen = ("dgx-h100", "mi300x-platform", "mi355x-platform")
+    r = optimize.categorical_search(lambda extra: sc.load("default", extra), ["system.preset"],
+                                    choices={"system.preset": list(chosen)}, method="grid")
+    explicit = {p: float(step.estimate(sc.load("default", [f"system.preset={p}"]))
+                         .step.step_time_s) for p in chosen}
+    best = min(explicit, key=explicit.get)
+    assert r.feasible and r.best == {"system.preset": best} == {"system.preset":
+                                                                 "mi355x-platform"}
+    assert r.value == pytest.approx(explicit[best], rel=1e-6)
+    assert [row["choices"]["system.preset"] for row in r.combinations] == list(chosen)
+
+    assert main(["optimize", "--vary", "system.preset=dgx-h100|mi355x-platform", "--method",
+                 "grid", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "system.preset" in out and "mi355x-platform   (scenario: dgx-a100)" in out
+    for argv, message in (
+            (["--vary", "system.preset=dgx-h100|mi999"], "system.preset='mi999' is not one "
+             "of dgx-v100, dgx-a100"),
+            (["--vary", "system.preset", "--bounds", "system.preset=a:b"],
+             "--bounds for system.preset, a choice, not a number: restrict its choices with "
+             "--vary 'system.preset=A|B'")):
+        assert main(["optimize", *argv, "--method", "grid", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
