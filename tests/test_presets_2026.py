@@ -119,9 +119,9 @@ def test_blackwell_ultra_differs_from_blackwell_where_the_parts_do():
     """NVIDIA's figures: dense FP4 15 PFLOP/s per GB300 against GB200's 10
     (1,080 PF dense against 1,440 sparse per rack), 13.5 per B300 against
     B200's 9; dense BF16 and FP8 unchanged; 288 GB against 186; 1400 W against
-    1200 W. The step model reads the HBM: Llama 3 405B at tp 8, pp 2 with
-    selective recompute on 2,048 GPUs needs ~270 GB a GPU: it fits GB300, not
-    GB200."""
+    1200 W. The step model reads the HBM: the default scenario (GPT-3 175B, tp
+    8, pp 8 on 1,024 GPUs) at micro-batch 2 without recompute needs ~220 GB a
+    GPU: it fits GB300, not GB200."""
     gb300, gb200 = presets.preset("gb300-nvl72"), presets.preset("gb200-nvl72")
     assert gb300.other_peaks_flops_per_s["fp4"] == 1080e15 / 72 == 15e15
     assert gb200.other_peaks_flops_per_s["fp4"] == 1440e15 / 72 / 2 == 10e15
@@ -133,9 +133,8 @@ def test_blackwell_ultra_differs_from_blackwell_where_the_parts_do():
     assert "not represented" in gb300.sources["attention_exponentials"]
 
     def out(preset):
-        return step.outputs(step.estimate(sc.load("llama3-405b", [
-            f"system.preset={preset}", "system.gpus=2048", "parallel.pp=2",
-            "parallel.interleave=1", "training.recompute=selective"])))
+        return step.outputs(step.estimate(sc.load("default", [
+            f"system.preset={preset}", "training.micro_batch=2", "training.recompute=none"])))
 
     new, old = out("gb300-nvl72"), out("gb200-nvl72")
     assert 186e9 < float(old["memory_bytes_per_gpu"]) and not bool(old["fits_memory"])
