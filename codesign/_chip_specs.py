@@ -23,24 +23,30 @@ COMPUTE_UNITS = 132.0  # a custom chip's: H100 SXM5's SMs
 # 1200 W per GPU (a 2,700 W superchip less its CPU: assumption), GB300 1400 W
 # per GPU (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, as Tom's
 # Hardware tabulates them), B300 1100 W in HGX/DGX B300 (a cloud provider's
-# per-GPU table, Verda; no NVIDIA datasheet found: assumption), TPU v4 192 W
+# per-GPU table, Verda; no NVIDIA datasheet found: assumption), AMD Instinct
+# MI300X 750 W, MI325X 1000 W, MI355X 1400 W total board power (AMD's product
+# specifications; the MI350X is the 1000 W air-cooled part), TPU v4 192 W
 # (Jouppi et al. 2023, peak), TPU v5p 350 W, v5e 200 W, v6e 300 W (not published:
 # assumptions).
 # Units running GEMM tiles (vendor architecture whitepapers): V100 80 SMs, A100
 # 108, H100 / H200 / H800 SXM5 132, B200 148 per GPU (GB200's GPU the same);
 # Blackwell Ultra 160 (NVIDIA's Blackwell Ultra figures at Hot Chips 2025, the
-# enabled count of B300 / GB300 as that: assumption); TPU v4 and v5p 2
+# enabled count of B300 / GB300 as that: assumption); AMD Instinct MI300X and
+# MI325X 304 compute units (38 per XCD), MI355X 256 (32 per XCD: AMD's ROCm GPU
+# specifications table); TPU v4 and v5p 2
 # TensorCores x 4 MXUs (TPU v4 paper; v5p's system architecture documentation),
 # v5e 1 x 4, v6e 1 x 2 of 256 x 256 (Google Cloud's v5e and v6e documentation).
 COMPUTE_UNITS_BY_CHIP = {"V100-SXM3-32GB": 80.0, "A100-SXM4-80GB": 108.0,
                          "H100-SXM5-80GB": 132.0, "H100-SXM5-96GB-500W": 132.0,
                          "H200-SXM-141GB": 132.0, "H800": 132.0,
                          "B200": 148.0, "GB200": 148.0, "B300": 160.0, "GB300": 160.0,
+                         "MI300X": 304.0, "MI325X": 304.0, "MI355X": 256.0,
                          "tpu-v4": 8.0, "tpu-v5p": 8.0, "tpu-v5e": 4.0, "tpu-v6e": 2.0}
 TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700.0,
          "H100-SXM5-96GB-500W": 500.0,
          "H200-SXM-141GB": 700.0, "H800": 700.0, "B200": 1000.0, "GB200": 1200.0,
-         "B300": 1100.0, "GB300": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0,
+         "B300": 1100.0, "GB300": 1400.0, "MI300X": 750.0, "MI325X": 1000.0,
+         "MI355X": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0,
          "tpu-v5e": 200.0, "tpu-v6e": 300.0}
 
 # One chip's link to its host CPU's memory (`Chip.host_Bps`), per direction:
@@ -54,7 +60,8 @@ TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700
 # (NVIDIA Grace Blackwell datasheet), which we read as shared by the two:
 # 900e9 B/s / 2 directions / 2 GPUs = 225e9 B/s per GPU per direction (the
 # even split is our reading: assumption); GB300 keeps GB200's Grace and
-# NVLink-C2C (assumption).
+# NVLink-C2C (assumption). AMD Instinct MI300X, MI325X and MI355X: PCIe Gen5
+# x16 to the host (AMD's product specifications).
 GRACE_C2C_PER_GPU_Bps = 900 * GB / 2 / 2
 
 
@@ -63,7 +70,9 @@ GRACE_C2C_PER_GPU_Bps = 900 * GB / 2 / 2
 DEVICE_PRESETS = (("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"),
                   ("B200", "dgx-b200"), ("H800", "h800"),
                   ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"),
-                  ("V100", "dgx-v100"), ("TPU v5p", "tpu-v5p"), ("TPU v4", "tpu-v4"))
+                  ("V100", "dgx-v100"), ("MI355X", "mi355x-platform"),
+                  ("MI325X", "mi325x-platform"), ("MI300X", "mi300x-platform"),
+                  ("TPU v5p", "tpu-v5p"), ("TPU v4", "tpu-v4"))
 
 
 def preset_for_device(device_kind: str) -> str | None:

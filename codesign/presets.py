@@ -6,6 +6,7 @@ the TPU systems (tori of ICI links) are `_tpu_presets`'. `preset(name)` and
 from __future__ import annotations
 
 from . import _checks
+from ._amd_presets import _mi300x_platform, _mi325x_platform, _mi355x_platform
 from ._chip_specs import GRACE_C2C_PER_GPU_Bps, PCIE3_X16_Bps, PCIE4_X16_Bps, PCIE5_X16_Bps
 from ._measured import (
     _LATENCY,
@@ -206,6 +207,7 @@ def _dgx_b200() -> Preset:
         {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "scale_out": "vendor: 8x 400 Gb/s", "host_Bps": "PCIe Gen5 x16", "latency": _LATENCY},
         chip_name,
+        {"fp4": 72e15 / 8},  # vendor (HGX B200): FP4 144 PF sparse per 8 GPUs, halved
     )
 
 
@@ -226,6 +228,7 @@ def _gb200_nvl72() -> Preset:
          "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
          "latency": _LATENCY},
         chip_name,
+        {"fp4": 720e15 / 72},  # vendor: FP4 1,440 PF sparse per rack, halved
     )
 
 
@@ -242,7 +245,17 @@ def _gb200_nvl72() -> Preset:
 # visible, near the 271.5 GB the default reserve, 2 GiB + 5%, leaves to the
 # tensors). NVLink5 1.8 TB/s per GPU, as B200's (HGX B300 specifications).
 # Tensor-core efficiencies and the NVLink5 tier's are borrowed exactly as B200 /
-# GB200 borrow them (assumption: no Blackwell Ultra measurement).
+# GB200 borrow them (assumption: no Blackwell Ultra measurement). Where Blackwell
+# Ultra differs from Blackwell in the vendor's figures: dense FP4 (NVFP4) 15
+# PFLOP/s per GPU against 10 (GB300 NVL72 1,080 PF dense per rack, GB200 NVL72
+# 1,440 PF sparse = 720 dense; HGX B300 108 PF dense per 8 GPUs against HGX
+# B200's 72), 288 GB against 186-192, 800 Gb/s ConnectX-8 against 400 Gb/s,
+# 1400 W against 1200 W (GB300), and twice the SFU rate for the exponentials of
+# attention's softmax ("Inside NVIDIA Blackwell Ultra"); dense BF16 and FP8 are
+# unchanged (both racks: 360 and 720 PF sparse). The step model has no FP4 GEMM
+# path and costs attention at `attention_efficiency` of the 16-bit peak (no
+# exponential-rate term): the FP4 peaks are `Preset.other_peaks_flops_per_s`
+# (data) and the exponential rate is noted in the sources, not modelled.
 BLACKWELL_ULTRA_HBM_BYTES = 288 * GB
 
 
@@ -265,8 +278,10 @@ def _dgx_b300() -> Preset:
          "scale_out": "vendor: 8x ConnectX-8 800 Gb/s",
          "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
          "host_Bps": "PCIe Gen5 x16 (host CPUs' generation; assumption)",
-         "tdp_w": "1100 W, third-party figure (assumption)", "latency": _LATENCY},
+         "tdp_w": "1100 W, third-party figure (assumption)", "latency": _LATENCY,
+         "fp4": "vendor (HGX B300): FP4 108 PF dense per 8 GPUs (step model has no FP4)"},
         chip_name,
+        {"fp4": 108e15 / 8},  # vendor (HGX B300): FP4 144 PF sparse | 108 PF dense per 8 GPUs
     )
 
 
@@ -290,8 +305,13 @@ def _gb300_nvl72() -> Preset:
          "scale_out": "vendor: one ConnectX-8 800 Gb/s per GPU",
          "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
          "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
-         "tdp_w": "1400 W, NVIDIA at Hot Chips 2025", "latency": _LATENCY},
+         "tdp_w": "1400 W, NVIDIA at Hot Chips 2025", "latency": _LATENCY,
+         "fp4": "vendor: FP4 1,080 PF dense per rack, 1.5x GB200's (step model has no FP4)",
+         "attention_exponentials": "Blackwell Ultra: twice Blackwell's SFU rate for "
+                                   "exponentials; not represented (attention costs at "
+                                   "attention_efficiency of the 16-bit peak)"},
         chip_name,
+        {"fp4": 1080e15 / 72},  # vendor: FP4 1,440 PF sparse | 1,080 PF dense per rack
     )
 
 
@@ -300,8 +320,9 @@ _PRESETS = {
     "dgx-v100": _dgx_v100, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100,
     "grand-teton-h100": _grand_teton_h100, "dgx-h200": _dgx_h200, "h800": _h800,
     "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
-    "dgx-b300": _dgx_b300, "gb300-nvl72": _gb300_nvl72, "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p,
-    "tpu-v5e": _tpu_v5e, "tpu-v6e": _tpu_v6e,
+    "dgx-b300": _dgx_b300, "gb300-nvl72": _gb300_nvl72, "mi300x-platform": _mi300x_platform,
+    "mi325x-platform": _mi325x_platform, "mi355x-platform": _mi355x_platform,
+    "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p, "tpu-v5e": _tpu_v5e, "tpu-v6e": _tpu_v6e,
 }
 PRESET_NAMES = tuple(_PRESETS)
 

@@ -90,11 +90,11 @@ def test_parse_vary_keeps_commas_inside_choices():
 
 
 def test_every_categorical_key_has_its_choices():
-    scn = sc.load("deepseek-v3")
+    scn, labels = sc.load("deepseek-v3"), sc.labels("deepseek-v3")
     for key in optimize.CATEGORICAL:
         options = optimize.categorical_choices(key)
         assert len(options) >= 2, key
-        assert optimize.scenario_choice(scn, key) in options, key
+        assert optimize.scenario_choice(scn, key, labels) in options, key
         assert optimize.parse_choice(key, str(options[-1]).lower()) == options[-1]
     assert len(optimize.categorical_choices("system.placement")) == 120
 

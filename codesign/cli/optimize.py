@@ -44,8 +44,8 @@ def add_arguments(parser, name):
     parser.add_argument("--vary", action="append", default=[], metavar="KNOB[,KNOB...]",
                         required=True, help="scenario keys to vary, e.g. parallel.tp,"
                         "system.scale_out_bandwidth_Bps (repeatable); a categorical key "
-                        "(parallel.zero, training.recompute, ...) varies all its choices, "
-                        "or those of KEY=A|B")
+                        "(parallel.zero, training.recompute, system.preset, ...) varies all "
+                        "its choices, or those of KEY=A|B")
     parser.add_argument("--bounds", action="append", default=[], metavar="KNOB=LO:HI",
                         help="range of a varied knob; units allowed (10GB/s:200GB/s). "
                         "Default: a factor 8 (4 for continuous knobs) around the scenario's value")
@@ -104,6 +104,9 @@ def parse_bounds(items) -> dict:
         if "=" not in item or ":" not in item.split("=", 1)[1]:
             raise ValueError(f"--bounds {item!r} must look like KNOB=LO:HI")
         knob, rng = item.split("=", 1)
+        if knob.strip() in optimize.CATEGORICAL:
+            raise ValueError(f"--bounds for {knob.strip()}, a choice, not a number: restrict "
+                             f"its choices with --vary '{knob.strip()}=A|B'")
         lo, hi = rng.split(":", 1)
         out[knob.strip()] = (parse_quantity(knob, lo.strip(), field=f"--bounds {knob}"),
                               parse_quantity(knob, hi.strip(), field=f"--bounds {knob}"))
@@ -155,9 +158,12 @@ def parse_vary(items) -> tuple[list[str], dict]:
             keys.append(key)
             if eq:
                 if key not in optimize.CATEGORICAL:
-                    raise ValueError(f"--vary {part.strip()!r}: only a categorical key takes "
-                                     f"choices (KEY=A|B); give {key}'s range with --bounds "
-                                     f"{key}=LO:HI")
+                    raise ValueError(
+                        f"--vary {part.strip()!r}: only a categorical key takes choices "
+                        "(KEY=A|B: parallel.schedule, system.preset, ...); " + (
+                            f"{key} is a number: give its range with --bounds {key}=LO:HI"
+                            if key in sc.KEYS else f"{key} is not one; they are "
+                            f"{', '.join(optimize.CATEGORICAL)}"))
                 given[key] = options.split("|")
     return keys, given
 
@@ -333,7 +339,7 @@ def run(args, name) -> int:
     categorical = [k for k in keys if k in optimize.CATEGORICAL]
     load = lambda extra: sc.load(args.scenario, [*args.set, *extra],  # noqa: E731
                                  system=args.system)
-    here = {k: optimize.scenario_choice(scn, k) if k in categorical
+    here = {k: optimize.scenario_choice(scn, k, labels) if k in categorical
             else float(sc.get_knob(scn, k)) for k in dict.fromkeys(keys)}
     drawn = bool(args.plot or args.report)
     if args.method == "grid":

@@ -90,6 +90,12 @@ def _describe(name: str, preset: hw.Preset) -> str:
             if len(s.protocols.protocol_names) > 1 else "latency and bandwidth alone"),
         *_tier_lines("scale-up", s.scale_up),
         *_tier_lines("scale-out", s.scale_out),
+        *(["  other      dense peaks the step model does not read: " + ", ".join(
+            f"{k} {v / 1e12:g} TFLOP/s" for k, v in preset.other_peaks_flops_per_s.items())]
+          if preset.other_peaks_flops_per_s else []),
+        *([f"  library    {lib['library']}: algorithms {', '.join(lib['algorithms'])}; "
+           f"protocols {', '.join(lib['protocols'])}; costed as {lib['costed_as']} "
+           f"({lib['source']})"] if (lib := preset.collective_library) else []),
         "  sources    " + "; ".join(f"{k}: {v}" for k, v in preset.sources.items()),
     ]
     return "\n".join(lines)
@@ -101,7 +107,9 @@ def run(args, name) -> int:
     if args.json:
         print(json.dumps({
             "hardware": {n: {"description": p.description, "sources": p.sources,
-                             "chip": p.chip, "system": to_json(p.system)}
+                             "chip": p.chip, "system": to_json(p.system),
+                             "other_peaks_flops_per_s": p.other_peaks_flops_per_s,
+                             "collective_library": p.collective_library}
                          for n, p in hardware.items()},
             "models": {n: {"description": m.description, "sources": to_json(m.sources),
                            "model": to_json(m.model)} for n, m in models.items()},

@@ -2,8 +2,10 @@
 choice, not a number (`CATEGORICAL`: every declared key that is not a float:
 parallel.zero, training.recompute, parallel.schedule, training.dtype and the
 precision parts, system.placement, parallel.sequence_parallel, system.topology,
-...). Each combination of choices is another static structure (another
-compiled program, another strategy pytree), so the product of the choices is
+..., and `system.preset`, the hardware preset the scenario's system starts
+from: its choices `presets.PRESET_NAMES`). Each combination of choices is
+another static structure (another compiled program, another strategy pytree,
+another system's numbers), so the product of the choices is
 enumerated outside: each combination is the scenario loaded with those keys
 set (as `codesign estimate --set` would load it), its numeric knobs are solved
 inside by `grid_search` or `optimize` as without choices, and the best over
@@ -20,7 +22,7 @@ import itertools
 import math
 import time
 
-from .. import plan
+from .. import plan, presets
 from .. import scenario as sc
 from .._progress import Progress
 from ._gradient import optimize
@@ -32,8 +34,11 @@ from ._result import Result, _result, _top
 # each combination is its own compiled program (about a second for the grid, 5-15 s
 # for the gradient method on 2 CPU cores): past this many, restrict the choices
 MAX_COMBINATIONS = 32
-# every declared scenario key that is not a number
-CATEGORICAL = tuple(k for k, w in sc.KEYS.items() if w.declaration.kind is not float)
+# the system preset (a loader key, not a declared one): each choice loads the
+# scenario on that preset's system, the scenario's own [system] keys and --set on top
+PRESET = "system.preset"
+# every declared scenario key that is not a number, and the system preset
+CATEGORICAL = (*(k for k, w in sc.KEYS.items() if w.declaration.kind is not float), PRESET)
 
 
 class NoValidChoice(ValueError):
@@ -48,6 +53,8 @@ def choices_of(key: str) -> tuple:
     if key not in CATEGORICAL:
         raise ValueError(f"{key} is not a categorical scenario key; they are "
                          f"{', '.join(CATEGORICAL)}")
+    if key == PRESET:
+        return presets.PRESET_NAMES
     decl = sc.KEYS[key].declaration
     if decl.choices is not None:
         return decl.choices
@@ -61,7 +68,7 @@ def choices_of(key: str) -> tuple:
 def parse_choice(key: str, value):
     """One choice of `key` from its text (`--vary parallel.zero=0|1`: "0") or as
     it is, checked: a one-line ValueError naming the key, the value and the choices."""
-    kind = sc.KEYS[key].declaration.kind
+    kind = str if key == PRESET else sc.KEYS[key].declaration.kind
     if isinstance(value, str):
         text = value.strip()
         value = {"true": True, "false": False}.get(text.lower(), text) if kind is bool else text
@@ -74,8 +81,8 @@ def parse_choice(key: str, value):
             value = ",".join(s.strip() for s in text.split(","))
     options = choices_of(key)
     if isinstance(value, bool) != (kind is bool) or value not in options:
-        shown = ", ".join(_text(v) for v in options) if len(options) <= 12 else (
-            f"an order of {','.join(plan.DIMENSIONS)}")
+        shown = (f"an order of {','.join(plan.DIMENSIONS)}" if key == "system.placement"
+                 else ", ".join(_text(v) for v in options))
         raise ValueError(f"{key}={value if isinstance(value, bool | int) else repr(value)} "
                          f"is not one of {shown}")
     return value
@@ -85,8 +92,13 @@ def _text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def scenario_choice(scn: sc.Scenario, key: str):
-    """The scenario's own choice of the categorical key `key`, as `--set` takes it."""
+def scenario_choice(scn: sc.Scenario, key: str, labels: sc.Labels | None = None):
+    """The scenario's own choice of the categorical key `key`, as `--set` takes it
+    (`system.preset`'s from the scenario's `labels`: the pytree holds numbers)."""
+    if key == PRESET:
+        if labels is None:
+            raise ValueError(f"{PRESET}: the scenario's labels are needed to read it")
+        return labels.system.preset
     value = functools.reduce(getattr, sc.KEYS[key].path, scn)
     if hasattr(value, "name"):  # a strategy
         return value.name
