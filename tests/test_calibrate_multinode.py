@@ -104,24 +104,33 @@ def test_a_4x8_log_fits_a_nic_below_its_line_rate_and_reproduces_itself(capsys, 
     assert predicted["time_s"] == pytest.approx(measured_s, rel=0.10)
 
 
-@pytest.mark.parametrize("argv,algorithm,above,preset", [
+@pytest.mark.parametrize("argv,algorithm,above,preset,hint", [
     # the sequential phases NCCL does not run: each NIC credited with 7x its line rate
     ([H100_AR, H100_AG, FOUR_NODES, "--algorithm", "hierarchical"], "hierarchical", 5.0,
-     "dgx-h100 (the logs' devices)"),
-    # 8 GPUs per node read as 4: each NIC would carry twice its share
+     "dgx-h100 (the logs' devices)", "and --algorithm"),
+    # 8 GPUs per node read as 4: each NIC would carry twice its share (the issue's "104
+    # GB/s per GPU"), and the log's hosts say so
     ([FOUR_NODES, "--local-ranks", "4", "--system", "dgx-h100"], "rail_ring", 1.5,
-     "dgx-h100 (--system dgx-h100)"),
+     "dgx-h100 (--system dgx-h100)",
+     "(the log's '# Rank' lines put 8 GPUs on each host, --local-ranks 4)"),
 ])
 def test_a_fit_above_the_nics_line_rate_is_refused(capsys, tmp_path, argv, algorithm, above,
-                                                   preset):
+                                                   preset, hint):
     out = tmp_path / "fit.toml"
     code, printed, err = _calibrate(capsys, *argv, "--out", str(out))
     assert code == 3 and printed == "" and not out.exists() and len(err) == 1, err
     head, tail = err[0].split(" GB/s per GPU, above the ")
     assert head.startswith(f"codesign calibrate: the fit of {FOUR_NODES} ({algorithm}) gives "
                            "scale_out bandwidth ")
-    assert float(head.rsplit(" ", 1)[1]) > above * 50
-    assert tail.startswith(f"50.0 GB/s line rate of the NICs of {preset}: check --system")
+    fitted = float(head.rsplit(" ", 1)[1])
+    assert fitted > above * 50
+    # the node's NIC aggregate: the log's 8 GPUs per host, each at the fitted rate
+    rate, node = tail.split(" GB/s through its ")
+    assert rate.startswith(f"50.0 GB/s line rate of the NICs of {preset}: 8 GPUs per node "
+                           "would move ")
+    assert float(rate.rsplit(" ", 1)[1]) == pytest.approx(8 * fitted, abs=8 * 0.05)
+    assert node.startswith("8 x 50.0 GB/s of NICs; check --system")
+    assert tail.endswith(hint)
 
 
 def test_a_poor_fit_of_fake_devices_is_refused_unless_accepted(capsys, tmp_path):

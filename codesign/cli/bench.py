@@ -16,7 +16,7 @@ import json
 import sys
 
 from .._progress import Progress
-from ..units import parse_size_range
+from ..units import parse_bytes, parse_size_range
 from . import ENTRY, INFEASIBLE, _output, restart_command
 
 DEFAULT_SIZES = "4KiB:4MiB"
@@ -229,7 +229,11 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", default=None,
                         help="fit this collectives.py algorithm instead of the one the data "
                              "names (nccl-tests: ring in a node; across nodes rail_ring, NCCL's, "
-                             "or rail_tree, hierarchical)")
+                             "or rail_tree, hierarchical); nvls: NVLink SHARP, in_network in a "
+                             "node and nvls_tree across")
+    parser.add_argument("--min-bytes", default=None, metavar="SIZE",
+                        help="fit only sizes of at least SIZE (e.g. 1MiB: NCCL runs other "
+                             "algorithms and protocols on small messages)")
     parser.add_argument("--op", default=None, help="the collective of nccl-tests logs whose "
                                                    "text and name do not say it")
     parser.add_argument("--ranks", type=int, default=None,
@@ -287,6 +291,9 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         measurements += calibrate.load(path, tier=args.tier, algorithm=args.algorithm,
                                        op=args.op, ranks=args.ranks,
                                        local_ranks=args.local_ranks)
+    if args.min_bytes is not None:
+        least = parse_bytes(args.min_bytes, name="min-bytes")
+        measurements = [m for m in measurements if m.size_bytes >= least]
     prior = sc.system(args.system) if args.system else None
     preset = sc.system_labels(args.system).preset if args.system else None
     # the links' line rates: the preset of --system, else of the logs' devices, else the default
