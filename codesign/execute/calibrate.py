@@ -23,6 +23,16 @@ hierarchical) involves both tiers: the scale_out tier is solved with the
 algorithm's coefficients, and scale_up comes from single-node data in the
 same fit, or else from `prior` (a preset System), held fixed.
 
+NVLS (`algorithm="nvls"`, NCCL's NVLink SHARP): `in_network` inside a node
+(time = 2 alpha + n / bw: each GPU sends its n bytes into the switch and
+receives the n reduced ones once), `nvls_tree` across nodes (NVLS inside,
+trees across on each GPU's n / g shard). An in-network run is a fit of its
+own, `scale_up_in_network` beside `scale_up` (its bandwidth the switch's, its
+latency NVLS's, neither a ring's); nvls_tree reads it (from a single-node NVLS
+run in the same fit, or `prior`'s scale_up at its `in_network_efficiency`)
+and solves for scale_out. No scenario key carries an in-network fit, so the
+TOML states it in a comment and the preset's `in_network_efficiency` stays.
+
 gamma is the GPU's reduction speed, one value shared by both tiers. It is
 identifiable only beside a collective that does not reduce (all-gather,
 all-to-all, send/recv) on the same tier; otherwise it comes from `prior`,
@@ -42,9 +52,15 @@ left out of the fit; `holdout_error` is the MAXIMUM relative error
 reported beside it).
 
 After the fit (`check_line_rate`, `check_holdout`; the command line runs both):
-a fitted bandwidth above the line rate of the machine's links (a System's
-`bandwidth_Bps`: per GPU, per direction, the vendor peak) is an
-`UnphysicalFit`; a held-out error above `MAX_HOLDOUT_ERROR` is a `PoorFit`.
+a fitted bandwidth above what the machine's links carry is an `UnphysicalFit`;
+a held-out error above `MAX_HOLDOUT_ERROR` is a `PoorFit`. The bounds, per GPU
+and direction: scale_up, the links' `bandwidth_Bps` (the vendor peak);
+scale_out, the GPU's share of its node's NICs (`nic_rate_Bps`: NCCL runs a
+channel per NIC, so a ring's busbw across nodes approaches the node's NIC
+aggregate, K NICs x their rate, for G GPUs, and each of the model's g rails
+then carries K x rate / G); an in-network fit, the same rate (its busbw =
+2(p-1)/p algbw may exceed the links, its algbw may not), on links whose
+switches reduce (`in_network_efficiency` > 0).
 """
 
 from __future__ import annotations
