@@ -187,6 +187,28 @@ def test_a_two_node_tree_log_is_refused_with_the_ring_hint(capsys):
                            "log run with NCCL_ALGO=Ring measures the fabric)")
 
 
+def test_a_two_node_ring_log_whose_nics_do_not_set_its_time_is_held_at_their_line_rate(
+        capsys):
+    """2 x 8 H100s under NCCL_ALGO=Ring (nccl-tests issue 309, gj-aion): 392.7 GB/s
+    busbw, within the node's 8 x 50 GB/s of NICs. On dgx-h100's NVLink tier (a ring's
+    busbw up to 415 GB/s there) the NICs never set the rail ring's time, so the free
+    fit drifts to 67 GB/s per NIC; fitted again with the NIC at most its line rate, it
+    holds out within 25%, and says so."""
+    ring_2x8 = str(PUBLIC / "all_reduce_perf_2x8xH100_nccl-tests-309-gj-aion-ring.txt")
+    code, out, err = _calibrate(capsys, ring_2x8, "--system", "dgx-h100", "--json")
+    assert code == 0, err
+    assert err == ["codesign calibrate: note: scale_out bandwidth held to at most the 50.0 GB/s "
+                   "line rate of dgx-h100: the fit rose above it where the model's other tier "
+                   "set every time"]
+    nic = json.loads(out)["scale_out"]
+    assert nic["ceiling_Bps"] == pytest.approx(50e9, rel=1e-5)
+    assert nic["bandwidth_Bps"] == pytest.approx(50e9, rel=1e-3)
+    assert nic["bandwidth_Bps"] <= 50e9 and nic["holdout_error"] < calibrate.MAX_HOLDOUT_ERROR
+    ms = calibrate.load(ring_2x8)
+    assert max(float(collectives.busbw_Bps("all_reduce", m.size_bytes, m.time_s, 16))
+               for m in ms) < 8 * 50e9  # what allows the bounded fit
+
+
 def test_min_bytes_leaves_out_the_smaller_sizes(capsys):
     code, out, _ = _calibrate(capsys, NVLS_1X8, "--algorithm", "nvls", "--min-bytes", "256MiB",
                               "--json")

@@ -302,8 +302,14 @@ def _run_calibrate(args: argparse.Namespace) -> int:
              else "the default preset; --system names yours")
     checked = checked or sc.DEFAULT_SYSTEM
     try:
-        result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
-        calibrate.check_line_rate(result, presets.system(checked), f"{checked} ({named})")
+        result = calibrate.fit_within_line_rate(measurements, presets.system(checked),
+                                                f"{checked} ({named})", prior=prior,
+                                                holdout_every=args.holdout_every)
+        for t, f in result.tiers.items():
+            if f.ceiling_Bps:
+                print(f"codesign calibrate: note: {t} bandwidth held to at most the "
+                      f"{f.ceiling_Bps / 1e9:.1f} GB/s line rate of {checked}: the fit rose "
+                      "above it where the model's other tier set every time", file=sys.stderr)
         calibrate.check_holdout(result)
     except calibrate.UnphysicalFit as e:  # valid input, no physical answer: nothing written
         print(f"codesign calibrate: {e}", file=sys.stderr)

@@ -143,9 +143,15 @@ class TierFit:
     points: int
     holdout_points: int
     runs: tuple[str, ...]
+    # the bound the fit was held to (`fit_within_line_rate`), 0 when free; the fitted
+    # bandwidth sits at it where the data leave the link unidentified
+    ceiling_Bps: float = 0.0
 
     def as_json(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not self.ceiling_Bps:  # free: as before bounded fits existed
+            del out["ceiling_Bps"]
+        return out
 
     @property
     def in_network(self) -> bool:
@@ -285,8 +291,10 @@ _NVLS_HINT = " (fitted as nvls: in_network inside the node)"
 
 
 def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
-        holdout_every: int = 3, steps: int = FIT_STEPS) -> Calibration:
-    """Least squares on log time over the non-held-out sizes; see the module doc."""
+        holdout_every: int = 3, steps: int = FIT_STEPS,
+        ceilings: dict | None = None) -> Calibration:
+    """Least squares on log time over the non-held-out sizes; see the module doc.
+    `ceilings` (fit key -> B/s) bounds those fits' bandwidths from above."""
     ms = list(measurements)
     if not ms:
         raise ValueError("no measurements to calibrate from")
@@ -321,7 +329,11 @@ def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
     init = _initial_theta(ms, tiers)
     start = jnp.concatenate([init[t] for t in tiers]
                             + [jnp.log(jnp.array([10.0 * jnp.exp(init[tiers[0]][1])]))])
-    flat = minimise(loss, start, steps)
+    upper = None
+    if ceilings:
+        upper = jnp.concatenate([jnp.array([jnp.inf, jnp.log(ceilings.get(t, jnp.inf))])
+                                 for t in tiers] + [jnp.array([jnp.inf])])
+    flat = minimise(loss, start, steps, upper)
     theta, log_r = unpack(flat)
     all_groups = _groups(ms, np.ones(len(ms), bool))
     pred = np.asarray(jax.jit(lambda th, lr: _predict(th, all_groups, len(ms), fixed, lr))(
@@ -329,7 +341,8 @@ def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
     gamma = 0.0 if reduction_source == "folded" else float(jnp.exp(-log_r))
     predictions = tuple(Prediction(m, float(p), bool(h)) for m, p, h in zip(ms, pred, held,
                                                                           strict=True))
-    fits = {t: _tier_fit(t, theta[t], gamma, reduction_source, predictions) for t in tiers}
+    fits = {t: _tier_fit(t, theta[t], gamma, reduction_source, predictions,
+                         (ceilings or {}).get(t, 0.0)) for t in tiers}
     for f in fits.values():
         _check_physical(f, [m for m in ms if fit_key(m) == f.tier])
     return Calibration(fits, predictions)
@@ -384,26 +397,45 @@ def nic_rate_Bps(system: System, ranks_per_host: int) -> float:
     return float(system.scale_out.bandwidth_Bps) * per_node / min(ranks_per_host, per_node)
 
 
+def _runs_of(calibration: Calibration, key: str) -> list[Measurement]:
+    return [p.measurement for p in calibration.predictions if fit_key(p.measurement) == key]
+
+
+def _gpus_per_node(ms: Sequence[Measurement], system: System) -> int:
+    """The GPUs of a node that share its NICs in these runs: the most ranks a log's
+    '# Rank' lines put on one host (else --local-ranks), at most the node's."""
+    return min(max(m.ranks_per_host or m.local_ranks for m in ms), int(system.gpus_per_node))
+
+
+def line_rate_Bps(calibration: Calibration, key: str, system: System) -> float:
+    """The most the fit `key`'s bandwidth may be on `system` (per GPU, per
+    direction): scale_up, the links' `bandwidth_Bps`; scale_out, `nic_rate_Bps`;
+    an in-network fit, its tier's."""
+    t = key.removesuffix(IN_NETWORK)
+    if t == "scale_out":
+        return nic_rate_Bps(system, _gpus_per_node(_runs_of(calibration, key), system))
+    return float(getattr(system, t).bandwidth_Bps)
+
+
 def check_line_rate(calibration: Calibration, system: System, name: str) -> None:
     """An `UnphysicalFit` for a fitted bandwidth above what the tier's links in
-    `system` carry (`name` says which system): scale_up, the links' `bandwidth_Bps`
-    (per GPU, per direction, the vendor peak); scale_out, the GPU's share of its
-    node's NICs (`nic_rate_Bps`, the ranks per host the logs' '# Rank' lines give,
-    else --local-ranks); an in-network fit (NVLS / SHARP), the same rate (each GPU
-    sends its n bytes into the switch and receives the n reduced ones once: busbw
-    = 2(p-1)/p algbw may exceed the link, algbw may not), on a tier whose switches
-    reduce (`in_network_efficiency` > 0). More than the wires carry is a misread
-    log (nodes of another size, another machine) or the wrong algorithm."""
+    `system` carry (`line_rate_Bps`; `name` says which system): scale_up, the
+    links' `bandwidth_Bps` (per GPU, per direction, the vendor peak); scale_out,
+    the GPU's share of its node's NICs (`nic_rate_Bps`, the ranks per host the
+    logs' '# Rank' lines give, else --local-ranks); an in-network fit (NVLS /
+    SHARP), its tier's rate (each GPU sends its n bytes into the switch and
+    receives the n reduced ones once: busbw = 2(p-1)/p algbw may exceed the
+    link, algbw may not), on a tier whose switches reduce
+    (`in_network_efficiency` > 0). More than the wires carry is a misread log
+    (nodes of another size, another machine) or the wrong algorithm."""
     for key, f in calibration.tiers.items():
         t = key.removesuffix(IN_NETWORK)
-        ms = [p.measurement for p in calibration.predictions if fit_key(p.measurement) == key]
+        ms = _runs_of(calibration, key)
         links = getattr(system, t)
-        line_rate = float(links.bandwidth_Bps)
+        line_rate = line_rate_Bps(calibration, key, system)
         per_node = ""
         if t == "scale_out":
-            gpus = min(max(m.ranks_per_host or m.local_ranks for m in ms),
-                       int(system.gpus_per_node))
-            line_rate = nic_rate_Bps(system, gpus)
+            gpus = _gpus_per_node(ms, system)
             per_node = (f": {gpus} GPUs per node would move {gpus * f.bandwidth_Bps / 1e9:.1f} "
                         f"GB/s through its {float(system.gpus_per_node):g} x "
                         f"{float(links.bandwidth_Bps) / 1e9:.1f} GB/s of NICs")
@@ -418,14 +450,60 @@ def check_line_rate(calibration: Calibration, system: System, name: str) -> None
             raise UnphysicalFit(
                 f"{what}{kind} bandwidth {f.bandwidth_Bps / 1e9:.1f} GB/s per GPU, above the "
                 f"{line_rate / 1e9:.1f} GB/s line rate of the {_LINKS[t]} of {name}{per_node}; "
-                f"{fix}{_hint(key, ms, links)}")
+                f"{fix}{_hint(key, ms, links, _busbw_over(calibration, key, system))}")
 
 
-def _hint(key: str, ms: Sequence[Measurement], links: Tier) -> str:
+def busbw_bound_Bps(calibration: Calibration, key: str, system: System) -> float:
+    """The most busbw a ring-like run of the link fit `key` may report on `system`:
+    the links' rate inside a node, the node's NIC aggregate across nodes
+    (`gpus` x `nic_rate_Bps`: K NICs x their rate, see the module doc)."""
+    rate = line_rate_Bps(calibration, key, system)
+    if key == "scale_out":
+        return rate * _gpus_per_node(_runs_of(calibration, key), system)
+    return rate
+
+
+def _busbw_over(calibration: Calibration, key: str, system: System) -> bool:
+    """Whether a run of `key` reports a busbw (nccl-tests') above `busbw_bound_Bps`."""
+    bound = busbw_bound_Bps(calibration, key, system)
+    return any(float(collectives.busbw_Bps(m.op, m.size_bytes, m.time_s, m.ranks)) > bound
+               for m in _runs_of(calibration, key))
+
+
+def fit_within_line_rate(measurements: Sequence[Measurement], system: System, name: str, *,
+                         prior: System | None = None, holdout_every: int = 3,
+                         steps: int = FIT_STEPS,
+                         max_error: float = MAX_HOLDOUT_ERROR) -> Calibration:
+    """`fit`, checked by `check_line_rate`. A link fit above its line rate whose
+    runs' busbw stays within what the links carry (`busbw_bound_Bps`) is fitted
+    again with its bandwidth held to at most the line rate: where a two-tier
+    model's other stream sets every time (the NVLink side of a 2-node rail ring
+    on the prior's tier), the data bound the NIC only from below, and the free
+    fit drifts above the wire. The bounded fit is kept when it holds its sizes
+    out within `max_error` (its `ceiling_Bps` says so); otherwise, and for runs
+    that report more busbw than the links carry, the `UnphysicalFit` stands."""
+    result = fit(measurements, prior=prior, holdout_every=holdout_every, steps=steps)
+    try:
+        check_line_rate(result, system, name)
+        return result
+    except UnphysicalFit as refused:
+        over = {k: line_rate_Bps(result, k, system) for k, f in result.tiers.items()
+                if not f.in_network and f.bandwidth_Bps > line_rate_Bps(result, k, system)}
+        if not over or any(_busbw_over(result, k, system) for k in over):
+            raise
+        bounded = fit(measurements, prior=prior, holdout_every=holdout_every, steps=steps,
+                      ceilings={k: rate * (1.0 - 1e-6) for k, rate in over.items()})
+        if max(bounded.tiers[k].holdout_error for k in over) > max_error:
+            raise refused from None
+    check_line_rate(bounded, system, name)
+    return bounded
+
+
+def _hint(key: str, ms: Sequence[Measurement], links: Tier, busbw_over: bool) -> str:
     """Why a fit of these runs may read above the line rate: an NVLS all-reduce
     fitted as a ring, GPUs per node that the log's hosts contradict, or a 2-node
     log of NCCL's default (tree) algorithm."""
-    if key == "scale_up" and float(links.in_network_efficiency) > 0 and any(
+    if key == "scale_up" and busbw_over and float(links.in_network_efficiency) > 0 and any(
             m.op == "all_reduce" for m in ms):
         return (" (--algorithm nvls if NCCL ran NVLink SHARP, whose busbw may reach "
                 "2(p-1)/p x the links')")
@@ -435,8 +513,8 @@ def _hint(key: str, ms: Sequence[Measurement], links: Tier) -> str:
         per_host, local = max(hosts)
         return (f" (the log's '# Rank' lines put {per_host} GPUs on each host, "
                 f"--local-ranks {local})")
-    if key == "scale_out" and any(m.ranks == 2 * (m.ranks_per_host or m.local_ranks)
-                                  for m in ms):
+    if key == "scale_out" and busbw_over and any(
+            m.ranks == 2 * (m.ranks_per_host or m.local_ranks) for m in ms):
         return (" (NCCL's default tree on 2 nodes reports busbw above the NICs; a log run "
                 "with NCCL_ALGO=Ring measures the fabric)")
     return ""
@@ -508,7 +586,7 @@ def _falling(measurements: Sequence[Measurement]) -> tuple[Measurement, Measurem
     return None if best is None else best[1:]
 
 
-def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:
+def _tier_fit(tier, params, gamma, reduction_source, predictions, ceiling_Bps) -> TierFit:
     mine = [p for p in predictions if fit_key(p.measurement) == tier]
     if tier.endswith(IN_NETWORK):  # the switch reduces: no GPU reduction in its time
         gamma, reduction_source = 0.0, "in-switch"
@@ -519,7 +597,8 @@ def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:
     return TierFit(tier, float(jnp.exp(params[0])), float(jnp.exp(params[1])), gamma,
                    reduction_source,
                    float(held.max()), float(np.median(held)),
-                   float(train.max()), len(mine), int(held.size), tuple(runs))
+                   float(train.max()), len(mine), int(held.size), tuple(runs),
+                   float(ceiling_Bps))
 
 
 # ------------------------------------------------------------------ outputs
@@ -545,6 +624,9 @@ def system_toml(calibration: Calibration, preset: str | None = None,
         comments.append(f"{t}: {f.points} sizes from {'; '.join(f.runs)}; held-out max "
                         f"relative error {f.holdout_error:.1%}, reduction {f.reduction}"
                         + (" (folded into the bandwidth)" if f.reduction == "folded" else ""))
+        if f.ceiling_Bps:
+            comments.append(f"{t}: bandwidth held to at most the {f.ceiling_Bps / 1e9:.2f} GB/s "
+                            "line rate (the data bound it from below only)")
         if f.in_network:  # no scenario key: a comment, not a key
             comments.append(f"{t}: {f.bandwidth_Bps / 1e9:.2f} GB/s per GPU through the "
                             f"switch, alpha {f.alpha_s * 1e6:.3g} us; no scenario key carries "
