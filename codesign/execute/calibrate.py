@@ -60,7 +60,12 @@ channel per NIC, so a ring's busbw across nodes approaches the node's NIC
 aggregate, K NICs x their rate, for G GPUs, and each of the model's g rails
 then carries K x rate / G); an in-network fit, the same rate (its busbw =
 2(p-1)/p algbw may exceed the links, its algbw may not), on links whose
-switches reduce (`in_network_efficiency` > 0).
+switches reduce (`in_network_efficiency` > 0). `fit_within_line_rate` (what the
+command line runs) fits a link again with its bandwidth held to its bound when
+the free fit is above it but the runs' busbw is not above what the links carry
+(the other tier of a two-tier model set every time, so the data bound that link
+only from below), and keeps it when it holds its sizes out within
+`MAX_HOLDOUT_ERROR`.
 """
 
 from __future__ import annotations
