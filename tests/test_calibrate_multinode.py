@@ -215,6 +215,9 @@ def test_min_bytes_leaves_out_the_smaller_sizes(capsys):
     assert code == 0 and json.loads(out)["scale_up_in_network"]["points"] == 5
     code, out, err = _calibrate(capsys, NVLS_1X8, "--algorithm", "nvls", "--min-bytes", "lots")
     assert code == 2 and "min-bytes='lots' is not a size" in err[0]
+    code, out, err = _calibrate(capsys, NVLS_1X8, "--algorithm", "nvls", "--min-bytes", "8GiB")
+    assert code == 2 and err == ["codesign calibrate: error: min-bytes='8GiB' is above every "
+                                 "size measured (the largest is 4294967296 bytes)"]
 
 
 def test_a_poor_fit_of_fake_devices_is_refused_unless_accepted(capsys, tmp_path):

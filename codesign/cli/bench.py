@@ -293,7 +293,11 @@ def _run_calibrate(args: argparse.Namespace) -> int:
                                        local_ranks=args.local_ranks)
     if args.min_bytes is not None:
         least = parse_bytes(args.min_bytes, name="min-bytes")
+        largest = max(m.size_bytes for m in measurements)
         measurements = [m for m in measurements if m.size_bytes >= least]
+        if not measurements:
+            raise ValueError(f"min-bytes={args.min_bytes!r} is above every size measured "
+                             f"(the largest is {largest:.0f} bytes)")
     prior = sc.system(args.system) if args.system else None
     preset = sc.system_labels(args.system).preset if args.system else None
     # the links' line rates: the preset of --system, else of the logs' devices, else the default
