@@ -5,6 +5,7 @@ import math
 import tomllib
 from pathlib import Path
 
+import equinox as eqx
 import pytest
 
 from codesign import collectives, scenario
@@ -174,3 +175,96 @@ def test_calibration_of_a_live_bench_run_has_the_expected_structure(tmp_path):
     assert fit.holdout_points == 3 and fit.points == 9
     assert fit.alpha_s > 0 and fit.bandwidth_Bps > 0 and fit.reduction == "folded"
     assert math.isfinite(fit.holdout_error)
+
+
+# ---------------------------------------------------------------- NVLS (issue 56)
+# nccl-tests issue 290: one DGX H100 (8 GPUs, NCCL's defaults: NVLink SHARP), busbw
+# 383 GB/s at 128 MiB to 474 GB/s at 4 GiB, above the 450 GB/s NVLink4 line rate
+NVLS_1X8 = str(FIXTURES / "public" / "all_reduce_perf_1x8xH100_nccl-tests-290.txt")
+
+
+@pytest.fixture(scope="module")
+def nvls_fit():
+    return calibrate.fit(calibrate.load(NVLS_1X8, algorithm="nvls"))
+
+
+def test_nvls_fits_the_public_dgx_h100_log_within_10_percent_at_every_size(nvls_fit):
+    fit = nvls_fit.tiers["scale_up_in_network"]
+    assert set(nvls_fit.tiers) == {"scale_up_in_network"} and fit.in_network
+    assert fit.reduction == "in-switch" and fit.gamma_s_per_byte == 0.0
+    assert {p.measurement.algorithm for p in nvls_fit.predictions} == {"in_network"}
+    # the model's busbw against the log's, at every size (all >= 1 MiB): the busbw error
+    # is measured / predicted time - 1
+    log = {r.size_bytes: r.busbw_Bps for r in nccl_tests.read(NVLS_1X8).rows}
+    errors = []
+    for p in nvls_fit.predictions:
+        m = p.measurement
+        model_busbw = float(collectives.busbw_Bps("all_reduce", m.size_bytes, p.predicted_s, 8))
+        assert model_busbw / log[m.size_bytes] - 1 == pytest.approx(
+            m.time_s / p.predicted_s - 1, abs=2e-3)  # the log's busbw, to print rounding
+        errors.append(abs(model_busbw / log[m.size_bytes] - 1))
+    assert len(errors) == 6 and max(errors) < 0.05
+    # in-network: time = 2 alpha + n / bw; the slope of the two largest sizes' times
+    (n1, t1), (n2, t2) = sorted((r.size_bytes, r.time_s)
+                                for r in nccl_tests.read(NVLS_1X8).rows)[-2:]
+    assert fit.bandwidth_Bps == pytest.approx((n2 - n1) / (t2 - t1), rel=0.03)
+    # physical: below the link (each GPU sends and receives n once), while its busbw
+    # 2(p-1)/p x bw exceeds the link, as the log's does
+    line_rate = float(system("dgx-h100").scale_up.bandwidth_Bps)  # 450 GB/s per direction
+    assert fit.bandwidth_Bps < line_rate < 2 * 7 / 8 * fit.bandwidth_Bps
+    calibrate.check_line_rate(nvls_fit, system("dgx-h100"), "dgx-h100")
+
+
+def test_nvls_fit_is_refused_above_the_links_or_where_the_switch_cannot_reduce(nvls_fit):
+    h100 = system("dgx-h100")
+    slower = eqx.tree_at(lambda s: s.scale_up.bandwidth_Bps, h100, 200e9)
+    with pytest.raises(calibrate.UnphysicalFit, match=r"gives scale_up in-network \(NVLS/SHARP\) "
+                       r"bandwidth 2\d\d\.\d GB/s per GPU, above the 200\.0 GB/s line rate of the "
+                       r"scale-up links \(NVLink or ICI\) of slow"):
+        calibrate.check_line_rate(nvls_fit, slower, "slow")
+    with pytest.raises(calibrate.UnphysicalFit, match="in-network .NVLS/SHARP. reduction, which "
+                       "the scale-up links .NVLink or ICI. of dgx-a100 do not have"):
+        calibrate.check_line_rate(nvls_fit, system("dgx-a100"), "dgx-a100")
+
+
+def test_nvls_log_fitted_as_a_ring_is_refused_with_the_nvls_hint(capsys, tmp_path):
+    out = tmp_path / "fit.toml"
+    assert main(["calibrate", NVLS_1X8, "--out", str(out)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and not out.exists()
+    assert "(ring) gives scale_up bandwidth 472." in err[0]
+    assert "above the 450.0 GB/s line rate" in err[0]
+    assert err[0].endswith("(--algorithm nvls if NCCL ran NVLink SHARP, whose busbw may reach "
+                           "2(p-1)/p x the links')")
+
+
+def test_nvls_cli_writes_the_fit_as_a_comment_not_a_key(capsys, tmp_path):
+    out = tmp_path / "fit.toml"
+    assert main(["calibrate", NVLS_1X8, "--algorithm", "nvls", "--json", "--out",
+                 str(out)]) == 0
+    fits = json.loads(capsys.readouterr().out)
+    assert set(fits) == {"scale_up_in_network"}
+    text = out.read_text()
+    assert tomllib.loads(text)["system"] == {"measured_on": "NVIDIA H100 80GB HBM3"}
+    gbps = fits["scale_up_in_network"]["bandwidth_Bps"] / 1e9
+    assert f"# scale_up_in_network: {gbps:.2f} GB/s per GPU through the switch" in text
+
+
+def test_nvls_names_the_in_network_algorithms():
+    assert calibrate.model_algorithm("all_reduce", "nvls", 8) == "in_network"
+    assert calibrate.model_algorithm("all_reduce", "nvls", 32) == "nvls_tree"
+    assert calibrate.model_algorithm("broadcast", "nvls", 8) == "in_network"
+    with pytest.raises(ValueError, match="algorithm='nvls' has no cost model for "
+                                         "op='all_gather'"):
+        calibrate.model_algorithm("all_gather", "nvls", 8)
+    with pytest.raises(ValueError, match="op='broadcast' across nodes"):
+        calibrate.model_algorithm("broadcast", "nvls", 16)
+
+
+def test_nic_rate_is_the_nodes_nic_aggregate_over_its_gpus():
+    h100 = system("dgx-h100")  # 8 GPUs per node, one 400 Gb/s NIC (50 GB/s) each
+    assert calibrate.nic_rate_Bps(h100, 8) == pytest.approx(50e9)
+    assert calibrate.nic_rate_Bps(h100, 4) == pytest.approx(100e9)  # 8 NICs, 4 GPUs
+    assert calibrate.nic_rate_Bps(h100, 72) == pytest.approx(50e9)  # a domain of many nodes
+    assert nccl_tests.read(H100_2N).ranks_per_host == 8  # "on dgx-h100-0N" x 8 each
+    assert nccl_tests.read(NVLS_1X8).ranks_per_host == 8  # "on    node005" x 8

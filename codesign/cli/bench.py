@@ -16,7 +16,7 @@ import json
 import sys
 
 from .._progress import Progress
-from ..units import parse_size_range
+from ..units import parse_bytes, parse_size_range
 from . import ENTRY, INFEASIBLE, _output, restart_command
 
 DEFAULT_SIZES = "4KiB:4MiB"
@@ -229,7 +229,11 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", default=None,
                         help="fit this collectives.py algorithm instead of the one the data "
                              "names (nccl-tests: ring in a node; across nodes rail_ring, NCCL's, "
-                             "or rail_tree, hierarchical)")
+                             "or rail_tree, hierarchical); nvls: NVLink SHARP, in_network in a "
+                             "node and nvls_tree across")
+    parser.add_argument("--min-bytes", default=None, metavar="SIZE",
+                        help="fit only sizes of at least SIZE (e.g. 1MiB: NCCL runs other "
+                             "algorithms and protocols on small messages)")
     parser.add_argument("--op", default=None, help="the collective of nccl-tests logs whose "
                                                    "text and name do not say it")
     parser.add_argument("--ranks", type=int, default=None,
@@ -287,6 +291,13 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         measurements += calibrate.load(path, tier=args.tier, algorithm=args.algorithm,
                                        op=args.op, ranks=args.ranks,
                                        local_ranks=args.local_ranks)
+    if args.min_bytes is not None:
+        least = parse_bytes(args.min_bytes, name="min-bytes")
+        largest = max(m.size_bytes for m in measurements)
+        measurements = [m for m in measurements if m.size_bytes >= least]
+        if not measurements:
+            raise ValueError(f"min-bytes={args.min_bytes!r} is above every size measured "
+                             f"(the largest is {largest:.0f} bytes)")
     prior = sc.system(args.system) if args.system else None
     preset = sc.system_labels(args.system).preset if args.system else None
     # the links' line rates: the preset of --system, else of the logs' devices, else the default
@@ -295,8 +306,14 @@ def _run_calibrate(args: argparse.Namespace) -> int:
              else "the default preset; --system names yours")
     checked = checked or sc.DEFAULT_SYSTEM
     try:
-        result = calibrate.fit(measurements, prior=prior, holdout_every=args.holdout_every)
-        calibrate.check_line_rate(result, presets.system(checked), f"{checked} ({named})")
+        result = calibrate.fit_within_line_rate(measurements, presets.system(checked),
+                                                f"{checked} ({named})", prior=prior,
+                                                holdout_every=args.holdout_every)
+        for t, f in result.tiers.items():
+            if f.ceiling_Bps:
+                print(f"codesign calibrate: note: {t} bandwidth held to at most the "
+                      f"{f.ceiling_Bps / 1e9:.1f} GB/s line rate of {checked}: the fit rose "
+                      "above it where the model's other tier set every time", file=sys.stderr)
         calibrate.check_holdout(result)
     except calibrate.UnphysicalFit as e:  # valid input, no physical answer: nothing written
         print(f"codesign calibrate: {e}", file=sys.stderr)

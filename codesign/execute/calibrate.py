@@ -23,6 +23,16 @@ hierarchical) involves both tiers: the scale_out tier is solved with the
 algorithm's coefficients, and scale_up comes from single-node data in the
 same fit, or else from `prior` (a preset System), held fixed.
 
+NVLS (`algorithm="nvls"`, NCCL's NVLink SHARP): `in_network` inside a node
+(time = 2 alpha + n / bw: each GPU sends its n bytes into the switch and
+receives the n reduced ones once), `nvls_tree` across nodes (NVLS inside,
+trees across on each GPU's n / g shard). An in-network run is a fit of its
+own, `scale_up_in_network` beside `scale_up` (its bandwidth the switch's, its
+latency NVLS's, neither a ring's); nvls_tree reads it (from a single-node NVLS
+run in the same fit, or `prior`'s scale_up at its `in_network_efficiency`)
+and solves for scale_out. No scenario key carries an in-network fit, so the
+TOML states it in a comment and the preset's `in_network_efficiency` stays.
+
 gamma is the GPU's reduction speed, one value shared by both tiers. It is
 identifiable only beside a collective that does not reduce (all-gather,
 all-to-all, send/recv) on the same tier; otherwise it comes from `prior`,
@@ -42,9 +52,20 @@ left out of the fit; `holdout_error` is the MAXIMUM relative error
 reported beside it).
 
 After the fit (`check_line_rate`, `check_holdout`; the command line runs both):
-a fitted bandwidth above the line rate of the machine's links (a System's
-`bandwidth_Bps`: per GPU, per direction, the vendor peak) is an
-`UnphysicalFit`; a held-out error above `MAX_HOLDOUT_ERROR` is a `PoorFit`.
+a fitted bandwidth above what the machine's links carry is an `UnphysicalFit`;
+a held-out error above `MAX_HOLDOUT_ERROR` is a `PoorFit`. The bounds, per GPU
+and direction: scale_up, the links' `bandwidth_Bps` (the vendor peak);
+scale_out, the GPU's share of its node's NICs (`nic_rate_Bps`: NCCL runs a
+channel per NIC, so a ring's busbw across nodes approaches the node's NIC
+aggregate, K NICs x their rate, for G GPUs, and each of the model's g rails
+then carries K x rate / G); an in-network fit, the same rate (its busbw =
+2(p-1)/p algbw may exceed the links, its algbw may not), on links whose
+switches reduce (`in_network_efficiency` > 0). `fit_within_line_rate` (what the
+command line runs) fits a link again with its bandwidth held to its bound when
+the free fit is above it but the runs' busbw is not above what the links carry
+(the other tier of a two-tier model set every time, so the data bound that link
+only from below), and keeps it when it holds its sizes out within
+`MAX_HOLDOUT_ERROR`.
 """
 
 from __future__ import annotations
@@ -81,6 +102,38 @@ FOLDED_REDUCTION_Bps = 1e30  # "free": the fitted bandwidth already includes the
 # 100% and more)
 MAX_HOLDOUT_ERROR = 0.25
 _REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+# an in-network (NVLS / SHARP) fit is one of its own beside its tier's links: its
+# bandwidth is the switch's (`Tier.in_network_efficiency` of the links' rate), and its
+# latency NVLS's, not a ring step's; "scale_up_in_network" is what `in_network` runs
+# and `nvls_tree` runs inside the node
+IN_NETWORK = "_in_network"
+FITS = tuple(k for t in TIERS for k in (t, t + IN_NETWORK))
+
+
+def fit_key(m: Measurement) -> str:
+    """The fit a measurement solves for: its tier's links, or its tier's in-network
+    reduction (`in_network`; `nvls_tree` within one node, where it is NVLS alone)."""
+    if m.algorithm == "in_network" or (m.algorithm == "nvls_tree" and m.tier == "scale_up"):
+        return m.tier + IN_NETWORK
+    return m.tier
+
+
+def _needs(m: Measurement) -> set:
+    """The fits `m`'s model reads: its own, and both tiers of a two-tier algorithm
+    (`nvls_tree`: the in-network scale_up and the scale_out links)."""
+    if m.algorithm == "nvls_tree":
+        return {"scale_up" + IN_NETWORK, "scale_out"}
+    if two_tier(m.op, m.algorithm):
+        return {"scale_up", "scale_out"}
+    return {fit_key(m)}
+
+
+def _tier(key: str, bandwidth_Bps, latency_s, reduction_Bps) -> Tier:
+    """The `Tier` a fit's parameters make: efficiency 1 (the bandwidth is the achieved
+    one); an in-network fit's switch reduces at that bandwidth (efficiency 1 of it)."""
+    if key.endswith(IN_NETWORK):
+        return Tier(bandwidth_Bps, latency_s, 1.0, reduction_Bps, 1.0)
+    return Tier(bandwidth_Bps, latency_s, 1.0, reduction_Bps)
 # ------------------------------------------------------------------ the fit
 @dataclasses.dataclass(frozen=True)
 class TierFit:
@@ -95,9 +148,20 @@ class TierFit:
     points: int
     holdout_points: int
     runs: tuple[str, ...]
+    # the bound the fit was held to (`fit_within_line_rate`), 0 when free; the fitted
+    # bandwidth sits at it where the data leave the link unidentified
+    ceiling_Bps: float = 0.0
 
     def as_json(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not self.ceiling_Bps:  # free: as before bounded fits existed
+            del out["ceiling_Bps"]
+        return out
+
+    @property
+    def in_network(self) -> bool:
+        """An in-network (NVLS / SHARP) fit: its bandwidth is the switch's."""
+        return self.tier.endswith(IN_NETWORK)
 
     @property
     def reduction_Bps(self) -> float:
@@ -159,11 +223,16 @@ def _reduction_identified(measurements: Sequence[Measurement]) -> bool:
 def _predict(theta: dict, groups: dict, n: int, fixed: dict, log_reduction):
     """Predicted times (n,) for the measurements in `groups` (others 0)."""
     reduction = jnp.exp(log_reduction)
-    tiers = {t: Tier(jnp.exp(p[1]), jnp.exp(p[0]), 1.0, reduction) for t, p in theta.items()}
+    tiers = {t: _tier(t, jnp.exp(p[1]), jnp.exp(p[0]), reduction) for t, p in theta.items()}
     tiers = {**fixed, **tiers}
     out = jnp.zeros(n)
     for (op, algorithm, tier, local_ranks), (idx, sizes, ranks) in groups.items():
-        if two_tier(op, algorithm):
+        if algorithm == "nvls_tree":
+            c = collectives.cost(op, algorithm, sizes, ranks, tiers["scale_up" + IN_NETWORK],
+                                 outer=tiers["scale_out"], local_ranks=float(local_ranks))
+        elif algorithm == "in_network":
+            c = collectives.cost(op, algorithm, sizes, ranks, tiers[tier + IN_NETWORK])
+        elif two_tier(op, algorithm):
             c = collectives.cost(op, algorithm, sizes, ranks, tiers["scale_up"],
                                  outer=tiers["scale_out"], local_ranks=float(local_ranks))
         else:
@@ -179,20 +248,19 @@ def _initial_theta(measurements, tiers) -> dict:
     all of it), so a two-tier fit starts on the data, not orders of magnitude above
     the link it solves for."""
     slow, fast = _FITTED["bandwidth_Bps"].lo, _FITTED["bandwidth_Bps"].hi  # 1 KB/s, 1 PB/s
-    free = Tier(fast, 0.0, 1.0, fast)
-    groups = _groups(measurements, np.array([m.tier in tiers for m in measurements]))
+    groups = _groups(measurements, np.array([fit_key(m) in tiers for m in measurements]))
     theta = {}
     for t in tiers:
-        ms = [m for m in measurements if m.tier == t]
+        ms = [m for m in measurements if fit_key(m) == t]
         smallest = min(ms, key=lambda m: m.size_bytes)
         alpha = smallest.time_s / (2.0 * max(m.ranks for m in ms))
         unit = {t: jnp.log(jnp.array([1e-30, slow]))}  # no latency, and slow: t dominates
         # seconds on the slow tier x its bandwidth = bytes through the tier's busiest link
-        others = {u: free for u in TIERS if u != t}
+        others = {u: _tier(u, fast, 0.0, fast) for u in FITS if u != t}
         link_bytes = slow * np.asarray(jax.jit(lambda th, others=others: _predict(
             th, groups, len(measurements), others, jnp.log(FOLDED_REDUCTION_Bps)))(unit))
         bandwidth = max(b / m.time_s for m, b in zip(measurements, link_bytes, strict=True)
-                        if m.tier == t)
+                        if fit_key(m) == t)
         theta[t] = jnp.log(jnp.array([alpha, bandwidth]))
     return theta
 
@@ -203,24 +271,43 @@ def _fixed_tiers(needed: set, fitted: Iterable[str], prior: System | None) -> di
         return {}
     if prior is None:
         raise ValueError(f"multi-node runs are fitted with a two-tier algorithm ("
-                         f"{', '.join(sorted(set(ACROSS_NODES.values())))}) and need the "
-                         f"{', '.join(sorted(missing))} tier too: add a single-node run for it "
-                         "or pass `prior` to take it from")
-    return {t: Tier(getattr(prior, t).effective_Bps, getattr(prior, t).latency_s, 1.0,
-                    getattr(prior, t).reduction_Bps) for t in missing}
+                         f"{', '.join(sorted(set(ACROSS_NODES.values()) | {'nvls_tree'}))}) "
+                         f"and need the {', '.join(sorted(missing))} tier too: add a "
+                         f"single-node run for it{_NVLS_HINT if _IN_NETWORK_UP in missing else ''}"
+                         " or pass `prior` to take it from")
+    out = {}
+    for key in sorted(missing):
+        links = getattr(prior, key.removesuffix(IN_NETWORK))
+        if key == key.removesuffix(IN_NETWORK):
+            out[key] = Tier(links.effective_Bps, links.latency_s, 1.0, links.reduction_Bps)
+            continue
+        if not float(links.in_network_efficiency) > 0:
+            raise ValueError(f"nvls_tree needs the in-network reduction of the scale_up tier, "
+                             f"and the prior's scale_up in_network_efficiency="
+                             f"{float(links.in_network_efficiency):g} has none: add a "
+                             f"single-node run for it{_NVLS_HINT}, or pass a prior with NVLS")
+        out[key] = _tier(key, links.bandwidth_Bps * links.in_network_efficiency,
+                         links.latency_s, links.reduction_Bps)
+    return out
+
+
+_IN_NETWORK_UP = "scale_up" + IN_NETWORK
+_NVLS_HINT = " (fitted as nvls: in_network inside the node)"
 
 
 def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
-        holdout_every: int = 3, steps: int = FIT_STEPS) -> Calibration:
-    """Least squares on log time over the non-held-out sizes; see the module doc."""
+        holdout_every: int = 3, steps: int = FIT_STEPS,
+        ceilings: dict | None = None) -> Calibration:
+    """Least squares on log time over the non-held-out sizes; see the module doc.
+    `ceilings` (fit key -> B/s) bounds those fits' bandwidths from above."""
     ms = list(measurements)
     if not ms:
         raise ValueError("no measurements to calibrate from")
     held = holdout_mask(ms, holdout_every)
-    tiers = tuple(t for t in TIERS if any(m.tier == t for m in ms))
+    tiers = tuple(t for t in FITS if any(fit_key(m) == t for m in ms))
     for t in tiers:
-        _check_enough(t, [(m, h) for m, h in zip(ms, held, strict=True) if m.tier == t])
-    needed = {"scale_up", "scale_out"} if any(two_tier(m.op, m.algorithm) for m in ms) else set()
+        _check_enough(t, [(m, h) for m, h in zip(ms, held, strict=True) if fit_key(m) == t])
+    needed = set().union(*(_needs(m) for m in ms))
     fixed = _fixed_tiers(needed, tiers, prior)
     identified = _reduction_identified(ms)
     if identified:
@@ -247,7 +334,11 @@ def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
     init = _initial_theta(ms, tiers)
     start = jnp.concatenate([init[t] for t in tiers]
                             + [jnp.log(jnp.array([10.0 * jnp.exp(init[tiers[0]][1])]))])
-    flat = minimise(loss, start, steps)
+    upper = None
+    if ceilings:
+        upper = jnp.concatenate([jnp.array([jnp.inf, jnp.log(ceilings.get(t, jnp.inf))])
+                                 for t in tiers] + [jnp.array([jnp.inf])])
+    flat = minimise(loss, start, steps, upper)
     theta, log_r = unpack(flat)
     all_groups = _groups(ms, np.ones(len(ms), bool))
     pred = np.asarray(jax.jit(lambda th, lr: _predict(th, all_groups, len(ms), fixed, lr))(
@@ -255,9 +346,10 @@ def fit(measurements: Sequence[Measurement], *, prior: System | None = None,
     gamma = 0.0 if reduction_source == "folded" else float(jnp.exp(-log_r))
     predictions = tuple(Prediction(m, float(p), bool(h)) for m, p, h in zip(ms, pred, held,
                                                                           strict=True))
-    fits = {t: _tier_fit(t, theta[t], gamma, reduction_source, predictions) for t in tiers}
+    fits = {t: _tier_fit(t, theta[t], gamma, reduction_source, predictions,
+                         (ceilings or {}).get(t, 0.0)) for t in tiers}
     for f in fits.values():
-        _check_physical(f, [m for m in ms if m.tier == f.tier])
+        _check_physical(f, [m for m in ms if fit_key(m) == f.tier])
     return Calibration(fits, predictions)
 
 
@@ -299,21 +391,138 @@ def devices_preset(measurements: Sequence[Measurement]) -> str | None:
 _LINKS = {"scale_up": "scale-up links (NVLink or ICI)", "scale_out": "NICs"}
 
 
+def nic_rate_Bps(system: System, ranks_per_host: int) -> float:
+    """The most a GPU's share of its node's NICs carries, per direction: the node's
+    NIC aggregate (`gpus_per_node` x the per-GPU `scale_out.bandwidth_Bps`, one
+    400 Gb/s NIC per GPU on a DGX H100: 8 x 50 GB/s) over the GPUs of the node
+    that use them (`ranks_per_host`, at most the node's). NCCL runs a channel per
+    NIC, so a ring across nodes moves each node's 2(p-1)/p n bytes through all
+    of them at once: busbw up to the aggregate, g x this per rail of g GPUs."""
+    per_node = float(system.gpus_per_node)
+    return float(system.scale_out.bandwidth_Bps) * per_node / min(ranks_per_host, per_node)
+
+
+def _runs_of(calibration: Calibration, key: str) -> list[Measurement]:
+    return [p.measurement for p in calibration.predictions if fit_key(p.measurement) == key]
+
+
+def _gpus_per_node(ms: Sequence[Measurement], system: System) -> int:
+    """The GPUs of a node that share its NICs in these runs: the most ranks a log's
+    '# Rank' lines put on one host (else --local-ranks), at most the node's."""
+    return min(max(m.ranks_per_host or m.local_ranks for m in ms), int(system.gpus_per_node))
+
+
+def line_rate_Bps(calibration: Calibration, key: str, system: System) -> float:
+    """The most the fit `key`'s bandwidth may be on `system` (per GPU, per
+    direction): scale_up, the links' `bandwidth_Bps`; scale_out, `nic_rate_Bps`;
+    an in-network fit, its tier's."""
+    t = key.removesuffix(IN_NETWORK)
+    if t == "scale_out":
+        return nic_rate_Bps(system, _gpus_per_node(_runs_of(calibration, key), system))
+    return float(getattr(system, t).bandwidth_Bps)
+
+
 def check_line_rate(calibration: Calibration, system: System, name: str) -> None:
-    """An `UnphysicalFit` for a fitted bandwidth above the line rate of the tier's
-    links in `system` (its `bandwidth_Bps`: per GPU, per direction, the vendor peak;
-    `name` says which system): more than the wires carry is a misread log (nodes of
-    another size, another machine) or the wrong algorithm, not a measurement."""
-    for t, f in calibration.tiers.items():
-        line_rate = float(getattr(system, t).bandwidth_Bps)
+    """An `UnphysicalFit` for a fitted bandwidth above what the tier's links in
+    `system` carry (`line_rate_Bps`; `name` says which system): scale_up, the
+    links' `bandwidth_Bps` (per GPU, per direction, the vendor peak); scale_out,
+    the GPU's share of its node's NICs (`nic_rate_Bps`, the ranks per host the
+    logs' '# Rank' lines give, else --local-ranks); an in-network fit (NVLS /
+    SHARP), its tier's rate (each GPU sends its n bytes into the switch and
+    receives the n reduced ones once: busbw = 2(p-1)/p algbw may exceed the
+    link, algbw may not), on a tier whose switches reduce
+    (`in_network_efficiency` > 0). More than the wires carry is a misread log
+    (nodes of another size, another machine) or the wrong algorithm."""
+    for key, f in calibration.tiers.items():
+        t = key.removesuffix(IN_NETWORK)
+        ms = _runs_of(calibration, key)
+        links = getattr(system, t)
+        line_rate = line_rate_Bps(calibration, key, system)
+        per_node = ""
+        if t == "scale_out":
+            gpus = _gpus_per_node(ms, system)
+            per_node = (f": {gpus} GPUs per node would move {gpus * f.bandwidth_Bps / 1e9:.1f} "
+                        f"GB/s through its {float(system.gpus_per_node):g} x "
+                        f"{float(links.bandwidth_Bps) / 1e9:.1f} GB/s of NICs")
+        what = (f"the fit of {', '.join(sorted({m.source for m in ms}))} "
+                f"({', '.join(sorted({m.algorithm for m in ms}))}) gives {t}")
+        fix = "check --system (the machine), --local-ranks (GPUs per node) and --algorithm"
+        if key != t and not float(links.in_network_efficiency) > 0:
+            raise UnphysicalFit(f"{what} in-network (NVLS/SHARP) reduction, which the "
+                                f"{_LINKS[t]} of {name} do not have: {fix}")
         if f.bandwidth_Bps > line_rate:
-            ms = [p.measurement for p in calibration.predictions if p.measurement.tier == t]
-            algorithms = ", ".join(sorted({m.algorithm for m in ms}))
+            kind = " in-network (NVLS/SHARP)" if key != t else ""
             raise UnphysicalFit(
-                f"the fit of {', '.join(sorted({m.source for m in ms}))} ({algorithms}) gives "
-                f"{t} bandwidth {f.bandwidth_Bps / 1e9:.1f} GB/s per GPU, above the "
-                f"{line_rate / 1e9:.1f} GB/s line rate of the {_LINKS[t]} of {name}: check "
-                "--system (the machine), --local-ranks (GPUs per node) and --algorithm")
+                f"{what}{kind} bandwidth {f.bandwidth_Bps / 1e9:.1f} GB/s per GPU, above the "
+                f"{line_rate / 1e9:.1f} GB/s line rate of the {_LINKS[t]} of {name}{per_node}; "
+                f"{fix}{_hint(key, ms, links, _busbw_over(calibration, key, system))}")
+
+
+def busbw_bound_Bps(calibration: Calibration, key: str, system: System) -> float:
+    """The most busbw a ring-like run of the link fit `key` may report on `system`:
+    the links' rate inside a node, the node's NIC aggregate across nodes
+    (`gpus` x `nic_rate_Bps`: K NICs x their rate, see the module doc)."""
+    rate = line_rate_Bps(calibration, key, system)
+    if key == "scale_out":
+        return rate * _gpus_per_node(_runs_of(calibration, key), system)
+    return rate
+
+
+def _busbw_over(calibration: Calibration, key: str, system: System) -> bool:
+    """Whether a run of `key` reports a busbw (nccl-tests') above `busbw_bound_Bps`."""
+    bound = busbw_bound_Bps(calibration, key, system)
+    return any(float(collectives.busbw_Bps(m.op, m.size_bytes, m.time_s, m.ranks)) > bound
+               for m in _runs_of(calibration, key))
+
+
+def fit_within_line_rate(measurements: Sequence[Measurement], system: System, name: str, *,
+                         prior: System | None = None, holdout_every: int = 3,
+                         steps: int = FIT_STEPS,
+                         max_error: float = MAX_HOLDOUT_ERROR) -> Calibration:
+    """`fit`, checked by `check_line_rate`. A link fit above its line rate whose
+    runs' busbw stays within what the links carry (`busbw_bound_Bps`) is fitted
+    again with its bandwidth held to at most the line rate: where a two-tier
+    model's other stream sets every time (the NVLink side of a 2-node rail ring
+    on the prior's tier), the data bound the NIC only from below, and the free
+    fit drifts above the wire. The bounded fit is kept when it holds its sizes
+    out within `max_error` (its `ceiling_Bps` says so); otherwise, and for runs
+    that report more busbw than the links carry, the `UnphysicalFit` stands."""
+    result = fit(measurements, prior=prior, holdout_every=holdout_every, steps=steps)
+    try:
+        check_line_rate(result, system, name)
+        return result
+    except UnphysicalFit as refused:
+        over = {k: line_rate_Bps(result, k, system) for k, f in result.tiers.items()
+                if not f.in_network and f.bandwidth_Bps > line_rate_Bps(result, k, system)}
+        if not over or any(_busbw_over(result, k, system) for k in over):
+            raise
+        bounded = fit(measurements, prior=prior, holdout_every=holdout_every, steps=steps,
+                      ceilings={k: rate * (1.0 - 1e-6) for k, rate in over.items()})
+        if max(bounded.tiers[k].holdout_error for k in over) > max_error:
+            raise refused from None
+    check_line_rate(bounded, system, name)
+    return bounded
+
+
+def _hint(key: str, ms: Sequence[Measurement], links: Tier, busbw_over: bool) -> str:
+    """Why a fit of these runs may read above the line rate: an NVLS all-reduce
+    fitted as a ring, GPUs per node that the log's hosts contradict, or a 2-node
+    log of NCCL's default (tree) algorithm."""
+    if key == "scale_up" and busbw_over and float(links.in_network_efficiency) > 0 and any(
+            m.op == "all_reduce" for m in ms):
+        return (" (--algorithm nvls if NCCL ran NVLink SHARP, whose busbw may reach "
+                "2(p-1)/p x the links')")
+    hosts = {(m.ranks_per_host, m.local_ranks) for m in ms
+             if m.ranks_per_host and m.ranks_per_host != m.local_ranks}
+    if key == "scale_out" and hosts:
+        per_host, local = max(hosts)
+        return (f" (the log's '# Rank' lines put {per_host} GPUs on each host, "
+                f"--local-ranks {local})")
+    if key == "scale_out" and busbw_over and any(
+            m.ranks == 2 * (m.ranks_per_host or m.local_ranks) for m in ms):
+        return (" (NCCL's default tree on 2 nodes reports busbw above the NICs; a log run "
+                "with NCCL_ALGO=Ring measures the fabric)")
+    return ""
 
 
 def check_holdout(calibration: Calibration, max_error: float = MAX_HOLDOUT_ERROR) -> None:
@@ -382,8 +591,10 @@ def _falling(measurements: Sequence[Measurement]) -> tuple[Measurement, Measurem
     return None if best is None else best[1:]
 
 
-def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:
-    mine = [p for p in predictions if p.measurement.tier == tier]
+def _tier_fit(tier, params, gamma, reduction_source, predictions, ceiling_Bps) -> TierFit:
+    mine = [p for p in predictions if fit_key(p.measurement) == tier]
+    if tier.endswith(IN_NETWORK):  # the switch reduces: no GPU reduction in its time
+        gamma, reduction_source = 0.0, "in-switch"
     held = np.abs([p.relative_error for p in mine if p.held_out])
     train = np.abs([p.relative_error for p in mine if not p.held_out])
     runs = sorted({f"{p.measurement.op} {p.measurement.algorithm} on {p.measurement.ranks} ranks "
@@ -391,7 +602,8 @@ def _tier_fit(tier, params, gamma, reduction_source, predictions) -> TierFit:
     return TierFit(tier, float(jnp.exp(params[0])), float(jnp.exp(params[1])), gamma,
                    reduction_source,
                    float(held.max()), float(np.median(held)),
-                   float(train.max()), len(mine), int(held.size), tuple(runs))
+                   float(train.max()), len(mine), int(held.size), tuple(runs),
+                   float(ceiling_Bps))
 
 
 # ------------------------------------------------------------------ outputs
@@ -417,8 +629,17 @@ def system_toml(calibration: Calibration, preset: str | None = None,
         comments.append(f"{t}: {f.points} sizes from {'; '.join(f.runs)}; held-out max "
                         f"relative error {f.holdout_error:.1%}, reduction {f.reduction}"
                         + (" (folded into the bandwidth)" if f.reduction == "folded" else ""))
+        if f.ceiling_Bps:
+            comments.append(f"{t}: bandwidth held to at most the {f.ceiling_Bps / 1e9:.2f} GB/s "
+                            "line rate (the data bound it from below only)")
+        if f.in_network:  # no scenario key: a comment, not a key
+            comments.append(f"{t}: {f.bandwidth_Bps / 1e9:.2f} GB/s per GPU through the "
+                            f"switch, alpha {f.alpha_s * 1e6:.3g} us; no scenario key carries "
+                            "an in-network fit: the preset's in_network_efficiency stays")
     system = {"preset": preset, "measured_on": measured_on}
     for t, f in calibration.tiers.items():
+        if f.in_network:
+            continue
         system |= {f"{t}_bandwidth_Bps": _digits(f.bandwidth_Bps), f"{t}_latency_s":
                    _digits(f.alpha_s), f"{t}_efficiency": 1.0}
         if f.reduction != "prior":
@@ -433,11 +654,12 @@ def _digits(x: float) -> float:
 
 
 def summary_table(calibration: Calibration) -> str:
-    head = (f"{'tier':<10} {'points':>6} {'alpha(us)':>10} {'bw(GB/s)':>9} {'gamma(ps/B)':>11} "
+    w = max(10, *(len(t) for t in calibration.tiers))  # scale_up_in_network: 19
+    head = (f"{'tier':<{w}} {'points':>6} {'alpha(us)':>10} {'bw(GB/s)':>9} {'gamma(ps/B)':>11} "
             f"{'reduction':>9} {'holdout max':>11} {'median':>7}")
     rows = [head]
     for t, f in calibration.tiers.items():
-        rows.append(f"{t:<10} {f.points:6d} {f.alpha_s * 1e6:10.3f} {f.bandwidth_Bps / 1e9:9.2f} "
+        rows.append(f"{t:<{w}} {f.points:6d} {f.alpha_s * 1e6:10.3f} {f.bandwidth_Bps / 1e9:9.2f} "
                     f"{f.gamma_s_per_byte * 1e12:11.4f} {f.reduction:>9} "
                     f"{f.holdout_error:11.1%} {f.holdout_error_median:7.1%}")
     return "\n".join(rows)

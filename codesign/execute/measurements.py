@@ -24,6 +24,9 @@ LOCAL_RANKS = 8
 # has no rail ring in collectives.py, and is the exchange inside then across
 ACROSS_NODES = {"all_reduce": "rail_ring", "reduce_scatter": "rail_ring",
                 "all_gather": "rail_ring", "all_to_all": "hierarchical"}
+# `nvls`, NCCL's NVLink SHARP family: the switch reduces (`in_network`) inside a node,
+# and NVLSTree (`nvls_tree`: NVLS inside, trees across on each GPU's shard) across
+NVLS = "nvls"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Measurement:
     local_ranks: int = LOCAL_RANKS
     line: int = 0  # of the source file
     devices: tuple[str, ...] = ()  # the device names the source gives (nccl-tests '# Rank')
+    ranks_per_host: int = 0  # the most ranks on one host ('# Rank ... on HOST'); 0: not named
 
 
 def default_tier(ranks: int, local_ranks: int = LOCAL_RANKS) -> str:
@@ -60,10 +64,17 @@ def model_algorithm(op: str, algorithm: str | None, ranks: int,
         return "direct" if pairwise else "ring"
     if algorithm == "lax":
         return "direct" if pairwise else "ring"
+    if algorithm == NVLS:
+        across = ranks > local_ranks
+        algorithm = "nvls_tree" if across else "in_network"
+        if algorithm not in collectives.algorithms(op, hierarchical=True):
+            raise ValueError(f"algorithm='nvls' has no cost model for op={op!r}"
+                             f"{' across nodes' if across else ''}: NVLS is modelled for "
+                             "all-reduce (in a node and across), broadcast and reduce (in a node)")
     valid = collectives.algorithms(op, hierarchical=True)
     if algorithm not in valid:
         raise ValueError(f"algorithm={algorithm!r} has no cost model for op={op!r}; choose "
-                         f"one of {', '.join(valid)}")
+                         f"one of {', '.join(valid)} or {NVLS}")
     return algorithm
 
 
@@ -193,6 +204,7 @@ def _nccl_measurements(path: str, text: str, tier: str | None, algorithm: str | 
     if ranks is None:
         _field(f"{path}: its '#  Rank' lines count ranks", "ranks", log.ranks)
     alg = model_algorithm(log.op, algorithm, log.ranks, local_ranks)
+    per_host = log.ranks_per_host if log.ranks_per_host <= log.ranks else 0  # (--ranks)
     out = []
     for r in log.rows:
         where = f"{path} line {r.line}"
@@ -203,7 +215,7 @@ def _nccl_measurements(path: str, text: str, tier: str | None, algorithm: str | 
         time = _field(f"{where}: time_s", "time_s", r.time_s)
         out.append(Measurement(log.op, alg, int(log.ranks), size, time,
                                tier or default_tier(log.ranks, local_ranks), path, local_ranks,
-                               r.line, log.devices))
+                               r.line, log.devices, per_host))
     return out
 
 

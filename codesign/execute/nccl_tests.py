@@ -20,11 +20,14 @@ The test (hence the op) comes from the `--op` argument, else from a
 all_reduce_perf" in recent versions), else from the file name. The rank count
 is the number of "#  Rank  N Group ..." lines; `devices` are the device names
 those lines end with ("... device  0 [0x18] NVIDIA H100 80GB HBM3"), which
-`calibrate` maps to a system preset (the NICs' line rate it checks against).
+`calibrate` maps to a system preset (the NICs' line rate it checks against);
+`hosts` are the host names they give ("... on dgx-h100-01 device ..."), one per
+rank line (how many GPUs share a node's NICs).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import re
@@ -60,6 +63,12 @@ class NcclLog:
     rows: tuple[NcclRow, ...]
     source: str
     devices: tuple[str, ...] = ()  # the distinct device names of the '# Rank' lines
+    hosts: tuple[str, ...] = ()  # the host of each '# Rank' line, when every one names it
+
+    @property
+    def ranks_per_host(self) -> int:
+        """The most ranks on one host (0 when the '# Rank' lines do not name hosts)."""
+        return max(collections.Counter(self.hosts).values(), default=0)
 
 
 def _op_from(text: str, source: str, op: str | None) -> str:
@@ -83,6 +92,7 @@ def _op_from(text: str, source: str, op: str | None) -> str:
 
 _RANK = re.compile(r"#\s+Rank\s+\d+\s+(Group|Pid)")
 _DEVICE = re.compile(r"\sdevice\s+\d+\s+\[[^\]]*\]\s+(\S.*?)\s*$")
+_HOST = re.compile(r"\son\s+(\S+)\s+device\s")
 
 
 def _columns(lines: list[str], source: str) -> list[str]:
@@ -136,7 +146,10 @@ def parse(text: str, *, source: str = "<text>", op: str | None = None,
                              "pass `ranks`")
     devices = tuple(dict.fromkeys(m.group(1) for ln in rank_lines
                                   for m in [_DEVICE.search(ln)] if m))
-    return NcclLog(_op_from(text, source, op), ranks, tuple(rows), source, devices)
+    hosts = tuple(m.group(1) for ln in rank_lines for m in [_HOST.search(ln)] if m)
+    if len(hosts) != len(rank_lines):
+        hosts = ()
+    return NcclLog(_op_from(text, source, op), ranks, tuple(rows), source, devices, hosts)
 
 
 def read(path: str, *, op: str | None = None, ranks: int | None = None) -> NcclLog:
