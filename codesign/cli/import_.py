@@ -8,15 +8,31 @@ is written, so what the command prints `codesign estimate` reads."""
 from __future__ import annotations
 
 import argparse
+import inspect
+import re
 import sys
 import tomllib
 from pathlib import Path
 
 from .. import importers, scenario
 from . import _output
+from ._system import set_item
 
 # the command's own flags, also taken from among a Megatron argument list
-OWN = ("--out", "--system", "--gpus", "--set")
+OWN = ("--out", "--system", "--gpus", "--set", "--var")
+HELP = ("-h", "--help")  # among the words after KIND: that kind's usage
+# each kind's SOURCE, as `codesign import KIND --help` shows it (its importer's own
+# description follows)
+USAGE = {
+    "megatron": "FILE [--var NAME=VALUE ...] | --flag value ...  (a shell script or text of "
+                "Megatron-LM arguments, a Megatron-MoE-ModelZoo YAML, or the arguments inline)",
+    "nemo": "RECIPE.yaml",
+    "torchtitan": "JOB.toml | --module M --config C [--section.key value ...]",
+    "hf": "config.json",
+    "megatron-bridge": "RECIPE [OVERRIDES.yaml ...] [key=value ...] [-tp N ...]",
+    "maxtext": "base.yml [models/X.yml ...] [model_name=X] [key=value ...]",
+}
+COMMON_USAGE = "[--out FILE.toml] [--system SYSTEM] [--gpus N] [--set SECTION.KEY=VALUE ...]"
 
 
 def add_arguments(parser, name) -> None:
@@ -35,13 +51,39 @@ def add_arguments(parser, name) -> None:
     parser.add_argument("--gpus", metavar="N", help="the GPU count, where the source has none "
                         "or another")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="set a scenario key in the output (repeatable)")
+                        type=set_item, help="set a scenario key in the output (repeatable)")
+    parser.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
+                        help="megatron FILE: set a shell variable of the script (its "
+                             "positional parameters too: --var 2=tokenizer.model; repeatable)")
+
+
+def usage(kind: str) -> str:
+    """`codesign import KIND --help`: the kind's usage, then its importer's own
+    description (the docstring of its module)."""
+    module = importers.MODULES[kind]
+    return (f"usage: codesign import {kind} {USAGE[kind]}\n"
+            f"       {COMMON_USAGE}\n\n{inspect.getdoc(module)}\n\n"
+            "--out FILE.toml writes the scenario there (default: print it); --system a "
+            "preset or system TOML; --gpus N the GPU count; --set SECTION.KEY=VALUE a "
+            "scenario key over the import (repeatable).\n")
+
+
+def variables(words: list[str]) -> dict:
+    """{NAME: VALUE} of the --var words."""
+    out = {}
+    for word in words:
+        name, eq, value = word.partition("=")
+        if not eq or not re.fullmatch(r"\w+", name):
+            raise ValueError(f"--var takes NAME=VALUE (a shell variable, or a positional "
+                             f"parameter 1, 2, ...), got {word!r}")
+        out[name] = value
+    return out
 
 
 def split_own(words: list[str]) -> tuple[dict, list[str]]:
     """The command's own flags (`OWN`, `--flag value` or `--flag=value`) out of the
     words after KIND, and the rest (the source)."""
-    own: dict = {"--set": []}
+    own: dict = {"--set": [], "--var": []}
     rest: list[str] = []
     i = 0
     while i < len(words):
@@ -53,7 +95,12 @@ def split_own(words: list[str]) -> tuple[dict, list[str]]:
                     raise ValueError(f"{flag} needs a value")
                 value, i = words[i + 1], i + 1
             if flag == "--set":
-                own["--set"].append(value)
+                try:
+                    own[flag].append(set_item(value))
+                except argparse.ArgumentTypeError as e:  # as argparse says it
+                    raise ValueError(f"--set: {e}") from None
+            elif flag == "--var":
+                own[flag].append(value)
             else:
                 own[flag] = value
         else:
@@ -75,12 +122,19 @@ def _count(flag: str, text: str | None) -> int | None:
 
 
 def imported(kind: str, source: list[str], gpus: int | None,
-             system: dict | None) -> importers.Imported:
-    """The import of `source` (the words after KIND, the command's flags taken out)."""
+             system: dict | None, shell: dict | None = None) -> importers.Imported:
+    """The import of `source` (the words after KIND, the command's flags taken out);
+    `shell`: a Megatron script's variables (--var)."""
+    script = kind == "megatron" and len(source) == 1 and not source[0].startswith("-")
+    if shell and not script:
+        raise ValueError(f"--var {next(iter(shell))}=...: --var sets the variables of a "
+                         "script (codesign import megatron FILE), not of "
+                         f"{'the arguments' if kind == 'megatron' else importers.WHAT[kind]}")
     if kind in importers.WORDS:
         return importers.WORDS[kind](source, gpus=gpus, system=system)
     if len(source) == 1 and not source[0].startswith("-"):
-        return importers.from_file(kind, source[0], gpus=gpus, system=system)
+        return importers.from_file(kind, source[0], gpus=gpus, system=system,
+                                   variables=shell)
     if kind == "megatron" and source:
         return importers.megatron(source, gpus=gpus, system=system)
     what = "a FILE or the arguments" if kind == "megatron" else f"one FILE ({importers.WHAT[kind]})"
@@ -88,6 +142,10 @@ def imported(kind: str, source: list[str], gpus: int | None,
 
 
 def run(args, name) -> int:
+    if any(w in HELP for w in args.source[:1]) or (
+            args.kind != "megatron" and any(w in HELP for w in args.source)):
+        sys.stdout.write(usage(args.kind))
+        return 0
     own, source = split_own(args.source)
     out, spec = own.get("--out", args.out), own.get("--system", args.system)
     gpus = _count("--gpus", own.get("--gpus", args.gpus))
@@ -97,7 +155,7 @@ def run(args, name) -> int:
     if spec:
         scenario.system(spec)  # a preset or system file that does not load: named here
     system = scenario.system_table(spec) if spec else None
-    result = imported(args.kind, source, gpus, system)
+    result = imported(args.kind, source, gpus, system, variables([*args.var, *own["--var"]]))
     result = result.with_overrides([scenario.parse_override(s) for s in sets])
     where = result.where if result.where != "megatron arguments" else "the arguments"
     text = result.toml(f"codesign import {args.kind}: {where}", sets)

@@ -147,7 +147,8 @@ def whole(where: str, name: str, value, lo: int = 1) -> int:
     if (not isinstance(number, float) or not math.isfinite(number) or number != int(number)
             or not lo <= number <= 2**53):
         raise bad(where, name, value, f"must be a whole number >= {lo}" + (
-            " (a shell expression or variable codesign does not resolve; give the value)"
+            " (a shell expression or variable codesign does not resolve; give the value,"
+            " or the variable's with --var NAME=VALUE)"
             if isinstance(value, str) and "$" in value else ""))
     return int(number)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import _files
 from . import _common as c
+from . import _kinds  # (its MaxText keys are this module's DEFAULTS: used at call time)
 
 WHAT = "MaxText config"
 OVERRIDES = "the key=value overrides"
@@ -88,7 +89,7 @@ def chain(path: str) -> list[tuple[str, dict]]:
     (MaxText's _load_config: a relative base_config beside the file)."""
     chain: list[tuple[str, dict]] = []
     while True:
-        tree = c.yaml_mapping(_files.read_text(path, WHAT), path)
+        tree = _kinds.parsed("maxtext", _files.read_text(path, WHAT), path, c.yaml_mapping)
         chain.append((path, tree))
         parent = tree.get("base_config")
         if parent is None:
@@ -140,7 +141,8 @@ def model_file(name: str, config: str, root: str) -> tuple[str, dict]:
     for folder in folders:
         path = Path(folder) / f"{name}.yml"
         if path.is_file():
-            return str(path), c.yaml_mapping(_files.read_text(path, WHAT), str(path))
+            return str(path), _kinds.parsed("maxtext", _files.read_text(path, WHAT), str(path),
+                                            c.yaml_mapping)
     raise ValueError(f"model_name={name!r}: no {name}.yml in {' or '.join(folders)}")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .. import _files, presets
 from . import _common as c
+from . import _kinds
 
 SEQ_LEN = 8192  # the training sequence assumed: at most the config's max_position_embeddings
 # model_type with a gated (gate/up/down) MLP, and without
@@ -38,7 +39,8 @@ LLAMA4_NOPE_INTERVAL = 4
 def hf(text: str, where: str, *, gpus: int | None = None,
        system: dict | None = None) -> c.Imported:
     """The scenario of a Hugging Face config.json: its model, on one node."""
-    cfg = _files.parse_json(text, where)  # nesting and numbers capped: one line naming it
+    # nesting and numbers capped; a file of another kind named: one line naming it
+    cfg = _kinds.parsed("hf", text, where, _files.parse_json)
     if not isinstance(cfg, dict):
         raise ValueError(f"{where} must hold a JSON object (a model's config.json)")
     t, d = c.Tree(cfg, where), c.Draft("hf", where)

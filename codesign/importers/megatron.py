@@ -5,6 +5,7 @@ recipe, translated to these flags (`importers.nemo`)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import shlex
 
@@ -12,6 +13,7 @@ from .. import plan, strategies
 from .._domains import MAX_GPUS
 from ..units import format_bytes
 from . import _common as c
+from . import _kinds
 
 # switches (flags without a value) the reader reads
 SWITCHES = frozenset({
@@ -20,6 +22,8 @@ SWITCHES = frozenset({
     "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
     "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp", "--tp-comm-overlap",
     "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"})
+# the model's shape: an argument list without any of them is not a model's (`read`)
+SHAPE_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads")
 # --attention-backend -> model.attention_kernel
 ATTENTION_BACKENDS = {"flash": "flash", "fused": "flash", "unfused": "naive", "local": "naive"}
 # --data-parallel-sharding-strategy (Megatron FSDP) -> parallel.zero
@@ -28,8 +32,10 @@ SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3
 MLA = (("q_lora_rank", "--q-lora-rank", 0), ("kv_lora_rank", "--kv-lora-rank", 32),
        ("qk_head_dim", "--qk-head-dim", 128), ("qk_rope_head_dim", "--qk-pos-emb-head-dim", 64),
        ("v_head_dim", "--v-head-dim", 128))
-_VAR = re.compile(r"\$(?:\{(\w+)(?::?-([^}]*))?\}|(\w+))")
-_PLAIN_VAR = re.compile(r"\$()()(\w+)")  # `_VAR`'s groups, `$NAME` only
+_VAR = re.compile(r"\$(?:\{(?P<braced>\w+)(?::?-(?P<default>[^}]*))?\}|(?P<plain>\w+))")
+_PLAIN_VAR = re.compile(r"\$(?P<plain>\w+)")  # `$NAME` only
+# a variable left unset in a flag's value (`$NAME`, `${NAME}`): its text stays
+UNSET = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
 # what `$NAME` expansions may add to a script, all together: a script's arguments
 # are a few KiB; `A=$A$A` forty times over would be a TiB
@@ -45,14 +51,14 @@ class _Overflow(Exception):
 
 
 def _expand(text: str, env: dict, room: int) -> tuple[str, int]:
-    """`$NAME`, `${NAME}` and `${NAME:-default}` from `env` (others stay), and what
+    """`$NAME`, `${NAME}` and `${NAME:-default}` from `env` (unset ones stay as
+    written, so that a flag they give names them), and what
     is left of `room`, the characters expansions may still add; past it, _Overflow
     naming the variable (raised before the text is built)."""
     def sub(m):
         nonlocal room
-        name = m.group(1) or m.group(3)
-        value = env[name] if name in env else (
-            m.group(2) if m.group(2) is not None else m.group(0))
+        name, default = m["plain"] or m["braced"], m.groupdict().get("default")
+        value = env[name] if name in env else (default if default is not None else m.group(0))
         room -= max(0, len(value) - len(m.group(0)))
         if room < 0:
             raise _Overflow(name)
@@ -64,18 +70,22 @@ def _expand(text: str, env: dict, room: int) -> tuple[str, int]:
     return head + _PLAIN_VAR.sub(sub, text[cut:]), room
 
 
-def shell_arguments(text: str, where: str) -> list[str]:
+def shell_arguments(text: str, where: str, variables: dict | None = None) -> list[str]:
     """The words of a shell script or text holding Megatron arguments: line
     continuations joined, comments dropped, `NAME=value` assignments (strings and
     arrays of arguments too) followed, `$NAME` / `${NAME:-default}` expanded, the
     expansions adding at most EXPANSION_LIMIT characters in all (else a one-line
-    error naming the file and the variable)."""
+    error naming the file and the variable). `variables` (`--var NAME=VALUE`: the
+    script's positional parameters `1`, `2`, ... too) are set before the script
+    runs and stand over its own assignments of them; a variable left unset stays
+    as written (`$2`), which only a flag the model reads refuses."""
     lines = [re.sub(r"(^|\s)#.*$", "", line) for line in text.replace("\\\n", " ").split("\n")]
     try:
         words = shlex.split("\n".join(lines))
     except ValueError as e:
         raise ValueError(f"{where} cannot be read as shell words ({e})") from None
-    env: dict = {}
+    given = dict(variables or {})
+    env: dict = dict(given)
     out: list[str] = []
     room = EXPANSION_LIMIT
     try:
@@ -84,7 +94,8 @@ def shell_arguments(text: str, where: str) -> list[str]:
             if m:
                 value, room = _expand(m.group(2), env, room)
                 value = value[1:] if value.startswith("(") else value  # NAME=( opens an array
-                env[m.group(1)] = value
+                if m.group(1) not in given:  # --var's value stands
+                    env[m.group(1)] = value
                 out += value.split()  # a string of arguments: its words count too
             elif word not in ("(", ")"):
                 expanded, room = _expand(word, env, room)
@@ -99,7 +110,7 @@ def shell_arguments(text: str, where: str) -> list[str]:
 def modelzoo_arguments(text: str, where: str) -> list[str]:
     """The arguments of a Megatron-MoE-ModelZoo YAML: `MODEL_ARGS` (or the top
     level) maps `--flag` to a value; true is the bare switch, false leaves it out."""
-    tree = c.yaml_mapping(text, where)
+    tree = _kinds.parsed("megatron", text, where, c.yaml_mapping)
     args = tree.get("MODEL_ARGS", tree)
     if not isinstance(args, dict):
         raise ValueError(f"{where}: MODEL_ARGS must map --flags to values")
@@ -267,8 +278,18 @@ def _int_literal(node) -> int:
 # ----------------------------------------------------------------- reading
 def megatron(words: list[str], where: str = "megatron arguments", *, gpus: int | None = None,
              system: dict | None = None) -> c.Imported:
-    """The scenario of a Megatron-LM argument list (words, as a shell splits them)."""
-    return read(Flags(words, where), "megatron", gpus=gpus, system=system)
+    """The scenario of a Megatron-LM argument list (words, as a shell splits them);
+    shell variables left unset in it are said (what they give is not read unless a
+    flag the model reads needs it: that flag names it)."""
+    flags = Flags(words, where)
+    imported = read(flags, "megatron", gpus=gpus, system=system)
+    unset = list(dict.fromkeys(a or b for value in flags.values.values() if value is not True
+                               for a, b in UNSET.findall(str(value))))
+    if not unset:
+        return imported
+    return dataclasses.replace(imported, assumed={**imported.assumed, "shell variables": (
+        f"shell variables {', '.join('$' + v for v in unset)} unset: the flags that hold "
+        "them are not read (--var NAME=VALUE sets one)")})
 
 
 def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = None,
@@ -276,8 +297,7 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
     """The scenario of Megatron arguments `f` (`default` names whose defaults
     the absent ones take, in the assumptions)."""
     d, n = c.Draft(kind, f.where), f.name
-    missing = [n(x) for x in ("--num-layers", "--hidden-size", "--num-attention-heads")
-               if f.get(x) is None]
+    missing = [n(x) for x in SHAPE_FLAGS if f.get(x) is None]
     if missing:
         raise ValueError(f"{f.where}: {', '.join(missing)} missing (the model's shape)")
     layers = f.count("--num-layers")
