@@ -288,8 +288,8 @@ def megatron(words: list[str], where: str = "megatron arguments", *, gpus: int |
     if not unset:
         return imported
     return dataclasses.replace(imported, assumed={**imported.assumed, "shell variables": (
-        f"shell variables {', '.join('$' + v for v in unset)} unset: the flags that hold "
-        "them are not read (--var NAME=VALUE sets one)")})
+        f"shell variables {', '.join('$' + v for v in unset)} unset: codesign reads no "
+        "number from the flags that hold them (--var NAME=VALUE sets one)")})
 
 
 def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = None,
