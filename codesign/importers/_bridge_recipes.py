@@ -41,11 +41,14 @@ QWEN3_235B_A22B = _shape(94, 4096, 64, 4, 12288, 151936, kv_channels=128, num_mo
                          moe_router_topk=8, moe_ffn_hidden_size=1536)
 # deepseek-ai/DeepSeek-V3, with the DeepSeek-V3 bridge's own keys
 # (src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py): the first 3 layers
-# dense, one shared expert of the routed width, one MTP layer, padding 1280
+# dense, one shared expert of the routed width, one MTP layer, padding 1280; its
+# n_group 8 and topk_group 4 are moe_router_num_groups and moe_router_group_topk
+# (CONFIG_MAPPING)
 DEEPSEEK_V3 = {**_shape(61, 7168, 128, 128, 18432, 129280, multi_latent_attention=True,
                        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
                        qk_pos_emb_head_dim=64, v_head_dim=128, num_moe_experts=256,
                        moe_router_topk=8, moe_ffn_hidden_size=2048,
+                       moe_router_num_groups=8, moe_router_group_topk=4,
                        moe_shared_expert_intermediate_size=2048,
                        moe_layer_freq=[0] * 3 + [1] * 58, mtp_num_layers=1),
                "make_vocab_size_divisible_by": 1280}

@@ -242,6 +242,21 @@ def gpus(d: Draft, given: int | None, source: tuple | None) -> None:
                  "smallest data-parallel width the plan allows (a multiple of ep; --gpus N)")
 
 
+def group_limit(d: Draft, groups: int | None, limit: int | None, groups_name: str,
+                limit_name: str) -> None:
+    """DeepSeek's group-limited routing (a token's top-k experts from at most `limit`
+    of `groups` expert groups: HF's topk_group of n_group, Megatron's
+    --moe-router-group-topk of --moe-router-num-groups, MaxText's topk_routing_group
+    of n_routing_groups) as parallel.moe_node_limit, each group taken as a node's
+    experts; `*_name` are the source's keys. Unset, -1 or not below `groups`: no limit."""
+    if groups and limit and 0 < limit < groups:
+        d.assume("parallel.moe_node_limit", limit,
+                 f"{limit_name} {limit} of {groups_name} {groups}: a token's experts come from "
+                 f"at most {limit} of {groups} expert groups, taken as one group per node "
+                 "(DeepSeek-V3: at most 4 of the 8 nodes holding its experts); another layout "
+                 "bounds otherwise (--set parallel.moe_node_limit=M)")
+
+
 def tokens(d: Draft, steps, what: str) -> None:
     """training.tokens = steps x global batch x sequence, where the source gives steps."""
     batch, seq = d.get("training.global_batch"), d.get("model.seq_len")

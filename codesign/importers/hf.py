@@ -133,13 +133,8 @@ def _moe(t: c.Tree, d: c.Draft, layers: int, ffn: int) -> None:
         d.assume("model.shared_experts", max(1, round(shared_width / width)),
                  f"shared_expert_intermediate_size {shared_width} as shared experts of the "
                  f"routed width {width}")
-    groups, limit = t.count("n_group", lo=0), t.count("topk_group", lo=0)
-    if groups and limit and limit < groups:  # DeepSeek's group-limited routing
-        d.assume("parallel.moe_node_limit", limit,
-                 f"topk_group {limit} of n_group {groups}: a token's experts come from at most "
-                 f"{limit} of {groups} expert groups, taken as one group per node (DeepSeek-V3: "
-                 "at most 4 of the 8 nodes holding its experts); another layout bounds "
-                 "otherwise (--set parallel.moe_node_limit=M)")
+    c.group_limit(d, t.count("n_group", lo=0), t.count("topk_group", lo=0), "n_group",
+                  "topk_group")
 
 
 def _routed_layers(layers: int, dense_first: int, dense_only: set, freq: int | None,

@@ -174,11 +174,8 @@ def _moe(t: Merged, d: c.Draft, layers: int, mlp_scale: int) -> None:
     shared = t.count("shared_experts", lo=0)
     if shared:
         d.put("model.shared_experts", shared)
-    groups, limit = t.count("n_routing_groups", lo=-1), t.count("topk_routing_group", lo=-1)
-    if groups and limit and 0 < limit < groups:  # DeepSeek's group-limited routing
-        d.assume("parallel.moe_node_limit", limit, f"topk_routing_group {limit} of "
-                 f"n_routing_groups {groups}: a token's experts come from at most {limit} "
-                 "expert groups, taken as one group per node (--set parallel.moe_node_limit=M)")
+    c.group_limit(d, t.count("n_routing_groups", lo=-1), t.count("topk_routing_group", lo=-1),
+                  "n_routing_groups", "topk_routing_group")
 
 
 def _window(t: Merged, d: c.Draft, block: str, kind: str, layers: int) -> None:

@@ -15,8 +15,31 @@ from ..units import format_bytes
 from . import _common as c
 from . import _kinds
 
-# switches (flags without a value) the reader reads
+# Issue 54's software settings (the step model's keys for them are not fixed yet): the
+# name issue 54 gives each -> (Megatron-LM's flag, Megatron-Bridge's ConfigContainer key).
+# Not read: each one given is named on an `# ignored` line, never dropped or refused.
+SOFTWARE_FLAGS = {
+    "moe_token_dispatcher_type": ("--moe-token-dispatcher-type",
+                                  "model.moe_token_dispatcher_type"),
+    "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend",
+                                    "model.moe_flex_dispatcher_backend"),
+    "cuda_graph_impl": ("--cuda-graph-impl", "model.cuda_graph_impl"),
+    "cuda_graph_scope": ("--cuda-graph-scope", "model.cuda_graph_scope"),
+    "moe_router_fusion": ("--moe-router-fusion", "model.moe_router_fusion"),
+    "moe_permute_fusion": ("--moe-permute-fusion", "model.moe_permute_fusion"),
+    # Bridge's perf scripts' --moe_a2a_overlap sets comm_overlap's key
+    "moe_a2a_overlap": ("--overlap-moe-expert-parallel-comm",
+                        "comm_overlap.overlap_moe_expert_parallel_comm"),
+    "moe_expert_capacity_factor": ("--moe-expert-capacity-factor",
+                                   "model.moe_expert_capacity_factor"),
+    "pipeline_model_parallel_layout": ("--pipeline-model-parallel-layout",
+                                       "model.pipeline_model_parallel_layout"),
+    "recompute_modules": ("--recompute-modules", "model.recompute_modules"),
+    "fp8_recipe": ("--fp8-recipe", "mixed_precision.fp8_recipe"),
+}
+# switches (flags without a value) the reader reads, or knows to take no value
 SWITCHES = frozenset({
+    "--moe-router-fusion", "--moe-permute-fusion", "--overlap-moe-expert-parallel-comm",
     "--sequence-parallel", "--swiglu", "--untie-embeddings-and-output-weights",
     "--group-query-attention", "--bf16", "--fp16", "--use-distributed-optimizer",
     "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
@@ -472,6 +495,9 @@ def _moe(f: Flags, d: c.Draft, layers: int, ffn: int, experts: int, default: str
             f"no {n('--moe-router-topk')} ({default})")
     width = f.count("--moe-ffn-hidden-size", ffn)
     d.put("model.expert_ffn_hidden", width)
+    c.group_limit(d, f.count("--moe-router-num-groups", lo=0),
+                  f.count("--moe-router-group-topk", lo=0), n("--moe-router-num-groups"),
+                  n("--moe-router-group-topk"))
     shared = f.count("--moe-shared-expert-intermediate-size", lo=0)
     if shared:
         d.assume("model.shared_experts", max(1, round(shared / width)),

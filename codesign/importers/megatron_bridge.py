@@ -195,7 +195,10 @@ def _set(tree: dict, key: str, value, where: str) -> None:
     """`key` (dotted) = `value` in the ConfigContainer `tree`; a section that is not
     the ConfigContainer's, or a required section set to a non-mapping, is an error.
     A mixed-precision recipe name under a key of its own is the recipe's fields."""
-    parts = key.split(".")
+    parts = key.split(".", _files.MAX_DEPTH)  # past the cap: refused below, not split on
+    if len(parts) > _files.MAX_DEPTH:
+        raise ValueError(f"{where}: {c.shown(key)} nests past {_files.MAX_DEPTH} levels; "
+                         "a ConfigContainer key has a few")
     if parts[0] not in SECTIONS or "" in parts:
         raise ValueError(f"{where}: {key}={c.shown(value)}: {parts[0]!r} is not a "
                          f"ConfigContainer field ({', '.join(SECTIONS)})")
@@ -369,8 +372,10 @@ def _precision(tree: dict, where: str, a: _Arguments) -> bool:
     a.give("--accumulate-allreduce-grads-in-fp32", name("grad_reduce_in_fp32"),
            reduce32 and (bf16 or fp16))
     a.give("--grad-reduce-in-bf16", name("grad_reduce_in_fp32"), bf16 and not reduce32)
-    a.mark(name("fp8_recipe"))
-    return fp8 not in (None, False) and fields.get("fp8_recipe") == "mxfp8"
+    mxfp8 = fp8 not in (None, False) and fields.get("fp8_recipe") == "mxfp8"
+    if mxfp8:  # read as the fp8 recipe's kind; any other fp8_recipe is listed as ignored
+        a.mark(name("fp8_recipe"))
+    return mxfp8
 
 
 def _sharding(tree: dict, a: _Arguments) -> None:
