@@ -60,8 +60,8 @@ WHAT = {"megatron": "Megatron arguments file", "nemo": "NeMo recipe",
         "torchtitan": "torchtitan job file", "hf": "Hugging Face config",
         "megatron-bridge": "Megatron-Bridge recipe", "maxtext": "MaxText config"}
 
-__all__ = ["DEFAULT_SYSTEM", "FILE_KINDS", "IMPORTERS", "KINDS", "MODULES", "WHAT", "WORDS", "Imported",
-           "from_file", "hf", "maxtext_words", "megatron", "megatron_bridge_words",
+__all__ = ["DEFAULT_SYSTEM", "FILE_KINDS", "IMPORTERS", "KINDS", "MODULES", "WHAT", "WORDS",
+           "Imported", "from_file", "hf", "maxtext_words", "megatron", "megatron_bridge_words",
            "modelzoo_arguments", "moe_layer_count", "nemo", "padded_vocab", "shell_arguments",
            "tokenizer_vocab", "torchtitan", "torchtitan_words"]
 
