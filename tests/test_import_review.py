@@ -193,7 +193,7 @@ def test_import_kind_help_prints_its_usage(capsys, kind):
 def test_set_with_a_space_is_named(capsys, argv):
     rc, out, err = _cli(capsys, *argv)
     assert (rc, out) == (2, "")
-    assert err.splitlines() == [f"codesign {argv[0]}: error: --set: takes KEY=VALUE, got "
+    assert err.splitlines() == [f"codesign {argv[0]}: error: --set takes KEY=VALUE, got "
                                 "'parallel.tp'"]
 
 

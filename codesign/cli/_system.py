@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 from .. import _checks
@@ -13,22 +12,12 @@ from ..units import GB, us
 from .presets import to_json
 
 
-def set_item(text: str) -> str:
-    """A --set word: KEY=VALUE, checked as it is read (`--set parallel.tp 2` would
-    take `parallel.tp` as --set's and `2` as the next argument's: named here, one
-    line); the key and value are the scenario loader's to read."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"takes KEY=VALUE, got {text!r}")  # argparse: "--set: "
-    return text
-
-
 def add_scenario_arguments(parser, set_example: str = "") -> None:
     """The scenario (optional, default `default`), `--set` and `--system`."""
     parser.add_argument("scenario", nargs="?", default=None,
                         help="TOML file or built-in name: " + ", ".join(BUILTIN)
                         + " (default: default)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        type=set_item,
                         help="override a scenario key (repeatable)" + set_example)
     parser.add_argument("--system", help="system preset name or system TOML (e.g. from "
                         "`codesign calibrate --out`)")

@@ -15,8 +15,7 @@ import tomllib
 from pathlib import Path
 
 from .. import importers, scenario
-from . import _output
-from ._system import set_item
+from . import _output, set_item
 
 # the command's own flags, also taken from among a Megatron argument list
 OWN = ("--out", "--system", "--gpus", "--set", "--var")
@@ -36,7 +35,9 @@ COMMON_USAGE = "[--out FILE.toml] [--system SYSTEM] [--gpus N] [--set SECTION.KE
 
 
 def add_arguments(parser, name) -> None:
-    parser.add_argument("kind", choices=importers.KINDS, metavar="KIND",
+    # KIND is checked in `run` (after the --set words: `--set parallel.tp 2 hf ...`
+    # would else name '2' as the kind)
+    parser.add_argument("kind", metavar="KIND",
                         help="megatron (arguments or a FILE holding them), nemo (RECIPE.yaml), "
                              "torchtitan (JOB.toml, or --module M --config C "
                              "[--section.key value ...]), hf (config.json), "
@@ -51,7 +52,7 @@ def add_arguments(parser, name) -> None:
     parser.add_argument("--gpus", metavar="N", help="the GPU count, where the source has none "
                         "or another")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        type=set_item, help="set a scenario key in the output (repeatable)")
+                        help="set a scenario key in the output (repeatable)")
     parser.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
                         help="megatron FILE: set a shell variable of the script (its "
                              "positional parameters too: --var 2=tokenizer.model; repeatable)")
@@ -94,13 +95,8 @@ def split_own(words: list[str]) -> tuple[dict, list[str]]:
                 if i + 1 >= len(words):
                     raise ValueError(f"{flag} needs a value")
                 value, i = words[i + 1], i + 1
-            if flag == "--set":
-                try:
-                    own[flag].append(set_item(value))
-                except argparse.ArgumentTypeError as e:  # as argparse says it
-                    raise ValueError(f"--set: {e}") from None
-            elif flag == "--var":
-                own[flag].append(value)
+            if flag in ("--set", "--var"):
+                own[flag].append(set_item(value) if flag == "--set" else value)
             else:
                 own[flag] = value
         else:
@@ -142,6 +138,9 @@ def imported(kind: str, source: list[str], gpus: int | None,
 
 
 def run(args, name) -> int:
+    if args.kind not in importers.KINDS:
+        raise ValueError(f"KIND: invalid choice {args.kind!r} (choose from "
+                         f"{', '.join(importers.KINDS)})")
     if any(w in HELP for w in args.source[:1]) or (
             args.kind != "megatron" and any(w in HELP for w in args.source)):
         sys.stdout.write(usage(args.kind))
