@@ -121,11 +121,14 @@ def imported(kind: str, source: list[str], gpus: int | None,
              system: dict | None, shell: dict | None = None) -> importers.Imported:
     """The import of `source` (the words after KIND, the command's flags taken out);
     `shell`: a Megatron script's variables (--var)."""
-    script = kind == "megatron" and len(source) == 1 and not source[0].startswith("-")
+    script = (kind == "megatron" and len(source) == 1 and not source[0].startswith("-")
+              and Path(source[0]).suffix not in (".yaml", ".yml"))  # a ModelZoo YAML: none
     if shell and not script:
+        what = importers.WHAT[kind] if kind != "megatron" else (
+            "the arguments" if len(source) != 1 or source[0].startswith("-")
+            else "a Megatron-MoE-ModelZoo YAML")
         raise ValueError(f"--var {next(iter(shell))}=...: --var sets the variables of a "
-                         "script (codesign import megatron FILE), not of "
-                         f"{'the arguments' if kind == 'megatron' else importers.WHAT[kind]}")
+                         f"script (codesign import megatron FILE), not of {what}")
     if kind in importers.WORDS:
         return importers.WORDS[kind](source, gpus=gpus, system=system)
     if len(source) == 1 and not source[0].startswith("-"):
@@ -141,8 +144,7 @@ def run(args, name) -> int:
     if args.kind not in importers.KINDS:
         raise ValueError(f"KIND: invalid choice {args.kind!r} (choose from "
                          f"{', '.join(importers.KINDS)})")
-    if any(w in HELP for w in args.source[:1]) or (
-            args.kind != "megatron" and any(w in HELP for w in args.source)):
+    if any(w in HELP for w in args.source):  # no source's own words are -h or --help
         sys.stdout.write(usage(args.kind))
         return 0
     own, source = split_own(args.source)
