@@ -18,7 +18,12 @@ assumptions, ignored names); `Imported.toml` renders it.
 
 A value the importer cannot read (a number that is not one, a shell variable or
 interpolation it cannot resolve, an unknown torchtitan flavor) is a one-line
-ValueError naming the source, the flag or key and the value. So is a hostile
+ValueError naming the source, the flag or key and the value; so is a file of
+another kind (`_kinds`: `codesign import maxtext config.json` names the Hugging
+Face config it is), a MaxText `base_config` or `model_name` leading out of the
+config's folder, and a Megatron-Bridge key nested past 32 levels. A Megatron
+script's shell variables may be given (`from_file(..., variables=)`, the
+command's `--var NAME=VALUE`); one left unset stays as written and is said. So is a hostile
 file: nesting past 32 levels, YAML aliases repeating more than 100,000 values, an
 integer of more than 1,000 digits (`_files.parse_json`, `parse_toml`,
 `parse_yaml`), shell expansions adding more than 1 MiB, a layer pattern past

@@ -219,7 +219,8 @@ def torchtitan(text: str, where: str, *, gpus: int | None = None,
 def torchtitan_words(words: list[str], *, gpus: int | None = None,
                      system: dict | None = None) -> c.Imported:
     """The scenario of a torchtitan job as its command line gives it: one path
-    ending in .toml is an old job file; else a registry entry (`--module M --config
+    ending in .toml (or naming a file) is an old job file (a file of another kind:
+    one line naming it); else a registry entry (`--module M --config
     C`, or run_train.sh's `MODULE=M CONFIG=C NGPU=N`) and its `--section.key value`
     overrides, over the entry's values over torchtitan's dataclass defaults."""
     if len(words) == 1 and (words[0].endswith(".toml") or (
