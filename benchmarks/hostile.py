@@ -1691,6 +1691,79 @@ def import_cases() -> list:
         Case("import/torchtitan registry entry unknown",
              ("import", "torchtitan", "--module", "llama3", "--config", "llama3_9000b"),
              expect=all_of(refused(), stderr_has("llama3_9000b"))),
+        *import_review_cases(),
+    ]
+
+
+def import_review_cases() -> list:
+    """`codesign import` against issue 56's review: a file of another kind (each
+    refused naming the kind it looks like), a MaxText path out of the config's
+    folder (refused naming key and value, the file unread), slices of no chips,
+    `--set KEY VALUE`, a Bridge key 10,000 deep, an unset shell variable where a
+    number is read: one line each; `import KIND --help`: the kind's usage, exit 0."""
+    maxtext = {"base.yml": "base_emb_dim: 64\n"}
+    bridge = ("model:\n  tensor_model_parallel_size: 2\ntrain:\n  train_iters: 5\n"
+              "optimizer:\n  lr: 0.001\n")
+
+    def case(name, argv, files=None, expect=None, quick=True):
+        return Case(f"import/{name}", ("import", *argv), files=files or {},
+                    memory_bytes=LOAD_MEMORY_BYTES, timeout_s=LOAD_TIMEOUT_S,
+                    expect=expect, quick=quick)
+
+    def kind(name, importer, file, text, looks_like, *extra):
+        return case(f"{importer} given {name}", (importer, *extra, file), {file: text},
+                    all_of(refused(), stderr_has(f"looks like {looks_like}"), lines_at_most()))
+
+    def unread(o: Outcome) -> str | None:  # nothing of the file outside is shown
+        return "a line of /etc/passwd is shown" if "root:" in o.stderr + o.stdout else None
+
+    def usage(k: str) -> Callable:
+        def check(o: Outcome) -> str | None:
+            if o.rc != cli.OK:
+                return f"exit {o.rc}, not 0"
+            return None if o.stdout.startswith(f"usage: codesign import {k} ") else \
+                "no usage line"
+        return check
+
+    deep = "model." + ".".join(["a"] * 10_000) + "=1"
+    return [
+        kind("a config.json", "maxtext", "config.json", _HF + "}", "a Hugging Face config.json"),
+        kind("a NeMo recipe", "maxtext", "r.yaml", _NEMO, "a NeMo recipe"),
+        kind("a Megatron-Bridge override", "maxtext", "o.yaml", bridge,
+             "a Megatron-Bridge override file"),
+        kind("a MaxText config", "hf", "base.yml", "base_emb_dim: 64\nbase_mlp_dim: 128\n",
+             "a MaxText config"),
+        kind("a torchtitan job", "megatron", "job.toml", _TITAN, "a torchtitan job file"),
+        kind("a Megatron script", "torchtitan", "run.sh", _MEGATRON + "\n",
+             "a Megatron-LM argument file"),
+        kind("a NeMo recipe", "megatron-bridge", "r.yaml", _NEMO, "a NeMo recipe",
+             "llama3_8b_pretrain_config"),
+        case("maxtext base_config: /etc/passwd", ("maxtext", "run.yml"),
+             {"run.yml": "base_config: /etc/passwd\n"},
+             all_of(refused(), stderr_has("base_config='/etc/passwd' leads out"), unread)),
+        case("maxtext base_config up and out", ("maxtext", "run.yml"),
+             {"run.yml": "base_config: ../../../../../../etc/passwd\n"},
+             all_of(refused(), stderr_has("base_config="), unread)),
+        case("maxtext model_name=../../..", ("maxtext", "base.yml", "model_name=../../.."),
+             maxtext, all_of(refused(), stderr_has("model_name='../../..' is not a model name"))),
+        case("maxtext compile_topology=v5e-0", ("maxtext", "base.yml", "compile_topology=v5e-0"),
+             maxtext, all_of(refused(), stderr_has("compile_topology='v5e-0'"))),
+        case("maxtext num_slices=0", ("maxtext", "base.yml", "num_slices=0"), maxtext,
+             all_of(refused(), stderr_has("num_slices=0"))),
+        case("--set with a space", ("hf", "config.json", "--set", "parallel.tp", "2"),
+             {"config.json": _HF + "}"},
+             all_of(refused(), stderr_has("--set takes KEY=VALUE, got 'parallel.tp'"))),
+        Case("import/estimate --set with a space", ("estimate", "--set", "parallel.tp", "2"),
+             expect=all_of(refused(), stderr_has("--set takes KEY=VALUE, got 'parallel.tp'")),
+             quick=True),
+        case("megatron-bridge key 10,000 deep", ("megatron-bridge", "llama3_8b_pretrain_config",
+                                                 deep),
+             expect=all_of(refused(), stderr_has("nests past 32 levels"), lines_at_most())),
+        case("megatron script with --num-layers an unset variable", ("megatron", "run.sh"),
+             {"run.sh": _MEGATRON.replace("--num-layers 2", "--num-layers $NL") + "\n"},
+             all_of(refused(), stderr_has("--num-layers='$NL'", "--var NAME=VALUE"))),
+        *(case(f"{k} --help", (k, "--help"), expect=usage(k)) for k in
+          ("megatron", "nemo", "torchtitan", "hf", "megatron-bridge", "maxtext")),
     ]
 
 

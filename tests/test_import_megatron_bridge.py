@@ -14,7 +14,9 @@ import pytest
 
 from codesign import importers, scenario, workload
 from codesign.cli import main
-from codesign.importers.megatron_bridge import ALIASES, RECIPES, megatron_bridge_words
+from codesign.importers._bridge_recipes import PERF
+from codesign.importers.megatron import SOFTWARE_FLAGS
+from codesign.importers.megatron_bridge import ALIASES, RECIPES, _pairs, megatron_bridge_words
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
 BRIDGE = FIXTURES / "megatron_bridge"
@@ -49,7 +51,12 @@ def test_every_recipe_imports_to_a_scenario_that_loads(name):
     assert float(scn.system.gpus) == gpus  # the recipe's, said
     assert imported.assumed["system.gpus"].startswith(f"system.gpus = {gpus}: the recipe's")
     assert imported.tables["training"]["stack"] == "megatron"
-    assert imported.ignored == ()  # the recipe's every key is read
+    if not name.startswith(PERF):
+        assert imported.ignored == ()  # the recipe's every key is read
+    else:  # a perf recipe's software settings are named (issue 54's, not yet modelled)
+        given = {k for k, _ in _pairs(RECIPES[name], "")}
+        software = {key for _, key in SOFTWARE_FLAGS.values()}
+        assert given & software and given & software <= set(imported.ignored)
 
 
 def test_legacy_names_are_their_recipes():

@@ -189,10 +189,21 @@ def _traced_message(e: BaseException) -> str | None:
     return m.group(1).strip() if m else None
 
 
+def set_item(text: str) -> str:
+    """A --set word: KEY=VALUE, else one line naming it. `--set parallel.tp 2` gives
+    --set `parallel.tp` and the next argument `2` (a scenario named '2'): each
+    command's --set words are checked before it reads anything (`_run`)."""
+    if "=" not in text:
+        raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
+    return text
+
+
 def _run(module, args, name) -> int:
     """Run a sub-command and map what it raises to an exit code and one line."""
     debug = os.environ.get("CODESIGN_DEBUG", "") not in ("", "0")
     try:
+        for item in getattr(args, "set", None) or ():
+            set_item(item)
         _check_outputs(module, args)
         return int(module.run(args, name) or 0)
     except KeyboardInterrupt:

@@ -8,19 +8,36 @@ is written, so what the command prints `codesign estimate` reads."""
 from __future__ import annotations
 
 import argparse
+import inspect
+import re
 import sys
 import tomllib
 from pathlib import Path
 
 from .. import importers, scenario
-from . import _output
+from . import _output, set_item
 
 # the command's own flags, also taken from among a Megatron argument list
-OWN = ("--out", "--system", "--gpus", "--set")
+OWN = ("--out", "--system", "--gpus", "--set", "--var")
+HELP = ("-h", "--help")  # among the words after KIND: that kind's usage
+# each kind's SOURCE, as `codesign import KIND --help` shows it (its importer's own
+# description follows)
+USAGE = {
+    "megatron": "FILE [--var NAME=VALUE ...] | --flag value ...  (a shell script or text of "
+                "Megatron-LM arguments, a Megatron-MoE-ModelZoo YAML, or the arguments inline)",
+    "nemo": "RECIPE.yaml",
+    "torchtitan": "JOB.toml | --module M --config C [--section.key value ...]",
+    "hf": "config.json",
+    "megatron-bridge": "RECIPE [OVERRIDES.yaml ...] [key=value ...] [-tp N ...]",
+    "maxtext": "base.yml [models/X.yml ...] [model_name=X] [key=value ...]",
+}
+COMMON_USAGE = "[--out FILE.toml] [--system SYSTEM] [--gpus N] [--set SECTION.KEY=VALUE ...]"
 
 
 def add_arguments(parser, name) -> None:
-    parser.add_argument("kind", choices=importers.KINDS, metavar="KIND",
+    # KIND is checked in `run` (after the --set words: `--set parallel.tp 2 hf ...`
+    # would else name '2' as the kind)
+    parser.add_argument("kind", metavar="KIND",
                         help="megatron (arguments or a FILE holding them), nemo (RECIPE.yaml), "
                              "torchtitan (JOB.toml, or --module M --config C "
                              "[--section.key value ...]), hf (config.json), "
@@ -36,12 +53,38 @@ def add_arguments(parser, name) -> None:
                         "or another")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="set a scenario key in the output (repeatable)")
+    parser.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
+                        help="megatron FILE: set a shell variable of the script (its "
+                             "positional parameters too: --var 2=tokenizer.model; repeatable)")
+
+
+def usage(kind: str) -> str:
+    """`codesign import KIND --help`: the kind's usage, then its importer's own
+    description (the docstring of its module)."""
+    module = importers.MODULES[kind]
+    return (f"usage: codesign import {kind} {USAGE[kind]}\n"
+            f"       {COMMON_USAGE}\n\n{inspect.getdoc(module)}\n\n"
+            "--out FILE.toml writes the scenario there (default: print it); --system a "
+            "preset or system TOML; --gpus N the GPU count; --set SECTION.KEY=VALUE a "
+            "scenario key over the import (repeatable).\n")
+
+
+def variables(words: list[str]) -> dict:
+    """{NAME: VALUE} of the --var words."""
+    out = {}
+    for word in words:
+        name, eq, value = word.partition("=")
+        if not eq or not re.fullmatch(r"\w+", name):
+            raise ValueError(f"--var takes NAME=VALUE (a shell variable, or a positional "
+                             f"parameter 1, 2, ...), got {word!r}")
+        out[name] = value
+    return out
 
 
 def split_own(words: list[str]) -> tuple[dict, list[str]]:
     """The command's own flags (`OWN`, `--flag value` or `--flag=value`) out of the
     words after KIND, and the rest (the source)."""
-    own: dict = {"--set": []}
+    own: dict = {"--set": [], "--var": []}
     rest: list[str] = []
     i = 0
     while i < len(words):
@@ -52,8 +95,8 @@ def split_own(words: list[str]) -> tuple[dict, list[str]]:
                 if i + 1 >= len(words):
                     raise ValueError(f"{flag} needs a value")
                 value, i = words[i + 1], i + 1
-            if flag == "--set":
-                own["--set"].append(value)
+            if flag in ("--set", "--var"):
+                own[flag].append(set_item(value) if flag == "--set" else value)
             else:
                 own[flag] = value
         else:
@@ -75,12 +118,22 @@ def _count(flag: str, text: str | None) -> int | None:
 
 
 def imported(kind: str, source: list[str], gpus: int | None,
-             system: dict | None) -> importers.Imported:
-    """The import of `source` (the words after KIND, the command's flags taken out)."""
+             system: dict | None, shell: dict | None = None) -> importers.Imported:
+    """The import of `source` (the words after KIND, the command's flags taken out);
+    `shell`: a Megatron script's variables (--var)."""
+    script = (kind == "megatron" and len(source) == 1 and not source[0].startswith("-")
+              and Path(source[0]).suffix not in (".yaml", ".yml"))  # a ModelZoo YAML: none
+    if shell and not script:
+        what = importers.WHAT[kind] if kind != "megatron" else (
+            "the arguments" if len(source) != 1 or source[0].startswith("-")
+            else "a Megatron-MoE-ModelZoo YAML")
+        raise ValueError(f"--var {next(iter(shell))}=...: --var sets the variables of a "
+                         f"script (codesign import megatron FILE), not of {what}")
     if kind in importers.WORDS:
         return importers.WORDS[kind](source, gpus=gpus, system=system)
     if len(source) == 1 and not source[0].startswith("-"):
-        return importers.from_file(kind, source[0], gpus=gpus, system=system)
+        return importers.from_file(kind, source[0], gpus=gpus, system=system,
+                                   variables=shell)
     if kind == "megatron" and source:
         return importers.megatron(source, gpus=gpus, system=system)
     what = "a FILE or the arguments" if kind == "megatron" else f"one FILE ({importers.WHAT[kind]})"
@@ -88,6 +141,12 @@ def imported(kind: str, source: list[str], gpus: int | None,
 
 
 def run(args, name) -> int:
+    if args.kind not in importers.KINDS:
+        raise ValueError(f"KIND: invalid choice {args.kind!r} (choose from "
+                         f"{', '.join(importers.KINDS)})")
+    if any(w in HELP for w in args.source):  # no source's own words are -h or --help
+        sys.stdout.write(usage(args.kind))
+        return 0
     own, source = split_own(args.source)
     out, spec = own.get("--out", args.out), own.get("--system", args.system)
     gpus = _count("--gpus", own.get("--gpus", args.gpus))
@@ -97,7 +156,7 @@ def run(args, name) -> int:
     if spec:
         scenario.system(spec)  # a preset or system file that does not load: named here
     system = scenario.system_table(spec) if spec else None
-    result = imported(args.kind, source, gpus, system)
+    result = imported(args.kind, source, gpus, system, variables([*args.var, *own["--var"]]))
     result = result.with_overrides([scenario.parse_override(s) for s in sets])
     where = result.where if result.where != "megatron arguments" else "the arguments"
     text = result.toml(f"codesign import {args.kind}: {where}", sets)

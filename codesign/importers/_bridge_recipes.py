@@ -32,6 +32,8 @@ def _shape(layers: int, hidden: int, heads: int, groups: int, ffn: int, vocab: i
 LLAMA3_8B = _shape(32, 4096, 32, 8, 14336, 128256)  # meta-llama/Meta-Llama-3-8B
 LLAMA3_70B = _shape(80, 8192, 64, 8, 28672, 128256)  # meta-llama/Meta-Llama-3-70B
 LLAMA31_405B = _shape(126, 16384, 128, 8, 53248, 128256)  # meta-llama/Meta-Llama-3.1-405B
+# meta-llama/Llama-3.2-1B: its config.json ties the embeddings (tie_word_embeddings)
+LLAMA32_1B = {**_shape(16, 2048, 32, 8, 8192, 128256), "share_embeddings_and_output_weights": True}
 QWEN3_8B = _shape(36, 4096, 32, 8, 12288, 151936, kv_channels=128)  # Qwen/Qwen3-8B
 QWEN3_32B = _shape(64, 5120, 64, 8, 25600, 151936, kv_channels=128)  # Qwen/Qwen3-32B
 # Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B: routed experts in every layer, no shared one
@@ -41,11 +43,14 @@ QWEN3_235B_A22B = _shape(94, 4096, 64, 4, 12288, 151936, kv_channels=128, num_mo
                          moe_router_topk=8, moe_ffn_hidden_size=1536)
 # deepseek-ai/DeepSeek-V3, with the DeepSeek-V3 bridge's own keys
 # (src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py): the first 3 layers
-# dense, one shared expert of the routed width, one MTP layer, padding 1280
+# dense, one shared expert of the routed width, one MTP layer, padding 1280; its
+# n_group 8 and topk_group 4 are moe_router_num_groups and moe_router_group_topk
+# (CONFIG_MAPPING)
 DEEPSEEK_V3 = {**_shape(61, 7168, 128, 128, 18432, 129280, multi_latent_attention=True,
                        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
                        qk_pos_emb_head_dim=64, v_head_dim=128, num_moe_experts=256,
                        moe_router_topk=8, moe_ffn_hidden_size=2048,
+                       moe_router_num_groups=8, moe_router_group_topk=4,
                        moe_shared_expert_intermediate_size=2048,
                        moe_layer_freq=[0] * 3 + [1] * 58, mtp_num_layers=1),
                "make_vocab_size_divisible_by": 1280}
@@ -169,6 +174,9 @@ RECIPES = {
         LLAMA3_70B, 65536, _plan(tp=8, pp=4, cp=8, sp=True), tp_overlap=True),
     "llama31_405b_pretrain_256gpu_h100_bf16_config": _llama(
         LLAMA31_405B, 131072, _plan(tp=8, pp=8, vp=2, cp=4, sp=True), tp_overlap=True),
+    # the tutorial's (tutorials/recipes/llama/02_pretrain_with_yaml.py runs it, as
+    # llama32_1b_pretrain_config, under conf/llama32_1b_pretrain.yaml)
+    "llama32_1b_pretrain_1gpu_h100_bf16_config": _llama(LLAMA32_1B, 8192, _plan()),
     # src/megatron/bridge/recipes/qwen/h100/qwen3.py (the 16-GPU 8B starts from the 4-GPU)
     "qwen3_8b_pretrain_4gpu_h100_bf16_config": _recipe(
         {**QWEN3_8B, **_plan(tp=4, seq=4096)}, _hf("Qwen/Qwen3-8B")),
@@ -203,6 +211,7 @@ RECIPES = {
 # the legacy names (src/megatron/bridge/recipes/{llama/llama3,qwen/qwen3,qwen/qwen3_moe,
 # deepseek/deepseek_v3,gpt_oss/gpt_oss}.py import the functions above under them)
 ALIASES = {
+    "llama32_1b_pretrain_config": "llama32_1b_pretrain_1gpu_h100_bf16_config",
     "llama3_8b_pretrain_config": "llama3_8b_pretrain_2gpu_h100_bf16_config",
     "llama3_8b_low_precision_pretrain_config": "llama3_8b_pretrain_2gpu_h100_fp8cs_config",
     "llama3_8b_16k_pretrain_config": "llama3_8b_pretrain_16gpu_h100_bf16_16k_config",
@@ -222,3 +231,91 @@ ALIASES = {
         "gpt_oss_20b_pretrain_16gpu_h100_fp8cs_config",
     "gpt_oss_120b_pretrain_config": "gpt_oss_120b_pretrain_64gpu_h100_bf16_config",
 }
+
+
+# ------------------------------------------------------------------ perf recipes
+# The flat performance recipes (src/megatron/bridge/perf_recipes/, which replaced
+# scripts/performance/configs/): each starts from a library recipe above and sets
+# its plan, then `_benchmark_common` (perf_recipes/_common.py). Named PERF + the
+# function's name; a name only perf_recipes exports is an alias too (a name both
+# packages export is the library's here: train.sh --recipe runs the perf one).
+PERF = "perf_recipes."
+
+
+def _merged(base: dict, **sections) -> dict:
+    """`base` (a recipe) with `sections`' keys over its own, section by section."""
+    tree = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for section, body in sections.items():
+        if isinstance(body, dict) and isinstance(tree.get(section), dict):
+            tree[section].update(body)
+        else:
+            tree[section] = body
+    return tree
+
+
+def _benchmark(base: dict, model: dict, train: dict, precision: dict, **sections) -> dict:
+    """A perf recipe: `base`'s model with `model` over it, then _benchmark_common():
+    50 iterations, the checkpoint's vocabulary as set (use_tokenizer_vocab_size
+    off), gradients reduced in the recipe's width, RoPE and cross-entropy fusions.
+    `precision` is _perf_precision()'s MixedPrecisionConfig (grad_reduce_in_fp32 off)."""
+    return _merged(
+        base, model={**base["model"], **model, "apply_rope_fusion": True,
+                     "cross_entropy_fusion_impl": "te"},
+        train={**train, "train_iters": 50, "eval_iters": 0},
+        tokenizer={**sections.pop("tokenizer", {}), "use_tokenizer_vocab_size": False},
+        ddp={**sections.pop("ddp", {}), "grad_reduce_in_fp32": False},
+        mixed_precision={**precision, "grad_reduce_in_fp32": False}, **sections)
+
+
+PERF_BF16 = {"bf16": True}  # _perf_precision("bf16"): bf16_mixed()
+# _perf_precision("fp8_cs"): bf16_with_fp8_current_scaling_mixed(), all layers in fp8
+PERF_FP8CS = {"bf16": True, "fp8": "hybrid", "fp8_recipe": "tensorwise",
+              "first_last_layers_bf16": False}
+# perf_recipes/deepseek/common.py _deepseek_v3_common() and the 1024-GPU H100 plan
+# (perf_recipes/deepseek/h100/deepseek_v3.py), over the library's
+# deepseek_v3_pretrain_config
+_DEEPSEEK_V3_PERF = dict(
+    tensor_model_parallel_size=2, pipeline_model_parallel_size=8,
+    virtual_pipeline_model_parallel_size=4, context_parallel_size=1,
+    expert_model_parallel_size=64, sequence_parallel=True, moe_router_fusion=True,
+    recompute_granularity="selective", moe_router_force_load_balancing=True,
+    recompute_modules=["mla_up_proj", "mlp"], pipeline_model_parallel_layout="Et|(tt|)*30mL")
+# perf_recipes/llama/h100/llama3.py over the library's llama3_8b_pretrain_config
+_LLAMA3_8B_PERF = dict(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                       context_parallel_size=2, sequence_parallel=False, should_pad_vocab=True,
+                       moe_token_dispatcher_type="alltoall")
+
+
+def _deepseek_v3_perf(precision: dict) -> dict:
+    base = RECIPES["deepseek_v3_pretrain_1024gpu_h100_bf16_config"]
+    return _benchmark(base, _DEEPSEEK_V3_PERF, {"global_batch_size": 16384,
+                                                "micro_batch_size": 1}, precision,
+                      dataset={"seq_length": base["model"]["seq_length"]},
+                      dist={"enable_megatron_core_experimental": True},
+                      ddp={"overlap_grad_reduce": False},
+                      comm_overlap={"overlap_grad_reduce": False,
+                                    "overlap_param_gather_with_optimizer_step": True},
+                      optimizer={"overlap_param_gather_with_optimizer_step": True})
+
+
+def _llama3_8b_perf(precision: dict, cp: int, recompute: dict) -> dict:
+    base = RECIPES["llama3_8b_pretrain_2gpu_h100_bf16_config"]
+    return _benchmark(base, {**_LLAMA3_8B_PERF, "context_parallel_size": cp, **recompute},
+                      {"global_batch_size": 128, "micro_batch_size": 1}, precision,
+                      tokenizer={"vocab_size": 128256}, comm_overlap={"tp_comm_overlap": False})
+
+
+PERF_RECIPES = {
+    # src/megatron/bridge/perf_recipes/llama/h100/llama3.py
+    "llama3_8b_pretrain_8gpu_h100_bf16_config": _llama3_8b_perf(PERF_BF16, 2, {}),
+    "llama3_8b_pretrain_8gpu_h100_fp8cs_config": _llama3_8b_perf(
+        PERF_FP8CS, 1, dict(recompute_granularity="full", recompute_method="block",
+                            recompute_num_layers=5)),
+    # src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py
+    "deepseek_v3_pretrain_1024gpu_h100_bf16_config": _deepseek_v3_perf(PERF_BF16),
+    "deepseek_v3_pretrain_1024gpu_h100_fp8cs_config": _deepseek_v3_perf(PERF_FP8CS),
+}
+for _name, _tree in PERF_RECIPES.items():
+    RECIPES[PERF + _name] = _tree
+    if _name not in RECIPES:
+        ALIASES[_name] = PERF + _name

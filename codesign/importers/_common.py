@@ -147,7 +147,8 @@ def whole(where: str, name: str, value, lo: int = 1) -> int:
     if (not isinstance(number, float) or not math.isfinite(number) or number != int(number)
             or not lo <= number <= 2**53):
         raise bad(where, name, value, f"must be a whole number >= {lo}" + (
-            " (a shell expression or variable codesign does not resolve; give the value)"
+            " (a shell expression or variable codesign does not resolve; give the value,"
+            " or the variable's with --var NAME=VALUE)"
             if isinstance(value, str) and "$" in value else ""))
     return int(number)
 
@@ -239,6 +240,21 @@ def gpus(d: Draft, given: int | None, source: tuple | None) -> None:
         d.assume("system.gpus", tp * pp * cp * ep,
                  f"the source gives no GPU count: tp {tp} x pp {pp} x cp {cp} x dp {ep}, the "
                  "smallest data-parallel width the plan allows (a multiple of ep; --gpus N)")
+
+
+def group_limit(d: Draft, groups: int | None, limit: int | None, groups_name: str,
+                limit_name: str) -> None:
+    """DeepSeek's group-limited routing (a token's top-k experts from at most `limit`
+    of `groups` expert groups: HF's topk_group of n_group, Megatron's
+    --moe-router-group-topk of --moe-router-num-groups, MaxText's topk_routing_group
+    of n_routing_groups) as parallel.moe_node_limit, each group taken as a node's
+    experts; `*_name` are the source's keys. Unset, -1 or not below `groups`: no limit."""
+    if groups and limit and 0 < limit < groups:
+        d.assume("parallel.moe_node_limit", limit,
+                 f"{limit_name} {limit} of {groups_name} {groups}: a token's experts come from "
+                 f"at most {limit} of {groups} expert groups, taken as one group per node "
+                 "(DeepSeek-V3: at most 4 of the 8 nodes holding its experts); another layout "
+                 "bounds otherwise (--set parallel.moe_node_limit=M)")
 
 
 def tokens(d: Draft, steps, what: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import _files
 from . import _common as c
+from . import _kinds  # (its MaxText keys are this module's DEFAULTS: used at call time)
 
 WHAT = "MaxText config"
 OVERRIDES = "the key=value overrides"
@@ -83,12 +84,37 @@ def overrides(words: list[str]) -> dict:
     return out
 
 
-def chain(path: str) -> list[tuple[str, dict]]:
+def roots(files: list[str]) -> tuple[Path, ...]:
+    """The folders a config's own paths (base_config, the model file model_name
+    names) may lead into: the folder of each file named on the command line and,
+    where that folder lies in a MaxText configs folder (its parent holds base.yml),
+    that configs folder; each with its links resolved."""
+    out: dict = {}
+    for name in files:
+        folder = Path(name).resolve().parent
+        out[folder] = None
+        if (folder.parent / "base.yml").is_file():
+            out[folder.parent] = None
+    return tuple(out)
+
+
+def confined(path: Path, inside: tuple[Path, ...], given: tuple[str, ...]) -> bool:
+    """Whether `path` (its links resolved) is a file named on the command line
+    (`given`) or lies in one of the folders `inside`: a config cannot lead the
+    importer to read (and name the keys of) a file elsewhere."""
+    real = path.resolve()
+    return any(real == Path(g).resolve() for g in given) or any(
+        real.is_relative_to(root) for root in inside)
+
+
+def chain(path: str, inside: tuple[Path, ...] = (), given: tuple[str, ...] = ()
+          ) -> list[tuple[str, dict]]:
     """The config at `path` and the `base_config` files under it, root first
-    (MaxText's _load_config: a relative base_config beside the file)."""
+    (MaxText's _load_config: a relative base_config beside the file), each
+    `confined` to the folders `inside` (or a file `given` on the command line)."""
     chain: list[tuple[str, dict]] = []
     while True:
-        tree = c.yaml_mapping(_files.read_text(path, WHAT), path)
+        tree = _kinds.parsed("maxtext", _files.read_text(path, WHAT), path, c.yaml_mapping)
         chain.append((path, tree))
         parent = tree.get("base_config")
         if parent is None:
@@ -96,7 +122,11 @@ def chain(path: str) -> list[tuple[str, dict]]:
         if len(chain) >= MAX_BASE_CONFIGS:
             raise c.bad(path, "base_config", parent, f"makes a chain of more than "
                         f"{MAX_BASE_CONFIGS} configs (a cycle?)")
-        path = str(Path(path).parent / str(parent))
+        target = Path(path).parent / str(parent)
+        if inside and not confined(target, inside, given):
+            raise c.bad(path, "base_config", parent, "leads out of the config's folder; "
+                        "codesign reads a file elsewhere only when the command line names it")
+        path = str(target)
 
 
 def merged(files: list[str], overrides: dict) -> tuple[Merged, str]:
@@ -104,8 +134,9 @@ def merged(files: list[str], overrides: dict) -> tuple[Merged, str]:
     model_name names, the overrides, in that order: MaxText's) and the root
     base file (whose keys are MaxText's defaults)."""
     layers, seen = [], set()
+    inside = roots(files)
     for name in files:
-        for path, tree in chain(name):
+        for path, tree in chain(name, inside, tuple(files)):
             if Path(path).resolve() not in seen:
                 seen.add(Path(path).resolve())
                 layers.append((path, tree))
@@ -117,7 +148,8 @@ def merged(files: list[str], overrides: dict) -> tuple[Merged, str]:
     name = str(overrides.get("model_name", merged.get("model_name", "default")))
     name = name.replace("-Instruct", "")  # an instruction-tuned model's architecture is the base's
     if name != "default":
-        path, tree = model_file(name, files[0], root)
+        where = OVERRIDES if "model_name" in overrides else origin.get("model_name", root)
+        path, tree = model_file(name, files[0], root, inside, where)
         conflicts(merged, overrides, path, tree)
         merged.update(tree)
         origin.update(dict.fromkeys(tree, path))
@@ -132,15 +164,22 @@ def merged(files: list[str], overrides: dict) -> tuple[Merged, str]:
     return t, root
 
 
-def model_file(name: str, config: str, root: str) -> tuple[str, dict]:
+def model_file(name: str, config: str, root: str, inside: tuple[Path, ...] = (),
+               where: str = OVERRIDES) -> tuple[str, dict]:
     """models/NAME.yml beside the config, beside its folder, or beside the root
-    base file (pyconfig.py's search, the package's own folder being the last)."""
+    base file (pyconfig.py's search, the package's own folder being the last),
+    those `confined` to the folders `inside`; NAME is a name, not a path (`where`
+    set it)."""
+    if not name or re.search(r"[/\\]", name) or name in (".", ".."):
+        raise c.bad(where, "model_name", name, "is not a model name (models/NAME.yml beside "
+                    "the config); give a model file elsewhere by its path on the command line")
     folders = dict.fromkeys(str(Path(p) / "models") for p in (
         Path(config).parent, Path(config).parent.parent, Path(root).parent))
     for folder in folders:
         path = Path(folder) / f"{name}.yml"
-        if path.is_file():
-            return str(path), c.yaml_mapping(_files.read_text(path, WHAT), str(path))
+        if path.is_file() and (not inside or confined(path, inside, ())):
+            return str(path), _kinds.parsed("maxtext", _files.read_text(path, WHAT), str(path),
+                                            c.yaml_mapping)
     raise ValueError(f"model_name={name!r}: no {name}.yml in {' or '.join(folders)}")
 
 

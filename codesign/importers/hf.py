@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .. import _files, presets
 from . import _common as c
+from . import _kinds
 
 SEQ_LEN = 8192  # the training sequence assumed: at most the config's max_position_embeddings
 # model_type with a gated (gate/up/down) MLP, and without
@@ -38,7 +39,8 @@ LLAMA4_NOPE_INTERVAL = 4
 def hf(text: str, where: str, *, gpus: int | None = None,
        system: dict | None = None) -> c.Imported:
     """The scenario of a Hugging Face config.json: its model, on one node."""
-    cfg = _files.parse_json(text, where)  # nesting and numbers capped: one line naming it
+    # nesting and numbers capped; a file of another kind named: one line naming it
+    cfg = _kinds.parsed("hf", text, where, _files.parse_json)
     if not isinstance(cfg, dict):
         raise ValueError(f"{where} must hold a JSON object (a model's config.json)")
     t, d = c.Tree(cfg, where), c.Draft("hf", where)
@@ -131,13 +133,8 @@ def _moe(t: c.Tree, d: c.Draft, layers: int, ffn: int) -> None:
         d.assume("model.shared_experts", max(1, round(shared_width / width)),
                  f"shared_expert_intermediate_size {shared_width} as shared experts of the "
                  f"routed width {width}")
-    groups, limit = t.count("n_group", lo=0), t.count("topk_group", lo=0)
-    if groups and limit and limit < groups:  # DeepSeek's group-limited routing
-        d.assume("parallel.moe_node_limit", limit,
-                 f"topk_group {limit} of n_group {groups}: a token's experts come from at most "
-                 f"{limit} of {groups} expert groups, taken as one group per node (DeepSeek-V3: "
-                 "at most 4 of the 8 nodes holding its experts); another layout bounds "
-                 "otherwise (--set parallel.moe_node_limit=M)")
+    c.group_limit(d, t.count("n_group", lo=0), t.count("topk_group", lo=0), "n_group",
+                  "topk_group")
 
 
 def _routed_layers(layers: int, dense_first: int, dense_only: set, freq: int | None,

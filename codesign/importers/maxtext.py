@@ -174,11 +174,8 @@ def _moe(t: Merged, d: c.Draft, layers: int, mlp_scale: int) -> None:
     shared = t.count("shared_experts", lo=0)
     if shared:
         d.put("model.shared_experts", shared)
-    groups, limit = t.count("n_routing_groups", lo=-1), t.count("topk_routing_group", lo=-1)
-    if groups and limit and 0 < limit < groups:  # DeepSeek's group-limited routing
-        d.assume("parallel.moe_node_limit", limit, f"topk_routing_group {limit} of "
-                 f"n_routing_groups {groups}: a token's experts come from at most {limit} "
-                 "expert groups, taken as one group per node (--set parallel.moe_node_limit=M)")
+    c.group_limit(d, t.count("n_routing_groups", lo=-1), t.count("topk_routing_group", lo=-1),
+                  "n_routing_groups", "topk_routing_group")
 
 
 def _window(t: Merged, d: c.Draft, block: str, kind: str, layers: int) -> None:
@@ -232,6 +229,9 @@ def _system(t: Merged, d: c.Draft, table: dict | None) -> tuple[str, int | None]
     slice_size = None
     if topology:
         prefix, _, count = topology.rpartition("-")
+        if prefix in TOPOLOGIES and count.isdigit() and int(count) < TOPOLOGIES[prefix][1]:
+            raise c.bad(t.where, "compile_topology", topology, "names no chips: a slice "
+                        f"of {prefix} holds {TOPOLOGIES[prefix][1]} or more")
         if prefix not in TOPOLOGIES or not count.isdigit() or int(count) % TOPOLOGIES[prefix][1]:
             raise c.bad(t.where, "compile_topology", topology, "is not a TPU slice codesign has "
                         f"a preset for ({', '.join(p + '-N' for p in TOPOLOGIES)}); give "
@@ -304,6 +304,9 @@ def _mesh(t: Merged, d: c.Draft, gpus: int | None, preset: str,
     or the ICI axes' product, or one host in whole groups of the other ICI axes)."""
     axes = _axes(t)
     ici, dcn = _degrees(t, axes, "ici"), _degrees(t, axes, "dcn")
+    for name in ("num_slices", "compile_topology_num_slices"):
+        if t.count(name, lo=-1) == 0:  # -1: unset; a slice count of 0 runs nothing
+            raise c.bad(t.where_of(name), name, 0, "must be -1 (unset) or a whole number >= 1")
     key = "num_slices" if t.count("num_slices", lo=-1) > 0 else "compile_topology_num_slices"
     slices, why = t.count(key, lo=-1), f"{key} {t.count(key, lo=-1)}"
     if slices <= 0:
@@ -418,15 +421,28 @@ def _pipeline(t: Merged, d: c.Draft, pp: int, layers: int, decoder_layers: int) 
     micro-batch's forward, then their backward (autodiff of a scan): GPipe."""
     per_stage = t.count("num_layers_per_pipeline_stage")
     repeats = t.count("num_pipeline_repeats", lo=-1)
-    if repeats == -1 and decoder_layers % (pp * per_stage) == 0:
-        repeats = decoder_layers // (pp * per_stage)
-    if repeats < 1 or pp * per_stage * repeats != decoder_layers:
-        raise ValueError(f"{t.where_of('num_pipeline_repeats')}: the {decoder_layers} "
-                         "decoder layers must be "
+    # pipeline_parallel_layers (-1: every decoder layer) are pipelined; MaxText runs
+    # the others after the pipeline, data parallel over the stage axis
+    pipelined = t.count("pipeline_parallel_layers", lo=-1)
+    if pipelined == -1:
+        pipelined, what = decoder_layers, f"the {decoder_layers} decoder layers"
+    elif not 1 <= pipelined <= decoder_layers:
+        raise c.bad(t.where_of("pipeline_parallel_layers"), "pipeline_parallel_layers",
+                    pipelined, f"must be -1 (every layer) or 1 to the {decoder_layers} "
+                    "decoder layers")
+    else:
+        what = f"pipeline_parallel_layers {pipelined}"
+    if repeats == -1 and pipelined % (pp * per_stage) == 0:
+        repeats = pipelined // (pp * per_stage)
+    if repeats < 1 or pp * per_stage * repeats != pipelined:
+        raise ValueError(f"{t.where_of('num_pipeline_repeats')}: {what} must be "
                          f"ici/dcn_pipeline_parallelism {pp} x num_layers_per_pipeline_stage "
                          f"{per_stage} x num_pipeline_repeats (MaxText's rule)")
-    if t.count("pipeline_parallel_layers", lo=-1) not in (-1, decoder_layers):
-        d.assume("pipeline_parallel_layers", None, "codesign pipelines every layer")
+    if pipelined != decoder_layers:
+        d.assume("pipeline_parallel_layers", None, f"pipeline_parallel_layers {pipelined} of "
+                 f"the {decoder_layers} decoder layers: MaxText runs the other "
+                 f"{decoder_layers - pipelined} unpipelined, data parallel over the stage "
+                 "axis; codesign pipelines every layer")
     if repeats > 1:
         d.assume("parallel.schedule", "interleaved", f"MaxText's circular pipeline of "
                  f"{repeats} repeats: codesign's interleaved schedule")

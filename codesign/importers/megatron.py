@@ -5,6 +5,7 @@ recipe, translated to these flags (`importers.nemo`)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import shlex
 
@@ -12,14 +13,40 @@ from .. import plan, strategies
 from .._domains import MAX_GPUS
 from ..units import format_bytes
 from . import _common as c
+from . import _kinds
 
-# switches (flags without a value) the reader reads
+# Issue 54's software settings (the step model's keys for them are not fixed yet): the
+# name issue 54 gives each -> (Megatron-LM's flag, Megatron-Bridge's ConfigContainer key).
+# Not read: each one given is named on an `# ignored` line, never dropped or refused.
+SOFTWARE_FLAGS = {
+    "moe_token_dispatcher_type": ("--moe-token-dispatcher-type",
+                                  "model.moe_token_dispatcher_type"),
+    "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend",
+                                    "model.moe_flex_dispatcher_backend"),
+    "cuda_graph_impl": ("--cuda-graph-impl", "model.cuda_graph_impl"),
+    "cuda_graph_scope": ("--cuda-graph-scope", "model.cuda_graph_scope"),
+    "moe_router_fusion": ("--moe-router-fusion", "model.moe_router_fusion"),
+    "moe_permute_fusion": ("--moe-permute-fusion", "model.moe_permute_fusion"),
+    # Bridge's perf scripts' --moe_a2a_overlap sets comm_overlap's key
+    "moe_a2a_overlap": ("--overlap-moe-expert-parallel-comm",
+                        "comm_overlap.overlap_moe_expert_parallel_comm"),
+    "moe_expert_capacity_factor": ("--moe-expert-capacity-factor",
+                                   "model.moe_expert_capacity_factor"),
+    "pipeline_model_parallel_layout": ("--pipeline-model-parallel-layout",
+                                       "model.pipeline_model_parallel_layout"),
+    "recompute_modules": ("--recompute-modules", "model.recompute_modules"),
+    "fp8_recipe": ("--fp8-recipe", "mixed_precision.fp8_recipe"),
+}
+# switches (flags without a value) the reader reads, or knows to take no value
 SWITCHES = frozenset({
+    "--moe-router-fusion", "--moe-permute-fusion", "--overlap-moe-expert-parallel-comm",
     "--sequence-parallel", "--swiglu", "--untie-embeddings-and-output-weights",
     "--group-query-attention", "--bf16", "--fp16", "--use-distributed-optimizer",
     "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
     "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp", "--tp-comm-overlap",
     "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"})
+# the model's shape: an argument list without any of them is not a model's (`read`)
+SHAPE_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads")
 # --attention-backend -> model.attention_kernel
 ATTENTION_BACKENDS = {"flash": "flash", "fused": "flash", "unfused": "naive", "local": "naive"}
 # --data-parallel-sharding-strategy (Megatron FSDP) -> parallel.zero
@@ -28,8 +55,10 @@ SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3
 MLA = (("q_lora_rank", "--q-lora-rank", 0), ("kv_lora_rank", "--kv-lora-rank", 32),
        ("qk_head_dim", "--qk-head-dim", 128), ("qk_rope_head_dim", "--qk-pos-emb-head-dim", 64),
        ("v_head_dim", "--v-head-dim", 128))
-_VAR = re.compile(r"\$(?:\{(\w+)(?::?-([^}]*))?\}|(\w+))")
-_PLAIN_VAR = re.compile(r"\$()()(\w+)")  # `_VAR`'s groups, `$NAME` only
+_VAR = re.compile(r"\$(?:\{(?P<braced>\w+)(?::?-(?P<default>[^}]*))?\}|(?P<plain>\w+))")
+_PLAIN_VAR = re.compile(r"\$(?P<plain>\w+)")  # `$NAME` only
+# a variable left unset in a flag's value (`$NAME`, `${NAME}`): its text stays
+UNSET = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
 # what `$NAME` expansions may add to a script, all together: a script's arguments
 # are a few KiB; `A=$A$A` forty times over would be a TiB
@@ -45,14 +74,14 @@ class _Overflow(Exception):
 
 
 def _expand(text: str, env: dict, room: int) -> tuple[str, int]:
-    """`$NAME`, `${NAME}` and `${NAME:-default}` from `env` (others stay), and what
+    """`$NAME`, `${NAME}` and `${NAME:-default}` from `env` (unset ones stay as
+    written, so that a flag they give names them), and what
     is left of `room`, the characters expansions may still add; past it, _Overflow
     naming the variable (raised before the text is built)."""
     def sub(m):
         nonlocal room
-        name = m.group(1) or m.group(3)
-        value = env[name] if name in env else (
-            m.group(2) if m.group(2) is not None else m.group(0))
+        name, default = m["plain"] or m["braced"], m.groupdict().get("default")
+        value = env[name] if name in env else (default if default is not None else m.group(0))
         room -= max(0, len(value) - len(m.group(0)))
         if room < 0:
             raise _Overflow(name)
@@ -64,18 +93,22 @@ def _expand(text: str, env: dict, room: int) -> tuple[str, int]:
     return head + _PLAIN_VAR.sub(sub, text[cut:]), room
 
 
-def shell_arguments(text: str, where: str) -> list[str]:
+def shell_arguments(text: str, where: str, variables: dict | None = None) -> list[str]:
     """The words of a shell script or text holding Megatron arguments: line
     continuations joined, comments dropped, `NAME=value` assignments (strings and
     arrays of arguments too) followed, `$NAME` / `${NAME:-default}` expanded, the
     expansions adding at most EXPANSION_LIMIT characters in all (else a one-line
-    error naming the file and the variable)."""
+    error naming the file and the variable). `variables` (`--var NAME=VALUE`: the
+    script's positional parameters `1`, `2`, ... too) are set before the script
+    runs and stand over its own assignments of them; a variable left unset stays
+    as written (`$2`), which only a flag the model reads refuses."""
     lines = [re.sub(r"(^|\s)#.*$", "", line) for line in text.replace("\\\n", " ").split("\n")]
     try:
         words = shlex.split("\n".join(lines))
     except ValueError as e:
         raise ValueError(f"{where} cannot be read as shell words ({e})") from None
-    env: dict = {}
+    given = dict(variables or {})
+    env: dict = dict(given)
     out: list[str] = []
     room = EXPANSION_LIMIT
     try:
@@ -84,7 +117,8 @@ def shell_arguments(text: str, where: str) -> list[str]:
             if m:
                 value, room = _expand(m.group(2), env, room)
                 value = value[1:] if value.startswith("(") else value  # NAME=( opens an array
-                env[m.group(1)] = value
+                if m.group(1) not in given:  # --var's value stands
+                    env[m.group(1)] = value
                 out += value.split()  # a string of arguments: its words count too
             elif word not in ("(", ")"):
                 expanded, room = _expand(word, env, room)
@@ -99,7 +133,7 @@ def shell_arguments(text: str, where: str) -> list[str]:
 def modelzoo_arguments(text: str, where: str) -> list[str]:
     """The arguments of a Megatron-MoE-ModelZoo YAML: `MODEL_ARGS` (or the top
     level) maps `--flag` to a value; true is the bare switch, false leaves it out."""
-    tree = c.yaml_mapping(text, where)
+    tree = _kinds.parsed("megatron", text, where, c.yaml_mapping)
     args = tree.get("MODEL_ARGS", tree)
     if not isinstance(args, dict):
         raise ValueError(f"{where}: MODEL_ARGS must map --flags to values")
@@ -267,8 +301,18 @@ def _int_literal(node) -> int:
 # ----------------------------------------------------------------- reading
 def megatron(words: list[str], where: str = "megatron arguments", *, gpus: int | None = None,
              system: dict | None = None) -> c.Imported:
-    """The scenario of a Megatron-LM argument list (words, as a shell splits them)."""
-    return read(Flags(words, where), "megatron", gpus=gpus, system=system)
+    """The scenario of a Megatron-LM argument list (words, as a shell splits them);
+    shell variables left unset in it are said (what they give is not read unless a
+    flag the model reads needs it: that flag names it)."""
+    flags = Flags(words, where)
+    imported = read(flags, "megatron", gpus=gpus, system=system)
+    unset = list(dict.fromkeys(a or b for value in flags.values.values() if value is not True
+                               for a, b in UNSET.findall(str(value))))
+    if not unset:
+        return imported
+    return dataclasses.replace(imported, assumed={**imported.assumed, "shell variables": (
+        f"shell variables {', '.join('$' + v for v in unset)} unset: codesign reads no "
+        "number from the flags that hold them (--var NAME=VALUE sets one)")})
 
 
 def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = None,
@@ -276,8 +320,7 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
     """The scenario of Megatron arguments `f` (`default` names whose defaults
     the absent ones take, in the assumptions)."""
     d, n = c.Draft(kind, f.where), f.name
-    missing = [n(x) for x in ("--num-layers", "--hidden-size", "--num-attention-heads")
-               if f.get(x) is None]
+    missing = [n(x) for x in SHAPE_FLAGS if f.get(x) is None]
     if missing:
         raise ValueError(f"{f.where}: {', '.join(missing)} missing (the model's shape)")
     layers = f.count("--num-layers")
@@ -452,6 +495,9 @@ def _moe(f: Flags, d: c.Draft, layers: int, ffn: int, experts: int, default: str
             f"no {n('--moe-router-topk')} ({default})")
     width = f.count("--moe-ffn-hidden-size", ffn)
     d.put("model.expert_ffn_hidden", width)
+    c.group_limit(d, f.count("--moe-router-num-groups", lo=0),
+                  f.count("--moe-router-group-topk", lo=0), n("--moe-router-num-groups"),
+                  n("--moe-router-group-topk"))
     shared = f.count("--moe-shared-expert-intermediate-size", lo=0)
     if shared:
         d.assume("model.shared_experts", max(1, round(shared / width)),

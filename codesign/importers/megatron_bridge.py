@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 from .. import _files
 from . import _common as c
+from . import _kinds
 from ._bridge_recipes import ALIASES, RECIPES
 from .megatron import SWITCHES, Flags, read
 from .nemo import LISTS, RENAMED, _Names
 
 DEFAULT = "Megatron-Bridge's default"
-# ConfigContainer's fields (src/megatron/bridge/training/config.py, class ConfigContainer)
-SECTIONS = ("env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer",
-            "optimizer_config_override_provider", "ddp", "validation", "scheduler",
-            "dataset", "logger", "tokenizer", "checkpoint", "dist", "ft", "straggler",
-            "nvrx_straggler", "profiling", "peft", "comm_overlap", "mixed_precision",
-            "tensor_inspect", "inprocess_restart")
+SECTIONS = _kinds.BRIDGE_SECTIONS  # ConfigContainer's fields
 REQUIRED = ("model", "train", "dataset")  # sections that must stay mappings
 # mixed-precision recipes by name (src/megatron/bridge/training/mixed_precision.py; each
 # is registered with hyphens too): (16-bit width, fp8 format, grad_reduce_in_fp32)
@@ -83,6 +80,12 @@ def megatron_bridge_words(words: list[str], *, gpus: int | None = None,
     the recipe in the order given."""
     recipe, sources, launch = _parse(words)
     name = ALIASES.get(recipe, recipe)
+    if name not in RECIPES and Path(recipe).is_file():  # a file where the recipe goes
+        text = _files.read_text(recipe, "Megatron-Bridge override file")
+        other = _kinds.text_kind(text, recipe)
+        raise ValueError(f"megatron-bridge: {c.shown(recipe)} is a file, not a recipe function"
+                         + (f"; it looks like {_kinds.NAMED[other]}" if other else "")
+                         + " (codesign import megatron-bridge RECIPE [OVERRIDES.yaml ...])")
     if name not in RECIPES:
         raise ValueError(f"megatron-bridge: recipe {c.shown(recipe)} is not one codesign "
                          f"restates (known: {', '.join([*RECIPES, *ALIASES])})")
@@ -145,7 +148,7 @@ def _yaml_file(path: str) -> list:
         text = _files.read_text(path, "Megatron-Bridge override file")
     except FileNotFoundError as e:  # a word that names no file: one line, as any value
         raise ValueError(f"megatron-bridge: {e}") from None
-    tree = _files.parse_yaml(text, path)
+    tree = _kinds.parsed("megatron-bridge", text, path, _files.parse_yaml)
     if tree is None:
         raise ValueError(f"{path} is empty: a Megatron-Bridge override file holds "
                          "ConfigContainer keys (model:, train:, ...)")
@@ -192,7 +195,10 @@ def _set(tree: dict, key: str, value, where: str) -> None:
     """`key` (dotted) = `value` in the ConfigContainer `tree`; a section that is not
     the ConfigContainer's, or a required section set to a non-mapping, is an error.
     A mixed-precision recipe name under a key of its own is the recipe's fields."""
-    parts = key.split(".")
+    parts = key.split(".", _files.MAX_DEPTH)  # past the cap: refused below, not split on
+    if len(parts) > _files.MAX_DEPTH:
+        raise ValueError(f"{where}: {c.shown(key)} nests past {_files.MAX_DEPTH} levels; "
+                         "a ConfigContainer key has a few")
     if parts[0] not in SECTIONS or "" in parts:
         raise ValueError(f"{where}: {key}={c.shown(value)}: {parts[0]!r} is not a "
                          f"ConfigContainer field ({', '.join(SECTIONS)})")
@@ -366,8 +372,10 @@ def _precision(tree: dict, where: str, a: _Arguments) -> bool:
     a.give("--accumulate-allreduce-grads-in-fp32", name("grad_reduce_in_fp32"),
            reduce32 and (bf16 or fp16))
     a.give("--grad-reduce-in-bf16", name("grad_reduce_in_fp32"), bf16 and not reduce32)
-    a.mark(name("fp8_recipe"))
-    return fp8 not in (None, False) and fields.get("fp8_recipe") == "mxfp8"
+    mxfp8 = fp8 not in (None, False) and fields.get("fp8_recipe") == "mxfp8"
+    if mxfp8:  # read as the fp8 recipe's kind; any other fp8_recipe is listed as ignored
+        a.mark(name("fp8_recipe"))
+    return mxfp8
 
 
 def _sharding(tree: dict, a: _Arguments) -> None:

@@ -6,6 +6,7 @@ so the recipe is translated to Megatron flags and read as they are
 from __future__ import annotations
 
 from . import _common as c
+from . import _kinds
 from .megatron import SWITCHES, Flags, read
 
 # model.* keys whose Megatron flag is not their own name with dashes
@@ -33,7 +34,11 @@ class _Names(dict):
 def nemo(text: str, where: str, *, gpus: int | None = None,
          system: dict | None = None) -> c.Imported:
     """The scenario of a NeMo YAML recipe: trainer.* and model.*."""
-    t = c.Tree(c.yaml_mapping(text, where), where)
+    tree = _kinds.parsed("nemo", text, where, c.yaml_mapping, accept=("megatron-bridge",))
+    if _kinds.tree_kind(tree) == "megatron-bridge" and not (
+            isinstance(tree.get("model"), dict) and "num_layers" in tree["model"]):
+        raise _kinds.refusal("nemo", "megatron-bridge", where)  # overrides, not a recipe
+    t = c.Tree(tree, where)
     model = t.node("model")
     if not isinstance(model, dict):
         raise ValueError(f"{where} has no model: mapping (a NeMo recipe's model settings)")

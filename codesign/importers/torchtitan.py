@@ -8,8 +8,11 @@ sequence-parallel tensor parallelism."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .. import _files, strategies, workload
 from . import _common as c
+from . import _kinds
 
 # The old TOML path's defaults (torchtitan before its config registry). At commit
 # b5bcd76c they have not changed: run_train.sh's `NGPU=${NGPU:-"8"}` (GPUS, which the
@@ -206,7 +209,8 @@ MXFP8 = ("MXFP8LinearConverter",)
 def torchtitan(text: str, where: str, *, gpus: int | None = None,
                system: dict | None = None) -> c.Imported:
     """The scenario of a torchtitan job TOML."""
-    t = c.Tree(_files.parse_toml(text, f"torchtitan job file {where!r}"), where)
+    t = c.Tree(_kinds.parsed("torchtitan", text, where, lambda text, _: _files.parse_toml(
+        text, f"torchtitan job file {where!r}")), where)
     d = _job(t, gpus, system)
     d.ignored += [k for table in PLAN_TABLES for k in t.unread(table)]
     return d.done()
@@ -215,10 +219,12 @@ def torchtitan(text: str, where: str, *, gpus: int | None = None,
 def torchtitan_words(words: list[str], *, gpus: int | None = None,
                      system: dict | None = None) -> c.Imported:
     """The scenario of a torchtitan job as its command line gives it: one path
-    ending in .toml is an old job file; else a registry entry (`--module M --config
+    ending in .toml (or naming a file) is an old job file (a file of another kind:
+    one line naming it); else a registry entry (`--module M --config
     C`, or run_train.sh's `MODULE=M CONFIG=C NGPU=N`) and its `--section.key value`
     overrides, over the entry's values over torchtitan's dataclass defaults."""
-    if len(words) == 1 and words[0].endswith(".toml"):
+    if len(words) == 1 and (words[0].endswith(".toml") or (
+            not words[0].startswith("-") and "=" not in words[0] and Path(words[0]).is_file())):
         text = _files.read_text(words[0], "torchtitan job file")
         return torchtitan(text, words[0], gpus=gpus, system=system)
     launcher, overrides = _command_line(words)
