@@ -134,12 +134,15 @@ def _point(prob: Problem, method: str, start: float) -> Result:
 
 
 def _merged_profile(profiles: list, grid_points: int) -> dict | None:
-    """The seconds (and calls) of every combination's search, summed."""
+    """The seconds (and calls) of every combination's search, summed; the
+    reasons a grid scanned again in float64 (`float64_rescan`), joined."""
     profiles = [p for p in profiles if p]
     if not profiles:
         return None
-    out = {k: sum(p.get(k, 0) for p in profiles) for k in dict.fromkeys(
-        k for p in profiles for k in p)}
+    keys = dict.fromkeys(k for p in profiles for k in p)
+    out = {k: "; ".join(dict.fromkeys(p[k] for p in profiles if p.get(k)))
+           if any(isinstance(p.get(k), str) for p in profiles)
+           else sum(p.get(k, 0) for p in profiles) for k in keys}
     if "points_per_s" in out:
         out["points_per_s"] = grid_points / max(out["stream_s"], 1e-12)
     return out
