@@ -65,7 +65,8 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
     if key in _COMPILED:
         return _COMPILED[key], 0.0
     t0 = time.perf_counter()
-    path = Path(store) / f"{stored_key(jitted, args, batch)}.exe" if store else None
+    path = Path(store) / f"{stored_key(jitted, args, batch)}.exe" \
+        if store and _code(jitted) is not None else None
     exe = _load(path, args, prove) if path is not None and load else None
     if exe is None:
         exe = _compile(jitted, args, batch, xla_cache=path is None)
@@ -124,11 +125,39 @@ def _cpu_flags() -> str:
         return ""
 
 
+def _code(jitted) -> str | None:
+    """sha256 of the code of the function `jitted` wraps (its bytecode, names and
+    constants, nested functions' too), or None when it closes over variables
+    (a closure's values are not in its code: not stored). Two functions of one
+    name (lambdas, functions made in a function) get two keys."""
+    import types
+
+    fn = getattr(jitted, "__wrapped__", jitted)
+    code = getattr(fn, "__code__", None)
+    if code is None or getattr(fn, "__closure__", None):
+        return None
+    h = hashlib.sha256()
+
+    def digest(c) -> None:
+        h.update(c.co_code + b"\0" + repr((c.co_names, c.co_varnames)).encode())
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                digest(const)
+            elif isinstance(const, frozenset):  # its order varies with hash randomization
+                h.update(repr(sorted(map(repr, const))).encode())
+            else:
+                h.update(repr(const).encode())
+
+    digest(code)
+    h.update(repr(getattr(fn, "__defaults__", None)).encode())
+    return h.hexdigest()
+
+
 def stored_key(jitted, args, batch: bool = False) -> str:
     """What a stored executable is valid for, hashed: the package's sources, JAX and
     jaxlib, the backend, its devices and this CPU, float64 or not, the compiler
-    options and XLA_FLAGS, the function, and the structure of `args` (every
-    static field, every leaf's shape and dtype)."""
+    options and XLA_FLAGS, the function (its name and code: `_code`), and the
+    structure of `args` (every static field, every leaf's shape and dtype)."""
     from jaxlib import version as jaxlib_version
 
     structure = jax.tree.map(lambda x: str(jax.typeof(x)), args)
@@ -136,7 +165,7 @@ def stored_key(jitted, args, batch: bool = False) -> str:
              jax.default_backend(), str(jax.devices()), platform.machine(), _cpu_flags(),
              str(jax.config.jax_enable_x64), repr(options(batch)),
              os.environ.get("XLA_FLAGS", ""),
-             f"{jitted.__module__}.{jitted.__qualname__}")
+             f"{jitted.__module__}.{jitted.__qualname__}", str(_code(jitted)))
     h = hashlib.sha256("\0".join(parts).encode())
     h.update(pickle.dumps(structure, protocol=4))
     return h.hexdigest()
