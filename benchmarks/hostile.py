@@ -1789,7 +1789,7 @@ def store_cases() -> list:
     def planted(folder: Path, forged: bool) -> Outcome:
         from codesign._compile import RECORD_MAGIC
 
-        cache, marker = folder / "c", folder / "ran"
+        cache, marker = folder.with_suffix(".cache"), folder / "ran"
         first = run(folder, cache, est)
         evil = f"cos\nmkdir\n(V{marker}\ntR.".encode()  # pickle: os.mkdir(marker)
         for path in records(cache):
@@ -1803,7 +1803,7 @@ def store_cases() -> list:
 
     def swapped(folder: Path, a, b) -> Outcome:
         """Two commands (argv) of two structures, their records rotated, run again."""
-        cache = folder / "c"
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
         one, two = run(folder, cache, a), run(folder, cache, b)
         stored = records(cache)
         blobs = [p.read_bytes() for p in stored]
@@ -1819,7 +1819,7 @@ def store_cases() -> list:
             answer(again_two) != answer(two) and "the second scenario's answer changed"])
 
     def refused_cache(folder: Path, how: str) -> Outcome:
-        cache = folder / "c"
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
         cache.mkdir()
         if how == "world-writable":
             cache.chmod(0o777)
@@ -1838,7 +1838,7 @@ def store_cases() -> list:
         return {p.name: p.read_bytes() for p in where.iterdir()}
 
     def symlinked_store(folder: Path) -> Outcome:
-        cache, mine = folder / "c", folder / "mine"
+        cache, mine = folder.with_suffix(".cache"), folder / "mine"
         before = user_files(mine)
         cache.mkdir(mode=0o700)
         (cache / "codesign-executables").symlink_to(mine, target_is_directory=True)
@@ -1849,7 +1849,7 @@ def store_cases() -> list:
                            f"files deleted, {len(set(after) - set(before))} added"])
 
     def foreign_files(folder: Path) -> Outcome:
-        cache = folder / "c"
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
         before = user_files(cache / "codesign-executables")
         o = run(folder, cache, est)
         after = {p.name: p.read_bytes() for p in (cache / "codesign-executables").glob("*.exe")
@@ -1859,7 +1859,7 @@ def store_cases() -> list:
                            "100 files deleted or changed by the clean-up"])
 
     def planted_links(folder: Path) -> Outcome:
-        cache, victim = folder / "c", folder / "victim"
+        cache, victim = folder.with_suffix(".cache"), folder / "victim"
         first = run(folder, cache, est)
         victim.write_text("precious\n")
         pid = subprocess.Popen(["true"]).pid  # the next processes' ids follow it
@@ -1875,7 +1875,7 @@ def store_cases() -> list:
                            answer(o) != answer(first) and "another answer"])
 
     def umask_000(folder: Path) -> Outcome:
-        cache = folder / "c"
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
         o = run(folder, cache, est, preexec_fn=lambda: os.umask(0))
         loose = [f"{p.relative_to(folder)} {p.stat().st_mode & 0o7777:04o}"
                  for p in [cache, *(cache / "codesign-executables").iterdir(),
@@ -1885,11 +1885,12 @@ def store_cases() -> list:
                            loose and f"open to others under umask 000: {loose[:3]}"])
 
     def unwritable(folder: Path, how: str) -> Outcome:
-        cache = folder / "c"
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
         cache.mkdir(mode=0o700)
         if _mount_namespace():
-            mount = ("mount --bind c c && mount -o remount,bind,ro c" if how == "read-only"
-                     else "mount -t tmpfs -o size=64k,mode=0700 tmpfs c")
+            c = shlex.quote(str(cache))
+            mount = (f"mount --bind {c} {c} && mount -o remount,bind,ro {c}"
+                     if how == "read-only" else f"mount -t tmpfs -o size=64k,mode=0700 tmpfs {c}")
             cmd = shlex.join([sys.executable, "-m", "codesign", *est])
             start = time.monotonic()
             done = subprocess.run(["unshare", "-m", "sh", "-c", f"{mount} || exit 97\n{cmd}"],

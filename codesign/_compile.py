@@ -443,7 +443,7 @@ def _secret(fd: int, create: bool) -> bytes | None:
                        f"(0600, {_SECRET_BYTES} bytes) of this user's")
 
 
-def _tags(secret: bytes, key: str, payload: bytes) -> tuple[bytes, bytes]:
+def _tags(secret: bytes, key: str, payload) -> tuple[bytes, bytes]:
     """The record's two HMACs: of its header (format and key: the clean-up's proof
     that the store wrote the file) and of the whole record (the loader's)."""
     head = RECORD_MAGIC + key.encode()
@@ -467,13 +467,13 @@ def _header_ok(data: bytes, secret: bytes, key: str) -> bool:
     return hmac.compare_digest(data[len(head):len(head) + _TAG_BYTES], want)
 
 
-def opened(data: bytes, secret: bytes, key: str) -> bytes | None:
+def opened(data: bytes, secret: bytes, key: str) -> memoryview | None:
     """The payload of the record `data` if it is this format's, written for `key` and
     authenticated under `secret` (checked on the raw bytes: nothing is unpickled
     before), else None."""
     if not _header_ok(data, secret, key):
         return None
-    payload = data[_HEAD_BYTES:]
+    payload = memoryview(data)[_HEAD_BYTES:]  # not copied
     _, body_tag = _tags(secret, key, payload)
     return payload if hmac.compare_digest(data[_HEAD_BYTES - _TAG_BYTES:_HEAD_BYTES],
                                           body_tag) else None
