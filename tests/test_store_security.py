@@ -260,7 +260,10 @@ def test_cache_warnings_are_one_line_naming_codesign_cache(monkeypatch, capsys):
     """JAX's persistent-cache warnings (one per program on a full disk) and the
     store's: one line naming CODESIGN_CACHE and the folder, once; others as usual."""
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
-    _cache_warnings_in_one_line("estimate", "/some/cache")
+    _cache_warnings_in_one_line("traffic", "/other/cache")
+    hook = warnings.showwarning
+    _cache_warnings_in_one_line("estimate", "/some/cache")  # a second command in the process
+    assert warnings.showwarning is hook  # installed once, not wrapped again
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         for name in ("jit_a", "jit_b"):

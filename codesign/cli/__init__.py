@@ -169,29 +169,39 @@ def _configure_jax(name: str = "") -> None:
     _cache_warnings_in_one_line(name, cache)
 
 
+_CACHE_LINE: dict = {}  # what the one line names: the command and its cache folder
+
+
 def _cache_warnings_in_one_line(name: str, cache: str) -> None:
     """JAX's persistent-cache warnings (a full disk: one per program, with the line
     of JAX that warned) and the store's (`_compile.StoreWarning`) as one line
-    naming CODESIGN_CACHE, once per process; other warnings as Python shows them."""
+    naming CODESIGN_CACHE, once per command; other warnings as Python shows them.
+    The hook is installed once per process (a command run again in it, as the
+    tests do, names its own command and folder)."""
     import warnings
 
     from .._compile import StoreWarning
 
-    shown, said = warnings.showwarning, []
+    _CACHE_LINE.update(name=name, cache=cache, said=False)
+    if getattr(warnings.showwarning, "codesign_cache_line", False):
+        return
+    shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
         text = str(message)
         jax_cache = "persistent compilation cache entry" in text
         if not (jax_cache or issubclass(category, StoreWarning)):
             return shown(message, category, filename, lineno, file, line)
-        if not said:
-            said.append(text)
+        if not _CACHE_LINE["said"]:
+            _CACHE_LINE["said"] = True
             why = (f"cannot be written ({text.rsplit(chr(39) + ': ', 1)[-1]})" if jax_cache
                    else text)
-            print(f"codesign {name}: warning: CODESIGN_CACHE {cache!r}: {why}; compiled "
-                  "programs are not kept", file=sys.stderr)
+            print(f"codesign {_CACHE_LINE['name']}: warning: CODESIGN_CACHE "
+                  f"{_CACHE_LINE['cache']!r}: {why}; compiled programs are not kept",
+                  file=sys.stderr)
         return None
 
+    show.codesign_cache_line = True
     warnings.showwarning = show
 
 
