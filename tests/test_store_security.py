@@ -275,6 +275,15 @@ def test_cache_warnings_are_one_line_naming_codesign_cache(monkeypatch, capsys):
     assert lines == ["codesign estimate: warning: CODESIGN_CACHE '/some/cache': cannot be "
                      "written (OSError: [Errno 28] No space left on device); compiled "
                      "programs are not kept"]
+    _cache_warnings_in_one_line("traffic", "/some/cache")  # the next command: its own line
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("Error reading persistent compilation cache entry for 'jit_a': error: "
+                      "Error -5 while decompressing data", stacklevel=1)
+    assert capsys.readouterr().err.splitlines() == [
+        "codesign traffic: warning: CODESIGN_CACHE '/some/cache': holds an entry JAX cannot "
+        "read (error: Error -5 while decompressing data); compiled again (remove the folder "
+        "to rebuild it)"]
 
 
 def test_the_command_uses_no_cache_others_may_write(tmp_path):

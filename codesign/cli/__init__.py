@@ -194,11 +194,13 @@ def _cache_warnings_in_one_line(name: str, cache: str) -> None:
             return shown(message, category, filename, lineno, file, line)
         if not _CACHE_LINE["said"]:
             _CACHE_LINE["said"] = True
-            why = (f"cannot be written ({text.rsplit(chr(39) + ': ', 1)[-1]})" if jax_cache
-                   else text)
+            cause = text.rsplit(chr(39) + ": ", 1)[-1]  # JAX's: ... for 'name': Error: ...
+            why = (f"{text}; compiled programs are not kept" if not jax_cache
+                   else f"cannot be written ({cause}); compiled programs are not kept"
+                   if "writing" in text else f"holds an entry JAX cannot read ({cause}); "
+                   "compiled again (remove the folder to rebuild it)")
             print(f"codesign {_CACHE_LINE['name']}: warning: CODESIGN_CACHE "
-                  f"{_CACHE_LINE['cache']!r}: {why}; compiled programs are not kept",
-                  file=sys.stderr)
+                  f"{_CACHE_LINE['cache']!r}: {why}", file=sys.stderr)
         return None
 
     show.codesign_cache_line = True
