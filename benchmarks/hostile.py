@@ -64,7 +64,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
+if sys.path[:1] != [str(ROOT)]:  # first: before benchmarks/ (its codesign.py), PYTHONPATH or not
     sys.path.insert(0, str(ROOT))
 
 from codesign import _procfs, cli  # noqa: E402 - after the path; imports no JAX
