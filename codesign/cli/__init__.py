@@ -20,7 +20,9 @@ second run of the same command skips compilation; `estimate`, `traffic`,
 `roofline` and `reliability` also keep their executable there
 (`codesign-executables/`, keyed by this package's sources, JAX, the devices and
 the scenario's structure: `_compile.stored_key`), so a second run of a scenario
-of the same structure skips tracing too.
+of the same structure skips tracing too. A cache folder another user could
+write, or one that cannot be written, is not used: one warning line naming
+CODESIGN_CACHE, and the command compiles in memory (`_configure_jax`).
 """
 
 from __future__ import annotations
