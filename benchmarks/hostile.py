@@ -1787,14 +1787,15 @@ def store_cases() -> list:
         return None
 
     def planted(folder: Path, forged: bool) -> Outcome:
-        from codesign._compile import RECORD_MAGIC
-
         cache, marker = folder.with_suffix(".cache"), folder / "ran"
         first = run(folder, cache, est)
         evil = f"cos\nmkdir\n(V{marker}\ntR.".encode()  # pickle: os.mkdir(marker)
+        if forged:  # the format and the key right, the tags guessed
+            from codesign._compile import RECORD_MAGIC
+
+            evil = RECORD_MAGIC + b"%s" + os.urandom(64) + evil
         for path in records(cache):
-            path.write_bytes(RECORD_MAGIC + path.stem.encode() + os.urandom(64) + evil
-                             if forged else evil)
+            path.write_bytes(evil.replace(b"%s", path.stem.encode(), 1) if forged else evil)
         o = run(folder, cache, est)
         return _result(o, [_step("the first run", first), not records(cache) and "nothing stored",
                            marker.exists() and "the planted pickle ran",
