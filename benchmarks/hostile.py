@@ -1871,14 +1871,14 @@ def store_cases() -> list:
                 (path.parent / f"{path.stem}.{p}.tmp").symlink_to(victim)
         o = run(folder, cache, est)
         return _result(o, [_step("the first run", first), not records(cache) and "nothing stored",
-                           victim.read_text() != "precious\n" and "the planted link's target "
-                                                                "was written",
+                           victim.read_bytes() != b"precious\n"
+                           and "the planted link's target was written",
                            answer(o) != answer(first) and "another answer"])
 
     def umask_000(folder: Path) -> Outcome:
         cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
         o = run(folder, cache, est, preexec_fn=lambda: os.umask(0))
-        loose = [f"{p.relative_to(folder)} {p.stat().st_mode & 0o7777:04o}"
+        loose = [f"{p.relative_to(folder.parent)} {p.stat().st_mode & 0o7777:04o}"
                  for p in [cache, *(cache / "codesign-executables").iterdir(),
                            cache / "codesign-executables"]
                  if p.stat().st_mode & (0o077 if p.is_dir() or p.suffix == ".key" else 0o022)]
