@@ -207,9 +207,13 @@ _SECRET_BYTES = 32
 _KEY_CHARS = 64  # stored_key: sha256, hex
 _TAG_BYTES = 32  # HMAC-SHA256
 _HEAD_BYTES = len(RECORD_MAGIC) + _KEY_CHARS + 2 * _TAG_BYTES  # magic, key, head tag, body tag
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# POSIX: where a folder cannot be opened without following links, or has no owner
+# to check (Windows), nothing is stored or cached (`_open_private` refuses)
+_CHECKABLE = all(hasattr(os, n) for n in ("O_NOFOLLOW", "O_DIRECTORY", "getuid"))
+_NOFOLLOW, _CLOEXEC = getattr(os, "O_NOFOLLOW", 0), getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
 
 
 class StoreWarning(UserWarning):
@@ -349,6 +353,8 @@ def _open_private(folder, create: bool) -> int | None:
     link; made 0700 when `create` and absent; None when absent and not `create`.
     Raises UnsafeFolder naming the folder and why."""
     folder = os.path.abspath(folder)
+    if not _CHECKABLE:
+        raise UnsafeFolder(f"{folder!r}: this platform cannot check that a folder is private")
     made = False
     if create:
         made = _make_private(folder)
