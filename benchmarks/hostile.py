@@ -16,7 +16,10 @@ public API under jit, grad and vmap at the ends of every knob's domain),
 `import` (`codesign import` of hostile files: nesting, alias bombs, expansions
 that fill memory, recursion, long numbers, values of the wrong kind) and
 `program` (the user's own code failing every way Python allows, extents XLA
-would abort on, meshes named twice, a spec nested too deep, huge scales).
+would abort on, meshes named twice, a spec nested too deep, huge scales) and
+`store` (issue 56: the store of compiled executables under CODESIGN_CACHE against
+planted, forged and swapped records, foreign folders, symbolic links, umask 000,
+a read-only or full cache).
 
 A case is clean when it exits 0 with every number it prints or writes finite,
 or exits 2 or 3 with exactly one non-empty line on stderr and no traceback, or
@@ -61,13 +64,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
+if sys.path[:1] != [str(ROOT)]:  # first: before benchmarks/ (its codesign.py), PYTHONPATH or not
     sys.path.insert(0, str(ROOT))
 
 from codesign import _procfs, cli  # noqa: E402 - after the path; imports no JAX
 
 CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load", "import",
-              "program")
+              "program", "store")
 GiB = 1 << 30
 MEMORY_BYTES = 8 * GiB  # address-space limit of every case
 LOAD_MEMORY_BYTES = 4 * GiB  # of the load cases: a blow-up is a MemoryError, not a dead machine
@@ -1820,11 +1823,209 @@ def program_cases() -> list:
     ]
 
 
+def store_cases() -> list:
+    """`codesign-executables/`, the store of compiled executables under
+    CODESIGN_CACHE (issue 56): a planted pickle never runs and a forged record is
+    never used; records swapped between scenarios of other structures (schedule,
+    dtype, recompute, ZeRO; an optimize pair) give each its own answer; a cache
+    folder another user could write, or another user's, is not used (one line
+    naming CODESIGN_CACHE, exit 0); a symbolic-linked store is not followed and
+    its clean-up deletes none of a user's `*.exe`; planted symbolic links are
+    never written through; what it makes is private under umask 000; a
+    read-only or full cache is one line naming CODESIGN_CACHE, not tracebacks."""
+    est = ("estimate", "--json")
+    opt = ("optimize", "--json", "--starts", "4", "--steps", "20", "--no-progress")
+
+    def run(folder: Path, cache, argv, **popen) -> Outcome:
+        env = {**os.environ, "CODESIGN_CACHE": str(cache)}
+        return _codesign(argv, folder, timeout_s=300, env=env, **popen)
+
+    def answer(o: Outcome):
+        """The command's answer: its JSON without the timings (wall_s, profile)."""
+        try:
+            doc = json.loads(o.stdout)
+        except ValueError:
+            return None
+        return {k: v for k, v in doc.items() if k not in ("wall_s", "profile")}
+
+    def records(cache: Path) -> list:
+        return sorted((cache / "codesign-executables").glob("*.exe"))
+
+    def one_line_naming(o: Outcome, cache) -> str | None:
+        lines = [ln for ln in o.stderr.splitlines() if ln.strip() and "warning" in ln]
+        if len(lines) != 1 or "CODESIGN_CACHE" not in lines[0] or str(cache) not in lines[0]:
+            return f"not one warning line naming CODESIGN_CACHE {str(cache)!r}: {o.stderr!r:.300}"
+        if TRACEBACK in o.stderr or "UserWarning" in o.stderr:
+            return "JAX's warnings or a traceback on stderr"
+        return None
+
+    def planted(folder: Path, forged: bool) -> Outcome:
+        cache, marker = folder.with_suffix(".cache"), folder / "ran"
+        first = run(folder, cache, est)
+        evil = f"cos\nmkdir\n(V{marker}\ntR.".encode()  # pickle: os.mkdir(marker)
+        if forged:  # the format and the key right, the tags guessed
+            from codesign._compile import RECORD_MAGIC
+
+            evil = RECORD_MAGIC + b"%s" + os.urandom(64) + evil
+        for path in records(cache):
+            path.write_bytes(evil.replace(b"%s", path.stem.encode(), 1) if forged else evil)
+        o = run(folder, cache, est)
+        return _result(o, [_step("the first run", first), not records(cache) and "nothing stored",
+                           marker.exists() and "the planted pickle ran",
+                           o.rc == 0 and answer(o) != answer(first)
+                           and "another answer after the plant"])
+
+    def swapped(folder: Path, a, b) -> Outcome:
+        """Two commands (argv) of two structures, their records rotated, run again."""
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
+        one, two = run(folder, cache, a), run(folder, cache, b)
+        stored = records(cache)
+        blobs = [p.read_bytes() for p in stored]
+        for path, blob in zip(stored, blobs[1:] + blobs[:1], strict=True):  # another's
+            path.write_bytes(blob)
+        again_one, again_two = run(folder, cache, a), run(folder, cache, b)
+        return _result(again_one, [
+            _step("the first scenario", one), _step("the second scenario", two),
+            len(stored) < 2 and f"{len(stored)} records stored",
+            answer(one) == answer(two) and "the pair's answers do not differ",
+            answer(again_one) != answer(one) and "the first scenario's answer changed",
+            _step("the second scenario again", again_two),
+            answer(again_two) != answer(two) and "the second scenario's answer changed"])
+
+    def refused_cache(folder: Path, how: str) -> Outcome:
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
+        cache.mkdir()
+        if how == "world-writable":
+            cache.chmod(0o777)
+        elif os.geteuid() == 0:
+            os.chown(cache, 65534, 65534)
+        else:
+            return Outcome(skipped="giving a folder to another user needs root")
+        o = run(folder, cache, est)
+        return _result(o, [o.rc != 0 and f"exit {o.rc}", one_line_naming(o, cache),
+                           any(cache.iterdir()) and "written into the refused cache"])
+
+    def user_files(where: Path) -> dict:
+        where.mkdir(parents=True, exist_ok=True)
+        for i in range(100):
+            (where / f"{i:03d}.exe").write_text(f"the user's file {i}\n")
+        return {p.name: p.read_bytes() for p in where.iterdir()}
+
+    def symlinked_store(folder: Path) -> Outcome:
+        cache, mine = folder.with_suffix(".cache"), folder / "mine"
+        before = user_files(mine)
+        cache.mkdir(mode=0o700)
+        (cache / "codesign-executables").symlink_to(mine, target_is_directory=True)
+        o = run(folder, cache, est)
+        after = {p.name: p.read_bytes() for p in mine.iterdir()}
+        return _result(o, [o.rc != 0 and f"exit {o.rc}", one_line_naming(o, cache),
+                           after != before and f"{len(set(before) - set(after))} of the user's "
+                           f"files deleted, {len(set(after) - set(before))} added"])
+
+    def foreign_files(folder: Path) -> Outcome:
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
+        before = user_files(cache / "codesign-executables")
+        o = run(folder, cache, est)
+        after = {p.name: p.read_bytes() for p in (cache / "codesign-executables").glob("*.exe")
+                 if p.name in before}
+        return _result(o, [o.rc != 0 and f"exit {o.rc}",
+                           after != before and f"{len(set(before) - set(after))} of the user's "
+                           "100 files deleted or changed by the clean-up"])
+
+    def planted_links(folder: Path) -> Outcome:
+        cache, victim = folder.with_suffix(".cache"), folder / "victim"
+        first = run(folder, cache, est)
+        victim.write_text("precious\n")
+        pid = subprocess.Popen(["true"]).pid  # the next processes' ids follow it
+        for path in records(cache):
+            path.unlink()
+            path.symlink_to(victim)
+            for p in range(pid, pid + 400):
+                (path.parent / f"{path.stem}.{p}.tmp").symlink_to(victim)
+        o = run(folder, cache, est)
+        return _result(o, [_step("the first run", first), not records(cache) and "nothing stored",
+                           victim.read_bytes() != b"precious\n"
+                           and "the planted link's target was written",
+                           answer(o) != answer(first) and "another answer"])
+
+    def umask_000(folder: Path) -> Outcome:
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
+        o = run(folder, cache, est, preexec_fn=lambda: os.umask(0))
+        loose = [f"{p.relative_to(folder.parent)} {p.stat().st_mode & 0o7777:04o}"
+                 for p in [cache, *(cache / "codesign-executables").iterdir(),
+                           cache / "codesign-executables"]
+                 if p.stat().st_mode & (0o077 if p.is_dir() or p.suffix == ".key" else 0o022)]
+        return _result(o, [o.rc != 0 and f"exit {o.rc}", not records(cache) and "nothing stored",
+                           loose and f"open to others under umask 000: {loose[:3]}"])
+
+    def unwritable(folder: Path, how: str) -> Outcome:
+        cache = folder.with_suffix(".cache")  # beside the folder: its files are not scanned
+        cache.mkdir(mode=0o700)
+        if _mount_namespace():
+            c = shlex.quote(str(cache))
+            mount = (f"mount --bind {c} {c} && mount -o remount,bind,ro {c}"
+                     if how == "read-only" else f"mount -t tmpfs -o size=64k,mode=0700 tmpfs {c}")
+            cmd = shlex.join([sys.executable, "-m", "codesign", *est])
+            start = time.monotonic()
+            done = subprocess.run(["unshare", "-m", "sh", "-c", f"{mount} || exit 97\n{cmd}"],
+                                  cwd=folder, text=True, capture_output=True,
+                                  stdin=subprocess.DEVNULL, timeout=300,
+                                  env={**os.environ, "CODESIGN_CACHE": str(cache)})
+            o = Outcome(rc=done.returncode, stdout=done.stdout, stderr=done.stderr,
+                        wall_s=time.monotonic() - start)
+        elif os.geteuid() != 0 and how == "read-only":
+            cache.chmod(0o500)
+            o = run(folder, cache, est)
+        elif how == "full":  # files limited to 3 KB: every entry fails as on a full disk
+            def small_files():
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+            o = run(folder, cache, est, preexec_fn=small_files)
+        else:
+            return Outcome(skipped="root without a mount namespace cannot make a read-only folder")
+        return _result(o, [o.rc == 97 and "harness: the mount failed",
+                           o.rc != 0 and f"exit {o.rc}", one_line_naming(o, cache)])
+
+    pairs = {"schedule": ("parallel.schedule=1f1b", "parallel.interleave=1"),
+             "dtype": ("training.dtype=bf16",), "recompute": ("training.recompute=selective",),
+             "ZeRO": ("parallel.zero=1",)}
+    c = [Case("store/a planted pickle never runs", script=lambda f: planted(f, False),
+              timeout_s=240, quick=True),
+         Case("store/a forged record (no secret) never runs",
+              script=lambda f: planted(f, True), timeout_s=240),
+         Case("store/optimize records swapped between two --vary sets",
+              script=lambda f: swapped(f, (*opt, "--vary", "parallel.tp,parallel.pp"),
+                                       (*opt, "--vary", "parallel.tp,training.micro_batch")),
+              timeout_s=600),
+         Case("store/CODESIGN_CACHE world-writable", script=lambda f: refused_cache(
+             f, "world-writable"), timeout_s=240, quick=True),
+         Case("store/CODESIGN_CACHE another user's", script=lambda f: refused_cache(f, "foreign"),
+              timeout_s=240),
+         Case("store/a symlinked store of a user's 100 *.exe", script=symlinked_store,
+              timeout_s=240),
+         Case("store/100 *.exe of the user's in the store", script=foreign_files,
+              timeout_s=240),
+         Case("store/planted symlinks at the record and temporaries", script=planted_links,
+              timeout_s=240),
+         Case("store/umask 000", script=umask_000, timeout_s=240),
+         Case("store/CODESIGN_CACHE read-only", script=lambda f: unwritable(f, "read-only"),
+              timeout_s=240),
+         Case("store/CODESIGN_CACHE full", script=lambda f: unwritable(f, "full"),
+              timeout_s=240)]
+    for what, sets in pairs.items():
+        c.append(Case(f"store/estimate records swapped: {what}",
+                      script=lambda f, sets=sets: swapped(
+                          f, est, (*est, *(a for s in sets for a in ("--set", s)))),
+                      timeout_s=300))
+    return c
+
+
 # ------------------------------------------------------------------------- all
 GENERATORS = {"scenario": scenario_cases, "cli": cli_cases, "data": data_cases,
               "sweep": sweep_cases, "multiprocess": multiprocess_cases,
               "library": library_cases, "load": load_cases, "import": import_cases,
-              "program": program_cases}
+              "program": program_cases, "store": store_cases}
 
 
 # in the --quick sample too (besides the cases generated with quick=True)

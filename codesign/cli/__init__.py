@@ -20,7 +20,9 @@ second run of the same command skips compilation; `estimate`, `traffic`,
 `roofline` and `reliability` also keep their executable there
 (`codesign-executables/`, keyed by this package's sources, JAX, the devices and
 the scenario's structure: `_compile.stored_key`), so a second run of a scenario
-of the same structure skips tracing too.
+of the same structure skips tracing too. A cache folder another user could
+write, or one that cannot be written, is not used: one warning line naming
+CODESIGN_CACHE, and the command compiles in memory (`_configure_jax`).
 """
 
 from __future__ import annotations
@@ -124,26 +126,87 @@ def cache_dir() -> str:
     return os.environ.get("CODESIGN_CACHE", str(Path.home() / ".cache" / "codesign" / "xla"))
 
 
+_REFUSED_CACHES: set = set()  # CODESIGN_CACHE folders this process found unsafe (_configure_jax)
+
+
 def executable_store() -> Path | None:
     """Where `codesign estimate` keeps its compiled executables (`_compile.compiled`'s
-    `store`): a folder of the cache, None without one."""
+    `store`): a folder of the cache, None without one (or one refused: `_configure_jax`)."""
     cache = cache_dir()
-    return Path(cache) / "codesign-executables" if cache else None
+    return Path(cache) / "codesign-executables" if cache and cache not in _REFUSED_CACHES \
+        else None
 
 
-def _configure_jax() -> None:
+def _configure_jax(name: str = "") -> None:
     """What the command sets in JAX for its process (a library import sets nothing):
     float64 (step times span microseconds to months; gradients are checked
-    against finite differences) and the persistent compilation cache."""
+    against finite differences) and the persistent compilation cache.
+
+    A cache folder another user could write into, swap or plant files in, or one
+    that cannot be written (`_compile.cache_folder_problem`), is not used: one
+    warning line naming CODESIGN_CACHE, and the command compiles in memory (the
+    answer is the same, only slower: a valid question is not refused for its
+    cache). A cache that fails later (a full disk) says so once, in one line,
+    instead of JAX's warnings."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
     cache = cache_dir()
-    if cache:
-        jax.config.update("jax_compilation_cache_dir", cache)
-        if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # the user's wins
-            # every program: the eager checks' small ones too (a warm `estimate` 2.1-2.8 s -> 1.6 s)
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    if not cache:
+        return
+    from .._compile import cache_folder_problem
+
+    problem = cache_folder_problem(cache)
+    if problem:
+        _REFUSED_CACHES.add(cache)
+        jax.config.update("jax_enable_compilation_cache", False)  # JAX_COMPILATION_CACHE_DIR too
+        print(f"codesign {name}: warning: CODESIGN_CACHE not used: {problem}; compiling in "
+              "memory (set CODESIGN_CACHE to a private folder of yours, or empty)",
+              file=sys.stderr)
+        return
+    jax.config.update("jax_compilation_cache_dir", cache)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # the user's wins
+        # every program: the eager checks' small ones too (a warm `estimate` 2.1-2.8 s -> 1.6 s)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    _cache_warnings_in_one_line(name, cache)
+
+
+_CACHE_LINE: dict = {}  # what the one line names: the command and its cache folder
+
+
+def _cache_warnings_in_one_line(name: str, cache: str) -> None:
+    """JAX's persistent-cache warnings (a full disk: one per program, with the line
+    of JAX that warned) and the store's (`_compile.StoreWarning`) as one line
+    naming CODESIGN_CACHE, once per command; other warnings as Python shows them.
+    The hook is installed once per process (a command run again in it, as the
+    tests do, names its own command and folder)."""
+    import warnings
+
+    from .._compile import StoreWarning
+
+    _CACHE_LINE.update(name=name, cache=cache, said=False)
+    if getattr(warnings.showwarning, "codesign_cache_line", False):
+        return
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        jax_cache = "persistent compilation cache entry" in text
+        if not (jax_cache or issubclass(category, StoreWarning)):
+            return shown(message, category, filename, lineno, file, line)
+        if not _CACHE_LINE["said"]:
+            _CACHE_LINE["said"] = True
+            cause = text.rsplit(chr(39) + ": ", 1)[-1]  # JAX's: ... for 'name': Error: ...
+            why = (f"{text}; compiled programs are not kept" if not jax_cache
+                   else f"cannot be written ({cause}); compiled programs are not kept"
+                   if "writing" in text else f"holds an entry JAX cannot read ({cause}); "
+                   "compiled again (remove the folder to rebuild it)")
+            print(f"codesign {_CACHE_LINE['name']}: warning: CODESIGN_CACHE "
+                  f"{_CACHE_LINE['cache']!r}: {why}", file=sys.stderr)
+        return None
+
+    show.codesign_cache_line = True
+    warnings.showwarning = show
 
 
 def version_line() -> str:
@@ -298,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     try:
-        _configure_jax()
+        _configure_jax(name)
         # jax logs a traced check's error (the callback's traceback) before raising it
         logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
         module = _module(name)
