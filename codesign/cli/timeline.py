@@ -36,8 +36,7 @@ def traced(scn, labels, est) -> dict:
 def run(args, name) -> int:
     scn, labels, est = evaluate(args)
     trace = traced(scn, labels, est)
-    with open(args.out, "w") as f:
-        json.dump(trace, f)
+    _output.save(args, args.out, "--out", json.dumps(trace), named=False)
     shown = sorted({e["pid"] for e in trace["traceEvents"]})
     print(f"{labels.scenario}: step {trace['otherData']['step_time_s']:.3f} s, "
           f"{trace['otherData']['micro_batches']} micro-batches, pipeline stages "
