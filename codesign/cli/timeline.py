@@ -41,6 +41,9 @@ def run(args, name) -> int:
     print(f"{labels.scenario}: step {trace['otherData']['step_time_s']:.3f} s, "
           f"{trace['otherData']['micro_batches']} micro-batches, pipeline stages "
           f"{', '.join(str(s) for s in shown)} of {trace['otherData']['pipeline_stages']}")
+    for key in ("aggregated", "gaps"):  # what the trace draws in brief (timeline.trace)
+        if key in trace["otherData"]:
+            print(f"{key}: {trace['otherData'][key]}")
     _output.wrote(args.out, args)
     if args.plot:
         _output.plots().timeline(trace, path=args.plot, title=f"{title(scn, labels)}, one step")
