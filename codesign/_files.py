@@ -381,7 +381,7 @@ def check_outputs(outputs: dict, inputs: dict, binary: frozenset | set = frozens
              and os.path.lexists(p)}
     seen: dict = {}
     for flag, path in given.items():
-        shown = f"{flag} {os.fspath(path)!r}"
+        shown = f"{flag} {os.fspath(path)!r}" if not is_stdout(path) else f"{flag} -"
         if is_stdout(path):
             if STDOUT in seen:
                 raise ValueError(f"{shown}: {seen[STDOUT]} is standard output too; one output "
