@@ -551,6 +551,15 @@ def trace(step: Step, plan: Plan) -> dict:
                     aggregated=True)
         return add(stage, "compute", "bubble (steady state, aggregated)", t, inner_idle)
 
+    def full(op, k, ends):
+        """op at slot `k` as the whole step numbers it (`_Layout.full_mb`): after the
+        run its kind's extra passes went to (`ends`; a split backward's I and W where
+        the B's went), moved on by them."""
+        if layout is None:
+            return op
+        end = ends.get((op.kind, op.chunk), ends.get(("B", op.chunk), max(ends.values())))
+        return op._replace(mb=layout.full_mb(op, k >= end))
+
     for stage in shown:
         events.append({"name": "process_name", "ph": "M", "pid": stage,
                        "args": {"name": f"pipeline stage {stage} of {p}"}})
@@ -576,18 +585,9 @@ def trace(step: Step, plan: Plan) -> dict:
                 k = run.stop
                 continue
             slot = order[k]
-
-            def full(op, k=k):
-                if layout is None:
-                    return op
-                key = (op.kind, op.chunk)  # a split backward's I and W: where B's went
-                end = ends.get(key, ends.get(("B", op.chunk), max(ends.values())))
-                after = k >= end
-                return op._replace(mb=layout.full_mb(op, after))
-
             for op in slot:
                 partner = next((o for o in slot if o is not op), None) if dual else None
-                op, partner = full(op), partner and full(partner)
+                op, partner = full(op, k, ends), partner and full(partner, k, ends)
                 start = t
                 t = add(stage, "compute", _name(op, v, partner), t, compute[op.kind],
                         micro_batch=op.mb, chunk=op.chunk if v > 1 else None,

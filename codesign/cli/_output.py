@@ -95,7 +95,7 @@ def inputs(args) -> dict:
     found = {}
     for dest, words in INPUT_ARGUMENTS.items():
         value = getattr(args, dest, None)
-        for i, path in enumerate(value if isinstance(value, list) else [value]):
+        for path in value if isinstance(value, list) else [value]:
             if isinstance(path, str) and path and os.path.lexists(path):
                 found[f"{words} {path!r}" if isinstance(value, list) else words] = path
     return found
