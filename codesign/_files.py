@@ -360,9 +360,12 @@ def check_output(path, flag: str, *, binary: bool = False, what: str = "figure")
         raise ValueError(f"{shown} cannot be written: {e.strerror or e}") from None
     if st is not None and stat.S_ISLNK(st.st_mode):
         raise ValueError(f"{shown} is a symbolic link; codesign does not write through one: name "
-                         "the file itself, or remove the link")
+                         "the file itself, or remove the link (standard output: -)")
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise ValueError(f"{shown} is a directory; name a file")
+    if st is not None and not (stat.S_ISREG(st.st_mode) or _streamed(st.st_mode)):
+        raise ValueError(f"{shown} is not a regular file (a socket or a block device); name a "
+                         "file")
     folder = os.path.dirname(os.fspath(path)) or "."
     if not os.path.isdir(folder):
         raise ValueError(f"{shown}: its folder {folder!r} does not exist")
@@ -398,6 +401,12 @@ def check_outputs(outputs: dict, inputs: dict, binary: frozenset | set = frozens
         seen[flag] = path
 
 
+def _streamed(mode: int) -> bool:
+    """Whether an existing output is written in place, not replaced: a named pipe
+    or a character device (/dev/null, a terminal), which a rename would replace."""
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+
+
 def _open_temp(path: str) -> tuple[int, str]:
     """A new temp file beside `path`, opened for writing: O_EXCL and O_NOFOLLOW, a
     random name (nothing planted under it is reused or followed)."""
@@ -412,15 +421,31 @@ def _open_temp(path: str) -> tuple[int, str]:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
             continue
+        except OSError as e:  # the file's name, not the temp file's
+            raise OSError(e.errno, f"{e.strerror} (a new file in its folder, renamed over it)",
+                          path) from None
     raise FileExistsError(f"cannot make a temp file beside {path!r}")
+
+
+def _write(f, content) -> None:
+    if callable(content):
+        content(f)
+    elif isinstance(content, bytes):
+        f.write(content)
+    else:
+        for piece in [content] if isinstance(content, str) else content:
+            f.write(piece.encode("utf-8"))
+    f.flush()
 
 
 def write_file(path, content, *, flag: str | None = None, stdout=None) -> None:
     """Write `content` (str, bytes, an iterable of str written as it comes, or a
     callable given a binary file) to `path`: `-` is `stdout` (default
-    sys.stdout; text only), else a temp file beside `path`, fsync, `os.replace`
-    (`_open_temp`); on any error the temp file goes and `path` is as it was. A
-    symbolic link at `path` is a ValueError naming `flag` (or the path)."""
+    sys.stdout; text only); a named pipe or a character device (/dev/null) is
+    written in place; else a temp file beside `path` (`_open_temp`; an existing
+    file's permissions kept), fsync, `os.replace`: on any error the temp file goes
+    and `path` is as it was. A symbolic link at `path` is a ValueError naming
+    `flag` (or the path)."""
     import sys
 
     if is_stdout(path):
@@ -433,17 +458,21 @@ def write_file(path, content, *, flag: str | None = None, stdout=None) -> None:
         return
     path = os.fspath(path)
     check_output(path, flag or "output")
+    try:
+        old = os.lstat(path)
+    except FileNotFoundError:
+        old = None
+    if old is not None and _streamed(old.st_mode):  # /dev/null, a named pipe: in place
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "wb") as f:
+            _write(f, content)
+        return
     fd, tmp = _open_temp(path)
     try:
+        if old is not None:  # the file keeps its permissions
+            os.fchmod(fd, stat.S_IMODE(old.st_mode))
         with os.fdopen(fd, "wb") as f:
-            if callable(content):
-                content(f)
-            elif isinstance(content, bytes):
-                f.write(content)
-            else:
-                for piece in [content] if isinstance(content, str) else content:
-                    f.write(piece.encode("utf-8"))
-            f.flush()
+            _write(f, content)
             os.fsync(f.fileno())
         if os.path.islink(path):  # planted while this was written
             check_output(path, flag or "output")

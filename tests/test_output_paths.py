@@ -118,6 +118,16 @@ def test_the_writer_replaces_a_file_and_leaves_a_hard_link_to_it(tmp_path):
     assert other.read_text() == "old"
 
 
+def test_the_writer_keeps_permissions_and_writes_a_device_in_place(tmp_path):
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    out.chmod(0o600)
+    _files.write_file(out, "new")
+    assert out.read_text() == "new" and (out.stat().st_mode & 0o777) == 0o600
+    _files.write_file("/dev/null", "nothing")  # a character device: written, not replaced
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
 def test_a_failed_write_leaves_the_old_file(tmp_path):
     out = tmp_path / "out.json"
     out.write_text("old")
