@@ -283,3 +283,20 @@ def test_validate_cross_json_holds_no_nan(capsys, monkeypatch, validate_rows):
     assert got[1]["reason"] == ("cross_error: no other source set has rows of its chip family "
                                 "(V100) to refit its constant on without this one")
     assert got[2]["reason"] == ""
+
+
+@pytest.mark.parametrize("folder", ["chunks", "figures"])
+def test_a_planted_folder_link_in_the_sweep_folder_is_refused(folder, tmp_path, capsys):
+    """OUT/chunks or OUT/figures a link to someone else's folder: refused, nothing
+    there written or removed (a fresh run removes its old chunks)."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC.format(file='"t.png"'))
+    out, away = tmp_path / "o", tmp_path / "away"
+    out.mkdir()
+    away.mkdir()
+    (away / "000000.json").write_text("someone else's file\n")
+    (out / folder).symlink_to(away)
+    line = _fails(capsys, "sweep", spec, "--out", out, "--no-progress")
+    assert f"'{out / folder}' is a symbolic link" in line
+    assert [p.name for p in away.iterdir()] == ["000000.json"]
+    assert (away / "000000.json").read_text() == "someone else's file\n"

@@ -243,8 +243,13 @@ def _launch(args, name: str, job, out: Path) -> int:
         if args.resume:
             skipped, changed = chunks_on_disk(job, out)
     logs = out / "logs"
+    if logs.is_symlink():
+        raise ValueError(f"{str(logs)!r} is a symbolic link; the workers' logs go in a folder of "
+                         "the sweep's own: remove the link")
     with writing(logs):
         logs.mkdir(parents=True, exist_ok=True)
+        for i in range(n):  # made afresh by the launcher: a link planted there goes, unfollowed
+            (logs / f"process-{i}.log").unlink(missing_ok=True)
     address = f"127.0.0.1:{distributed.free_port()}"
     argv = _worker_argv(args, name, out=str(out), resume=True, no_progress=True,
                         no_finish=True)

@@ -69,6 +69,16 @@ def _holder(fd: int) -> str:
         return "no record of it"
 
 
+def own_folder(path: Path) -> Path:
+    """`path`, a folder of the sweep's own in its folder (chunks/, figures/), if it is
+    no symbolic link: one planted there would send the sweep's files, and the
+    removal of old chunks, elsewhere; a ValueError naming it."""
+    if path.is_symlink():
+        raise ValueError(f"{str(path)!r} is a symbolic link; a sweep writes its own folders "
+                         "only: remove the link")
+    return path
+
+
 def _open_lock(path: Path) -> int:
     """The descriptor of the lock file `path` (made if absent), opened without
     following a link: a link or anything but a plain file of one name planted
@@ -287,7 +297,7 @@ def prepare_out_dir(job: Job, out_dir: Path, resume: bool) -> None:
     results go. The caller holds `claimed(job, out_dir)`."""
     out_dir = Path(out_dir)
     old = check_out_dir(job, out_dir)
-    chunks_dir = out_dir / "chunks"
+    chunks_dir = own_folder(out_dir / "chunks")
     with writing(chunks_dir):
         chunks_dir.mkdir(parents=True, exist_ok=True)
         for path in chunks_dir.iterdir():
