@@ -1826,7 +1826,7 @@ def output_cases(category: str) -> list:
             case("timeline --out X --plot X", clobber(
                 ["timeline", "--out", "t.png", "--plot", "t.png"], files={"t.png": "old"})),
             case("timeline --out X --plot a hard link of X", clobber(
-                ["timeline", "--out", "t.png", "--plot", "h.png"], hard=[("h.png", "s.png")])),
+                ["timeline", "--out", "s.png", "--plot", "h.png"], hard=[("h.png", "s.png")])),
             case("timeline --out X --plot X through a linked folder", clobber(
                 ["timeline", "--out", "s.png", "--plot", "here/s.png"], links=[("here", ".")])),
             case("validate --report X --plot a hard link of X", clobber(

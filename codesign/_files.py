@@ -3,8 +3,11 @@ errors are one line naming the file (a directory, a device or pipe that never
 ends, a file too big, one that cannot be read); and parsers of its text (JSON,
 TOML, YAML) with caps on what a hostile file can make them do (nest past
 Python's stack, expand aliases without end, hold a number Python will not show),
-whose errors are one line naming the file too; and the TOML text the commands
-write (`toml_text`, by tomli-w)."""
+whose errors are one line naming the file too; the TOML text the commands
+write (`toml_text`, by tomli-w); and the one writer of every file codesign
+writes (`write_file`, `write_figure`: atomic, never through a link, `-` for
+standard output) with the check a command makes of its outputs before any work
+(`check_outputs`: none an input or another output, by path and by inode)."""
 
 from __future__ import annotations
 
