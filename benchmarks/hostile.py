@@ -2,7 +2,7 @@
 
     python benchmarks/hostile.py [--quick] [--category NAME] [--filter TEXT] [--workers 2]
 
-Nine categories (issues 25 and 46): `scenario` (every built-in scenario file with each
+Eleven categories (issues 25, 46 and 56): `scenario` (every built-in scenario file with each
 key set to nan, inf, -1, 0, 1e308, a string, a list, a table, removed,
 unknown keys, duplicate tables), `cli` (every command's flags and `--set`
 with hostile values, every declared key at the ends of its domain and just
@@ -14,12 +14,15 @@ runs at once, a chunk edited on disk, a read-only folder, a full disk),
 public API under jit, grad and vmap at the ends of every knob's domain),
 `load` (inputs that would take unbounded memory or time: refused fast),
 `import` (`codesign import` of hostile files: nesting, alias bombs, expansions
-that fill memory, recursion, long numbers, values of the wrong kind) and
+that fill memory, recursion, long numbers, values of the wrong kind),
 `program` (the user's own code failing every way Python allows, extents XLA
-would abort on, meshes named twice, a spec nested too deep, huge scales) and
+would abort on, meshes named twice, a spec nested too deep, huge scales),
 `store` (issue 56: the store of compiled executables under CODESIGN_CACHE against
 planted, forged and swapped records, foreign folders, symbolic links, umask 000,
-a read-only or full cache).
+a read-only or full cache), `outputs` (an output onto an input or another output,
+planted links, `-`, a spec's figure outside its folder) and `bounds` (steps of
+10^6 micro-batches and more, 128 stages: bounded time and size), both
+`output_cases`.
 
 A case is clean when it exits 0 with every number it prints or writes finite,
 or exits 2 or 3 with exactly one non-empty line on stderr and no traceback, or
@@ -70,7 +73,7 @@ if sys.path[:1] != [str(ROOT)]:  # first: before benchmarks/ (its codesign.py), 
 from codesign import _procfs, cli  # noqa: E402 - after the path; imports no JAX
 
 CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load", "import",
-              "program", "store")
+              "program", "store", "outputs", "bounds")
 GiB = 1 << 30
 MEMORY_BYTES = 8 * GiB  # address-space limit of every case
 LOAD_MEMORY_BYTES = 4 * GiB  # of the load cases: a blow-up is a MemoryError, not a dead machine
@@ -2022,10 +2025,144 @@ def store_cases() -> list:
 
 
 # ------------------------------------------------------------------------- all
+def output_cases(category: str) -> list:
+    """`outputs` (issue 56): a command's output onto its own input or another of its
+    outputs (same path, a hard link, a folder that is a link), a link planted at the
+    output's name, `-` for a figure, a sweep spec's figure outside its folder, a
+    link planted as the sweep folder's lock: each refused (exit 2, one line) before
+    any work, every file as it was; `-` for the trace is stdout, and validate
+    --cross --json is strict JSON. `bounds`: the timeline and the report at 10^6
+    micro-batches and more, 128 stages: done in bounded time, memory and size."""
+    scenario = '[model]\npreset = "gpt3-175b"\n'
+    spec = COLLECTIVE_SPEC + 'ranks = [8, 16]\n[[plots]]\nfile = "{file}"\nx = "ranks"\n' \
+        'y = "time_s"\n'
+
+    def entries(folder: Path) -> dict:
+        return {str(p.relative_to(folder)): os.readlink(p) if p.is_symlink() else
+                None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))
+                if "cache" not in p.parts}
+
+    def clobber(argv, *, links=(), hard=(), files=None, outside=None):
+        """Write the case's files (a scenario as s.toml and s.png, `files`) and
+        links, run `codesign ARGV` (refused: exit 2), and say what changed: any
+        entry of the folder, or `outside` (made)."""
+        def script(folder: Path) -> Outcome:
+            for name, text in {"s.toml": scenario, "s.png": scenario, **(files or {})}.items():
+                (folder / name).write_text(text)
+            (folder / "victim").write_text("someone else's file\n")
+            for name, target in links:
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                (folder / name).symlink_to(target)
+            for name, target in hard:
+                os.link(folder / target, folder / name)
+            before = entries(folder)
+            o = _codesign(argv, folder, timeout_s=120)
+            changed = [k for k in before.keys() | entries(folder).keys()
+                       if before.get(k, "absent") != entries(folder).get(k, "absent")]
+            escaped = outside is not None and (folder / outside).resolve().exists()
+            return _result(o, [refused((cli.BAD_INPUT,))(o),
+                               changed and f"refused, but changed {sorted(changed)[:3]}",
+                               escaped and f"wrote {outside} outside the folder"])
+        return script
+
+    def to_stdout(folder: Path) -> Outcome:
+        o = _codesign(["timeline", "--out", "-"], folder, timeout_s=120)
+        try:
+            json.loads(o.stdout, parse_constant=lambda c: 1 / 0)
+            bad = None
+        except (ValueError, ZeroDivisionError) as e:
+            bad = f"stdout is not the trace's JSON ({type(e).__name__})"
+        return _result(o, [_step("timeline --out -", o), bad,
+                           (folder / "-").exists() and "wrote a file named '-'"])
+
+    def strict_json(o: Outcome) -> str | None:
+        try:
+            json.loads(o.stdout, parse_constant=lambda c: 1 / 0)
+            return None if o.rc == cli.OK else f"exit {o.rc}"
+        except (ValueError, ZeroDivisionError):
+            return "not strict JSON (NaN or inf, or not JSON at all)"
+
+    def small(limit_bytes: int = 5_000_000) -> Callable:
+        def check(o: Outcome) -> str | None:
+            if o.rc != cli.OK:
+                return f"exit {o.rc}: a valid (if absurd) step refused"
+            big = [n for n, text in o.written if len(text) >= limit_bytes]
+            return f"{big[0]} is {limit_bytes:,} bytes or more" if big else None
+        return check
+
+    def case(name, script):
+        return Case(f"outputs/{name}", script=script, quick=True, timeout_s=180)
+
+    if category == "outputs":
+        sweep = ("sweep", "sp.toml", "--out", "o", "--no-progress")
+        away, ok = "/tmp/codesign-hostile-escape.png", {"sp.toml": spec.format(file="ok.png")}
+        return [
+            case("timeline --out X --plot X", clobber(
+                ["timeline", "--out", "t.png", "--plot", "t.png"], files={"t.png": "old"})),
+            case("timeline --out X --plot a hard link of X", clobber(
+                ["timeline", "--out", "s.png", "--plot", "h.png"], hard=[("h.png", "s.png")])),
+            case("timeline --out X --plot X through a linked folder", clobber(
+                ["timeline", "--out", "s.png", "--plot", "here/s.png"], links=[("here", ".")])),
+            case("validate --report X --plot a hard link of X", clobber(
+                ["validate", "--report", "s.png", "--plot", "h.png"], hard=[("h.png", "s.png")])),
+            case("estimate s.png --plot s.png", clobber(["estimate", "s.png", "--plot", "s.png"])),
+            case("timeline s.toml --out s.toml", clobber(
+                ["timeline", "s.toml", "--out", "s.toml"])),
+            case("timeline s.toml --out a hard link of it", clobber(
+                ["timeline", "s.toml", "--out", "h.toml"], hard=[("h.toml", "s.toml")])),
+            case("report s.toml --out s.toml", clobber(["report", "s.toml", "--out", "s.toml"])),
+            case("timeline --out a planted link", clobber(
+                ["timeline", "--out", "t.json"], links=[("t.json", "victim")])),
+            case("report --out a planted link", clobber(
+                ["report", "--out", "r.html"], links=[("r.html", "victim")])),
+            case("timeline --plot -", clobber(["timeline", "--out", "t.json", "--plot", "-"])),
+            case("timeline --out - is stdout", to_stdout),
+            case("sweep plots file ../../..", clobber(
+                list(sweep), files={"sp.toml": spec.format(file="../../../escape.png")},
+                outside="../escape.png")),
+            case("sweep plots file absolute", clobber(
+                list(sweep), files={"sp.toml": spec.format(file=away)}, outside=away)),
+            case("sweep .lock a planted link", clobber(
+                list(sweep), files=ok, links=[("o/.lock", "../victim")])),
+            case("sweep --resume .lock a planted link", clobber(
+                [*sweep, "--resume"], files=ok,
+                links=[("o/.lock", "../victim")])),
+            Case("outputs/validate --cross --json is strict JSON",
+                 ("validate", "--cross", "--json"), expect=strict_json, timeout_s=400),
+        ]
+    big = [("timeline --set training.global_batch=1e9", ("timeline", "--set",
+            "training.global_batch=1e9", "--out", "t.json", "--plot", "t.png")),
+           ("timeline 1e6 micro-batches", ("timeline", "--set", "training.global_batch=16e6",
+                                           "--out", "t.json")),
+           ("timeline pp 128 x 1e5 micro-batches", (
+               "timeline", "--set", "model.layers=256", "--set", "parallel.pp=128", "--set",
+               "training.global_batch=1e5", "--out", "t.json", "--plot", "t.png")),
+           ("timeline deepseek-v3 (DualPipe) global_batch=1e9", (
+               "timeline", "deepseek-v3", "--set", "training.global_batch=1e9", "--out",
+               "t.json"))]
+
+    def page(folder: Path) -> Outcome:
+        """The report at 10^9: its page small, its text (the figures' base64 aside,
+        where any letters occur) without a non-finite number; the page then goes."""
+        o = _codesign(["report", "--set", "training.global_batch=1e9", "--out", "r.html"],
+                      folder, timeout_s=280)
+        path = folder / "r.html"
+        text = path.read_text() if path.exists() else ""
+        path.unlink(missing_ok=True)
+        bad = non_finite(re.sub(r"base64,[A-Za-z0-9+/=]+", "base64,", text))
+        return _result(o, [_step("report", o), len(text) >= 5_000_000 and "a page of 5 MB+",
+                           bad and f"non-finite number in the page: ...{bad}..."])
+
+    return [*(Case(f"bounds/{name}", argv, expect=small(), quick=i < 2, timeout_s=300)
+              for i, (name, argv) in enumerate(big)),
+            Case("bounds/report --set training.global_batch=1e9", script=page, timeout_s=300)]
+
+
 GENERATORS = {"scenario": scenario_cases, "cli": cli_cases, "data": data_cases,
               "sweep": sweep_cases, "multiprocess": multiprocess_cases,
               "library": library_cases, "load": load_cases, "import": import_cases,
-              "program": program_cases, "store": store_cases}
+              "program": program_cases, "store": store_cases,
+              "outputs": lambda: output_cases("outputs"), "bounds": lambda: output_cases("bounds")}
 
 
 # in the --quick sample too (besides the cases generated with quick=True)

@@ -3,11 +3,15 @@ errors are one line naming the file (a directory, a device or pipe that never
 ends, a file too big, one that cannot be read); and parsers of its text (JSON,
 TOML, YAML) with caps on what a hostile file can make them do (nest past
 Python's stack, expand aliases without end, hold a number Python will not show),
-whose errors are one line naming the file too; and the TOML text the commands
-write (`toml_text`, by tomli-w)."""
+whose errors are one line naming the file too; the TOML text the commands
+write (`toml_text`, by tomli-w); and the one writer of every file codesign
+writes (`write_file`, `write_figure`: atomic, never through a link, `-` for
+standard output) with the check a command makes of its outputs before any work
+(`check_outputs`: none an input or another output, by path and by inode)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -302,3 +306,193 @@ def toml_text(tables: dict, comments=()) -> str:
                           for section, table in tables.items() if table})
     head = "".join(f"# {c}\n" for c in comments)
     return head + ("\n" if head and body else "") + body
+
+
+# ----------------------------------------------------------------- writing
+# Every file codesign writes goes through `write_file`: where the caller (the
+# user's flag) points and nowhere else, atomically (a temp file beside the
+# target, created O_CREAT|O_EXCL|O_NOFOLLOW so that nothing planted under its
+# name is followed or reused, then `os.replace`: a reader sees the old file or
+# the new one, never half of one, and a link at the final name is replaced, never
+# written through), never onto a symbolic link planted at the final name (refused).
+# `check_outputs` is what a command asks before it does any work: no output onto
+# an input or onto another output (same file by resolved path and, where it
+# exists, by device and inode: a symbolic or hard link to an input is the input).
+STDOUT = "-"  # an output named "-" is standard output (text formats only)
+_TEMP_NAME_CHARS = 200  # of the target's name in its temp file's (a name is <= 255 bytes)
+
+
+def is_stdout(path) -> bool:
+    return path is not None and os.fspath(path) == STDOUT
+
+
+def _identity(path) -> tuple[str, tuple[int, int] | None]:
+    """(the resolved path, (st_dev, st_ino) where the file exists) of `path`."""
+    try:
+        st = os.stat(path)
+        inode = (st.st_dev, st.st_ino)
+    except OSError:
+        inode = None
+    return os.path.realpath(path), inode
+
+
+def same_file(a, b) -> bool:
+    """Whether paths `a` and `b` name one file: one resolved path, or one inode
+    (a hard link, a symbolic link, a bind mount)."""
+    (ra, ia), (rb, ib) = _identity(a), _identity(b)
+    return ra == rb or (ia is not None and ia == ib)
+
+
+def check_output(path, flag: str, *, binary: bool = False, what: str = "figure") -> None:
+    """An output path the user gave with `flag`, before anything is computed:
+    `-` (standard output) only for a text format; not a symbolic link (refused:
+    codesign writes no file through a link someone may have planted); not a
+    directory; in a folder that exists. Each is a one-line ValueError naming
+    `flag` and the path."""
+    if is_stdout(path):
+        if binary:
+            raise ValueError(f"{flag} -: a {what} is a binary file and does not go to standard "
+                             "output; name a file")
+        return
+    shown = f"{flag} {os.fspath(path)!r}"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise ValueError(f"{shown} cannot be written: {e.strerror or e}") from None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise ValueError(f"{shown} is a symbolic link; codesign does not write through one: name "
+                         "the file itself, or remove the link (standard output: -)")
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{shown} is a directory; name a file")
+    if st is not None and not (stat.S_ISREG(st.st_mode) or _streamed(st.st_mode)):
+        raise ValueError(f"{shown} is not a regular file (a socket or a block device); name a "
+                         "file")
+    folder = os.path.dirname(os.fspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise ValueError(f"{shown}: its folder {folder!r} does not exist")
+
+
+def check_outputs(outputs: dict, inputs: dict, binary: frozenset | set = frozenset()) -> None:
+    """Every output of one command (`outputs`: flag -> path, None for an output not
+    asked for) checked (`check_output`; flags in `binary` are binary formats), and
+    none of them the same file as an input (`inputs`: words naming it -> path; a path
+    that does not exist is no file) or as another output; two outputs on standard
+    output are one too many. Each is a one-line ValueError naming the flags."""
+    given = {flag: p for flag, p in outputs.items() if p is not None and os.fspath(p) != ""}
+    for flag, path in given.items():
+        check_output(path, flag, binary=flag in binary)
+    files = {w: p for w, p in inputs.items() if p is not None and not is_stdout(p)
+             and os.path.lexists(p)}
+    seen: dict = {}
+    for flag, path in given.items():
+        shown = f"{flag} {os.fspath(path)!r}" if not is_stdout(path) else f"{flag} -"
+        if is_stdout(path):
+            if STDOUT in seen:
+                raise ValueError(f"{shown}: {seen[STDOUT]} is standard output too; one output "
+                                 "can go there, name a file for the other")
+            seen[STDOUT] = flag
+            continue
+        for words, source in files.items():
+            if same_file(path, source):
+                raise ValueError(f"{shown} is {words} (an input of this command); writing it "
+                                 "would overwrite it: name another file")
+        for other, other_path in seen.items():
+            if other != STDOUT and same_file(path, other_path):
+                raise ValueError(f"{shown} is {other}'s file too; name two files")
+        seen[flag] = path
+
+
+def _streamed(mode: int) -> bool:
+    """Whether an existing output is written in place, not replaced: a named pipe
+    or a character device (/dev/null, a terminal), which a rename would replace."""
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+
+
+def _open_temp(path: str) -> tuple[int, str]:
+    """A new temp file beside `path`, opened for writing: O_EXCL and O_NOFOLLOW, a
+    random name (nothing planted under it is reused or followed)."""
+    import secrets
+
+    folder, name = os.path.split(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(
+        os, "O_CLOEXEC", 0)
+    for _ in range(64):
+        tmp = os.path.join(folder, f".{name[:_TEMP_NAME_CHARS]}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as e:  # the file's name, not the temp file's
+            raise OSError(e.errno, f"{e.strerror} (a new file in its folder, renamed over it)",
+                          path) from None
+    raise FileExistsError(f"cannot make a temp file beside {path!r}")
+
+
+def _write(f, content) -> None:
+    if callable(content):
+        content(f)
+    elif isinstance(content, bytes):
+        f.write(content)
+    else:
+        for piece in [content] if isinstance(content, str) else content:
+            f.write(piece.encode("utf-8"))
+    f.flush()
+
+
+def write_file(path, content, *, flag: str | None = None, stdout=None) -> None:
+    """Write `content` (str, bytes, an iterable of str written as it comes, or a
+    callable given a binary file) to `path`: `-` is `stdout` (default
+    sys.stdout; text only); a named pipe or a character device (/dev/null) is
+    written in place; else a temp file beside `path` (`_open_temp`; an existing
+    file's permissions kept), fsync, `os.replace`: on any error the temp file goes
+    and `path` is as it was. A symbolic link at `path` is a ValueError naming
+    `flag` (or the path)."""
+    import sys
+
+    if is_stdout(path):
+        stream = stdout or sys.stdout
+        if callable(content) or isinstance(content, bytes):
+            raise ValueError(f"{flag or 'output'} -: a binary format does not go to standard "
+                             "output; name a file")
+        stream.writelines([content] if isinstance(content, str) else content)
+        stream.flush()
+        return
+    path = os.fspath(path)
+    check_output(path, flag or "output")
+    try:
+        old = os.lstat(path)
+    except FileNotFoundError:
+        old = None
+    if old is not None and _streamed(old.st_mode):  # /dev/null, a named pipe: in place
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "wb") as f:
+            _write(f, content)
+        return
+    fd, tmp = _open_temp(path)
+    try:
+        if old is not None:  # the file keeps its permissions
+            os.fchmod(fd, stat.S_IMODE(old.st_mode))
+        with os.fdopen(fd, "wb") as f:
+            _write(f, content)
+            os.fsync(f.fileno())
+        if os.path.islink(path):  # planted while this was written
+            check_output(path, flag or "output")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def figure_format(path) -> str:
+    """The format matplotlib writes for `path`: its extension, else png."""
+    ext = os.path.splitext(os.fspath(path))[1][1:].lower()
+    return ext or "png"
+
+
+def write_figure(fig, path, *, flag: str | None = None, **savefig) -> None:
+    """A matplotlib figure to `path` (`write_file`; the format from its
+    extension, `figure_format`), `savefig`'s keywords passed on."""
+    write_file(path, lambda f: fig.savefig(f, format=figure_format(path), **savefig), flag=flag)

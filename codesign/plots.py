@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import matplotlib
 
+from . import _files
 from .sweep._plots import _STYLES
 from .sweep._plots import SWEEP_DPI as SWEEP_DPI
 from .sweep._plots import column_label as column_label
@@ -37,7 +38,7 @@ def _figure(ax=None, figsize=(7, 4.5)):
 def _save(fig, path=None):
     """Write `fig` to `path` (when given) and return it."""
     if path is not None:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        _files.write_figure(fig, path, dpi=150, bbox_inches="tight")
     return fig
 
 
@@ -101,7 +102,7 @@ def roofline(rows, path=None, title="network roofline"):
     ax.legend(fontsize=8)
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=150)
+        _files.write_figure(fig, path, dpi=150)
     return fig
 
 
@@ -212,7 +213,7 @@ def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: fl
         fig.suptitle(title)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        _files.write_figure(fig, path, dpi=dpi, bbox_inches="tight")
     return fig
 
 
@@ -320,7 +321,7 @@ def pareto_points(x, y, front, *, xlabel: str, ylabel: str, title: str = "", pat
     ax.set_title(title)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        _files.write_figure(fig, path, dpi=150, bbox_inches="tight")
     return fig
 
 
@@ -404,10 +405,57 @@ def calibration_busbw(tiers: dict, *, title: str = "", path=None):
     return _save(fig, path)
 
 
+# the timeline's colours: a pass kind on the compute track (`timeline._PASS`), then
+# communication (exposed solid, hidden hatched), the optimizer, idle, an aggregate
+TIMELINE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "input gradient": "#dd8452",
+                   "weight gradient": "#55a868", "communication": "#c44e52",
+                   "optimizer": "#8172b3", "idle": "0.82", "aggregated": "#937860"}
+TIMELINE_EDGE_MICRO_BATCHES = 8  # the figure draws the first and last 8 micro-batches of a
+TIMELINE_MICRO_BATCHES = 24  # stage of more than 24 in full, the steady state between as one
+
+
+def _timeline_window(events: list) -> tuple[float, float, int] | None:
+    """(start, end, passes) of one stage's steady state the figure draws as one
+    block: the compute events of its micro-batches but the first and last
+    TIMELINE_EDGE_MICRO_BATCHES (and any the trace aggregated), where the stage
+    has more than TIMELINE_MICRO_BATCHES; None where it has fewer."""
+    passes = [e for e in events if e["cat"] == "compute" and "bubble" not in e["name"]]
+    batches = sorted({e["args"]["micro_batch"] for e in passes if "micro_batch" in e["args"]})
+    aggregated = [e for e in passes if e["args"].get("pass") == "aggregated"]
+    if len(batches) <= TIMELINE_MICRO_BATCHES and not aggregated:
+        return None
+    edge = TIMELINE_EDGE_MICRO_BATCHES
+    middle = set(batches[edge:len(batches) - edge]) if len(batches) > 2 * edge else set()
+    inside = [e for e in passes if e["args"].get("micro_batch") in middle] + aggregated
+    if not inside:
+        return None
+    start = min(e["ts"] for e in inside)
+    end = max(e["ts"] + e["dur"] for e in inside)
+    count = sum(sum(e["args"].get("passes", {}).values()) or 1 for e in passes
+                if start <= e["ts"] < end)
+    return start, end, count
+
+
+def _timeline_style(e: dict) -> str:
+    """An event's class in the figure's legend (`TIMELINE_COLORS`)."""
+    if "bubble" in e["name"]:
+        return "idle"
+    if e["cat"] == "compute":
+        return e["args"].get("pass", "forward")
+    return "optimizer" if e["cat"] == "optimizer" else "communication"
+
+
 def timeline(trace: dict, *, title: str = "", path=None, dpi: int = 150):
     """The trace of `timeline.trace` as a Gantt chart: a row per (pipeline stage,
-    track), a bar per event (exposed communication solid, hidden hatched and
-    light, the bubble grey), time in seconds."""
+    track), a bar per event, coloured by what it is (forward, backward, the
+    weight gradients ZB-H1 defers, communication exposed solid and hidden
+    hatched, the optimizer, the bubble grey; a legend says which), time in
+    seconds. A stage of more than TIMELINE_MICRO_BATCHES micro-batches (or one
+    the trace aggregated) is drawn with its first and last
+    TIMELINE_EDGE_MICRO_BATCHES in full and its steady state as one labelled
+    block per track, which a bar per pass would turn into a barcode."""
+    from matplotlib.patches import Patch
+
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
              if e["name"] == "process_name"}
@@ -415,18 +463,30 @@ def timeline(trace: dict, *, title: str = "", path=None, dpi: int = 150):
               if e["name"] == "thread_name"}
     used = sorted({(e["pid"], e["tid"]) for e in events})
     row = {key: i for i, key in enumerate(used)}
-    fig, ax = _pyplot().subplots(figsize=(12, 0.32 * len(used) + 1.2))
-    colors = matplotlib.colormaps["tab10"].colors
-    bars: dict = {}  # (row, bubble, hidden) -> [(start, width)]: one collection each
+    fig, ax = _pyplot().subplots(figsize=(12, 0.32 * len(used) + 2.0))
+    windows = {pid: _timeline_window([e for e in events if e["pid"] == pid]) for pid in names}
+    bars: dict = {}  # (row, style, hidden) -> [(start, width)]: one collection each
+    blocks: dict = {}  # row -> (start, end) of its aggregated block
     for e in events:
-        key = (row[(e["pid"], e["tid"])], "bubble" in e["name"],
-               e.get("args", {}).get("exposed") is False)
+        window, y = windows.get(e["pid"]), row[(e["pid"], e["tid"])]
+        if window is not None and window[0] <= e["ts"] < window[1]:
+            lo, hi = blocks.get(y, (window[0], window[1]))
+            blocks[y] = (min(lo, e["ts"]), max(hi, e["ts"] + e["dur"]))
+            continue
+        key = (y, _timeline_style(e), e.get("args", {}).get("exposed") is False)
         bars.setdefault(key, []).append((e["ts"] / 1e6, e["dur"] / 1e6))
-    for (y, bubble, hidden), spans in bars.items():
-        ax.broken_barh(spans, (y - 0.4, 0.8),
-                       facecolors="0.8" if bubble else colors[used[y][1] % len(colors)],
+    for (y, style, hidden), spans in bars.items():
+        ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=TIMELINE_COLORS[style],
                        alpha=0.35 if hidden else 1.0, hatch="//" if hidden else None,
                        edgecolors="white" if not hidden else "face", linewidth=0.2)
+    for y, (lo, hi) in blocks.items():
+        ax.broken_barh([(lo / 1e6, (hi - lo) / 1e6)], (y - 0.4, 0.8),
+                       facecolors=TIMELINE_COLORS["aggregated"], alpha=0.45, hatch="..",
+                       edgecolors="face", linewidth=0.2)
+        pid, tid = used[y]
+        if tracks[(pid, tid)] == "compute":
+            ax.text((lo + hi) / 2e6, y, f"steady state: {windows[pid][2]:,} passes",
+                    ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(used)))
     ax.set_yticklabels([f"{names[p].replace('pipeline ', '')}: {tracks[(p, t)]}"
                         for p, t in used], fontsize=7)
@@ -434,7 +494,18 @@ def timeline(trace: dict, *, title: str = "", path=None, dpi: int = 150):
     ax.set_xlabel("time in the step (s)")
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title or f"step {trace['otherData']['step_time_s']:.3g} s")
-    fig.tight_layout()
+    shown = {_timeline_style(e) for e in events} | ({"aggregated"} if blocks else set())
+    words = {"forward": "forward", "backward": "backward", "input gradient":
+             "backward (input gradient)", "weight gradient": "weight gradient (W, deferred)",
+             "communication": "communication (exposed)", "optimizer": "optimizer",
+             "idle": "idle (pipeline bubble)", "aggregated": "steady state, aggregated"}
+    handles = [Patch(facecolor=TIMELINE_COLORS[k], label=words[k]) for k in words
+               if k in shown and not (k == "input gradient" and "backward" in shown)]
+    if any(e.get("args", {}).get("exposed") is False for e in events):
+        handles.append(Patch(facecolor=TIMELINE_COLORS["communication"], alpha=0.35, hatch="//",
+                             label="communication (hidden under compute)"))
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.2 * -(-len(handles) // 4) / fig.get_figheight(), 1, 1))
     if path is not None:
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        _files.write_figure(fig, path, dpi=dpi, bbox_inches="tight")
     return fig

@@ -84,7 +84,7 @@ the idle drawn is its bubble, and the last event ends at its step time.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from typing import NamedTuple
 
 from . import strategies
@@ -246,19 +246,67 @@ def _dualpipe(stage: int, p: int, m: int) -> list[Slot]:
     return order + [(w,) for w in weights]  # 8: nW
 
 
-def orders(plan: Plan, p: int, m: int) -> tuple[str, int, list[list[Slot]]]:
-    """(the order's name, chunks per stage, every stage's slots) for `plan`'s schedule."""
+def _order(plan: Plan, p: int, m: int):
+    """(the order's name, chunks per stage, stage -> that stage's slots for a given
+    number of micro-batches) of `plan`'s schedule at `p` stages and `m` micro-batches."""
     schedule = plan.schedule
     if isinstance(schedule, strategies.Interleaved):
         v = max(int(round(float(plan.interleave))), 1)
-        return schedule.name, v, [_interleaved(s, p, m, v) for s in range(p)]
+        return schedule.name, v, lambda s, mb: _interleaved(s, p, mb, v)
     if isinstance(schedule, strategies.DualPipe) and dualpipe_feasible(p, m):
-        return schedule.name, 1, [_dualpipe(s, p, m) for s in range(p)]
+        return schedule.name, 1, lambda s, mb: _dualpipe(s, p, mb)
     if isinstance(schedule, (strategies.ZeroBubble, strategies.DualPipe)):
-        return strategies.ZeroBubble.name, 1, [_zb_h1(s, p, m) for s in range(p)]
+        return strategies.ZeroBubble.name, 1, lambda s, mb: _zb_h1(s, p, mb)
     if isinstance(schedule, strategies.GPipe):
-        return schedule.name, 1, [_gpipe(s, p, m) for s in range(p)]
-    return strategies.OneFOneB.name, 1, [_one_f_one_b(s, p, m) for s in range(p)]
+        return schedule.name, 1, lambda s, mb: _gpipe(s, p, mb)
+    return strategies.OneFOneB.name, 1, lambda s, mb: _one_f_one_b(s, p, mb)
+
+
+def orders(plan: Plan, p: int, m: int) -> tuple[str, int, list[list[Slot]]]:
+    """(the order's name, chunks per stage, every stage's slots) for `plan`'s schedule."""
+    name, v, make = _order(plan, p, m)
+    return name, v, [make(s, m) for s in range(p)]
+
+
+# Bounds on the work of a trace (its time and memory do not grow with the
+# micro-batches): a step of more than FULL_PASSES forward chunks per stage, or of
+# more than SIMULATED_PASSES passes over all stages, is laid out with fewer
+# micro-batches (`simulated_micro_batches`: EDGE_MICRO_BATCHES at each end and a
+# steady state between) and drawn with the first and last EDGE_MICRO_BATCHES in
+# full and the steady state between as one aggregated event per stage, holding the
+# compute, communication and idle of every micro-batch it stands for; a step of
+# more than SIMULATED_PASSES passes even so is not simulated (`_unsimulated_idle`).
+EDGE_MICRO_BATCHES = 16
+FULL_PASSES = 1024  # forward chunks per stage, m v (megatron-1t: 512)
+SIMULATED_PASSES = 2**18  # passes of every stage simulated, 2 p m v (~1.5 s)
+DRAWN_PASSES = 2**15  # passes per stage past which no trace is drawn
+
+
+def simulated_micro_batches(order: str, p: int, m: int, v: int) -> int:
+    """The micro-batches the trace lays out: all `m` where that is within
+    FULL_PASSES and SIMULATED_PASSES, else the fewest that keep the order's shape
+    with EDGE_MICRO_BATCHES at each end and a steady state between (even, at
+    least 2p, as DualPipe needs; interleaved: a multiple of p where p divides m,
+    else not), if fewer."""
+    if m * v <= FULL_PASSES and 2 * p * m * v <= SIMULATED_PASSES:
+        return m
+    # the edges, the warm-up and drain (up to p - 1 forwards), and a steady state longer
+    # than the warm-up, so that its run holds most of each pass kind (`_Layout.aggregated`)
+    least = 2 * (2 * EDGE_MICRO_BATCHES + p + 1)
+    if order == strategies.Interleaved.name:
+        if m % p == 0:
+            least = -(-least // p) * p
+        elif least % p == 0:
+            least += 1
+    return min(least, m)
+
+
+def _unsimulated_idle(slots: int, stage: int, p: int, bubble: float) -> list[float]:
+    """The idle before each of `slots` slots and after the last, where the order is
+    not simulated: the model's bubble as the pipeline's fill (stage s of p waits
+    s / (p - 1) of it before its first pass) and its drain (the rest)."""
+    fill = bubble * stage / (p - 1) if p > 1 else 0.0
+    return [fill] + [0.0] * (slots - 1) + [bubble - fill] if slots else [bubble]
 
 
 def _needs(op: Op, hops: int) -> list[tuple[str, int, int]]:
@@ -358,12 +406,97 @@ def pass_times(step: Step, m: int, v: int) -> tuple[dict, dict]:
     return compute, {"F": share / v, "B": (1.0 - share) / v, "I": 1.0 - share, "W": 0.0}
 
 
+class _Layout(NamedTuple):
+    """How a step too long to draw in full is drawn (`trace`): laid out with `m_sim`
+    of its `m` micro-batches (DualPipe: `n_sim` of `n` per direction), each end's
+    `edge` drawn in full, the middle's longest run of slots aggregated."""
+
+    m: int
+    m_sim: int
+    edge: int
+    dual: bool
+
+    @property
+    def n(self) -> int:
+        return self.m // 2
+
+    @property
+    def n_sim(self) -> int:
+        return self.m_sim // 2
+
+    def index(self, op: Op) -> tuple[int, int]:
+        """(op's place among its direction's micro-batches, how many there are)."""
+        if self.dual:
+            return op.mb - op.chunk * self.n_sim, self.n_sim
+        return op.mb, self.m_sim
+
+    def middle(self, op: Op) -> bool:
+        i, count = self.index(op)
+        return self.edge <= i < count - self.edge
+
+    def full_mb(self, op: Op, after: bool) -> int:
+        """op's micro-batch in the whole step: those after the aggregated run, but
+        the first `edge`, moved on by the micro-batches it stands for."""
+        i, count = self.index(op)
+        shift = (self.n - self.n_sim if self.dual else self.m - self.m_sim) \
+            if after and i >= self.edge else 0
+        return (op.chunk * self.n if self.dual else 0) + i + shift
+
+    def runs(self, order: list[Slot]) -> list[range]:
+        """The runs of consecutive slots whose every pass is of a middle micro-batch."""
+        found, start = [], None
+        for k, slot in enumerate([*order, ()]):
+            inside = bool(slot) and all(self.middle(op) for op in slot)
+            if inside and start is None:
+                start = k
+            elif not inside and start is not None:
+                found.append(range(start, k))
+                start = None
+        return found
+
+    def extra(self, order: list[Slot], v: int) -> dict[tuple[str, int], int]:
+        """(pass kind, chunk) -> how many such passes the micro-batches not laid out
+        hold: one forward and one backward (split: an I and a W) per chunk each."""
+        n = self.n - self.n_sim if self.dual else self.m - self.m_sim
+        split = any(op.kind == "W" for slot in order for op in slot) and not any(
+            op.kind == "B" for slot in order for op in slot)
+        kinds = ("F", "I", "W") if split else ("F", "B")
+        return {(kind, c): n for c in range(2 if self.dual else v) for kind in kinds}
+
+    def aggregated(self, order: list[Slot], v: int) -> dict[int, dict]:
+        """The runs drawn aggregated (`runs`; by the index of their first slot): each
+        pass kind's extra passes (`extra`) go to the run holding most of that kind
+        (the longest where none does); -> {first slot: {"run": range, "extra": {...}}}."""
+        runs = self.runs(order)
+        if not runs:
+            raise ArithmeticError("no steady state to aggregate the micro-batches into")
+        longest = max(runs, key=len)
+        out: dict[int, dict] = {}
+        for key, count in self.extra(order, v).items():
+            held = [sum(1 for k in r for op in order[k] if (op.kind, op.chunk) == key)
+                    for r in runs]
+            home = runs[held.index(max(held))] if max(held) > 0 else longest
+            out.setdefault(home.start, {"run": home, "extra": {}})["extra"][key] = count
+        return out
+
+
 def trace(step: Step, plan: Plan) -> dict:
-    """The trace-event JSON object of `step` (concrete values) under `plan`."""
+    """The trace-event JSON object of `step` (concrete values) under `plan`. Its
+    size and the work to make it are bounded whatever the micro-batches and the
+    stages (`simulated_micro_batches`; `otherData.aggregated` says what is
+    aggregated); a step whose order cannot be drawn within DRAWN_PASSES passes
+    per stage is a ValueError naming it."""
     m = max(int(round(float(plan.micro_batches))), 1)
     p = max(int(round(float(plan.pp))), 1)
-    order_name, v, slots = orders(plan, p, m)
+    order_name, v, make = _order(plan, p, m)
     dual = order_name == strategies.DualPipe.name
+    m_sim = simulated_micro_batches(order_name, p, m, v)
+    if 2 * m_sim * v > DRAWN_PASSES:
+        raise ValueError(f"the timeline of {order_name} at parallel.pp={p} with "
+                         f"{m:,} micro-batches needs {2 * m_sim * v:,} passes per stage to show "
+                         f"its order, more than the trace draws ({DRAWN_PASSES:,}); fewer "
+                         "stages or interleaved chunks draw it")
+    layout = _Layout(m, m_sim, EDGE_MICRO_BATCHES, dual) if m_sim < m else None
     exposed = {k: float(val) for k, val in step.exposed_s.items()}
     hidden = {d: 0.0 for d in TRACKS}
     for r in step.traffic:
@@ -372,9 +505,15 @@ def trace(step: Step, plan: Plan) -> dict:
     compute, part = pass_times(step, m, v)
     per_mb = sum(exposed.get(d, 0.0) for d in _PER_MICRO_BATCH) / m
     length = {k: compute[k] + per_mb * part[k] for k in compute}
-    spans = simulate(slots, length, p * v)
-    makespan = max((sp[-1][1] for sp in spans if sp), default=0.0)
     bubble, tail = float(step.bubble_s), ("dp", "pp")
+    shown = shown_stages(p)
+    simulated = 2 * p * m_sim * v <= SIMULATED_PASSES
+    if simulated:
+        slots = [make(s, m_sim) for s in range(p)]
+        spans = simulate(slots, length, p * v)
+        makespan = max((sp[-1][1] for sp in spans if sp), default=0.0)
+    else:  # too many stages to run every one: the shown stages' orders, gaps not simulated
+        slots = {s: make(s, m_sim) for s in shown}
     events = []
 
     def add(pid, track, name, start, dur, **args):
@@ -384,30 +523,81 @@ def trace(step: Step, plan: Plan) -> dict:
                            "args": {k: val for k, val in args.items() if val is not None}})
         return start + dur
 
-    for stage in shown_stages(p):
+    def hidden_under(stage, start, c):
+        for d in _HIDDEN_PER_PASS:  # hidden under this compute, by its share
+            add(stage, d, f"{d} hidden", start, hidden.get(d, 0.0) * c / compute_s
+                if compute_s > 0 else 0.0, exposed=False)
+
+    def aggregate(stage, t, run_slots, extra, inner_idle):
+        """The run's passes and the `extra` ones ((kind, chunk) -> count) of the
+        micro-batches not laid out, as one event per track."""
+        ops = [op.kind for slot in run_slots for op in slot]
+        kinds = Counter(ops)
+        for (kind, _), n in extra.items():
+            kinds[kind] += n
+        count = {"forward": kinds["F"], "backward": kinds["B"] + kinds["I"],
+                 "weight gradient": kinds["W"]}
+        c = sum(compute[kind] * n for kind, n in kinds.items())
+        share = sum(part[kind] * n for kind, n in kinds.items())
+        unit = " chunks" if v > 1 else ""
+        words = ", ".join(f"{n:,} {k}{unit}" for k, n in count.items() if n)
+        start = t
+        t = add(stage, "compute", f"steady state: {words} (aggregated)", t, c,
+                **{"pass": "aggregated"}, passes={k: n for k, n in count.items() if n},
+                micro_batches=count["forward"] // v)
+        hidden_under(stage, start, c)
+        for d in _PER_MICRO_BATCH:
+            t = add(stage, d, f"{d} exposed", t, exposed.get(d, 0.0) / m * share, exposed=True,
+                    aggregated=True)
+        return add(stage, "compute", "bubble (steady state, aggregated)", t, inner_idle)
+
+    def full(op, k, ends):
+        """op at slot `k` as the whole step numbers it (`_Layout.full_mb`): after the
+        run its kind's extra passes went to (`ends`; a split backward's I and W where
+        the B's went), moved on by them."""
+        if layout is None:
+            return op
+        end = ends.get((op.kind, op.chunk), ends.get(("B", op.chunk), max(ends.values())))
+        return op._replace(mb=layout.full_mb(op, k >= end))
+
+    for stage in shown:
         events.append({"name": "process_name", "ph": "M", "pid": stage,
                        "args": {"name": f"pipeline stage {stage} of {p}"}})
         events += [{"name": "thread_name", "ph": "M", "pid": stage, "tid": i,
                     "args": {"name": track}} for i, track in enumerate(TRACKS)]
-        idle = scaled(gaps(spans[stage], makespan), bubble)
+        order = slots[stage]
+        idle = (scaled(gaps(spans[stage], makespan), bubble) if simulated
+                else _unsimulated_idle(len(order), stage, p, bubble))
+        homes = layout.aggregated(order, v) if layout is not None else {}
+        ends = {}  # (kind, chunk) -> the end of the run its extra passes went to
+        for home in homes.values():
+            ends |= dict.fromkeys(home["extra"], home["run"].stop)
         t, first = 0.0, None
-        names = gap_names(slots[stage])
-        for k, slot in enumerate(slots[stage]):
+        names = gap_names(order)
+        k = 0
+        while k < len(order):
             t = add(stage, "compute", names[k], t, idle[k])
             first = t if first is None else first
+            if k in homes:
+                run = homes[k]["run"]
+                t = aggregate(stage, t, order[run.start:run.stop], homes[k]["extra"],
+                              sum(idle[run.start + 1:run.stop]))
+                k = run.stop
+                continue
+            slot = order[k]
             for op in slot:
                 partner = next((o for o in slot if o is not op), None) if dual else None
+                op, partner = full(op, k, ends), partner and full(partner, k, ends)
                 start = t
                 t = add(stage, "compute", _name(op, v, partner), t, compute[op.kind],
                         micro_batch=op.mb, chunk=op.chunk if v > 1 else None,
                         direction=op.chunk if dual else None, **{"pass": _PASS[op.kind]},
                         overlapped_with=_name(partner, v) if partner else None)
-                for d in _HIDDEN_PER_PASS:  # hidden under this pass, by its compute
-                    add(stage, d, f"{d} hidden", start, hidden.get(d, 0.0) * compute[op.kind]
-                        / compute_s if compute_s > 0 else 0.0, exposed=False)
+                hidden_under(stage, start, compute[op.kind])
                 for d in _PER_MICRO_BATCH:
                     t = add(stage, d, f"{d} exposed", t, exposed.get(d, 0.0) / m * part[op.kind],
                             exposed=True, micro_batch=op.mb)
+            k += 1
         # the data-parallel reduction hides under the last backwards
         first = t if first is None else first
         add(stage, "dp", "dp hidden", max(t - hidden["dp"], first), min(hidden["dp"], t - first),
@@ -419,7 +609,16 @@ def trace(step: Step, plan: Plan) -> dict:
         if not math.isclose(t, float(step.step_time_s), rel_tol=1e-6, abs_tol=1e-12):
             raise ArithmeticError(f"the timeline of stage {stage} ends at {t:.9g} s, not at "
                                   f"the step time {float(step.step_time_s):.9g} s")
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"step_time_s": float(step.step_time_s), "micro_batches": m,
-                          "pipeline_stages": p, "schedule": plan.schedule.name,
-                          "order": order_name, "chunks_per_stage": v}}
+    other = {"step_time_s": float(step.step_time_s), "micro_batches": m,
+             "pipeline_stages": p, "schedule": plan.schedule.name,
+             "order": order_name, "chunks_per_stage": v}
+    if layout is not None:
+        other["aggregated"] = (
+            f"{m:,} micro-batches laid out as {m_sim} (the first and last "
+            f"{EDGE_MICRO_BATCHES} and a steady state between); the steady state drawn as one "
+            "event per stage and track that holds the compute, communication and idle of "
+            "every micro-batch it stands for (its args count the passes)")
+    if not simulated:
+        other["gaps"] = (f"not simulated ({p} stages): the bubble drawn as the pipeline's fill "
+                         "before the first pass and its drain after the last")
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}

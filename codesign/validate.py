@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import collectives, hardware, output_checks, presets, traffic
+from . import _files, collectives, hardware, output_checks, presets, traffic
 from . import scenario as scenario_lib
 from . import step as step_lib
 from . import uncertainty as uncertainty_lib
@@ -161,12 +161,13 @@ def cross_validate(checks=CHECKS, rows=None) -> tuple[list[dict], list[str]]:
                 out[i]["cross_error"] = float("nan")
                 out[i]["cross_note"] = "only its own set fits its constant"
                 continue
+            note = f"matmul_efficiency {refit[value]:.4g} without its set"
             try:
                 predicted = predict(with_matmul_efficiency(c, refit[value]))[0]
-            except ValueError:
-                predicted = float("nan")
+            except ValueError as e:  # no value: NaN, and the note says why
+                predicted, note = float("nan"), f"{note}; refused: {e}"
             out[i]["cross_error"] = predicted / c.published - 1.0
-            out[i]["cross_note"] = f"matmul_efficiency {refit[value]:.4g} without its set"
+            out[i]["cross_note"] = note
     return out, notes
 
 
@@ -319,7 +320,5 @@ def uncertainty(rows) -> dict:
 def write_uncertainty(rows, path=uncertainty_lib.TABLE) -> dict:
     """Write `uncertainty(rows)` to `path` (the package's table); returns it."""
     table = uncertainty(rows)
-    with open(path, "w") as f:
-        json.dump(table, f, indent=1, sort_keys=True)
-        f.write("\n")
+    _files.write_file(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
     return table

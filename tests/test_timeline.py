@@ -182,3 +182,104 @@ def test_dualpipe_feeds_both_ends_and_overlaps_pairs():
 def test_dualpipe_outside_its_preconditions_draws_zb_h1():
     assert timeline.dualpipe_feasible(4, 8) and not timeline.dualpipe_feasible(4, 6)
     assert not timeline.dualpipe_feasible(3, 12) and not timeline.dualpipe_feasible(4, 9)
+
+
+# ----------------------------------------- bounded: a million micro-batches, 128 stages
+
+
+def _totals(trace: dict, est) -> None:
+    """Every shown stage's drawn totals are the step's (compute, bubble, exposed
+    communication, the end at the step time), every pass counted once."""
+    s = est.step
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    v = trace["otherData"]["chunks_per_stage"]
+    for pid in {e["pid"] for e in events}:
+        mine = [e for e in events if e["pid"] == pid]
+        assert max(e["ts"] + e["dur"] for e in mine) / 1e6 == pytest.approx(
+            float(s.step_time_s), rel=1e-6)
+        passes = _passes(events, pid)
+        assert sum(e["dur"] for e in passes) / 1e6 == pytest.approx(float(s.compute_s), rel=1e-6)
+        bubble = sum(e["dur"] for e in mine if "bubble" in e["name"]) / 1e6
+        assert bubble == pytest.approx(float(s.bubble_s), rel=1e-6, abs=1e-9)
+        for d in ("tp", "dp", "pp"):
+            shown = sum(e["dur"] for e in mine if e["name"] == f"{d} exposed") / 1e6
+            assert shown == pytest.approx(float(s.exposed_s[d]), rel=1e-6, abs=1e-9)
+        forwards = sum(e["args"]["passes"].get("forward", 0) if e["args"]["pass"] == "aggregated"
+                       else e["args"]["pass"] == "forward" for e in passes)
+        assert forwards == trace["otherData"]["micro_batches"] * v
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zero_bubble", "dualpipe", "gpipe"])
+def test_a_million_micro_batches_are_drawn_in_bounded_time_and_size(schedule):
+    """The default scenario on 4 stages (as `_laid_out`: its compiled estimate) with
+    a batch of 10^6 micro-batches: the steady state aggregated (and said so), the
+    trace small, made in well under a second, its totals the step's."""
+    import time
+
+    v = 2 if schedule == "interleaved" else 1
+    scn = sc.load(None, ("parallel.pp=4", f"parallel.interleave={v}",
+                         f"parallel.schedule={schedule}", "training.global_batch=32000000"))
+    assert int(float(scn.plan.micro_batches)) == 10**6
+    est = step.estimate(scn)
+    start = time.perf_counter()
+    trace = timeline.trace(est.step, scn.plan)
+    assert time.perf_counter() - start < 5.0
+    assert trace["otherData"]["order"] == schedule
+    assert "1,000,000 micro-batches laid out as" in trace["otherData"]["aggregated"]
+    assert len(trace["traceEvents"]) < 5000 and len(json.dumps(trace)) < 2_000_000
+    _totals(trace, est)
+
+
+def test_128_stages_and_a_million_micro_batches_are_bounded(tmp_path, capsys):
+    """pp 128 (256 layers, interleaved 2) at 10^6 micro-batches through the command:
+    seconds, a small trace, and its text says what it aggregates."""
+    import time
+
+    sets = ("model.layers=256", "parallel.pp=128", "training.global_batch=1000000")
+    out = tmp_path / "t.json"
+    start = time.perf_counter()
+    assert main(["timeline", *(a for s in sets for a in ("--set", s)), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "aggregated: 1,000,000 micro-batches laid out as" in text
+    trace = json.loads(out.read_text())
+    assert trace["otherData"]["pipeline_stages"] == 128 and out.stat().st_size < 2_000_000
+    scn = sc.load(None, sets)
+    _totals(trace, step.estimate(scn))
+    assert time.perf_counter() - start < 60.0  # compiles included; the trace itself ~1 s
+
+
+def test_an_order_past_what_the_trace_draws_is_one_line(monkeypatch):
+    """An order that needs more passes per stage than the trace draws (DRAWN_PASSES:
+    32,768, some 8,000 stages interleaved) is refused with the numbers."""
+    scn, est, _ = _laid_out("1f1b")
+    monkeypatch.setattr(timeline, "DRAWN_PASSES", 64)
+    with pytest.raises(ValueError, match=r"the timeline of 1f1b at parallel.pp=4 with 48 "
+                                         r"micro-batches needs 96 passes per stage"):
+        timeline.trace(est.step, scn.plan)
+
+
+def test_the_figure_has_a_legend_a_colour_per_pass_and_no_barcode():
+    """The Gantt chart: a legend naming each kind of bar, one colour per kind (forward,
+    backward, ZB-H1's deferred W, communication, idle), and a stage of more than 24
+    micro-batches (48 here) drawn with its steady state as one labelled block."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from codesign import plots
+
+    fig = plots.timeline(_laid_out("zero_bubble")[2])
+    legend = fig.legends[0]
+    labels = [t.get_text() for t in legend.get_texts()]
+    for words in ("forward", "backward (input gradient)", "weight gradient (W, deferred)",
+                  "communication (exposed)", "idle (pipeline bubble)",
+                  "steady state, aggregated", "communication (hidden under compute)"):
+        assert words in labels, labels
+    colours = [tuple(h.get_facecolor()) for h in legend.legend_handles][:len(labels) - 1]
+    assert len(set(colours)) == len(colours)  # the hidden one is communication's, lighter
+    blocks = [t.get_text() for t in fig.axes[0].texts]
+    assert len(blocks) == 3 and all(t.startswith("steady state: ") for t in blocks)
+    bars = sum(len(c.get_paths()) for c in fig.axes[0].collections)
+    assert bars < 48 * 3 * 3  # not a bar per pass of 48 micro-batches on 3 stages
+    plt.close(fig)

@@ -28,6 +28,7 @@ CODESIGN_CACHE, and the command compiles in memory (`_configure_jax`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -268,6 +269,9 @@ def _run(module, args, name) -> int:
         for item in getattr(args, "set", None) or ():
             set_item(item)
         _check_outputs(module, args)
+        if _to_stdout(module, args):  # the file is stdout: what the command prints, stderr
+            with contextlib.redirect_stdout(sys.stderr):
+                return int(module.run(args, name) or 0)
         return int(module.run(args, name) or 0)
     except KeyboardInterrupt:
         return _interrupted(name, module, args)
@@ -319,21 +323,30 @@ def _check_outputs(module, args) -> None:
     """What the command will write, checked before it works: `--plot` of every command
     that has it (the path it writes, `_output.plot_path`), `--report` (an HTML page:
     `report.add_output_arguments`), and the files and folders a sub-module names in
-    `OUTPUT_FILES` / `OUTPUT_DIRS` (argument -> flag)."""
+    `OUTPUT_FILES` / `OUTPUT_DIRS` (argument -> flag): none a symbolic link, none
+    the same file as an input of the command or as another output
+    (`_files.check_outputs`), `-` (standard output) only for text."""
+    from .. import _files
     from . import _output
 
-    if getattr(args, "plot", None):
+    if getattr(args, "plot", None) and not _files.is_stdout(args.plot):
         args.plot = _output.plot_path(args.plot)
-    if getattr(args, "report", None):
-        _output.check_output_file(args.report, "--report")
-        if getattr(args, "plot", None) and Path(args.plot).resolve() == Path(args.report).resolve():
-            raise ValueError(f"--report {args.report!r} is --plot's file too; name two files")
-    for dest, flag in getattr(module, "OUTPUT_FILES", {}).items():
-        if getattr(args, dest, None):
-            _output.check_output_file(getattr(args, dest), flag)
+    outputs = {"--plot": getattr(args, "plot", None), "--report": getattr(args, "report", None)}
+    outputs |= {flag: getattr(args, dest, None)
+                for dest, flag in getattr(module, "OUTPUT_FILES", {}).items()}
+    _files.check_outputs(outputs, _output.inputs(args), binary={"--plot"})
     for dest, flag in getattr(module, "OUTPUT_DIRS", {}).items():
         if getattr(args, dest, None):
             _output.check_output_dir(getattr(args, dest), flag)
+    args.stdout_stream = sys.stdout  # where an output named `-` goes (cli._run: the rest to stderr)
+
+
+def _to_stdout(module, args) -> bool:
+    """Whether an output of the command is `-` (standard output)."""
+    from .. import _files
+
+    dests = ["plot", "report", *getattr(module, "OUTPUT_FILES", {})]
+    return any(_files.is_stdout(getattr(args, d, None)) for d in dests)
 
 
 def _internal(name: str, e: BaseException, debug: bool) -> int:

@@ -83,6 +83,36 @@ def plot_path(path: str) -> str:
     return out
 
 
+# the arguments that name a file a command reads (argument -> words naming it), where
+# a command has them: no output of the command may be one of them (`inputs`)
+INPUT_ARGUMENTS = {"scenario": "the scenario file", "system": "the --system file",
+                   "spec": "the spec file", "files": "an input file"}
+
+
+def inputs(args) -> dict:
+    """The files the command line names to read (`INPUT_ARGUMENTS`; a name that is
+    no file, a built-in scenario's, is none): words naming each -> its path."""
+    found = {}
+    for dest, words in INPUT_ARGUMENTS.items():
+        value = getattr(args, dest, None)
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, str) and path and os.path.lexists(path):
+                found[f"{words} {path!r}" if isinstance(value, list) else words] = path
+    return found
+
+
+def save(args, path: str, flag: str, content, named: bool = True) -> None:
+    """`content` (text, or a callable given a binary file) to the file `path` of
+    `flag` (`_files.write_file`: atomic, never through a link; `-` is the command's
+    standard output, `args.stdout_stream`, set by `cli._check_outputs`), then named
+    (`wrote`) unless `named` is False."""
+    from .. import _files
+
+    _files.write_file(path, content, flag=flag, stdout=getattr(args, "stdout_stream", None))
+    if named:
+        wrote(path, args)
+
+
 def check_output_file(path: str, flag: str) -> None:
     """A file the command will write (`--out FILE`): not a directory, in a folder that exists."""
     if Path(path).is_dir():
@@ -100,6 +130,10 @@ def check_output_dir(path: str, flag: str) -> None:
 def wrote(path, args) -> None:
     """Name a file the command wrote: on stdout beside text, on stderr beside
     --json or --csv (whose stdout a program reads)."""
+    from .. import _files
+
+    if _files.is_stdout(path):  # the file is the output itself
+        return
     machine = getattr(args, "json", False) or getattr(args, "csv", False)
     print(f"wrote {path}", file=sys.stderr if machine else sys.stdout)
 
@@ -140,12 +174,13 @@ def write(args, fig, page) -> None:
     """The command's main figure `fig` to --plot and the page `page(fig)` (an
     HTML string embedding it, `report.figure`, which closes it) to --report,
     as asked; each file named once written (`_output.wrote`)."""
+    from .. import _files
+
     if args.plot:
-        fig.savefig(args.plot, dpi=PLOT_DPI, bbox_inches="tight")
+        _files.write_figure(fig, args.plot, flag="--plot", dpi=PLOT_DPI, bbox_inches="tight")
     if args.report:
-        text = page(fig)
-        with open(args.report, "w", encoding="utf-8") as f:
-            f.write(text)
+        _files.write_file(args.report, page(fig), flag="--report",
+                          stdout=getattr(args, "stdout_stream", None))
     else:
         import matplotlib.pyplot as plt
 

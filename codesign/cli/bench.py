@@ -113,9 +113,7 @@ def _bench(args: argparse.Namespace, sizes: list[float]) -> int:
     if lead and args.csv:
         _output.write_csv([r.as_json() for r in records])
     if lead and args.out:
-        with open(args.out, "w") as f:
-            f.writelines(json.dumps(r.as_json()) + "\n" for r in records)
-        _output.wrote(args.out, args)
+        _output.save(args, args.out, "--out", [json.dumps(r.as_json()) + "\n" for r in records])
     return 0
 
 
@@ -333,10 +331,8 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         if args.points:
             print(calibrate.predictions_table(result))
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(calibrate.system_toml(result, preset=preset,
-                                          measured_on=calibrate.devices_kind(measurements)))
-        _output.wrote(args.out, args)
+        _output.save(args, args.out, "--out", calibrate.system_toml(
+            result, preset=preset, measured_on=calibrate.devices_kind(measurements)))
     if args.plot or args.report:
         _output.write(args, _output.plots().calibration_busbw(
             _busbw_runs(result), title="codesign calibrate: bus bandwidth, measured and fitted"),
@@ -458,7 +454,5 @@ def _run_calibrate_compute(args: argparse.Namespace) -> int:
     if args.out:
         text = compute.system_toml(result, preset=preset, dtype=args.dtype, device=kind,
                                    platform=platform)
-        with open(args.out, "w") as f:
-            f.write(text)
-        _output.wrote(args.out, args)
+        _output.save(args, args.out, "--out", text)
     return 0

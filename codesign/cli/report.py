@@ -131,9 +131,7 @@ def run(args, name) -> int:
     ]
     text = report.page(f"codesign report: {title}", sections,
                        lines=(_output.made_by(f"codesign report {_output.scenario_words(args)}"),))
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(text)
     print(f"{labels.scenario}: step {out['step_time_s']:.3f} s, "
           f"{report.figures_in(text)} figures, {len(text) / 1024:,.0f} KiB")
-    _output.wrote(args.out, args)
+    _output.save(args, args.out, "--out", text)
     return 0

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import sweep
 from .._progress import Progress
-from ..sweep._store import chunks_on_disk, claimed, prepare_out_dir, writing
+from ..sweep._store import LOCK_FILE, chunks_on_disk, claimed, prepare_out_dir, writing
 from . import ENTRY, restart_command
 from .bench import DEFAULT_JOIN_TIMEOUT_S
 
@@ -89,7 +89,38 @@ def _job(args):
         spec = dataclasses.replace(spec, chunk_size=args.chunk_size)
     job = sweep.make_job(spec, args.grad)
     out = Path(args.out) if args.out else Path("out") / "sweeps" / spec.name
+    _check_written(args, job, out)
     return job, out
+
+
+OWN_FILES = ("manifest.json", "results.csv", "results.json", "summary.txt", LOCK_FILE)
+OWN_FOLDERS = ("chunks", "logs")
+
+
+def _check_written(args, job, out: Path) -> None:
+    """Before anything is computed: the spec is none of the files the sweep writes
+    (OUT's own files and folders, its figures), and no figure is one of OUT's own
+    files; each a one-line ValueError naming the flag or the spec's key."""
+    from .. import _files
+
+    figures = Path(args.figures) if args.figures else out / "figures"
+    own = {name: out / name for name in OWN_FILES}
+    named = {**{f"OUT/{k}": v for k, v in own.items()},
+             **{f"plots[{i}].file": figures / p.file for i, p in enumerate(job.spec.plots)}}
+    for what, path in named.items():
+        if Path(args.spec).exists() and _files.same_file(args.spec, path):
+            raise ValueError(f"the spec {args.spec!r} is {what} ({str(path)!r}), which the "
+                             f"sweep writes; move the spec or choose another --out")
+    for folder in OWN_FOLDERS:
+        inside = (out / folder).resolve()
+        if Path(args.spec).resolve().is_relative_to(inside):
+            raise ValueError(f"the spec {args.spec!r} is inside {str(out / folder)!r}, which "
+                             "the sweep rewrites; move the spec or choose another --out")
+    for i, p in enumerate(job.spec.plots):
+        for k, path in own.items():
+            if _files.same_file(figures / p.file, path):
+                raise ValueError(f"plots[{i}].file={p.file!r} is the sweep's own {k} "
+                                 f"({str(path)!r}); name another file")
 
 
 def _worker_argv(args, name: str, **override) -> list[str]:
@@ -212,8 +243,13 @@ def _launch(args, name: str, job, out: Path) -> int:
         if args.resume:
             skipped, changed = chunks_on_disk(job, out)
     logs = out / "logs"
+    if logs.is_symlink():
+        raise ValueError(f"{str(logs)!r} is a symbolic link; the workers' logs go in a folder of "
+                         "the sweep's own: remove the link")
     with writing(logs):
         logs.mkdir(parents=True, exist_ok=True)
+        for i in range(n):  # made afresh by the launcher: a link planted there goes, unfollowed
+            (logs / f"process-{i}.log").unlink(missing_ok=True)
     address = f"127.0.0.1:{distributed.free_port()}"
     argv = _worker_argv(args, name, out=str(out), resume=True, no_progress=True,
                         no_finish=True)

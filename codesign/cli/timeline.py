@@ -36,12 +36,14 @@ def traced(scn, labels, est) -> dict:
 def run(args, name) -> int:
     scn, labels, est = evaluate(args)
     trace = traced(scn, labels, est)
-    with open(args.out, "w") as f:
-        json.dump(trace, f)
+    _output.save(args, args.out, "--out", json.dumps(trace), named=False)
     shown = sorted({e["pid"] for e in trace["traceEvents"]})
     print(f"{labels.scenario}: step {trace['otherData']['step_time_s']:.3f} s, "
           f"{trace['otherData']['micro_batches']} micro-batches, pipeline stages "
           f"{', '.join(str(s) for s in shown)} of {trace['otherData']['pipeline_stages']}")
+    for key in ("aggregated", "gaps"):  # what the trace draws in brief (timeline.trace)
+        if key in trace["otherData"]:
+            print(f"{key}: {trace['otherData'][key]}")
     _output.wrote(args.out, args)
     if args.plot:
         _output.plots().timeline(trace, path=args.plot, title=f"{title(scn, labels)}, one step")

@@ -84,6 +84,42 @@ def _cross(rows, notes) -> None:
             print(_stats_line(k, v))
 
 
+NO_VALUE = "reason"  # the column that says why a row's number is missing (null, empty)
+
+
+def _why(r: dict, key: str) -> str:
+    """Why row `r` has no number for `key` (NaN in `validate`'s rows)."""
+    if key in ("predicted", "error") or (key == "cross_error" and r.get("refused")):
+        return f"refused: {r['refused']}" if r.get("refused") else "no prediction"
+    note = r.get("cross_note", "")
+    if "refused:" in note:
+        return f"refused with the refitted constant: {note.split('refused:', 1)[1].strip()}"
+    if note.startswith("only its own set"):
+        return (f"no other source set has rows of its chip family ({r['family']}) to refit its "
+                "constant on without this one")
+    if note:
+        return note
+    return ("a calibration row: it sets a constant of the model, so it has no prediction "
+            "made without it" if r["calibration"] else "no cross-validated prediction")
+
+
+def finite_rows(rows: list[dict]) -> list[dict]:
+    """The rows as `--json` and `--csv` write them: a number the model has none for
+    (NaN: a refused row, a cross-validated error of a calibration row or of a
+    constant only its own set fits) is null (an empty cell), and the `reason`
+    column says why, per key ("" where every number is there)."""
+    out = []
+    for r in rows:
+        missing = [k for k, v in r.items() if isinstance(v, float) and not math.isfinite(v)]
+        why: dict = {}  # reason -> the keys it explains, in order
+        for k in missing:
+            why.setdefault(_why(r, k), []).append(k)
+        shown = {k: (None if k in missing else v) for k, v in r.items()}
+        out.append({**shown, NO_VALUE: "; ".join(f"{', '.join(keys)}: {reason}"
+                                                 for reason, keys in why.items())})
+    return out
+
+
 def run(args, name) -> int:
     rows = validate.run()
     if args.write_uncertainty:
@@ -92,11 +128,12 @@ def run(args, name) -> int:
     if args.cross:
         rows, notes = validate.cross_validate(rows=rows)
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(finite_rows(rows), indent=1, allow_nan=False))
     elif args.csv:
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+        shown = finite_rows(rows)
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(shown[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(shown)
     else:
         _table(rows)
         if args.cross:

@@ -19,7 +19,7 @@ from matplotlib.ticker import (
     NullFormatter,
 )
 
-from .. import units
+from .. import _files, units
 from .._words import ELASTICITY as _ELASTICITY
 from .._words import words as column_text
 
@@ -116,7 +116,7 @@ def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
     fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=11)
     fig.tight_layout(rect=(0, 0.1 if legend_below else 0, 1, 1))
     if path is not None:
-        fig.savefig(path, dpi=SWEEP_DPI)
+        _files.write_figure(fig, path, dpi=SWEEP_DPI)
     return fig
 
 

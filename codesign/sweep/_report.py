@@ -116,6 +116,19 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b != 0 else math.inf
 
 
+def figure_path(figures_dir: Path, file: str, field: str) -> Path:
+    """Where a spec's figure `file` (relative, without `..`: `_spec._figure_file`)
+    is written: inside `figures_dir`, its folders made; a folder on the way that is
+    a link leading out of `figures_dir` is a ValueError naming `field`."""
+    path = figures_dir / file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    inside = figures_dir.resolve()
+    if not path.parent.resolve().is_relative_to(inside):
+        raise ValueError(f"{field}={file!r} leads out of the figures folder "
+                         f"{str(figures_dir)!r} (through a link); name a file inside it")
+    return path
+
+
 def draw_plots(job: Job, table: Table, figures_dir: Path) -> list[Path]:
     """Every [[plots]] of the spec whose columns exist (elasticities need --grad)."""
     from . import _plots as plots
@@ -128,7 +141,7 @@ def draw_plots(job: Job, table: Table, figures_dir: Path) -> list[Path]:
         if not used <= known:
             continue
         t = table.select(mask(table, p.where, f"plots[{i}]"))
-        path = figures_dir / p.file
+        path = figure_path(figures_dir, p.file, f"plots[{i}].file")
         common = dict(facet=p.facet, logx=p.logx, logy=p.logy, title=p.title or job.spec.title,
                       xlabel=p.xlabel, ylabel=p.ylabel, path=path)
         if p.kind == "line":

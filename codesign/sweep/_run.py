@@ -25,6 +25,7 @@ from ._store import (
     csv_lines,
     locked,
     merge,
+    own_folder,
     prepare_out_dir,
     results_json,
     write_chunk,
@@ -100,7 +101,7 @@ def finish_sweep(job: Job, out_dir: str | Path, *, figures_dir: str | Path | Non
         atomic_write(out_dir / "summary.txt", summary)
         figures = []
         if plots:
-            figures_dir = Path(figures_dir) if figures_dir else out_dir / "figures"
+            figures_dir = Path(figures_dir) if figures_dir else own_folder(out_dir / "figures")
             with writing(figures_dir):
                 figures = draw_plots(job, table, figures_dir)
     return {"results_csv": out_dir / "results.csv", "results_json": out_dir / "results.json",

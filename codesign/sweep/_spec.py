@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 import numpy as np
 
@@ -227,6 +227,22 @@ def _where(raw, field: str) -> dict:
     return {k: tuple(v) if isinstance(v, list) else (v,) for k, v in flat.items()}
 
 
+def _figure_file(value, field: str) -> str:
+    """A figure's file, a path inside the sweep's figures folder (`--figures`, default
+    OUT/figures): relative, without `..`, not the folder itself; else a ValueError
+    naming `field` (a spec is no licence to write anywhere else)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field}={value!r} must be a file name, e.g. \"loss.png\"")
+    parts = Path(value).parts
+    if (Path(value).is_absolute() or PureWindowsPath(value).is_absolute()
+            or value.startswith("~") or ".." in parts or ".." in PureWindowsPath(value).parts):
+        raise ValueError(f"{field}={value!r} must be a relative path inside the figures folder "
+                         "(no absolute path, no '..', no '~')")
+    if value.endswith(("/", "\\")) or parts[-1:] == (".",) or not parts:
+        raise ValueError(f"{field}={value!r} must name a file, e.g. \"loss.png\"")
+    return value
+
+
 _PLOT_KEYS = ("file", "kind", "x", "y", "value", "series", "facet", "over", "goal", "where",
               "logx", "logy", "title", "xlabel", "ylabel", "hlines")
 
@@ -255,7 +271,7 @@ def _parse_plot(raw, i: int, name: str) -> PlotSpec:
     if facet is not None and not isinstance(facet, str):
         raise ValueError(f"{field}.facet={facet!r} must be a column name")
     return PlotSpec(
-        file=str(raw.get("file", f"{name}-{i}.png")), kind=kind,
+        file=_figure_file(raw.get("file", f"{name}-{i}.png"), f"{field}.file"), kind=kind,
         x=fields.strings(raw["x"], f"{field}.x")[0],
         y=fields.strings(raw["y"], f"{field}.y"), value=raw.get("value"),
         series=fields.strings(raw.get("series", []), f"{field}.series"), facet=facet,

@@ -29,12 +29,14 @@ import json
 import math
 import os
 import socket
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import _files
 from ._points import Chunk, Job
 from ._spec import SIGNIFICANT_DIGITS, round_significant
 
@@ -53,20 +55,11 @@ def writing(path: Path) -> Iterator[None]:
 
 
 def atomic_write(path: Path, text: str | Iterable[str]) -> None:
-    """`text` (or its pieces, written as they come) into `path`: a temp file, fsync,
-    `os.replace`; on any error the temp file goes and `path` is as it was."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """`text` (or its pieces, written as they come) into `path`: `_files.write_file`
+    (a temp file made O_EXCL|O_NOFOLLOW, fsync, `os.replace`; on any error the temp
+    file goes and `path` is as it was; a link at `path` is refused, never followed)."""
     with writing(path):
-        try:
-            with open(tmp, "w") as f:
-                f.writelines([text] if isinstance(text, str) else text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise
+        _files.write_file(path, text, flag=f"{path.name} of the sweep folder")
 
 
 def _holder(fd: int) -> str:
@@ -74,6 +67,36 @@ def _holder(fd: int) -> str:
         return os.pread(fd, 400, 0).decode(errors="replace").strip() or "no record of it"
     except OSError:
         return "no record of it"
+
+
+def own_folder(path: Path) -> Path:
+    """`path`, a folder of the sweep's own in its folder (chunks/, figures/), if it is
+    no symbolic link: one planted there would send the sweep's files, and the
+    removal of old chunks, elsewhere; a ValueError naming it."""
+    if path.is_symlink():
+        raise ValueError(f"{str(path)!r} is a symbolic link; a sweep writes its own folders "
+                         "only: remove the link")
+    return path
+
+
+def _open_lock(path: Path) -> int:
+    """The descriptor of the lock file `path` (made if absent), opened without
+    following a link: a link or anything but a plain file of one name planted
+    there is a ValueError naming it, and its target is left as it was."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP or path.is_symlink():
+            raise ValueError(f"{str(path)!r} is a symbolic link; a sweep folder's lock is a plain "
+                             "file: remove the link") from None
+        raise ValueError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise ValueError(f"{str(path)!r} is not a plain file of its own (a device, a pipe or a "
+                         "hard link to another file); remove it")
+    return fd
 
 
 @contextlib.contextmanager
@@ -91,8 +114,7 @@ def locked(out_dir: str | Path) -> Iterator[None]:
         yield
         return
     path = out_dir / LOCK_FILE
-    with writing(path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -275,7 +297,7 @@ def prepare_out_dir(job: Job, out_dir: Path, resume: bool) -> None:
     results go. The caller holds `claimed(job, out_dir)`."""
     out_dir = Path(out_dir)
     old = check_out_dir(job, out_dir)
-    chunks_dir = out_dir / "chunks"
+    chunks_dir = own_folder(out_dir / "chunks")
     with writing(chunks_dir):
         chunks_dir.mkdir(parents=True, exist_ok=True)
         for path in chunks_dir.iterdir():
