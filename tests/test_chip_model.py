@@ -132,13 +132,37 @@ def test_counts_are_exact_at_integers_and_smooth_between():
     d = chip.published_design("B200")
     two = float(chip.cost_usd(d))
     die = float(chip.area_mm2(d)) / 2
-    logic = 2 * 16988.0 / (float(chip.dies_per_wafer(die)) * float(chip.die_yield(die, chip.NODES["n4p"])))
+    good = float(chip.dies_per_wafer(die)) * float(chip.die_yield(die, chip.NODES["n4p"]))
+    logic = 2 * 16988.0 / good
     assert float(chip.cost(d).logic_usd) == pytest.approx(logic, rel=1e-12)
     cost_of_dies = jax.vmap(lambda n: chip.cost_usd(eqx.tree_at(lambda c: c.dies, d, n)))
     grid = cost_of_dies(jnp.linspace(2.0, 3.0, 101))
     assert float(grid[0]) == pytest.approx(two, rel=1e-12)
     steps = np.diff(np.asarray(grid))
     assert np.all(np.isfinite(steps)) and np.max(np.abs(np.diff(steps))) < 1e-3 * two
+
+
+@pytest.mark.parametrize("node", list(chip.NODES))
+def test_no_nan_at_the_corners_of_the_domain(node):
+    """Every HBM generation, small and large designs of the node: finite cost,
+    price, power and gradients (the corners an optimiser reaches)."""
+    designs = []
+    for hbm, gen in chip.HBM_GENERATIONS.items():
+        designs += [chip.ChipDesign(1e14, 1.0, 0.0, 1.0, 4.0, 1e6, 1e3, 1e3, 1.0, 0.0, 1.0, 0.0,
+                                    node=node, hbm=hbm),
+                    chip.ChipDesign(1e14, 4.0, 0.0, 1.0, 16.0, gen.max_pin_bits_per_s, 1e3, 1e15,
+                                    64.0, 0.95, 1e9, 1e11, node=node, hbm=hbm),
+                    chip.ChipDesign(1.5e15, 2.0, 2e8, 6.0, 12.0, gen.max_pin_bits_per_s / 2,
+                                    9e11, 1e11, 4.0, 0.5, 1e5, 5e8, node=node, hbm=hbm)]
+
+    def metrics(design):
+        return jnp.stack([chip.cost_usd(design), chip.price_usd(design),
+                          chip.board_power_w(design, 0.5, 0.5, 0.5)])
+
+    for d in designs:
+        assert np.all(np.isfinite(np.asarray(metrics(d))))
+        for value in _leaves(jax.jacrev(metrics)(d)).values():
+            assert np.all(np.isfinite(np.asarray(value)))
 
 
 @pytest.mark.parametrize("kwargs, key, bound", [
