@@ -152,7 +152,7 @@ def test_no_nan_at_the_corners_of_the_domain(node):
                                     node=node, hbm=hbm),
                     chip.ChipDesign(1e14, 4.0, 0.0, 1.0, 16.0, gen.max_pin_bits_per_s, 1e3, 1e15,
                                     64.0, 0.95, 1e9, 1e11, node=node, hbm=hbm),
-                    chip.ChipDesign(1.5e15, 2.0, 2e8, 6.0, 12.0, gen.max_pin_bits_per_s / 2,
+                    chip.ChipDesign(1.5e15, 2.0, 3e8, 6.0, 12.0, gen.max_pin_bits_per_s / 2,
                                     9e11, 1e11, 4.0, 0.5, 1e5, 5e8, node=node, hbm=hbm)]
 
     def metrics(design):
