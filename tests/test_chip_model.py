@@ -167,7 +167,7 @@ def test_no_nan_at_the_corners_of_the_domain(node):
 
 @pytest.mark.parametrize("kwargs, key, bound", [
     (dict(peak_flops_per_s=3e15), "chip.dies=1", "858 mm^2 reticle"),
-    (dict(hbm_stacks=8.0), "chip.hbm_stacks=8", "at most 5.9"),
+    (dict(hbm_stacks=8.0), "chip.hbm_stacks=8", "at most 6.26"),
     (dict(hbm_pin_bits_per_s=8e9), "chip.hbm_pin_bits_per_s=8e+09", "at most 6.4e+09"),
     (dict(peak_flops_per_s=5e15, dies=8.0, node="n3"), "chip.peak_flops_per_s=5e+15",
      "1,400 W"),
@@ -216,3 +216,37 @@ def test_a_design_runs_in_the_step_model(step_time_value_and_grad):
         t, _ = step_time_value_and_grad(s, {})
         times.append(float(t))
     assert all(np.isfinite(times)) and times[1] <= times[0]
+
+
+def test_a_chip_table_in_a_scenario_sets_the_system():
+    scn = scenario.load("llama3-405b", ["chip.hbm_stacks=6"])
+    base = scenario.load("llama3-405b")
+    assert float(scn.system.chip.hbm_bytes) == 96e9
+    assert float(scn.system.chip.hbm_Bps) == pytest.approx(6 / 5 * 3.35e12, rel=1e-9)
+    assert float(base.system.chip.hbm_bytes) == 80e9  # the preset's, untouched
+    d = chip.published_design("H100 SXM5")
+    six = eqx.tree_at(lambda c: c.hbm_stacks, d, 6.0)
+    assert float(scn.system.chip.tdp_w) == pytest.approx(float(chip.board_power_w(six)))
+    b200 = scenario.load("llama3-405b", ["chip.part=B200"])
+    assert float(b200.system.chip.peak_flops_per_s) == 2.25e15
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["chip.hbm_stacks=9"], "chip.hbm_stacks=9 must be at most"),
+    (["chip.node=n2"], "chip.node='n2' is not one of"),
+    (["chip.foo=1"], "chip.foo is not a known key of [chip]"),
+    (["chip.part=H100"], "chip.part='H100' is not one of"),
+    (["chip.dies=0"], "chip.dies=0 must be a number in [1, 64]"),
+    (["chip.hbm_stacks=6", "system.hbm_Bps=4e12"], "system.hbm_Bps is set by the [chip]"),
+])
+def test_a_chip_table_outside_its_domain_is_one_line(overrides, message):
+    with pytest.raises(ValueError) as err:
+        scenario.load("llama3-405b", overrides)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_chip_table_needs_a_part_to_build_on():
+    with pytest.raises(ValueError, match="set chip.part to one of H100 SXM5, B200, MI300X"):
+        scenario.load(None, ["chip.hbm_stacks=6"])
+    scn = scenario.load(None, ["chip.part=MI300X"])
+    assert float(scn.system.chip.hbm_bytes) == 192e9

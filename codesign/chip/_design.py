@@ -129,6 +129,11 @@ def check_domain(design: ChipDesign) -> None:
                          f"{k.MAX_BOARD_POWER_W:,.0f} W a board carries")
 
 
+# the published part (`_constants.PUBLISHED`) of a preset's chip name (`presets`):
+# the base design of a scenario's [chip] table on that preset
+PART_OF_PRESET_CHIP = {"H100-SXM5-80GB": "H100 SXM5", "B200": "B200", "MI300X": "MI300X"}
+
+
 def published_design(name: str) -> ChipDesign:
     """The `ChipDesign` of a published part (`_constants.PUBLISHED`: "H100 SXM5",
     "B200", "MI300X"): its vendor's gross margin, `MERCHANT_VOLUME` parts, the

@@ -138,7 +138,7 @@ def max_hbm_stacks(design) -> jax.Array:
     """The stacks the logic's edges carry: stacks line the two long edges of the
     die assembly, each taking the generation's `edge_mm`; the assembly is taken
     as one reticle-shaped (33:26) rectangle of the total area (ASSUMPTION; H100's
-    814 mm^2 gives 5.8, its package has 6 sites)."""
+    die with six PHYs gives 6.2, its package has six sites)."""
     long_edge_mm = jnp.sqrt(k.RETICLE_ASPECT * area_mm2(design))
     return 2.0 * long_edge_mm / hbm_of(design).edge_mm
 
