@@ -250,3 +250,24 @@ def test_a_chip_table_needs_a_part_to_build_on():
         scenario.load(None, ["chip.hbm_stacks=6"])
     scn = scenario.load(None, ["chip.part=MI300X"])
     assert float(scn.system.chip.hbm_bytes) == 192e9
+
+
+def test_step_time_is_differentiable_in_the_chip_design():
+    """d(step time)/d(knob) through `to_system` and the step model, against a
+    central difference; stacks and pin rate lower the step time."""
+    scn = scenario.load("llama3-405b")
+    d = chip.published_design("H100 SXM5")
+
+    def step_time_s(design):
+        from codesign import step
+        s = eqx.tree_at(lambda x: x.system, scn, chip.to_system(design, scn.system))
+        return step.estimate(s, check=False).step.step_time_s
+
+    value_and_grad = jax.jit(jax.value_and_grad(step_time_s))
+    t, g = value_and_grad(d)
+    assert float(g.hbm_stacks) < 0 and float(g.hbm_pin_bits_per_s) < 0
+    assert float(g.peak_flops_per_s) < 0
+    h = 0.01
+    up, _ = value_and_grad(eqx.tree_at(lambda c: c.hbm_stacks, d, 5.0 + h))
+    down, _ = value_and_grad(eqx.tree_at(lambda c: c.hbm_stacks, d, 5.0 - h))
+    assert float(g.hbm_stacks) == pytest.approx((float(up) - float(down)) / (2 * h), rel=1e-3)
