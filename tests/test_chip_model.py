@@ -40,6 +40,7 @@ def test_h100_area_pieces_are_the_closed_forms():
     sram = (132 * 512 * 1024 + 50 * 2**20) * 8 * 1.25e-7 / 0.602
     assert float(a.sram_mm2) == pytest.approx(sram, rel=1e-12)
     assert float(chip.hbm_bytes(d)) == 80e9
+    assert float(chip.scale_up_lanes(d)) == 36.0  # NVLink4: 18 links x 2 lanes
     assert float(chip.hbm_Bps(d)) == pytest.approx(3.35e12, rel=1e-12)
     # cost: dies x wafer / (dies per wafer x yield) + HBM + packaging + test
     die = float(chip.area_mm2(d))

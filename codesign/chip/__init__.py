@@ -46,6 +46,7 @@ from ._model import nre_usd as nre_usd
 from ._model import package_kind as package_kind
 from ._model import power as power
 from ._model import price_usd as price_usd
+from ._model import scale_up_lanes as scale_up_lanes
 from ._published import Check as Check
 from ._published import checks as checks
 from ._published import checks_markdown as checks_markdown
@@ -56,7 +57,7 @@ __all__ = [
     "PublishedPart", "PUBLISHED", "PART_OF_PRESET_CHIP",
     # area
     "Area", "area", "area_mm2", "die_mm2", "interposer_mm2", "max_hbm_stacks", "hbm_bytes",
-    "hbm_Bps",
+    "hbm_Bps", "scale_up_lanes",
     # cost
     "Cost", "cost", "cost_usd", "dies_per_wafer", "die_yield", "nre_usd", "price_usd",
     "package_kind",

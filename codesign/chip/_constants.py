@@ -103,6 +103,7 @@ MIN_STACK_HEIGHT, MAX_STACK_HEIGHT = 4.0, 16.0
 # direction (2 lanes of 100 Gb/s: NVIDIA), so mm^2 per B/s of one direction;
 # 5.5 pJ per bit of a 112G PAM4 SerDes [T], paid on each bit sent and each bit
 # received. Other links (NVLink5, xGMI) are costed alike (ASSUMPTION).
+SERDES_LANE_Bps = 25e9 / 2  # one 100 Gb/s lane, one direction
 SERDES_MM2_PER_Bps = 0.965 / 25e9
 SERDES_PJ_PER_BIT = 5.5
 # The host's PCIe Gen5 x16 (the NIC shares it behind a PCIe switch, as in DGX

@@ -90,6 +90,12 @@ def phy_mm2(hbm_stacks, gen: HbmGeneration, scale_up_Bps):
     return hbm_stacks * gen.phy_mm2 + scale_up_Bps * k.SERDES_MM2_PER_Bps + k.PCIE_PHY_MM2
 
 
+def scale_up_lanes(design) -> jax.Array:
+    """The scale-up SerDes lanes the bandwidth takes (relaxed): 100 Gb/s per
+    lane per direction (NVLink4's 112G PAM4; 18 links x 2 lanes on H100)."""
+    return design.scale_up_Bps / k.SERDES_LANE_Bps
+
+
 def logic_mm2(peak_flops_per_s, node: Node):
     """Logic but SRAM and PHYs (tensor cores, vector units, control, fabric,
     controllers), by dense BF16 FLOP/s at the node's density (`fitted`)."""
