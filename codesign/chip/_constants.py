@@ -86,16 +86,18 @@ class HbmGeneration:
 # - PHY: LLMCompass's HBM2e PHY, 10.45 mm^2 per 1,024-bit stack, taken for HBM3
 #   and HBM3e; HBM4 twice it, for twice the width (ASSUMPTION).
 # - Footprint: ~11 x 11 mm per HBM3 / HBM3e stack (ASSUMPTION, JEDEC outline
-#   order); HBM4's "larger physical footprint" (JEDEC): 12 x 12 mm (ASSUMPTION).
-#   Edge: H100 places three stack sites along each ~32 mm long edge of its die,
-#   at most 10.7 mm each: 10.5 mm for HBM3 / HBM3e, 12 for HBM4 (ASSUMPTION).
+#   order); HBM4's "larger physical footprint" (JEDEC): 11 x 13 mm (ASSUMPTION).
+#   Edge, the logic die's shoreline one stack takes: H100 places three stack
+#   sites along each ~32 mm long edge of its die, at most 10.7 mm each: 10.5 mm
+#   for every generation (ASSUMPTION; NVIDIA's Rubin places 8 HBM4 stacks around
+#   two reticle-sized dies, as B200 its 8 HBM3e).
 HBM_GENERATIONS = {
     "hbm3": HbmGeneration("hbm3", 2 * GB, 1024.0, 6.4e9, (1400 / 80 + 2900 / 192) / 2 / GB,
                           3.9, 10.45, 121.0, 10.5),
     "hbm3e": HbmGeneration("hbm3e", 3 * GB, 1024.0, 9.6e9, 2900 / 192 / GB, 3.9, 10.45,
                            121.0, 10.5),
     "hbm4": HbmGeneration("hbm4", 3 * GB, 2048.0, 11e9, 1.5 * 2900 / 192 / GB, 2.8, 20.9,
-                          144.0, 12.0),
+                          143.0, 10.5),
 }
 MIN_STACK_HEIGHT, MAX_STACK_HEIGHT = 4.0, 16.0
 
