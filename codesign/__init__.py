@@ -15,6 +15,7 @@ import importlib
 # pull in matplotlib, optax or the execution path load on first use (`__getattr__`),
 # so that `import codesign` and every command start fast.
 from . import attention as attention
+from . import chip as chip
 from . import collectives as collectives
 from . import economics as economics
 from . import fabric as fabric
@@ -59,7 +60,7 @@ _ON_FIRST_USE = ("execute", "optimize", "plots", "program", "sweep", "validate")
 
 __all__ = [
     # modules
-    "attention", "collectives", "economics", "execute", "fabric", "hardware", "network_roofline",
+    "attention", "chip", "collectives", "economics", "execute", "fabric", "hardware", "network_roofline",
     "optimize", "output_checks", "overlap", "plan", "plots", "presets", "program",
     "reliability", "scenario", "stage", "step", "strategies", "sweep", "traffic", "uncertainty",
     "units", "validate", "workload",

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks, _domains, _files, hardware, presets, strategies, workload
+from . import chip as chip_lib
 from ._checks import float_field
 from .hardware import MAX_NARROW_PEAK_RATIO, System
 from .plan import Plan, Precision, check_data_parallel, data_parallel, recipe, validate
@@ -340,11 +341,79 @@ def _merge(tables: dict, overrides) -> dict:
         if not isinstance(body, dict):
             raise ValueError(f"{section}={body!r} must be a table ([{section}])")
         for key, value in body.items():
-            out.setdefault(section, {})[key] = _coerce(section, key, value)
+            out.setdefault(section, {})[key] = _coerce_any(section, key, value)
     for item in overrides or ():
         section, key, value = parse_override(item) if isinstance(item, str) else item
-        out.setdefault(section, {})[key] = _coerce(section, key, value)
+        out.setdefault(section, {})[key] = _coerce_any(section, key, value)
     return out
+
+
+def _coerce_any(section: str, key: str, value):
+    return _coerce_chip(key, value) if section == CHIP_SECTION else _coerce(section, key, value)
+
+
+# ----------------------------------------------------------------- the [chip] table
+# A chip's design variables (`chip.ChipDesign`, docs/chip.md) as a table of a
+# scenario, read when loading (not knobs of the step model's trace): given, the
+# system's peaks, HBM capacity and bandwidth, board power and link bandwidths
+# are the design's (`chip.to_system`), the design built on the published part
+# of the system preset's chip (`chip.PART_OF_PRESET_CHIP`) or of `chip.part`.
+# Without a [chip] table nothing of this runs.
+CHIP_SECTION = "chip"
+CHIP_KEYS = {d.key: d for d in (_checks.declaration(f)
+                                for f in dataclasses.fields(chip_lib.ChipDesign))
+             if d is not None}
+# the [system] keys a [chip] table sets: given beside one, refused
+_SET_BY_CHIP = ("peak_flops_per_s", "peak_fp8_flops_per_s", "peak_fp32_flops_per_s", "hbm_bytes",
+                "hbm_Bps", "hbm_reserve_bytes", "scale_up_bandwidth_Bps",
+                "scale_out_bandwidth_Bps", "scale_up_reduction_Bps", "scale_out_reduction_Bps")
+
+
+def _coerce_chip(key: str, value):
+    """One value of the [chip] table, checked against its `ChipDesign` field's
+    declaration (a number in its domain, or one of its choices); `chip.part`
+    names the published part the design builds on."""
+    name = f"{CHIP_SECTION}.{key}"
+    if name == "chip.part":
+        if not isinstance(value, str):
+            raise ValueError(f"chip.part={value!r} must be a str")
+        _checks.one_of(name, value, tuple(p.name for p in chip_lib.PUBLISHED))
+        return value
+    if name not in CHIP_KEYS:
+        raise ValueError(f"{name} is not a known key of [chip]; keys are chip.part, "
+                         f"{', '.join(CHIP_KEYS)}")
+    decl = CHIP_KEYS[name]
+    if decl.kind is not float:
+        if not isinstance(value, str):
+            raise ValueError(f"{name}={value!r} must be a str")
+        _checks.one_of(name, value, decl.choices)
+        return value
+    if isinstance(value, str):
+        value = parse_quantity(name, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}={value!r} must be a number")
+    if isinstance(value, int) and abs(value) > 1e300:  # beyond float64
+        raise ValueError(f"{name}={'-' if value < 0 else ''}{str(abs(value))[0]}e+"
+                         f"{len(str(abs(value))) - 1} must be {decl.domain.describe()}")
+    _domains.check_in(name, float(value), decl.domain)
+    return float(value)
+
+
+def _chip_system(t: dict, system: System) -> System:
+    """`system` with the [chip] table's design (`chip.to_system`)."""
+    both = [f"system.{k}" for k in _SET_BY_CHIP if k in t["system"]]
+    if both:
+        raise ValueError(f"{both[0]} is set by the [chip] table's design; give one of them")
+    table = dict(t[CHIP_SECTION])
+    preset = t["system"].get("preset", DEFAULT_SYSTEM)
+    part = table.pop("part", None) or chip_lib.PART_OF_PRESET_CHIP.get(
+        presets.preset(preset).chip)
+    if part is None:
+        raise ValueError(f"[chip] on system.preset={preset!r}: its chip has no published "
+                         "design to build on; set chip.part to one of "
+                         f"{', '.join(p.name for p in chip_lib.PUBLISHED)}")
+    design = dataclasses.replace(chip_lib.published_design(part), **table)
+    return chip_lib.to_system(design, system)
 
 
 def _given(cls: type, t: dict, prefix: str = "") -> dict:
@@ -465,6 +534,8 @@ def from_tables(tables: dict, overrides=()) -> Scenario:
                              f"{DOMAINS['system.gpus'].describe()}")
         t["system"]["gpus"] = gpus
     system = _system(t, late)
+    if t.get(CHIP_SECTION):
+        system = _chip_system(t, system)
     model = _model(t)
     plan = _plan(t, float(system.gpus))
     validate(plan, model, system.gpus)
