@@ -293,7 +293,8 @@ class Plan(eqx.Module):
             if getattr(self, knob) is None:  # the stack's, as a float leaf
                 setattr(self, knob, jnp.asarray(getattr(stacks.stack(self.stack), knob), float))
         if self.moe_dispatcher_sms is None:  # the dispatcher's, as a float leaf
-            self.moe_dispatcher_sms = jnp.asarray(self.moe_dispatcher.sms, float)
+            self.moe_dispatcher_sms = jnp.asarray(dispatchers.dispatcher(self.moe_dispatcher).sms,
+                                                  float)
         if self.precision is None:
             self.precision = recipe(self.dtype)
 
