@@ -117,7 +117,8 @@ def test_a_sync_costs_the_hosts_excess_after_it_that_the_gpus_slack_before_canno
                                (1.0, 2.0, 3.0, 0.5), (0.5, 0.1, 0.2, 0.3)):
         got = float(compute.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
         assert got == pytest.approx(segment(g_a, g_b, h_a, h_b))
-    assert float(compute.sync_penalty_s(1.0, 4.0, 2.0, 2.5)) == pytest.approx(1.0)  # host-bound after
+    # the host bounds the part after the sync
+    assert float(compute.sync_penalty_s(1.0, 4.0, 2.0, 2.5)) == pytest.approx(1.0)
     assert float(compute.sync_penalty_s(2.0, 5.0, 1.0, 1.5)) == 0.0  # the GPU ahead
 
 
