@@ -57,6 +57,12 @@ ROUTING_KERNELS = 24.0
 # (assumption: the counts above do not split them)
 ROUTER_KERNELS = 12.0
 PREPROCESS_KERNELS = ROUTING_KERNELS - ROUTER_KERNELS
+# Router fusion (Megatron-Core's --moe-router-fusion: the top-k, softmax / sigmoid
+# and scores in fused kernels) cut DeepSeek-V3's router kernels from 72 to 31
+# (NVIDIA/Megatron-LM@eb0783b6, the DeepSeek-V3 GB200 optimisation log): the
+# router's and preprocessing's kernels scaled by that ratio under
+# `training.moe_router_fusion` (the ratio carried to other routers: assumption)
+ROUTER_FUSION_RATIO = 31.0 / 72.0
 # the output tile one SM computes at a time: 128 x 128, cuBLAS's and CUTLASS's
 # common Hopper tile for 16- and 8-bit GEMMs (assumption; DeepGEMM's BLOCK_M is
 # 64-128 and its BLOCK_N up to 256)
@@ -279,7 +285,8 @@ def layer_launches(model: Transformer, plan: Plan):
     GroupedLinear issues them) and an fp8 GEMM one more for its quantisation;
     attention its projections, the attention kernel and the memory-bound
     kernels (`KERNELS_PER_LAYER`); the MoE router its GEMM and
-    `ROUTER_KERNELS`, the preprocessing `PREPROCESS_KERNELS`; the shared
+    `ROUTER_KERNELS`, the preprocessing `PREPROCESS_KERNELS` (both x
+    `ROUTER_FUSION_RATIO` under `training.moe_router_fusion`); the shared
     expert's GEMMs; the routed experts' GEMMs and the dispatcher's kernels
     (`dispatchers.Dispatcher.launches`: permute, unpermute and the two
     exchanges for the all-to-all); the output head and loss (again per MTP
@@ -289,8 +296,9 @@ def layer_launches(model: Transformer, plan: Plan):
     routed = 2.0 * gemm * local + plan.moe_dispatcher.launches
     head = (1.0 + model.mtp_layers) * 3.0  # logits GEMM, loss forward and its reduction
     attention = sum(c for *_, c in model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
-    regions = {"attn": attention, "mlp": 2.0 * gemm, "moe_router": 1.0 + ROUTER_KERNELS,
-               "moe_preprocess": PREPROCESS_KERNELS,
+    fused = ROUTER_FUSION_RATIO if plan.moe_router_fusion else 1.0
+    regions = {"attn": attention, "mlp": 2.0 * gemm, "moe_router": 1.0 + fused * ROUTER_KERNELS,
+               "moe_preprocess": fused * PREPROCESS_KERNELS,
                "shared": jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)}
     return plan.graphs.layer_launches(regions, routed, head, plan.cuda_graph_scope)
 

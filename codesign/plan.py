@@ -268,6 +268,10 @@ class Plan(eqx.Module):
     moe_capacity_factor: jax.Array = float_field("training.moe_capacity_factor",
                                                  interval(0.0, 1e3), default=0.0,
                                                  kw_only=True)
+    # the router's kernels fused (Megatron-Core's --moe-router-fusion): fewer
+    # launches (`compute.ROUTER_FUSION_RATIO`)
+    moe_router_fusion: bool = static_field("training.moe_router_fusion", bool, default=False,
+                                           kw_only=True)
     # every expert's input padded to its capacity (Megatron-Core's
     # --moe-pad-expert-input-to-capacity): static expert shapes, each expert's
     # GEMMs on moe_capacity_factor x the mean tokens; false: dropless, the

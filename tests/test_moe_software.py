@@ -174,6 +174,9 @@ def test_graph_scopes_launch_their_captured_regions_as_one_and_full_iteration_no
     router_only = _scn(training={"cuda_graphs": "partial", "cuda_graph_scope": "moe_router"})
     assert float(compute.host_launches(*_parts(router_only)[:2], sh)[0]) == \
         4 * (per_layer - compute.ROUTER_KERNELS) + 3
+    fused = _scn(training={"moe_router_fusion": True})  # 72 -> 31 of DeepSeek's router kernels
+    assert float(compute.host_launches(*_parts(fused)[:2], sh)[0]) == pytest.approx(
+        4 * (per_layer - 24 * (1 - 31 / 72)) + 3, rel=1e-12)
     full = _scn(training={"cuda_graphs": "full_iteration", "moe_pad_experts": True,
                           "moe_capacity_factor": 1.1})
     assert float(compute.host_launches(*_parts(full)[:2], sh)[0]) == 0.0
