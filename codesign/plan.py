@@ -248,9 +248,10 @@ class Plan(eqx.Module):
                                                stacks.GRAPH_SCOPE_CLASSES,
                                                default=stacks.NoGraphs(), kw_only=True)
     # the regions `partial` graphs capture (`stacks.GRAPH_REGIONS`)
-    cuda_graph_scope: tuple = static_field("training.cuda_graph_scope", str,
-                                           default=("attn", "moe_router", "moe_preprocess"),
-                                           converter=stacks.graph_scope_regions, kw_only=True)
+    cuda_graph_scope: str = static_field("training.cuda_graph_scope", str,
+                                         choices=stacks.GRAPH_SCOPE_CHOICES,
+                                         default="attn,moe_router,moe_preprocess",
+                                         converter=stacks.graph_scope_regions, kw_only=True)
     # the MoE token dispatcher (`dispatchers.Dispatcher`, or its name)
     moe_dispatcher: dispatchers.Dispatcher = strategy_field(
         "parallel.moe_dispatcher", dispatchers.dispatcher, dispatchers.DISPATCHER_CLASSES,

@@ -20,6 +20,7 @@ and the DP overlap windows are the schedule's and `traffic`'s for every stack.
 from __future__ import annotations
 
 import abc
+import itertools
 from typing import ClassVar
 
 import equinox as eqx
@@ -147,16 +148,23 @@ GRAPH_REGIONS = ("attn", "mlp", "moe_router", "moe_preprocess")
 FULL_ITERATION_ACTIVATION_FACTOR = 1.5
 
 
-def graph_scope_regions(value) -> tuple:
+def graph_scope_regions(value) -> str:
     """`training.cuda_graph_scope`: "attn,moe_router" (as a scenario table writes
-    it) or a sequence of `GRAPH_REGIONS`; an unknown region is a one-line error."""
+    it) or a sequence of `GRAPH_REGIONS`, written back comma-separated in
+    `GRAPH_REGIONS`' order (one spelling a scope); an unknown region is a
+    one-line error."""
     regions = tuple(s.strip() for s in value.split(",")) if isinstance(value, str) \
         else tuple(value)
     for r in regions:
         if r not in GRAPH_REGIONS:
             raise ValueError(f"training.cuda_graph_scope={','.join(regions)!r}: {r!r} is not "
                              f"one of {', '.join(GRAPH_REGIONS)}")
-    return regions
+    return ",".join(r for r in GRAPH_REGIONS if r in regions)
+
+
+# every scope `partial` graphs may take: the non-empty sets of regions
+GRAPH_SCOPE_CHOICES = tuple(",".join(c) for n in range(1, len(GRAPH_REGIONS) + 1)
+                            for c in itertools.combinations(GRAPH_REGIONS, n))
 
 
 class GraphScope(Strategy):
@@ -169,13 +177,13 @@ class GraphScope(Strategy):
     activation_factor: eqx.AbstractClassVar[float]
 
     @abc.abstractmethod
-    def layer_launches(self, regions: dict, routed, head, scope=()):
+    def layer_launches(self, regions: dict, routed, head, scope: str = ""):
         """(a dense layer's, an MoE layer's forward launches, of the latter the
         routed experts' (issued after the dispatcher's host synchronisation),
         the output head's) from each region's eager launches (`regions`, keyed
         by `GRAPH_REGIONS` and `shared`: the shared expert's), the routed
         experts' `routed` and the head's `head`; `scope`: the regions `partial`
-        graphs capture (`training.cuda_graph_scope`)."""
+        graphs capture (`training.cuda_graph_scope`, comma-separated)."""
 
 
 class NoGraphs(GraphScope):
@@ -185,7 +193,7 @@ class NoGraphs(GraphScope):
     needs_static_experts: ClassVar[bool] = False
     activation_factor: ClassVar[float] = 1.0
 
-    def layer_launches(self, regions, routed, head, scope=()):
+    def layer_launches(self, regions, routed, head, scope=""):
         attention = regions["attn"]
         moe = attention + (regions["moe_router"] + regions["moe_preprocess"]) + regions["shared"] \
             + routed
@@ -200,7 +208,7 @@ class LayerGraphs(GraphScope):
     needs_static_experts: ClassVar[bool] = False
     activation_factor: ClassVar[float] = 1.0
 
-    def layer_launches(self, regions, routed, head, scope=()):
+    def layer_launches(self, regions, routed, head, scope=""):
         return 1.0, 1.0 + routed, routed, head
 
 
@@ -214,8 +222,9 @@ class PartialGraphs(GraphScope):
     needs_static_experts: ClassVar[bool] = False
     activation_factor: ClassVar[float] = 1.0
 
-    def layer_launches(self, regions, routed, head, scope=()):
-        n = {r: 1.0 if r in scope else regions[r] for r in GRAPH_REGIONS}
+    def layer_launches(self, regions, routed, head, scope=""):
+        captured = scope.split(",")
+        n = {r: 1.0 if r in captured else regions[r] for r in GRAPH_REGIONS}
         moe = n["attn"] + n["moe_router"] + n["moe_preprocess"] + regions["shared"] + routed
         return n["attn"] + n["mlp"], moe, routed, head
 
@@ -228,7 +237,7 @@ class IterationGraphs(GraphScope):
     needs_static_experts: ClassVar[bool] = False
     activation_factor: ClassVar[float] = 1.0
 
-    def layer_launches(self, regions, routed, head, scope=()):
+    def layer_launches(self, regions, routed, head, scope=""):
         return 0.0, 0.0, 0.0, 0.0
 
 
@@ -243,7 +252,7 @@ class FullIterationGraphs(GraphScope):
     needs_static_experts: ClassVar[bool] = True
     activation_factor: ClassVar[float] = FULL_ITERATION_ACTIVATION_FACTOR
 
-    def layer_launches(self, regions, routed, head, scope=()):
+    def layer_launches(self, regions, routed, head, scope=""):
         return 0.0, 0.0, 0.0, 0.0
 
 
