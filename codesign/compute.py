@@ -179,8 +179,8 @@ def _gemms_s(system: System, gemms):
 
 def _moe_shape(model: Transformer, plan: Plan):
     """(tokens of one micro-batch per GPU, the token copies one GPU's experts
-    take, the experts' tensor-parallel size, an expert's width, the experts,
-    both at least 1: finite for dense models too): an expert gathers from the
+    take, the experts' tensor-parallel size, an expert's width and the experts,
+    these two at least 1: finite for dense models too): an expert gathers from the
     ep x etp ranks, each holding tokens / tp (sequence parallel) of its own."""
     tokens = plan.micro_batch * model.seq_len / plan.cp
     etp = plan.expert_tp
@@ -424,11 +424,11 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     launches = host_launches(model, plan, sh)
     stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh)
     offload_s = offloaded / system.chip.host_Bps
-    synced = _synced_s(model, plan, system, sh, forward) if plan.host_syncs \
-        and plan.moe_dispatcher.host_syncs > 0 else 0.0
+    waits = plan.host_syncs and plan.moe_dispatcher.host_syncs > 0
+    synced = _synced_s(model, plan, system, sh, forward) if waits else None
     forward = jnp.maximum(forward, jnp.maximum(launches[0] * plan.host_launch_s, offload_s))
     backward = jnp.maximum(backward, jnp.maximum(launches[1] * plan.host_launch_s, offload_s))
-    if plan.host_syncs and plan.moe_dispatcher.host_syncs > 0:
+    if waits:
         # each forward pass waits at the dispatcher's syncs (backward reuses the
         # forward's layout; a recomputed forward waits again)
         forward = forward + synced
