@@ -37,6 +37,7 @@ DeepEP's own table has combine within 3% of dispatch: 153 / 158 GB/s).
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import equinox as eqx
@@ -51,6 +52,17 @@ BENCHMARK_NVLINK_Bps = 450e9
 # FP8 dispatch carries one fp32 scale per 128 elements (DeepEP's and
 # DeepSeek-V3's 1 x 128 tile scaling): 4 / 128 bytes per element on top of 1
 FP8_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0
+
+
+def _piecewise_linear(x, knots: tuple, values: list):
+    """The line through (knots[i], values[i]) at `x`, flat beyond the first and
+    last knot: values[0] + the sum of each segment's slope x the part of it `x`
+    has passed (a few element-wise operations, no search)."""
+    out = values[0]
+    for i in range(len(knots) - 1):
+        a, b = knots[i], knots[i + 1]
+        out = out + (values[i + 1] - values[i]) / (b - a) * jnp.clip(x - a, 0.0, b - a)
+    return out
 
 
 class Dispatcher(Strategy):
@@ -96,11 +108,12 @@ class Dispatcher(Strategy):
     def fast_tier_share(self, token_bytes, sms) -> jax.Array:
         """The share of the scale-up tier's peak its intranode exchange reaches
         for tokens of `token_bytes` with `sms` SMs (see the module docstring)."""
-        x = jnp.log(jnp.asarray(self.token_bytes, float))
-        per_sm = jnp.asarray(self.table_GBps, float) * 1e9 / BENCHMARK_NVLINK_Bps
-        at_size = jnp.stack([jnp.interp(jnp.log(token_bytes), x, per_sm[:, j])
-                             for j in range(per_sm.shape[1])])
-        return jnp.interp(sms, jnp.asarray(self.sm_points, float), at_size)
+        x = jnp.log(token_bytes)
+        sizes = tuple(math.log(b) for b in self.token_bytes)
+        at_size = [_piecewise_linear(x, sizes, [row[j] * 1e9 / BENCHMARK_NVLINK_Bps
+                                                for row in self.table_GBps])
+                   for j in range(len(self.sm_points))]
+        return _piecewise_linear(sms, self.sm_points, at_size)
 
     def fast_tier_Bps(self, token_bytes, sms, tier) -> jax.Array:
         """Achieved bytes per second per GPU on `tier` (a `hardware.Tier`)."""
