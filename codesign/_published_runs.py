@@ -338,8 +338,12 @@ def _bridge_model(name: str, seq: int) -> dict:
 
 def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, published, note,
             fsdp=False, recompute="none", tp_overlap=0.0, ep_overlap=False, etp=0,
-            offload_layers=0):
-    """A row of Megatron-Bridge 25.11's pre-training table (tokens/s/GPU)."""
+            offload_layers=0, dispatcher=None, graph_scope=None):
+    """A row of Megatron-Bridge 25.11's pre-training table (tokens/s/GPU). An
+    MoE row's routing is dropless: its dispatcher's host synchronisations are
+    charged (`training.host_syncs`); `dispatcher` and `graph_scope` (Transformer
+    Engine's partial CUDA graphs over those regions) where the row's note names
+    them from the release's configs."""
     parallel = _megatron_parallel(gpus, tp, pp, cp, vp, ep=ep, dtype=dtype,
                                   tp_overlap=tp_overlap)
     if etp:
@@ -354,6 +358,11 @@ def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, publish
         training["offload_layers"] = offload_layers
     if _BRIDGE_MODELS[model] is None or _BRIDGE_MODELS[model][8] is not None:
         training["moe_imbalance"] = 1.0
+        training["host_syncs"] = True
+    if dispatcher is not None:
+        parallel["moe_dispatcher"] = dispatcher
+    if graph_scope is not None:
+        training |= {"cuda_graphs": "partial", "cuda_graph_scope": graph_scope}
     plan = f"tp {tp}, pp {pp}" + (f", cp {cp}" if cp > 1 else "") + (
         f", vp {vp}" if vp > 1 else "") + (f", ep {ep}" if ep > 1 else "") + (
         f", etp {etp}" if etp else "") + (
@@ -500,16 +509,23 @@ CHECKS: tuple[Check, ...] = (
             "counts embedding and loss as pipeline layers (126 + 2)", tp_overlap=1.0),
     _bridge("DeepSeek-V3", "GB200", 256, "bf16", 4096, 1, 4096, 1, 4, 1, 4, 64, 3139,
             "recompute selective (set_deepseek_v3_common_configs: mla_up_proj); HybridEP "
-            "dispatcher; EP overlap off (moe_a2a_overlap False); without MTP",
-            recompute="selective"),
+            "dispatcher; Transformer Engine's CUDA graphs over attn, moe_router, "
+            "moe_preprocess; EP overlap off (moe_a2a_overlap False); without MTP",
+            recompute="selective", dispatcher="hybridep",
+            graph_scope="attn,moe_router,moe_preprocess"),
     _bridge("DeepSeek-V3", "GB200", 256, "fp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018,
-            "recompute selective (mla_up_proj); EP overlap off; without MTP",
-            recompute="selective"),
+            "recompute selective (mla_up_proj); HybridEP dispatcher and Transformer Engine's "
+            "CUDA graphs over attn, moe_router, moe_preprocess (as the BF16 row); EP overlap "
+            "off; without MTP", recompute="selective", dispatcher="hybridep",
+            graph_scope="attn,moe_router,moe_preprocess"),
     _bridge("GPT-OSS-120B", "GB200", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876,
             "recompute_modules [layernorm, moe_act] without a granularity (memory-bound "
             "modules: none)"),
     _bridge("Qwen3-30B-A3B", "GB200", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 23766,
-            "HybridEP dispatcher and CUDA graphs in the workload config"),
+            "HybridEP dispatcher and CUDA graphs in the workload config (Transformer "
+            "Engine's, over moe_router and moe_preprocess as the recipes' MXFP8 GB200 "
+            "config sets them)", dispatcher="hybridep",
+            graph_scope="moe_router,moe_preprocess"),
     _bridge("Qwen3-235B-A22B", "GB200", 256, "bf16", 8192, 1, 4096, 1, 8, 1, 3, 32, 4916,
             "94 layers over pp x vp = 24 chunks, uneven as Megatron splits them"),
     _bridge("Llama3-8B", "H100", 8, "fp8", 128, 1, 8192, 1, 1, 1, 1, 1, 14451,

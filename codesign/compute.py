@@ -51,6 +51,18 @@ KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms,
 # (assumption, counted from Megatron-Core's moe/router.py, moe/moe_utils.py and
 # moe/token_dispatcher.py)
 ROUTING_KERNELS = 24.0
+# of them, the router's (its softmax / top-k, the routing map, the load-balancing
+# loss: Megatron-Core's `moe_router` graph region) and the preprocessing's
+# (tokens per expert, the permute's indices: `moe_preprocess`), half each
+# (assumption: the counts above do not split them)
+ROUTER_KERNELS = 12.0
+PREPROCESS_KERNELS = ROUTING_KERNELS - ROUTER_KERNELS
+# Router fusion (Megatron-Core's --moe-router-fusion: the top-k, softmax / sigmoid
+# and scores in fused kernels) cut DeepSeek-V3's router kernels from 72 to 31
+# (NVIDIA/Megatron-LM@eb0783b6, the DeepSeek-V3 GB200 optimisation log): the
+# router's and preprocessing's kernels scaled by that ratio under
+# `training.moe_router_fusion` (the ratio carried to other routers: assumption)
+ROUTER_FUSION_RATIO = 31.0 / 72.0
 # the output tile one SM computes at a time: 128 x 128, cuBLAS's and CUTLASS's
 # common Hopper tile for 16- and 8-bit GEMMs (assumption; DeepGEMM's BLOCK_M is
 # 64-128 and its BLOCK_N up to 256)
@@ -165,6 +177,55 @@ def _gemms_s(system: System, gemms):
     return forward, backward
 
 
+def _moe_shape(model: Transformer, plan: Plan):
+    """(tokens of one micro-batch per GPU, the token copies one GPU's experts
+    take, the experts' tensor-parallel size, an expert's width and the experts,
+    these two at least 1: finite for dense models too): an expert gathers from the
+    ep x etp ranks, each holding tokens / tp (sequence parallel) of its own."""
+    tokens = plan.micro_batch * model.seq_len / plan.cp
+    etp = plan.expert_tp
+    return (tokens, tokens * etp / plan.tp * model.top_k, etp,
+            jnp.maximum(model.expert_ffn_hidden, 1.0), jnp.maximum(model.experts, 1.0))
+
+
+def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight):
+    """The routed experts' two GEMM rows (`_gemms_s`' rows), `weight` MoE layers,
+    of the MoE layer `shape` (`_moe_shape`).
+
+    The busiest expert rank sets the pace: moe_imbalance x the mean load, or,
+    with padded experts (`training.moe_pad_experts`: static shapes), every
+    expert `training.moe_capacity_factor` x the mean. Small experts' GEMMs,
+    `grouped_gemm_streams` at a time, may leave units idle: the local experts'
+    GEMMs take 1 / occupancy as long."""
+    d, cast = plan.precision.gemm, plan.precision.gemm_cast_bytes
+    _, received, etp, f_e, experts = shape
+    h = model.hidden
+    mats = 2.0 if model.gated else 1.0
+    load = plan.moe_capacity_factor if plan.moe_pad_experts else plan.moe_imbalance
+    per_expert = received * plan.ep / experts * load
+    local = experts / plan.ep
+    at_once = jnp.minimum(plan.grouped_gemm_streams, jnp.maximum(local, 1.0))
+    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (mats * f_e / etp, h)]
+    return [(per_expert, h, mats * f_e / etp, local / busy[0], d, weight, cast, cast),
+            (per_expert, f_e / etp, h, local / busy[1], d, weight, cast, cast)]
+
+
+def _permute_s(model: Transformer, plan: Plan, system: System, received):
+    """Seconds of one MoE layer's permute and unpermute of the `received` token
+    copies the experts take (read + write each, a kernel each)."""
+    copies = received * model.hidden * plan.precision.bytes("activations")
+    return streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
+
+
+def routed_forward_s(model: Transformer, plan: Plan, system: System):
+    """Forward seconds of one MoE layer's routed part: the experts' GEMMs (with
+    their quantisation) and the permute / unpermute: the GPU's work between the
+    dispatcher's host synchronisation and the next layer (`sync_penalty_s`)."""
+    shape = _moe_shape(model, plan)
+    forward, _ = _gemms_s(system, _routed_gemms(model, plan, system, shape, 1.0))
+    return forward + _permute_s(model, plan, system, shape[1])
+
+
 def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape):
     """(forward, backward) matrix + memory-bound seconds of the stage's layers,
     one micro-batch, per GPU: the dense layers' and the MoE layers' GEMMs as
@@ -185,7 +246,8 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     d = plan.precision.gemm
     cast = plan.precision.gemm_cast_bytes
     fused = plan.precision.gemm_transpose_bytes if plan.stack.fused_fp8_producers else cast
-    tokens = plan.micro_batch * model.seq_len / plan.cp
+    moe_shape = _moe_shape(model, plan)
+    tokens, received, _, f_e, experts = moe_shape
     h, tp = model.hidden, plan.tp
     mats = 2.0 if model.gated else 1.0
     dense_layers, moe_layers = sh.dense_layers_on_stage, sh.moe_layers_on_stage
@@ -198,31 +260,14 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     f = model.ffn_hidden
     gemms += [(tokens, h, mats * f / tp, 1.0, d, dense_layers, fused, 0.0),
               (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
-    f_e = jnp.maximum(model.expert_ffn_hidden, 1.0)  # finite for dense models too
-    experts = jnp.maximum(model.experts, 1.0)
-    # an expert's tokens: those of the ep x etp ranks it gathers from, each
-    # holding tokens / tp (sequence parallel) of its own; the busiest expert
-    # rank sets the pace: moe_imbalance x the mean load
-    etp = plan.expert_tp
-    received = tokens * etp / tp * model.top_k  # token copies one GPU's experts take
-    per_expert = received * plan.ep / experts * plan.moe_imbalance
-    local = experts / plan.ep
     shared = model.shared_experts * f_e
     with_shared = moe_layers * (model.shared_experts > 0)
-    # small experts' GEMMs, `grouped_gemm_streams` at a time, may leave units
-    # idle: the local experts' GEMMs take 1 / occupancy as long
-    at_once = jnp.minimum(plan.grouped_gemm_streams, jnp.maximum(local, 1.0))
-    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (mats * f_e / etp, h)]
-    gemms += [(per_expert, h, mats * f_e / etp, local / busy[0], d, moe_layers, cast, cast),
-              (per_expert, f_e / etp, h, local / busy[1], d, moe_layers, cast, cast),
+    gemms += [*_routed_gemms(model, plan, system, moe_shape, moe_layers),
               (tokens, h, mats * shared / tp, 1.0, d, with_shared, cast, cast),
               (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast),
               # router (16-bit, replicated)
               (tokens, h, experts, 1.0, plan.precision.attention, moe_layers, 0.0, 0.0)]
-    # the permute / unpermute of the token copies the experts take (read +
-    # write each, a kernel each), MoE layers only
-    copies = received * h * plan.precision.bytes("activations")
-    permute = streaming_time_s(system, 2.0 * 2.0 * copies) + 2.0 * system.chip.kernel_overhead_s
+    permute = _permute_s(model, plan, system, received)
     stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
                                               "none", LAYER_KINDS, plan.cp, plan.precision)
     passes_s = streaming_time_s(system, 2.0 * stored)  # (dense, MoE) layer
@@ -232,32 +277,70 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     return forward + memory + overhead, backward + 2.0 * (memory + overhead)
 
 
-def host_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
-    """(forward, backward) kernel launches the host issues for one micro-batch
-    of the stage, under `plan.cuda_graphs`: eager, a GEMM a launch (a grouped
-    GEMM one per local expert, as Transformer Engine's GroupedLinear issues
-    them) and an fp8 GEMM one more for its quantisation, the attention kernel,
-    the memory-bound kernels (`KERNELS_PER_LAYER`), the MoE layer's routing
-    (`ROUTING_KERNELS`), permute, unpermute and its two all-to-alls, the output
-    head and loss (again per MTP depth); a layer's CUDA graphs replay its static
-    parts as one launch, leaving the routed experts' kernels eager; a whole
-    iteration's graph leaves none. Backward launches twice the forward's (two
-    GEMMs per forward GEMM), plus the forward's again per recomputed forward."""
+def layer_launches(model: Transformer, plan: Plan):
+    """(a dense layer's, an MoE layer's forward launches, of the latter the
+    routed experts', the output head's) under `plan.graphs`
+    (`stacks.GraphScope.layer_launches`) from each region's eager launches: a
+    GEMM a launch (a grouped GEMM one per local expert, as Transformer Engine's
+    GroupedLinear issues them) and an fp8 GEMM one more for its quantisation;
+    attention its projections, the attention kernel and the memory-bound
+    kernels (`KERNELS_PER_LAYER`); the MoE router its GEMM and
+    `ROUTER_KERNELS`, the preprocessing `PREPROCESS_KERNELS` (both x
+    `ROUTER_FUSION_RATIO` under `training.moe_router_fusion`); the shared
+    expert's GEMMs; the routed experts' GEMMs and the dispatcher's kernels
+    (`dispatchers.Dispatcher.launches`: permute, unpermute and the two
+    exchanges for the all-to-all); the output head and loss (again per MTP
+    depth)."""
     gemm = 2.0 if plan.precision.gemm == "fp8" else 1.0  # launches per GEMM
     local = jnp.maximum(model.experts / plan.ep, 1.0)
-    routed = 2.0 * gemm * local + 4.0  # the experts' GEMMs, permute, unpermute, 2 all-to-alls
+    routed = 2.0 * gemm * local + plan.moe_dispatcher.launches
     head = (1.0 + model.mtp_layers) * 3.0  # logits GEMM, loss forward and its reduction
-    if plan.cuda_graphs == "iteration":
-        forward = jnp.zeros(())
-    elif plan.cuda_graphs == "layer":
-        forward = sh.layers_on_stage + sh.moe_layers_on_stage * routed + head
-    else:
-        attention = sum(c for *_, c in model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
-        shared = jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)
-        moe = attention + 1.0 + ROUTING_KERNELS + shared + routed
-        forward = (sh.dense_layers_on_stage * (attention + 2.0 * gemm)
-                   + sh.moe_layers_on_stage * moe + head)
+    attention = sum(c for *_, c in model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
+    fused = ROUTER_FUSION_RATIO if plan.moe_router_fusion else 1.0
+    regions = {"attn": attention, "mlp": 2.0 * gemm, "moe_router": 1.0 + fused * ROUTER_KERNELS,
+               "moe_preprocess": fused * PREPROCESS_KERNELS,
+               "shared": jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)}
+    return plan.graphs.layer_launches(regions, routed, head, plan.cuda_graph_scope)
+
+
+def host_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
+    """(forward, backward) kernel launches the host issues for one micro-batch
+    of the stage (`layer_launches`; none under a whole iteration's graph).
+    Backward launches twice the forward's (two GEMMs per forward GEMM), plus the
+    forward's again per recomputed forward."""
+    dense, moe, _, head = layer_launches(model, plan)
+    forward = sh.dense_layers_on_stage * dense + sh.moe_layers_on_stage * moe + head
     return forward, (1.0 + plan.recompute.layer_forwards) * forward
+
+
+def sync_penalty_s(gpu_after_s, gpu_layer_s, host_after_s, host_layer_s) -> jax.Array:
+    """Seconds one device-to-host synchronisation adds to a layer whose host and
+    GPU otherwise run apart (the host ahead, the GPU's queue full).
+
+    The sync drains the GPU's queue: the host issues the layer's part after it
+    (`host_after_s`, while the GPU runs that part's `gpu_after_s`), then the
+    next layer's part before its sync (host h_b = host_layer_s - host_after_s,
+    GPU g_b = gpu_layer_s - gpu_after_s), and waits. With each part's kernels
+    spread evenly, that segment takes max(max(g_a, h_a) + g_b, h_a + h_b)
+    against max(g_a + g_b, h_a + h_b) without the sync: the difference is
+    max(0, min(h_a - g_a, g_b - h_b)), the host's excess after the sync that
+    the GPU's slack before the next one cannot absorb. Zero where the GPU is
+    ahead after the sync (h_a <= g_a) and where the host bounds the whole layer."""
+    gpu_before = gpu_layer_s - gpu_after_s
+    host_before = host_layer_s - host_after_s
+    return jnp.maximum(jnp.minimum(host_after_s - gpu_after_s, gpu_before - host_before), 0.0)
+
+
+def _synced_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
+              forward_s):
+    """Seconds the dispatcher's host synchronisations add to one forward pass of
+    the stage (`sync_penalty_s` per sync and MoE layer): the routed part's GPU
+    work (`routed_forward_s`) and launches after the sync, the mean layer's
+    (`forward_s` / layers: the head's share included) around it."""
+    _, moe, routed, _ = layer_launches(model, plan)
+    one = sync_penalty_s(routed_forward_s(model, plan, system), forward_s / sh.layers_on_stage,
+                         routed * plan.host_launch_s, moe * plan.host_launch_s)
+    return plan.moe_dispatcher.host_syncs * sh.moe_layers_on_stage * one
 
 
 def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape):
@@ -341,8 +424,15 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     launches = host_launches(model, plan, sh)
     stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh)
     offload_s = offloaded / system.chip.host_Bps
+    waits = plan.host_syncs and plan.moe_dispatcher.host_syncs > 0
+    synced = _synced_s(model, plan, system, sh, forward) if waits else None
     forward = jnp.maximum(forward, jnp.maximum(launches[0] * plan.host_launch_s, offload_s))
     backward = jnp.maximum(backward, jnp.maximum(launches[1] * plan.host_launch_s, offload_s))
+    if waits:
+        # each forward pass waits at the dispatcher's syncs (backward reuses the
+        # forward's layout; a recomputed forward waits again)
+        forward = forward + synced
+        backward = backward + (plan.recompute.layer_forwards - 1.0) * synced
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd

@@ -52,7 +52,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None,
     dp x cp, or HSDP's `parallel.zero_shard_size` groups);
     activations by recompute mode, attention kernel, sequence parallelism and
     the micro-batches in flight, less those of the layers offloaded to host
-    memory (`training.offload_layers`); the chip's reserve. `sh`: the stage's
+    memory (`training.offload_layers`), times what a full-iteration CUDA graph's
+    pool holds (`stacks.GraphScope.activation_factor`); the chip's reserve. `sh`: the stage's
     `stage.Shape` if known; `stored`: (stored, offloaded) bytes per
     micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`)."""
     sh = stage.shape(model, plan, t) if sh is None else sh
@@ -81,6 +82,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None,
         else stored
     staging = offloaded / jnp.maximum(jnp.minimum(plan.offload_layers, sh.layers_on_stage), 1.0)
     activations = (per_mb - offloaded) * in_flight_micro_batches(plan, t) + staging
+    if plan.graphs.activation_factor != 1.0:  # a whole iteration's graph pool
+        activations = plan.graphs.activation_factor * activations
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
         activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
     # fp32 logits of one micro-batch on the last stage (one more per MTP depth)

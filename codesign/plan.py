@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, stacks, strategies
+from . import _checks, dispatchers, stacks, strategies
 from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_GPUS, UNIT, Domain, count, interval
 from .strategies import SCHEDULES as SCHEDULES
@@ -42,11 +42,12 @@ MOE_IMBALANCE = 1.1  # tokens on the busiest expert rank / the mean (assumption)
 # bucket). Deeper prefetch holds more gathered layers and buys slack only for
 # uneven layers, which the uniform per-layer model does not see.
 FSDP_PREFETCH_LAYERS = 1.0
-# CUDA graphs (Megatron-Core's --cuda-graph-scope / --enable-cuda-graph): none;
-# each layer's static parts captured (attention, the dense FFN, the MoE router
-# and preprocessing; the routed experts' permute, grouped GEMMs and all-to-alls
-# stay eager: their shapes follow the routing); the whole iteration captured
-CUDA_GRAPHS = ("none", "layer", "iteration")
+# CUDA graphs (Megatron-Core's --cuda-graph-impl / --cuda-graph-scope): the
+# scopes of `stacks.GraphScope` (none; layer: each layer's static parts, the
+# routed experts eager; partial: Transformer Engine's per-region graphs over
+# `training.cuda_graph_scope`; iteration; full_iteration: Megatron-Core's, with
+# static (padded) experts)
+CUDA_GRAPHS = stacks.GRAPH_SCOPES
 
 
 class Precision(eqx.Module):
@@ -242,9 +243,42 @@ class Plan(eqx.Module):
     # come back in backward (Megatron-Core's --cpu-offloading-num-layers)
     offload_layers: jax.Array = float_field("training.offload_layers", count(1e4, lo=0.0),
                                             unit="layers", default=0.0, kw_only=True)
-    # what CUDA graphs capture: none, layer, iteration (see CUDA_GRAPHS)
-    cuda_graphs: str = static_field("training.cuda_graphs", str, choices=CUDA_GRAPHS,
-                                    default="none", kw_only=True)
+    # what CUDA graphs capture (`stacks.GraphScope`, or its name; see CUDA_GRAPHS)
+    graphs: stacks.GraphScope = strategy_field("training.cuda_graphs", stacks.graph_scope,
+                                               stacks.GRAPH_SCOPE_CLASSES,
+                                               default=stacks.NoGraphs(), kw_only=True)
+    # the regions `partial` graphs capture (`stacks.GRAPH_REGIONS`)
+    cuda_graph_scope: str = static_field("training.cuda_graph_scope", str,
+                                         choices=stacks.GRAPH_SCOPE_CHOICES,
+                                         default="attn,moe_router,moe_preprocess",
+                                         converter=stacks.graph_scope_regions, kw_only=True)
+    # the MoE token dispatcher (`dispatchers.Dispatcher`, or its name)
+    moe_dispatcher: dispatchers.Dispatcher = strategy_field(
+        "parallel.moe_dispatcher", dispatchers.dispatcher, dispatchers.DISPATCHER_CLASSES,
+        default=dispatchers.AllToAll(), kw_only=True)
+    # SMs the dispatcher's kernels hold (DeepEP, HybridEP); default the dispatcher's
+    moe_dispatcher_sms: jax.Array = float_field("parallel.moe_dispatcher_sms",
+                                                Domain(0.0, 1e4), unit="SMs", default=None,
+                                                kw_only=True)
+    # the host waits for the GPU at the dispatcher's device-to-host
+    # synchronisations (`dispatchers.Dispatcher.host_syncs`): the launches after
+    # one are exposed (`compute.sync_penalty_s`); false: the host runs ahead
+    host_syncs: bool = static_field("training.host_syncs", bool, default=False, kw_only=True)
+    # tokens an expert takes over the mean (Megatron-Core's
+    # --moe-expert-capacity-factor); read with moe_pad_experts
+    moe_capacity_factor: jax.Array = float_field("training.moe_capacity_factor",
+                                                 interval(0.0, 1e3), default=0.0,
+                                                 kw_only=True)
+    # the router's kernels fused (Megatron-Core's --moe-router-fusion): fewer
+    # launches (`compute.ROUTER_FUSION_RATIO`)
+    moe_router_fusion: bool = static_field("training.moe_router_fusion", bool, default=False,
+                                           kw_only=True)
+    # every expert's input padded to its capacity (Megatron-Core's
+    # --moe-pad-expert-input-to-capacity): static expert shapes, each expert's
+    # GEMMs on moe_capacity_factor x the mean tokens; false: dropless, the
+    # busiest rank moe_imbalance x the mean
+    moe_pad_experts: bool = static_field("training.moe_pad_experts", bool, default=False,
+                                         kw_only=True)
     # the training framework (`stacks.Stack`, or its name): the defaults of the
     # three knobs above and the mechanisms it owns
     stack: stacks.Stack = strategy_field("training.stack", stacks.stack, stacks.STACK_CLASSES,
@@ -263,6 +297,9 @@ class Plan(eqx.Module):
         for knob in ("comm_sm_fraction", "host_launch_s", "grouped_gemm_streams"):
             if getattr(self, knob) is None:  # the stack's, as a float leaf
                 setattr(self, knob, jnp.asarray(getattr(stacks.stack(self.stack), knob), float))
+        if self.moe_dispatcher_sms is None:  # the dispatcher's, as a float leaf
+            self.moe_dispatcher_sms = jnp.asarray(dispatchers.dispatcher(self.moe_dispatcher).sms,
+                                                  float)
         if self.precision is None:
             self.precision = recipe(self.dtype)
 
@@ -270,6 +307,11 @@ class Plan(eqx.Module):
         if sorted(self.placement) != sorted(DIMENSIONS):
             raise ValueError(f"system.placement={','.join(self.placement)!r} must order "
                              f"each of {','.join(DIMENSIONS)} exactly once")
+
+    @property
+    def cuda_graphs(self) -> str:
+        """The name of the graph scope (`graphs`), as a scenario writes it."""
+        return self.graphs.name
 
     @property
     def micro_batches(self) -> jax.Array:
@@ -413,6 +455,16 @@ RULES = (
          lambda m, p, s: "parallel.ep_overlap=true needs parallel.schedule='interleaved' "
          f"(or '1f1b' with parallel.pp=1; 'dualpipe' always overlaps), got "
          f"{p.schedule.name!r} with parallel.pp={_g(p.pp)}"),
+    # Megatron-Core captures the whole iteration only with static expert shapes
+    Rule("full_iteration graphs need static experts",
+         ("training.cuda_graphs", "training.moe_pad_experts", "training.moe_capacity_factor",
+          "model.moe_layers"),
+         lambda m, p, s: (not p.graphs.needs_static_experts) | (m.moe_layers <= 0)
+         | (p.moe_pad_experts & (p.moe_capacity_factor > 0)),
+         lambda m, p, s: f"training.cuda_graphs={p.graphs.name!r} needs static expert shapes "
+         "on an MoE model: set training.moe_pad_experts=true and "
+         f"training.moe_capacity_factor > 0 (got {str(p.moe_pad_experts).lower()}, "
+         f"{_g(p.moe_capacity_factor)})"),
     # The optimiser's own rows (no message: validate skips them; scenario
     # loading checks dp itself, and validate is given no scale-up domain).
     Rule("integral dp >= 1", ("parallel.dp",),

@@ -19,6 +19,8 @@ and the DP overlap windows are the schedule's and `traffic`'s for every stack.
 
 from __future__ import annotations
 
+import abc
+import itertools
 from typing import ClassVar
 
 import equinox as eqx
@@ -127,3 +129,138 @@ STACKS = tuple(c.name for c in STACK_CLASSES)
 def stack(value, key: str = "training.stack") -> Stack:
     """The stack named `value` (or `value` itself if it is a `Stack`)."""
     return parse(key, value, Stack, STACK_CLASSES)
+
+
+# ------------------------------------------------------------ CUDA-graph scope
+# What CUDA graphs capture (`training.cuda_graphs`, Megatron-Core's
+# --cuda-graph-impl / --cuda-graph-scope): a captured region replays as one
+# launch. The regions of a layer's forward (`compute.host_launches`): attention
+# (`attn`), the dense FFN (`mlp`), the MoE router (`moe_router`: its GEMM,
+# softmax / top-k, the load-balancing loss) and the dispatcher's preprocessing
+# (`moe_preprocess`: tokens per expert, the permute's indices); the routed
+# experts (the dispatch, their GEMMs, the combine) follow the routing's shapes
+# and are captured only with the whole iteration.
+GRAPH_REGIONS = ("attn", "mlp", "moe_router", "moe_preprocess")
+# Activations a full-iteration graph holds beyond the eager peak: the graph's
+# private memory pool keeps every intermediate buffer of the captured step
+# alive; Megatron-Bridge's recipe notes put the cost at up to 1.5-2x the peak
+# activation memory: 1.5, the low end (assumption)
+FULL_ITERATION_ACTIVATION_FACTOR = 1.5
+
+
+def graph_scope_regions(value) -> str:
+    """`training.cuda_graph_scope`: "attn,moe_router" (as a scenario table writes
+    it) or a sequence of `GRAPH_REGIONS`, written back comma-separated in
+    `GRAPH_REGIONS`' order (one spelling a scope); an unknown region is a
+    one-line error."""
+    regions = tuple(s.strip() for s in value.split(",")) if isinstance(value, str) \
+        else tuple(value)
+    for r in regions:
+        if r not in GRAPH_REGIONS:
+            raise ValueError(f"training.cuda_graph_scope={','.join(regions)!r}: {r!r} is not "
+                             f"one of {', '.join(GRAPH_REGIONS)}")
+    return ",".join(r for r in GRAPH_REGIONS if r in regions)
+
+
+# every scope `partial` graphs may take: the non-empty sets of regions
+GRAPH_SCOPE_CHOICES = tuple(",".join(c) for n in range(1, len(GRAPH_REGIONS) + 1)
+                            for c in itertools.combinations(GRAPH_REGIONS, n))
+
+
+class GraphScope(Strategy):
+    """What CUDA graphs capture: `layer_launches` maps a layer's regions'
+    eager launches to the launches the host still issues."""
+
+    # the routed experts' shapes must be static (padded to a capacity factor)
+    needs_static_experts: eqx.AbstractClassVar[bool]
+    # the activations' memory under it, relative to eager
+    activation_factor: eqx.AbstractClassVar[float]
+
+    @abc.abstractmethod
+    def layer_launches(self, regions: dict, routed, head, scope: str = ""):
+        """(a dense layer's, an MoE layer's forward launches, of the latter the
+        routed experts' (issued after the dispatcher's host synchronisation),
+        the output head's) from each region's eager launches (`regions`, keyed
+        by `GRAPH_REGIONS` and `shared`: the shared expert's), the routed
+        experts' `routed` and the head's `head`; `scope`: the regions `partial`
+        graphs capture (`training.cuda_graph_scope`, comma-separated)."""
+
+
+class NoGraphs(GraphScope):
+    """Eager: every kernel a launch."""
+
+    name: ClassVar[str] = "none"
+    needs_static_experts: ClassVar[bool] = False
+    activation_factor: ClassVar[float] = 1.0
+
+    def layer_launches(self, regions, routed, head, scope=""):
+        attention = regions["attn"]
+        moe = attention + (regions["moe_router"] + regions["moe_preprocess"]) + regions["shared"] \
+            + routed
+        return attention + regions["mlp"], moe, routed, head
+
+
+class LayerGraphs(GraphScope):
+    """Each layer's static parts (attention, the dense FFN, the router, the
+    preprocessing, the shared expert) one graph, the routed experts eager."""
+
+    name: ClassVar[str] = "layer"
+    needs_static_experts: ClassVar[bool] = False
+    activation_factor: ClassVar[float] = 1.0
+
+    def layer_launches(self, regions, routed, head, scope=""):
+        return 1.0, 1.0 + routed, routed, head
+
+
+class PartialGraphs(GraphScope):
+    """Transformer Engine's per-module graphs over the regions `scope`
+    (the plan's `training.cuda_graph_scope`, comma-separated `GRAPH_REGIONS`; Megatron-
+    Bridge's recipes: attn, moe_router, moe_preprocess): each captured region
+    one launch, the others and the routed experts and the shared expert eager."""
+
+    name: ClassVar[str] = "partial"
+    needs_static_experts: ClassVar[bool] = False
+    activation_factor: ClassVar[float] = 1.0
+
+    def layer_launches(self, regions, routed, head, scope=""):
+        captured = scope.split(",")
+        n = {r: 1.0 if r in captured else regions[r] for r in GRAPH_REGIONS}
+        moe = n["attn"] + n["moe_router"] + n["moe_preprocess"] + regions["shared"] + routed
+        return n["attn"] + n["mlp"], moe, routed, head
+
+
+class IterationGraphs(GraphScope):
+    """The whole iteration one graph, its routed experts' shapes taken as
+    static without a capacity factor (an idealisation, as before this type)."""
+
+    name: ClassVar[str] = "iteration"
+    needs_static_experts: ClassVar[bool] = False
+    activation_factor: ClassVar[float] = 1.0
+
+    def layer_launches(self, regions, routed, head, scope=""):
+        return 0.0, 0.0, 0.0, 0.0
+
+
+class FullIterationGraphs(GraphScope):
+    """Megatron-Core's `full_iteration` scope: the whole forward and backward
+    one graph; the routed experts need static shapes (padded to a capacity
+    factor: `training.moe_pad_experts` and `training.moe_capacity_factor` > 0
+    on an MoE model), and
+    the graph's pool holds `FULL_ITERATION_ACTIVATION_FACTOR` x the activations."""
+
+    name: ClassVar[str] = "full_iteration"
+    needs_static_experts: ClassVar[bool] = True
+    activation_factor: ClassVar[float] = FULL_ITERATION_ACTIVATION_FACTOR
+
+    def layer_launches(self, regions, routed, head, scope=""):
+        return 0.0, 0.0, 0.0, 0.0
+
+
+GRAPH_SCOPE_CLASSES = (NoGraphs, LayerGraphs, PartialGraphs, IterationGraphs,
+                       FullIterationGraphs)
+GRAPH_SCOPES = tuple(c.name for c in GRAPH_SCOPE_CLASSES)
+
+
+def graph_scope(value, key: str = "training.cuda_graphs") -> GraphScope:
+    """The graph scope named `value` (or `value` itself if it is a `GraphScope`)."""
+    return parse(key, value, GraphScope, GRAPH_SCOPE_CLASSES)

@@ -144,7 +144,9 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
     occupy (`plan.comm_sm_fraction`) are lost to the GEMMs for as long as it
     runs, so the hidden seconds times that fraction are added to the compute;
     the dimensions the stack moves on copy engines
-    (`stacks.Stack.copy_engine_dimensions`) cost none.
+    (`stacks.Stack.copy_engine_dimensions`) cost none; the EP exchanges of a
+    dispatcher with SMs of its own (DeepEP, HybridEP) cost their share,
+    `parallel.moe_dispatcher_sms` / the chip's SMs.
     """
     sh = stage.shape(model, plan, t)
     rows = traffic.table(model, plan, system, t, sh)
@@ -154,8 +156,14 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
     on_sms = [r for r in rows if r.dimension not in plan.stack.copy_engine_dimensions]
-    hidden = sum((r.time_s - r.exposed_s for r in on_sms), jnp.zeros(()))
+    own = plan.moe_dispatcher.holds_sms  # the EP rows hold the dispatcher's SMs
+    hidden = sum((r.time_s - r.exposed_s for r in on_sms if not (own and r.dimension == "ep")),
+                 jnp.zeros(()))
     stolen = plan.comm_sm_fraction * hidden  # per step, spread over the micro-batches
+    if own:
+        ep_hidden = sum((r.time_s - r.exposed_s for r in on_sms if r.dimension == "ep"),
+                        jnp.zeros(()))
+        stolen = stolen + plan.moe_dispatcher_sms / system.chip.compute_units * ep_hidden
     per_mb = tm.micro_batch_s + (exposed["tp"] + exposed["cp"] + exposed["ep"] + stolen) / m
     bubble = bubble_s(plan, per_mb, t)
     compute_s = m * tm.micro_batch_s + stolen

@@ -299,7 +299,9 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0, limit=None):
     `plan.moe_dedup` (DeepEP) one copy per destination node crosses, the
     expected distinct remote nodes, and is forwarded inside. Node-limited
     (DeepSeek-V3) routing always deduplicates, and reaches at most M nodes:
-    min(expected distinct remote nodes, M (N-1)/N). So M = N equals M = 0 with
+    min(expected distinct remote nodes, M (N-1)/N); a dispatcher that
+    deduplicates (`dispatchers.Dispatcher.dedups`: DeepEP, HybridEP) does as
+    `plan.moe_dedup`. So M = N equals M = 0 with
     deduplication, and M = 0 without it is the plain all-to-all. (`_ep_rows`
     relaxes M between integers.)
     """
@@ -307,7 +309,7 @@ def ep_slow_tier_copies(model, plan, nodes, t=0.0, limit=None):
     limit = plan.moe_node_limit if limit is None else limit
     remote = (nodes - 1.0) / jnp.maximum(nodes, 1.0)
     dedup = expected_remote_nodes(nodes, k)
-    unlimited = dedup if plan.moe_dedup else k * remote
+    unlimited = dedup if plan.moe_dedup or plan.moe_dispatcher.dedups else k * remote
     return where(limit > 0, smooth_min(dedup, limit * remote, t), unlimited)
 
 
@@ -331,7 +333,9 @@ def _ep_rows(model, plan, system, sh, place, t):
     # combine's gradient, dispatched to the experts (FP8 in DeepSeek-V3: the
     # activation gradient before the down-projections), and the dispatch's,
     # combined back (BF16)
-    width = 0.5 * (plan.precision.bytes("ep_dispatch") + plan.precision.bytes("ep_combine"))
+    d = plan.moe_dispatcher
+    widths = (d.dispatch_bytes_per_element(plan.precision), plan.precision.bytes("ep_combine"))
+    width = 0.5 * (widths[0] + widths[1])
     per_token = model.hidden * width
     tokens = sh.tokens / plan.tp
     n = tokens * model.top_k * per_token
@@ -339,7 +343,7 @@ def _ep_rows(model, plan, system, sh, place, t):
     nodes = ranks / inside
     inner = fabric.scale_up_tier(system, inside, stride, t)
     outer = fabric.group_scale_out_tier(system, span, nodes, True, t)
-    fast = collectives.cost("all_to_all", "direct", n, inside, inner, protocols=system.protocols)
+    fast = _fast_exchange_s(d, plan, model, n, tokens, widths, inside, inner, system)
 
     def dispatch(limit):  # (seconds of one dispatch, bytes crossing) at a node limit
         cross_bytes = tokens * ep_slow_tier_copies(model, plan, nodes, t, limit) * per_token
@@ -347,20 +351,40 @@ def _ep_rows(model, plan, system, sh, place, t):
                                 cross_bytes / outer.effective_Bps, jnp.zeros(()))
         # rail-only: the bytes that leave the domain first hop to the GPU on their rail
         slow = slow + fabric.rail_forwarding_cost(system, cross_bytes, inside, inner)
-        return smooth_max(fast.time_s, slow.time_s, t), cross_bytes
+        return smooth_max(fast, slow.time_s, t), cross_bytes
 
     # relaxed: linear in M between the integers around it (the limit's steps, the
     # plain all-to-all at 0 included, and the point where forwarding stops being
     # free fall between integers: the slope at M is the step to M + 1)
     one_s, cross_bytes = lattice_linear_tree(dispatch, (plan.moe_node_limit,), t, lowest=0.0)
+    exchanges = 2.0 + 2.0 * plan.recompute.layer_forwards  # per MoE layer and micro-batch
+    if d.layout_s > 0:  # its layout kernel before each forward dispatch
+        one_s = one_s + d.layout_s * plan.recompute.layer_forwards / exchanges
     one_s = one_s * (model.moe_layers > 0)
-    count = (2.0 + 2.0 * plan.recompute.layer_forwards) * sh.moe_layers_on_stage \
-        * sh.micro_batches
+    count = exchanges * sh.moe_layers_on_stage * sh.micro_batches
     paired = jnp.maximum(sh.micro_batches - 1.0, 0.0)  # micro-batches with a partner
     forward_share = plan.recompute.layer_forwards / (1.0 + plan.recompute.layer_forwards)
     rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule)
     return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
                  slow_bytes=count * cross_bytes * (model.moe_layers > 0), rule=rule)]
+
+
+def _fast_exchange_s(d, plan, model, n, tokens, widths, inside, inner, system):
+    """Seconds of one exchange's scale-up part over `inside` ranks on `inner`:
+    NCCL's direct all-to-all (`collectives.cost`) of `n` bytes for the all-to-all
+    dispatcher; a dispatcher with its own table (`dispatchers.Dispatcher.
+    fast_tier_Bps`) moves the (p-1)/p of the copies that leave the GPU at the
+    bandwidth it reaches for tokens of their bytes with its SMs
+    (`plan.moe_dispatcher_sms`), the mean of dispatch (`widths[0]` bytes an
+    element) and combine (`widths[1]`), after NCCL's (p-1) latencies."""
+    if not d.priced_by_table:
+        return collectives.cost("all_to_all", "direct", n, inside, inner,
+                                protocols=system.protocols).time_s
+    leaving = (inside - 1.0) / inside
+    moved_s = [tokens * model.top_k * model.hidden * w * leaving
+               / d.fast_tier_Bps(model.hidden * w, plan.moe_dispatcher_sms, inner)
+               for w in widths]
+    return (inside - 1.0) * inner.latency_s + 0.5 * (moved_s[0] + moved_s[1])
 
 
 def _bucketed_row(op, label, total_bytes, geometry, plan, phase, times, present):
