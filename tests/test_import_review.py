@@ -275,29 +275,122 @@ def test_group_limited_routing_is_read_by_every_importer():
 
 
 # ------------------------------------------------------------------ issue 54's flags
-SOFTWARE_VALUES = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep",
-                   "cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "attn",
-                   "moe_router_fusion": True, "moe_permute_fusion": True,
-                   "moe_a2a_overlap": True, "moe_expert_capacity_factor": 1.0,
-                   "pipeline_model_parallel_layout": "Et|(tt|)*30mL",
-                   "recompute_modules": "core_attn", "fp8_recipe": "blockwise"}
+MOE_ARGS = ("--num-layers 4 --hidden-size 64 --num-attention-heads 8 --seq-length 128 "
+            "--num-experts 8 --moe-router-topk 2").split()
+# name -> (the value given, the scenario key's value it sets; None: named, not read)
+SOFTWARE_CASES = {
+    "moe_token_dispatcher_type": ("flex", "hybridep"),  # with the backend below
+    "moe_flex_dispatcher_backend": ("hybridep", "hybridep"),
+    "moe_hybridep_num_sms": (32, 32),
+    "moe_deepep_num_sms": (20, None),  # the dispatcher is hybridep: named
+    "cuda_graph_impl": ("transformer_engine", "partial"),
+    "cuda_graph_scope": ("moe_router,moe_preprocess", "moe_router,moe_preprocess"),
+    "moe_router_fusion": (True, True),
+    "moe_permute_fusion": (True, None),
+    "moe_a2a_overlap": (True, True),
+    "moe_expert_capacity_factor": (1.25, 1.25),
+    "moe_expert_rank_capacity_factor": (1.5, None),  # the expert's factor stands
+    "moe_pad_expert_input_to_capacity": (True, True),
+    "pipeline_model_parallel_layout": ("Et|(tt|)*2mL", None),
+    "recompute_modules": ("core_attn", None),
+    "fp8_recipe": ("blockwise", None),
+}
 
 
-def test_every_software_flag_is_named_as_ignored():
-    """Each of SOFTWARE_FLAGS given (Megatron's flag, Bridge's key) imports, and is
-    named on an `# ignored` line."""
-    assert set(SOFTWARE_VALUES) == set(SOFTWARE_FLAGS)
-    args = "--num-layers 4 --hidden-size 64 --num-attention-heads 8 --seq-length 128".split()
-    overrides = []
-    for name, (flag, key) in SOFTWARE_FLAGS.items():
-        value = SOFTWARE_VALUES[name]
-        args += [flag] if value is True else [flag, str(value)]
-        overrides.append(f"{key}={str(value).lower() if value is True else value}")
+def _value_of(imported, scenario_key: str):
+    section, key = scenario_key.split(".")
+    return imported.tables.get(section, {}).get(key)
+
+
+def _named(imported, name: str) -> bool:
+    return any(i.split("=")[0] == name for i in imported.ignored) or \
+        any(name in why for why in imported.assumed.values())
+
+
+def test_every_software_flag_sets_its_key_in_both_importers():
+    """Each row of SOFTWARE_FLAGS given as Megatron's flag and as Bridge's key sets
+    the same scenario key to the same value, or is named (ignored or assumed)."""
+    assert set(SOFTWARE_CASES) == set(SOFTWARE_FLAGS)
+    args, overrides = list(MOE_ARGS), []
+    for name, sw in SOFTWARE_FLAGS.items():
+        value = SOFTWARE_CASES[name][0]
+        args += [sw.flag] if value is True else [sw.flag, str(value)]
+        overrides.append(f"{sw.key}={'true' if value is True else value}")
     mega = _import("megatron", *args)
-    assert {flag for flag, _ in SOFTWARE_FLAGS.values()} <= set(mega.ignored)
-    bridge = megatron_bridge_words(["deepseek_v3_pretrain_config", *overrides])
-    assert {key for _, key in SOFTWARE_FLAGS.values()} <= set(bridge.ignored)
-    _tables(mega), _tables(bridge)  # and both load
+    bridge = megatron_bridge_words(["qwen3_30b_a3b_pretrain_config", *overrides])
+    for imported, spelled in ((mega, "flag"), (bridge, "key")):
+        for name, (_, want) in SOFTWARE_CASES.items():
+            sw = SOFTWARE_FLAGS[name]
+            if want is None:
+                assert _named(imported, getattr(sw, spelled)), (spelled, name)
+            else:
+                assert _value_of(imported, sw.scenario) == want, (spelled, name)
+        assert "training.host_syncs" not in imported.assumed  # padded: no host read-back
+        _tables(imported)  # and it loads
+
+
+@pytest.mark.parametrize("words, want", [
+    # alltoall, dropless: the host reads the tokens per expert back
+    ("--moe-token-dispatcher-type alltoall", {"parallel.moe_dispatcher": "alltoall",
+                                              "training.host_syncs": True}),
+    ("--moe-token-dispatcher-type flex", {"parallel.moe_dispatcher": "deepep",
+                                          "training.host_syncs": True}),
+    ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep",
+     {"parallel.moe_dispatcher": "hybridep", "training.host_syncs": None}),
+    ("--moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.0",
+     {"training.host_syncs": None, "training.moe_capacity_factor": 1.0,
+      "training.moe_pad_experts": None}),
+    # TE graphs with no scope, Megatron's old whole-layer scope: the layer's static parts
+    ("--cuda-graph-impl transformer_engine", {"training.cuda_graphs": "layer"}),
+    ("--cuda-graph-impl local --cuda-graph-scope full", {"training.cuda_graphs": "layer",
+                                                         "training.cuda_graph_scope": None}),
+    ("--cuda-graph-impl none --cuda-graph-scope attn", {"training.cuda_graphs": "none"}),
+    # the scope promotes the implementation (Megatron-Core); padded experts: full_iteration
+    ("--cuda-graph-scope full_iteration --moe-expert-capacity-factor 1 "
+     "--moe-pad-expert-input-to-capacity", {"training.cuda_graphs": "full_iteration",
+                                            "training.moe_pad_experts": True}),
+    # the paged stash's rank capacity without padding: codesign's iteration scope
+    ("--cuda-graph-impl full_iteration --moe-expert-rank-capacity-factor 1.5",
+     {"training.cuda_graphs": "iteration", "training.moe_capacity_factor": 1.5}),
+    # combined 1F1B over pipeline stages needs virtual ones
+    ("--overlap-moe-expert-parallel-comm --pipeline-model-parallel-size 2",
+     {"parallel.ep_overlap": None}),
+    ("--overlap-moe-expert-parallel-comm --pipeline-model-parallel-size 2 "
+     "--num-virtual-stages-per-pipeline-rank 2", {"parallel.ep_overlap": True}),
+    ("--moe-token-dispatcher-type allgather", {"parallel.moe_dispatcher": None,
+                                               "training.host_syncs": None}),
+])
+def test_software_flag_values(words, want):
+    imported = _import("megatron", *MOE_ARGS, *words.split())
+    for key, value in want.items():
+        assert _value_of(imported, key) == value, key
+    _tables(imported)
+
+
+def test_software_values_the_model_cannot_express_are_named_with_the_value():
+    imported = _import("megatron", *MOE_ARGS, "--moe-token-dispatcher-type", "allgather",
+                       "--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope",
+                       "attn", "mamba")
+    assert any(i.startswith("--moe-token-dispatcher-type=allgather (") for i in imported.ignored)
+    assert any(i.startswith("--cuda-graph-scope=attn,mamba (mamba") for i in imported.ignored)
+    assert _value_of(imported, "training.cuda_graph_scope") == "attn"
+    # on a dense model the MoE ones are named, the graphs read
+    dense = _import("megatron", *MOE_ARGS[:8], "--moe-router-fusion", "--cuda-graph-impl",
+                    "local")
+    assert any(i.startswith("--moe-router-fusion=True (a dense") for i in dense.ignored)
+    assert _value_of(dense, "training.cuda_graphs") == "layer"
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--moe-token-dispatcher-type", "alltoallx"), ("--moe-flex-dispatcher-backend", "nccl"),
+    ("--cuda-graph-impl", "cudnn"), ("--cuda-graph-scope", "attention"),
+    ("--moe-expert-capacity-factor", "-1"), ("--moe-hybridep-num-sms", "many")])
+def test_malformed_software_values_are_one_line_exit_2(capsys, flag, value):
+    extra = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
+             "hybridep"] if flag == "--moe-hybridep-num-sms" else []
+    code, out, err = _cli(capsys, "import", "megatron", *MOE_ARGS, *extra, flag, value)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert flag in err and value in err
 
 
 # ------------------------------------------------------------------ Bridge's own recipes
@@ -333,7 +426,7 @@ def test_perf_recipes_import_with_their_plans():
     assert lib["parallel"]["pp"] == 16
     fp8 = megatron_bridge_words(["deepseek_v3_pretrain_1024gpu_h100_fp8cs_config"])
     assert fp8.tables["training"]["dtype"] == "fp8"
-    assert "mixed_precision.fp8_recipe" in fp8.ignored
+    assert any(i.startswith("mixed_precision.fp8_recipe=tensorwise (") for i in fp8.ignored)
     llama = _tables(megatron_bridge_words(["llama3_8b_pretrain_8gpu_h100_bf16_config"]))
     assert (llama["parallel"]["cp"], llama["training"]["global_batch"],
             llama["model"]["vocab"], llama["system"]["gpus"]) == (2, 128, 128256, 8)

@@ -100,7 +100,10 @@ def test_megatron_modelzoo_mixtral_recreates_the_megatron_core_row():
     plan and system (the GPU count is the launcher's: --gpus)."""
     imp = _fixture("megatron", "mixtral-8x7b.yaml", gpus=64)
     row = _row("Megatron-Core 0.8 Mixtral 8x7B on 64 H100 (tp 1, ep 8, pp 4, vp 8)")
-    assert _same_run(_scenario(imp), row) == {}
+    # the same but for the host's read-back: the config's dropless alltoall dispatcher
+    # syncs (training.host_syncs, issue 54), which the row (Megatron-Core 0.8) leaves off
+    assert _same_run(_scenario(imp), row) == {"host_syncs": (True, False)}
+    assert imp.tables["parallel"]["moe_dispatcher"] == "alltoall"
     # the config says sequence parallelism; Megatron turns it off at tp 1
     assert imp.tables["parallel"]["sequence_parallel"] is False
     assert "--fp8-format" not in imp.ignored and "--moe-grouped-gemm" in imp.ignored

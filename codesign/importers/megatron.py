@@ -9,33 +9,85 @@ import dataclasses
 import re
 import shlex
 
-from .. import plan, strategies
+from .. import dispatchers, plan, strategies
 from .._domains import MAX_GPUS
 from ..units import format_bytes
 from . import _common as c
 from . import _kinds
 
-# Issue 54's software settings (the step model's keys for them are not fixed yet): the
-# name issue 54 gives each -> (Megatron-LM's flag, Megatron-Bridge's ConfigContainer key).
-# Not read: each one given is named on an `# ignored` line, never dropped or refused.
+# Issue 54's software settings: the name issue 54 gives each -> `Software` (Megatron-LM's
+# flag, Megatron-Bridge's ConfigContainer key, the scenario key it sets and how its values
+# map; `why` where it sets none). Read by `_software` for all three importers (Bridge's and
+# NeMo's keys become these flags); a value the model cannot express is named on `# ignored`
+# with the value, a value Megatron does not take is a one-line error.
+@dataclasses.dataclass(frozen=True)
+class Software:
+    flag: str  # Megatron-LM's
+    key: str  # Megatron-Bridge's ConfigContainer key
+    scenario: str | None  # the scenario key it sets; None: read, not modelled (`why`)
+    # Megatron's value -> the scenario's (IGNORED: one the model cannot express); None:
+    # a number or a switch, as given
+    values: dict | None = None
+    why: str = ""
+
+
+IGNORED = None  # a value of Megatron's that the step model cannot express
+# Megatron-Core's CUDA-graph scopes (CudaGraphScope; `full`: the older name of a whole
+# layer) -> the step model's regions (`stacks.GRAPH_REGIONS`); IGNORED: a scope the model
+# has no region for
+GRAPH_SCOPES = {"attn": "attn", "mlp": "mlp", "moe_router": "moe_router",
+                "moe_preprocess": "moe_preprocess", "moe": IGNORED, "mamba": IGNORED,
+                "full": "full", "full_iteration": "full_iteration"}
 SOFTWARE_FLAGS = {
-    "moe_token_dispatcher_type": ("--moe-token-dispatcher-type",
-                                  "model.moe_token_dispatcher_type"),
-    "moe_flex_dispatcher_backend": ("--moe-flex-dispatcher-backend",
-                                    "model.moe_flex_dispatcher_backend"),
-    "cuda_graph_impl": ("--cuda-graph-impl", "model.cuda_graph_impl"),
-    "cuda_graph_scope": ("--cuda-graph-scope", "model.cuda_graph_scope"),
-    "moe_router_fusion": ("--moe-router-fusion", "model.moe_router_fusion"),
-    "moe_permute_fusion": ("--moe-permute-fusion", "model.moe_permute_fusion"),
+    "moe_token_dispatcher_type": Software(
+        "--moe-token-dispatcher-type", "model.moe_token_dispatcher_type",
+        "parallel.moe_dispatcher",
+        {"alltoall": "alltoall", "alltoall_seq": "alltoall", "flex": "flex",
+         "allgather": IGNORED}),
+    # flex's backend (Megatron-Core's default deepep)
+    "moe_flex_dispatcher_backend": Software(
+        "--moe-flex-dispatcher-backend", "model.moe_flex_dispatcher_backend",
+        "parallel.moe_dispatcher", {"deepep": "deepep", "hybridep": "hybridep"}),
+    "moe_hybridep_num_sms": Software("--moe-hybridep-num-sms", "model.moe_hybridep_num_sms",
+                                     "parallel.moe_dispatcher_sms"),
+    "moe_deepep_num_sms": Software("--moe-deepep-num-sms", "model.moe_deepep_num_sms",
+                                   "parallel.moe_dispatcher_sms"),
+    "cuda_graph_impl": Software(
+        "--cuda-graph-impl", "model.cuda_graph_impl", "training.cuda_graphs",
+        {"none": "none", "local": "layer", "transformer_engine": "layer",
+         "full_iteration": "full_iteration"}),
+    "cuda_graph_scope": Software("--cuda-graph-scope", "model.cuda_graph_scope",
+                                 "training.cuda_graph_scope", GRAPH_SCOPES),
+    "moe_router_fusion": Software("--moe-router-fusion", "model.moe_router_fusion",
+                                  "training.moe_router_fusion"),
+    "moe_permute_fusion": Software(
+        "--moe-permute-fusion", "model.moe_permute_fusion", None,
+        why="the step model counts the permute and the unpermute as one kernel each, "
+            "fused or not"),
     # Bridge's perf scripts' --moe_a2a_overlap sets comm_overlap's key
-    "moe_a2a_overlap": ("--overlap-moe-expert-parallel-comm",
-                        "comm_overlap.overlap_moe_expert_parallel_comm"),
-    "moe_expert_capacity_factor": ("--moe-expert-capacity-factor",
-                                   "model.moe_expert_capacity_factor"),
-    "pipeline_model_parallel_layout": ("--pipeline-model-parallel-layout",
-                                       "model.pipeline_model_parallel_layout"),
-    "recompute_modules": ("--recompute-modules", "model.recompute_modules"),
-    "fp8_recipe": ("--fp8-recipe", "mixed_precision.fp8_recipe"),
+    "moe_a2a_overlap": Software(
+        "--overlap-moe-expert-parallel-comm", "comm_overlap.overlap_moe_expert_parallel_comm",
+        "parallel.ep_overlap"),
+    "moe_expert_capacity_factor": Software(
+        "--moe-expert-capacity-factor", "model.moe_expert_capacity_factor",
+        "training.moe_capacity_factor"),
+    # the paged stash's bound on the tokens a rank receives (static buffers, not padding)
+    "moe_expert_rank_capacity_factor": Software(
+        "--moe-expert-rank-capacity-factor", "model.moe_expert_rank_capacity_factor",
+        "training.moe_capacity_factor"),
+    "moe_pad_expert_input_to_capacity": Software(
+        "--moe-pad-expert-input-to-capacity", "model.moe_pad_expert_input_to_capacity",
+        "training.moe_pad_experts"),
+    "pipeline_model_parallel_layout": Software(
+        "--pipeline-model-parallel-layout", "model.pipeline_model_parallel_layout", None,
+        why="no key for a layout: codesign splits the layers evenly over the stages"),
+    "recompute_modules": Software(
+        "--recompute-modules", "model.recompute_modules", None,
+        why="no key names the modules: training.recompute = selective recomputes "
+            "attention's core"),
+    "fp8_recipe": Software(
+        "--fp8-recipe", "mixed_precision.fp8_recipe", None,
+        why="codesign's fp8 has no scaling variants: tensorwise, delayed, blockwise"),
 }
 # switches (flags without a value) the reader reads, or knows to take no value
 SWITCHES = frozenset({
@@ -44,7 +96,10 @@ SWITCHES = frozenset({
     "--group-query-attention", "--bf16", "--fp16", "--use-distributed-optimizer",
     "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
     "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp", "--tp-comm-overlap",
-    "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"})
+    "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
+    "--moe-pad-expert-input-to-capacity"})
+# flags that take one or more words (argparse's nargs): their words, comma-joined
+LIST_FLAGS = frozenset({"--cuda-graph-scope", "--recompute-modules"})
 # the model's shape: an argument list without any of them is not a model's (`read`)
 SHAPE_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads")
 # --attention-backend -> model.attention_kernel
@@ -153,6 +208,7 @@ class Flags:
 
     def __init__(self, words: list[str], where: str, names: dict | None = None):
         self.where, self.names, self.values, self.read = where, names or {}, {}, set()
+        self.notes: dict = {}  # flag -> why it is not read (`ignore`)
         i = 0
         while i < len(words):
             word = words[i]
@@ -163,6 +219,10 @@ class Flags:
                 name, value = word.split("=", 1)
             elif word in SWITCHES or i >= len(words) or words[i].startswith("--"):
                 name, value = word, True
+            elif word in LIST_FLAGS:  # its words up to the next flag
+                j = next((k for k in range(i, len(words)) if words[k].startswith("--")),
+                         len(words))
+                name, value, i = word, ",".join(words[i:j]), j
             else:
                 name, value = word, words[i]
                 i += 1
@@ -203,8 +263,21 @@ class Flags:
         value = self.value(flag)
         return None if value is None else str(value)
 
+    def ignore(self, flag: str, why: str) -> None:
+        """`flag` given but not read, for the reason `why` (its `# ignored` entry)."""
+        self.notes[flag] = why
+
     def unread(self) -> list[str]:
-        return [self.name(f) for f in self.values if f not in self.read]
+        """The flags given and not read, each with its value and why where it is said."""
+        return [self.name(f) + (f"={noted(self.values[f], self.notes[f])}"
+                                if f in self.notes else "")
+                for f in self.values if f not in self.read or f in self.notes]
+
+
+def noted(value, why: str) -> str:
+    """An ignored value and why: `value (why)`, the value cut as messages cut it."""
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return f"{c.shown(text).strip(chr(39))} ({why})"
 
 
 def moe_layer_count(where: str, name: str, value, layers: int) -> int:
@@ -384,6 +457,7 @@ def read(f: Flags, kind: str, *, gpus: int | None = None, system: dict | None = 
     c.system(d, system)
     c.gpus(d, gpus, source)
     _bucket(f, d, tp * pp, default)
+    _software(f, d, default)
     samples, seq = f.count("--train-samples"), d.get("model.seq_len")
     if samples is not None:
         d.assume("training.tokens", samples * seq, f"{n('--train-samples')} {samples} x "
@@ -538,3 +612,158 @@ def _interleave(f: Flags, d: c.Draft, layers: int, pp: int) -> None:
     if v and v > 1:
         d.put("parallel.schedule", "interleaved")
         d.put("parallel.interleave", v)
+
+
+# ----------------------------------------------------------------- issue 54's software
+def _mapped(f: Flags, name: str, value: str):
+    """`value` of SOFTWARE_FLAGS[name] as the scenario writes it (IGNORED: one the
+    model cannot express); a value Megatron does not take is a one-line error."""
+    sw = SOFTWARE_FLAGS[name]
+    if value not in sw.values:
+        raise c.bad(f.where, f.name(sw.flag), value, f"must be one of {', '.join(sw.values)}")
+    return sw.values[value]
+
+
+def _software(f: Flags, d: c.Draft, default: str) -> None:
+    """Issue 54's MoE software settings (SOFTWARE_FLAGS) into their scenario keys;
+    on a dense model the MoE ones are named as ignored."""
+    sw, n = SOFTWARE_FLAGS, f.name
+    moe = bool(d.get("model.experts"))
+    for name in ("pipeline_model_parallel_layout", "recompute_modules", "fp8_recipe"):
+        if f.get(sw[name].flag) is not None:
+            f.ignore(sw[name].flag, sw[name].why)
+    if f.switch(sw["moe_permute_fusion"].flag):
+        d.assumed["moe_permute_fusion"] = (f"{n(sw['moe_permute_fusion'].flag)}: "
+                                           f"{sw['moe_permute_fusion'].why}")
+    if not moe:
+        for name in ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+                     "moe_hybridep_num_sms", "moe_deepep_num_sms", "moe_router_fusion",
+                     "moe_a2a_overlap", "moe_expert_capacity_factor",
+                     "moe_expert_rank_capacity_factor", "moe_pad_expert_input_to_capacity"):
+            if f.get(sw[name].flag) not in (None, False):
+                f.ignore(sw[name].flag, "a dense model: no MoE layers")
+        _graphs(f, d, moe)
+        return
+    dispatcher = _dispatcher(f, d, default)
+    capacity = _capacity(f, d)
+    if f.switch(sw["moe_router_fusion"].flag):
+        d.put(sw["moe_router_fusion"].scenario, True)
+    overlap = sw["moe_a2a_overlap"].flag
+    if f.switch(overlap):
+        pp = d.get("parallel.pp", 1)
+        if pp > 1 and d.get("parallel.schedule") != "interleaved":
+            f.ignore(overlap, f"pp {pp} without virtual stages: Megatron-Core's combined "
+                     "1F1B pairs micro-batches of the interleaved schedule")
+        else:
+            d.put(sw["moe_a2a_overlap"].scenario, True)
+    if dispatcher is not None and capacity is None \
+            and dispatchers.dispatcher(dispatcher).host_syncs > 0:
+        d.assume("training.host_syncs", True, f"dropless routing (no "
+                 f"{n(sw['moe_expert_capacity_factor'].flag)}) with the {dispatcher} "
+                 "dispatcher: Megatron-Core reads the tokens per expert back to the host "
+                 "once per MoE layer")
+    _graphs(f, d, moe)  # after the capacity: full_iteration needs padded experts
+
+
+def _dispatcher(f: Flags, d: c.Draft, default: str) -> str | None:
+    """parallel.moe_dispatcher (and its SMs) from the dispatcher type and flex's
+    backend; None where not given (or not modelled: allgather)."""
+    sw, n = SOFTWARE_FLAGS, f.name
+    kind_flag, backend_flag = sw["moe_token_dispatcher_type"].flag, \
+        sw["moe_flex_dispatcher_backend"].flag
+    kind, backend = f.text(kind_flag), f.text(backend_flag)
+    if kind is not None:
+        kind = _mapped(f, "moe_token_dispatcher_type", kind)
+    if backend is not None:
+        backend = _mapped(f, "moe_flex_dispatcher_backend", backend)
+        if kind != "flex":
+            f.ignore(backend_flag, f"read under {n(kind_flag)} flex only")
+    if kind is None:
+        if f.get(kind_flag) is not None:
+            f.ignore(kind_flag, f"{f.text(kind_flag)}: not modelled; parallel.moe_dispatcher "
+                     "stays alltoall")
+        return None
+    if kind == "flex":
+        if backend is None:
+            d.assume("parallel.moe_dispatcher", "deepep", f"{n(kind_flag)} flex without "
+                     f"{n(backend_flag)}: Megatron-Core's default backend, deepep")
+            kind = "deepep"
+        else:
+            kind = backend
+    d.put(sw["moe_token_dispatcher_type"].scenario, kind)
+    for name in ("moe_hybridep_num_sms", "moe_deepep_num_sms"):
+        sms = f.number(sw[name].flag)
+        if sms is None:
+            continue
+        if not name.startswith(f"moe_{kind}_"):
+            f.ignore(sw[name].flag, f"the dispatcher is {kind}")
+        elif not 0 < sms <= 1e4:
+            raise c.bad(f.where, n(sw[name].flag), sms, "must be a number of SMs, 1 to 10000")
+        else:
+            d.put(sw[name].scenario, sms)
+    return kind
+
+
+def _capacity(f: Flags, d: c.Draft):
+    """training.moe_capacity_factor (the expert's, else the rank's) and
+    moe_pad_experts; the factor given, or None (dropless)."""
+    sw, n = SOFTWARE_FLAGS, f.name
+    factors = {}
+    for name in ("moe_expert_capacity_factor", "moe_expert_rank_capacity_factor"):
+        value = f.number(sw[name].flag)
+        if value is not None and not 0 < value <= 1e3:
+            raise c.bad(f.where, n(sw[name].flag), value, "must be a factor over the mean "
+                        "tokens, above 0 (up to 1000)")
+        if value is not None:
+            factors[name] = value
+    expert = factors.get("moe_expert_capacity_factor")
+    factor = expert if expert is not None else factors.get("moe_expert_rank_capacity_factor")
+    if factor is not None:
+        d.put(sw["moe_expert_capacity_factor"].scenario, factor)
+    if expert is not None and "moe_expert_rank_capacity_factor" in factors:
+        f.ignore(sw["moe_expert_rank_capacity_factor"].flag,
+                 f"{n(sw['moe_expert_capacity_factor'].flag)} sets the capacity")
+    pad = sw["moe_pad_expert_input_to_capacity"].flag
+    if f.switch(pad):
+        if expert is None:
+            f.ignore(pad, f"needs {n(sw['moe_expert_capacity_factor'].flag)}")
+        else:
+            d.put(sw["moe_pad_expert_input_to_capacity"].scenario, True)
+    return factor
+
+
+def _graphs(f: Flags, d: c.Draft, moe: bool) -> None:
+    """training.cuda_graphs and cuda_graph_scope from the implementation and
+    Megatron-Core's scopes (a scope the model has no region for is named as ignored)."""
+    sw, n = SOFTWARE_FLAGS, f.name
+    impl_flag, scope_flag = sw["cuda_graph_impl"].flag, sw["cuda_graph_scope"].flag
+    impl, given = f.text(impl_flag), f.text(scope_flag)
+    words = [w for w in re.split(r"[\s,\[\]'\"]+", given or "") if w]
+    scopes = [s.removeprefix("CudaGraphScope.") for s in words]
+    regions = [_mapped(f, "cuda_graph_scope", s) for s in scopes]
+    if impl is None and "full_iteration" in regions:
+        impl = "full_iteration"  # Megatron-Core promotes the implementation from the scope
+    if impl is None:
+        if scopes:
+            f.ignore(scope_flag, f"no {n(impl_flag)}: no CUDA graphs")
+        return
+    graphs = _mapped(f, "cuda_graph_impl", impl)
+    if "full_iteration" in regions:  # whatever the implementation
+        graphs = "full_iteration"
+    elif graphs == "none":
+        if scopes:
+            f.ignore(scope_flag, f"{n(impl_flag)} none: no CUDA graphs")
+    elif graphs == "layer":
+        dropped = [s for s, r in zip(scopes, regions, strict=True) if r is IGNORED]
+        if dropped:
+            f.ignore(scope_flag, f"{', '.join(dropped)}: no region of the step model's")
+        kept = [r for r in regions if r not in (IGNORED, "full")]
+        if kept and "full" not in regions:
+            graphs = "partial"
+            d.put(sw["cuda_graph_scope"].scenario, ",".join(dict.fromkeys(kept)))
+    if graphs == "full_iteration" and moe and not d.get("training.moe_pad_experts"):
+        d.assume(sw["cuda_graph_impl"].scenario, "iteration", f"{n(impl_flag)} "
+                 "full_iteration without padded experts (the routed experts' shapes static, "
+                 "not padded to a capacity): codesign's iteration scope")
+        return
+    d.put(sw["cuda_graph_impl"].scenario, graphs)

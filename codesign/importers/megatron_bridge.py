@@ -22,7 +22,7 @@ from .. import _files
 from . import _common as c
 from . import _kinds
 from ._bridge_recipes import ALIASES, RECIPES
-from .megatron import SWITCHES, Flags, read
+from .megatron import SOFTWARE_FLAGS, SWITCHES, Flags, noted, read
 from .nemo import LISTS, RENAMED, _Names
 
 DEFAULT = "Megatron-Bridge's default"
@@ -311,8 +311,11 @@ def _read(tree: dict, where: str, name: str, count: int, gpus: int | None,
     if mxfp8:
         assumed["training.dtype"] = ('training.dtype = "fp8": MXFP8 (e4m3 blocks of 32 with '
                                      "a shared scale) as codesign's fp8 recipe")
-    read_keys = {a.names[f] for f in flags.read if f in a.names} | a.consumed
-    ignored = tuple(k for k, _ in _pairs(tree, "") if k not in read_keys)
+    read_keys = {a.names[f] for f in flags.read if f in a.names and f not in flags.notes} \
+        | a.consumed
+    notes = {a.names[f]: why for f, why in flags.notes.items() if f in a.names}
+    ignored = tuple(f"{k}={noted(v, notes[k])}" if k in notes else k
+                    for k, v in _pairs(tree, "") if k not in read_keys)
     return c.Imported("megatron-bridge", where, done.tables, assumed, ignored)
 
 
@@ -375,6 +378,8 @@ def _precision(tree: dict, where: str, a: _Arguments) -> bool:
     mxfp8 = fp8 not in (None, False) and fields.get("fp8_recipe") == "mxfp8"
     if mxfp8:  # read as the fp8 recipe's kind; any other fp8_recipe is listed as ignored
         a.mark(name("fp8_recipe"))
+    elif isinstance(given, dict) and fields.get("fp8_recipe") is not None:
+        a.give(SOFTWARE_FLAGS["fp8_recipe"].flag, name("fp8_recipe"), fields["fp8_recipe"])
     return mxfp8
 
 
@@ -393,6 +398,10 @@ def _sharding(tree: dict, a: _Arguments) -> None:
     a.give("--ddp-bucket-size", "ddp.bucket_size", ddp.get("bucket_size"))
     a.give("--tp-comm-overlap", "comm_overlap.tp_comm_overlap",
            bool(_section(tree, "comm_overlap").get("tp_comm_overlap")))
+    overlap = SOFTWARE_FLAGS["moe_a2a_overlap"]  # the model's key of that name too
+    if overlap.key.split(".", 1)[1] in _section(tree, "comm_overlap"):
+        a.give(overlap.flag, overlap.key, bool(_section(tree, "comm_overlap").get(
+            overlap.key.split(".", 1)[1])))
 
 
 def _vocab(tree: dict, model: dict, where: str, a: _Arguments) -> str | None:

@@ -19,7 +19,10 @@ RENAMED = {"encoder_seq_length": "--seq-length", "num_moe_experts": "--num-exper
 SPELLED = ("fp8", "share_embeddings_and_output_weights", "activation", "gated_linear_unit")
 # model.* keys whose value may be a list, given to Megatron as its flag's text
 LISTS = {"window_size": lambda v: ",".join(str(x) for x in v),  # (left, right)
-         "window_attn_skip_freq": str}  # a 0/1 per layer
+         "window_attn_skip_freq": str,  # a 0/1 per layer
+         # argparse's nargs: the words, comma-joined (as megatron.Flags joins them)
+         "cuda_graph_scope": lambda v: ",".join(str(x) for x in v),
+         "recompute_modules": lambda v: ",".join(str(x) for x in v)}
 GATED_ACTIVATIONS = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu")
 DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")
 
