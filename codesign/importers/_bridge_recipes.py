@@ -118,6 +118,25 @@ def _hf(model_id: str) -> dict:
 
 FULL_RECOMPUTE = dict(recompute_granularity="full", recompute_method="uniform",
                       recompute_num_layers=1)
+# The MoE recipes' software settings (issue 54's keys), as each function returns them on
+# an H100: the Qwen3 and DeepSeek-V3 functions end in apply_flex_dispatcher_backend
+# (src/megatron/bridge/training/flex_dispatcher_backend.py), which on Ampere or Hopper
+# turns their moe_flex_dispatcher_backend into the flex dispatcher; the GPT-OSS ones do
+# not call it: all-to-all. No CUDA graphs (cuda_graph_impl none, so their scope "full"
+# is unused), the router unfused, the permute fused. (Their moe_hybridep_num_sms 16
+# applies to HybridEP only: restated where it runs.)
+MOE_EAGER = dict(cuda_graph_impl="none", moe_router_fusion=False, moe_permute_fusion=True)
+DEEPEP = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep",
+              **MOE_EAGER)
+HYBRIDEP_16 = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+                   moe_hybridep_num_sms=16, **MOE_EAGER)
+ALLTOALL = dict(moe_token_dispatcher_type="alltoall", **MOE_EAGER)
+# qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config's own: HybridEP on 32 SMs, the router
+# fused, Transformer Engine's graphs of the router and the preprocessing
+QWEN3_30B_16GPU = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+                       moe_hybridep_num_sms=32, moe_router_fusion=True, moe_permute_fusion=True,
+                       cuda_graph_impl="transformer_engine",
+                       cuda_graph_scope=["moe_router", "moe_preprocess"])
 NO_SHARD = {"data_parallel_sharding_strategy": "no_shard"}
 LONG_RUN = {"train_iters": 1168251, "global_batch_size": 512, "micro_batch_size": 1}
 
@@ -134,7 +153,7 @@ def _llama(model: dict, seq: int, plan: dict, batch: int = 512, precision="bf16_
 
 def _gpt_oss_recipe(model: dict, ep: int, precision: str = "bf16_mixed") -> dict:
     """A GPT-OSS pretrain recipe (src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py)."""
-    return _recipe({**model, **_plan(tp=2, pp=4, ep=ep, etp=1, sp=True, seq=4096)},
+    return _recipe({**model, **_plan(tp=2, pp=4, ep=ep, etp=1, sp=True, seq=4096), **ALLTOALL},
                    NULL_TOKENIZER, train={"train_iters": 1000000, "global_batch_size": 512,
                                           "micro_batch_size": 1},
                    dataset={"seq_length": 4096}, ddp=NO_SHARD, mixed_precision=precision)
@@ -144,11 +163,12 @@ def _deepseek_v3(pp: int, ep: int, recompute: dict) -> dict:
     """A DeepSeek-V3 pretrain recipe (src/megatron/bridge/recipes/deepseek/h100/
     deepseek_v3.py): bf16 with gradients reduced in bf16, tp 2, sequence parallel."""
     return _recipe({**DEEPSEEK_V3, **_plan(tp=2, pp=pp, ep=ep, etp=1, sp=True, seq=4096),
-                    **recompute}, NULL_TOKENIZER,
+                    **recompute, **HYBRIDEP_16}, NULL_TOKENIZER,
                    train={"train_iters": 1_000_000, "global_batch_size": 4096,
                           "micro_batch_size": 1},
                    ddp={**NO_SHARD, "grad_reduce_in_fp32": False}, mixed_precision=BF16_REDUCED,
-                   comm_overlap={"tp_comm_overlap": False})
+                   comm_overlap={"tp_comm_overlap": False,
+                                 "overlap_moe_expert_parallel_comm": False})
 
 
 # recipe function -> its ConfigContainer; the GPU count is the name's (`_(N)gpu_`).
@@ -190,14 +210,16 @@ RECIPES = {
     # from the 8-GPU one)
     "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config": _recipe(
         {**QWEN3_30B_A3B, **_plan(tp=4, pp=2, ep=4, etp=1, sp=True, seq=4096),
-         **FULL_RECOMPUTE}, _hf("Qwen/Qwen3-30B-A3B")),
+         **FULL_RECOMPUTE, **DEEPEP}, _hf("Qwen/Qwen3-30B-A3B")),
     "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config": _recipe(
-        {**QWEN3_30B_A3B, **_plan(ep=16, etp=1, seq=4096)}, _hf("Qwen/Qwen3-30B-A3B"),
+        {**QWEN3_30B_A3B, **_plan(ep=16, etp=1, seq=4096), **QWEN3_30B_16GPU},
+        _hf("Qwen/Qwen3-30B-A3B"),
         train={"train_iters": 100, "global_batch_size": 1024, "micro_batch_size": 1},
         ddp={"grad_reduce_in_fp32": False}, mixed_precision=BF16_REDUCED,
         comm_overlap={"tp_comm_overlap": True}),
     "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config": _recipe(
-        {**QWEN3_235B_A22B, **_plan(tp=4, pp=16, cp=2, ep=8, etp=1, sp=True, seq=4096)},
+        {**QWEN3_235B_A22B, **_plan(tp=4, pp=16, cp=2, ep=8, etp=1, sp=True, seq=4096),
+         **DEEPEP},
         _hf("Qwen/Qwen3-235B-A22B"), train={"micro_batch_size": 1}),
     # src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py
     "deepseek_v3_pretrain_1024gpu_h100_bf16_config": _deepseek_v3(16, 64, {}),
@@ -305,7 +327,84 @@ def _llama3_8b_perf(precision: dict, cp: int, recompute: dict) -> dict:
                       tokenizer={"vocab_size": 128256}, comm_overlap={"tp_comm_overlap": False})
 
 
+def _without(model: dict, *keys: str) -> dict:
+    """A model's keys less `keys` (a recipe setting them to None: Megatron's default)."""
+    return {k: v for k, v in model.items() if k not in keys}
+
+
+NO_RECOMPUTE = ("recompute_granularity", "recompute_method", "recompute_num_layers")
+# perf_recipes/qwen/h100/qwen3_moe.py: the FP8 30B-A3B and both 235B-A22B recipes turn
+# recompute off and fuse the router and the bias-activation, at sequence 4096, with
+# forced load balancing
+_QWEN3_PERF = dict(bias_activation_fusion=True, moe_router_fusion=True, seq_length=4096,
+                   moe_router_force_load_balancing=True)
+
+
+def _qwen3_30b_a3b_perf(precision: dict) -> dict:
+    """qwen3_30b_a3b_pretrain_16gpu_h100_{bf16,fp8cs}_config: the BF16 one over the
+    library's 16-GPU recipe (EP overlap on); the FP8 one over the 8-GPU recipe
+    (perf_recipes/qwen/common.py imports it as qwen3_30b_a3b_pretrain_config) with
+    the 16-GPU plan, HybridEP and Transformer Engine's graphs of attention, the router
+    and the preprocessing (_benchmark_common: HybridEP on 32 SMs)."""
+    if precision is PERF_BF16:
+        base = RECIPES["qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"]
+        return _benchmark(base, {"moe_router_force_load_balancing": True,
+                                 "moe_permute_fusion_into_hybridep": True},
+                          base["train"], precision,
+                          comm_overlap={"overlap_moe_expert_parallel_comm": True,
+                                        "delay_wgrad_compute": False})
+    base = RECIPES["qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config"]
+    base = {**base, "model": _without(base["model"], *NO_RECOMPUTE)}
+    return _benchmark(base, {**_QWEN3_PERF, **_plan(ep=16, etp=1, seq=4096),
+                             "moe_token_dispatcher_type": "flex",
+                             "moe_flex_dispatcher_backend": "hybridep",
+                             "moe_hybridep_num_sms": 32, "cuda_graph_impl": "transformer_engine",
+                             "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]},
+                      {"global_batch_size": 1024, "micro_batch_size": 1}, precision,
+                      dataset={"seq_length": 4096}, comm_overlap={"tp_comm_overlap": True})
+
+
+def _qwen3_235b_a22b_perf(precision: dict) -> dict:
+    """qwen3_235b_a22b_pretrain_256gpu_h100_{bf16,fp8cs}_config: tp 2, pp 8, vp 4, ep 32,
+    the all-to-all dispatcher (flex backend cleared) with EP overlap, the optimizer
+    step's parameter gather overlapped."""
+    base = RECIPES["qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config"]
+    base = {**base, "model": _without(base["model"], *NO_RECOMPUTE,
+                                      "moe_flex_dispatcher_backend")}
+    return _benchmark(base, {**_QWEN3_PERF, **_plan(tp=2, pp=8, vp=4, cp=1, ep=32, etp=1,
+                                                    sp=True, seq=4096),
+                             "moe_token_dispatcher_type": "alltoall"},
+                      {"global_batch_size": 8192, "micro_batch_size": 1}, precision,
+                      dataset={"seq_length": 4096},
+                      comm_overlap={"tp_comm_overlap": False,
+                                    "overlap_moe_expert_parallel_comm": True,
+                                    "delay_wgrad_compute": True,
+                                    "overlap_param_gather_with_optimizer_step": True},
+                      optimizer={"overlap_param_gather_with_optimizer_step": True})
+
+
+def _gpt_oss_120b_perf(precision: dict) -> dict:
+    """gpt_oss_120b_pretrain_64gpu_h100_{bf16,fp8cs}_config: tp 1, pp 4, ep 8, the
+    router fused, selective recompute of the layer norms and the expert activation
+    (the library's all-to-all dispatcher)."""
+    base = RECIPES["gpt_oss_120b_pretrain_64gpu_h100_bf16_config"]
+    return _benchmark(base, {"moe_router_fusion": True, "moe_router_force_load_balancing": True,
+                             "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 4,
+                             "expert_model_parallel_size": 8, "sequence_parallel": False,
+                             "recompute_modules": ["layernorm", "moe_act"],
+                             "recompute_granularity": "selective"},
+                      {"global_batch_size": 1280, "micro_batch_size": 1}, precision)
+
+
 PERF_RECIPES = {
+    # src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py
+    "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config": _qwen3_30b_a3b_perf(PERF_BF16),
+    "qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config": _qwen3_30b_a3b_perf(PERF_FP8CS),
+    "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config": _qwen3_235b_a22b_perf(PERF_BF16),
+    "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config": _qwen3_235b_a22b_perf(PERF_FP8CS),
+    # src/megatron/bridge/perf_recipes/gpt_oss/h100/gpt_oss.py
+    "gpt_oss_120b_pretrain_64gpu_h100_bf16_config": _gpt_oss_120b_perf(PERF_BF16),
+    "gpt_oss_120b_pretrain_64gpu_h100_fp8cs_config": _gpt_oss_120b_perf(PERF_FP8CS),
     # src/megatron/bridge/perf_recipes/llama/h100/llama3.py
     "llama3_8b_pretrain_8gpu_h100_bf16_config": _llama3_8b_perf(PERF_BF16, 2, {}),
     "llama3_8b_pretrain_8gpu_h100_fp8cs_config": _llama3_8b_perf(
