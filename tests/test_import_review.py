@@ -430,3 +430,61 @@ def test_perf_recipes_import_with_their_plans():
     llama = _tables(megatron_bridge_words(["llama3_8b_pretrain_8gpu_h100_bf16_config"]))
     assert (llama["parallel"]["cp"], llama["training"]["global_batch"],
             llama["model"]["vocab"], llama["system"]["gpus"]) == (2, 128, 128256, 8)
+
+
+# recipe -> (parallel.moe_dispatcher, moe_dispatcher_sms, training.cuda_graphs,
+# cuda_graph_scope, moe_router_fusion, parallel.ep_overlap, training.host_syncs), as each
+# function at the importer's commit sets them on an H100 (None: not set)
+MOE_SOFTWARE = {
+    # the library's: apply_flex_dispatcher_backend turns the backend into flex on Hopper
+    "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config":
+        ("deepep", None, "none", None, None, None, True),
+    "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config":
+        ("hybridep", 32, "partial", "moe_router,moe_preprocess", True, None, None),
+    "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config":
+        ("deepep", None, "none", None, None, None, True),
+    "deepseek_v3_pretrain_1024gpu_h100_bf16_config":
+        ("hybridep", 16, "none", None, None, None, None),
+    "gpt_oss_120b_pretrain_64gpu_h100_bf16_config":
+        ("alltoall", None, "none", None, None, None, True),
+    # the perf recipes (_benchmark_common: HybridEP on 32 SMs)
+    "perf_recipes.qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config":
+        ("hybridep", 32, "partial", "moe_router,moe_preprocess", True, True, None),
+    "qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config":
+        ("hybridep", 32, "partial", "attn,moe_router,moe_preprocess", True, None, None),
+    "perf_recipes.qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config":
+        ("alltoall", None, "none", None, True, True, True),
+    "qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config":
+        ("alltoall", None, "none", None, True, True, True),
+    "perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config":
+        ("hybridep", 32, "none", None, True, None, None),
+    "perf_recipes.gpt_oss_120b_pretrain_64gpu_h100_bf16_config":
+        ("alltoall", None, "none", None, True, None, True),
+}
+
+
+@pytest.mark.parametrize("name", MOE_SOFTWARE)
+def test_moe_recipes_import_their_software_settings(name):
+    t = _tables(megatron_bridge_words([name]))
+    p, tr = t["parallel"], t["training"]
+    got = (p.get("moe_dispatcher"), p.get("moe_dispatcher_sms"), tr.get("cuda_graphs"),
+           tr.get("cuda_graph_scope"), tr.get("moe_router_fusion"), p.get("ep_overlap"),
+           tr.get("host_syncs"))
+    assert got == MOE_SOFTWARE[name]
+
+
+def test_perf_recipes_of_qwen3_and_gpt_oss_import_with_their_plans():
+    """perf_recipes/qwen/h100/qwen3_moe.py, perf_recipes/gpt_oss/h100/gpt_oss.py."""
+    q = _tables(megatron_bridge_words(["qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config"]))
+    p = q["parallel"]
+    assert (p["tp"], p["pp"], p["interleave"], p["cp"], p["ep"], p["etp"]) == (2, 8, 4, 1, 32, 1)
+    assert (q["training"]["global_batch"], q["training"]["recompute"], q["training"]["dtype"],
+            q["system"]["gpus"]) == (8192, "none", "fp8", 256)
+    small = _tables(megatron_bridge_words(["qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config"]))
+    assert (small["parallel"]["ep"], small["training"]["recompute"],
+            small["training"]["global_batch"]) == (16, "none", 1024)
+    g = megatron_bridge_words(["perf_recipes.gpt_oss_120b_pretrain_64gpu_h100_bf16_config"])
+    assert (g.tables["parallel"]["tp"], g.tables["parallel"]["pp"], g.tables["parallel"]["ep"],
+            g.tables["training"]["recompute"], g.tables["training"]["global_batch"]) == \
+        (1, 4, 8, "selective", 1280)
+    assert any(i.startswith("model.recompute_modules=layernorm,moe_act (") for i in g.ignored)

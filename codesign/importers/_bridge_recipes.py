@@ -279,10 +279,14 @@ def _benchmark(base: dict, model: dict, train: dict, precision: dict, **sections
     """A perf recipe: `base`'s model with `model` over it, then _benchmark_common():
     50 iterations, the checkpoint's vocabulary as set (use_tokenizer_vocab_size
     off), gradients reduced in the recipe's width, RoPE and cross-entropy fusions.
-    `precision` is _perf_precision()'s MixedPrecisionConfig (grad_reduce_in_fp32 off)."""
+    `precision` is _perf_precision()'s MixedPrecisionConfig (grad_reduce_in_fp32 off);
+    a HybridEP dispatcher gets 32 SMs."""
+    merged = {**base["model"], **model}
+    hybridep = {"moe_hybridep_num_sms": 32} \
+        if merged.get("moe_flex_dispatcher_backend") == "hybridep" else {}
     return _merged(
-        base, model={**base["model"], **model, "apply_rope_fusion": True,
-                     "cross_entropy_fusion_impl": "te"},
+        base, model={**merged, "apply_rope_fusion": True, "cross_entropy_fusion_impl": "te",
+                     **hybridep},
         train={**train, "train_iters": 50, "eval_iters": 0},
         tokenizer={**sections.pop("tokenizer", {}), "use_tokenizer_vocab_size": False},
         ddp={**sections.pop("ddp", {}), "grad_reduce_in_fp32": False},
