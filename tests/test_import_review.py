@@ -488,3 +488,21 @@ def test_perf_recipes_of_qwen3_and_gpt_oss_import_with_their_plans():
             g.tables["training"]["recompute"], g.tables["training"]["global_batch"]) == \
         (1, 4, 8, "selective", 1280)
     assert any(i.startswith("model.recompute_modules=layernorm,moe_act (") for i in g.ignored)
+
+
+def test_nemo_recipes_read_the_software_keys_as_bridge_does(tmp_path):
+    """NeMo's model.* keys are the same flags: a scope list and the dispatcher read."""
+    recipe = tmp_path / "moe.yaml"
+    recipe.write_text(
+        "trainer: {devices: 8, num_nodes: 1, precision: bf16-mixed}\n"
+        "model: {num_layers: 4, hidden_size: 64, num_attention_heads: 8, "
+        "encoder_seq_length: 128, num_moe_experts: 8, moe_router_topk: 2, "
+        "global_batch_size: 8, micro_batch_size: 1, expert_model_parallel_size: 8, "
+        "moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: hybridep, "
+        "cuda_graph_impl: transformer_engine, cuda_graph_scope: [attn, moe_router], "
+        "recompute_modules: [core_attn]}\n")
+    imported = _import("nemo", str(recipe))
+    t = _tables(imported)
+    assert (t["parallel"]["moe_dispatcher"], t["training"]["cuda_graphs"],
+            t["training"]["cuda_graph_scope"]) == ("hybridep", "partial", "attn,moe_router")
+    assert any(i.startswith("model.recompute_modules=core_attn (") for i in imported.ignored)
