@@ -15,6 +15,7 @@ from ..units import format_bytes
 from . import _common as c
 from . import _kinds
 
+
 # Issue 54's software settings: the name issue 54 gives each -> `Software` (Megatron-LM's
 # flag, Megatron-Bridge's ConfigContainer key, the scenario key it sets and how its values
 # map; `why` where it sets none). Read by `_software` for all three importers (Bridge's and
