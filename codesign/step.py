@@ -148,10 +148,15 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
     dispatcher with SMs of its own (DeepEP, HybridEP) cost their share,
     `parallel.moe_dispatcher_sms` / the chip's SMs.
     """
-    sh = stage.shape(model, plan, t)
-    rows = traffic.table(model, plan, system, t, sh)
-    tm = compute.timing(model, plan, system, t, sh)
-    mem = memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes))
+    if plan.pipeline_layout:
+        sh, mem = heaviest(model, plan, system, t)
+        rows = traffic.table(model, plan, system, t, sh)
+        tm = compute.timing(model, plan, system, t, sh)
+    else:
+        sh = stage.shape(model, plan, t)
+        rows = traffic.table(model, plan, system, t, sh)
+        tm = compute.timing(model, plan, system, t, sh)
+        mem = memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes))
     rows = overlap.exposed(rows, tm, t)
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
@@ -178,6 +183,25 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         peak_flops_per_s=system.chip.peak_flops_per_s,
         peak_gemm_flops_per_s=gemm_peak_flops_per_s(plan, system), optimizer_s=tm.optimizer_s,
         gpus=plan.gpus, traffic=rows, timing=tm, memory=mem)
+
+
+def heaviest(model: Transformer, plan: Plan, system: System, t=0.0):
+    """(the `stage.Shape` of the rank with the most compute per micro-batch,
+    the `memory.Memory` of the rank with the most bytes) of the plan's pipeline
+    layout (`stage.shapes`): every distinct rank is costed, the slowest sets the
+    pace of every stage (its traffic and compute are the step's), the fullest
+    what must fit; they may be different ranks (DeepSeek-V3's last stage: fewer
+    layers, the output heads' logits)."""
+    ranks = stage.shapes(model, plan)
+    if len(ranks) == 1:
+        return ranks[0], memory.memory(model, plan, system, t, ranks[0])
+    seconds = jnp.stack([compute.timing(model, plan, system, t, r).micro_batch_s
+                         for r in ranks])
+    mems = [memory.memory(model, plan, system, t, r) for r in ranks]
+    fullest = jnp.argmax(jnp.stack([m.total_bytes for m in mems]))
+    mem = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x, float) for x in xs])[fullest],
+                       *mems)
+    return stage.select(ranks, jnp.argmax(seconds)), mem
 
 
 class Estimate(eqx.Module):
