@@ -125,7 +125,7 @@ def parse_layout(text: str) -> Layout:
     s = re.sub(r"([^()|*\d])\*(\d+)", lambda m: unroll(m, "a layer"), s)
     bad = re.search(r"[^ELtm|]", s)
     if bad:
-        token = re.search(r"\([^)]*\)?(\*\d*)?|\*\d*|[^ELtm|]+", s[bad.start():]).group(0)
+        token = re.search(r"\([^)|]*\)?(\*\d*)?|\*\d*|[^ELtm|]+", s[bad.start():]).group(0)
         raise _error(text, f"{token!r} is not a layer (E embedding, t transformer layer, "
                      "m MTP layer, L loss; '|' between stages; '(...)*n' and 'x*n' repeat)")
     order = s.replace("|", "")
