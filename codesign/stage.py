@@ -57,9 +57,9 @@ def shape(model: Transformer, plan: Plan, t=0.0) -> Shape:
     slowest stage, or with a layout the rank with the most blocks (`shapes`;
     `step` costs every rank of a layout and takes the heaviest)."""
     if plan.pipeline_layout:
-        ranks = shapes(model, plan)
-        return ranks[max(range(len(ranks)), key=lambda i: (float(ranks[i].layers_on_stage),
-                                                            float(ranks[i].head_passes)))]
+        batched, valid = shapes(model, plan)
+        most = batched.layers_on_stage + 1e-3 * batched.head_passes
+        return pick(batched, jnp.argmax(jnp.where(valid, most, -jnp.inf)))
     # relaxed: the stage's share of the layers over an even split (>= 1, 1 where
     # pp v divides L), times the even split L / pp; m x layers, m ~ pp, stays flat
     # between stage counts where relaxing the count itself overshot it by ~12%
@@ -164,54 +164,72 @@ def check_layout(text: str, layers, mtp_layers, pp, interleave) -> str | None:
     return None
 
 
+def rank_groups(lay: Layout) -> list:
+    """Every (pp, rank, stages) a layout of n stages may be cut into: for each
+    divisor pp of n, rank r holds the virtual stages r, r + pp, ... (the plan's
+    pp picks its own under jit, where it is traced; `shapes`)."""
+    n = len(lay.stages)
+    return [(pp, r, tuple(range(r, n, pp))) for pp in range(1, n + 1) if n % pp == 0
+            for r in range(pp)]
+
+
 def rank_counts(lay: Layout, pp: int, dense_layers: int) -> list:
     """Per pipeline rank (virtual stages r, r + pp, ...), the counts (dense
     layers, MoE layers, MTP layers, embeddings, losses): the transformer layers
     numbered in model order (stage by stage), the first `dense_layers` of them
     dense (`workload.Transformer`: the last moe_layers are MoE)."""
-    ranks = [[0, 0, 0, 0, 0] for _ in range(pp)]
-    seen = 0
-    for i, st in enumerate(lay.stages):
-        r = ranks[i % pp]
-        dense = max(0, min(st["t"], dense_layers - seen))
-        seen += st["t"]
-        r[0] += dense
-        r[1] += st["t"] - dense
-        r[2] += st["m"]
-        r[3] += st["E"]
-        r[4] += st["L"]
-    return [tuple(r) for r in ranks]
-
-
-def shapes(model: Transformer, plan: Plan) -> list:
-    """The distinct ranks' `Shape`s of the plan's layout (model and plan counts
-    concrete): each rank's decoder layers, MTP blocks (MoE blocks in an MoE
-    model), the output head with a pass per MTP depth where the loss is (the
-    MTP losses use the output layer there), and its embedding matrices (input
-    and output, one where they are tied and on the same rank)."""
-    pp = int(round(float(plan.pp)))
-    moe_model = float(model.moe_layers) > 0
-    dense = int(round(float(model.layers - model.moe_layers)))
-    mtp_all = float(model.mtp_layers)
-    matrix = model.vocab * model.hidden
+    cum = _before(lay)
     out = []
-    for c in dict.fromkeys(rank_counts(parse_layout(plan.pipeline_layout), pp, dense)):
-        d, moe, mtp, emb, loss = c
-        mats = 1.0 if (emb and loss and model.tied_embeddings) else float(emb + loss)
-        out.append(Shape(jnp.asarray(float(d + moe + mtp)),
-                         jnp.asarray(float(moe + (mtp if moe_model else 0))),
-                         plan.micro_batches, plan.micro_batch * model.seq_len / plan.cp,
-                         jnp.asarray(float(mtp)), jnp.asarray(loss * (1.0 + mtp_all)),
-                         mats * matrix))
+    for _, _, stages in (g for g in rank_groups(lay) if g[0] == pp):
+        t = sum(lay.stages[i]["t"] for i in stages)
+        dense = sum(max(0, min(lay.stages[i]["t"], dense_layers - cum[i])) for i in stages)
+        out.append((dense, t - dense, *(sum(lay.stages[i][c] for i in stages) for c in "mEL")))
     return out
 
 
-def select(candidates: list, index) -> Shape:
-    """The candidate `Shape` at `index` (a traced integer: the heaviest)."""
-    if len(candidates) == 1:
-        return candidates[0]
-    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x, float) for x in xs])[index],
-                        *candidates)
+def _before(lay: Layout) -> list:
+    """The transformer layers before each stage (model order)."""
+    cum, seen = [], 0
+    for st in lay.stages:
+        cum.append(seen)
+        seen += st["t"]
+    return cum
+
+
+def shapes(model: Transformer, plan: Plan):
+    """(every rank's `Shape` of the plan's layout, batched on a leading axis,
+    and which of them are the plan's: the ranks of its pp). Each rank's
+    decoder layers (the first model.layers - model.moe_layers dense), MTP
+    blocks (MoE blocks in an MoE model), the output head with a pass per MTP
+    depth where the loss is (Megatron-Core computes the MTP losses with the
+    output layer there), and its embedding matrices (input and output, one
+    where they are tied and on the same rank). Static counts from the layout,
+    the model's and plan's (traced under jit) in jnp: one vmapped costing
+    covers every rank (`step.heaviest`)."""
+    lay = parse_layout(plan.pipeline_layout)
+    groups = rank_groups(lay)
+    n = len(lay.stages)
+    member = [[1.0 if i in stages else 0.0 for i in range(n)] for _, _, stages in groups]
+    member = jnp.asarray(member)
+    per = {c: jnp.asarray([float(st[c]) for st in lay.stages]) for c in LAYOUT_CHARS}
+    cum = jnp.asarray([float(c) for c in _before(lay)])
+    dense_stage = jnp.clip(model.layers - model.moe_layers - cum, 0.0, per["t"])
+    t, mtp, emb, loss, dense = (member @ per["t"], member @ per["m"], member @ per["E"],
+                                member @ per["L"], member @ dense_stage)
+    tied = 1.0 if model.tied_embeddings else 0.0
+    mats = emb + loss - tied * emb * loss
+    k = len(groups)
+    ones = jnp.ones(k)
+    sh = Shape(t + mtp, t - dense + jnp.where(model.moe_layers > 0, mtp, 0.0),
+               plan.micro_batches * ones, plan.micro_batch * model.seq_len / plan.cp * ones,
+               mtp, loss * (1.0 + model.mtp_layers), mats * model.vocab * model.hidden)
+    valid = jnp.asarray([float(pp) for pp, _, _ in groups]) == plan.pp
+    return sh, valid
+
+
+def pick(batched: Shape, index) -> Shape:
+    """The rank at `index` of `shapes`' batch."""
+    return jax.tree.map(lambda x: x[index], batched)
 
 
 def layout_params(model: Transformer, sh: Shape):

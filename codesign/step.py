@@ -188,20 +188,16 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
 def heaviest(model: Transformer, plan: Plan, system: System, t=0.0):
     """(the `stage.Shape` of the rank with the most compute per micro-batch,
     the `memory.Memory` of the rank with the most bytes) of the plan's pipeline
-    layout (`stage.shapes`): every distinct rank is costed, the slowest sets the
-    pace of every stage (its traffic and compute are the step's), the fullest
-    what must fit; they may be different ranks (DeepSeek-V3's last stage: fewer
-    layers, the output heads' logits)."""
-    ranks = stage.shapes(model, plan)
-    if len(ranks) == 1:
-        return ranks[0], memory.memory(model, plan, system, t, ranks[0])
-    seconds = jnp.stack([compute.timing(model, plan, system, t, r).micro_batch_s
-                         for r in ranks])
-    mems = [memory.memory(model, plan, system, t, r) for r in ranks]
-    fullest = jnp.argmax(jnp.stack([m.total_bytes for m in mems]))
-    mem = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x, float) for x in xs])[fullest],
-                       *mems)
-    return stage.select(ranks, jnp.argmax(seconds)), mem
+    layout (`stage.shapes`, one vmapped costing of every rank): the slowest
+    sets the pace of every stage (its traffic and compute are the step's), the
+    fullest is what must fit; they may be different ranks (DeepSeek-V3: the
+    last is the slowest, the first, with the dense layers, the fullest)."""
+    ranks, valid = stage.shapes(model, plan)
+    seconds = jax.vmap(lambda sh: compute.timing(model, plan, system, t, sh).micro_batch_s)(ranks)
+    mems = jax.vmap(lambda sh: memory.memory(model, plan, system, t, sh))(ranks)
+    fullest = jnp.argmax(jnp.where(valid, mems.total_bytes, -jnp.inf))
+    slowest = jnp.argmax(jnp.where(valid, seconds, -jnp.inf))
+    return stage.pick(ranks, slowest), jax.tree.map(lambda x: x[fullest], mems)
 
 
 class Estimate(eqx.Module):

@@ -14,9 +14,10 @@ SMALL = {"model": {"layers": 6, "hidden": 512, "heads": 8, "ffn_hidden": 2048,
          "parallel": {"pp": 2}, "system": {"preset": "dgx-h100", "gpus": 16}}
 
 
-def _small(layout: str = "", **model):
+def _small(layout: str = "", parallel=(), **model):
     data = {k: dict(v) for k, v in SMALL.items()}
     data["model"].update(model)
+    data["parallel"].update(parallel)
     if layout:
         data["parallel"]["pipeline_layout"] = layout
     return scenario.from_tables(data)
@@ -68,6 +69,15 @@ def test_rank_counts_interleave_and_dense_first():
     # 3 of the 6 layers dense (dense, MoE, MTP, E, L)
     lay = stage.parse_layout("Ett|t|tt|tmL")
     assert stage.rank_counts(lay, 2, 3) == [(2, 2, 0, 1, 0), (1, 1, 1, 0, 1)]
+    # the same in jnp (`shapes`, what the step costs): rank 1 of pp 2
+    scn = _small("Ett|t|tt|tmL", {"interleave": 2, "schedule": "interleaved"}, moe_layers=3, experts=8, top_k=2, mtp_layers=1,
+                 expert_ffn_hidden=512)
+    ranks, valid = stage.shapes(scn.model, scn.plan)
+    got = [(float(ranks.dense_layers_on_stage[i]), float(ranks.moe_layers_on_stage[i]),
+            float(ranks.mtp_layers_on_stage[i]), float(ranks.head_passes[i]))
+           for i in range(len(valid)) if valid[i]]
+    # the MTP block an MoE block; the head's pass and the MTP depth's on rank 1
+    assert got == [(2.0, 2.0, 0.0, 0.0), (1.0, 2.0, 1.0, 2.0)]
 
 
 def test_default_is_the_even_split():
@@ -96,8 +106,12 @@ def test_short_last_stage_costed_by_its_heaviest_rank():
     pace and holds its fullest rank's bytes."""
     scn = _small("Et*4|t*2L")
     m, p, s = scn.model, scn.plan, scn.system
-    first, last = stage.shapes(m, p)
-    assert (float(first.layers_on_stage), float(last.layers_on_stage)) == (4.0, 2.0)
+    ranks, valid = stage.shapes(m, p)
+    # every (pp, rank) cut of 2 stages: pp 1 (both), pp 2 rank 0, pp 2 rank 1
+    assert [float(x) for x in ranks.layers_on_stage] == [6.0, 4.0, 2.0]
+    assert [bool(x) for x in valid] == [False, True, True]
+    first, last = stage.pick(ranks, 1), stage.pick(ranks, 2)
+    assert float(last.head_passes) == 1.0 and float(first.head_passes) == 0.0
     fa = compute.timing(m, p, s, 0.0, first).forward_s
     fb = compute.timing(m, p, s, 0.0, last).forward_s
     a, b = fa / 4.0, fb - fa / 2.0
