@@ -138,3 +138,14 @@ def test_deepseek_v3_mtp_on_its_short_last_stage():
     # the built-in even split puts the output head on a 4-layer stage; the
     # layout's heaviest rank is its last (1 layer, the MTP block, two head passes)
     assert 0.85 < ratio < 1.0
+
+
+@pytest.mark.parametrize("layout, says", [
+    ("Etx|L", "'x' is not a layer"),
+    ("Et*4|(t*4|)*14tmL", "places 1 MTP layers 'm', model.mtp_layers=0"),
+    ("Et*61L", "has 1 stages, parallel.pp x parallel.interleave = 16 x 1 = 16")])
+def test_cli_refuses_a_bad_layout_in_one_line(capsys, layout, says):
+    from codesign.cli import main
+    assert main(["estimate", "deepseek-v3", "--set", f"parallel.pipeline_layout={layout}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "parallel.pipeline_layout=" in err and says in err
