@@ -76,8 +76,8 @@ def test_rank_counts_interleave_and_dense_first():
     lay = stage.parse_layout("Ett|t|tt|tmL")
     assert stage.rank_counts(lay, 2, 3) == [(2, 2, 0, 1, 0), (1, 1, 1, 0, 1)]
     # the same in jnp (`shapes`, what the step costs): rank 1 of pp 2
-    scn = _small("Ett|t|tt|tmL", {"interleave": 2, "schedule": "interleaved"}, moe_layers=3, experts=8, top_k=2, mtp_layers=1,
-                 expert_ffn_hidden=512)
+    scn = _small("Ett|t|tt|tmL", {"interleave": 2, "schedule": "interleaved"}, moe_layers=3,
+                 experts=8, top_k=2, mtp_layers=1, expert_ffn_hidden=512)
     ranks, valid = stage.shapes(scn.model, scn.plan)
     got = [(float(ranks.dense_layers_on_stage[i]), float(ranks.moe_layers_on_stage[i]),
             float(ranks.mtp_layers_on_stage[i]), float(ranks.head_passes[i]))
