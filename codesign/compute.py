@@ -309,6 +309,8 @@ def host_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
     Backward launches twice the forward's (two GEMMs per forward GEMM), plus the
     forward's again per recomputed forward."""
     dense, moe, _, head = layer_launches(model, plan)
+    if sh.embedding_params is not None:  # a layout's rank: its own head passes
+        head = head * sh.head_passes / (1.0 + model.mtp_layers)
     forward = sh.dense_layers_on_stage * dense + sh.moe_layers_on_stage * moe + head
     return forward, (1.0 + plan.recompute.layer_forwards) * forward
 
@@ -361,9 +363,13 @@ def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
     tp (the routed experts by ep x etp), and, when ZeRO `stage` or higher is on
     (`stage=None`: never), over the group the framework shards over
     (`shard_params`). The fullest stage holds one embedding matrix (input on
-    the first stage, output on the last), both when pp = 1. `sh`: the stage's
+    the first stage, output on the last), both when pp = 1; a layout's rank
+    its own blocks and matrices (`stage.layout_params`). `sh`: the stage's
     `stage.Shape` if known."""
     sh = stage_lib.shape(model, plan, t) if sh is None else sh
+    if sh.embedding_params is not None:  # a layout's rank: its own blocks and matrices
+        dense, routed = stage_lib.layout_params(model, sh)
+        return shard_params(plan, dense / plan.tp, routed / (plan.ep * plan.expert_tp), stage)
     share = sh.layers_on_stage / model.blocks  # of the blocks, on the fullest stage
     embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
     dense = (model.layer_params() * share + embedding) / plan.tp
@@ -411,7 +417,7 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     # each MTP depth projects [hidden; next embedding] and runs the output head again
     mtp = gemm_time_s(system, tokens, 2.0 * model.hidden, model.hidden / plan.tp,
                       plan.precision.gemm)
-    logits = (1.0 + model.mtp_layers) * (logits + loss) + model.mtp_layers * mtp
+    logits = sh.head_passes * (logits + loss) + sh.mtp_layers_on_stage * mtp
     forward = matrix + att_fwd + logits
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
     backward = matrix_backward + 2.0 * logits + att_bwd + recompute

@@ -86,9 +86,9 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None,
         activations = plan.graphs.activation_factor * activations
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
         activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
-    # fp32 logits of one micro-batch on the last stage (one more per MTP depth)
+    # fp32 logits of one micro-batch where the output head is (one more per MTP depth)
     activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
-        * model.vocab / plan.tp * (1.0 + model.mtp_layers)
+        * model.vocab / plan.tp * sh.head_passes
     return Memory(weights, sharded(pr.bytes("grad_reduce"), 2),
                   sharded(pr.optimizer_bytes_per_param, 1), activations,
                   system.chip.hbm_reserve_bytes, system.chip.hbm_bytes)

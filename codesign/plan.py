@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, dispatchers, stacks, strategies
+from . import _checks, dispatchers, stacks, stage, strategies
 from ._checks import float_field, static_field, strategy_field
 from ._domains import MAX_GPUS, UNIT, Domain, count, interval
 from .strategies import SCHEDULES as SCHEDULES
@@ -283,6 +283,10 @@ class Plan(eqx.Module):
     # three knobs above and the mechanisms it owns
     stack: stacks.Stack = strategy_field("training.stack", stacks.stack, stacks.STACK_CLASSES,
                                          default=stacks.MegatronCore(), kw_only=True)
+    # Megatron-Core's --pipeline-model-parallel-layout ("Et*4|(t*4|)*14tmL"):
+    # the layers of each (virtual) stage; "" = the even split (`stage`)
+    pipeline_layout: str = static_field("parallel.pipeline_layout", str, default="",
+                                        converter=stage.layout_text, kw_only=True)
     # the recipe's name
     dtype: str = static_field("training.dtype", str, choices=DTYPES, default="bf16",
                               kw_only=True)
@@ -404,6 +408,21 @@ def _divides_rule(a: str, b: str, validated: bool = True) -> Rule:
                 message)
 
 
+def _layout_fits(m, p):
+    """True without a layout or where `stage.check_layout` finds it fits (concrete
+    counts; traced ones: the layout's stage count against pp x interleave)."""
+    xp = _xp(p.pp)
+    if not p.pipeline_layout:
+        return xp.asarray(True)
+    values = [_checks.concrete(x) for x in (m.layers, m.mtp_layers, p.pp, p.interleave)]
+    if all(v is not None and np.ndim(v) == 0 for v in values):
+        return xp.asarray(stage.check_layout(p.pipeline_layout, *values) is None)
+    lay = stage.parse_layout(p.pipeline_layout)
+    return ((xp.abs(p.pp * p.interleave - len(lay.stages)) < 1e-9)
+            & (xp.abs(m.layers - lay.count("t")) < 1e-9)
+            & (xp.abs(m.mtp_layers - lay.count("m")) < 1e-9))
+
+
 def _gpus_message(m, p, s) -> str:
     return (f"system.gpus={_g(s.gpus)} must equal dp*tp*pp*cp={_g(p.dp)}*{_g(p.tp)}*"
             f"{_g(p.pp)}*{_g(p.cp)}={_g(p.gpus)}")
@@ -455,6 +474,13 @@ RULES = (
          lambda m, p, s: "parallel.ep_overlap=true needs parallel.schedule='interleaved' "
          f"(or '1f1b' with parallel.pp=1; 'dualpipe' always overlaps), got "
          f"{p.schedule.name!r} with parallel.pp={_g(p.pp)}"),
+    # a pipeline layout places every layer once on pp x interleave stages
+    Rule("pipeline_layout fits the model and plan",
+         ("parallel.pipeline_layout", "parallel.pp", "parallel.interleave", "model.layers",
+          "model.mtp_layers"),
+         lambda m, p, s: _layout_fits(m, p),
+         lambda m, p, s: stage.check_layout(p.pipeline_layout, m.layers, m.mtp_layers, p.pp,
+                                            p.interleave)),
     # Megatron-Core captures the whole iteration only with static expert shapes
     Rule("full_iteration graphs need static experts",
          ("training.cuda_graphs", "training.moe_pad_experts", "training.moe_capacity_factor",

@@ -148,10 +148,15 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
     dispatcher with SMs of its own (DeepEP, HybridEP) cost their share,
     `parallel.moe_dispatcher_sms` / the chip's SMs.
     """
-    sh = stage.shape(model, plan, t)
-    rows = traffic.table(model, plan, system, t, sh)
-    tm = compute.timing(model, plan, system, t, sh)
-    mem = memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes))
+    if plan.pipeline_layout:
+        sh, mem = heaviest(model, plan, system, t)
+        rows = traffic.table(model, plan, system, t, sh)
+        tm = compute.timing(model, plan, system, t, sh)
+    else:
+        sh = stage.shape(model, plan, t)
+        rows = traffic.table(model, plan, system, t, sh)
+        tm = compute.timing(model, plan, system, t, sh)
+        mem = memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes))
     rows = overlap.exposed(rows, tm, t)
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
@@ -178,6 +183,21 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         peak_flops_per_s=system.chip.peak_flops_per_s,
         peak_gemm_flops_per_s=gemm_peak_flops_per_s(plan, system), optimizer_s=tm.optimizer_s,
         gpus=plan.gpus, traffic=rows, timing=tm, memory=mem)
+
+
+def heaviest(model: Transformer, plan: Plan, system: System, t=0.0):
+    """(the `stage.Shape` of the rank with the most compute per micro-batch,
+    the `memory.Memory` of the rank with the most bytes) of the plan's pipeline
+    layout (`stage.shapes`, one vmapped costing of every rank): the slowest
+    sets the pace of every stage (its traffic and compute are the step's), the
+    fullest is what must fit; they may be different ranks (DeepSeek-V3: the
+    last is the slowest, the first, with the dense layers, the fullest)."""
+    ranks, valid = stage.shapes(model, plan)
+    seconds = jax.vmap(lambda sh: compute.timing(model, plan, system, t, sh).micro_batch_s)(ranks)
+    mems = jax.vmap(lambda sh: memory.memory(model, plan, system, t, sh))(ranks)
+    fullest = jnp.argmax(jnp.where(valid, mems.total_bytes, -jnp.inf))
+    slowest = jnp.argmax(jnp.where(valid, seconds, -jnp.inf))
+    return stage.pick(ranks, slowest), jax.tree.map(lambda x: x[fullest], mems)
 
 
 class Estimate(eqx.Module):

@@ -419,8 +419,12 @@ def _dp_rows(model, plan, system, sh, place, t):
       (`overlap.layered_exposed_s`, prefetch `plan.fsdp_prefetch_layers`): at
       large dp with one or two micro-batches per GPU the gathers outrun the compute.
     """
-    expert = model.routed_expert_params() / (plan.ep * plan.expert_tp * plan.pp)
-    dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
+    if sh.embedding_params is not None:  # a layout's rank: its own parameters
+        dense, expert = stage.layout_params(model, sh)
+        dense, expert = dense / plan.tp, expert / (plan.ep * plan.expert_tp)
+    else:
+        expert = model.routed_expert_params() / (plan.ep * plan.expert_tp * plan.pp)
+        dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
     m = sh.micro_batches
     forward, backward = overlap.PHASES
     parts = []  # row generators, run together
