@@ -291,7 +291,8 @@ SOFTWARE_CASES = {
     "moe_expert_capacity_factor": (1.25, 1.25),
     "moe_expert_rank_capacity_factor": (1.5, None),  # the expert's factor stands
     "moe_pad_expert_input_to_capacity": (True, True),
-    "pipeline_model_parallel_layout": ("Et|(tt|)*2mL", None),
+    # the model's own layers: MOE_LAYOUT below, as Megatron's flag; Bridge's recipe has 48
+    "pipeline_model_parallel_layout": ("EttttL", "EttttL"),
     "recompute_modules": ("core_attn", None),
     "fp8_recipe": ("blockwise", None),
 }
@@ -315,12 +316,19 @@ def test_every_software_flag_sets_its_key_in_both_importers():
     for name, sw in SOFTWARE_FLAGS.items():
         value = SOFTWARE_CASES[name][0]
         args += [sw.flag] if value is True else [sw.flag, str(value)]
-        overrides.append(f"{sw.key}={'true' if value is True else value}")
+        if name != "pipeline_model_parallel_layout":  # Bridge's 48 layers: their own layout
+            overrides.append(f"{sw.key}={'true' if value is True else value}")
+    layout = "E" + "t" * 48 + "L"
     mega = _import("megatron", *args)
-    bridge = megatron_bridge_words(["qwen3_30b_a3b_pretrain_config", *overrides])
+    bridge = megatron_bridge_words(["qwen3_30b_a3b_pretrain_config", *overrides,
+                                    f"model.pipeline_model_parallel_layout={layout}",
+                                    "model.pipeline_model_parallel_size=1",
+                                    "model.virtual_pipeline_model_parallel_size=null"])
     for imported, spelled in ((mega, "flag"), (bridge, "key")):
         for name, (_, want) in SOFTWARE_CASES.items():
             sw = SOFTWARE_FLAGS[name]
+            if name == "pipeline_model_parallel_layout" and spelled == "key":
+                want = layout
             if want is None:
                 assert _named(imported, getattr(sw, spelled)), (spelled, name)
             else:
@@ -506,3 +514,13 @@ def test_nemo_recipes_read_the_software_keys_as_bridge_does(tmp_path):
     assert (t["parallel"]["moe_dispatcher"], t["training"]["cuda_graphs"],
             t["training"]["cuda_graph_scope"]) == ("hybridep", "partial", "attn,moe_router")
     assert any(i.startswith("model.recompute_modules=core_attn (") for i in imported.ignored)
+
+
+def test_bridge_deepseek_perf_recipe_brings_its_pipeline_layout():
+    """Megatron-Bridge's 1,024-GPU DeepSeek-V3 perf recipe runs its MTP layer on a
+    short last stage (`pipeline_model_parallel_layout`): the importer sets the
+    scenario's `parallel.pipeline_layout` to it, and the scenario loads."""
+    imported = megatron_bridge_words(["perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config"])
+    assert _value_of(imported, "parallel.pipeline_layout") == "Et|(tt|)*30mL"
+    assert not _named(imported, "model.pipeline_model_parallel_layout")
+    _tables(imported)

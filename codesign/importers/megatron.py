@@ -80,8 +80,8 @@ SOFTWARE_FLAGS = {
         "--moe-pad-expert-input-to-capacity", "model.moe_pad_expert_input_to_capacity",
         "training.moe_pad_experts"),
     "pipeline_model_parallel_layout": Software(
-        "--pipeline-model-parallel-layout", "model.pipeline_model_parallel_layout", None,
-        why="no key for a layout: codesign splits the layers evenly over the stages"),
+        "--pipeline-model-parallel-layout", "model.pipeline_model_parallel_layout",
+        "parallel.pipeline_layout"),
     "recompute_modules": Software(
         "--recompute-modules", "model.recompute_modules", None,
         why="no key names the modules: training.recompute = selective recomputes "
@@ -630,9 +630,12 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
     on a dense model the MoE ones are named as ignored."""
     sw, n = SOFTWARE_FLAGS, f.name
     moe = bool(d.get("model.experts"))
-    for name in ("pipeline_model_parallel_layout", "recompute_modules", "fp8_recipe"):
+    for name in ("recompute_modules", "fp8_recipe"):
         if f.get(sw[name].flag) is not None:
             f.ignore(sw[name].flag, sw[name].why)
+    layout = f.get(sw["pipeline_model_parallel_layout"].flag)
+    if layout is not None:  # Megatron-Core's grammar, as `parallel.pipeline_layout` reads it
+        d.put(sw["pipeline_model_parallel_layout"].scenario, str(layout))
     if f.switch(sw["moe_permute_fusion"].flag):
         d.assumed["moe_permute_fusion"] = (f"{n(sw['moe_permute_fusion'].flag)}: "
                                            f"{sw['moe_permute_fusion'].why}")
