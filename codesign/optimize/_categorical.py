@@ -2,8 +2,9 @@
 choice, not a number (`CATEGORICAL`: every declared key that is not a float:
 parallel.zero, training.recompute, parallel.schedule, training.dtype and the
 precision parts, system.placement, parallel.sequence_parallel, system.topology,
-..., and `system.preset`, the hardware preset the scenario's system starts
-from: its choices `presets.PRESET_NAMES`). Each combination of choices is
+..., `system.preset`, the hardware preset the scenario's system starts
+from: its choices `presets.PRESET_NAMES`, and the chip design's process node
+and HBM generation, `chip.node` and `chip.hbm`). Each combination of choices is
 another static structure (another compiled program, another strategy pytree,
 another system's numbers), so the product of the choices is
 enumerated outside: each combination is the scenario loaded with those keys
@@ -37,8 +38,15 @@ MAX_COMBINATIONS = 32
 # the system preset (a loader key, not a declared one): each choice loads the
 # scenario on that preset's system, the scenario's own [system] keys and --set on top
 PRESET = "system.preset"
-# every declared scenario key that is not a number, and the system preset
-CATEGORICAL = (*(k for k, w in sc.KEYS.items() if w.declaration.kind is not float), PRESET)
+# every declared scenario key that is not a number, the system preset, and the
+# chip design's choices (`scenario.CHIP_CHOICES`: chip.node, chip.hbm; each choice
+# loads the scenario with that [chip] key set)
+CATEGORICAL = (*(k for k, w in sc.KEYS.items() if w.declaration.kind is not float), PRESET,
+               *sc.CHIP_CHOICES)
+
+
+def _declaration(key: str):
+    return sc.CHIP_KEYS[key] if key in sc.CHIP_CHOICES else sc.KEYS[key].declaration
 
 
 class NoValidChoice(ValueError):
@@ -55,7 +63,7 @@ def choices_of(key: str) -> tuple:
                          f"{', '.join(CATEGORICAL)}")
     if key == PRESET:
         return presets.PRESET_NAMES
-    decl = sc.KEYS[key].declaration
+    decl = _declaration(key)
     if decl.choices is not None:
         return decl.choices
     if decl.kind is bool:
@@ -68,7 +76,7 @@ def choices_of(key: str) -> tuple:
 def parse_choice(key: str, value):
     """One choice of `key` from its text (`--vary parallel.zero=0|1`: "0") or as
     it is, checked: a one-line ValueError naming the key, the value and the choices."""
-    kind = str if key == PRESET else sc.KEYS[key].declaration.kind
+    kind = str if key == PRESET else _declaration(key).kind
     if isinstance(value, str):
         text = value.strip()
         value = {"true": True, "false": False}.get(text.lower(), text) if kind is bool else text
@@ -99,6 +107,10 @@ def scenario_choice(scn: sc.Scenario, key: str, labels: sc.Labels | None = None)
         if labels is None:
             raise ValueError(f"{PRESET}: the scenario's labels are needed to read it")
         return labels.system.preset
+    if key in sc.CHIP_CHOICES:
+        if scn.chip is None:
+            raise ValueError(f"{key}: the scenario has no [chip] table to read it from")
+        return getattr(scn.chip, key.split(".", 1)[1])
     value = functools.reduce(getattr, sc.KEYS[key].path, scn)
     if hasattr(value, "name"):  # a strategy
         return value.name
