@@ -2,7 +2,7 @@
 
     python benchmarks/search.py [--problems NAME,...] [--starts 16] [--steps 150] [--robust]
 
-Five co-design problems of 10^6 to 10^8 grid points (`PROBLEMS`). Each
+Six co-design problems of 10^6 to 10^8 grid points (`PROBLEMS`). Each
 (problem, method) runs in a fresh Python process, so that its compile time
 and its peak resident memory are its own. One JSON line each:
 

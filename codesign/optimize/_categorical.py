@@ -18,12 +18,13 @@ skipped, with its reason; when every one is, `NoValidChoice`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
 import time
 
-from .. import plan, presets
+from .. import chip, plan, presets
 from .. import scenario as sc
 from .._progress import Progress
 from ._gradient import optimize
@@ -102,15 +103,21 @@ def _text(value) -> str:
 
 def scenario_choice(scn: sc.Scenario, key: str, labels: sc.Labels | None = None):
     """The scenario's own choice of the categorical key `key`, as `--set` takes it
-    (`system.preset`'s from the scenario's `labels`: the pytree holds numbers)."""
+    (`system.preset`'s from the scenario's `labels`: the pytree holds numbers; a
+    chip choice's from the scenario's design, or without a [chip] table the
+    design one would build on: the preset's published part, else the default)."""
     if key == PRESET:
         if labels is None:
             raise ValueError(f"{PRESET}: the scenario's labels are needed to read it")
         return labels.system.preset
-    if key in sc.CHIP_CHOICES:
-        if scn.chip is None:
-            raise ValueError(f"{key}: the scenario has no [chip] table to read it from")
-        return getattr(scn.chip, key.split(".", 1)[1])
+    if key in sc.CHIP_CHOICES:  # without a [chip] table: the design one would start from
+        field = key.split(".", 1)[1]
+        if scn.chip is not None:
+            return getattr(scn.chip, field)
+        part = None if labels is None else chip.PART_OF_PRESET_CHIP.get(labels.system.chip)
+        if part is not None:
+            return getattr(chip.published_design(part), field)
+        return next(f.default for f in dataclasses.fields(chip.ChipDesign) if f.name == field)
     value = functools.reduce(getattr, sc.KEYS[key].path, scn)
     if hasattr(value, "name"):  # a strategy
         return value.name
