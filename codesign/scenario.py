@@ -405,7 +405,8 @@ def _coerce_any(section: str, key: str, value):
 
 # ----------------------------------------------------------------- the [chip] table
 # A chip's design variables (`chip.ChipDesign`, docs/chip.md) as a table of a
-# scenario, read when loading (not knobs of the step model's trace): given, the
+# scenario, read when loading and kept as `Scenario.chip` (its float fields are
+# the optimiser's `chip.*` knobs, `CHIP_KNOBS`; the step model reads the system): given, the
 # system's peaks, HBM capacity and bandwidth, board power and link bandwidths
 # are the design's (`chip.to_system`), the design built on the published part
 # of the system preset's chip (`chip.PART_OF_PRESET_CHIP`) or of `chip.part`.
