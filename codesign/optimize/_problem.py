@@ -190,6 +190,9 @@ def default_bounds(scn: Scenario, name: str) -> tuple[float, float]:
     if v <= 0:
         raise ValueError(f"{name}={v:g} in the scenario: give `bounds` {name}=LO:HI "
                          "(no default range around 0)")
+    if name in sc.CHIP_KNOBS and name in INTEGER_KNOBS:  # a count within its domain
+        d = domain(name)
+        return max(d.lo, math.floor(v / 8)), min(math.ceil(v * 8), d.hi)
     if name in INTEGER_KNOBS:
         return max(1.0, math.floor(v / 8)), min(math.ceil(v * 8), _structural_cap(scn, name))
     return domain(name).clip(v / 4, v * 4)
