@@ -2,7 +2,7 @@
 
     python benchmarks/search.py [--problems NAME,...] [--starts 16] [--steps 150] [--robust]
 
-Four co-design problems of 10^6 to 10^8 grid points (`PROBLEMS`). Each
+Six co-design problems of 10^6 to 10^8 grid points (`PROBLEMS`). Each
 (problem, method) runs in a fresh Python process, so that its compile time
 and its peak resident memory are its own. One JSON line each:
 
@@ -82,6 +82,20 @@ _LLAMA70B_VARY = {
     "parallel.tp": (1, 8), "parallel.pp": (1, 16), "parallel.interleave": (1, 4),
     "training.micro_batch": (1, 8), "parallel.cp": (1, 8), "system.scale_up_domain": (8, 32),
     "system.scale_out_bandwidth_Bps": (10 * GB, 200 * GB), "system.gpus": (1024, 4096)}
+# Qwen3-235B-A22B (its published config.json) on the Mixtral preset's MoE defaults
+# (gated, untied), a dgx-b200 system whose chip is a [chip] design on B200's
+QWEN3_235B = [
+    "model.preset=mixtral-8x7b", "model.layers=94", "model.hidden=4096", "model.heads=64",
+    "model.kv_heads=4", "model.head_dim=128", "model.ffn_hidden=12288", "model.vocab=151936",
+    "model.moe_layers=94", "model.experts=128", "model.top_k=8",
+    "model.expert_ffn_hidden=1536", "model.seq_len=4096", "training.global_batch=4096",
+    "training.tokens=36e12", "system.preset=dgx-b200", "system.gpus=2048", "parallel.tp=2",
+    "parallel.pp=4", "parallel.ep=32", "parallel.interleave=1", "parallel.schedule=1f1b",
+    "chip.part=B200"]
+QWEN3_235B_VARY = {
+    "chip.peak_flops_per_s": (1.5e15, 4e15), "chip.hbm_stacks": (6, 8),
+    "system.scale_out_bandwidth_Bps": (25 * GB, 200 * GB), "parallel.tp": (1, 4),
+    "parallel.pp": (1, 8), "training.micro_batch": (1, 4), "system.gpus": (1024, 4096)}
 # name -> (scenario, overrides, vary {knob: (lo, hi)}, objective, limits, grid_points, what);
 # the GPT-3 problem and `build` are benchmarks/codesign.py's (one definition)
 _CODESIGN = _benchmark("codesign")
@@ -104,6 +118,21 @@ PROBLEMS = {
         "time_to_train", {"budget_usd": 3e6}, 2,
         "Llama-3-70B on 1,024-4,096 H100s, the same knobs with a scale-up domain of 8-72 "
         "and 12.5-100 GB/s scale-out (2 points), fastest run within a $3M budget"),
+    # issue 57: the chip with the plan and the network. Qwen3-235B-A22B (Qwen3's
+    # published config: 94 layers, hidden 4096, 64 heads, 4 KV heads of 128, 128
+    # experts of width 1536, top-8, vocab 151,936) on a B200-based design, 36T
+    # tokens; the chip's dense BF16 peak, HBM stacks, NIC (= scale-out) bandwidth,
+    # tp, pp, micro-batch and GPUs, fastest run within 2 MW of facility power (the
+    # design's board power at the step's utilisation x GPUs x PUE, plus the fabric's)
+    "qwen3_235b_chip_plan_network": (
+        "llama3-405b", QWEN3_235B, QWEN3_235B_VARY, "time_to_train", {"budget_w": 2e6}, 4,
+        "Qwen3-235B-A22B on 1,024-4,096 B200-class GPUs: the chip's BF16 peak and NIC "
+        "bandwidth (4 points each), HBM stacks, tp, pp, micro-batch and GPUs, fastest run "
+        "within 2 MW"),
+    "qwen3_235b_chip_plan_network_12": (
+        "llama3-405b", QWEN3_235B, QWEN3_235B_VARY, "time_to_train", {"budget_w": 2e6}, 12,
+        "the same with 12 points on the BF16 peak and the NIC (9x the grid: the continuous "
+        "knobs matter under a power budget)"),
 }
 METHODS = ("grid", "gradient", "robust")
 

@@ -69,6 +69,10 @@ class Scenario(eqx.Module):
     # tokens to train on (0 = not set)
     tokens: jax.Array = float_field("training.tokens", _domains.interval(0.0, 1e18),
                                     unit="tokens", default=0.0)
+    # the chip's design (`chip.ChipDesign`) of a scenario with a [chip] table, whose
+    # system is `chip.to_system` of it (the step model reads the system only); None
+    # without one. Its float leaves are the `chip.*` knobs (`CHIP_KNOBS`)
+    chip: chip_lib.ChipDesign | None = None
 
     def checked(self) -> Scenario:
         """This scenario, its leaves guarded by `equinox.branched_error_if`: under
@@ -224,7 +228,10 @@ def knobs(scn: Scenario) -> tuple:
 
 
 def get_knob(scn: Scenario, name: str) -> jax.Array:
-    """The value of the float knob `name` (a scenario key, `knobs(scn)`) in `scn`."""
+    """The value of the float knob `name` (a scenario key, `knobs(scn)`, or a
+    `chip.*` key of a scenario with a [chip] table, `CHIP_KNOBS`) in `scn`."""
+    if name in CHIP_KNOBS:
+        return getattr(_design_of(scn, name), name.split(".", 1)[1])
     if name not in DOMAINS:
         raise ValueError(f"knob {name!r} is unknown; knobs are scenario keys such as "
                          "system.scale_out_bandwidth_Bps, parallel.tp, training.micro_batch")
@@ -238,11 +245,21 @@ def set_knobs(scn: Scenario, values: dict) -> Scenario:
     """A copy of `scn` with the float knobs in `values` replaced (jit/vmap/grad safe).
 
     Unless `parallel.dp` is among them, dp follows as system.gpus / (tp pp cp);
-    if it is, system.gpus follows as dp tp pp cp.
+    if it is, system.gpus follows as dp tp pp cp. On a scenario with a [chip]
+    table, a `chip.*` knob sets the design and the system follows it
+    (`chip.to_system`); the system keys the design sets are its fields
+    (`CHIP_ALIASES`: system.scale_out_bandwidth_Bps is chip.nic_Bps) or refused.
     """
+    values = {_chip_alias(scn, name): value for name, value in values.items()}
     for name, value in values.items():
         get_knob(scn, name)
-        scn = eqx.tree_at(_getter(name), scn, jnp.asarray(value, dtype=float))
+        if name in CHIP_KNOBS:
+            scn = eqx.tree_at(lambda s, n=name: getattr(s.chip, n.split(".", 1)[1]), scn,
+                              jnp.asarray(value, dtype=float))
+        else:
+            scn = eqx.tree_at(_getter(name), scn, jnp.asarray(value, dtype=float))
+    if any(name in CHIP_KNOBS for name in values):
+        scn = eqx.tree_at(lambda s: s.system, scn, chip_lib.to_system(scn.chip, scn.system))
     p = scn.plan
     if "parallel.dp" in values:
         scn = eqx.tree_at(lambda s: s.system.gpus, scn, p.dp * p.tp * p.pp * p.cp)
@@ -250,6 +267,40 @@ def set_knobs(scn: Scenario, values: dict) -> Scenario:
         scn = eqx.tree_at(lambda s: s.plan.dp, scn,
                           data_parallel(scn.system.gpus, p.tp, p.pp, p.cp))
     return scn
+
+
+# ------------------------------------------------------------- chip knobs
+# the float fields of `chip.ChipDesign` (declared there: `CHIP_KEYS`), knobs of a
+# scenario with a [chip] table; the system keys the design sets that are one of
+# its fields under another name (the others, `_SET_BY_CHIP`, follow from several)
+CHIP_ALIASES = {"system.scale_out_bandwidth_Bps": "chip.nic_Bps",
+                "system.scale_up_bandwidth_Bps": "chip.scale_up_Bps",
+                "system.peak_flops_per_s": "chip.peak_flops_per_s"}
+
+
+def _design_of(scn: Scenario, name: str) -> chip_lib.ChipDesign:
+    if scn.chip is None:
+        raise ValueError(f"{name} is a knob of a scenario with a [chip] table (docs/chip.md); "
+                         "this one has none: give one, e.g. --set chip.part='H100 SXM5'")
+    return scn.chip
+
+
+def _chip_alias(scn: Scenario, name: str) -> str:
+    """The `chip.*` knob a system key is on a scenario with a [chip] table
+    (`CHIP_ALIASES`); a system key the design sets from several fields is refused."""
+    if scn.chip is None or not name.startswith("system."):
+        return name
+    if name in CHIP_ALIASES:
+        return CHIP_ALIASES[name]
+    if name.split(".", 1)[1] in _SET_BY_CHIP:
+        raise ValueError(f"{name} follows from the [chip] table's design (chip.to_system): "
+                         "vary its chip.* knobs instead")
+    return name
+
+
+def chip_domain(name: str) -> _domains.Domain:
+    """The domain of the `chip.*` knob `name` (its `chip.ChipDesign` field's)."""
+    return CHIP_KEYS[name].domain
 
 
 # ----------------------------------------------------------------- loading
@@ -354,7 +405,8 @@ def _coerce_any(section: str, key: str, value):
 
 # ----------------------------------------------------------------- the [chip] table
 # A chip's design variables (`chip.ChipDesign`, docs/chip.md) as a table of a
-# scenario, read when loading (not knobs of the step model's trace): given, the
+# scenario, read when loading and kept as `Scenario.chip` (its float fields are
+# the optimiser's `chip.*` knobs, `CHIP_KNOBS`; the step model reads the system): given, the
 # system's peaks, HBM capacity and bandwidth, board power and link bandwidths
 # are the design's (`chip.to_system`), the design built on the published part
 # of the system preset's chip (`chip.PART_OF_PRESET_CHIP`) or of `chip.part`.
@@ -363,6 +415,8 @@ CHIP_SECTION = "chip"
 CHIP_KEYS = {d.key: d for d in (_checks.declaration(f)
                                 for f in dataclasses.fields(chip_lib.ChipDesign))
              if d is not None}
+CHIP_KNOBS = tuple(k for k, d in CHIP_KEYS.items() if d.kind is float)
+CHIP_CHOICES = tuple(k for k, d in CHIP_KEYS.items() if d.kind is not float)
 # the [system] keys a [chip] table sets: given beside one, refused
 _SET_BY_CHIP = ("peak_flops_per_s", "peak_fp8_flops_per_s", "peak_fp32_flops_per_s", "hbm_bytes",
                 "hbm_Bps", "hbm_reserve_bytes", "scale_up_bandwidth_Bps",
@@ -399,8 +453,9 @@ def _coerce_chip(key: str, value):
     return float(value)
 
 
-def _chip_system(t: dict, system: System) -> System:
-    """`system` with the [chip] table's design (`chip.to_system`)."""
+def _chip_design(t: dict) -> chip_lib.ChipDesign:
+    """The [chip] table's design, on the published part of the system preset's
+    chip or of `chip.part`."""
     both = [f"system.{k}" for k in _SET_BY_CHIP if k in t["system"]]
     if both:
         raise ValueError(f"{both[0]} is set by the [chip] table's design; give one of them")
@@ -412,8 +467,7 @@ def _chip_system(t: dict, system: System) -> System:
         raise ValueError(f"[chip] on system.preset={preset!r}: its chip has no published "
                          "design to build on; set chip.part to one of "
                          f"{', '.join(p.name for p in chip_lib.PUBLISHED)}")
-    design = dataclasses.replace(chip_lib.published_design(part), **table)
-    return chip_lib.to_system(design, system)
+    return dataclasses.replace(chip_lib.published_design(part), **table)
 
 
 def _given(cls: type, t: dict, prefix: str = "") -> dict:
@@ -534,13 +588,16 @@ def from_tables(tables: dict, overrides=()) -> Scenario:
                              f"{DOMAINS['system.gpus'].describe()}")
         t["system"]["gpus"] = gpus
     system = _system(t, late)
+    design = None
     if t.get(CHIP_SECTION):
-        system = _chip_system(t, system)
+        design = _chip_design(t)
+        system = chip_lib.to_system(design, system)
     model = _model(t)
     plan = _plan(t, float(system.gpus))
     validate(plan, model, system.gpus)
     return Scenario(model=model, plan=plan, system=system,
-                    reliability=Reliability(**_given(Reliability, t)), **_given(Scenario, t))
+                    reliability=Reliability(**_given(Reliability, t)), **_given(Scenario, t),
+                    chip=design)
 
 
 def system_table(system: str) -> dict:

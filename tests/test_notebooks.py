@@ -35,6 +35,9 @@ EXPECTED = {
         "dgx-h100: step 4.266 ms = compute 3.218 ms + exposed communication 1.049 ms",
         "d log(step) / d log(scale-out bandwidth) = -0.131",
     )),
+    "07_next_chip.ipynb": (1, (
+        "10,800 designs; B200's design: 2.25 PFLOP/s, 8 stacks, $25,889, 1,125 W at full load",
+    )),
     "05_robust_codesign.ipynb": (1, (
         "nominal:                                      best dp 1024 (131,072 GPUs)",
         "0.9-quantile:                                 best dp 512 (65,536 GPUs)",

@@ -23,7 +23,9 @@ from ._convert import to_chip as to_chip
 from ._convert import to_system as to_system
 from ._convert import usd_per_gpu_hour as usd_per_gpu_hour
 from ._design import PART_OF_PRESET_CHIP as PART_OF_PRESET_CHIP
+from ._design import PHYSICAL_LIMITS as PHYSICAL_LIMITS
 from ._design import ChipDesign as ChipDesign
+from ._design import physical_limits as physical_limits
 from ._design import published_design as published_design
 from ._model import Area as Area
 from ._model import Cost as Cost
@@ -54,7 +56,7 @@ from ._published import checks_markdown as checks_markdown
 __all__ = [
     # design and its choices
     "ChipDesign", "Node", "NODES", "HbmGeneration", "HBM_GENERATIONS", "published_design",
-    "PublishedPart", "PUBLISHED", "PART_OF_PRESET_CHIP",
+    "PublishedPart", "PUBLISHED", "PART_OF_PRESET_CHIP", "PHYSICAL_LIMITS", "physical_limits",
     # area
     "Area", "area", "area_mm2", "die_mm2", "interposer_mm2", "max_hbm_stacks", "hbm_bytes",
     "hbm_Bps", "scale_up_lanes",

@@ -39,7 +39,8 @@ class ChipDesign(eqx.Module):
     the scale-up bandwidth (per GPU, per direction; its SerDes lanes follow);
     the NIC's (per direction); the logic dies (a count, relaxed: the logic is
     split evenly over them); the gross margin on the part, the volume the NRE
-    is spread over and the design's own NRE. Static: the process `node`
+    is spread over, the design's own NRE and the HBM's price relative to its
+    generation's. Static: the process `node`
     (`_constants.NODES`) and the `hbm` generation (`_constants.HBM_GENERATIONS`).
 
     The physical domain, checked on every construction with concrete values:
@@ -79,6 +80,10 @@ class ChipDesign(eqx.Module):
     design_nre_usd: jax.Array = float_field("chip.design_nre_usd", interval(0.0, 1e11),
                                             unit="USD", scenario=False,
                                             default=DESIGN_NRE_USD)
+    # the HBM's price relative to its generation's (`_constants.HBM_GENERATIONS`,
+    # analysts' figures): 1 is theirs; what a co-design asks when HBM gets dearer
+    hbm_price_factor: jax.Array = float_field("chip.hbm_price_factor", interval(0.01, 100.0),
+                                              scenario=False, default=1.0)
     node: str = static_field("chip.node", str, choices=tuple(k.NODES), default=_H100.node)
     hbm: str = static_field("chip.hbm", str, choices=tuple(k.HBM_GENERATIONS),
                             default=_H100.hbm)
@@ -127,6 +132,27 @@ def check_domain(design: ChipDesign) -> None:
         raise ValueError(f"chip.peak_flops_per_s={_one(design.peak_flops_per_s):.6g} draws "
                          f"{watts:,.0f} W at full load with its HBM and links, above the "
                          f"{k.MAX_BOARD_POWER_W:,.0f} W a board carries")
+
+
+# the physical domain across fields as ratios a design must keep at most 1
+# (`physical_limits`): what `check_domain` refuses, in the optimiser's terms
+PHYSICAL_LIMITS = ("chip.hbm_pin_bits_per_s", "chip.hbm_stacks", "chip.dies",
+                   "chip.interposer", "chip.board_power")
+
+
+def physical_limits(design: ChipDesign) -> tuple:
+    """(value, bound) of each cross-field limit of `check_domain` in the order of
+    `PHYSICAL_LIMITS` (jnp, traced or not): the pin rate against the
+    generation's fastest, the stacks against what the logic's edges carry,
+    the logic per die against the reticle, the interposer against the largest
+    CoWoS, full-load board power against `MAX_BOARD_POWER_W`. The optimiser
+    (`codesign.optimize`) keeps each value / bound <= 1 as a constraint."""
+    gen = k.HBM_GENERATIONS[design.hbm]
+    return ((design.hbm_pin_bits_per_s, gen.max_pin_bits_per_s),
+            (design.hbm_stacks, _model.max_hbm_stacks(design)),
+            (_model.area_mm2(design) / design.dies, k.RETICLE_MM2),
+            (_model.interposer_mm2(design), k.MAX_INTERPOSER_MM2),
+            (_model.board_power_w(design), k.MAX_BOARD_POWER_W))
 
 
 # the published part (`_constants.PUBLISHED`) of a preset's chip name (`presets`):

@@ -189,7 +189,7 @@ def cost(design) -> Cost:
     node = node_of(design)
     die = die_mm2(design)
     logic = design.dies * node.wafer_usd / (dies_per_wafer(die) * die_yield(die, node))
-    hbm = hbm_bytes(design) * hbm_of(design).usd_per_byte
+    hbm = hbm_bytes(design) * hbm_of(design).usd_per_byte * design.hbm_price_factor
     packaging = interposer_mm2(design) * fitted().packaging_usd_per_mm2
     return Cost(logic, hbm, packaging, jnp.full_like(logic, k.TEST_USD))
 

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from .. import (
+    chip,
     economics,
     hardware,
     memory,
@@ -52,9 +53,11 @@ def add_arguments(parser, name):
     parser.add_argument("--objective", default="step_time", choices=tuple(optimize.OBJECTIVES))
     limits = parser.add_mutually_exclusive_group()
     limits.add_argument("--budget-usd", type=float, metavar="X",
-                        help="limit on the cost to train in dollars")
+                        help="limit on the cost to train in dollars (with chip.* knobs: "
+                        "GPU-hours at the chip design's own price and energy)")
     limits.add_argument("--budget-w", type=float, metavar="X",
-                        help="limit on GPU board power + scale-out fabric power in watts")
+                        help="limit on GPU board power + scale-out fabric power in watts "
+                        "(with chip.* knobs: the design's board power x GPUs x PUE)")
     parser.add_argument("--max-gpus", type=float, metavar="N", help="limit on system.gpus")
     parser.add_argument("--method", default="gradient", choices=("gradient", "grid"))
     parser.add_argument("--grid-points", type=int, default=16, metavar="N",
@@ -162,7 +165,7 @@ def parse_vary(items) -> tuple[list[str], dict]:
                         f"--vary {part.strip()!r}: only a categorical key takes choices "
                         "(KEY=A|B: parallel.schedule, system.preset, ...); " + (
                             f"{key} is a number: give its range with --bounds {key}=LO:HI"
-                            if key in sc.KEYS else f"{key} is not one; they are "
+                            if key in sc.KEYS or key in sc.CHIP_KNOBS else f"{key} is not one; they are "
                             f"{', '.join(optimize.CATEGORICAL)}"))
                 given[key] = options.split("|")
     return keys, given
@@ -336,6 +339,11 @@ def run(args, name) -> int:
     scn = sc.load(args.scenario, args.set, system=args.system)
     labels = sc.labels(args.scenario, args.set, system=args.system)
     keys, given = parse_vary(args.vary)
+    part = chip.PART_OF_PRESET_CHIP.get(labels.system.chip)
+    if scn.chip is None and part and any(k.startswith("chip.") for k in keys):
+        # a chip knob varies the design of the preset's chip: its [chip] table
+        args.set = [*args.set, f"chip.part={part}"]
+        scn = sc.load(args.scenario, args.set, system=args.system)
     categorical = [k for k in keys if k in optimize.CATEGORICAL]
     load = lambda extra: sc.load(args.scenario, [*args.set, *extra],  # noqa: E731
                                  system=args.system)
@@ -396,8 +404,9 @@ def run(args, name) -> int:
         if drawn:
             print(f"codesign {name}: nothing feasible to draw: --plot and --report not written",
                   file=sys.stderr)
-        print(f"codesign {name}: no feasible design within the bounds and limits "
-              "(exit code 3)", file=sys.stderr)
+        print(f"codesign {name}: no feasible design within the bounds and limits"
+              f"{_cheapest(args, prob if not categorical else None, r)} (exit code 3)",
+              file=sys.stderr)
         return INFEASIBLE
     if drawn:
         heatmap, title = _heatmap(scn, labels, r, points)
@@ -411,6 +420,27 @@ def run(args, name) -> int:
             lines=(_output.made_by(f"codesign optimize {_output.scenario_words(args)} "
                                    f"--method {args.method}"),)))
     return 0
+
+
+def _cheapest(args, prob, r: optimize.Result) -> str:
+    """What the budget set is against: under --budget-usd the cheapest design's
+    cost to train (the same search minimising the cost, budget lifted; at a
+    categorical search, the least-violating design's), under --budget-w the
+    least-violating design's power; "" without a budget."""
+    if args.budget_usd is not None:
+        cost = r.metrics.get("cost_to_train_usd", math.nan)
+        if prob is not None and float(prob.scenario.tokens) > 0:
+            cheap = prob.with_limits(objective="cost_to_train_usd", budget_usd=None)
+            c = (optimize.optimize(cheap, starts=args.starts, steps=args.steps, seed=args.seed)
+                 if args.method == "gradient" else
+                 optimize.grid_search(cheap, grid_points=args.grid_points, progress=False))
+            cost = c.value if c.feasible else cost
+        what = "the cheapest design" if prob is not None else "the least-violating design"
+        return f": {what} costs ${cost:,.0f} to train (--budget-usd={args.budget_usd:,.0f})"
+    if args.budget_w is not None:
+        return (f": the least-violating design draws {r.metrics.get('power_w', math.nan):,.0f} W"
+                f" (--budget-w={args.budget_w:,.0f})")
+    return ""
 
 
 def _print_text(args, scn, labels, r: optimize.Result, here: dict, rob, cmp) -> None:

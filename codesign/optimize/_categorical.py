@@ -2,8 +2,9 @@
 choice, not a number (`CATEGORICAL`: every declared key that is not a float:
 parallel.zero, training.recompute, parallel.schedule, training.dtype and the
 precision parts, system.placement, parallel.sequence_parallel, system.topology,
-..., and `system.preset`, the hardware preset the scenario's system starts
-from: its choices `presets.PRESET_NAMES`). Each combination of choices is
+..., `system.preset`, the hardware preset the scenario's system starts
+from: its choices `presets.PRESET_NAMES`, and the chip design's process node
+and HBM generation, `chip.node` and `chip.hbm`). Each combination of choices is
 another static structure (another compiled program, another strategy pytree,
 another system's numbers), so the product of the choices is
 enumerated outside: each combination is the scenario loaded with those keys
@@ -17,12 +18,13 @@ skipped, with its reason; when every one is, `NoValidChoice`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
 import time
 
-from .. import plan, presets
+from .. import chip, plan, presets
 from .. import scenario as sc
 from .._progress import Progress
 from ._gradient import optimize
@@ -37,8 +39,15 @@ MAX_COMBINATIONS = 32
 # the system preset (a loader key, not a declared one): each choice loads the
 # scenario on that preset's system, the scenario's own [system] keys and --set on top
 PRESET = "system.preset"
-# every declared scenario key that is not a number, and the system preset
-CATEGORICAL = (*(k for k, w in sc.KEYS.items() if w.declaration.kind is not float), PRESET)
+# every declared scenario key that is not a number, the system preset, and the
+# chip design's choices (`scenario.CHIP_CHOICES`: chip.node, chip.hbm; each choice
+# loads the scenario with that [chip] key set)
+CATEGORICAL = (*(k for k, w in sc.KEYS.items() if w.declaration.kind is not float), PRESET,
+               *sc.CHIP_CHOICES)
+
+
+def _declaration(key: str):
+    return sc.CHIP_KEYS[key] if key in sc.CHIP_CHOICES else sc.KEYS[key].declaration
 
 
 class NoValidChoice(ValueError):
@@ -55,7 +64,7 @@ def choices_of(key: str) -> tuple:
                          f"{', '.join(CATEGORICAL)}")
     if key == PRESET:
         return presets.PRESET_NAMES
-    decl = sc.KEYS[key].declaration
+    decl = _declaration(key)
     if decl.choices is not None:
         return decl.choices
     if decl.kind is bool:
@@ -68,7 +77,7 @@ def choices_of(key: str) -> tuple:
 def parse_choice(key: str, value):
     """One choice of `key` from its text (`--vary parallel.zero=0|1`: "0") or as
     it is, checked: a one-line ValueError naming the key, the value and the choices."""
-    kind = str if key == PRESET else sc.KEYS[key].declaration.kind
+    kind = str if key == PRESET else _declaration(key).kind
     if isinstance(value, str):
         text = value.strip()
         value = {"true": True, "false": False}.get(text.lower(), text) if kind is bool else text
@@ -94,11 +103,21 @@ def _text(value) -> str:
 
 def scenario_choice(scn: sc.Scenario, key: str, labels: sc.Labels | None = None):
     """The scenario's own choice of the categorical key `key`, as `--set` takes it
-    (`system.preset`'s from the scenario's `labels`: the pytree holds numbers)."""
+    (`system.preset`'s from the scenario's `labels`: the pytree holds numbers; a
+    chip choice's from the scenario's design, or without a [chip] table the
+    design one would build on: the preset's published part, else the default)."""
     if key == PRESET:
         if labels is None:
             raise ValueError(f"{PRESET}: the scenario's labels are needed to read it")
         return labels.system.preset
+    if key in sc.CHIP_CHOICES:  # without a [chip] table: the design one would start from
+        field = key.split(".", 1)[1]
+        if scn.chip is not None:
+            return getattr(scn.chip, field)
+        part = None if labels is None else chip.PART_OF_PRESET_CHIP.get(labels.system.chip)
+        if part is not None:
+            return getattr(chip.published_design(part), field)
+        return next(f.default for f in dataclasses.fields(chip.ChipDesign) if f.name == field)
     value = functools.reduce(getattr, sc.KEYS[key].path, scn)
     if hasattr(value, "name"):  # a strategy
         return value.name

@@ -15,13 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import chip as chip_lib
 from .. import economics, plan, step
 from .. import scenario as sc
 from .._compile import compiled
 from ..economics import Assumptions
 from ..relax import safe_log
 from ..scenario import Scenario
-from ._problem import LIMITS, OBJECTIVES, Core, Problem, apply, to_values
+from ._problem import LIMITS, OBJECTIVES, Core, Problem, apply, domain, to_values
 
 MU_END = 1e4  # the penalty weight at the end of the descent, and the exact evaluation's
 CHUNK = 1024  # points per vmapped exact evaluation (candidate sets pad to it)
@@ -29,18 +30,31 @@ CHUNK_EVALUATIONS = 1 << 10  # at most this many model evaluations per chunk (ro
 _LIMITED = {"budget_usd": "cost_to_train_usd", "budget_w": "power_w", "max_gpus": "gpus"}
 
 
-def metrics(scn: Scenario, a: Assumptions, t=0.0) -> dict:
+def metrics(scn: Scenario, a: Assumptions, t=0.0, ownership=None) -> dict:
     """The objectives and constraint quantities of one scenario (jnp scalars);
     the dollars and watts are `economics`' under the problem's assumptions `a`
-    (the estimate is priced with them). Without the traced domain check: the
+    (the estimate is priced with them). On a scenario with a chip design
+    (`Scenario.chip`, priced under `ownership`) a GPU-hour costs the design's
+    (`chip.to_assumptions`: its price depreciated, its energy) and the power is
+    the facility's: the design's board power at the step's hardware FLOP
+    utilisation (HBM and links at full load: the step reports no utilisation
+    of them, so an upper bound) x GPUs x PUE, plus the scale-out fabric's
+    (`economics.fabric_power_w`). Without the traced domain check: the
     problem's bounds were checked against the domains when it was built
     (`problem`), and a program without its host callback is stored by the
     persistent compilation cache, so a second `codesign optimize` of the same
     problem skips compiling."""
+    if scn.chip is not None:
+        a = chip_lib.to_assumptions(scn.chip, a, ownership)
     est = step.estimate(scn, t, a, check=False)
     out = step.outputs(est)
     s = scn.system
-    power = economics.power_w(s, est.fabric, a)
+    if scn.chip is None:
+        power = economics.power_w(s, est.fabric, a)
+    else:
+        board = chip_lib.board_power_w(scn.chip, jnp.clip(out["hfu_gemm_peak"], 0.0, 1.0))
+        power = (board * s.gpus * ownership.pue
+                 + economics.fabric_power_w(s, est.fabric, a))
     capex = est.fabric_capex_usd
     return {
         "step_time_s": out["step_time_s"], "tokens_per_s": out["tokens_per_s"],
@@ -65,7 +79,7 @@ def perturbed(scn: Scenario, uncertain: tuple, factors: jax.Array) -> Scenario:
     """`scn` with each uncertain constant (U names) times its factor (U,),
     clipped to the constant's domain (an efficiency stays in (0, 1])."""
     for i, name in enumerate(uncertain):
-        d = sc.DOMAINS[name]
+        d = domain(name)
         value = jnp.clip(sc.get_knob(scn, name) * factors[i], d.lo, d.hi)
         scn = eqx.tree_at(lambda s, n=name: sc.get_knob(s, n), scn, value)
     return scn
@@ -89,9 +103,9 @@ def problem_metrics(core: Core, scn: Scenario, t=0.0) -> dict:
     problem each metric's `statistic` over the samples of the uncertain
     constants (vmapped; what does not depend on them is computed once)."""
     if core.uncertain is None:
-        return metrics(scn, core.assumptions, t)
+        return metrics(scn, core.assumptions, t, core.ownership)
     per = jax.vmap(lambda f: metrics(perturbed(scn, core.uncertain, f), core.assumptions,
-                                     t))(core.factors)
+                                     t, core.ownership))(core.factors)
     return {k: statistic(v, core.weights, k in HIGHER_IS_BETTER)
             for k, v in per.items()}
 
@@ -114,12 +128,28 @@ def _constraint_terms(core: Core, scn: Scenario, m: dict, limits: tuple) -> list
         _log_ratio(m["memory_bytes_per_gpu"], m["memory_capacity_bytes"]),
         *(_log_ratio(m[_LIMITED[n]], core.limits[i]) for i, n in enumerate(LIMITS)
           if n in limits),
+        *_chip_terms(scn),
         _log_ratio(1.0, p.dp),
         _log_ratio(p.dp * p.micro_batch, p.global_batch),
         _log_ratio(p.ep * p.expert_tp, p.tp * p.cp * p.dp),
         _log_ratio(p.pp * p.interleave, model.layers),
         _log_ratio(scn.system.scale_up_domain, scn.system.gpus),
     ]
+
+
+def _chip_terms(scn: Scenario) -> list:
+    """The chip design's physical domain across fields (`chip.physical_limits`:
+    pins, stacks on the edges, dies within the reticle, interposer, board
+    power) as log-ratio constraints; none without a design."""
+    if scn.chip is None:
+        return []
+    return [_log_ratio(v, bound) for v, bound in chip_lib.physical_limits(scn.chip)]
+
+
+def _measured(scn: Scenario, limits: tuple) -> int:
+    """How many of `_constraint_terms` are measured (memory, the limits, the
+    chip's physical domain); the rest are exact integer rules."""
+    return 1 + len(limits) + (0 if scn.chip is None else len(chip_lib.PHYSICAL_LIMITS))
 
 
 def structurally_feasible(scn: Scenario) -> jax.Array:
@@ -193,15 +223,17 @@ def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple,
     held fixed across a block of the grid) keeps what is computed from it
     alone out of the batch. `near` is True where a measured constraint (memory,
     the limits set: the first 1 + len(limits) terms; the others are exact
-    integer rules) is within `near_tol` of its bound (log ratio), so that a
+    integer rules; with a chip design, its physical domain's terms follow the
+    limits) is within `near_tol` of its bound (log ratio), so that a
     lower precision could have decided it either way."""
     scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
     m = problem_metrics(core, scn)
     g = jnp.stack(_constraint_terms(core, scn, m, limits))
     structural = _structural_point(core, scn, values)
     feasible = structural & jnp.all(g <= 1e-12)
-    measured = g[:1 + len(limits)]
-    near = structural & jnp.all(g[1 + len(limits):] <= 1e-12) & jnp.any(
+    n = _measured(scn, limits)
+    measured = g[:n]
+    near = structural & jnp.all(g[n:] <= 1e-12) & jnp.any(
         jnp.abs(measured) <= near_tol)
     return tuple(m[k] for k in outputs), feasible, near
 

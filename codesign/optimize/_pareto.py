@@ -86,7 +86,8 @@ def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_us
     points, so memory stays flat. Equal to `non_dominated` over every feasible
     point (ties to the first in the grid's C order). `progress` draws a bar
     on stderr."""
-    names = tuple(jax.eval_shape(lambda: metrics(prob.scenario, prob.core.assumptions)))
+    names = tuple(jax.eval_shape(lambda: metrics(prob.scenario, prob.core.assumptions,
+                                                  ownership=prob.core.ownership)))
     for field, metric in (("a", a), ("b", b)):
         if metric not in names:
             raise ValueError(f"{field}={metric!r} is not a metric; metrics are "

@@ -16,12 +16,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _domains, plan, step
+from .. import chip as chip_lib
 from .. import scenario as sc
 from ..economics import Assumptions
 from ..scenario import Scenario
 
 # the knobs whose declared domain is integers (`scenario.DOMAINS`)
-INTEGER_KNOBS = frozenset(k for k, d in sc.DOMAINS.items() if d.integer)
+# the knobs whose declared domain is integers (`scenario.DOMAINS`), and the chip's
+# counts (HBM stacks, logic dies: relaxed in the gradient method, integers on the grid)
+INTEGER_KNOBS = frozenset(k for k, d in sc.DOMAINS.items() if d.integer) | {
+    "chip.hbm_stacks", "chip.dies"}
+
+
+def domain(name: str) -> _domains.Domain:
+    """The declared domain of a knob: a scenario key's, or a `chip.*` field's."""
+    return sc.chip_domain(name) if name in sc.CHIP_KNOBS else sc.DOMAINS[name]
 # name -> (metric, goal): goal +1 minimises, -1 maximises
 OBJECTIVES = {
     "step_time": ("step_time_s", 1.0),
@@ -85,6 +94,9 @@ class Core(eqx.Module):
     uncertain: tuple | None = eqx.field(static=True, default=None)
     factors: jax.Array | None = None
     weights: jax.Array | None = None
+    # a scenario with a chip design (`scenario.Scenario.chip`): what turns its
+    # price and power into a GPU-hour and facility watts (`chip.Ownership`); None without
+    ownership: chip_lib.Ownership | None = None
 
     @property
     def samples(self) -> int:
@@ -178,9 +190,12 @@ def default_bounds(scn: Scenario, name: str) -> tuple[float, float]:
     if v <= 0:
         raise ValueError(f"{name}={v:g} in the scenario: give `bounds` {name}=LO:HI "
                          "(no default range around 0)")
+    if name in sc.CHIP_KNOBS and name in INTEGER_KNOBS:  # a count within its domain
+        d = domain(name)
+        return max(d.lo, math.floor(v / 8)), min(math.ceil(v * 8), d.hi)
     if name in INTEGER_KNOBS:
         return max(1.0, math.floor(v / 8)), min(math.ceil(v * 8), _structural_cap(scn, name))
-    return sc.DOMAINS[name].clip(v / 4, v * 4)
+    return domain(name).clip(v / 4, v * 4)
 
 
 def _reads(rule: plan.Rule, varied: tuple[str, ...]) -> set:
@@ -200,6 +215,8 @@ def admissible_values(scn: Scenario, name: str, lo: float, hi: float,
     admissible iff every rule of `plan.RULES` that reads the knob and no other
     varied knob holds."""
     v = np.arange(math.ceil(lo - 1e-9), math.floor(hi + 1e-9) + 1, dtype=float)
+    if name in sc.CHIP_KNOBS:  # no structural rule reads the chip
+        return v
     values = {name: v}
     if "parallel.dp" in varied and name != "parallel.dp":  # system.gpus follows dp
         values["parallel.dp"] = sc.get_knob(scn, "parallel.dp")
@@ -222,28 +239,39 @@ def _parse_bounds(bounds) -> dict:
         lo, hi = (float(x) for x in pair)
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo < 0 or hi <= lo:
             raise ValueError(f"bounds {name}={lo:g}:{hi:g} must satisfy 0 <= LO < HI")
-        if name in sc.DOMAINS:
-            _domains.check_range(name, sc.DOMAINS[name], lo, hi)
+        if name in sc.DOMAINS or name in sc.CHIP_KNOBS:
+            _domains.check_range(name, domain(name), lo, hi)
         out[name] = (lo, hi)
     return out
 
 
 def problem(scn: Scenario, vary, bounds=None, objective: str = "step_time", *,
             budget_usd=None, budget_w=None, max_gpus=None,
-            assumptions: Assumptions | None = None) -> Problem:
+            assumptions: Assumptions | None = None,
+            ownership: chip_lib.Ownership | None = None) -> Problem:
     """A co-design problem on `scn`: vary the knobs `vary` (scenario keys) within
     `bounds` ({knob: (lo, hi)}, default `default_bounds`) to optimise `objective`
-    under the limits given (None: no limit)."""
+    under the limits given (None: no limit).
+
+    On a scenario with a chip design (a [chip] table: `scenario.Scenario.chip`)
+    the `chip.*` keys are knobs too (HBM stacks and dies counts), the
+    GPU-hour is the design's (`chip.usd_per_gpu_hour` under `ownership`,
+    default `chip.Ownership()`: its price depreciated plus its energy), the
+    power `budget_w` limits is the facility's (board power at the step's
+    hardware FLOP utilisation x GPUs x PUE, plus the fabric's) and the
+    design's physical domain across fields (`chip.physical_limits`) is kept
+    as constraints."""
     vary = tuple(dict.fromkeys(vary))
     if not vary:
         raise ValueError("vary=() names no knob; give at least one scenario key")
     return build(scn, vary, bounds, objective, budget_usd=budget_usd, budget_w=budget_w,
-                 max_gpus=max_gpus, assumptions=assumptions)
+                 max_gpus=max_gpus, assumptions=assumptions, ownership=ownership)
 
 
 def build(scn: Scenario, vary: tuple, bounds=None, objective: str = "step_time", *,
           budget_usd=None, budget_w=None, max_gpus=None,
-          assumptions: Assumptions | None = None) -> Problem:
+          assumptions: Assumptions | None = None,
+          ownership: chip_lib.Ownership | None = None) -> Problem:
     """`problem`, where `vary` may be empty: the scenario alone, evaluated as it
     is (what `_categorical` solves at a combination of choices when no number
     is varied)."""
@@ -280,7 +308,11 @@ def build(scn: Scenario, vary: tuple, bounds=None, objective: str = "step_time",
     goal, limit = _objective_index(objective), _limit_array(limits)
     box = (jnp.asarray([getattr(k, n) for k in knobs], dtype=float)
            for n in ("lo", "hi", "log", "integer"))
-    core = Core(scn, a, *box, goal, limit, coords=vary)
+    if scn.chip is not None:
+        ownership = ownership or chip_lib.Ownership()
+    elif ownership is not None:
+        raise ValueError("ownership prices a chip design; the scenario has no [chip] table")
+    core = Core(scn, a, *box, goal, limit, coords=vary, ownership=ownership)
     return Problem(core, tuple(knobs), tuple(admissible), objective,
                    {n: float(v) for n, v in limits.items()})
 
