@@ -251,7 +251,8 @@ def step_stack(breakdown_s: dict, *, interval_s=None, title: str = "", path=None
     """The step time as one horizontal bar stacked from its parts (`breakdown_s`:
     a part's name -> seconds, in the order given; parts of zero time are left
     out, each other's seconds and share in the legend), with the estimate's
-    interval `interval_s` = (lo, hi) as a bracket around the bar's end when given."""
+    interval `interval_s` = (lo, hi) as a bracket from lo to hi above the bar (wherever it
+    lies: below the estimate where validate's rows ran faster than predicted) when given."""
     fig, ax = _pyplot().subplots(figsize=(10, 2.9))
     total = sum(float(v) for v in breakdown_s.values())
     colors = matplotlib.colormaps["tab10"].colors
@@ -264,13 +265,18 @@ def step_stack(breakdown_s: dict, *, interval_s=None, title: str = "", path=None
         ax.barh([0], [t], left=left, height=0.5, color=colors[i % len(colors)],
                 edgecolor="white", linewidth=0.5, label=f"{k} {t:.3g} s ({share:.1%})")
         left += t
-    if interval_s is not None:
-        lo, hi = (float(v) for v in interval_s)
-        ax.errorbar([total], [0], xerr=[[total - lo], [hi - total]], fmt="none", ecolor="k",
-                    elinewidth=1.5, capsize=8, capthick=1.5, label=f"interval {lo:.3g}-{hi:.3g} s")
+    if interval_s is not None:  # a bracket from lo to hi, wherever it lies (below the
+        lo, hi = sorted(float(v) for v in interval_s)  # estimate: the rows ran faster)
+        y = 0.4
+        ax.plot([lo, hi], [y, y], color="k", lw=1.5,
+                label=f"interval {lo:.3g}-{hi:.3g} s ({lo / total if total else 0:.2f}-"
+                      f"{hi / total if total else 0:.2f} x the estimate)")
+        ax.vlines([lo, hi], y - 0.08, y + 0.08, color="k", lw=1.5)
+        ax.plot([total], [y], "kv", ms=6, label=f"estimate {total:.3g} s")
     ax.set_yticks([])
     ax.set_ylim(-0.6, 0.6)
-    ax.set_xlim(0, max([total] + ([] if interval_s is None else [float(interval_s[1])])) * 1.04)
+    ax.set_xlim(0, max([total] + ([] if interval_s is None else [float(v) for v in interval_s]))
+                * 1.04)
     ax.set_xlabel("time per step (s)")
     ax.set_title(title or f"step time {total:.3g} s by part")
     ax.grid(True, axis="x", alpha=0.3)

@@ -220,3 +220,21 @@ def test_page_pieces_escape_text_and_close_their_figures():
     page = report.page("t", [report.section("s <1>", part, cells)], lines=("made",))
     assert page.startswith("<!DOCTYPE html>") and 'data-figures="1"' in page
     assert "<h2>s &lt;1&gt;</h2>" in page
+
+
+def test_a_tpu_report_draws_an_interval_below_its_estimate_as_it_is(tmp_path, capsys):
+    """validate's TPU rows ran faster than predicted: the interval lies wholly
+    below the estimate; the page draws it as a bracket from lo to hi and says so."""
+    page_path = tmp_path / "tpu.html"
+    argv = ["--set", "system.preset=tpu-v5p"]
+    out = _run(capsys, "report", *argv, "--out", str(page_path)).out
+    assert "5 figures" in out
+    page = page_path.read_text()
+    _self_contained(page, 5)
+    estimate = _run(capsys, "estimate", *argv).out
+    step = float(re.search(r"^step time +([\d.]+) s", estimate, re.M).group(1))
+    lo, hi = (float(v) for v in re.search(r"68% interval +([\d.]+)-([\d.]+) s", estimate).groups())
+    assert lo < hi < step
+    said = f"{lo / step:.2f}-{hi / step:.2f} x the estimate: validate&#x27;s tpu rows ran faster"
+    assert said in page and html.unescape(said) in estimate
+    assert html.escape(estimate.rstrip()) in page

@@ -116,6 +116,24 @@ def interval_source(i: dict) -> str:
     return f"validate's {i['rows']} rows, {few} {i['family']} row{'' if n == 1 else 's'}"
 
 
+def interval_ratio(out: dict) -> str:
+    """The interval as a multiple of the estimate, and, where the estimate lies
+    outside it (validate's rows of the family all ran faster, or all slower,
+    than predicted), which way: "0.82-0.99 x the estimate: validate's tpu rows
+    ran faster than predicted"."""
+    lo, hi = out["step_time_s_interval"]
+    step = out["step_time_s"]
+    words = f"{lo / step:.2f}-{hi / step:.2f} x the estimate" if step > 0 else ""
+    i = out["interval"]
+    rows = (f"validate's {i['family']} rows" if i["rows_family"] != "all"
+            else "validate's rows")
+    if step > 0 and hi < step:
+        return f"{words}: {rows} ran faster than predicted"
+    if step > 0 and lo > step:
+        return f"{words}: {rows} ran slower than predicted"
+    return words
+
+
 def print_traffic(rows):
     print(f"{'dim':<4} {'collective':<15} {'tier':<19} {'ranks':>5} {'message':>10} "
           f"{'count':>9} {'crit':>4} {'time_s':>9} {'exposed_s':>9}")
@@ -153,8 +171,10 @@ def print_estimate(scn, labels, out):
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
     if "step_time_s_interval" in out:
         lo, hi = out["step_time_s_interval"]
+        ratio = interval_ratio(out)
+        outside = f" ({ratio})" if "predicted" in ratio else ""  # the estimate outside it
         print(f"  {out['interval']['coverage']:.0%} interval   {lo:.3f}-{hi:.3f} s, from "
-              f"{interval_source(out['interval'])}")
+              f"{interval_source(out['interval'])}{outside}")
     else:
         print(f"  interval       none: {out['interval']['none']}")
     for k, v in out["breakdown_s"].items():

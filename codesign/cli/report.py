@@ -17,6 +17,7 @@ from .estimate import (
     MEMORY_PARTS,
     estimate_json,
     evaluate,
+    interval_ratio,
     interval_source,
     intervals_json,
     print_estimate,
@@ -51,7 +52,8 @@ def _interval_line(out: dict) -> str:
         return f"no interval: {out['interval']['none']}"
     lo, hi = out["step_time_s_interval"]
     return (f"{out['interval']['coverage']:.0%} interval of the step time {lo:.3f}-{hi:.3f} s "
-            f"(estimate {out['step_time_s']:.3f} s), from {interval_source(out['interval'])}")
+            f"(estimate {out['step_time_s']:.3f} s; {interval_ratio(out)}), from "
+            f"{interval_source(out['interval'])}")
 
 
 def _step_section(plots, out: dict, title: str):
