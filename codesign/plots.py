@@ -190,7 +190,7 @@ def pareto(cost_usd, time_s, front_cost_usd=(), front_time_s=(), *, grid_front=N
 def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: float, *,
                        title: str = "", path=None, dpi: int = 150):
     """Two panels: the step time by part (horizontal bars, seconds, with each
-    part's share) and the memory per GPU by part (one stacked bar, GB) against
+    part's share) and the memory per GPU by part (one stacked bar, GiB) against
     the HBM capacity (a dashed line). `breakdown_s` and `memory_bytes` map a
     part's name to its value."""
     fig, (left, right) = _pyplot().subplots(1, 2, figsize=(11, 4.2),
@@ -218,26 +218,29 @@ def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: fl
 
 
 def _memory_panel(ax, memory_bytes: dict, capacity_bytes: float) -> None:
-    """One stacked bar of the memory per GPU by part (GB) against the HBM
-    capacity (a dashed line), titled with the total and whether it fits."""
+    """One stacked bar of the memory per GPU by part (GiB = 2^30 bytes, the unit
+    of the CLI's tables) against the HBM capacity (a dashed line), titled with
+    the total and whether it fits."""
+    from .units import GiB
+
     bottom = 0.0
     colors = matplotlib.colormaps["tab10"].colors
     for i, (k, v) in enumerate(memory_bytes.items()):
-        gb = float(v) / 1e9
-        ax.bar(["memory per GPU"], [gb], bottom=bottom, color=colors[i % len(colors)],
-               label=f"{k} {gb:.3g} GB")
-        bottom += gb
-    capacity_gb = float(capacity_bytes) / 1e9
-    ax.axhline(capacity_gb, color="k", ls="--", label=f"capacity {capacity_gb:.3g} GB")
-    ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
-    ax.set_ylim(0, max(bottom, capacity_gb) * 1.15)
-    fits = "fits" if bottom <= capacity_gb else "DOES NOT FIT"
-    ax.set_title(f"memory {bottom:.3g} of {capacity_gb:.3g} GB ({fits})")
+        gib = float(v) / GiB
+        ax.bar(["memory per GPU"], [gib], bottom=bottom, color=colors[i % len(colors)],
+               label=f"{k} {gib:.4g} GiB")
+        bottom += gib
+    capacity_gib = float(capacity_bytes) / GiB
+    ax.axhline(capacity_gib, color="k", ls="--", label=f"capacity {capacity_gib:.4g} GiB")
+    ax.set_ylabel("memory per GPU (GiB = 2^30 bytes)")
+    ax.set_ylim(0, max(bottom, capacity_gib) * 1.15)
+    fits = "fits" if bottom <= capacity_gib else "DOES NOT FIT"
+    ax.set_title(f"memory {bottom:.4g} of {capacity_gib:.4g} GiB ({fits})")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
 
 def memory_per_gpu(memory_bytes: dict, capacity_bytes: float, *, title: str = "", path=None):
-    """The memory per GPU by part (one stacked bar, GB) against the HBM capacity
+    """The memory per GPU by part (one stacked bar, GiB) against the HBM capacity
     (a dashed line): the right panel of `estimate_breakdown` on its own."""
     fig, ax = _pyplot().subplots(figsize=(5, 4.2))
     _memory_panel(ax, memory_bytes, capacity_bytes)
