@@ -11,6 +11,7 @@ from .._chip_specs import preset_for_device
 from .._compile import compiled
 from ..units import format_bytes
 from . import _output, _system, executable_store
+from ._text import format_count, format_duration, format_duration_range
 
 
 def add_arguments(parser, name):
@@ -146,7 +147,7 @@ def print_traffic(rows):
 
 def _etp(p) -> str:
     """The experts' own tensor-parallel size where it is set."""
-    return f" etp {float(p.etp):g}" if float(p.etp) > 0 else ""
+    return f" etp {format_count(p.etp)}" if float(p.etp) > 0 else ""
 
 
 def _count(n) -> str:
@@ -158,14 +159,20 @@ def _count(n) -> str:
     return f"{n:,.0f}"
 
 
+def _gpu_hours(h: float) -> str:
+    """0.60M from 100,000 GPU-hours up (as the tables of published runs write
+    them); below, the whole hours: 2,662 (not 0.00M)."""
+    return f"{h / 1e6:.2f}M" if h >= 1e5 else format_count(round(h))
+
+
 def print_estimate(scn, labels, out):
     p = scn.plan
-    print(f"scenario {labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
+    print(f"scenario {labels.scenario}: {labels.model} on {format_count(scn.system.gpus)} x "
           f"{labels.system.chip} ({labels.system.preset})")
     print(_system.line(out["system"]))
-    print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
-          f"cp {float(p.cp):g}  ep {float(p.ep):g}{_etp(p)}  "
-          f"micro-batches {float(p.micro_batches):g}  "
+    print(f"plan: dp {format_count(p.dp)}  tp {format_count(p.tp)}  pp {format_count(p.pp)}  "
+          f"cp {format_count(p.cp)}  ep {format_count(p.ep)}{_etp(p)}  "
+          f"micro-batches {format_count(p.micro_batches)}  "
           f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
           f"attention {scn.model.attention.name}/{scn.model.attention_kernel.name}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
@@ -203,12 +210,12 @@ def print_estimate(scn, labels, out):
     print(f"fabric           ${out['fabric_cost_usd'] / 1e6:,.1f}M, "
           f"{out['fabric_power_w'] / 1e3:,.0f} kW")
     if "time_to_train_s" in out:
-        print(f"time to train    {out['time_to_train_s'] / 86400:.1f} days, "
-              f"{out['gpu_hours'] / 1e6:.2f}M GPU-hours")
+        print(f"time to train    {format_duration(out['time_to_train_s'])}, "
+              f"{_gpu_hours(out['gpu_hours'])} GPU-hours")
         if "time_to_train_s_interval" in out:
             lo, hi = out["time_to_train_s_interval"]
-            print(f"  {out['interval']['coverage']:.0%} interval   {lo / 86400:.1f}-"
-                  f"{hi / 86400:.1f} days (the step time's)")
+            print(f"  {out['interval']['coverage']:.0%} interval   "
+                  f"{format_duration_range(lo, hi)} (the step time's)")
 
 
 def roofline_rows(scn, est):
