@@ -77,7 +77,8 @@ def _memory_section(plots, out: dict, title: str):
              {"part": "HBM capacity", "bytes": format_bytes(out["memory_capacity_bytes"])}]
     fig = plots.memory_per_gpu(memory, out["memory_capacity_bytes"], title=title)
     return report.section("Memory per GPU", report.columns(
-        report.figure(fig, "memory per GPU by part against the HBM capacity (GiB = 2^30 bytes, as the table)"),
+        report.figure(fig, "memory per GPU by part against the HBM capacity "
+                           "(GiB = 2^30 bytes, as the table)"),
         report.table(rows, {"part": "part", "bytes": "per GPU"})),
         report.paragraph(f"memory {format_bytes(out['memory_bytes_per_gpu'])} of "
                          f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
