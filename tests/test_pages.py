@@ -73,3 +73,46 @@ def test_a_worker_log_is_created_0600_and_a_planted_link_is_refused(tmp_path):
     with pytest.raises(ValueError, match="worker1.log' is a symbolic link"):
         distributed.open_log(tmp_path / "worker1.log")
     assert victim.read_text() == "kept"
+
+
+def _imported_model(tmp_path, name):
+    from codesign import scenario
+    from codesign.cli import main
+
+    out = tmp_path / f"{name}.toml"
+    assert main(["import", "hf", str(HF / f"{name}.json"), "--out", str(out)]) == 0
+    return scenario.load(str(out)).model
+
+
+def test_parameter_counts_say_their_conventions(tmp_path, capsys):
+    """Qwen3-30B-A3B: 30.5B total, 3.3B activated (its model card) counts the
+    untied input embedding (151,936 x 2,048); without it 3.03B. DeepSeek-V3 with
+    its MTP depth: 671B + the MTP block (an MoE block and its 2h x h projection)."""
+    from codesign import workload
+    from codesign.cli.estimate import parameters_words
+
+    qwen = _imported_model(tmp_path, "qwen3-30b-a3b")
+    c = workload.parameter_counts(qwen)
+    assert not c.tied and c.input_embedding == 151_936 * 2_048 and c.mtp == 0
+    assert c.active == pytest.approx(3.03e9, rel=0.01)
+    assert c.active + c.input_embedding == pytest.approx(3.34e9, rel=0.01)
+    assert c.total == pytest.approx(30.5e9, rel=0.01)
+    assert parameters_words(qwen) == ("30.5B total (3.03B active per token without the input "
+                                      "embedding, 3.34B with it)")
+    capsys.readouterr()
+
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from codesign import scenario
+
+    dsv3 = scenario.load("deepseek-v3", ["model.mtp_layers=1"]).model
+    c = workload.parameter_counts(dsv3)
+    h = float(dsv3.hidden)
+    block = (float(dsv3.attention_params()) + float(dsv3.experts + dsv3.shared_experts)
+             * float(dsv3.expert_params()) + h * float(dsv3.experts))
+    assert c.mtp == pytest.approx(block + 2 * h * h, rel=1e-9)
+    plain = eqx.tree_at(lambda m: m.mtp_layers, dsv3, jnp.zeros_like(dsv3.mtp_layers))
+    assert c.total - c.mtp == pytest.approx(float(plain.params()), rel=1e-12)
+    assert parameters_words(dsv3).startswith(f"683B total incl. the MTP module's "
+                                             f"{c.mtp / 1e9:.3g}B")

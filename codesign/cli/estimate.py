@@ -6,7 +6,7 @@ import json
 
 import jax
 
-from .. import hardware, network_roofline, output_checks, scenario, step, uncertainty
+from .. import hardware, network_roofline, output_checks, scenario, step, uncertainty, workload
 from .._chip_specs import preset_for_device
 from .._compile import compiled
 from ..units import format_bytes
@@ -159,6 +159,18 @@ def _count(n) -> str:
     return f"{n:,.0f}"
 
 
+def parameters_words(model) -> str:
+    """The parameter counts with their conventions (`workload.parameter_counts`):
+    "671B total (36.5B active per token without the input embedding, 37.4B with
+    it)", the MTP module's share of the total where it has one."""
+    c = workload.parameter_counts(model)
+    mtp = (f" incl. the MTP module's {_count(c.mtp)} (its blocks and projections; it shares "
+           "the embedding and head)" if c.mtp > 0 else "")
+    embedding = (", the input embedding tied to the output head" if c.tied else
+                 f" without the input embedding, {_count(c.active + c.input_embedding)} with it")
+    return f"{_count(c.total)} total{mtp} ({_count(c.active)} active per token{embedding})"
+
+
 def _gpu_hours(h: float) -> str:
     """0.60M from 100,000 GPU-hours up (as the tables of published runs write
     them); below, the whole hours: 2,662 (not 0.00M)."""
@@ -189,9 +201,7 @@ def print_estimate(scn, labels, out):
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
     # against the 16-bit peak and, GEMMs in 8 bits, against the chip's 8-bit peak
     # (`Chip.peak_fp8_flops_per_s`: fp8, or int8 on a chip without fp8, e.g. A100)
-    model = scn.model
-    print(f"parameters       {_count(model.params())} ({_count(model.active_params_per_token())}"
-          " active per token)")
+    print(f"parameters       {parameters_words(scn.model)}")
     own = p.precision.gemm not in ("bf16", "fp16")
     mfu_own = f", of the 8-bit peak {out['mfu_gemm_peak']:.1%}" if own else ""
     hfu_own = f" (of the 8-bit peak {out['hfu_gemm_peak']:.1%})" if own else ""
