@@ -334,54 +334,53 @@ def pareto_points(x, y, front, *, xlabel: str, ylabel: str, title: str = "", pat
     return fig
 
 
-def validation_scatter(rows, *, band: float = 0.1, title: str = "", path=None):
-    """Predicted against published, log-log, one panel per chip family (`rows`:
-    `validate.run`'s dicts: family, measure, published, predicted, calibration):
-    a colour per measure, calibration rows hollow, the line y = x and a band of
-    +-`band` around it. Rows without a prediction (NaN: refused) are left out."""
+def validation_errors(rows, *, band: float = 0.1, title: str = "", path=None):
+    """The model's error on each published figure, one dot per row at
+    (predicted / published - 1) in %, the rows grouped by chip family (a
+    labelled block each, its rows by error) with a band of +-`band` around 0
+    (`rows`: `validate.run`'s dicts: name, family, measure, error, calibration;
+    a colour per measure, calibration rows hollow). Rows without a prediction
+    (NaN: refused) are left out. Predicted against published on log axes spans
+    eight decades, where no error shows: this draws the errors themselves."""
     import numpy as np
 
-    rows = [r for r in rows if np.isfinite(r["predicted"]) and r["predicted"] > 0]
+    rows = [r for r in rows if np.isfinite(r["error"])]
     families = sorted({r["family"] for r in rows})
     measures = sorted({r["measure"] for r in rows})
     colors = matplotlib.colormaps["tab10"].colors
     color = {m: colors[i % len(colors)] for i, m in enumerate(measures)}
-    ncols = min(len(families), 3) or 1
-    nrows = -(-len(families) // ncols) or 1
-    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows + 0.8),
-                                   squeeze=False)
-    for ax in axes.flat[len(families):]:
-        ax.set_visible(False)
-    for ax, family in zip(axes.flat, families, strict=False):
-        mine = [r for r in rows if r["family"] == family]
-        values = [v for r in mine for v in (r["published"], r["predicted"])]
-        lo, hi = min(values) / 1.6, max(values) * 1.6
-        line = np.geomspace(lo, hi, 50)
-        ax.fill_between(line, line * (1 - band), line * (1 + band), color="#b9cde5",
-                        label=f"+-{band:.0%}")
-        ax.loglog(line, line, "k-", lw=0.8, label="y = x")
-        for r in mine:
-            c = color[r["measure"]]
-            ax.plot([r["published"]], [r["predicted"]], "o", ms=5, color=c,
-                    mfc="none" if r["calibration"] else c)
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_title(f"{family}: {len(mine)} row{'' if len(mine) == 1 else 's'}", fontsize=10)
-        ax.set_xlabel("published (the measure's unit)", fontsize=8)
-        ax.set_ylabel("predicted", fontsize=8)
-        ax.tick_params(which="both", labelsize=7)
-        ax.grid(True, which="major", alpha=0.3)
+    ordered, blocks = [], []  # (family, first row, last row) of each block
+    for family in families:
+        mine = sorted((r for r in rows if r["family"] == family), key=lambda r: r["error"])
+        blocks.append((family, len(ordered), len(ordered) + len(mine) - 1))
+        ordered += mine
+    fig, ax = _pyplot().subplots(figsize=(11, 0.16 * len(ordered) + 2.2))
+    ax.axvspan(-band * 100, band * 100, color="#b9cde5", zorder=0)
+    ax.axvline(0, color="k", lw=0.8)
+    for y, r in enumerate(ordered):
+        c = color[r["measure"]]
+        ax.plot([r["error"] * 100], [y], "o", ms=4, color=c, mfc="none" if r["calibration"] else c)
+    for i, (family, first, last) in enumerate(blocks):
+        if i % 2:
+            ax.axhspan(first - 0.5, last + 0.5, color="0.94", zorder=-1)
+        ax.text(1.01, (first + last) / 2, f"{family} ({last - first + 1})", va="center",
+                transform=ax.get_yaxis_transform(), fontsize=8)
+    ax.set_yticks(range(len(ordered)))
+    ax.set_yticklabels([r["name"] for r in ordered], fontsize=5)
+    ax.set_ylim(len(ordered) - 0.5, -0.5)
+    reach = max([abs(r["error"]) * 100 for r in ordered] + [band * 150])
+    ax.set_xlim(-reach * 1.05, reach * 1.05)
+    ax.set_xlabel("error: predicted / published - 1 (%)")
+    ax.grid(True, axis="x", alpha=0.3)
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], ls="", marker="o", color=color[m], label=m) for m in measures]
     handles += [Line2D([], [], ls="", marker="o", mfc="none", color="0.3",
                        label="calibration row (fits a constant)"),
-                Line2D([], [], color="k", lw=0.8, label="y = x"),
                 Line2D([], [], color="#b9cde5", lw=6, label=f"+-{band:.0%}")]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout(rect=(0, (0.19 * -(-len(handles) // 4) + 0.1) / fig.get_figheight(), 1, 1))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.17, 1.0))
+    ax.set_title(title or f"error per row, {len(ordered)} rows")
+    fig.tight_layout()
     return _save(fig, path)
 
 

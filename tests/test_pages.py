@@ -116,3 +116,28 @@ def test_parameter_counts_say_their_conventions(tmp_path, capsys):
     assert c.total - c.mtp == pytest.approx(float(plain.params()), rel=1e-12)
     assert parameters_words(dsv3).startswith(f"683B total incl. the MTP module's "
                                              f"{c.mtp / 1e9:.3g}B")
+
+
+def test_validate_draws_each_rows_error_grouped_by_family_with_the_band():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from codesign import plots
+
+    rows = [{"name": f"r{i}", "family": fam, "measure": m, "error": e, "calibration": i == 0}
+            for i, (fam, m, e) in enumerate([("A100", "mfu", 0.05), ("A100", "mfu", -0.2),
+                                             ("tpu", "step_time_s", 0.3),
+                                             ("tpu", "mfu", float("nan"))])]
+    fig = plots.validation_errors(rows, band=0.1)
+    ax = fig.axes[0]
+    dots = [(line.get_xdata()[0], line.get_ydata()[0]) for line in ax.lines
+            if line.get_marker() == "o"]
+    # grouped by family, by error within one: A100's -20% then +5%, then tpu's +30%
+    assert dots == [(pytest.approx(-20.0), 0), (pytest.approx(5.0), 1), (pytest.approx(30.0), 2)]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["r1", "r0", "r2"]
+    band = [p for p in ax.patches if p.get_x() == pytest.approx(-10.0)]
+    assert band and band[0].get_width() == pytest.approx(20.0)
+    assert {t.get_text() for t in ax.texts} == {"A100 (2)", "tpu (1)"}
+    plt.close(fig)
