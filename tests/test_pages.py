@@ -141,3 +141,32 @@ def test_validate_draws_each_rows_error_grouped_by_family_with_the_band():
     assert band and band[0].get_width() == pytest.approx(20.0)
     assert {t.get_text() for t in ax.texts} == {"A100 (2)", "tpu (1)"}
     plt.close(fig)
+
+
+def test_an_integer_knobs_sensitivity_is_the_exact_change_at_its_next_values(capsys):
+    """tp 8 of the default scenario: the next admissible values are 4 and 16
+    (heads 96, 1,024 GPUs, pp 8); each change is the one `codesign estimate`
+    gives at that value, and tp 4 does not fit in memory."""
+    import json
+    import re
+
+    from codesign.cli import main
+
+    def step(*sets):
+        assert main(["estimate", *(w for s in sets for w in ("--set", s))]) == 0
+        text = capsys.readouterr().out
+        return float(re.search(r"^step time +([\d.]+) s", text, re.M).group(1)), text
+
+    assert main(["sensitivity", "--knob", "parallel.tp", "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["integer_steps"]["parallel.tp"]
+    assert steps["value"] == 8 and steps["down"]["value"] == 4 and steps["up"]["value"] == 16
+    here, _ = step()
+    up, _ = step("parallel.tp=16")
+    down, text = step("parallel.tp=4")
+    assert steps["up"]["change"] == pytest.approx(up / here - 1, abs=2e-4)
+    assert steps["down"]["change"] == pytest.approx(down / here - 1, abs=2e-4)
+    assert "DOES NOT FIT" in text and steps["down"]["fits_memory"] is False
+    assert main(["sensitivity", "--knob", "parallel.tp"]) == 0
+    line = next(r for r in capsys.readouterr().out.splitlines() if "parallel.tp" in r)
+    assert (f"8 -> 4: {steps['down']['change'] * 100:+.2f}% step time (does not fit memory); "
+            f"8 -> 16: {steps['up']['change'] * 100:+.2f}% step time") in line

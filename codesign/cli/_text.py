@@ -51,3 +51,20 @@ def format_duration(seconds: float, unit_of: float | None = None) -> str:
 def format_duration_range(lo: float, hi: float) -> str:
     """"20.0-24.2 days": both ends in the upper end's unit."""
     return f"{format_duration(lo, hi).rsplit(' ', 1)[0]}-{format_duration(hi)}"
+
+
+def describe_steps(knob: str, entry: dict, output: str = "step time") -> str:
+    """An integer knob at its next admissible values (`optimize._sensitivity.
+    integer_steps`): "tensor-parallel size 8 -> 4: -7.55% step time (does not fit
+    memory); 8 -> 16: +24.73% step time"; a way without one says so."""
+    v = format_count(entry["value"])
+    parts = []
+    for way in ("down", "up"):
+        end = entry[way]
+        if "none" in end:
+            parts.append(f"none {'below' if way == 'down' else 'above'}")
+            continue
+        fits = "" if end["fits_memory"] else " (does not fit memory)"
+        parts.append(f"{v} -> {format_count(end['value'])}: {end['change'] * 100:+.2f}% "
+                     f"{output}{fits}")
+    return f"{words(knob)} " + "; ".join(parts)
