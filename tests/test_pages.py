@@ -170,3 +170,32 @@ def test_an_integer_knobs_sensitivity_is_the_exact_change_at_its_next_values(cap
     line = next(r for r in capsys.readouterr().out.splitlines() if "parallel.tp" in r)
     assert (f"8 -> 4: {steps['down']['change'] * 100:+.2f}% step time (does not fit memory); "
             f"8 -> 16: {steps['up']['change'] * 100:+.2f}% step time") in line
+
+
+def test_a_plan_that_does_not_fit_says_what_one_change_would_make_it_fit(capsys):
+    """tp 4 on the default scenario needs 96GiB of an 80GB GPU: tp back at 8 is
+    the default itself (its step time exactly), ZeRO 1 shards the optimizer
+    state and fits; twice the GPUs (dp x2, ZeRO 0) shards nothing and does not."""
+    import json
+    import re
+
+    from codesign.cli import main
+
+    assert main(["estimate"]) == 0
+    default = float(re.search(r"^step time +([\d.]+) s", capsys.readouterr().out, re.M).group(1))
+    assert main(["estimate", "--set", "parallel.tp=4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fits_memory"] is False
+    options = {o["set"]: o for o in out["fit_options"]}
+    assert options["parallel.tp=8"]["fits_memory"] is True
+    assert options["parallel.tp=8"]["step_time_s"] == pytest.approx(default, abs=5e-4)
+    assert options["parallel.zero=1"]["fits_memory"] is True
+    gpus = options["system.gpus=2048"]
+    assert gpus["fits_memory"] is False and gpus["gpus"] == 2048
+    assert gpus["memory_bytes_per_gpu"] == pytest.approx(out["memory_bytes_per_gpu"], rel=0.02)
+    fitting = [o for o in out["fit_options"] if o.get("fits_memory")]
+    assert fitting == out["fit_options"][: len(fitting)]  # those that fit first, cheapest first
+    cost = [o["step_time_s"] * o["gpus"] for o in fitting]
+    assert cost == sorted(cost)
+    assert all(o["memory_bytes_per_gpu"] <= o["memory_capacity_bytes"] for o in fitting)
+    assert main(["estimate"]) == 0 and "what would make it fit" not in capsys.readouterr().out

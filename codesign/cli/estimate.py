@@ -11,6 +11,7 @@ from .._chip_specs import preset_for_device
 from .._compile import compiled
 from ..units import format_bytes
 from . import _output, _system, executable_store
+from ._fit import fit_lines, fit_options
 from ._text import format_count, format_duration, format_duration_range
 
 
@@ -290,10 +291,14 @@ def run(args, name) -> int:
     if args.plot:
         _plot_estimate(scn, labels, out, args.plot)
         out["plot"] = args.plot
+    if not out["fits_memory"]:  # what one change would make it fit, evaluated exactly
+        out["fit_options"] = fit_options(args, _estimate, executable_store())
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         print_estimate(scn, labels, out)
+        if "fit_options" in out:
+            print("\n".join(fit_lines(out["fit_options"])))
         print()
         print_traffic(out["traffic"])
         if args.plot:
