@@ -12,9 +12,11 @@ from __future__ import annotations
 from .. import report
 from ..scenario import flatten
 from ..units import format_bytes
-from . import _output, _system
+from . import _output, _system, executable_store
+from ._fit import fit_lines, fit_options
 from .estimate import (
     MEMORY_PARTS,
+    _estimate,
     estimate_json,
     evaluate,
     interval_ratio,
@@ -115,6 +117,8 @@ def run(args, name) -> int:
     out = {**out, **intervals_json(labels, out), **_output.echo(scn, labels, args.system)}
     plots = _output.plots()
     title = scenario_title(scn, labels)
+    if not out["fits_memory"]:  # as `codesign estimate` says it
+        out["fit_options"] = fit_options(args, _estimate, executable_store())
     el, order = ranked_elasticities(scn, "step_time_s")
     shown = [k for k in order if el[k] != 0]  # as `codesign sensitivity` shows them
     sections = [
@@ -127,6 +131,8 @@ def run(args, name) -> int:
                        report.text(_output.captured(print_estimate, scn, labels, out) + "\n"
                                    + _output.captured(print_traffic, out["traffic"]))),
         _memory_section(plots, out, title),
+        *([report.section("What would make it fit", report.text("\n".join(
+            fit_lines(out["fit_options"]))))] if "fit_options" in out else []),
         _timeline_section(plots, scn, labels, est),
         _roofline_section(plots, scn, labels, est),
         sensitivity_section(elasticity_figure(plots, labels, "step_time_s", el, shown), scn,
