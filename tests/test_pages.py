@@ -168,8 +168,8 @@ def test_an_integer_knobs_sensitivity_is_the_exact_change_at_its_next_values(cap
     assert "DOES NOT FIT" in text and steps["down"]["fits_memory"] is False
     assert main(["sensitivity", "--knob", "parallel.tp"]) == 0
     line = next(r for r in capsys.readouterr().out.splitlines() if "parallel.tp" in r)
-    assert (f"8 -> 4: {steps['down']['change'] * 100:+.2f}% step time (does not fit memory); "
-            f"8 -> 16: {steps['up']['change'] * 100:+.2f}% step time") in line
+    assert (f"8 -> 4 gives {steps['down']['change'] * 100:+.2f}% step time (does not fit "
+            f"memory); 8 -> 16 gives {steps['up']['change'] * 100:+.2f}% step time") in line
 
 
 def test_a_plan_that_does_not_fit_says_what_one_change_would_make_it_fit(capsys):

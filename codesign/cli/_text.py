@@ -55,8 +55,8 @@ def format_duration_range(lo: float, hi: float) -> str:
 
 def describe_steps(knob: str, entry: dict, output: str = "step time") -> str:
     """An integer knob at its next admissible values (`optimize._sensitivity.
-    integer_steps`): "tensor-parallel size 8 -> 4: -7.55% step time (does not fit
-    memory); 8 -> 16: +24.73% step time"; a way without one says so."""
+    integer_steps`): "TP width 8 -> 4 gives -7.55% step time (does not fit
+    memory); 8 -> 16 gives +24.73% step time"; a way without one says so."""
     v = format_count(entry["value"])
     parts = []
     for way in ("down", "up"):
@@ -65,6 +65,6 @@ def describe_steps(knob: str, entry: dict, output: str = "step time") -> str:
             parts.append(f"none {'below' if way == 'down' else 'above'}")
             continue
         fits = "" if end["fits_memory"] else " (does not fit memory)"
-        parts.append(f"{v} -> {format_count(end['value'])}: {end['change'] * 100:+.2f}% "
+        parts.append(f"{v} -> {format_count(end['value'])} gives {end['change'] * 100:+.2f}% "
                      f"{output}{fits}")
     return f"{words(knob)} " + "; ".join(parts)

@@ -46,7 +46,7 @@ def run(args, name) -> int:
     shown = order if args.all else [k for k in order if el[k] != 0]
     omitted = len(order) - len(shown)
     shown = shown[: args.top] if args.top > 0 else shown
-    steps = integer_steps(scn, args.output, order if args.json else shown)
+    steps = integer_steps(scn, args.output, args.knob or None, order if args.json else shown)
     rows = optimize.slack(scn) if args.json or not args.csv or args.report else []
     if args.json:
         print(json.dumps({**_output.echo(scn, labels, args.system), "output": args.output,
@@ -57,7 +57,8 @@ def run(args, name) -> int:
     else:
         print(_system.line(_system.info(scn.system, labels.system, args.system)))
         print(f"{labels.scenario}: elasticity d log({words(args.output)}) / d log(knob) at the "
-              "scenario point, largest first")
+              "scenario point, largest first; an integer knob's exact change at its next "
+              "admissible value down and up")
         _print_elasticities(el, shown, values, args.output, steps)
         if omitted:
             print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
@@ -95,9 +96,6 @@ def _print_elasticities(el: dict, shown: list, values: dict, output: str,
         said = (describe_steps(k, steps[k], words(output)) if k in steps
                 else describe_elasticity(k, el[k], words(output), value=values[k]))
         print(f"  {k:<36} {el[k]:+9.4f}   {said}")
-    if any(k in steps for k in shown):
-        print("  (integer knobs: the exact change at the next admissible value down and up, "
-              "the others held)")
 
 
 def _print_slack(rows: list) -> None:
@@ -121,7 +119,7 @@ def sensitivity_section(fig, scn, labels, output: str, el: dict, shown: list,
     its elasticity, its value and what it means, as `codesign sensitivity` prints
     (an integer knob at its next admissible values: `steps`, computed when not given)."""
     values = {k: float(sc.get_knob(scn, k)) for k in shown}
-    steps = integer_steps(scn, output, shown) if steps is None else steps
+    steps = integer_steps(scn, output, None, shown) if steps is None else steps
     return report.section(
         "Sensitivities",
         report.figure(fig, f"elasticity d log({words(output)}) / d log(knob) at the scenario "

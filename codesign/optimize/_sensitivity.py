@@ -87,22 +87,24 @@ def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
                                    for k in knobs} for i, o in enumerate(outputs)})
 
 
-def integer_steps(scn: Scenario, output: str = "step_time_s", knobs=None) -> dict:
+def integer_steps(scn: Scenario, output: str = "step_time_s", knobs=None, only=None) -> dict:
     """What an integer knob's elasticity (the relaxed model's) cannot say: the
     exact `output` at the knob's next admissible value down and up (`_problem.
     admissible_values`: the divisibility rules with the other knobs held, within
     `default_bounds`), the others held. {knob: {"value", "down", "up"}}, each end
     {"value", "output", "change" (output / the scenario's - 1), "fits_memory"},
     or {"none": why} where no admissible value lies that way. Integer knobs at 0
-    (unset) are left out.
+    (unset) are left out; `only` (default: every one of `knobs`) the knobs stepped.
 
-    Each end is evaluated by the program `elasticities` compiled (the same knobs
-    set, other values): no new compile, one evaluation per end."""
+    Each end is evaluated by the program `elasticities(scn, (output,), knobs)`
+    compiled (the same `knobs` set, other values): no new compile, one
+    evaluation per end."""
     from ._problem import INTEGER_KNOBS, admissible_values, default_bounds
 
     if knobs is None:
         knobs = tuple(k for k in sc.knobs(scn) if k in SENSITIVITY_KNOBS)
-    integers = [k for k in knobs if k in INTEGER_KNOBS and float(sc.get_knob(scn, k)) > 0]
+    integers = [k for k in (knobs if only is None else only)
+                if k in INTEGER_KNOBS and float(sc.get_knob(scn, k)) > 0]
     if not integers:
         return {}
     group = tuple(dict.fromkeys(
