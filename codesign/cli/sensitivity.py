@@ -56,9 +56,10 @@ def run(args, name) -> int:
         _output.write_csv([{"knob": k, "elasticity": el[k], "value": values[k]} for k in shown])
     else:
         print(_system.line(_system.info(scn.system, labels.system, args.system)))
+        integer = any(k in steps for k in shown)
         print(f"{labels.scenario}: elasticity d log({words(args.output)}) / d log(knob) at the "
-              "scenario point, largest first; an integer knob's exact change at its next "
-              "admissible value down and up")
+              "scenario point, largest first" + ("; an integer knob's exact change at its next "
+                                                 "admissible value down and up" if integer else ""))
         _print_elasticities(el, shown, values, args.output, steps)
         if omitted:
             print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
