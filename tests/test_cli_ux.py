@@ -110,7 +110,7 @@ def test_estimate_breakdown_figure_has_two_titled_panels():
     fig = plots.estimate_breakdown({"compute": 2.0, "tp": 0.5}, {"weights": 4e9,
                                    "activations": 9e9}, 8e9, title="t")
     left, right = fig.axes
-    assert "(s)" in left.get_xlabel() and "GB" in right.get_ylabel()
+    assert "(s)" in left.get_xlabel() and "GiB" in right.get_ylabel()  # as the tables
     assert "DOES NOT FIT" in right.get_title() and fig._suptitle.get_text() == "t"
 
 
