@@ -12,6 +12,7 @@ within `BUDGET_S`, the rest listed with the command that evaluates them.
 
 from __future__ import annotations
 
+import math
 import time
 
 from .. import scenario as sc
@@ -27,10 +28,10 @@ BUDGET_S = 10.0  # the search stops starting new compiles (ZeRO, recompute) past
 def _next(scn, knob: str, up: bool) -> float | None:
     """The knob's next admissible value up (or down), the others held; None."""
     v = float(sc.get_knob(scn, knob))
-    lo, hi = default_bounds(scn, knob)
     try:
+        lo, hi = default_bounds(scn, knob)
         adm = admissible_values(scn, knob, lo, hi, (knob,))
-    except ValueError:
+    except ValueError:  # no range around 0, or no admissible integer in it
         return None
     found = [a for a in adm if a > v] if up else [a for a in adm if a < v][::-1]
     return float(found[0]) if found else None
@@ -82,6 +83,11 @@ def fit_options(args, estimate_fn, store=None, budget_s: float = BUDGET_S) -> li
             options.append({**row, "not_evaluated": f"codesign estimate --set {override}"})
             continue
         _, out = compiled(estimate_fn, scn, store=store)[0](scn)
+        numbers = [float(out[k]) for k in ("step_time_s", "memory_bytes_per_gpu")]
+        if not all(math.isfinite(x) and x > 0 for x in numbers):
+            options.append({**row, "refused": "the model gives no finite step time or memory "
+                                              "there"})
+            continue
         options.append({**row, "step_time_s": float(out["step_time_s"]),
                         "gpus": float(scn.system.gpus),
                         "memory_bytes_per_gpu": float(out["memory_bytes_per_gpu"]),
