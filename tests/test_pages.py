@@ -199,3 +199,10 @@ def test_a_plan_that_does_not_fit_says_what_one_change_would_make_it_fit(capsys)
     assert cost == sorted(cost)
     assert all(o["memory_bytes_per_gpu"] <= o["memory_capacity_bytes"] for o in fitting)
     assert main(["estimate"]) == 0 and "what would make it fit" not in capsys.readouterr().out
+
+
+def test_a_page_cell_writes_a_whole_number_as_an_integer():
+    from codesign import report
+
+    assert [report.cell(v) for v in (16384.0, 1536.0, 0.0, 1.23456789, 3e12, float("inf"))] == [
+        "16,384", "1,536", "0", "1.235", "3e+12", "n/a"]
