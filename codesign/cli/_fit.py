@@ -22,7 +22,7 @@ from ..optimize._problem import admissible_values, default_bounds
 from ..units import format_bytes
 from ._text import format_count
 
-BUDGET_S = 10.0  # the search stops starting new compiles (ZeRO, recompute) past this
+BUDGET_S = 4.0  # the search starts no new compile (ZeRO, recompute) past this
 
 
 def _next(scn, knob: str, up: bool) -> float | None:
