@@ -7,7 +7,7 @@ A change of a float knob (GPUs, tp, pp, cp, micro-batch) keeps the compiled
 step program's structure: every such candidate runs the one executable the
 estimate used. A ZeRO stage or a recompute mode is another program (compiled,
 or read back from the executable store); those are tried while the search is
-within `BUDGET_S`, the rest listed with the command that evaluates them.
+until they took `BUDGET_S`, the rest listed with the command that evaluates them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..optimize._problem import admissible_values, default_bounds
 from ..units import format_bytes
 from ._text import format_count
 
-BUDGET_S = 4.0  # the search starts no new compile (ZeRO, recompute) past this
+BUDGET_S = 4.0  # seconds of other programs (ZeRO, recompute) past which none is started
 
 
 def _next(scn, knob: str, up: bool) -> float | None:
@@ -67,10 +67,11 @@ def fit_options(args, estimate_fn, store=None, budget_s: float = BUDGET_S) -> li
     `estimate_fn` (the estimate's jitted program) through `compiled`: {"set",
     "change", and "step_time_s", "gpus", "memory_bytes_per_gpu",
     "memory_capacity_bytes", "fits_memory", or "refused" (the scenario refuses
-    the change: its one line), or "not_evaluated" (past `budget_s`)}; the ones
-    that fit first, cheapest in GPU-seconds per step (step time x GPUs)."""
+    the change: its one line), or "not_evaluated" (a ZeRO stage or recompute
+    mode once `budget_s` went to such programs)}; the ones that fit first,
+    cheapest in GPU-seconds per step (step time x GPUs)."""
     base = sc.load(args.scenario, args.set, system=args.system)
-    start = time.perf_counter()
+    spent_s = 0.0  # on the programs of ZeRO stages and recompute modes
     options = []
     for override, words, static in candidates(base):
         row = {"set": override, "change": words}
@@ -79,10 +80,12 @@ def fit_options(args, estimate_fn, store=None, budget_s: float = BUDGET_S) -> li
         except ValueError as e:
             options.append({**row, "refused": str(e)})
             continue
-        if static and time.perf_counter() - start > budget_s:
+        if static and spent_s > budget_s:
             options.append({**row, "not_evaluated": f"codesign estimate --set {override}"})
             continue
+        start = time.perf_counter()
         _, out = compiled(estimate_fn, scn, store=store)[0](scn)
+        spent_s += (time.perf_counter() - start) if static else 0.0
         numbers = [float(out[k]) for k in ("step_time_s", "memory_bytes_per_gpu")]
         if not all(math.isfinite(x) and x > 0 for x in numbers):
             options.append({**row, "refused": "the model gives no finite step time or memory "
