@@ -190,7 +190,7 @@ def pareto(cost_usd, time_s, front_cost_usd=(), front_time_s=(), *, grid_front=N
 def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: float, *,
                        title: str = "", path=None, dpi: int = 150):
     """Two panels: the step time by part (horizontal bars, seconds, with each
-    part's share) and the memory per GPU by part (one stacked bar, GB) against
+    part's share) and the memory per GPU by part (one stacked bar, GiB) against
     the HBM capacity (a dashed line). `breakdown_s` and `memory_bytes` map a
     part's name to its value."""
     fig, (left, right) = _pyplot().subplots(1, 2, figsize=(11, 4.2),
@@ -218,26 +218,29 @@ def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: fl
 
 
 def _memory_panel(ax, memory_bytes: dict, capacity_bytes: float) -> None:
-    """One stacked bar of the memory per GPU by part (GB) against the HBM
-    capacity (a dashed line), titled with the total and whether it fits."""
+    """One stacked bar of the memory per GPU by part (GiB = 2^30 bytes, the unit
+    of the CLI's tables) against the HBM capacity (a dashed line), titled with
+    the total and whether it fits."""
+    from .units import GiB
+
     bottom = 0.0
     colors = matplotlib.colormaps["tab10"].colors
     for i, (k, v) in enumerate(memory_bytes.items()):
-        gb = float(v) / 1e9
-        ax.bar(["memory per GPU"], [gb], bottom=bottom, color=colors[i % len(colors)],
-               label=f"{k} {gb:.3g} GB")
-        bottom += gb
-    capacity_gb = float(capacity_bytes) / 1e9
-    ax.axhline(capacity_gb, color="k", ls="--", label=f"capacity {capacity_gb:.3g} GB")
-    ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
-    ax.set_ylim(0, max(bottom, capacity_gb) * 1.15)
-    fits = "fits" if bottom <= capacity_gb else "DOES NOT FIT"
-    ax.set_title(f"memory {bottom:.3g} of {capacity_gb:.3g} GB ({fits})")
+        gib = float(v) / GiB
+        ax.bar(["memory per GPU"], [gib], bottom=bottom, color=colors[i % len(colors)],
+               label=f"{k} {gib:.4g} GiB")
+        bottom += gib
+    capacity_gib = float(capacity_bytes) / GiB
+    ax.axhline(capacity_gib, color="k", ls="--", label=f"capacity {capacity_gib:.4g} GiB")
+    ax.set_ylabel("memory per GPU (GiB = 2^30 bytes)")
+    ax.set_ylim(0, max(bottom, capacity_gib) * 1.15)
+    fits = "fits" if bottom <= capacity_gib else "DOES NOT FIT"
+    ax.set_title(f"memory {bottom:.4g} of {capacity_gib:.4g} GiB ({fits})")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
 
 def memory_per_gpu(memory_bytes: dict, capacity_bytes: float, *, title: str = "", path=None):
-    """The memory per GPU by part (one stacked bar, GB) against the HBM capacity
+    """The memory per GPU by part (one stacked bar, GiB) against the HBM capacity
     (a dashed line): the right panel of `estimate_breakdown` on its own."""
     fig, ax = _pyplot().subplots(figsize=(5, 4.2))
     _memory_panel(ax, memory_bytes, capacity_bytes)
@@ -251,7 +254,8 @@ def step_stack(breakdown_s: dict, *, interval_s=None, title: str = "", path=None
     """The step time as one horizontal bar stacked from its parts (`breakdown_s`:
     a part's name -> seconds, in the order given; parts of zero time are left
     out, each other's seconds and share in the legend), with the estimate's
-    interval `interval_s` = (lo, hi) as a bracket around the bar's end when given."""
+    interval `interval_s` = (lo, hi) as a bracket from lo to hi above the bar (wherever it
+    lies: below the estimate where validate's rows ran faster than predicted) when given."""
     fig, ax = _pyplot().subplots(figsize=(10, 2.9))
     total = sum(float(v) for v in breakdown_s.values())
     colors = matplotlib.colormaps["tab10"].colors
@@ -264,13 +268,18 @@ def step_stack(breakdown_s: dict, *, interval_s=None, title: str = "", path=None
         ax.barh([0], [t], left=left, height=0.5, color=colors[i % len(colors)],
                 edgecolor="white", linewidth=0.5, label=f"{k} {t:.3g} s ({share:.1%})")
         left += t
-    if interval_s is not None:
-        lo, hi = (float(v) for v in interval_s)
-        ax.errorbar([total], [0], xerr=[[total - lo], [hi - total]], fmt="none", ecolor="k",
-                    elinewidth=1.5, capsize=8, capthick=1.5, label=f"interval {lo:.3g}-{hi:.3g} s")
+    if interval_s is not None:  # a bracket from lo to hi, wherever it lies (below the
+        lo, hi = sorted(float(v) for v in interval_s)  # estimate: the rows ran faster)
+        y = 0.4
+        ax.plot([lo, hi], [y, y], color="k", lw=1.5,
+                label=f"interval {lo:.3g}-{hi:.3g} s ({lo / total if total else 0:.2f}-"
+                      f"{hi / total if total else 0:.2f} x the estimate)")
+        ax.vlines([lo, hi], y - 0.08, y + 0.08, color="k", lw=1.5)
+        ax.plot([total], [y], "kv", ms=6, label=f"estimate {total:.3g} s")
     ax.set_yticks([])
     ax.set_ylim(-0.6, 0.6)
-    ax.set_xlim(0, max([total] + ([] if interval_s is None else [float(interval_s[1])])) * 1.04)
+    ax.set_xlim(0, max([total] + ([] if interval_s is None else [float(v) for v in interval_s]))
+                * 1.04)
     ax.set_xlabel("time per step (s)")
     ax.set_title(title or f"step time {total:.3g} s by part")
     ax.grid(True, axis="x", alpha=0.3)
@@ -325,54 +334,53 @@ def pareto_points(x, y, front, *, xlabel: str, ylabel: str, title: str = "", pat
     return fig
 
 
-def validation_scatter(rows, *, band: float = 0.1, title: str = "", path=None):
-    """Predicted against published, log-log, one panel per chip family (`rows`:
-    `validate.run`'s dicts: family, measure, published, predicted, calibration):
-    a colour per measure, calibration rows hollow, the line y = x and a band of
-    +-`band` around it. Rows without a prediction (NaN: refused) are left out."""
+def validation_errors(rows, *, band: float = 0.1, title: str = "", path=None):
+    """The model's error on each published figure, one dot per row at
+    (predicted / published - 1) in %, the rows grouped by chip family (a
+    labelled block each, its rows by error) with a band of +-`band` around 0
+    (`rows`: `validate.run`'s dicts: name, family, measure, error, calibration;
+    a colour per measure, calibration rows hollow). Rows without a prediction
+    (NaN: refused) are left out. Predicted against published on log axes spans
+    eight decades, where no error shows: this draws the errors themselves."""
     import numpy as np
 
-    rows = [r for r in rows if np.isfinite(r["predicted"]) and r["predicted"] > 0]
+    rows = [r for r in rows if np.isfinite(r["error"])]
     families = sorted({r["family"] for r in rows})
     measures = sorted({r["measure"] for r in rows})
     colors = matplotlib.colormaps["tab10"].colors
     color = {m: colors[i % len(colors)] for i, m in enumerate(measures)}
-    ncols = min(len(families), 3) or 1
-    nrows = -(-len(families) // ncols) or 1
-    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows + 0.8),
-                                   squeeze=False)
-    for ax in axes.flat[len(families):]:
-        ax.set_visible(False)
-    for ax, family in zip(axes.flat, families, strict=False):
-        mine = [r for r in rows if r["family"] == family]
-        values = [v for r in mine for v in (r["published"], r["predicted"])]
-        lo, hi = min(values) / 1.6, max(values) * 1.6
-        line = np.geomspace(lo, hi, 50)
-        ax.fill_between(line, line * (1 - band), line * (1 + band), color="#b9cde5",
-                        label=f"+-{band:.0%}")
-        ax.loglog(line, line, "k-", lw=0.8, label="y = x")
-        for r in mine:
-            c = color[r["measure"]]
-            ax.plot([r["published"]], [r["predicted"]], "o", ms=5, color=c,
-                    mfc="none" if r["calibration"] else c)
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_title(f"{family}: {len(mine)} row{'' if len(mine) == 1 else 's'}", fontsize=10)
-        ax.set_xlabel("published (the measure's unit)", fontsize=8)
-        ax.set_ylabel("predicted", fontsize=8)
-        ax.tick_params(which="both", labelsize=7)
-        ax.grid(True, which="major", alpha=0.3)
+    ordered, blocks = [], []  # (family, first row, last row) of each block
+    for family in families:
+        mine = sorted((r for r in rows if r["family"] == family), key=lambda r: r["error"])
+        blocks.append((family, len(ordered), len(ordered) + len(mine) - 1))
+        ordered += mine
+    fig, ax = _pyplot().subplots(figsize=(11, 0.16 * len(ordered) + 2.2))
+    ax.axvspan(-band * 100, band * 100, color="#b9cde5", zorder=0)
+    ax.axvline(0, color="k", lw=0.8)
+    for y, r in enumerate(ordered):
+        c = color[r["measure"]]
+        ax.plot([r["error"] * 100], [y], "o", ms=4, color=c, mfc="none" if r["calibration"] else c)
+    for i, (family, first, last) in enumerate(blocks):
+        if i % 2:
+            ax.axhspan(first - 0.5, last + 0.5, color="0.94", zorder=-1)
+        ax.text(1.01, (first + last) / 2, f"{family} ({last - first + 1})", va="center",
+                transform=ax.get_yaxis_transform(), fontsize=8)
+    ax.set_yticks(range(len(ordered)))
+    ax.set_yticklabels([r["name"] for r in ordered], fontsize=5)
+    ax.set_ylim(len(ordered) - 0.5, -0.5)
+    reach = max([abs(r["error"]) * 100 for r in ordered] + [band * 150])
+    ax.set_xlim(-reach * 1.05, reach * 1.05)
+    ax.set_xlabel("error: predicted / published - 1 (%)")
+    ax.grid(True, axis="x", alpha=0.3)
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], ls="", marker="o", color=color[m], label=m) for m in measures]
     handles += [Line2D([], [], ls="", marker="o", mfc="none", color="0.3",
                        label="calibration row (fits a constant)"),
-                Line2D([], [], color="k", lw=0.8, label="y = x"),
                 Line2D([], [], color="#b9cde5", lw=6, label=f"+-{band:.0%}")]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout(rect=(0, (0.19 * -(-len(handles) // 4) + 0.1) / fig.get_figheight(), 1, 1))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.17, 1.0))
+    ax.set_title(title or f"error per row, {len(ordered)} rows")
+    fig.tight_layout()
     return _save(fig, path)
 
 

@@ -83,12 +83,16 @@ def figure(fig, caption: str, *, dpi: int = FIGURE_DPI) -> str:
 
 
 def cell(value) -> str:
-    """One table cell's text: a float to 4 significant digits (n/a where it is
-    not finite), a bool as yes/no, anything else as its text."""
+    """One table cell's text: a whole number below 10^12 as an integer with
+    thousands separators (16,384, never 1.638e+04), another float to 4
+    significant digits (n/a where it is not finite), a bool as yes/no, anything
+    else as its text."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}" if math.isfinite(value) else "n/a"
+        if not math.isfinite(value):
+            return "n/a"
+        return f"{value:,.0f}" if value == round(value) and abs(value) < 1e12 else f"{value:.4g}"
     if value is None:
         return ""
     return escape(value)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -513,6 +514,34 @@ _PRESETS = {
         {"shape": "DeepSeek-V3 technical report, sections 2.1 and 4.2"}),
 }
 PRESET_NAMES = tuple(_PRESETS)
+
+
+class ParameterCounts(NamedTuple):
+    """A model's parameter counts with their conventions, as people quote them:
+    `total` (`Transformer.params`: every matrix, the MTP depths' included, of
+    which `mtp` are the MTP module's: its blocks and projections); `active`
+    (`Transformer.active_params_per_token`: the matrices a token multiplies
+    through, blocks and output head, without the input embedding, which is a
+    lookup), `input_embedding` the untied input embedding's parameters (0 where it
+    is the output head's matrix, `tied`), so `active + input_embedding` is the
+    active count with it (the convention of model cards: Qwen3-30B-A3B's 3.3B)."""
+
+    total: float
+    mtp: float
+    active: float
+    input_embedding: float
+    tied: bool
+
+
+def parameter_counts(model: Transformer) -> ParameterCounts:
+    """`model`'s `ParameterCounts`, each computed from its fields (the MTP module's
+    share as the total less that of the same model without MTP depths)."""
+    total = float(model.params())
+    no_mtp = eqx.tree_at(lambda m: m.mtp_layers, model, jnp.zeros_like(model.mtp_layers))
+    untied = 0.0 if model.tied_embeddings else float(model.vocab * model.hidden)
+    return ParameterCounts(total, total - float(no_mtp.params()),
+                           float(model.active_params_per_token()), untied,
+                           bool(model.tied_embeddings))
 
 
 def preset(name: str) -> Preset:

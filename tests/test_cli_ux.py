@@ -110,7 +110,7 @@ def test_estimate_breakdown_figure_has_two_titled_panels():
     fig = plots.estimate_breakdown({"compute": 2.0, "tp": 0.5}, {"weights": 4e9,
                                    "activations": 9e9}, 8e9, title="t")
     left, right = fig.axes
-    assert "(s)" in left.get_xlabel() and "GB" in right.get_ylabel()
+    assert "(s)" in left.get_xlabel() and "GiB" in right.get_ylabel()  # as the tables
     assert "DOES NOT FIT" in right.get_title() and fig._suptitle.get_text() == "t"
 
 
@@ -277,4 +277,5 @@ def test_estimate_prints_the_total_and_active_parameters(capsys):
     assert [estimate._count(n) for n in (8.03e9, 671e9, 1.008e12, 3.2e6, 950.0)] == [
         "8.03B", "671B", "1.01T", "3.2M", "950"]
     assert main(["estimate", "deepseek-v3"]) == 0
-    assert "parameters       671B (36.5B active per token)" in capsys.readouterr().out
+    assert ("parameters       671B total (36.5B active per token without the input embedding, "
+            "37.4B with it)") in capsys.readouterr().out

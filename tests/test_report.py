@@ -149,6 +149,20 @@ def test_optimize_grid_page_holds_its_heatmap_of_every_feasible_point(tmp_path, 
     assert 1 <= on_front <= int(feasible)
     # the designs the grid holds, ranked: every feasible one here (fewer than GRID_TOP)
     assert page.count("<tr><td class=\"number\">") == int(feasible)
+    # the best four side by side, each as codesign estimate gives it: #2 is tp 8 pp 8,
+    # the default scenario itself
+    side = page[page.index("side by side</h2>"):page.index("<h2>Designs</h2>")]
+    assert side.count("<th>#") == 4
+    estimate = _run(capsys, "estimate").out
+    step = float(re.search(r"^step time +([\d.]+) s", estimate, re.M).group(1))
+    cells = re.search(r"<td>step time \(s\)</td>((?:<td[^>]*>[^<]*</td>)+)", side).group(1)
+    times = [float(v) for v in re.findall(r">([\d.]+)<", cells)]
+    assert times == sorted(times) and step == pytest.approx(times[1], abs=5e-3)
+    for part in ("compute", "tp", "dp", "pp_bubble"):
+        assert f"<td>  {part} (s)</td>" in side
+    memory = re.search(r"^memory +(\S+) of (\S+) per GPU", estimate, re.M).groups()
+    assert f"{memory[0]} of {memory[1]} (fits)" in side
+    assert " GB<" not in page  # memory in GiB, as the tables
 
 
 def test_sensitivity_and_calibrate_pages_and_plots(tmp_path, capsys):
@@ -220,3 +234,31 @@ def test_page_pieces_escape_text_and_close_their_figures():
     page = report.page("t", [report.section("s <1>", part, cells)], lines=("made",))
     assert page.startswith("<!DOCTYPE html>") and 'data-figures="1"' in page
     assert "<h2>s &lt;1&gt;</h2>" in page
+
+
+def test_a_tpu_report_draws_an_interval_below_its_estimate_as_it_is(tmp_path, capsys):
+    """validate's TPU rows ran faster than predicted: the interval lies wholly
+    below the estimate; the page draws it as a bracket from lo to hi and says so."""
+    page_path = tmp_path / "tpu.html"
+    argv = ["--set", "system.preset=tpu-v5p"]
+    out = _run(capsys, "report", *argv, "--out", str(page_path)).out
+    assert "5 figures" in out
+    page = page_path.read_text()
+    _self_contained(page, 5)
+    estimate = _run(capsys, "estimate", *argv).out
+    step = float(re.search(r"^step time +([\d.]+) s", estimate, re.M).group(1))
+    lo, hi = (float(v) for v in re.search(r"68% interval +([\d.]+)-([\d.]+) s", estimate).groups())
+    assert lo < hi < step
+    said = f"{lo / step:.2f}-{hi / step:.2f} x the estimate: validate&#x27;s tpu rows ran faster"
+    assert said in page and html.unescape(said) in estimate
+    assert html.escape(estimate.rstrip()) in page
+
+
+def test_a_report_of_a_plan_that_does_not_fit_says_what_would(tmp_path, capsys):
+    page_path = tmp_path / "tp4.html"
+    _run(capsys, "report", "--set", "parallel.tp=4", "--out", str(page_path))
+    page = page_path.read_text()
+    assert "<h2>What would make it fit</h2>" in page
+    estimate = _run(capsys, "estimate", "--set", "parallel.tp=4").out
+    said = estimate[estimate.index("what would make it fit"):estimate.index("\n\ndim ")]
+    assert html.escape(said) in page and "the cheapest that fits" in said

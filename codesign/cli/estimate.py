@@ -6,11 +6,13 @@ import json
 
 import jax
 
-from .. import hardware, network_roofline, output_checks, scenario, step, uncertainty
+from .. import hardware, network_roofline, output_checks, scenario, step, uncertainty, workload
 from .._chip_specs import preset_for_device
 from .._compile import compiled
 from ..units import format_bytes
 from . import _output, _system, executable_store
+from ._fit import fit_lines, fit_options
+from ._text import format_count, format_duration, format_duration_range
 
 
 def add_arguments(parser, name):
@@ -116,6 +118,24 @@ def interval_source(i: dict) -> str:
     return f"validate's {i['rows']} rows, {few} {i['family']} row{'' if n == 1 else 's'}"
 
 
+def interval_ratio(out: dict) -> str:
+    """The interval as a multiple of the estimate, and, where the estimate lies
+    outside it (validate's rows of the family all ran faster, or all slower,
+    than predicted), which way: "0.82-0.99 x the estimate: validate's tpu rows
+    ran faster than predicted"."""
+    lo, hi = out["step_time_s_interval"]
+    step = out["step_time_s"]
+    words = f"{lo / step:.2f}-{hi / step:.2f} x the estimate" if step > 0 else ""
+    i = out["interval"]
+    rows = (f"validate's {i['family']} rows" if i["rows_family"] != "all"
+            else "validate's rows")
+    if step > 0 and hi < step:
+        return f"{words}: {rows} ran faster than predicted"
+    if step > 0 and lo > step:
+        return f"{words}: {rows} ran slower than predicted"
+    return words
+
+
 def print_traffic(rows):
     print(f"{'dim':<4} {'collective':<15} {'tier':<19} {'ranks':>5} {'message':>10} "
           f"{'count':>9} {'crit':>4} {'time_s':>9} {'exposed_s':>9}")
@@ -128,7 +148,7 @@ def print_traffic(rows):
 
 def _etp(p) -> str:
     """The experts' own tensor-parallel size where it is set."""
-    return f" etp {float(p.etp):g}" if float(p.etp) > 0 else ""
+    return f" etp {format_count(p.etp)}" if float(p.etp) > 0 else ""
 
 
 def _count(n) -> str:
@@ -140,21 +160,41 @@ def _count(n) -> str:
     return f"{n:,.0f}"
 
 
+def parameters_words(model) -> str:
+    """The parameter counts with their conventions (`workload.parameter_counts`):
+    "671B total (36.5B active per token without the input embedding, 37.4B with
+    it)", the MTP module's share of the total where it has one."""
+    c = workload.parameter_counts(model)
+    mtp = (f" incl. the MTP module's {_count(c.mtp)} (its blocks and projections; it shares "
+           "the embedding and head)" if c.mtp > 0 else "")
+    embedding = (", the input embedding tied to the output head" if c.tied else
+                 f" without the input embedding, {_count(c.active + c.input_embedding)} with it")
+    return f"{_count(c.total)} total{mtp} ({_count(c.active)} active per token{embedding})"
+
+
+def _gpu_hours(h: float) -> str:
+    """0.60M from 100,000 GPU-hours up (as the tables of published runs write
+    them); below, the whole hours: 2,662 (not 0.00M)."""
+    return f"{h / 1e6:.2f}M" if h >= 1e5 else format_count(round(h))
+
+
 def print_estimate(scn, labels, out):
     p = scn.plan
-    print(f"scenario {labels.scenario}: {labels.model} on {float(scn.system.gpus):.0f} x "
+    print(f"scenario {labels.scenario}: {labels.model} on {format_count(scn.system.gpus)} x "
           f"{labels.system.chip} ({labels.system.preset})")
     print(_system.line(out["system"]))
-    print(f"plan: dp {float(p.dp):g}  tp {float(p.tp):g}  pp {float(p.pp):g}  "
-          f"cp {float(p.cp):g}  ep {float(p.ep):g}{_etp(p)}  "
-          f"micro-batches {float(p.micro_batches):g}  "
+    print(f"plan: dp {format_count(p.dp)}  tp {format_count(p.tp)}  pp {format_count(p.pp)}  "
+          f"cp {format_count(p.cp)}  ep {format_count(p.ep)}{_etp(p)}  "
+          f"micro-batches {format_count(p.micro_batches)}  "
           f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
           f"attention {scn.model.attention.name}/{scn.model.attention_kernel.name}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
     if "step_time_s_interval" in out:
         lo, hi = out["step_time_s_interval"]
+        ratio = interval_ratio(out)
+        outside = f" ({ratio})" if "predicted" in ratio else ""  # the estimate outside it
         print(f"  {out['interval']['coverage']:.0%} interval   {lo:.3f}-{hi:.3f} s, from "
-              f"{interval_source(out['interval'])}")
+              f"{interval_source(out['interval'])}{outside}")
     else:
         print(f"  interval       none: {out['interval']['none']}")
     for k, v in out["breakdown_s"].items():
@@ -162,9 +202,7 @@ def print_estimate(scn, labels, out):
         print(f"  {k:<14} {v:9.3f} s  {share:6.1%}")
     # against the 16-bit peak and, GEMMs in 8 bits, against the chip's 8-bit peak
     # (`Chip.peak_fp8_flops_per_s`: fp8, or int8 on a chip without fp8, e.g. A100)
-    model = scn.model
-    print(f"parameters       {_count(model.params())} ({_count(model.active_params_per_token())}"
-          " active per token)")
+    print(f"parameters       {parameters_words(scn.model)}")
     own = p.precision.gemm not in ("bf16", "fp16")
     mfu_own = f", of the 8-bit peak {out['mfu_gemm_peak']:.1%}" if own else ""
     hfu_own = f" (of the 8-bit peak {out['hfu_gemm_peak']:.1%})" if own else ""
@@ -183,12 +221,12 @@ def print_estimate(scn, labels, out):
     print(f"fabric           ${out['fabric_cost_usd'] / 1e6:,.1f}M, "
           f"{out['fabric_power_w'] / 1e3:,.0f} kW")
     if "time_to_train_s" in out:
-        print(f"time to train    {out['time_to_train_s'] / 86400:.1f} days, "
-              f"{out['gpu_hours'] / 1e6:.2f}M GPU-hours")
+        print(f"time to train    {format_duration(out['time_to_train_s'])}, "
+              f"{_gpu_hours(out['gpu_hours'])} GPU-hours")
         if "time_to_train_s_interval" in out:
             lo, hi = out["time_to_train_s_interval"]
-            print(f"  {out['interval']['coverage']:.0%} interval   {lo / 86400:.1f}-"
-                  f"{hi / 86400:.1f} days (the step time's)")
+            print(f"  {out['interval']['coverage']:.0%} interval   "
+                  f"{format_duration_range(lo, hi)} (the step time's)")
 
 
 def roofline_rows(scn, est):
@@ -253,10 +291,14 @@ def run(args, name) -> int:
     if args.plot:
         _plot_estimate(scn, labels, out, args.plot)
         out["plot"] = args.plot
+    if not out["fits_memory"]:  # what one change would make it fit, evaluated exactly
+        out["fit_options"] = fit_options(args, _estimate, executable_store())
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         print_estimate(scn, labels, out)
+        if "fit_options" in out:
+            print("\n".join(fit_lines(out["fit_options"])))
         print()
         print_traffic(out["traffic"])
         if args.plot:

@@ -21,6 +21,7 @@ from .. import (
     units,
 )
 from .. import scenario as sc
+from .._compile import compiled
 from .._words import words
 from ..units import day, format_bytes, format_quantity, parse_quantity, year
 from . import INFEASIBLE, _output, _system, executable_store
@@ -416,6 +417,8 @@ def run(args, name) -> int:
                 _print_text, args, scn, labels, r, here, rob, cmp))),
              report.section("Best objective over tp x pp", report.figure(fig, title)),
              report.section("Pareto front", report.figure(*_front(labels, r, points))),
+             report.section("The best designs side by side",
+                            _side_by_side(load, points["designs"])),
              report.section("Designs", _designs_table(r, points["designs"]))],
             lines=(_output.made_by(f"codesign optimize {_output.scenario_words(args)} "
                                    f"--method {args.method}"),)))
@@ -521,10 +524,49 @@ def _front(labels, r: optimize.Result, points: dict):
                  f"the {len(front)} designs on the line are beaten by no other in both")
 
 
+SIDE_BY_SIDE = 4  # the page's designs evaluated in full, side by side
+
+
+def _side_by_side(load, designs: list, n: int = SIDE_BY_SIDE) -> str:
+    """The best `n` designs side by side, a column each: their knobs, then the
+    exact estimate of each (`codesign estimate`'s program; designs that differ
+    only in float knobs share one executable): step time, its parts (compute,
+    exposed communication per dimension, bubble, optimizer), memory per GPU
+    against the capacity."""
+    from .estimate import _estimate
+
+    columns, evaluated = {"what": ""}, []
+    for i, d in enumerate(designs[:n]):
+        knobs = {k: v for k, v in d.items() if k not in ("objective", FRONT_METRIC)}
+        s = optimize.design_scenario(load, knobs)
+        est, out = compiled(_estimate, s, store=executable_store())[0](s)
+        evaluated.append((knobs, est, out))
+        columns[f"d{i}"] = f"#{i + 1}"
+    if not evaluated:
+        return report.paragraph("no feasible design to show")
+    rows = [{"what": k, **{f"d{i}": _shown(k, kn[k]) for i, (kn, _, _) in enumerate(evaluated)}}
+            for k in evaluated[0][0]]
+    rows.append({"what": "step time (s)",
+                 **{f"d{i}": float(o["step_time_s"]) for i, (_, _, o) in enumerate(evaluated)}})
+    parts = evaluated[0][1].step.breakdown_s()
+    for part in parts:
+        rows.append({"what": f"  {part} (s)", **{f"d{i}": float(e.step.breakdown_s()[part])
+                                                 for i, (_, e, _) in enumerate(evaluated)}})
+    rows.append({"what": "memory per GPU", **{
+        f"d{i}": f"{format_bytes(float(o['memory_bytes_per_gpu']))} of "
+                 f"{format_bytes(float(o['memory_capacity_bytes']))}"
+                 f" ({'fits' if bool(o['fits_memory']) else 'DOES NOT FIT'})"
+        for i, (_, _, o) in enumerate(evaluated)}})
+    return report.table(rows, columns, caption=f"the best {len(evaluated)} designs, each "
+                        "estimated exactly as codesign estimate --set ... would (exposed "
+                        "communication per dimension)")
+
+
 def _designs_table(r: optimize.Result, designs: list, n: int = 50) -> str:
     """The page's table of the best `n` designs the result holds, best first."""
     rows = [{"rank": i + 1, "objective": d["objective"],
-             **{k: _shown(k, v) for k, v in d.items() if k != "objective"}}
+             **{k: format_bytes(v) if k == FRONT_METRIC else _shown(k, v)  # GiB, as
+                for k, v in d.items() if k != "objective"}}  # the side-by-side table
             for i, d in enumerate(designs[:n])]
     return report.table(rows, caption=f"the best {len(rows)} distinct feasible designs "
                                       f"({r.objective}, {r.goal}) the search holds")

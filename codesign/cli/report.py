@@ -12,11 +12,14 @@ from __future__ import annotations
 from .. import report
 from ..scenario import flatten
 from ..units import format_bytes
-from . import _output, _system
+from . import _output, _system, executable_store
+from ._fit import fit_lines, fit_options
 from .estimate import (
     MEMORY_PARTS,
+    _estimate,
     estimate_json,
     evaluate,
+    interval_ratio,
     interval_source,
     intervals_json,
     print_estimate,
@@ -51,7 +54,8 @@ def _interval_line(out: dict) -> str:
         return f"no interval: {out['interval']['none']}"
     lo, hi = out["step_time_s_interval"]
     return (f"{out['interval']['coverage']:.0%} interval of the step time {lo:.3f}-{hi:.3f} s "
-            f"(estimate {out['step_time_s']:.3f} s), from {interval_source(out['interval'])}")
+            f"(estimate {out['step_time_s']:.3f} s; {interval_ratio(out)}), from "
+            f"{interval_source(out['interval'])}")
 
 
 def _step_section(plots, out: dict, title: str):
@@ -75,7 +79,8 @@ def _memory_section(plots, out: dict, title: str):
              {"part": "HBM capacity", "bytes": format_bytes(out["memory_capacity_bytes"])}]
     fig = plots.memory_per_gpu(memory, out["memory_capacity_bytes"], title=title)
     return report.section("Memory per GPU", report.columns(
-        report.figure(fig, "memory per GPU by part against the HBM capacity (GB = 1e9 bytes)"),
+        report.figure(fig, "memory per GPU by part against the HBM capacity "
+                           "(GiB = 2^30 bytes, as the table)"),
         report.table(rows, {"part": "part", "bytes": "per GPU"})),
         report.paragraph(f"memory {format_bytes(out['memory_bytes_per_gpu'])} of "
                          f"{format_bytes(out['memory_capacity_bytes'])} per GPU "
@@ -112,6 +117,8 @@ def run(args, name) -> int:
     out = {**out, **intervals_json(labels, out), **_output.echo(scn, labels, args.system)}
     plots = _output.plots()
     title = scenario_title(scn, labels)
+    if not out["fits_memory"]:  # as `codesign estimate` says it
+        out["fit_options"] = fit_options(args, _estimate, executable_store())
     el, order = ranked_elasticities(scn, "step_time_s")
     shown = [k for k in order if el[k] != 0]  # as `codesign sensitivity` shows them
     sections = [
@@ -124,6 +131,8 @@ def run(args, name) -> int:
                        report.text(_output.captured(print_estimate, scn, labels, out) + "\n"
                                    + _output.captured(print_traffic, out["traffic"]))),
         _memory_section(plots, out, title),
+        *([report.section("What would make it fit", report.text("\n".join(
+            fit_lines(out["fit_options"]))))] if "fit_options" in out else []),
         _timeline_section(plots, scn, labels, est),
         _roofline_section(plots, scn, labels, est),
         sensitivity_section(elasticity_figure(plots, labels, "step_time_s", el, shown), scn,

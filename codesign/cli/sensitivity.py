@@ -9,9 +9,10 @@ import json
 from .. import optimize, report, step
 from .. import scenario as sc
 from .._words import words
+from ..optimize._sensitivity import integer_steps
 from ..units import format_quantity, format_seconds
 from . import _output, _system
-from ._text import describe_elasticity
+from ._text import describe_elasticity, describe_steps
 from .optimize import FLAGS as FLAGS  # the library's quantities in its messages: the same flags
 
 
@@ -45,18 +46,21 @@ def run(args, name) -> int:
     shown = order if args.all else [k for k in order if el[k] != 0]
     omitted = len(order) - len(shown)
     shown = shown[: args.top] if args.top > 0 else shown
+    steps = integer_steps(scn, args.output, args.knob or None, order if args.json else shown)
     rows = optimize.slack(scn) if args.json or not args.csv or args.report else []
     if args.json:
         print(json.dumps({**_output.echo(scn, labels, args.system), "output": args.output,
                           "elasticities": {k: el[k] for k in order}, "values": values,
-                          "collectives": rows}, indent=1))
+                          "integer_steps": steps, "collectives": rows}, indent=1))
     elif args.csv:
         _output.write_csv([{"knob": k, "elasticity": el[k], "value": values[k]} for k in shown])
     else:
         print(_system.line(_system.info(scn.system, labels.system, args.system)))
+        integer = any(k in steps for k in shown)
         print(f"{labels.scenario}: elasticity d log({words(args.output)}) / d log(knob) at the "
-              "scenario point, largest first")
-        _print_elasticities(el, shown, values, args.output)
+              "scenario point, largest first" + ("; an integer knob's exact change at its next "
+                                                 "admissible value down and up" if integer else ""))
+        _print_elasticities(el, shown, values, args.output, steps)
         if omitted:
             print(f"({omitted} knobs with elasticity zero omitted; --all prints them)")
         _print_slack(rows)
@@ -65,7 +69,8 @@ def run(args, name) -> int:
         _output.write(args, elasticity_figure(_output.plots(), labels, args.output, el, shown),
                       lambda fig: report.page(
                           f"codesign sensitivity: {labels.scenario}",
-                          [sensitivity_section(fig, scn, labels, args.output, el, shown),
+                          [sensitivity_section(fig, scn, labels, args.output, el, shown,
+                                               steps),
                            report.section("Collectives",
                                           report.text(_output.captured(_print_slack, rows)))],
                           lines=(_output.made_by("codesign sensitivity "
@@ -82,10 +87,16 @@ def ranked_elasticities(scn, output: str, knobs=None) -> tuple[dict, list]:
     return el, sorted(el, key=lambda k: (-float(f"{abs(el[k]):.9g}"), k))
 
 
-def _print_elasticities(el: dict, shown: list, values: dict, output: str) -> None:
+def _print_elasticities(el: dict, shown: list, values: dict, output: str,
+                        steps: dict | None = None) -> None:
+    """A line per knob: its elasticity, and in words what +10% does or, for an
+    integer knob (`steps`: `integer_steps`), what its next admissible values do
+    (a relaxed elasticity of tp or pp is nothing a user can act on)."""
+    steps = steps or {}
     for k in shown:
-        print(f"  {k:<36} {el[k]:+9.4f}   "
-              f"{describe_elasticity(k, el[k], words(output), value=values[k])}")
+        said = (describe_steps(k, steps[k], words(output)) if k in steps
+                else describe_elasticity(k, el[k], words(output), value=values[k]))
+        print(f"  {k:<36} {el[k]:+9.4f}   {said}")
 
 
 def _print_slack(rows: list) -> None:
@@ -103,15 +114,18 @@ def elasticity_figure(plots, labels, output: str, el: dict, shown: list):
                                        "the scenario point, largest first")
 
 
-def sensitivity_section(fig, scn, labels, output: str, el: dict, shown: list):
+def sensitivity_section(fig, scn, labels, output: str, el: dict, shown: list,
+                        steps: dict | None = None):
     """The page's section of the elasticities: the bar chart `fig` and, per knob,
-    its elasticity, its value and what it means, as `codesign sensitivity` prints."""
+    its elasticity, its value and what it means, as `codesign sensitivity` prints
+    (an integer knob at its next admissible values: `steps`, computed when not given)."""
     values = {k: float(sc.get_knob(scn, k)) for k in shown}
+    steps = integer_steps(scn, output, None, shown) if steps is None else steps
     return report.section(
         "Sensitivities",
         report.figure(fig, f"elasticity d log({words(output)}) / d log(knob) at the scenario "
                            "point (codesign sensitivity); knobs of elasticity zero left out"),
-        report.text(_output.captured(_print_elasticities, el, shown, values, output)))
+        report.text(_output.captured(_print_elasticities, el, shown, values, output, steps)))
 
 
 def _slack_line(r: dict) -> str:

@@ -29,7 +29,8 @@ def add_arguments(parser, name) -> None:
                         help="cross-validate: predict each source set with the constants it "
                         "helped fit refitted without it, and summarise those errors beside "
                         "the in-sample ones (rows gain cross_error and cross_note)")
-    _output.add_output_arguments(parser, "predicted against published per chip family (log-log)")
+    _output.add_output_arguments(parser, "the error of every row (predicted / published - 1), "
+                                         "grouped by chip family")
     # the maintainer's: rewrite codesign/uncertainty.json (estimate's intervals)
     parser.add_argument("--write-uncertainty", action="store_true", help=argparse.SUPPRESS)
 
@@ -139,14 +140,14 @@ def run(args, name) -> int:
         if args.cross:
             _cross(rows, notes)
     if args.plot or args.report:
-        _output.write(args, _output.plots().validation_scatter(
-            rows, band=BAND, title="codesign validate: the model beside every published "
+        _output.write(args, _output.plots().validation_errors(
+            rows, band=BAND, title="codesign validate: the model's error on every published "
                                   "figure"),
             lambda fig: _page(rows, fig, args.cross))
     return 0
 
 
-BAND = 0.1  # the scatter's band around y = x (+-10%)
+BAND = 0.1  # the figure's band around no error (+-10%)
 
 
 def _flags(r: dict) -> str:
@@ -168,7 +169,7 @@ def _signed(x: float) -> str:
 
 
 def _page(rows, fig, cross: bool) -> str:
-    """validate's page: the scatter `fig`, the statistics per chip family and
+    """validate's page: the errors' `fig`, the statistics per chip family and
     measure (`validate.summary`), and every row."""
     s = validate.summary(rows)
     stats = {"group": "", "predictions": "predictions", "median": "median |error|",
@@ -179,9 +180,10 @@ def _page(rows, fig, cross: bool) -> str:
     shown = [{**r, "error": _signed(r["error"]), "flags": _flags(r),
               **({"cross_error": _signed(r["cross_error"])} if cross else {})} for r in rows]
     return report.page("codesign validate", [
-        report.section("Predicted against published", report.figure(
-            fig, f"one panel per chip family, a colour per measure; the line y = x and a band "
-                 f"of +-{BAND:.0%}; calibration rows (each fits a constant) hollow")),
+        report.section("Error per row", report.figure(
+            fig, f"predicted / published - 1 of every row, grouped by chip family, a colour per "
+                 f"measure; the band is +-{BAND:.0%}; calibration rows (each fits a constant) "
+                 "hollow")),
         report.section("By chip family", report.table(
             _stats_rows({"all": s, **s["by_family"]}), stats)),
         report.section("By measure", report.table(_stats_rows(s["by_measure"]), stats)),

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import re
@@ -59,6 +60,21 @@ MAX_JOIN_TIMEOUT_S = 1_000_000  # jax.distributed holds its timeouts as int32 mi
 # stack trace) is not relayed, and the supervisor's one line gives the reason.
 _ABSL_ERROR = re.compile(r"^[EF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]+\]", re.M)
 _FORCE_FLAG = "xla_force_host_platform_device_count"
+
+
+def open_log(path) -> io.BufferedRandom:
+    """A worker's log `path`, created 0600 (or truncated) for reading and writing,
+    never through a symbolic link: a link planted at the name is a ValueError."""
+    flags = (os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        if os.path.islink(path):
+            raise ValueError(f"log {os.fspath(path)!r} is a symbolic link; not writing "
+                             "through it") from None
+        raise
+    return os.fdopen(fd, "w+b")
 
 
 def joined() -> bool:
@@ -337,7 +353,7 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
     ids = list(range(n)) if process_ids is None else list(process_ids)
     total = n if num_processes is None else num_processes
     if logs is not None:
-        files = [(f, f) for f in (open(p, "w+b") for p in logs)]
+        files = [(f, f) for f in (open_log(p) for p in logs)]
     else:
         files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in commands]
     start, relayed, withheld, joined_ = time.monotonic(), 0, "", [False] * n

@@ -85,3 +85,60 @@ def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
     return _checked(scn, out, {o: {k: float(jac["system.gpus" if k == "parallel.dp" else k][i]
                                             * values["system.gpus" if k == "parallel.dp" else k])
                                    for k in knobs} for i, o in enumerate(outputs)})
+
+
+def integer_steps(scn: Scenario, output: str = "step_time_s", knobs=None, only=None) -> dict:
+    """What an integer knob's elasticity (the relaxed model's) cannot say: the
+    exact `output` at the knob's next admissible value down and up (`_problem.
+    admissible_values`: the divisibility rules with the other knobs held, within
+    `default_bounds`), the others held. {knob: {"value", "down", "up"}}, each end
+    {"value", "output", "change" (output / the scenario's - 1), "fits_memory"},
+    or {"none": why} where no admissible value lies that way. Integer knobs at 0
+    (unset) are left out; `only` (default: every one of `knobs`) the knobs stepped.
+
+    Each end is evaluated by the program `elasticities(scn, (output,), knobs)`
+    compiled (the same `knobs` set, other values): no new compile, one
+    evaluation per end."""
+    from ._problem import INTEGER_KNOBS, admissible_values, default_bounds
+
+    if knobs is None:
+        knobs = tuple(k for k in sc.knobs(scn) if k in SENSITIVITY_KNOBS)
+    integers = [k for k in (knobs if only is None else only)
+                if k in INTEGER_KNOBS and float(sc.get_knob(scn, k)) > 0]
+    if not integers:
+        return {}
+    group = tuple(dict.fromkeys(
+        "system.gpus" if k == "parallel.dp" else k for k in knobs))
+    values = {k: sc.get_knob(scn, k) for k in group}
+    outputs = (output,)
+    _, base = _log_jacobian(scn, values, outputs)
+    here = float(base[output])
+    steps = {}
+    for k in integers:
+        v = float(sc.get_knob(scn, k))
+        lo, hi = default_bounds(scn, k)
+        try:
+            adm = admissible_values(scn, k, lo, hi, (k,))
+        except ValueError:
+            adm = []
+        ends = {"down": [a for a in adm if a < v][-1:], "up": [a for a in adm if a > v][:1]}
+        entry = {"value": v}
+        for way, found in ends.items():
+            if not found:
+                entry[way] = {"none": f"no admissible {k} {'below' if way == 'down' else 'above'}"
+                                      f" {v:g} in [{lo:g}, {hi:g}] with the other knobs held"}
+                continue
+            w = float(found[0])
+            if k == "parallel.dp":  # system.gpus follows dp (tp, pp, cp held)
+                moved = {"system.gpus": values["system.gpus"] * (w / v)}
+            else:
+                moved = {k: w}
+            at = {**values, **{n: jnp.asarray(x, dtype=jnp.asarray(values[n]).dtype)
+                               for n, x in moved.items()}}
+            _, out = _log_jacobian(scn, at, outputs)
+            y = float(out[output])
+            entry[way] = {"value": w, "output": y,
+                          "change": y / here - 1.0 if here else math.nan,
+                          "fits_memory": bool(out["fits_memory"])}
+        steps[k] = entry
+    return steps
