@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from codesign import optimize
+from codesign import scenario as sc
 from codesign.cli import _text
 
 
@@ -206,3 +208,17 @@ def test_a_page_cell_writes_a_whole_number_as_an_integer():
 
     assert [report.cell(v) for v in (16384.0, 1536.0, 0.0, 1.23456789, 3e12, float("inf"))] == [
         "16,384", "1,536", "0", "1.235", "3e+12", "n/a"]
+
+
+def test_neighbours_stay_bounded_on_a_billion_sequence_batch():
+    """An integer knob's next admissible values are sought within NEIGHBOUR_SPAN of
+    its value (a 1e9-sequence batch gives the micro-batch count a default range of
+    billions: no array of that size), and bounds spanning more than
+    MAX_INTEGER_VALUES integers are refused naming the knob."""
+    from codesign.optimize import _problem
+
+    scn = sc.load(None, ["training.global_batch=1e9"])
+    down, up = optimize.neighbours(scn, "parallel.tp")
+    assert (down, up) == (4.0, 16.0)  # tp 8 among the divisors of the heads
+    with pytest.raises(ValueError, match=r"bounds training\.micro_batch=1:1e\+07 span"):
+        _problem.admissible_values(scn, "training.micro_batch", 1, 1e7, ("training.micro_batch",))

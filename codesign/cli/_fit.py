@@ -18,23 +18,11 @@ import time
 from .. import scenario as sc
 from .. import strategies
 from .._compile import compiled
-from ..optimize._problem import admissible_values, default_bounds
+from ..optimize import neighbours
 from ..units import format_bytes
 from ._text import format_count
 
 BUDGET_S = 4.0  # seconds of other programs (ZeRO, recompute) past which none is started
-
-
-def _next(scn, knob: str, up: bool) -> float | None:
-    """The knob's next admissible value up (or down), the others held; None."""
-    v = float(sc.get_knob(scn, knob))
-    try:
-        lo, hi = default_bounds(scn, knob)
-        adm = admissible_values(scn, knob, lo, hi, (knob,))
-    except ValueError:  # no range around 0, or no admissible integer in it
-        return None
-    found = [a for a in adm if a > v] if up else [a for a in adm if a < v][::-1]
-    return float(found[0]) if found else None
 
 
 def candidates(scn) -> list[tuple[str, str, bool]]:
@@ -49,7 +37,7 @@ def candidates(scn) -> list[tuple[str, str, bool]]:
     for knob, up, words in (("parallel.tp", True, "tp"), ("parallel.pp", True, "pp"),
                             ("parallel.cp", True, "cp"),
                             ("training.micro_batch", False, "micro-batch")):
-        w = _next(scn, knob, up)
+        w = neighbours(scn, knob)[up]
         if w is not None:
             v = float(sc.get_knob(scn, knob))
             out.append((f"{knob}={w:.0f}", f"{words} {v:.0f} -> {w:.0f}", False))

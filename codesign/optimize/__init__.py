@@ -111,6 +111,7 @@ from ._problem import INTEGER_KNOBS as INTEGER_KNOBS
 from ._problem import OBJECTIVES as OBJECTIVES
 from ._problem import Problem as Problem
 from ._problem import default_bounds as default_bounds
+from ._problem import neighbours as neighbours
 from ._problem import problem as problem
 from ._result import Result as Result
 from ._robust import DEFAULT_SIGMAS as DEFAULT_SIGMAS
@@ -132,7 +133,7 @@ __all__ = [
     "SENSITIVITY_OUTPUTS", "Assumptions", "Exact", "GridFront", "NoValidChoice", "Problem",
     "Result", "Uncertainty", "categorical_choices", "categorical_search", "default_bounds",
     "design_scenario", "elasticities", "evaluate", "grid_axes", "grid_pareto",
-    "grid_search", "grid_size", "non_dominated", "optimize", "pareto_front", "parse_choice",
+    "grid_search", "grid_size", "neighbours", "non_dominated", "optimize", "pareto_front", "parse_choice",
     "point_metrics", "problem", "robust", "robust_compare", "robust_search", "scenario_choice",
     "slack", "structurally_feasible", "uncertainty_sigmas",
 ]

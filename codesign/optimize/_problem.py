@@ -208,13 +208,24 @@ def _reads(rule: plan.Rule, varied: tuple[str, ...]) -> set:
     return reads | set(sources) if derived in reads else reads
 
 
+# The most integers one knob's admissible values are sought among (8 MB of float64):
+# bounds spanning more are refused, and `neighbours` looks within NEIGHBOUR_SPAN
+MAX_INTEGER_VALUES = 1_000_000
+NEIGHBOUR_SPAN = 1 << 16
+
+
 def admissible_values(scn: Scenario, name: str, lo: float, hi: float,
                       varied: tuple[str, ...]) -> np.ndarray:
     """Integers in [lo, hi] that satisfy the knob's own rules given the knobs
     not varied (a projection of divisibility onto each knob): a value is
     admissible iff every rule of `plan.RULES` that reads the knob and no other
-    varied knob holds."""
-    v = np.arange(math.ceil(lo - 1e-9), math.floor(hi + 1e-9) + 1, dtype=float)
+    varied knob holds. At most `MAX_INTEGER_VALUES` integers: wider bounds are a
+    ValueError naming the knob."""
+    first, last = math.ceil(lo - 1e-9), math.floor(hi + 1e-9)
+    if last - first + 1 > MAX_INTEGER_VALUES:
+        raise ValueError(f"bounds {name}={lo:g}:{hi:g} span {last - first + 1:,} integers; at "
+                         f"most {MAX_INTEGER_VALUES:,} (narrow them)")
+    v = np.arange(first, last + 1, dtype=float)
     if name in sc.CHIP_KNOBS:  # no structural rule reads the chip
         return v
     values = {name: v}
@@ -231,6 +242,22 @@ def admissible_values(scn: Scenario, name: str, lo: float, hi: float,
         raise ValueError(f"{name} has no admissible integer in [{lo:g}, {hi:g}] "
                          "(divisibility with the knobs held fixed)")
     return out
+
+
+def neighbours(scn: Scenario, name: str) -> tuple[float | None, float | None]:
+    """The integer knob `name`'s nearest admissible values below and above its
+    value in the scenario (the other knobs held; `admissible_values` within
+    `default_bounds` and `NEIGHBOUR_SPAN` of the value), None where there is
+    none."""
+    v = float(sc.get_knob(scn, name))
+    lo, hi = default_bounds(scn, name)
+    lo, hi = max(lo, v - NEIGHBOUR_SPAN), min(hi, v + NEIGHBOUR_SPAN)
+    try:
+        adm = admissible_values(scn, name, lo, hi, (name,))
+    except ValueError:  # no range around 0, or no admissible integer in it
+        return None, None
+    below, above = adm[adm < v], adm[adm > v]
+    return (float(below[-1]) if len(below) else None, float(above[0]) if len(above) else None)
 
 
 def _parse_bounds(bounds) -> dict:

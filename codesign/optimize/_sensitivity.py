@@ -99,7 +99,7 @@ def integer_steps(scn: Scenario, output: str = "step_time_s", knobs=None, only=N
     Each end is evaluated by the program `elasticities(scn, (output,), knobs)`
     compiled (the same `knobs` set, other values): no new compile, one
     evaluation per end."""
-    from ._problem import INTEGER_KNOBS, admissible_values, default_bounds
+    from ._problem import INTEGER_KNOBS, NEIGHBOUR_SPAN, default_bounds, neighbours
 
     if knobs is None:
         knobs = tuple(k for k in sc.knobs(scn) if k in SENSITIVITY_KNOBS)
@@ -117,18 +117,13 @@ def integer_steps(scn: Scenario, output: str = "step_time_s", knobs=None, only=N
     for k in integers:
         v = float(sc.get_knob(scn, k))
         lo, hi = default_bounds(scn, k)
-        try:
-            adm = admissible_values(scn, k, lo, hi, (k,))
-        except ValueError:
-            adm = []
-        ends = {"down": [a for a in adm if a < v][-1:], "up": [a for a in adm if a > v][:1]}
+        lo, hi = max(lo, v - NEIGHBOUR_SPAN), min(hi, v + NEIGHBOUR_SPAN)
         entry = {"value": v}
-        for way, found in ends.items():
-            if not found:
+        for way, w in zip(("down", "up"), neighbours(scn, k), strict=True):
+            if w is None:
                 entry[way] = {"none": f"no admissible {k} {'below' if way == 'down' else 'above'}"
                                       f" {v:g} in [{lo:g}, {hi:g}] with the other knobs held"}
                 continue
-            w = float(found[0])
             if k == "parallel.dp":  # system.gpus follows dp (tp, pp, cp held)
                 moved = {"system.gpus": values["system.gpus"] * (w / v)}
             else:
