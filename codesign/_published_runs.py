@@ -7,8 +7,8 @@ is silent, said once per set) and whether it calibrates a model constant.
 from __future__ import annotations
 
 from . import plan as plan_lib
-from . import stacks
 from . import scenario as scenario_lib
+from . import stacks
 from ._figures import COLLECTIVE_MEASURES as COLLECTIVE_MEASURES
 from ._figures import MEASURES as MEASURES
 from ._figures import TIME_MEASURES as TIME_MEASURES
