@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import plan as plan_lib
 from . import scenario as scenario_lib
+from . import stacks
 from ._figures import COLLECTIVE_MEASURES as COLLECTIVE_MEASURES
 from ._figures import MEASURES as MEASURES
 from ._figures import TIME_MEASURES as TIME_MEASURES
@@ -338,12 +339,16 @@ def _bridge_model(name: str, seq: int) -> dict:
 
 def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, published, note,
             fsdp=False, recompute="none", tp_overlap=0.0, ep_overlap=False, etp=0,
-            offload_layers=0, dispatcher=None, graph_scope=None):
-    """A row of Megatron-Bridge 25.11's pre-training table (tokens/s/GPU). An
-    MoE row's routing is dropless: its dispatcher's host synchronisations are
-    charged (`training.host_syncs`); `dispatcher` and `graph_scope` (Transformer
-    Engine's partial CUDA graphs over those regions) where the row's note names
-    them from the release's configs."""
+            offload_layers=0, dispatcher=None, graph_scope=None, release="25.11",
+            source=BRIDGE_SOURCE, label=None, software=None):
+    """A row of Megatron-Bridge's pre-training table (tokens/s/GPU) of `release`
+    (25.11 unless said; `source` names its table, `label` the precision as the
+    table prints it). An MoE row's routing is dropless: its dispatcher's host
+    synchronisations are charged (`training.host_syncs`); `dispatcher` and
+    `graph_scope` (Transformer Engine's partial CUDA graphs over those regions)
+    where the row's note names them from the release's configs; `software`:
+    the release's other flags as scenario keys ({"training": {...},
+    "parallel": {...}}, set last)."""
     parallel = _megatron_parallel(gpus, tp, pp, cp, vp, ep=ep, dtype=dtype,
                                   tp_overlap=tp_overlap)
     if etp:
@@ -363,17 +368,285 @@ def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, publish
         parallel["moe_dispatcher"] = dispatcher
     if graph_scope is not None:
         training |= {"cuda_graphs": "partial", "cuda_graph_scope": graph_scope}
+    training |= (software or {}).get("training", {})
+    parallel |= (software or {}).get("parallel", {})
     plan = f"tp {tp}, pp {pp}" + (f", cp {cp}" if cp > 1 else "") + (
         f", vp {vp}" if vp > 1 else "") + (f", ep {ep}" if ep > 1 else "") + (
         f", etp {etp}" if etp else "") + (
         ", FSDP" if fsdp else "")
     preset = {"GB200": "gb200-nvl72", "H100": "dgx-h100"}[chip]
     return Check(
-        f"Megatron-Bridge 25.11 {model} {dtype.upper()} on {gpus} {chip} ({plan}, mbs {mbs})",
-        BRIDGE_SOURCE, "tokens_per_s_per_gpu", published,
+        f"Megatron-Bridge {release} {model} {label or dtype.upper()} on {gpus} {chip} ({plan}, "
+        f"mbs {mbs})", source, "tokens_per_s_per_gpu", published,
         {"model": _bridge_model(model, seq), "training": training, "parallel": parallel,
          "system": {"preset": preset, "gpus": gpus}},
         note=f"{_BRIDGE_ASSUMED}; {note}")
+
+
+# ------------------------------------- the software that runs MoE (2026 releases)
+# The same plans across Megatron-Bridge's releases, matched runs of one plan
+# with one flag changed, and Megatron-Core's DeepSeek-V3 log on GB200: each row
+# written with its own release's flags as scenario keys (`parallel.moe_dispatcher`,
+# `training.cuda_graphs` and its scope, `training.moe_router_fusion`,
+# `training.moe_capacity_factor` with `moe_pad_experts`, `parallel.ep_overlap`,
+# the precision recipe); a flag no key expresses is named in the row's note.
+# Predictions: nothing is fitted to them.
+_MBRIDGE = "NVIDIA-NeMo/Megatron-Bridge"
+BRIDGE_2608_SOURCE = (
+    f"Megatron-Bridge 26.08 performance summary ({_MBRIDGE} docs/performance-summary.md at "
+    "067f987d, the same table as 4ab94dfa, '26.08 NeMo Container', Pre-Training); recipe flags "
+    "from src/megatron/bridge/perf_recipes/ at 067f987d and PR #4211 (55443cbf)")
+BRIDGE_2606_SOURCE = (
+    f"Megatron-Bridge 26.06 performance summary ({_MBRIDGE} docs/performance-summary-archive.md "
+    "at 067f987d, '26.06 NeMo Container', Pre-Training); recipe flags from "
+    "src/megatron/bridge/recipes/llama/ at 067f987d")
+BRIDGE_26041_SOURCE = (
+    f"Megatron-Bridge 26.04.01 performance summary ({_MBRIDGE} "
+    "docs/performance-summary-archive.md at 067f987d, '26.04.01 NeMo Container', Pre-Training)")
+BRIDGE_SKILL_SOURCE = (
+    f"Megatron-Bridge's matched MoE runs ({_MBRIDGE} skills/nemo-mbridge-perf-moe-comm-overlap/"
+    "SKILL.md and skills/nemo-mbridge-perf-moe-hardware-configs/SKILL.md at 067f987d, "
+    "2026-07-25; also docs/training/moe-optimization.md)")
+AUTOMODEL_SOURCE = (
+    "NeMo Automodel's DeepEP against HybridEP benchmark (NVIDIA-NeMo/Automodel "
+    "docs/deepep_vs_hybridep_benchmark.md at 18007663, 2026-07-22, sections 4.1 and 4.2)")
+_DSV3_GUIDE = ("NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization/"
+               "deepseek-v3-gb200-optimization.md at eb0783b6")
+MCORE_DSV3_GUIDE_SOURCE = (
+    f"Megatron-Core's DeepSeek-V3 on GB200, the end of its optimisation log ({_DSV3_GUIDE}, "
+    "section 3's table, last row; flags from deepseek-v3-gb200-reproduce-guide.md on dev at "
+    "d48bd6be)")
+MCORE_DSV3_STEPS_SOURCE = (
+    f"Megatron-Core's DeepSeek-V3 on GB200, the optimisation log's steps ({_DSV3_GUIDE}, "
+    "section 3's table, rows 1-12, and sections 1-2 for each step's flags)")
+# validate's sets of the 2026 software (name -> the source its rows share)
+SETS = {"bridge_2511": BRIDGE_SOURCE, "bridge_26041_gb200": BRIDGE_26041_SOURCE,
+        "bridge_2606_gb200": BRIDGE_2606_SOURCE, "bridge_2608_gb200": BRIDGE_2608_SOURCE,
+        "bridge_skill_h100": BRIDGE_SKILL_SOURCE, "automodel_h100": AUTOMODEL_SOURCE,
+        "mcore_dsv3_gb200_guide": MCORE_DSV3_GUIDE_SOURCE,
+        "mcore_dsv3_gb200_steps": MCORE_DSV3_STEPS_SOURCE}
+
+# PR #4211's MXFP8 recipe for Qwen3 on GB200 (26.06 on), as keys: the whole
+# iteration one CUDA graph over padded experts at capacity 1.5 (static shapes:
+# no host synchronisation left), HybridEP, router fusion, the CuTeDSL fused
+# grouped MLP as one grouped kernel over the local experts, EP overlap
+_FULL_ITERATION_MXFP8 = {
+    "training": {"cuda_graphs": "full_iteration", "moe_pad_experts": True,
+                 "moe_capacity_factor": 1.5, "moe_router_fusion": True,
+                 "grouped_gemm_streams": stacks.EVERY_EXPERT, "host_syncs": False},
+    "parallel": {"moe_dispatcher": "hybridep", "ep_overlap": True}}
+_FULL_ITERATION_NOTE = (
+    "PR #4211's MXFP8 recipe as keys: cuda_graphs full_iteration (was transformer_engine over "
+    "moe_router, moe_preprocess), moe_pad_experts with moe_capacity_factor 1.5 "
+    "(moe_expert_rank_capacity_factor; static shapes, so host_syncs off), HybridEP, "
+    "moe_router_fusion, the CuTeDSL fused grouped MLP as one grouped kernel "
+    "(grouped_gemm_streams: every local expert), EP overlap on; no key for the paged stash "
+    "(moe_paged_stash), the MLP fusion itself, FP8 dot-product attention (attention stays bf16) "
+    "or delay_wgrad_compute (not modelled)")
+# VP 8 over PP 16 is 128 chunks of one layer: Megatron-Bridge counts the
+# embedding and the loss as pipeline layers (126 + 2). The model's layers are
+# the transformer layers (126 < 128 chunks is refused), so it runs VP 4: every
+# stage still holds 8 layers at most, and the bubble at 384 micro-batches
+# differs by (p - 1) / (v m) = 1.0% against 0.5%
+_VP4 = {"parallel": {"interleave": 4}}
+_VP8_OVER_126 = ("VP 8 x PP 16 = 128 one-layer chunks counts the embedding and the loss as "
+                 "pipeline layers (126 + 2); the model's 126 transformer layers cannot fill 128 "
+                 "chunks: run at VP 4 (8 layers a stage either way; the bubble 1.0% of the "
+                 "step, not 0.5%)")
+_NO_NVFP4 = ("NVFP4 GEMMs have no recipe in the model (no 4-bit peak): run as fp8, so the row "
+             "measures what 4-bit GEMMs bought over FP8")
+
+
+def _bridge_2026(release, model, gpus, label, gbs, mbs, seq, tp, pp, vp, ep, published, note,
+                 **kw):
+    """A row of Megatron-Bridge's 26.04.01-26.08 pre-training tables (GB200)."""
+    source = {"26.04.01": BRIDGE_26041_SOURCE, "26.06": BRIDGE_2606_SOURCE,
+              "26.08": BRIDGE_2608_SOURCE}[release]
+    return _bridge(model, "GB200", gpus, "fp8", gbs, mbs, seq, tp, pp, 1, vp, ep, published,
+                   note, release=release, source=source, label=label, **kw)
+
+
+def _qwen3_16_h100(published, ep_overlap):
+    """Megatron-Bridge's matched Qwen3-30B-A3B runs on 16 H100 (BF16, EP 16,
+    HybridEP with 32 SMs, Transformer Engine's graphs over the router and the
+    preprocessing), with and without EP overlap."""
+    overlap = "on" if ep_overlap else "off"
+    return Check(
+        f"Megatron-Bridge Qwen3-30B-A3B BF16 on 16 H100 (ep 16, HybridEP, EP overlap {overlap})",
+        BRIDGE_SKILL_SOURCE, "tokens_per_s_per_gpu", published,
+        {"model": _bridge_model("Qwen3-30B-A3B", 4096),
+         "training": {"global_batch": 1024, "micro_batch": 1, "recompute": "none",
+                      "dtype": "bf16", "grad_reduce_dtype": "bf16", "moe_imbalance": 1.0,
+                      "host_syncs": True, "cuda_graphs": "partial",
+                      "cuda_graph_scope": "moe_router,moe_preprocess"},
+         "parallel": {**_megatron_parallel(16, 1, 1, 1, 1, ep=16, dtype="bf16"),
+                      "moe_dispatcher": "hybridep", "moe_dispatcher_sms": 32,
+                      "ep_overlap": ep_overlap},
+         "system": {"preset": "dgx-h100", "gpus": 16}},
+        note=(f"{_BRIDGE_ASSUMED}; tokens/s/GPU = 1024 x 4096 / step seconds / 16 (published "
+              + ("20.14729 s, 299.352 model TFLOP/s: the canonical run, 64-token combine "
+                 "chunks and permute fusion, not keys" if ep_overlap else
+                 "24.7138 s, 244.039 model TFLOP/s: the matched A/B's EP-overlap-off run")
+              + "); delay_wgrad off; peak memory not compared"))
+
+
+def _automodel(gpus, mbs, gbs, dispatcher, streams, published, step_s):
+    """A row of NeMo Automodel's DeepEP / HybridEP benchmark: Qwen3-30B-A3B on
+    H100 under PyTorch FSDP2 with EP over the data-parallel ranks."""
+    return Check(
+        f"NeMo Automodel Qwen3-30B-A3B on {gpus} H100 (FSDP2, ep {gpus}, {dispatcher}, "
+        f"mbs {mbs})", AUTOMODEL_SOURCE, "tokens_per_s_per_gpu", published,
+        {"model": _bridge_model("Qwen3-30B-A3B", 4096),
+         "training": {"global_batch": gbs, "micro_batch": mbs,
+                      "recompute": "full", "dtype": "bf16", "grad_reduce_dtype": "fp32",
+                      "stack": "pytorch", "moe_imbalance": 1.0, "host_syncs": True,
+                      "grouped_gemm_streams": streams},
+         "parallel": {"ep": gpus, "zero": 3, "moe_dispatcher": dispatcher},
+         "system": {"preset": "dgx-h100", "gpus": gpus}},
+        note=(f"step {step_s} s (mean of 10 steps after warm-up), mock data, balanced gate "
+              "(moe_imbalance 1); activation checkpointing ON, granularity not printed: full "
+              "recomputation assumed; BF16 assumed ('TE attention/linear', no FP8 stated); "
+              "FSDP2 as ZeRO-3 over dp, gradients reduced in fp32 (as torchtitan's set); "
+              + ("experts gmm: one grouped kernel (grouped_gemm_streams: every local expert)"
+                 if streams > 1 else "experts torch_mm: one GEMM per local expert at a time "
+                 "(grouped_gemm_streams 1)")
+              + "; no CUDA graphs stated (none); a different framework from Megatron-Bridge"))
+
+
+# DeepSeek-V3 on 256 GB200 (Megatron-Core's log): one plan, TP 1, PP 8 x VP 4,
+# EP 32 inside 32-GPU NVLink domains, MBS 1, GBS 2048, seq 4096, MXFP8, BF16
+# Adam moments, forced load balancing; each step's flags on top of the last.
+_DSV3_STEPS_ASSUMED = (
+    "MXFP8 as fp8; the PP layout Et|(tt|)*30L (61 layers over 32 virtual stages) as the "
+    "model's even split of pp x vp; the recompute of MLA's up projection (with the 3 dense "
+    "layers' MLPs) read as selective recomputation, its end (recompute-modules mlp moe_act: "
+    "an elementwise activation and 3 dense MLPs) as none; fp8-param-gather not a key "
+    "(weights gathered in bf16); forced load balancing (moe_imbalance 1); dropless, the "
+    "dispatcher's host synchronisations charged (host_syncs)")
+# (the log's step, published model TFLOP/s/GPU, the keys it changes (None:
+# none does), what a mechanism for it would need where none is modelled)
+DSV3_STEPS = (
+    ("baseline (NCCL all-to-all, MLA up-projection recompute)", 494.46, {}, ""),
+    ("fused MXFP8 scale allocation, permute rewrite", 529.55, None,
+     "the host's cost of PyTorch calls that launch no kernel (four allocations per MXFP8 "
+     "quantisation, 'several microseconds' each) and the permute kernel's own speed: the "
+     "model counts launches only and the permute as one pass at the HBM's bandwidth"),
+    ("router fusion", 540.00,
+     {"training": {"moe_router_fusion": True}}, ""),
+    ("DeepEP", 566.07,
+     {"parallel": {"moe_dispatcher": "deepep"}}, ""),
+    ("no MLA up-projection recompute", 610.71, {"training": {"recompute": "none"}}, ""),
+    ("CUDA graphs over attn, router, preprocess", 663.27, {"training": {"cuda_graphs": "partial",
+                           "cuda_graph_scope": "attn,moe_router,moe_preprocess"}}, ""),
+    ("DeepEP tuned", 691.49, None,
+     "the tuned settings (SMs, chunking) and DeepEP's bandwidth at EP 32 over multi-node "
+     "NVLink, which the log does not publish"),
+    ("NUMA binding (bindpcie)", 762.12, None,
+     "a host launch cost that depends on the rank's NUMA binding, with a published per-launch "
+     "figure on Grace bound and unbound (training.host_launch_s is one number)"),
+    ("PDL, fused MXFP8 scale swizzle", 797.67, None,
+     "a gap between dependent kernels on the GPU (launch latency, prologue) that programmatic "
+     "dependent launch hides, and the swizzle kernels' count: the model runs kernels back to "
+     "back and does not count swizzles"),
+    ("graphs capture the shared expert", 829.93, None,
+     "a shared-expert region in training.cuda_graph_scope (the partial scope leaves it eager)"),
+    ("HybridEP", 943.56,
+     {"parallel": {"moe_dispatcher": "hybridep", "moe_dispatcher_sms": 32}}, ""),
+    ("CPU-side optimisation 2", 956.21, None,
+     "which host calls were removed and what each cost: unpublished"),
+    ("MXFP8 quantisation fused into RMSNorm", 970.01, None,
+     "a stack whose norm does not write fp8: the megatron stack's producers write their "
+     "outputs quantised from the baseline on, so the model credits this step from step 1"),
+)
+
+
+def _dsv3_step(i: int) -> Check:
+    """Step `i` (0-based) of the log: the flags of steps 0..i applied in order; the
+    last step is the guide's row (its own set)."""
+    training = {"global_batch": 2048, "micro_batch": 1, "recompute": "selective",
+                "dtype": "fp8", "optimizer_dtype": "bf16", "moe_imbalance": 1.0,
+                "host_syncs": True}
+    parallel = _megatron_parallel(256, 1, 8, 1, 4, ep=32, dtype="fp8")
+    for _, _, keys, _ in DSV3_STEPS[:i + 1]:
+        training |= (keys or {}).get("training", {})
+        parallel |= (keys or {}).get("parallel", {})
+    label, published, keys, need = DSV3_STEPS[i]
+    last = i == len(DSV3_STEPS) - 1
+    return Check(
+        f"Megatron-Core DeepSeek-V3 MXFP8 on 256 GB200, step {i + 1}: {label}",
+        MCORE_DSV3_GUIDE_SOURCE if last else MCORE_DSV3_STEPS_SOURCE, "model_tflops_per_gpu",
+        published,
+        {"model": {"preset": "deepseek-v3", "seq_len": 4096}, "training": training,
+         "parallel": parallel,
+         "system": {"preset": "gb200-nvl72", "gpus": 256, "scale_up_domain": 32}},
+        note=f"{_DSV3_STEPS_ASSUMED}; " + (
+            f"no key for this step: a mechanism would need {need}" if keys is None
+            else "keys of this step: " + ", ".join(
+                f"{t}.{k} = {v}" for t, d in keys.items() for k, v in d.items())
+            if keys else "the baseline: all-to-all dispatcher (NCCL), eager, no router fusion")
+        + ("; the reproduce guide's launch: HybridEP 32 SMs, TE graphs attn, moe_router, "
+           "moe_preprocess, router and permute fusion, bindpcie" if last else ""))
+
+
+_NEW_2026 = (
+    # --- Megatron-Bridge 26.08 on GB200 (tokens/s/GPU)
+    _bridge_2026("26.08", "DeepSeek-V3", 256, "MXFP8", 4096, 1, 4096, 1, 4, 4, 64, 4912,
+                 "the recipe (deepseek/gb200/deepseek_v3.py fp8mx at 067f987d): recompute "
+                 "selective (mla_up_proj), HybridEP, TE graphs over attn, moe_router, "
+                 "moe_preprocess, EP overlap off, as 25.11's BF16 row; published 1276 model "
+                 "TFLOP/s; the same plan gave 4256 in 26.04.01; without MTP",
+                 recompute="selective", dispatcher="hybridep",
+                 graph_scope="attn,moe_router,moe_preprocess"),
+    _bridge_2026("26.08", "GPT-OSS-120B", 64, "MXFP8", 1280, 4, 4096, 1, 1, 1, 64, 28672,
+                 "the recipe (perf_recipes/gpt_oss/gb200/gpt_oss.py "
+                 "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config and common.py's "
+                 "_apply_gpt_oss_120b_full_iter_fp8mx_configs, read in the stored version "
+                 "3564acfd) is PR #4211's full-iteration recipe with HybridEP on 32 SMs and "
+                 f"no recomputation: {_FULL_ITERATION_NOTE}; published 934 model TFLOP/s; "
+                 "28947 in 26.06, 18304 in 26.06.01 (a cuDNN frontend regression)",
+                 software={"training": _FULL_ITERATION_MXFP8["training"],
+                           "parallel": {**_FULL_ITERATION_MXFP8["parallel"],
+                                        "moe_dispatcher_sms": 32}}),
+    _bridge_2026("26.08", "Qwen3-30B-A3B", 8, "MXFP8", 512, 4, 4096, 1, 1, 1, 8, 39936,
+                 f"{_FULL_ITERATION_NOTE}; published 923 model TFLOP/s; the same plan was "
+                 "26112 in 26.04.01 and 23766 in 25.11 (a row of the 25.11 set)",
+                 software=_FULL_ITERATION_MXFP8),
+    _bridge_2026("26.08", "Qwen3-235B-A22B", 256, "MXFP8", 8192, 1, 4096, 1, 8, 3, 32, 7280,
+                 f"{_FULL_ITERATION_NOTE}; published 1077 model TFLOP/s; 5680 in 26.04.01; "
+                 "94 layers over pp x vp = 24 chunks, uneven as Megatron splits them",
+                 software=_FULL_ITERATION_MXFP8),
+    # --- Megatron-Bridge 26.06 on GB200: Llama 3.1 405B in three precisions
+    _bridge_2026("26.06", "Llama3.1-405B", 256, "FP8", 1536, 1, 8192, 4, 16, 4, 1, 843,
+                 "FP8 per-tensor current scaling; TP overlap on (llama31.py); the same plan "
+                 "gave 813 in 25.11 (a row of that set): no flag of this row's changed that a "
+                 "key expresses; published 2129 model TFLOP/s", tp_overlap=1.0),
+    _bridge_2026("26.06", "Llama3.1-405B", 256, "MXFP8", 1536, 1, 8192, 4, 16, 8, 1, 783,
+                 f"MXFP8 as fp8 (its 1 x 32 scales not costed apart); TP overlap on; "
+                 f"{_VP8_OVER_126}; published 1976 model TFLOP/s", tp_overlap=1.0,
+                 software=_VP4),
+    _bridge_2026("26.06", "Llama3.1-405B", 256, "NVFP4", 1536, 1, 8192, 4, 16, 8, 1, 1166,
+                 f"{_NO_NVFP4}; TP overlap on; the NVFP4 variant sets cuda_graph_impl none; "
+                 f"{_VP8_OVER_126}; published 2944 model TFLOP/s", tp_overlap=1.0,
+                 software=_VP4),
+    # --- Megatron-Bridge 26.04.01 on GB200
+    _bridge_2026("26.04.01", "Llama3-70B", 64, "MXFP8", 256, 1, 8192, 2, 4, 5, 1, 3712,
+                 "MXFP8 as fp8; sequence parallel with TP 2; TP overlap on (perf_recipes/llama/"
+                 "gb200/llama3.py llama3_70b_pretrain_64gpu_gb200_fp8mx_config, read in the "
+                 "stored version 3564acfd: userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192); no "
+                 "CUDA graphs set; published 1664 model TFLOP/s",
+                 tp_overlap=1.0),
+    # --- Megatron-Bridge's matched runs of Qwen3-30B-A3B on 16 H100
+    _qwen3_16_h100(13011, True),
+    _qwen3_16_h100(10607, False),
+    # --- NeMo Automodel on H100: DeepEP against HybridEP
+    _automodel(8, 4, 128, "deepep", stacks.EVERY_EXPERT, 12211, 5.366),
+    _automodel(8, 4, 128, "hybridep", stacks.EVERY_EXPERT, 12885, 5.085),
+    _automodel(16, 2, 256, "deepep", 1.0, 11096, 5.906),
+    _automodel(16, 2, 256, "hybridep", 1.0, 11976, 5.472),
+    # --- Megatron-Core's DeepSeek-V3 on 256 GB200: the log's last step (its own
+    # set) and its 12 steps before
+    *(_dsv3_step(i) for i in range(len(DSV3_STEPS))),
+)
 
 
 CHECKS: tuple[Check, ...] = (
@@ -545,6 +818,9 @@ CHECKS: tuple[Check, ...] = (
             "EP overlap on (moe_a2a_overlap in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_"
             "CS_BASE_CONFIG); TP overlap off; the experts' EP 32 x ETP 1 folded over "
             "attention's TP 2 x DP 16", tp_overlap=0.0, ep_overlap=True, etp=1),
+    # --- the software that runs MoE: Megatron-Bridge 26.04.01-26.08, matched
+    # H100 runs, NeMo Automodel, Megatron-Core's DeepSeek-V3 log on GB200
+    *_NEW_2026,
 )
 
 

@@ -28,12 +28,21 @@ from . import _files, collectives, hardware, output_checks, presets, traffic
 from . import scenario as scenario_lib
 from . import step as step_lib
 from . import uncertainty as uncertainty_lib
+from ._published_runs import AUTOMODEL_SOURCE as AUTOMODEL_SOURCE
+from ._published_runs import BRIDGE_2606_SOURCE as BRIDGE_2606_SOURCE
+from ._published_runs import BRIDGE_2608_SOURCE as BRIDGE_2608_SOURCE
+from ._published_runs import BRIDGE_26041_SOURCE as BRIDGE_26041_SOURCE
+from ._published_runs import BRIDGE_SKILL_SOURCE as BRIDGE_SKILL_SOURCE
 from ._published_runs import BRIDGE_SOURCE as BRIDGE_SOURCE
 from ._published_runs import CHECKS as CHECKS
 from ._published_runs import COLLECTIVE_MEASURES as COLLECTIVE_MEASURES
+from ._published_runs import DSV3_STEPS as DSV3_STEPS
 from ._published_runs import H100_GEMM_ROWS as H100_GEMM_ROWS
 from ._published_runs import MAXTEXT_SOURCE as MAXTEXT_SOURCE
+from ._published_runs import MCORE_DSV3_GUIDE_SOURCE as MCORE_DSV3_GUIDE_SOURCE
+from ._published_runs import MCORE_DSV3_STEPS_SOURCE as MCORE_DSV3_STEPS_SOURCE
 from ._published_runs import MEASURES as MEASURES
+from ._published_runs import SETS as SETS
 from ._published_runs import TIME_MEASURES as TIME_MEASURES
 from ._published_runs import TORCHTITAN_SOURCE as TORCHTITAN_SOURCE
 from ._published_runs import Check as Check
@@ -322,3 +331,45 @@ def write_uncertainty(rows, path=uncertainty_lib.TABLE) -> dict:
     table = uncertainty(rows)
     _files.write_file(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
     return table
+
+
+def set_rows(rows, name: str) -> list[dict]:
+    """The rows of the set `name` (a key of `SETS`)."""
+    return [r for r in rows if r["source"] == SETS[name]]
+
+
+def software_steps(rows) -> list[dict]:
+    """Megatron-Core's DeepSeek-V3 log on 256 GB200 as `run`'s rows of one plan
+    whose software changes (the `mcore_dsv3_gb200_steps` set, then the guide's
+    last row): per step its `label`, `published` and `predicted` model
+    TFLOP/s/GPU and `error`; `keys`, what the step sets (None: no key expresses
+    it, then `needs` says what a mechanism for it would need); the published
+    and predicted change from the step before (`published_change`,
+    `predicted_change`: relative, NaN at the first step) and `sign`: "match"
+    where the prediction moves with the published sign, "opposite" where it
+    moves against it, "flat" where a step with keys leaves it unchanged, "no
+    mechanism" where no key expresses the step."""
+    mine = set_rows(rows, "mcore_dsv3_gb200_steps") + set_rows(rows, "mcore_dsv3_gb200_guide")
+    if len(mine) != len(DSV3_STEPS):
+        raise ValueError(f"rows hold {len(mine)} steps of the DeepSeek-V3 log, not "
+                         f"{len(DSV3_STEPS)}: pass validate.run()'s rows")
+    out = []
+    for i, ((label, published, keys, needs), r) in enumerate(zip(DSV3_STEPS, mine,
+                                                                 strict=True)):
+        nan = float("nan")
+        before = mine[i - 1] if i else None
+        dp = published / before["published"] - 1.0 if before else nan
+        dq = r["predicted"] / before["predicted"] - 1.0 if before else nan
+        if keys is None:
+            sign = "no mechanism"
+        elif before is None:
+            sign = ""
+        elif dq == 0.0:
+            sign = "flat"
+        else:
+            sign = "match" if (dq > 0) == (dp > 0) else "opposite"
+        out.append({"step": i + 1, "label": label, "published": r["published"],
+                    "predicted": r["predicted"], "error": r["error"], "keys": keys,
+                    "needs": needs, "published_change": dp, "predicted_change": dq,
+                    "sign": sign})
+    return out
