@@ -655,7 +655,7 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
     overlap = sw["moe_a2a_overlap"].flag
     if f.switch(overlap):
         pp = d.get("parallel.pp", 1)
-        if pp > 1 and d.get("parallel.schedule") != "interleaved":
+        if pp > 1 and d.get("parallel.interleave", 1) <= 1:  # no virtual stages
             f.ignore(overlap, f"pp {pp} without virtual stages: Megatron-Core's combined "
                      "1F1B pairs micro-batches of the interleaved schedule")
         else:

@@ -39,11 +39,14 @@ MAX_COMBINATIONS = 32
 # the system preset (a loader key, not a declared one): each choice loads the
 # scenario on that preset's system, the scenario's own [system] keys and --set on top
 PRESET = "system.preset"
-# every declared scenario key that is not a number, the system preset, and the
-# chip design's choices (`scenario.CHIP_CHOICES`: chip.node, chip.hbm; each choice
-# loads the scenario with that [chip] key set)
-CATEGORICAL = (*(k for k, w in sc.KEYS.items() if w.declaration.kind is not float), PRESET,
-               *sc.CHIP_CHOICES)
+# every declared scenario key that is not a number nor free text (a string without
+# declared choices: `parallel.pipeline_layout`; the placement's choices are its
+# orders), the system preset, and the chip design's choices (`scenario.CHIP_CHOICES`:
+# chip.node, chip.hbm; each choice loads the scenario with that [chip] key set)
+PLACEMENT = "system.placement"
+CATEGORICAL = (*(k for k, w in sc.KEYS.items() if w.declaration.kind is not float and not (
+    w.declaration.kind is str and w.declaration.choices is None and k != PLACEMENT)),
+    PRESET, *sc.CHIP_CHOICES)
 
 
 def _declaration(key: str):
@@ -69,7 +72,7 @@ def choices_of(key: str) -> tuple:
         return decl.choices
     if decl.kind is bool:
         return (False, True)
-    if key == "system.placement":
+    if key == PLACEMENT:
         return tuple(",".join(p) for p in itertools.permutations(plan.DIMENSIONS))
     raise TypeError(f"{key}: a categorical key without choices; declare them")
 
