@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _domains, _files, hardware, presets, strategies, workload
+from . import _checks, _domains, _files, compute, hardware, presets, strategies, workload
 from . import chip as chip_lib
 from ._checks import float_field
 from .hardware import MAX_NARROW_PEAK_RATIO, System
@@ -595,6 +595,7 @@ def from_tables(tables: dict, overrides=()) -> Scenario:
     model = _model(t)
     plan = _plan(t, float(system.gpus))
     validate(plan, model, system.gpus)
+    compute.check_fp4(plan, system)
     return Scenario(model=model, plan=plan, system=system,
                     reliability=Reliability(**_given(Reliability, t)), **_given(Scenario, t),
                     chip=design)
