@@ -12,7 +12,9 @@ GEMMs (small hidden sizes, or a narrow slice after tensor parallelism) fall
 below it smoothly. Memory-bound operators (norms, softmax, element-wise)
 stream the layer's activations at HBM speed: twice (write and read) in
 forward, twice that in backward; fp8 GEMMs quantise their operands as
-Transformer Engine does (`_layers_s`).
+Transformer Engine does (`_layers_s`), under the plan's fp8 recipe
+(`plan.Fp8Recipe`: per-tensor scaling, MXFP8 or NVFP4, which owns the GEMM
+inputs' bytes, the peak and the quantisation passes).
 
 Calibration (the only throughput figures in the seeds; rerun with
 `calibrate_matmul_efficiency`, checked in tests/test_step.py):
@@ -98,7 +100,8 @@ def check_fp4(plan: Plan, system: System) -> None:
 
 def matmul_efficiency(system: System, dtype: str) -> jax.Array:
     """The large-GEMM efficiency of GEMMs in `dtype`: the chip's, times
-    `hardware.FP8_RELATIVE_EFFICIENCY` for fp8 (measured on an H200)."""
+    `hardware.FP8_RELATIVE_EFFICIENCY` for fp8 (measured on an H200; every fp8
+    recipe's, NVFP4's FP4 GEMMs too: assumption)."""
     e = system.chip.matmul_efficiency
     return e * FP8_RELATIVE_EFFICIENCY if dtype == "fp8" else e
 

@@ -277,8 +277,9 @@ class Preset:
     description: str
     sources: dict  # field -> where its number comes from
     chip: str  # the chip's name (a label: the pytree holds only its numbers)
-    # the vendor's dense peaks of the widths the chip has but the step model does
-    # not read (FP6, FP4), FLOP/s by name: data for `codesign presets`, not a knob
+    # the vendor's dense peaks of the chip's other widths (FP6, FP4), FLOP/s by
+    # name: data for `codesign presets`, not a knob; "fp4" (NVFP4) is also the
+    # chip's `peak_fp4_flops_per_s` (`__post_init__`), MXFP4 / MXFP6 stay data
     other_peaks_flops_per_s: dict = dataclasses.field(default_factory=dict)
     # the collective library the platform runs where it is not NCCL (its
     # algorithms, protocols and tuning-model constants, as data; what `collectives`
