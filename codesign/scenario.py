@@ -542,11 +542,12 @@ def _system(t: dict, late: frozenset = frozenset()) -> System:
         base = eqx.tree_at(lambda s: s.chip.hbm_reserve_bytes, base, jnp.asarray(
             hardware.default_hbm_reserve_bytes(float(t["system"]["hbm_bytes"]))))
     if "peak_flops_per_s" in t["system"]:
-        # the 8- and 32-bit peaks follow a 16-bit peak given without them, in the
+        # the 8-, 32- and 4-bit peaks follow a 16-bit peak given without them, in the
         # preset's ratios (a chip's peaks scale with its clock and units together)
         scale = float(t["system"]["peak_flops_per_s"]) / float(base.chip.peak_flops_per_s)
         follow = [f for f, given in (("peak_fp8_flops_per_s", "peak_fp8_flops_per_s"),
-                                     ("peak_fp32_flops_per_s", None))
+                                     ("peak_fp32_flops_per_s", None),
+                                     ("peak_fp4_flops_per_s", None))
                   if given not in t["system"]]
         base = eqx.tree_at(lambda s: [getattr(s.chip, f) for f in follow], base,
                            [jnp.asarray(getattr(base.chip, f) * scale) for f in follow])

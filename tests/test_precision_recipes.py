@@ -152,3 +152,9 @@ def test_nvfp4_gradients_are_finite_and_eager_equals_jit(step_time_value_and_gra
     jitted = jax.jit(lambda sy: compute.gemm_time_s(sy, *args, "fp8", 1.0, plan.NVFP4()))
     assert float(jitted(system)) == pytest.approx(
         float(compute.gemm_time_s(system, *args, "fp8", 1.0, plan.NVFP4())), rel=1e-12)
+
+
+def test_the_fp4_peak_follows_a_16_bit_peak_given_alone():
+    """As the 8- and 32-bit peaks do: in the preset's ratio (GB300: 6x)."""
+    scn = sc.load("default", ["system.preset='gb300-nvl72'", "system.peak_flops_per_s=2e15"])
+    assert float(scn.system.chip.peak_fp4_flops_per_s) == pytest.approx(6 * 2e15, rel=1e-6)
