@@ -12,7 +12,9 @@ GEMMs (small hidden sizes, or a narrow slice after tensor parallelism) fall
 below it smoothly. Memory-bound operators (norms, softmax, element-wise)
 stream the layer's activations at HBM speed: twice (write and read) in
 forward, twice that in backward; fp8 GEMMs quantise their operands as
-Transformer Engine does (`_layers_s`).
+Transformer Engine does (`_layers_s`), under the plan's fp8 recipe
+(`plan.Fp8Recipe`: per-tensor scaling, MXFP8 or NVFP4, which owns the GEMM
+inputs' bytes, the peak and the quantisation passes).
 
 Calibration (the only throughput figures in the seeds; rerun with
 `calibrate_matmul_efficiency`, checked in tests/test_step.py):
@@ -37,8 +39,9 @@ import jax
 import jax.numpy as jnp
 
 from . import stage as stage_lib
+from . import _checks
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
-from .plan import DTYPE_BYTES, Plan
+from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
 from .workload import LAYER_KINDS, Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
@@ -67,20 +70,38 @@ ROUTER_FUSION_RATIO = 31.0 / 72.0
 # common Hopper tile for 16- and 8-bit GEMMs (assumption; DeepGEMM's BLOCK_M is
 # 64-128 and its BLOCK_N up to 256)
 GEMM_TILE = 128.0
+TENSORWISE = Tensorwise()  # the default fp8 recipe (`plan.Fp8Recipe`)
 
 
-def peak_flops_per_s(system: System, dtype: str) -> jax.Array:
-    """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16) at
-    the clocks its power limit sustains (`chip.clock_fraction` of the datasheet's)."""
+def peak_flops_per_s(system: System, dtype: str, recipe: Fp8Recipe = TENSORWISE) -> jax.Array:
+    """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16; fp8
+    the one `recipe` runs at: FP8, or FP4 for NVFP4) at the clocks its power
+    limit sustains (`chip.clock_fraction` of the datasheet's)."""
     chip = system.chip
-    return chip.clock_fraction * {"fp8": chip.peak_fp8_flops_per_s,
+    narrow = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}
+    return chip.clock_fraction * {"fp8": narrow[recipe.peak],
                                   "fp32": chip.peak_fp32_flops_per_s}.get(dtype,
                                                                           chip.peak_flops_per_s)
 
 
+def check_fp4(plan: Plan, system: System) -> None:
+    """Refuse an fp8 recipe whose GEMM peak the chip lacks (NVFP4 on a chip
+    without an FP4 peak) in one line naming the key (concrete values; a traced
+    chip is not checked)."""
+    recipe = plan.fp8_recipe
+    if plan.precision.gemm != "fp8" or recipe.peak != "fp4":
+        return
+    peak = _checks.concrete(system.chip.peak_fp4_flops_per_s)
+    if peak is not None and not float(peak) > 0.0:
+        raise ValueError(f"training.fp8_recipe={recipe.name!r} needs a chip with an FP4 peak "
+                         "(chip.peak_fp4_flops_per_s=0 here: Blackwell's B200, GB200, B300, "
+                         "GB300 have one)")
+
+
 def matmul_efficiency(system: System, dtype: str) -> jax.Array:
     """The large-GEMM efficiency of GEMMs in `dtype`: the chip's, times
-    `hardware.FP8_RELATIVE_EFFICIENCY` for fp8 (measured on an H200)."""
+    `hardware.FP8_RELATIVE_EFFICIENCY` for fp8 (measured on an H200; every fp8
+    recipe's, NVFP4's FP4 GEMMs too: assumption)."""
     e = system.chip.matmul_efficiency
     return e * FP8_RELATIVE_EFFICIENCY if dtype == "fp8" else e
 
@@ -90,18 +111,21 @@ def streaming_time_s(system: System, n_bytes) -> jax.Array:
     return n_bytes / (system.chip.hbm_Bps * system.chip.hbm_efficiency)
 
 
-def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0) -> jax.Array:
+def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0,
+                recipe: Fp8Recipe = TENSORWISE) -> jax.Array:
     """Seconds for `count` GEMMs of (m x k) @ (k x n), run as one (batched or
     grouped) kernel (see module docstring).
 
     flops / (peak x E x I / (I + I_ridge)) (E: `matmul_efficiency`) simplifies to
     (flops / peak + bytes / achieved HBM bandwidth) / E: the compute and memory
     times add, divided by the large-GEMM efficiency E; plus one kernel's fixed
-    overhead.
+    overhead. An fp8 GEMM's inputs weigh `recipe.element_bytes` (values and
+    block scales), its output the fp8 width.
     """
     flops = 2.0 * m * k * n
-    moved = DTYPE_BYTES[dtype] * (m * k + k * n + m * n)
-    seconds = flops / peak_flops_per_s(system, dtype) + streaming_time_s(system, moved)
+    inputs = recipe.element_bytes if dtype == "fp8" else DTYPE_BYTES[dtype]
+    moved = inputs * (m * k + k * n) + DTYPE_BYTES[dtype] * m * n
+    seconds = flops / peak_flops_per_s(system, dtype, recipe) + streaming_time_s(system, moved)
     return count * seconds / matmul_efficiency(system, dtype) + system.chip.kernel_overhead_s
 
 
@@ -147,26 +171,28 @@ class Timing(eqx.Module):
         return self.forward_s + self.backward_s
 
 
-def _gemms_s(system: System, gemms):
+def _gemms_s(system: System, gemms, recipe: Fp8Recipe = TENSORWISE):
     """(forward, backward) seconds of sum_i weight_i x the GEMMs of row i of
     `gemms`, rows (m, k, n, count, dtype, weight, x_cast, dy_cast): one
-    vectorised `gemm_time_s` per dtype, a new GEMM a row; backward's two GEMMs
-    (input and weight gradients) take twice the forward's time. Quantisation
-    (narrow GEMMs; HBM bytes per element, 0 for none) is memory-bound, a kernel
-    each: forward quantises the m x k input (`x_cast`), backward the m x n
-    output gradient (`dy_cast`)."""
+    vectorised `gemm_time_s` per dtype (fp8 under `recipe`), a new GEMM a row;
+    backward's two GEMMs (input and weight gradients) take twice the forward's
+    time. Quantisation (narrow GEMMs; `Precision.quantisation`'s (HBM bytes
+    per element, kernels), or 0 for none) is memory-bound: forward quantises
+    the m x k input (`x_cast`), backward the m x n output gradient (`dy_cast`)."""
     forward = backward = 0.0
     for dtype in dict.fromkeys(g[4] for g in gemms):
         rows = [g for g in gemms if g[4] == dtype]
         m, k, n, count, weight = (jnp.stack([jnp.asarray(g[i], float) for g in rows])
                                   for i in (0, 1, 2, 3, 5))
-        seconds = gemm_time_s(system, m, k, n, dtype, count)
+        seconds = gemm_time_s(system, m, k, n, dtype, count, recipe)
         forward = forward + jnp.sum(weight * seconds)
         backward = backward + 2.0 * jnp.sum(weight * seconds)
         for col, elements, phase in ((6, m * k, "forward"), (7, m * n, "backward")):
-            per_element = [g[col] for g in rows]
+            casts = [g[col] if isinstance(g[col], tuple) else (g[col], float(g[col] > 0))
+                     for g in rows]
+            per_element = [b for b, _ in casts]
             if any(per_element):
-                kernels = jnp.asarray([float(b > 0) for b in per_element])
+                kernels = jnp.asarray([c for _, c in casts])
                 cast = weight * (streaming_time_s(system, jnp.asarray(per_element) * count
                                                   * elements)
                                  + kernels * system.chip.kernel_overhead_s)
@@ -197,7 +223,7 @@ def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight)
     expert `training.moe_capacity_factor` x the mean. Small experts' GEMMs,
     `grouped_gemm_streams` at a time, may leave units idle: the local experts'
     GEMMs take 1 / occupancy as long."""
-    d, cast = plan.precision.gemm, plan.precision.gemm_cast_bytes
+    d, cast = plan.precision.gemm, plan.precision.quantisation(plan.fp8_recipe)
     _, received, etp, f_e, experts = shape
     h = model.hidden
     mats = 2.0 if model.gated else 1.0
@@ -222,7 +248,8 @@ def routed_forward_s(model: Transformer, plan: Plan, system: System):
     their quantisation) and the permute / unpermute: the GPU's work between the
     dispatcher's host synchronisation and the next layer (`sync_penalty_s`)."""
     shape = _moe_shape(model, plan)
-    forward, _ = _gemms_s(system, _routed_gemms(model, plan, system, shape, 1.0))
+    forward, _ = _gemms_s(system, _routed_gemms(model, plan, system, shape, 1.0),
+                          plan.fp8_recipe)
     return forward + _permute_s(model, plan, system, shape[1])
 
 
@@ -244,8 +271,9 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     (`stacks.Stack.fused_fp8_producers` False: torchao's Float8Linear) casts
     every input."""
     d = plan.precision.gemm
-    cast = plan.precision.gemm_cast_bytes
-    fused = plan.precision.gemm_transpose_bytes if plan.stack.fused_fp8_producers else cast
+    cast = plan.precision.quantisation(plan.fp8_recipe)
+    fused = (plan.precision.quantisation(plan.fp8_recipe, producer=True)
+             if plan.stack.fused_fp8_producers else cast)
     moe_shape = _moe_shape(model, plan)
     tokens, received, _, f_e, experts = moe_shape
     h, tp = model.hidden, plan.tp
@@ -273,7 +301,7 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     passes_s = streaming_time_s(system, 2.0 * stored)  # (dense, MoE) layer
     memory = dense_layers * passes_s[0] + moe_layers * (passes_s[1] + permute)
     overhead = sh.layers_on_stage * KERNELS_PER_LAYER * system.chip.kernel_overhead_s
-    forward, backward = _gemms_s(system, gemms)
+    forward, backward = _gemms_s(system, gemms, plan.fp8_recipe)
     return forward + memory + overhead, backward + 2.0 * (memory + overhead)
 
 
@@ -291,7 +319,8 @@ def layer_launches(model: Transformer, plan: Plan):
     (`dispatchers.Dispatcher.launches`: permute, unpermute and the two
     exchanges for the all-to-all); the output head and loss (again per MTP
     depth)."""
-    gemm = 2.0 if plan.precision.gemm == "fp8" else 1.0  # launches per GEMM
+    # launches per GEMM: the GEMM and, in fp8, its input's quantisation kernels
+    gemm = 1.0 + (plan.fp8_recipe.kernels() if plan.precision.gemm == "fp8" else 0.0)
     local = jnp.maximum(model.experts / plan.ep, 1.0)
     routed = 2.0 * gemm * local + plan.moe_dispatcher.launches
     head = (1.0 + model.mtp_layers) * 3.0  # logits GEMM, loss forward and its reduction
@@ -416,7 +445,7 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
         + system.chip.kernel_overhead_s
     # each MTP depth projects [hidden; next embedding] and runs the output head again
     mtp = gemm_time_s(system, tokens, 2.0 * model.hidden, model.hidden / plan.tp,
-                      plan.precision.gemm)
+                      plan.precision.gemm, 1.0, plan.fp8_recipe)
     logits = sh.head_passes * (logits + loss) + sh.mtp_layers_on_stage * mtp
     forward = matrix + att_fwd + logits
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd)

@@ -14,6 +14,7 @@ import dataclasses
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from . import _checks, strategies
 from . import protocols as protocols_lib
@@ -137,6 +138,11 @@ class Chip(eqx.Module):
     # datasheet peaks, which MFU counts against, stay)
     clock_fraction: jax.Array = float_field("system.clock_fraction", EFFICIENCY, default=1.0,
                                             kw_only=True)
+    # dense FP4 (NVFP4) tensor peak, vendor; 0 on a chip without one (the
+    # `training.fp8_recipe = "nvfp4"` GEMMs run at it and are refused at 0)
+    peak_fp4_flops_per_s: jax.Array = float_field("chip.peak_fp4_flops_per_s",
+                                                  interval(0.0, 1e20), scenario=False,
+                                                  default=0.0, kw_only=True, unit="FLOP/s")
     # units that each run one GEMM tile at a time (SMs; a TPU's MXUs); default
     # COMPUTE_UNITS
     compute_units: jax.Array = float_field("system.compute_units", count(1e6),
@@ -271,13 +277,22 @@ class Preset:
     description: str
     sources: dict  # field -> where its number comes from
     chip: str  # the chip's name (a label: the pytree holds only its numbers)
-    # the vendor's dense peaks of the widths the chip has but the step model does
-    # not read (FP6, FP4), FLOP/s by name: data for `codesign presets`, not a knob
+    # the vendor's dense peaks of the chip's other widths (FP6, FP4), FLOP/s by
+    # name: data for `codesign presets`, not a knob; "fp4" (NVFP4) is also the
+    # chip's `peak_fp4_flops_per_s` (`__post_init__`), MXFP4 / MXFP6 stay data
     other_peaks_flops_per_s: dict = dataclasses.field(default_factory=dict)
     # the collective library the platform runs where it is not NCCL (its
     # algorithms, protocols and tuning-model constants, as data; what `collectives`
     # costs is `system.protocols`): None for NCCL and XLA
     collective_library: dict | None = None
+
+    def __post_init__(self):
+        # the vendor's FP4 (NVFP4) peak, declared in other_peaks_flops_per_s, is
+        # the chip's `peak_fp4_flops_per_s` (MXFP4 / MXFP6 stay data)
+        fp4 = self.other_peaks_flops_per_s.get("fp4")
+        if fp4 is not None:
+            object.__setattr__(self, "system", eqx.tree_at(
+                lambda s: s.chip.peak_fp4_flops_per_s, self.system, jnp.asarray(float(fp4))))
 
 
 def chip_family(chip: str) -> str:

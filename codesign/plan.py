@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -48,6 +48,119 @@ FSDP_PREFETCH_LAYERS = 1.0
 # `training.cuda_graph_scope`; iteration; full_iteration: Megatron-Core's, with
 # static (padded) experts)
 CUDA_GRAPHS = stacks.GRAPH_SCOPES
+
+
+class Fp8Recipe(strategies.Strategy):
+    """How the narrow (`training.dtype = "fp8"`) GEMMs are scaled and quantised
+    (`training.fp8_recipe`): what each GEMM input weighs in HBM (values and
+    scales), the peak the GEMM runs at, and the memory-bound passes that make
+    its two quantised copies. Every GEMM input is needed twice (Transformer
+    Engine's "tensor usages"): rowwise for its forward / data-gradient GEMM and
+    columnwise for the weight-gradient GEMM.
+
+    - `value_bytes`: one quantised value; `block_elements` values share one
+      scale of `scale_bytes` (0: one per-tensor scale, negligible);
+    - `peak`: the chip's dense peak the GEMMs run at (`"fp8"`:
+      `Chip.peak_fp8_flops_per_s`, `"fp4"`: `Chip.peak_fp4_flops_per_s`);
+    - `transposes_narrow`: the columnwise copy is a transpose of the rowwise
+      one (a per-tensor scale survives transposition); else it is quantised
+      again from the wide tensor (block scales run along the other axis);
+    - `amax_reads`: extra reads of the wide tensor per quantised copy before
+      quantising it (a per-tensor amax computed from the data, a kernel each).
+    Which parts stay wide is the `Precision`'s (attention, the output layer,
+    the gradient reduction, the MoE combine): every recipe leaves them.
+    """
+
+    value_bytes: eqx.AbstractClassVar[float]
+    block_elements: eqx.AbstractClassVar[float]
+    scale_bytes: eqx.AbstractClassVar[float]
+    peak: eqx.AbstractClassVar[str]
+    transposes_narrow: eqx.AbstractClassVar[bool]
+    amax_reads: eqx.AbstractClassVar[float]
+
+    @property
+    def element_bytes(self) -> float:
+        """HBM bytes per element of one quantised copy: the value and its share
+        of a block scale (MXFP8 1 + 1/32, NVFP4 0.5 + 1/16)."""
+        return self.value_bytes + (self.scale_bytes / self.block_elements
+                                   if self.block_elements else 0.0)
+
+    def cast_bytes(self, wide: float) -> float:
+        """HBM bytes per element of quantising a `wide` input into both copies
+        in one pass (Transformer Engine's cast-transpose; MXFP8's quantisation
+        writes four tensors: two copies and their scales), after the amax reads."""
+        return wide * (1.0 + 2.0 * self.amax_reads) + 2.0 * self.element_bytes
+
+    def producer_bytes(self, wide: float) -> float:
+        """HBM bytes per element left when the producer (a norm, an activation)
+        writes the rowwise copy quantised itself: the transpose of the narrow
+        copy (per-tensor scales), or the columnwise copy quantised from the
+        wide tensor (block scales)."""
+        if self.transposes_narrow:
+            return 2.0 * self.element_bytes
+        return wide * (1.0 + self.amax_reads) + self.element_bytes
+
+    def kernels(self, producer: bool = False) -> float:
+        """Memory-bound kernels of one quantisation (`cast_bytes`, or
+        `producer_bytes`): the cast and its amax passes."""
+        return 1.0 + (1.0 if producer else 2.0) * self.amax_reads
+
+
+class Tensorwise(Fp8Recipe):
+    """FP8 with one scale per tensor (Transformer Engine's DelayedScaling and
+    Float8CurrentScaling; E4M3 forward, E5M2 or E4M3 backward): the default,
+    as codesign priced fp8 before the recipes (the amax is the producer's or
+    the history's: no pass of its own)."""
+
+    name: ClassVar[str] = "tensorwise"
+    value_bytes: ClassVar[float] = 1.0
+    block_elements: ClassVar[float] = 0.0
+    scale_bytes: ClassVar[float] = 4.0
+    peak: ClassVar[str] = "fp8"
+    transposes_narrow: ClassVar[bool] = True
+    amax_reads: ClassVar[float] = 0.0
+
+
+class MXFP8(Fp8Recipe):
+    """MXFP8 (OCP Microscaling v1.0; Transformer Engine's MXFP8BlockScaling,
+    Blackwell): E4M3 values, one E8M0 (1-byte) scale per 32 consecutive
+    values along the row or the column; the columnwise copy cannot be a
+    transpose of the rowwise one, so both are quantised from the wide tensor."""
+
+    name: ClassVar[str] = "mxfp8"
+    value_bytes: ClassVar[float] = 1.0
+    block_elements: ClassVar[float] = 32.0
+    scale_bytes: ClassVar[float] = 1.0
+    peak: ClassVar[str] = "fp8"
+    transposes_narrow: ClassVar[bool] = False
+    amax_reads: ClassVar[float] = 0.0
+
+
+class NVFP4(Fp8Recipe):
+    """NVFP4 (NVIDIA's NVFP4 pretraining recipe; Transformer Engine's
+    NVFP4BlockScaling, Blackwell only): E2M1 values (half a byte), one E4M3
+    (1-byte) scale per 16 values plus a per-tensor FP32 scale, which needs the
+    tensor's amax before quantising: a read of the wide tensor per copy (the
+    columnwise copy's after its random Hadamard transform, applied to the
+    weight-gradient GEMM's inputs). Stochastic rounding of the gradients is
+    done inside the quantisation kernel (no pass of its own). The GEMMs run at
+    the chip's FP4 peak."""
+
+    name: ClassVar[str] = "nvfp4"
+    value_bytes: ClassVar[float] = 0.5
+    block_elements: ClassVar[float] = 16.0
+    scale_bytes: ClassVar[float] = 1.0
+    peak: ClassVar[str] = "fp4"
+    transposes_narrow: ClassVar[bool] = False
+    amax_reads: ClassVar[float] = 1.0
+
+
+FP8_RECIPES = (Tensorwise, MXFP8, NVFP4)
+
+
+def fp8_recipe(value, key: str = "training.fp8_recipe") -> Fp8Recipe:
+    """The fp8 recipe named `value` (or `value` itself if it is an `Fp8Recipe`)."""
+    return strategies.parse(key, value, Fp8Recipe, FP8_RECIPES)
 
 
 class Precision(eqx.Module):
@@ -84,15 +197,30 @@ class Precision(eqx.Module):
         """Master weights and Adam's two moments (ZeRO paper's K = 12 in fp32)."""
         return self.bytes("master") + 2.0 * self.bytes("optimizer")
 
+    def quantise_bytes(self, recipe: Fp8Recipe, producer: bool = False) -> float:
+        """HBM bytes per element of quantising one GEMM input to the GEMM width
+        under `recipe` (`Fp8Recipe.cast_bytes`, or `producer_bytes` where the
+        producer writes the rowwise copy); 0 when the GEMMs run in the
+        activations' width."""
+        wide, narrow = self.bytes("activations"), DTYPE_BYTES[self.gemm]
+        if narrow >= wide:
+            return 0.0
+        return recipe.producer_bytes(wide) if producer else recipe.cast_bytes(wide)
+
+    def quantisation(self, recipe: Fp8Recipe, producer: bool = False) -> tuple:
+        """(HBM bytes per element, kernels) of quantising one GEMM input
+        (`quantise_bytes`); (0, 0) when the GEMMs run in the activations' width."""
+        moved = self.quantise_bytes(recipe, producer)
+        return moved, (recipe.kernels(producer) if moved > 0 else 0.0)
+
     @property
     def gemm_cast_bytes(self) -> float:
-        """HBM bytes per element of a GEMM input quantised to a GEMM width narrower
-        than the activations': Transformer Engine's cast-transpose reads it once
-        and writes the narrow copy and its transpose (for the weight-gradient
-        GEMM), e.g. 2 + 1 + 1 = 4 B for fp8 GEMMs on bf16 activations; 0 when the
-        GEMMs run in the activations' width."""
-        wide, narrow = self.bytes("activations"), DTYPE_BYTES[self.gemm]
-        return wide + 2.0 * narrow if narrow < wide else 0.0
+        """HBM bytes per element of a GEMM input quantised to a GEMM width
+        narrower than the activations' (per-tensor scaling): Transformer
+        Engine's cast-transpose reads it once and writes the narrow copy and its
+        transpose (for the weight-gradient GEMM), e.g. 2 + 1 + 1 = 4 B for fp8
+        GEMMs on bf16 activations; 0 when the GEMMs run in the activations' width."""
+        return self.quantise_bytes(Tensorwise())
 
     @property
     def gemm_transpose_bytes(self) -> float:
@@ -100,8 +228,7 @@ class Precision(eqx.Module):
         quantised already (Transformer Engine's norm and activation kernels with
         an fp8 output): only its transpose is left, read and written narrow,
         e.g. 1 + 1 = 2 B for fp8; 0 when the GEMMs run in the activations' width."""
-        wide, narrow = self.bytes("activations"), DTYPE_BYTES[self.gemm]
-        return 2.0 * narrow if narrow < wide else 0.0
+        return self.quantise_bytes(Tensorwise(), producer=True)
 
     @property
     def optimizer_step_bytes_per_param(self) -> float:
@@ -292,6 +419,10 @@ class Plan(eqx.Module):
                               kw_only=True)
     placement: tuple = static_field("system.placement", str, default=DEFAULT_PLACEMENT,
                                     kw_only=True, converter=_placement)
+    # how fp8 GEMMs are scaled and quantised (`Fp8Recipe`, or its name); read
+    # only where the GEMMs run in fp8 (`training.dtype = "fp8"`)
+    fp8_recipe: Fp8Recipe = strategy_field("training.fp8_recipe", fp8_recipe, FP8_RECIPES,
+                                           default=Tensorwise(), kw_only=True)
     # the per-part widths (training.<part>_dtype); default `recipe(dtype)`
     precision: Precision = eqx.field(static=True, default=None, kw_only=True)
 

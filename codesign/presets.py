@@ -252,10 +252,11 @@ def _gb200_nvl72() -> Preset:
 # B200's 72), 288 GB against 186-192, 800 Gb/s ConnectX-8 against 400 Gb/s,
 # 1400 W against 1200 W (GB300), and twice the SFU rate for the exponentials of
 # attention's softmax ("Inside NVIDIA Blackwell Ultra"); dense BF16 and FP8 are
-# unchanged (both racks: 360 and 720 PF sparse). The step model has no FP4 GEMM
-# path and costs attention at `attention_efficiency` of the 16-bit peak (no
-# exponential-rate term): the FP4 peaks are `Preset.other_peaks_flops_per_s`
-# (data) and the exponential rate is noted in the sources, not modelled.
+# unchanged (both racks: 360 and 720 PF sparse). The FP4 peaks are
+# `Preset.other_peaks_flops_per_s["fp4"]`, which the preset writes into
+# `Chip.peak_fp4_flops_per_s` (the `training.fp8_recipe = "nvfp4"` GEMMs' peak);
+# attention costs `attention_efficiency` of the 16-bit peak (no exponential-rate
+# term): the exponential rate is noted in the sources, not modelled.
 BLACKWELL_ULTRA_HBM_BYTES = 288 * GB
 
 
@@ -279,7 +280,7 @@ def _dgx_b300() -> Preset:
          "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
          "host_Bps": "PCIe Gen5 x16 (host CPUs' generation; assumption)",
          "tdp_w": "1100 W, third-party figure (assumption)", "latency": _LATENCY,
-         "fp4": "vendor (HGX B300): FP4 108 PF dense per 8 GPUs (step model has no FP4)"},
+         "fp4": "vendor (HGX B300): FP4 108 PF dense per 8 GPUs (the nvfp4 recipe's peak)"},
         chip_name,
         {"fp4": 108e15 / 8},  # vendor (HGX B300): FP4 144 PF sparse | 108 PF dense per 8 GPUs
     )
@@ -306,7 +307,7 @@ def _gb300_nvl72() -> Preset:
          "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
          "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
          "tdp_w": "1400 W, NVIDIA at Hot Chips 2025", "latency": _LATENCY,
-         "fp4": "vendor: FP4 1,080 PF dense per rack, 1.5x GB200's (step model has no FP4)",
+         "fp4": "vendor: FP4 1,080 PF dense per rack, 1.5x GB200's (the nvfp4 recipe's peak)",
          "attention_exponentials": "Blackwell Ultra: twice Blackwell's SFU rate for "
                                    "exponentials; not represented (attention costs at "
                                    "attention_efficiency of the 16-bit peak)"},

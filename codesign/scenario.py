@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _domains, _files, hardware, presets, strategies, workload
+from . import _checks, _domains, _files, compute, hardware, presets, strategies, workload
 from . import chip as chip_lib
 from ._checks import float_field
 from .hardware import MAX_NARROW_PEAK_RATIO, System
@@ -542,11 +542,12 @@ def _system(t: dict, late: frozenset = frozenset()) -> System:
         base = eqx.tree_at(lambda s: s.chip.hbm_reserve_bytes, base, jnp.asarray(
             hardware.default_hbm_reserve_bytes(float(t["system"]["hbm_bytes"]))))
     if "peak_flops_per_s" in t["system"]:
-        # the 8- and 32-bit peaks follow a 16-bit peak given without them, in the
+        # the 8-, 32- and 4-bit peaks follow a 16-bit peak given without them, in the
         # preset's ratios (a chip's peaks scale with its clock and units together)
         scale = float(t["system"]["peak_flops_per_s"]) / float(base.chip.peak_flops_per_s)
         follow = [f for f, given in (("peak_fp8_flops_per_s", "peak_fp8_flops_per_s"),
-                                     ("peak_fp32_flops_per_s", None))
+                                     ("peak_fp32_flops_per_s", None),
+                                     ("peak_fp4_flops_per_s", None))
                   if given not in t["system"]]
         base = eqx.tree_at(lambda s: [getattr(s.chip, f) for f in follow], base,
                            [jnp.asarray(getattr(base.chip, f) * scale) for f in follow])
@@ -595,6 +596,7 @@ def from_tables(tables: dict, overrides=()) -> Scenario:
     model = _model(t)
     plan = _plan(t, float(system.gpus))
     validate(plan, model, system.gpus)
+    compute.check_fp4(plan, system)
     return Scenario(model=model, plan=plan, system=system,
                     reliability=Reliability(**_given(Reliability, t)), **_given(Scenario, t),
                     chip=design)

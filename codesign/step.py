@@ -104,12 +104,12 @@ class Step(eqx.Module):
 
 
 def gemm_peak_flops_per_s(plan: Plan, system: System) -> jax.Array:
-    """The dense peak of the precision the GEMMs run in (`plan.precision.gemm`),
-    or of the attention width where that is faster (fp32 GEMMs beside bf16
-    attention): no step executes its FLOPs faster, so utilisation against it
-    is at most 1."""
+    """The dense peak of the precision the GEMMs run in (`plan.precision.gemm`;
+    fp8 under `plan.fp8_recipe`: FP4 for NVFP4), or of the attention width where
+    that is faster (fp32 GEMMs beside bf16 attention): no step executes its
+    FLOPs faster, so utilisation against it is at most 1."""
     pr = plan.precision
-    return jnp.maximum(compute.peak_flops_per_s(system, pr.gemm),
+    return jnp.maximum(compute.peak_flops_per_s(system, pr.gemm, plan.fp8_recipe),
                        compute.peak_flops_per_s(system, pr.attention))
 
 
