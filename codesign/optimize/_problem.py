@@ -157,7 +157,8 @@ class Problem(NamedTuple):
 
     def with_limits(self, objective: str | None = None, **limits) -> Problem:
         """The same knobs with another objective and/or limits (None removes
-        one); shares the compilations of this problem."""
+        one); shares the compilations of this problem where the objective and
+        limits need the same parts of the estimate (`needed_parts`)."""
         objective = self.objective if objective is None else objective
         _check_objective(self.scenario, objective)
         active = dict(self.limits)
