@@ -127,7 +127,7 @@ def compile_profile(names=sc.BUILTIN) -> dict:
         return step.outputs(step.estimate(scn))
 
     def relaxed_step_time_s(scn, t):  # what the gradient method descends (t traced)
-        return step.estimate(scn, t, check=False).step.step_time_s
+        return step.estimate(scn, t, check=False, parts=()).step.step_time_s  # the step alone
 
     out = {}
     for name in names:
@@ -221,8 +221,8 @@ def main(argv=None) -> dict:
     def full(knobs):  # every scalar output of the whole estimate
         return step.outputs(step.estimate(sc.set_knobs(base, knobs)))
 
-    def step_time(knobs):
-        return step.estimate(sc.set_knobs(base, knobs)).step.step_time_s
+    def step_time(knobs):  # the step alone (no reliability, fabric or price traced)
+        return step.estimate(sc.set_knobs(base, knobs), parts=()).step.step_time_s
 
     def jit(fn):  # as the grid's kernel compiles (`_compile.options(batch=True)`)
         return jax.jit(fn, compiler_options=options(batch=True))

@@ -200,14 +200,21 @@ def heaviest(model: Transformer, plan: Plan, system: System, t=0.0):
     return stage.pick(ranks, slowest), jax.tree.map(lambda x: x[fullest], mems)
 
 
+# what an estimate adds to its step, each computed only when asked for
+# (`estimate(parts=...)`): the failure model's report, and the scale-out
+# fabric's inventory priced (its capex and power)
+PARTS = ("reliability", "fabric")
+
+
 class Estimate(eqx.Module):
-    """A scenario's step, reliability and fabric: what `codesign estimate` prints."""
+    """A scenario's step, reliability and fabric: what `codesign estimate`
+    prints. A part `estimate` was not asked for (`PARTS`) is None."""
 
     step: Step
-    reliability: reliability.ReliabilityReport
-    fabric: fabric.Inventory
-    fabric_capex_usd: jax.Array  # `economics.fabric_capex_usd` of the inventory
-    fabric_power_w: jax.Array  # `economics.fabric_power_w` of the inventory
+    reliability: reliability.ReliabilityReport | None
+    fabric: fabric.Inventory | None
+    fabric_capex_usd: jax.Array | None  # `economics.fabric_capex_usd` of the inventory
+    fabric_power_w: jax.Array | None  # `economics.fabric_power_w` of the inventory
     tokens: jax.Array  # tokens to train on (0 = not set)
 
     @property
@@ -216,7 +223,7 @@ class Estimate(eqx.Module):
         return self.reliability.time_to_train_s(self.tokens / self.step.tokens_per_s)
 
 
-def estimate(scn, t=0.0, assumptions=None, *, check=True) -> Estimate:
+def estimate(scn, t=0.0, assumptions=None, *, check=True, parts=PARTS) -> Estimate:
     """The whole model of a `scenario.Scenario`, differentiable in every float;
     the fabric counted with the default `fabric.Prices` and priced with
     `assumptions` (an `economics.Assumptions`; None: the default ones). Under
@@ -227,18 +234,28 @@ def estimate(scn, t=0.0, assumptions=None, *, check=True) -> Estimate:
     `check=False`: for a scenario whose values were concrete when it was built
     (each field checks itself then, `check_outputs` the outputs), the traced
     check adds nothing, and a program without it has no host callback, so JAX's
-    persistent compilation cache can store it (`codesign estimate` runs so)."""
+    persistent compilation cache can store it (`codesign estimate` runs so).
+    `parts` (of `PARTS`) names what is computed beside the step: a caller that
+    needs the step alone (`parts=()`) traces no reliability, fabric or price."""
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"parts={tuple(parts)!r}: {', '.join(sorted(unknown))} is not one of "
+                         f"{', '.join(PARTS)}")
     if check:
         scn = scn.checked()
     s = step(scn.model, scn.plan, scn.system, t)
-    checkpoint_bytes = memory.checkpoint_bytes_total(scn.model, scn.plan)
-    rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes, scn.reliability)
-    if check:  # the failure model's validity bound (`reliability.checked`)
-        rel = reliability.checked(rel)
-    inventory = fabric.inventory(scn.system, t=t)
-    prices = economics.default_assumptions() if assumptions is None else assumptions
-    capex = economics.fabric_capex_usd(scn.system, inventory, prices, t)
-    power = economics.fabric_power_w(scn.system, inventory, prices)
+    rel = inventory = capex = power = None
+    if "reliability" in parts:
+        checkpoint_bytes = memory.checkpoint_bytes_total(scn.model, scn.plan)
+        rel = reliability.report(s.step_time_s, scn.system.gpus, checkpoint_bytes,
+                                 scn.reliability)
+        if check:  # the failure model's validity bound (`reliability.checked`)
+            rel = reliability.checked(rel)
+    if "fabric" in parts:
+        inventory = fabric.inventory(scn.system, t=t)
+        prices = economics.default_assumptions() if assumptions is None else assumptions
+        capex = economics.fabric_capex_usd(scn.system, inventory, prices, t)
+        power = economics.fabric_power_w(scn.system, inventory, prices)
     est = Estimate(s, rel, inventory, capex, power, scn.tokens)
     return _finite_checked(est) if check else est
 
@@ -249,8 +266,11 @@ def _finite_checked(est: Estimate) -> Estimate:
     (in GPU-seconds) past what a float holds raises instead of flowing on as
     inf or NaN (a peak or efficiency at 1e-300 is in its domain)."""
     s = est.step
-    parts = [s.compute_s, s.bubble_s, s.optimizer_s, s.tokens_per_s, *s.exposed_s.values(),
-             est.time_to_train_s * s.gpus, est.fabric_capex_usd, est.fabric_power_w]
+    parts = [s.compute_s, s.bubble_s, s.optimizer_s, s.tokens_per_s, *s.exposed_s.values()]
+    if est.reliability is not None:
+        parts.append(est.time_to_train_s * s.gpus)
+    if est.fabric is not None:
+        parts += [est.fabric_capex_usd, est.fabric_power_w]
     bad = ~(s.step_time_s > 0) | ~jnp.isfinite(s.step_time_s)
     for x in parts:
         bad = bad | ~jnp.isfinite(x)
@@ -261,7 +281,8 @@ def _finite_checked(est: Estimate) -> Estimate:
 
 def outputs(est: Estimate) -> dict:
     """Every scalar of an estimate by its JSON key (jnp scalars; vmappable);
-    `check_outputs` checks them."""
+    `check_outputs` checks them. Those of a part the estimate lacks (`PARTS`)
+    are left out."""
     s, r = est.step, est.reliability
     out = {
         "step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s,
@@ -274,15 +295,20 @@ def outputs(est: Estimate) -> dict:
         **{f"memory_{k}_bytes": v for k, v in s.memory.breakdown_bytes().items()},
         "fits_memory": (s.memory.total_bytes <= s.memory.capacity_bytes).astype(float),
         **{f"breakdown_{k}_s": v for k, v in s.breakdown_s().items()},
-        "expected_step_time_s": r.expected_step_time_s,
-        "step_time_p50_s": r.step_time_p50_s, "step_time_p99_s": r.step_time_p99_s,
-        "p_step_delayed": r.p_step_delayed, "goodput": r.goodput,
-        "effective_training_time_fraction": r.effective_training_time_fraction,
-        "checkpoint_interval_s": r.checkpoint_interval_s, "mtbf_s": r.mtbf_s,
-        "fabric_cost_usd": est.fabric_capex_usd, "fabric_power_w": est.fabric_power_w,
     }
-    out["time_to_train_s"] = est.time_to_train_s
-    out["gpu_hours"] = est.time_to_train_s * s.gpus / 3600.0
+    if r is not None:
+        out |= {
+            "expected_step_time_s": r.expected_step_time_s,
+            "step_time_p50_s": r.step_time_p50_s, "step_time_p99_s": r.step_time_p99_s,
+            "p_step_delayed": r.p_step_delayed, "goodput": r.goodput,
+            "effective_training_time_fraction": r.effective_training_time_fraction,
+            "checkpoint_interval_s": r.checkpoint_interval_s, "mtbf_s": r.mtbf_s,
+        }
+    if est.fabric is not None:
+        out |= {"fabric_cost_usd": est.fabric_capex_usd, "fabric_power_w": est.fabric_power_w}
+    if r is not None:
+        out["time_to_train_s"] = est.time_to_train_s
+        out["gpu_hours"] = est.time_to_train_s * s.gpus / 3600.0
     return out
 
 

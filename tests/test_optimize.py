@@ -213,7 +213,7 @@ def test_relaxed_loss_gradients_match_values_recorded_before_the_speed_work():
     # t = 0 static (the exact model's own branch); every t > 0 one traced compile,
     # as the descent anneals it
     exact = jax.jit(jax.value_and_grad(relaxed_loss), static_argnums=2)
-    relaxed = jax.jit(jax.value_and_grad(relaxed_loss))
+    relaxed = _RELAXED
     for r in _recorded_gradients()["relaxed_loss_grad"]:
         loss, t = (exact, 0.0) if r["t"] == 0 else (relaxed, jnp.asarray(r["t"]))
         value, grad = loss(jnp.asarray(r["z"]), prob.core, t, r["mu"])
@@ -221,6 +221,62 @@ def test_relaxed_loss_gradients_match_values_recorded_before_the_speed_work():
         old = np.asarray(r["grad"])
         np.testing.assert_allclose(np.asarray(grad), old, rtol=1e-9,
                                    atol=1e-12 * np.abs(old).max())
+
+
+_RELAXED = jax.jit(jax.value_and_grad(relaxed_loss))  # one compilation per Core.parts
+
+
+def count_equations(jaxpr) -> int:
+    """Equations of `jaxpr` and of its sub-jaxprs (benchmarks/estimate.py's count)."""
+    import jax.extend as jex
+
+    return len(jaxpr.eqns) + sum(count_equations(sub) for eqn in jaxpr.eqns
+                                 for sub in jex.core.jaxprs_in_params(eqn.params))
+
+
+def _modules(jaxpr) -> set:
+    """The codesign modules that emitted an equation of `jaxpr` or of a sub-jaxpr."""
+    import jax.extend as jex
+
+    out = set()
+    for eqn in jaxpr.eqns:
+        tb = eqn.source_info.traceback
+        out |= {Path(f.file_name).stem for f in (tb.frames if tb is not None else ())
+                if Path(f.file_name).parent.name == "codesign"}
+        for sub in jex.core.jaxprs_in_params(eqn.params):
+            out |= _modules(sub)
+    return out
+
+
+def test_an_objective_traces_only_what_it_needs(small):
+    """Issue 55: a problem's relaxed loss traces the parts of the estimate its
+    objective and set limits need (`Core.parts`) and nothing else: step time
+    traces no reliability, fabric or price (no equation from those modules,
+    fewer equations), with the loss and gradient of every part computed to
+    1e-12; the exact evaluation still reports every metric."""
+    import dataclasses
+
+    assert small.core.parts == () and small.with_limits(max_gpus=1e4).core.parts == ()
+    assert small.with_limits("time_to_train").core.parts == ("reliability",)
+    assert small.with_limits(budget_w=1e6).core.parts == ("fabric",)
+    assert small.with_limits("tokens_per_s", budget_usd=1e9).core.parts == step.PARTS
+    full = dataclasses.replace(small.core, parts=step.PARTS)
+    z, t, mu = jnp.full(len(SMALL), 0.4), jnp.asarray(0.05), jnp.asarray(10.0)
+    grad = jax.value_and_grad(relaxed_loss)
+    lean, every = (jax.make_jaxpr(grad)(z, c, t, mu).jaxpr for c in (small.core, full))
+    gone = {"reliability", "economics"}  # (the step's traffic reads `fabric`'s topology)
+    assert gone <= _modules(every) and not gone & _modules(lean)
+    assert count_equations(lean) < count_equations(every) - 500
+    value, g = _RELAXED(z, small.core, t, mu)
+    value_all, g_all = _RELAXED(z, full, t, mu)
+    assert float(value) == pytest.approx(float(value_all), rel=1e-12)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_all), rtol=1e-12)
+    # step.estimate's own option: the step alone, its outputs without the rest
+    est = step.estimate(SCN, parts=())
+    assert est.reliability is None and est.fabric is None
+    out = step.outputs(est)
+    assert "goodput" not in out and "fabric_cost_usd" not in out
+    assert set(optimize.point_metrics(small, small.here)) >= {"cost_to_train_usd", "power_w"}
 
 
 def test_gradient_method_lands_on_the_grid_optimum(small_runs):
@@ -497,7 +553,9 @@ def test_gradient_method_compiles_once_per_problem(monkeypatch):
     """The descent (its relaxed loss and gradient), the exact evaluation and the
     rule check are traced once per problem's knobs: not again across restarts
     (another seed), annealing stages or the polish (one executable each), nor
-    for another objective or limit; `Result.profile` counts the compiling."""
+    for another objective or limit of the same parts (`Core.parts`: step time,
+    tokens per second and a GPU count need the step alone); `Result.profile`
+    counts the compiling."""
     import chex
 
     from codesign.optimize import _gradient, _model
@@ -511,7 +569,7 @@ def test_gradient_method_compiles_once_per_problem(monkeypatch):
             "system.scale_up_bandwidth_Bps": (100 * GB, 900 * GB)}
     p = optimize.problem(SCN, list(vary), vary)
     first = optimize.optimize(p, starts=STARTS, steps=STEPS)
-    again = optimize.optimize(p.with_limits("cost_to_train_usd", budget_w=1e6), starts=STARTS,
+    again = optimize.optimize(p.with_limits("tokens_per_s", max_gpus=1e6), starts=STARTS,
                               steps=STEPS, seed=1)
     assert first.profile["compile_s"] > 0 and again.profile["compile_s"] == 0
     assert again.wall_s < first.wall_s

@@ -302,8 +302,8 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     it. Two executables per problem's knobs, `starts` and `steps` (the
     descent, the exact evaluation), compiled on first use and reused by every
     later call, and with `store` (a folder) kept there for a later process,
-    keyed by the problem's structure (the varied knobs and the scenario's
-    shape: bounds, objective and limits are arguments), so the same or an
+    keyed by the problem's structure (the varied knobs, the scenario's
+    shape and `Core.parts`: bounds, objective and limits are arguments), so the same or an
     edited question neither traces nor compiles; `Result.profile` says where
     the wall time went (`compile_s`: tracing and compiling or reading back, 0
     when reused)."""

@@ -22,16 +22,30 @@ from .._compile import compiled
 from ..economics import Assumptions
 from ..relax import safe_log
 from ..scenario import Scenario
-from ._problem import LIMITS, OBJECTIVES, Core, Problem, apply, domain, to_values
+from ._problem import (
+    LIMITED,
+    LIMITS,
+    METRIC_PARTS,
+    OBJECTIVES,
+    Core,
+    Problem,
+    apply,
+    domain,
+    parts_of,
+    to_values,
+)
 
 MU_END = 1e4  # the penalty weight at the end of the descent, and the exact evaluation's
 CHUNK = 1024  # points per vmapped exact evaluation (candidate sets pad to it)
 CHUNK_EVALUATIONS = 1 << 10  # at most this many model evaluations per chunk (robust: S a point)
-_LIMITED = {"budget_usd": "cost_to_train_usd", "budget_w": "power_w", "max_gpus": "gpus"}
+_LIMITED = LIMITED
 
 
-def metrics(scn: Scenario, a: Assumptions, t=0.0, ownership=None) -> dict:
-    """The objectives and constraint quantities of one scenario (jnp scalars);
+def metrics(scn: Scenario, a: Assumptions, t=0.0, ownership=None,
+            parts: tuple = step.PARTS) -> dict:
+    """The objectives and constraint quantities of one scenario (jnp scalars):
+    those the estimate's `parts` give (`METRIC_PARTS`; every one by default),
+    nothing else traced;
     the dollars and watts are `economics`' under the problem's assumptions `a`
     (the estimate is priced with them). On a scenario with a chip design
     (`Scenario.chip`, priced under `ownership`) a GPU-hour costs the design's
@@ -44,30 +58,30 @@ def metrics(scn: Scenario, a: Assumptions, t=0.0, ownership=None) -> dict:
     (`problem`), and a program without its host callback is stored by the
     persistent compilation cache, so a second `codesign optimize` of the same
     problem skips compiling."""
-    if scn.chip is not None:
+    if scn.chip is not None and "fabric" in parts:
         a = chip_lib.to_assumptions(scn.chip, a, ownership)
-    est = step.estimate(scn, t, a, check=False)
-    out = step.outputs(est)
-    s = scn.system
-    if scn.chip is None:
-        power = economics.power_w(s, est.fabric, a)
-    else:
-        board = chip_lib.board_power_w(scn.chip, jnp.clip(out["hfu_gemm_peak"], 0.0, 1.0))
-        power = (board * s.gpus * ownership.pue
-                 + economics.fabric_power_w(s, est.fabric, a))
-    capex = est.fabric_capex_usd
-    return {
-        "step_time_s": out["step_time_s"], "tokens_per_s": out["tokens_per_s"],
-        "bubble_s": out["breakdown_pp_bubble_s"], "mfu": out["mfu"],
-        "time_to_train_s": out["time_to_train_s"], "goodput": out["goodput"],
-        "gpu_hours": out["gpu_hours"],
-        "cost_to_train_usd": economics.cost_to_train_usd(out["gpu_hours"], capex,
-                                                         out["time_to_train_s"], a),
-        "fabric_capex_usd": capex, "power_w": power,
-        "tokens_per_joule": out["tokens_per_s"] * out["goodput"] / power,
-        "memory_bytes_per_gpu": out["memory_bytes_per_gpu"],
-        "memory_capacity_bytes": out["memory_capacity_bytes"], "gpus": s.gpus,
-    }
+    est = step.estimate(scn, t, a, check=False, parts=parts)
+    st, s = est.step, scn.system
+    m = {"step_time_s": st.step_time_s, "tokens_per_s": st.tokens_per_s,
+         "bubble_s": st.bubble_s, "mfu": st.mfu,
+         "memory_bytes_per_gpu": st.memory.total_bytes,
+         "memory_capacity_bytes": st.memory.capacity_bytes, "gpus": s.gpus}
+    if est.reliability is not None:
+        m |= {"time_to_train_s": est.time_to_train_s, "goodput": est.reliability.goodput,
+              "gpu_hours": est.time_to_train_s * st.gpus / 3600.0}
+    if est.fabric is not None:
+        if scn.chip is None:
+            power = economics.power_w(s, est.fabric, a)
+        else:
+            board = chip_lib.board_power_w(scn.chip, jnp.clip(st.hfu_gemm_peak, 0.0, 1.0))
+            power = (board * s.gpus * ownership.pue
+                     + economics.fabric_power_w(s, est.fabric, a))
+        m |= {"fabric_capex_usd": est.fabric_capex_usd, "power_w": power}
+        if est.reliability is not None:
+            m |= {"cost_to_train_usd": economics.cost_to_train_usd(
+                      m["gpu_hours"], est.fabric_capex_usd, m["time_to_train_s"], a),
+                  "tokens_per_joule": m["tokens_per_s"] * m["goodput"] / power}
+    return {k: m[k] for k in METRIC_PARTS if k in m}
 
 
 # metrics for which more is better: a pessimistic quantile of them is the low one
@@ -98,14 +112,17 @@ def statistic(values: jax.Array, weights: jax.Array, higher_is_better: bool) -> 
     return base + jnp.sum(weights * (values - base))
 
 
-def problem_metrics(core: Core, scn: Scenario, t=0.0) -> dict:
+def problem_metrics(core: Core, scn: Scenario, t=0.0, parts: tuple | None = None) -> dict:
     """`metrics` of `scn` under the problem: the nominal model's, or on a robust
     problem each metric's `statistic` over the samples of the uncertain
-    constants (vmapped; what does not depend on them is computed once)."""
+    constants (vmapped; what does not depend on them is computed once). Only
+    the metrics of the estimate's `parts` (None: those the problem's objective
+    and limits need, `Core.parts`)."""
+    parts = core.parts if parts is None else parts
     if core.uncertain is None:
-        return metrics(scn, core.assumptions, t, core.ownership)
+        return metrics(scn, core.assumptions, t, core.ownership, parts)
     per = jax.vmap(lambda f: metrics(perturbed(scn, core.uncertain, f), core.assumptions,
-                                     t, core.ownership))(core.factors)
+                                     t, core.ownership, parts))(core.factors)
     return {k: statistic(v, core.weights, k in HIGHER_IS_BETTER)
             for k, v in per.items()}
 
@@ -116,7 +133,8 @@ def _log_ratio(a, b):
 
 def constraints(core: Core, scn: Scenario, m: dict) -> jax.Array:
     """Log-ratio constraints g <= 0, in the order of `CONSTRAINTS`: memory, the
-    three limits (about -690 when unset), and the orderings dp >= 1,
+    three limits (about -690 when unset: a limit's metric the problem does not
+    compute is taken as 1), and the orderings dp >= 1,
     micro-batches >= 1, ep x etp <= tp x cp x dp, pp x interleave <= layers, domain <= GPUs."""
     return jnp.stack(_constraint_terms(core, scn, m, LIMITS))
 
@@ -126,7 +144,7 @@ def _constraint_terms(core: Core, scn: Scenario, m: dict, limits: tuple) -> list
     p, model = scn.plan, scn.model
     return [
         _log_ratio(m["memory_bytes_per_gpu"], m["memory_capacity_bytes"]),
-        *(_log_ratio(m[_LIMITED[n]], core.limits[i]) for i, n in enumerate(LIMITS)
+        *(_log_ratio(m.get(_LIMITED[n], 1.0), core.limits[i]) for i, n in enumerate(LIMITS)
           if n in limits),
         *_chip_terms(scn),
         _log_ratio(1.0, p.dp),
@@ -163,8 +181,10 @@ def structurally_feasible(scn: Scenario) -> jax.Array:
 
 
 def _objective(core: Core, m: dict):
-    """(value of the objective, signed log: lower is better)."""
-    values = jnp.stack([m[key] for key, _ in OBJECTIVES.values()])
+    """(value of the objective, signed log: lower is better); an objective whose
+    metric `m` lacks (not of `Core.parts`: not this problem's) is NaN."""
+    nan = jnp.full_like(m["step_time_s"], jnp.nan)
+    values = jnp.stack([m.get(key, nan) for key, _ in OBJECTIVES.values()])
     goals = jnp.asarray([goal for _, goal in OBJECTIVES.values()])
     value = values[core.objective]
     return value, goals[core.objective] * safe_log(value)
@@ -178,7 +198,8 @@ def _penalty(g: jax.Array, mu) -> jax.Array:
 
 def relaxed_loss(z: jax.Array, core: Core, t, mu) -> jax.Array:
     """The gradient method's objective at unit-box point z (K,): signed log
-    objective + penalty, on the model relaxed at temperature t."""
+    objective + penalty, on the model relaxed at temperature t; only the
+    metrics of `Core.parts` are traced (what the objective and the set limits need)."""
     scn = apply(core, to_values(core, z))
     m = problem_metrics(core, scn, t)
     return _objective(core, m)[1] + _penalty(constraints(core, scn, m), mu)
@@ -207,7 +228,7 @@ def _structural_point(core: Core, scn: Scenario, values: tuple) -> jax.Array:
 def _exact_point(core: Core, values: tuple) -> Exact:
     """Exact evaluation of one point given as K knob values (scalars)."""
     scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
-    m = problem_metrics(core, scn)
+    m = problem_metrics(core, scn, parts=step.PARTS)  # every metric: the points reported
     g = constraints(core, scn, m)
     value, loss = _objective(core, m)
     structural = _structural_point(core, scn, values)
@@ -219,7 +240,8 @@ def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple,
                 near_tol: float = 0.0):
     """(the metrics named in `outputs`, feasible, near) of one point as
     `_exact_point` computes them, with the outputs and the set limits static,
-    so that nothing else is computed. A value not batched under `vmap` (a knob
+    so that nothing else is computed (nor traced: the estimate's parts they
+    need, `parts_of`). A value not batched under `vmap` (a knob
     held fixed across a block of the grid) keeps what is computed from it
     alone out of the batch. `near` is True where a measured constraint (memory,
     the limits set: the first 1 + len(limits) terms; the others are exact
@@ -227,7 +249,7 @@ def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple,
     limits) is within `near_tol` of its bound (log ratio), so that a
     lower precision could have decided it either way."""
     scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
-    m = problem_metrics(core, scn)
+    m = problem_metrics(core, scn, parts=parts_of([*outputs, *(_LIMITED[n] for n in limits)]))
     g = jnp.stack(_constraint_terms(core, scn, m, limits))
     structural = _structural_point(core, scn, values)
     feasible = structural & jnp.all(g <= 1e-12)

@@ -7,6 +7,7 @@ point in the unit box, knob values and a scenario (`to_values`, `to_box`,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -44,10 +45,33 @@ LIMITS = ("budget_usd", "budget_w", "max_gpus")  # -> metric each one limits
 CONSTRAINTS = ("memory", *LIMITS, "dp>=1", "micro_batches>=1", "ep<=dp",
                "pp*interleave<=layers", "scale_up_domain<=gpus")
 _NO_LIMIT = 1e300  # an unset limit: its log-ratio constraint is about -690
+LIMITED = {"budget_usd": "cost_to_train_usd", "budget_w": "power_w", "max_gpus": "gpus"}
+# metric -> the parts of the estimate beyond its step that it needs (`step.PARTS`):
+# what is traced for a problem is what its objective and set limits need (`Core.parts`)
+METRIC_PARTS = {
+    "step_time_s": (), "tokens_per_s": (), "bubble_s": (), "mfu": (),
+    "time_to_train_s": ("reliability",), "goodput": ("reliability",),
+    "gpu_hours": ("reliability",), "cost_to_train_usd": ("reliability", "fabric"),
+    "fabric_capex_usd": ("fabric",), "power_w": ("fabric",),
+    "tokens_per_joule": ("reliability", "fabric"),
+    "memory_bytes_per_gpu": (), "memory_capacity_bytes": (), "gpus": (),
+}
+
+
+def parts_of(names) -> tuple:
+    """The parts of `step.PARTS` the metrics `names` need, in that order."""
+    need = {p for n in names for p in METRIC_PARTS[n]}
+    return tuple(p for p in step.PARTS if p in need)
+
+
+def needed_parts(objective: str, limits) -> tuple:
+    """The parts an objective (a name of `OBJECTIVES`) and the set `limits`
+    (names of `LIMITS`) need; memory and the step are always computed."""
+    return parts_of([OBJECTIVES[objective][0], *(LIMITED[n] for n in limits)])
 
 
 def _reliability(scn: Scenario):
-    return step.estimate(scn, check=False).reliability
+    return step.estimate(scn, check=False, parts=("reliability",)).reliability
 
 
 # knobs whose 0 is not a point on their scale but a branch of the model, which
@@ -97,6 +121,10 @@ class Core(eqx.Module):
     # a scenario with a chip design (`scenario.Scenario.chip`): what turns its
     # price and power into a GPU-hour and facility watts (`chip.Ownership`); None without
     ownership: chip_lib.Ownership | None = None
+    # the parts of the estimate the objective and the set limits need
+    # (`needed_parts`): the relaxed descent and the grid trace only those, so a
+    # problem compiles once per parts and knobs, not once per objective
+    parts: tuple = eqx.field(static=True, default=step.PARTS)
 
     @property
     def samples(self) -> int:
@@ -129,7 +157,8 @@ class Problem(NamedTuple):
 
     def with_limits(self, objective: str | None = None, **limits) -> Problem:
         """The same knobs with another objective and/or limits (None removes
-        one); shares the compilations of this problem."""
+        one); shares the compilations of this problem where the objective and
+        limits need the same parts of the estimate (`needed_parts`)."""
         objective = self.objective if objective is None else objective
         _check_objective(self.scenario, objective)
         active = dict(self.limits)
@@ -143,6 +172,7 @@ class Problem(NamedTuple):
                 active[name] = float(value)
         core = eqx.tree_at(lambda c: (c.objective, c.limits), self.core,
                            (_objective_index(objective), _limit_array(active)))
+        core = dataclasses.replace(core, parts=needed_parts(objective, active))
         return self._replace(core=core, objective=objective, limits=active)
 
 
@@ -339,7 +369,8 @@ def build(scn: Scenario, vary: tuple, bounds=None, objective: str = "step_time",
         ownership = ownership or chip_lib.Ownership()
     elif ownership is not None:
         raise ValueError("ownership prices a chip design; the scenario has no [chip] table")
-    core = Core(scn, a, *box, goal, limit, coords=vary, ownership=ownership)
+    core = Core(scn, a, *box, goal, limit, coords=vary, ownership=ownership,
+                parts=needed_parts(objective, limits))
     return Problem(core, tuple(knobs), tuple(admissible), objective,
                    {n: float(v) for n, v in limits.items()})
 
