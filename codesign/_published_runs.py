@@ -300,7 +300,9 @@ _BRIDGE_ASSUMED = (
     "recompute as the recipe sets it (none unless said); the distributed optimizer "
     "(ZeRO-1; ZeRO-3 where the table prints FSDP: Megatron FSDP); gradients reduced in "
     "bf16 (grad_reduce_in_fp32 False in the performance scripts); MoE routing "
-    "force-balanced (the table's footnote: moe_imbalance 1); MXFP8 as fp8; the "
+    "force-balanced (the table's footnote: moe_imbalance 1); MXFP8 and NVFP4 as "
+    "training.fp8_recipe mxfp8 / nvfp4 where a 2026 row names them, the 25.11 rows' fp8 per "
+    "tensor; the "
     "table's GBS and MBS where the workload config differs")
 # (layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, MoE
 # (moe_layers, experts, top_k, expert width, shared experts), extra model keys)
@@ -453,8 +455,10 @@ _VP8_OVER_126 = ("VP 8 x PP 16 = 128 one-layer chunks counts the embedding and t
                  "pipeline layers (126 + 2); the model's 126 transformer layers cannot fill 128 "
                  "chunks: run at VP 4 (8 layers a stage either way; the bubble 1.0% of the "
                  "step, not 0.5%)")
-_NO_NVFP4 = ("NVFP4 GEMMs have no recipe in the model (no 4-bit peak): run as fp8, so the row "
-             "measures what 4-bit GEMMs bought over FP8")
+_NO_NVFP4 = ("NVFP4 as training.fp8_recipe nvfp4 (GB200's dense FP4 peak, 1 x 16 E4M3 "
+             "scales, the Hadamard and amax passes), fp8's GEMM efficiency assumed for it")
+# the fp8 recipe a row's precision label names (training.fp8_recipe; FP8-CS: tensorwise)
+_RECIPE_OF_LABEL = {"MXFP8": "mxfp8", "NVFP4": "nvfp4"}
 
 
 def _bridge_2026(release, model, gpus, label, gbs, mbs, seq, tp, pp, vp, ep, published, note,
@@ -462,8 +466,12 @@ def _bridge_2026(release, model, gpus, label, gbs, mbs, seq, tp, pp, vp, ep, pub
     """A row of Megatron-Bridge's 26.04.01-26.08 pre-training tables (GB200)."""
     source = {"26.04.01": BRIDGE_26041_SOURCE, "26.06": BRIDGE_2606_SOURCE,
               "26.08": BRIDGE_2608_SOURCE}[release]
+    software = kw.pop("software", None) or {}
+    if label in _RECIPE_OF_LABEL:
+        software = {**software, "training": {**software.get("training", {}),
+                                             "fp8_recipe": _RECIPE_OF_LABEL[label]}}
     return _bridge(model, "GB200", gpus, "fp8", gbs, mbs, seq, tp, pp, 1, vp, ep, published,
-                   note, release=release, source=source, label=label, **kw)
+                   note, release=release, source=source, label=label, software=software, **kw)
 
 
 def _qwen3_16_h100(published, ep_overlap):
@@ -517,8 +525,8 @@ def _automodel(gpus, mbs, gbs, dispatcher, streams, published, step_s):
 # EP 32 inside 32-GPU NVLink domains, MBS 1, GBS 2048, seq 4096, MXFP8, BF16
 # Adam moments, forced load balancing; each step's flags on top of the last.
 _DSV3_STEPS_ASSUMED = (
-    "MXFP8 as fp8; the PP layout Et|(tt|)*30L (61 layers over 32 virtual stages) as the "
-    "model's even split of pp x vp; the recompute of MLA's up projection (with the 3 dense "
+    "MXFP8 as training.fp8_recipe mxfp8; the PP layout Et|(tt|)*30L (61 layers over 32 "
+    "virtual stages) as parallel.pipeline_layout; the recompute of MLA's up projection (with the 3 dense "
     "layers' MLPs) read as selective recomputation, its end (recompute-modules mlp moe_act: "
     "an elementwise activation and 3 dense MLPs) as none; fp8-param-gather not a key "
     "(weights gathered in bf16); forced load balancing (moe_imbalance 1); dropless, the "
@@ -564,9 +572,10 @@ def _dsv3_step(i: int) -> Check:
     """Step `i` (0-based) of the log: the flags of steps 0..i applied in order; the
     last step is the guide's row (its own set)."""
     training = {"global_batch": 2048, "micro_batch": 1, "recompute": "selective",
-                "dtype": "fp8", "optimizer_dtype": "bf16", "moe_imbalance": 1.0,
-                "host_syncs": True}
-    parallel = _megatron_parallel(256, 1, 8, 1, 4, ep=32, dtype="fp8")
+                "dtype": "fp8", "fp8_recipe": "mxfp8", "optimizer_dtype": "bf16",
+                "moe_imbalance": 1.0, "host_syncs": True}
+    parallel = _megatron_parallel(256, 1, 8, 1, 4, ep=32, dtype="fp8") | {
+        "pipeline_layout": "Et|(tt|)*30L"}
     for _, _, keys, _ in DSV3_STEPS[:i + 1]:
         training |= (keys or {}).get("training", {})
         parallel |= (keys or {}).get("parallel", {})
@@ -621,7 +630,7 @@ _NEW_2026 = (
                  "gave 813 in 25.11 (a row of that set): no flag of this row's changed that a "
                  "key expresses; published 2129 model TFLOP/s", tp_overlap=1.0),
     _bridge_2026("26.06", "Llama3.1-405B", 256, "MXFP8", 1536, 1, 8192, 4, 16, 8, 1, 783,
-                 f"MXFP8 as fp8 (its 1 x 32 scales not costed apart); TP overlap on; "
+                 f"MXFP8 as training.fp8_recipe mxfp8; TP overlap on; "
                  f"{_VP8_OVER_126}; published 1976 model TFLOP/s", tp_overlap=1.0,
                  software=_VP4),
     _bridge_2026("26.06", "Llama3.1-405B", 256, "NVFP4", 1536, 1, 8192, 4, 16, 8, 1, 1166,
@@ -630,7 +639,8 @@ _NEW_2026 = (
                  software=_VP4),
     # --- Megatron-Bridge 26.04.01 on GB200
     _bridge_2026("26.04.01", "Llama3-70B", 64, "MXFP8", 256, 1, 8192, 2, 4, 5, 1, 3712,
-                 "MXFP8 as fp8; sequence parallel with TP 2; TP overlap on (perf_recipes/llama/"
+                 "MXFP8 as training.fp8_recipe mxfp8; sequence parallel with TP 2; TP overlap on "
+                 "(perf_recipes/llama/"
                  "gb200/llama3.py llama3_70b_pretrain_64gpu_gb200_fp8mx_config, read in the "
                  "stored version 3564acfd: userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192); no "
                  "CUDA graphs set; published 1664 model TFLOP/s",

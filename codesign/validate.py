@@ -313,13 +313,15 @@ def _spread(ratios: list[float]) -> dict:
 def uncertainty(rows) -> dict:
     """The table `codesign.uncertainty` reads (stored as its `TABLE`): the
     `QUANTILE` and 1 - `QUANTILE` percentiles of `step_time_ratio` over the
-    prediction rows of training runs (calibration rows, rows without a value
-    and the collectives' rows apart), of all families (`all`) and per chip
-    family (`families`), with their row counts."""
+    prediction rows of training runs (calibration rows, rows without a value,
+    the collectives' rows and the intermediate steps of Megatron-Core's
+    DeepSeek-V3 log apart: one plan counts once, as the guide's final row), of
+    all families (`all`) and per chip family (`families`), with their row counts."""
     ratios: dict = {}
     for r in rows:
         if (not r["calibration"] and math.isfinite(r["error"])
-                and r["measure"] not in COLLECTIVE_MEASURES):
+                and r["measure"] not in COLLECTIVE_MEASURES
+                and r["source"] != SETS["mcore_dsv3_gb200_steps"]):
             ratios.setdefault(r["family"], []).append(step_time_ratio(r))
     return {"quantile": uncertainty_lib.QUANTILE, "min_rows": uncertainty_lib.MIN_ROWS,
             "all": _spread([x for v in ratios.values() for x in v]),
