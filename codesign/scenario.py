@@ -222,8 +222,12 @@ def _absent(scn: Scenario) -> frozenset:
 
 def knobs(scn: Scenario) -> tuple:
     """The float knobs of `scn`: `KNOBS` less the keys of strategies it does not
-    use (a Clos's pod_size and oversubscription, without a Clos)."""
+    use (a Clos's pod_size and oversubscription, without a Clos) and, with a
+    [chip] table, the system keys its design sets (`_SET_BY_CHIP`) other than
+    those that stand for a chip knob (`CHIP_ALIASES`)."""
     absent = _absent(scn)
+    if scn.chip is not None:
+        absent |= {f"system.{k}" for k in _SET_BY_CHIP} - set(CHIP_ALIASES)
     return tuple(k for k in KNOBS if k not in absent)
 
 

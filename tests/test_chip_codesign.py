@@ -148,3 +148,21 @@ def test_chip_node_is_categorical():
         _categorical.parse_choice("chip.node", "n2")
     s = sc.load("megatron-8.3b", [*CHIP, "chip.node=n3"])
     assert optimize.scenario_choice(s, "chip.node") == "n3"
+
+
+def test_the_report_shows_the_chips_area_and_cost_and_sensitivity_skips_its_derived_keys():
+    """A scenario with a [chip] table: the report's Chip section states the
+    design's area, cost to make and price by kind, as `codesign.chip` computes
+    them; the system keys the design sets are not knobs of it (sensitivity and
+    report iterate `scenario.knobs`), the ones that stand for a chip knob are."""
+    from codesign.cli import report as cli_report
+
+    scn = sc.load("llama3-405b", ["chip.hbm_stacks=6"])
+    knobs = sc.knobs(scn)
+    assert "system.hbm_Bps" not in knobs and "system.scale_out_bandwidth_Bps" in knobs
+    assert "system.hbm_Bps" in sc.knobs(sc.load("llama3-405b"))
+    _, body = cli_report._chip_section(scn, {"hfu": 0.4})
+    assert f"${float(chip.cost_usd(scn.chip)):,.0f}" in body
+    assert f"${float(chip.price_usd(scn.chip)):,.0f}" in body
+    assert f"{float(chip.area_mm2(scn.chip)):,.0f} mm^2" in body
+    assert f"{float(chip.board_power_w(scn.chip, mfu=0.4)):,.0f} W" in body

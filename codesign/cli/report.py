@@ -109,6 +109,31 @@ def _timeline_section(plots, scn, labels, est):
              "track; hidden communication hatched, the bubble grey)"))
 
 
+def _chip_section(scn, out: dict):
+    """A scenario with a chip design (`[chip]`): its silicon by kind, its cost to
+    make by kind, its price, and its board power at full load and at the step's
+    hardware FLOP utilisation (HBM and links at full load: an upper bound)."""
+    from .. import chip
+
+    d = scn.chip
+    a, c = chip.area(d), chip.cost(d)
+    area_rows = [{"part": k, "value": f"{float(v):,.0f} mm^2"} for k, v in (
+        ("logic", a.logic_mm2), ("SRAM", a.sram_mm2), ("PHYs (HBM, links)", a.phy_mm2),
+        ("total", a.total_mm2))]
+    area_rows += [{"part": "dies", "value": f"{float(d.dies):g} of {float(chip.die_mm2(d)):,.0f} "
+                   f"mm^2, {chip.package_kind(d)}"}]
+    cost_rows = [{"part": k, "usd": f"${float(v):,.0f}"} for k, v in (
+        ("logic (good dies)", c.logic_usd), ("HBM", c.hbm_usd), ("packaging", c.packaging_usd),
+        ("test", c.test_usd), ("cost to make", c.total_usd), ("price", chip.price_usd(d)))]
+    full, at = chip.board_power_w(d), chip.board_power_w(d, mfu=out["hfu"])
+    return report.section("Chip", report.columns(
+        report.table(area_rows, {"part": "silicon", "value": "area"}),
+        report.table(cost_rows, {"part": "cost", "usd": "per part"})),
+        report.paragraph(f"board power {float(full):,.0f} W at full load, {float(at):,.0f} W at "
+                         f"the step's hardware FLOP utilisation {out['hfu']:.1%} (HBM and links "
+                         "at full load); the model and its constants: docs/chip.md"))
+
+
 def run(args, name) -> int:
     from .sensitivity import elasticity_figure, ranked_elasticities, sensitivity_section
 
@@ -131,6 +156,7 @@ def run(args, name) -> int:
                        report.text(_output.captured(print_estimate, scn, labels, out) + "\n"
                                    + _output.captured(print_traffic, out["traffic"]))),
         _memory_section(plots, out, title),
+        *([_chip_section(scn, out)] if scn.chip is not None else []),
         *([report.section("What would make it fit", report.text("\n".join(
             fit_lines(out["fit_options"]))))] if "fit_options" in out else []),
         _timeline_section(plots, scn, labels, est),
