@@ -17,7 +17,7 @@ import pytest
 
 from codesign import collectives
 from codesign.cli import main
-from codesign.execute import calibrate
+from codesign.execute import calibrate, line_rate
 from codesign.hardware import Tier
 from codesign.presets import system
 
@@ -153,7 +153,7 @@ def test_a_physical_4x8_h100_log_fits_a_nic_below_its_line_rate(capsys):
     assert nic["points"] == 12 and nic["runs"] == [f"all_reduce rail_ring on 32 ranks "
                                                    f"({QOOFYK_4X8})"]
     assert max(nic["train_error"], nic["holdout_error"]) < 0.10
-    assert nic["bandwidth_Bps"] <= calibrate.nic_rate_Bps(system("dgx-h100"), 8) == 50e9
+    assert nic["bandwidth_Bps"] <= line_rate.nic_rate_Bps(system("dgx-h100"), 8) == 50e9
     assert 8 * nic["bandwidth_Bps"] == pytest.approx(365.84e9, rel=0.05)
 
 

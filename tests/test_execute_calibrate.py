@@ -10,7 +10,7 @@ import pytest
 
 from codesign import collectives, scenario
 from codesign.cli import main
-from codesign.execute import calibrate, nccl_tests
+from codesign.execute import calibrate, line_rate, nccl_tests
 from codesign.hardware import Tier
 from codesign.presets import system
 
@@ -210,9 +210,9 @@ def test_nvls_fits_the_public_dgx_h100_log_within_10_percent_at_every_size(nvls_
     assert fit.bandwidth_Bps == pytest.approx((n2 - n1) / (t2 - t1), rel=0.03)
     # physical: below the link (each GPU sends and receives n once), while its busbw
     # 2(p-1)/p x bw exceeds the link, as the log's does
-    line_rate = float(system("dgx-h100").scale_up.bandwidth_Bps)  # 450 GB/s per direction
-    assert fit.bandwidth_Bps < line_rate < 2 * 7 / 8 * fit.bandwidth_Bps
-    calibrate.check_line_rate(nvls_fit, system("dgx-h100"), "dgx-h100")
+    links_Bps = float(system("dgx-h100").scale_up.bandwidth_Bps)  # 450 GB/s per direction
+    assert fit.bandwidth_Bps < links_Bps < 2 * 7 / 8 * fit.bandwidth_Bps
+    line_rate.check_line_rate(nvls_fit, system("dgx-h100"), "dgx-h100")
 
 
 def test_nvls_fit_is_refused_above_the_links_or_where_the_switch_cannot_reduce(nvls_fit):
@@ -221,10 +221,10 @@ def test_nvls_fit_is_refused_above_the_links_or_where_the_switch_cannot_reduce(n
     with pytest.raises(calibrate.UnphysicalFit, match=r"gives scale_up in-network \(NVLS/SHARP\) "
                        r"bandwidth 2\d\d\.\d GB/s per GPU, above the 200\.0 GB/s line rate of the "
                        r"scale-up links \(NVLink or ICI\) of slow"):
-        calibrate.check_line_rate(nvls_fit, slower, "slow")
+        line_rate.check_line_rate(nvls_fit, slower, "slow")
     with pytest.raises(calibrate.UnphysicalFit, match="in-network .NVLS/SHARP. reduction, which "
                        "the scale-up links .NVLink or ICI. of dgx-a100 do not have"):
-        calibrate.check_line_rate(nvls_fit, system("dgx-a100"), "dgx-a100")
+        line_rate.check_line_rate(nvls_fit, system("dgx-a100"), "dgx-a100")
 
 
 def test_nvls_log_fitted_as_a_ring_is_refused_with_the_nvls_hint(capsys, tmp_path):
@@ -263,8 +263,8 @@ def test_nvls_names_the_in_network_algorithms():
 
 def test_nic_rate_is_the_nodes_nic_aggregate_over_its_gpus():
     h100 = system("dgx-h100")  # 8 GPUs per node, one 400 Gb/s NIC (50 GB/s) each
-    assert calibrate.nic_rate_Bps(h100, 8) == pytest.approx(50e9)
-    assert calibrate.nic_rate_Bps(h100, 4) == pytest.approx(100e9)  # 8 NICs, 4 GPUs
-    assert calibrate.nic_rate_Bps(h100, 72) == pytest.approx(50e9)  # a domain of many nodes
+    assert line_rate.nic_rate_Bps(h100, 8) == pytest.approx(50e9)
+    assert line_rate.nic_rate_Bps(h100, 4) == pytest.approx(100e9)  # 8 NICs, 4 GPUs
+    assert line_rate.nic_rate_Bps(h100, 72) == pytest.approx(50e9)  # a domain of many nodes
     assert nccl_tests.read(H100_2N).ranks_per_host == 8  # "on dgx-h100-0N" x 8 each
     assert nccl_tests.read(NVLS_1X8).ranks_per_host == 8  # "on    node005" x 8

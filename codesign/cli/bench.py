@@ -267,7 +267,7 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_calibrate(args: argparse.Namespace) -> int:
     from .. import presets
     from .. import scenario as sc
-    from ..execute import calibrate
+    from ..execute import calibrate, line_rate
 
     if args.files[0] == "compute":
         if len(args.files) > 1:
@@ -304,7 +304,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
              else "the default preset; --system names yours")
     checked = checked or sc.DEFAULT_SYSTEM
     try:
-        result = calibrate.fit_within_line_rate(measurements, presets.system(checked),
+        result = line_rate.fit_within_line_rate(measurements, presets.system(checked),
                                                 f"{checked} ({named})", prior=prior,
                                                 holdout_every=args.holdout_every)
         for t, f in result.tiers.items():

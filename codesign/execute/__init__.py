@@ -6,6 +6,7 @@ used to calibrate the cost models (see DESIGN.md, "The real execution path").
   pipeline), each equal to its jax.lax built-in;
 - `bench`: nccl-tests-style timing; `nccl_tests`: reading nccl-tests logs;
 - `calibrate`: alpha-beta-gamma fit per tier, written as a [system] override;
+  `line_rate`: the fit held against what the machine's links and NICs carry;
 - `compute`: GEMM, attention and streaming kernels timed on one device, and the
   step model's compute constants fitted to them (`codesign calibrate compute`);
 - `hlo`, `audit`: collectives of a compiled sharded step against the traffic table;
@@ -20,6 +21,7 @@ from . import calibrate as calibrate
 from . import compute as compute
 from . import distributed as distributed
 from . import hlo as hlo
+from . import line_rate as line_rate
 from . import nccl_tests as nccl_tests
 from .algorithms import OPS as OPS
 from .algorithms import algorithm_names as algorithm_names
