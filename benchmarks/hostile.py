@@ -1867,7 +1867,7 @@ def store_cases() -> list:
         first = run(folder, cache, est)
         evil = f"cos\nmkdir\n(V{marker}\ntR.".encode()  # pickle: os.mkdir(marker)
         if forged:  # the format and the key right, the tags guessed
-            from codesign._compile import RECORD_MAGIC
+            from codesign._store import RECORD_MAGIC
 
             evil = RECORD_MAGIC + b"%s" + os.urandom(64) + evil
         for path in records(cache):

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import _compile
+from codesign import _compile, _store
 from codesign.cli import _cache_warnings_in_one_line
 
 X = jnp.arange(4.0)
@@ -46,8 +46,8 @@ def _compiles(monkeypatch) -> list:
 
 
 def _authenticates(path) -> bool:
-    secret = (path.parent / _compile.SECRET_NAME).read_bytes()
-    return _compile.opened(path.read_bytes(), secret, path.stem) is not None
+    secret = (path.parent / _store.SECRET_NAME).read_bytes()
+    return _store.opened(path.read_bytes(), secret, path.stem) is not None
 
 
 class _Marker:
@@ -66,9 +66,9 @@ def test_a_planted_pickle_is_never_unpickled(tmp_path, monkeypatch, how):
     path, want = _stored(store)
     evil = pickle.dumps(_Marker(marker))
     if how == "forged record":  # the format and the key right, the secret guessed
-        evil = _compile.record(b"\0" * 32, path.stem, evil)
+        evil = _store.record(b"\0" * 32, path.stem, evil)
     if how == "no secret yet":
-        (store / _compile.SECRET_NAME).unlink()
+        (store / _store.SECRET_NAME).unlink()
     path.write_bytes(evil)
     monkeypatch.setattr(_compile, "_COMPILED", {})
     seen = _compiles(monkeypatch)
@@ -120,10 +120,10 @@ def test_a_store_of_another_user_is_refused(tmp_path, monkeypatch):
     store = tmp_path / "store"
     path, _ = _stored(store)
     before = {p.name: p.read_bytes() for p in store.iterdir()}
-    monkeypatch.setattr(_compile, "_uid", lambda: os.getuid() + 12345)
+    monkeypatch.setattr(_store, "_uid", lambda: os.getuid() + 12345)
     monkeypatch.setattr(_compile, "_COMPILED", {})
     seen = _compiles(monkeypatch)
-    with pytest.warns(_compile.StoreWarning, match="belongs to uid"):
+    with pytest.warns(_store.StoreWarning, match="belongs to uid"):
         assert _stored(store)[1] == 18.0
     assert seen == [1] and {p.name: p.read_bytes() for p in store.iterdir()} == before
 
@@ -134,8 +134,8 @@ def test_a_store_others_may_write_into_is_refused(tmp_path, monkeypatch, mode):
     store = tmp_path / "store"
     store.mkdir()
     store.chmod(mode)
-    monkeypatch.setattr(_compile, "_private_group", lambda gid: False)
-    with pytest.warns(_compile.StoreWarning, match="writable by other users"):
+    monkeypatch.setattr(_store, "_private_group", lambda gid: False)
+    with pytest.warns(_store.StoreWarning, match="writable by other users"):
         assert _stored(store)[1] == 18.0
     assert list(store.iterdir()) == []
 
@@ -145,7 +145,7 @@ def test_a_store_writable_by_the_users_own_group_is_used(tmp_path, monkeypatch):
     store = tmp_path / "store"
     store.mkdir()
     store.chmod(0o775)
-    monkeypatch.setattr(_compile, "_private_group", lambda gid: True)
+    monkeypatch.setattr(_store, "_private_group", lambda gid: True)
     path, _ = _stored(store)
     assert _authenticates(path)
 
@@ -154,7 +154,7 @@ def test_a_store_below_a_folder_others_may_write_is_refused(tmp_path):
     """Whoever may rename entries of a folder above the store may swap the store."""
     (tmp_path / "open").mkdir()
     (tmp_path / "open").chmod(0o777)
-    with pytest.warns(_compile.StoreWarning, match="above"):
+    with pytest.warns(_store.StoreWarning, match="above"):
         assert _stored(tmp_path / "open" / "store")[1] == 18.0
     assert not (tmp_path / "open" / "store").exists() or not any(
         (tmp_path / "open" / "store").iterdir())
@@ -170,8 +170,8 @@ def test_a_symlinked_store_is_refused_and_its_target_untouched(tmp_path, monkeyp
         (mine / f"{i:03d}.exe").write_text(f"the user's file {i}")
     before = {p.name: p.read_bytes() for p in mine.iterdir()}
     (tmp_path / "store").symlink_to(mine, target_is_directory=True)
-    monkeypatch.setattr(_compile, "STORED_MAX", 1)
-    with pytest.warns(_compile.StoreWarning, match="symbolic link"):
+    monkeypatch.setattr(_store, "STORED_MAX", 1)
+    with pytest.warns(_store.StoreWarning, match="symbolic link"):
         assert _stored(tmp_path / "store")[1] == 18.0
         assert _stored(tmp_path / "store", TIMES_5)[1] == 30.0
     assert {p.name: p.read_bytes() for p in mine.iterdir()} == before
@@ -185,10 +185,10 @@ def test_the_clean_up_removes_only_its_own_records(tmp_path, monkeypatch):
     (tmp_path / "victim.exe").write_text("elsewhere")
     (store / "link.exe").symlink_to(tmp_path / "victim.exe")
     (store / "user.exe").write_text("not a record")
-    forged = _compile.record(b"\1" * 32, "0" * 64, b"payload")
+    forged = _store.record(b"\1" * 32, "0" * 64, b"payload")
     (store / f"{'0' * 64}.exe").write_bytes(forged)
     os.utime(first, (1, 1))  # the oldest
-    monkeypatch.setattr(_compile, "STORED_MAX", 1)
+    monkeypatch.setattr(_store, "STORED_MAX", 1)
     second, _ = _stored(store, TIMES_5)
     assert not first.exists() and second.exists()
     assert (store / "user.exe").read_text() == "not a record"
@@ -216,7 +216,7 @@ def test_a_planted_symlink_never_redirects_a_write(tmp_path, monkeypatch):
     fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(FileExistsError):  # exclusive: neither a link nor a file reused
-            _compile._write_new(fd, f"{path.stem}.{os.getpid()}.tmp", b"x")
+            _store._write_new(fd, f"{path.stem}.{os.getpid()}.tmp", b"x")
     finally:
         os.close(fd)
     assert victim.read_text() == "precious"
@@ -240,20 +240,20 @@ def test_the_cache_folder_is_checked(tmp_path, monkeypatch):
     sticky: JAX's entries go straight into it), another user's, one others may
     reach under a umask letting them write what JAX keeps: refused, by path."""
     new = tmp_path / "new" / "xla"
-    assert _compile.cache_folder_problem(new) is None
+    assert _store.cache_folder_problem(new) is None
     assert stat.S_IMODE(new.stat().st_mode) == 0o700 and list(new.iterdir()) == []
     (tmp_path / "link").symlink_to(new, target_is_directory=True)
-    assert "symbolic link" in _compile.cache_folder_problem(tmp_path / "link")
+    assert "symbolic link" in _store.cache_folder_problem(tmp_path / "link")
     (tmp_path / "shared").mkdir(mode=0o755)
     (tmp_path / "shared").chmod(0o1777)
-    assert "writable by other users" in _compile.cache_folder_problem(tmp_path / "shared")
+    assert "writable by other users" in _store.cache_folder_problem(tmp_path / "shared")
     (tmp_path / "shared").chmod(0o755)
-    assert _compile.cache_folder_problem(tmp_path / "shared") is None
-    monkeypatch.setattr(_compile, "_umask", lambda: 0)
-    assert "umask" in _compile.cache_folder_problem(tmp_path / "shared")
-    assert _compile.cache_folder_problem(new) is None  # 0700: nobody else reaches it
-    monkeypatch.setattr(_compile, "_uid", lambda: os.getuid() + 12345)
-    assert "belongs to uid" in _compile.cache_folder_problem(new)
+    assert _store.cache_folder_problem(tmp_path / "shared") is None
+    monkeypatch.setattr(_store, "_umask", lambda: 0)
+    assert "umask" in _store.cache_folder_problem(tmp_path / "shared")
+    assert _store.cache_folder_problem(new) is None  # 0700: nobody else reaches it
+    monkeypatch.setattr(_store, "_uid", lambda: os.getuid() + 12345)
+    assert "belongs to uid" in _store.cache_folder_problem(new)
 
 
 def test_cache_warnings_are_one_line_naming_codesign_cache(monkeypatch, capsys):
@@ -269,7 +269,7 @@ def test_cache_warnings_are_one_line_naming_codesign_cache(monkeypatch, capsys):
         for name in ("jit_a", "jit_b"):
             warnings.warn(f"Error writing persistent compilation cache entry for '{name}': "
                           "OSError: [Errno 28] No space left on device", stacklevel=1)
-        warnings.warn(_compile.StoreWarning("the executable store: cannot be written"),
+        warnings.warn(_store.StoreWarning("the executable store: cannot be written"),
                       stacklevel=1)
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["codesign estimate: warning: CODESIGN_CACHE '/some/cache': cannot be "

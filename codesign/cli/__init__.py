@@ -144,7 +144,7 @@ def _configure_jax(name: str = "") -> None:
     against finite differences) and the persistent compilation cache.
 
     A cache folder another user could write into, swap or plant files in, or one
-    that cannot be written (`_compile.cache_folder_problem`), is not used: one
+    that cannot be written (`_store.cache_folder_problem`), is not used: one
     warning line naming CODESIGN_CACHE, and the command compiles in memory (the
     answer is the same, only slower: a valid question is not refused for its
     cache). A cache that fails later (a full disk) says so once, in one line,
@@ -155,7 +155,7 @@ def _configure_jax(name: str = "") -> None:
     cache = cache_dir()
     if not cache:
         return
-    from .._compile import cache_folder_problem
+    from .._store import cache_folder_problem
 
     problem = cache_folder_problem(cache)
     if problem:
@@ -177,13 +177,13 @@ _CACHE_LINE: dict = {}  # what the one line names: the command and its cache fol
 
 def _cache_warnings_in_one_line(name: str, cache: str) -> None:
     """JAX's persistent-cache warnings (a full disk: one per program, with the line
-    of JAX that warned) and the store's (`_compile.StoreWarning`) as one line
+    of JAX that warned) and the store's (`_store.StoreWarning`) as one line
     naming CODESIGN_CACHE, once per command; other warnings as Python shows them.
     The hook is installed once per process (a command run again in it, as the
     tests do, names its own command and folder)."""
     import warnings
 
-    from .._compile import StoreWarning
+    from .._store import StoreWarning
 
     _CACHE_LINE.update(name=name, cache=cache, said=False)
     if getattr(warnings.showwarning, "codesign_cache_line", False):
