@@ -86,19 +86,25 @@ NULL_TOKENIZER = {"tokenizer_type": "NullTokenizer", "vocab_size": 32000}
 BF16_REDUCED = {"bf16": True, "grad_reduce_in_fp32": False}
 
 
-def _recipe(model: dict, tokenizer: dict | None = None, **sections) -> dict:
-    """A recipe's ConfigContainer: `COMMON` with the model's keys and the recipe's
-    own sections over it (a section given as a mapping is merged, else replaced)."""
-    tree = {k: dict(v) if isinstance(v, dict) else v for k, v in COMMON.items()}
-    tree["model"] = dict(model)
-    if tokenizer is not None:
-        tree["tokenizer"].update(tokenizer)
+def _merged(base: dict, **sections) -> dict:
+    """`base` (a recipe) with `sections`' keys over its own, section by section."""
+    tree = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
     for section, body in sections.items():
         if isinstance(body, dict) and isinstance(tree.get(section), dict):
             tree[section].update(body)
         else:
             tree[section] = body
     return tree
+
+
+def _recipe(model: dict, tokenizer: dict | None = None, **sections) -> dict:
+    """A recipe's ConfigContainer: `COMMON` with the model's keys and the recipe's
+    own sections over it (a section given as a mapping is merged, else replaced)."""
+    tree = _merged(COMMON)
+    tree["model"] = dict(model)
+    if tokenizer is not None:
+        tree["tokenizer"].update(tokenizer)
+    return _merged(tree, **sections)
 
 
 def _plan(tp=1, pp=1, cp=1, vp=None, ep=None, etp=None, sp=False, seq=None, **model) -> dict:
@@ -262,17 +268,6 @@ ALIASES = {
 # function's name; a name only perf_recipes exports is an alias too (a name both
 # packages export is the library's here: train.sh --recipe runs the perf one).
 PERF = "perf_recipes."
-
-
-def _merged(base: dict, **sections) -> dict:
-    """`base` (a recipe) with `sections`' keys over its own, section by section."""
-    tree = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
-    for section, body in sections.items():
-        if isinstance(body, dict) and isinstance(tree.get(section), dict):
-            tree[section].update(body)
-        else:
-            tree[section] = body
-    return tree
 
 
 def _benchmark(base: dict, model: dict, train: dict, precision: dict, **sections) -> dict:
