@@ -132,54 +132,46 @@ def _sources(chip: str, matmul: str, link: str) -> dict:
             "host_Bps": "PCIe Gen5 x16", "latency": _LATENCY}
 
 
+def _platform(chip_name: str, peaks: dict, wide: str, hbm_bytes: float, hbm_Bps: float,
+              matmul_efficiency: float, link_Bps: float, description: str, matmul_source: str,
+              link_both_ways: str, other_peaks: dict | None = None) -> Preset:
+    """An 8-GPU Instinct platform (`_mesh_node`): the chip's dense peaks
+    (`peaks`, its 32-bit one under `wide`), HBM, the matmul efficiency and its
+    source, the xGMI link rate; attention borrowed from Hopper (assumption), host
+    link PCIe Gen5 x16 (vendor)."""
+    chip = _gpu_chip(chip_name, peaks["bf16"], peaks["fp8"], hbm_bytes, hbm_Bps,
+                     matmul_efficiency, peaks[wide], HOPPER_ATTENTION_EFFICIENCY,
+                     host_Bps=PCIE5_X16_Bps)
+    return Preset(_mesh_node(chip, hbm_Bps, link_Bps), description,
+                  _sources(chip_name, matmul_source, link_both_ways), chip_name,
+                  other_peaks or {}, collective_library=RCCL)
+
+
 def _mi300x_platform() -> Preset:
-    chip_name = "MI300X"
-    hbm_Bps = 5.3e12  # vendor: 192 GB HBM3 at 5.3 TB/s
-    chip = _gpu_chip(chip_name, CDNA3_PEAKS["bf16"], CDNA3_PEAKS["fp8"],
-                     192 * GB, hbm_Bps,  # vendor: 192 GB HBM3
-                     MI300X_MATMUL_EFFICIENCY, CDNA3_PEAKS["tf32"],
-                     HOPPER_ATTENTION_EFFICIENCY,  # borrowed (assumption)
-                     host_Bps=PCIE5_X16_Bps)  # vendor: PCIe Gen5 x16
-    return Preset(
-        _mesh_node(chip, hbm_Bps, MI300X_XGMI_LINK_Bps),
+    return _platform(  # vendor: 192 GB HBM3 at 5.3 TB/s
+        "MI300X", CDNA3_PEAKS, "tf32", 192 * GB, 5.3e12, MI300X_MATMUL_EFFICIENCY,
+        MI300X_XGMI_LINK_Bps,
         "AMD Instinct MI300X platform: 8x MI300X 192 GB, Infinity Fabric full mesh "
         "(7 x 64 GB/s per GPU per direction), 8x 400 Gb/s per node, RCCL",
-        _sources("MI300X", "H100's x MAMF share 0.511 / H100's 0.803 (microbenchmark, "
-                 "transfer: assumption)", "128 GB/s"),
-        chip_name, collective_library=RCCL)
+        "H100's x MAMF share 0.511 / H100's 0.803 (microbenchmark, transfer: assumption)",
+        "128 GB/s")
 
 
 def _mi325x_platform() -> Preset:
-    chip_name = "MI325X"
-    hbm_Bps = 6.0e12  # vendor: 256 GB HBM3E at 6 TB/s
-    chip = _gpu_chip(chip_name, CDNA3_PEAKS["bf16"], CDNA3_PEAKS["fp8"],  # MI300X's compute
-                     256 * GB, hbm_Bps,  # vendor: 256 GB HBM3E
-                     MI325X_MATMUL_EFFICIENCY, CDNA3_PEAKS["tf32"],
-                     HOPPER_ATTENTION_EFFICIENCY,  # borrowed (assumption)
-                     host_Bps=PCIE5_X16_Bps)  # vendor: PCIe Gen5 x16
-    return Preset(
-        _mesh_node(chip, hbm_Bps, MI300X_XGMI_LINK_Bps),
+    return _platform(  # vendor: 256 GB HBM3E at 6 TB/s; MI300X's compute
+        "MI325X", CDNA3_PEAKS, "tf32", 256 * GB, 6.0e12, MI325X_MATMUL_EFFICIENCY,
+        MI300X_XGMI_LINK_Bps,
         "AMD Instinct MI325X platform: 8x MI325X 256 GB HBM3E, Infinity Fabric full mesh "
         "(7 x 64 GB/s per GPU per direction), 8x 400 Gb/s per node, RCCL",
-        _sources("MI325X", "H100's x MAMF share 0.600 / H100's 0.803 (microbenchmark, "
-                 "transfer: assumption)", "128 GB/s"),
-        chip_name, collective_library=RCCL)
+        "H100's x MAMF share 0.600 / H100's 0.803 (microbenchmark, transfer: assumption)",
+        "128 GB/s")
 
 
 def _mi355x_platform() -> Preset:
-    chip_name = "MI355X"
-    hbm_Bps = 8.0e12  # vendor: 288 GB HBM3E at 8 TB/s
-    chip = _gpu_chip(chip_name, CDNA4_PEAKS["bf16"], CDNA4_PEAKS["fp8"],
-                     288 * GB, hbm_Bps,  # vendor: 288 GB HBM3E
-                     MI355X_MATMUL_EFFICIENCY, CDNA4_PEAKS["fp32"],
-                     HOPPER_ATTENTION_EFFICIENCY,  # borrowed (assumption)
-                     host_Bps=PCIE5_X16_Bps)  # vendor: PCIe Gen5 x16
-    return Preset(
-        _mesh_node(chip, hbm_Bps, MI355X_XGMI_LINK_Bps),
+    return _platform(  # vendor: 288 GB HBM3E at 8 TB/s
+        "MI355X", CDNA4_PEAKS, "fp32", 288 * GB, 8.0e12, MI355X_MATMUL_EFFICIENCY,
+        MI355X_XGMI_LINK_Bps,
         "AMD Instinct MI355X platform: 8x MI355X 288 GB HBM3E (1400 W), Infinity Fabric "
         "full mesh (7 x 76.8 GB/s per GPU per direction), 8x 400 Gb/s per node, RCCL",
-        _sources("MI355X", "MI325X's, borrowed (assumption: no CDNA 4 measurement)",
-                 "153.6 GB/s"),
-        chip_name,
-        {"mxfp6": CDNA4_PEAKS["mxfp6"], "mxfp4": CDNA4_PEAKS["mxfp4"]},  # vendor: ~10 PF each
-        collective_library=RCCL)
+        "MI325X's, borrowed (assumption: no CDNA 4 measurement)", "153.6 GB/s",
+        {"mxfp6": CDNA4_PEAKS["mxfp6"], "mxfp4": CDNA4_PEAKS["mxfp4"]})  # vendor: ~10 PF each
