@@ -49,6 +49,24 @@ TDP_W = {"V100-SXM3-32GB": 450.0, "A100-SXM4-80GB": 400.0, "H100-SXM5-80GB": 700
          "MI355X": 1400.0, "tpu-v4": 192.0, "tpu-v5p": 350.0,
          "tpu-v5e": 200.0, "tpu-v6e": 300.0}
 
+# The special-function units' exponential rate per GPU (MUFU.EX2, what a fused
+# attention kernel's softmax runs on): NVIDIA's Blackwell Ultra comparison table
+# ("Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era",
+# "Attention acceleration (SFU EX2)"; read here in Verda's per-GPU reproduction):
+# 5 TeraExponentials/s for B200 and GB200, 10.7 for B300 and GB300 (NVIDIA,
+# "Making Softmax More Efficient with NVIDIA Blackwell Ultra": twice Blackwell's
+# SFU throughput). Every Blackwell and Blackwell Ultra preset's attention
+# efficiency (Hopper's, borrowed) is read at Blackwell's rate
+# (ATTENTION_EXP_PER_S): the exponentials cost Blackwell Ultra half of their
+# time on Blackwell, and nothing changes on Blackwell. Other chips state no rate
+# here (Hopper's 3.9e12 in FlashAttention-3 is inside its measured efficiency):
+# no exponential term.
+BLACKWELL_EXP_PER_S = 5e12
+BLACKWELL_ULTRA_EXP_PER_S = 10.7e12
+EXP_PER_S = {"B200": BLACKWELL_EXP_PER_S, "GB200": BLACKWELL_EXP_PER_S,
+             "B300": BLACKWELL_ULTRA_EXP_PER_S, "GB300": BLACKWELL_ULTRA_EXP_PER_S}
+ATTENTION_EXP_PER_S = dict.fromkeys(EXP_PER_S, BLACKWELL_EXP_PER_S)
+
 # One chip's link to its host CPU's memory (`Chip.host_Bps`), per direction:
 # the GPU's PCIe generation at x16 (vendor datasheets: V100 PCIe Gen3, A100
 # Gen4, H100 / H200 / H800 Gen5; DGX B200's Xeon 8570 hosts are PCIe Gen5).

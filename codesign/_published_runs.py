@@ -376,7 +376,7 @@ def _bridge(model, chip, gpus, dtype, gbs, mbs, seq, tp, pp, cp, vp, ep, publish
         f", vp {vp}" if vp > 1 else "") + (f", ep {ep}" if ep > 1 else "") + (
         f", etp {etp}" if etp else "") + (
         ", FSDP" if fsdp else "")
-    preset = {"GB200": "gb200-nvl72", "H100": "dgx-h100"}[chip]
+    preset = {"GB200": "gb200-nvl72", "GB300": "gb300-nvl72", "H100": "dgx-h100"}[chip]
     return Check(
         f"Megatron-Bridge {release} {model} {label or dtype.upper()} on {gpus} {chip} ({plan}, "
         f"mbs {mbs})", source, "tokens_per_s_per_gpu", published,
@@ -659,6 +659,51 @@ _NEW_2026 = (
 )
 
 
+# Megatron-Bridge 25.11 on DGX-GB300 (the same table's "System: DGX-GB300"
+# section): three plans are the GB200 rows' own (Llama 3 8B and 70B, Qwen3-30B-A3B),
+# the others differ in pp / ep / mbs; recipe flags from the same commit's
+# scripts/performance/configs/*/*_workload_base_configs.py GB300 entries. What
+# differs from GB200 is the chip (`presets._gb300_nvl72`): nothing here is fitted.
+_GB300_2511 = (
+    _bridge("Llama3-8B", "GB300", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 37556,
+            "CUDA graphs (full iteration) in the workload config, whose MBS 4 differs from "
+            "the table's 2 (the table's used); 31508 on GB200 at the same plan"),
+    _bridge("Llama3-70B", "GB300", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4520,
+            "activation offload of 20 layers to the Grace CPU "
+            "(LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_BASE_CONFIG cpu_offloading_num_layers; "
+            "GB200's 40); 4312 on GB200 at the same plan", fsdp=True, offload_layers=20),
+    _bridge("Llama3.1-405B", "GB300", 256, "fp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 999,
+            "TP overlap on (tp_comm_overlap in llama31_405b_pretrain_config); the workload "
+            "config (FSDP, TP 2, 10 layers offloaded) differs from the table's plan (the "
+            "table's used)", tp_overlap=1.0),
+    _bridge("DeepSeek-V3", "GB300", 256, "bf16", 4096, 1, 4096, 1, 2, 1, 4, 32, 3848,
+            "recompute_modules [moe_act] (memory-bound: none); HybridEP dispatcher; "
+            "Transformer Engine's CUDA graphs over attn, moe_router, moe_preprocess; EP "
+            "overlap off; without MTP; the workload config's PP 4 EP 64 GBS 2048 differ "
+            "from the table's (the table's used)", dispatcher="hybridep",
+            graph_scope="attn,moe_router,moe_preprocess"),
+    _bridge("DeepSeek-V3", "GB300", 256, "fp8", 4096, 1, 4096, 1, 2, 1, 4, 32, 4357,
+            "as the BF16 row (one GB300 config for every precision); MXFP8 as fp8 per "
+            "tensor, as the 25.11 GB200 rows", dispatcher="hybridep",
+            graph_scope="attn,moe_router,moe_preprocess"),
+    _bridge("GPT-OSS-120B", "GB300", 64, "bf16", 1280, 2, 8192, 1, 1, 1, 1, 64, 18347,
+            "no recompute modules on GB300; Transformer Engine's CUDA graphs over attn, "
+            "moe_router, moe_preprocess (GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_BASE_CONFIG, "
+            "whose MBS 4 differs from the table's 2: the table's used)",
+            graph_scope="attn,moe_router,moe_preprocess"),
+    _bridge("Qwen3-30B-A3B", "GB300", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 28934,
+            "HybridEP dispatcher and Transformer Engine's CUDA graphs over moe_router and "
+            "moe_preprocess (QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_CS_BASE_CONFIG, whose "
+            "MBS 8 differs from the table's 4: the table's used); 23766 on GB200 at the "
+            "same plan", dispatcher="hybridep", graph_scope="moe_router,moe_preprocess"),
+    _bridge("Qwen3-235B-A22B", "GB300", 256, "bf16", 8192, 2, 4096, 1, 4, 1, 12, 16, 6131,
+            "94 layers over pp x vp = 48 chunks, uneven as Megatron splits them; the "
+            "workload config (64 GPUs, TP 2, EP 64, HybridEP, graphs over moe_router, "
+            "moe_preprocess) is another plan: the table's used, its flags left out as the "
+            "GB200 row leaves them"),
+)
+
+
 CHECKS: tuple[Check, ...] = (
     # ------------------------------------------------------------ calibration
     _narayanan(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, calibration=True),
@@ -831,6 +876,8 @@ CHECKS: tuple[Check, ...] = (
     # --- the software that runs MoE: Megatron-Bridge 26.04.01-26.08, matched
     # H100 runs, NeMo Automodel, Megatron-Core's DeepSeek-V3 log on GB200
     *_NEW_2026,
+    # --- Megatron-Bridge 25.11 on GB300 (tokens/s/GPU)
+    *_GB300_2511,
 )
 
 

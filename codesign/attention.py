@@ -43,11 +43,40 @@ class AttentionKernel(Strategy):
         seconds in that width (`compute.attention_time_s` passes both)."""
 
 
+def _per(rate) -> jax.Array:
+    """1 / rate, and 0 where rate is 0 (a rate not stated: no term)."""
+    return jnp.where(rate > 0, 1.0 / jnp.where(rate > 0, rate, 1.0), 0.0)
+
+
+def exponential_s(chip, exponentials) -> tuple:
+    """(exposed, floor) seconds of a fused kernel's `exponentials` on the chip's
+    special-function units: each costs 1 / exp_per_s - 1 / attention_exp_per_s
+    beyond `chip.attention_efficiency` (which holds at the latter rate: a chip
+    whose efficiency is its own pays nothing extra, Blackwell Ultra's twice
+    Blackwell's rate takes half of each exponential's time off the kernel it
+    borrows), and the units cannot run them faster than exp_per_s (the floor);
+    both 0 on a chip with no stated rate. Rates at `chip.clock_fraction` of the
+    datasheet's, as the tensor peak."""
+    rate = chip.exp_per_s * chip.clock_fraction
+    lent = jnp.where(chip.attention_exp_per_s > 0, chip.attention_exp_per_s,
+                     chip.exp_per_s) * chip.clock_fraction
+    return exponentials * (_per(rate) - _per(lent)), exponentials * _per(rate)
+
+
 class FlashAttention(AttentionKernel):
     """One fused kernel (2022 on): keeps only fp32 log-sum-exp statistics per
     query and head, never writes the s x s scores to HBM, skips the masked
     half; runs at `chip.attention_efficiency` of the peak, its backward
-    FLASH_BACKWARD_OVER_FORWARD x the forward's FLOPs (it recomputes the scores)."""
+    FLASH_BACKWARD_OVER_FORWARD x the forward's FLOPs (it recomputes the scores).
+
+    Each executed score takes one exponential in forward (the softmax) and one
+    in backward (P recomputed from the log-sum-exp), on the special-function
+    units, whose time sits between the two GEMMs of a tile (NVIDIA, "Making
+    Softmax More Efficient with NVIDIA Blackwell Ultra"): on a chip with a
+    stated rate (`chip.exp_per_s`) they add `exponential_s`'s exposed time, and
+    each pass is bounded below by both units, its FLOPs at the peak and its
+    exponentials at the rate (FlashAttention-4: the exponentials match the
+    GEMMs' time on B200 at head width 128)."""
 
     name: ClassVar[str] = "flash"
     executed_score_fraction: ClassVar[float] = 0.5
@@ -59,8 +88,16 @@ class FlashAttention(AttentionKernel):
         flops = (micro_batch * queries * model.attention_score_flops_per_token() / tp
                  * self.executed_score_fraction)
         fwd = flops / (peak_flops_per_s * chip.attention_efficiency)
+        bwd = FLASH_BACKWARD_OVER_FORWARD * fwd
+        # one exponential per executed score: Q K^T and A V take 2 (qk + v) FLOPs each
+        exposed, floor = exponential_s(chip, flops / (2.0 * (model.qk_width + model.v_width)))
+        stated = chip.exp_per_s > 0
+        fwd = jnp.where(stated, jnp.maximum(fwd + exposed, jnp.maximum(
+            flops / peak_flops_per_s, floor)), fwd)
+        bwd = jnp.where(stated, jnp.maximum(bwd + exposed, jnp.maximum(
+            FLASH_BACKWARD_OVER_FORWARD * flops / peak_flops_per_s, floor)), bwd)
         overhead = chip.kernel_overhead_s
-        return fwd + overhead, FLASH_BACKWARD_OVER_FORWARD * fwd + overhead
+        return fwd + overhead, bwd + overhead
 
 
 class NaiveAttention(AttentionKernel):

@@ -21,6 +21,8 @@ from . import protocols as protocols_lib
 from ._checks import float_field, strategy_field
 from ._chip_specs import COMPUTE_UNITS as COMPUTE_UNITS
 from ._chip_specs import COMPUTE_UNITS_BY_CHIP as COMPUTE_UNITS_BY_CHIP
+from ._chip_specs import ATTENTION_EXP_PER_S as ATTENTION_EXP_PER_S
+from ._chip_specs import EXP_PER_S as EXP_PER_S
 from ._chip_specs import TDP_W as TDP_W
 from ._chip_specs import GRACE_C2C_PER_GPU_Bps as GRACE_C2C_PER_GPU_Bps
 from ._chip_specs import HOST_Bps as HOST_Bps
@@ -97,7 +99,12 @@ class Chip(eqx.Module):
     its tensors (CUDA context, communicator buffers, allocator fragmentation);
     `host_Bps` the link between the chip and its host CPU's memory (PCIe, or a
     Grace CPU's NVLink-C2C), per direction: what offloading to host memory
-    moves over.
+    moves over. `exp_per_s` the rate of the special-function units that
+    compute the softmax's exponentials (0: not stated), `attention_exp_per_s`
+    the rate at which `attention_efficiency` holds (a borrowed efficiency
+    holds at the lender's rate): a fused kernel's exponentials cost
+    1 / exp_per_s - 1 / attention_exp_per_s each beyond the efficiency
+    (`attention.FlashAttention`).
     """
 
     # dense 16-bit (bf16/fp16) tensor peak, vendor; a [system] key, so a chip that
@@ -143,6 +150,17 @@ class Chip(eqx.Module):
     peak_fp4_flops_per_s: jax.Array = float_field("chip.peak_fp4_flops_per_s",
                                                   interval(0.0, 1e20), scenario=False,
                                                   default=0.0, kw_only=True, unit="FLOP/s")
+    # the special-function units' exponential rate per GPU (MUFU.EX2: the
+    # softmax's exponentials in a fused attention kernel), vendor; 0 where no
+    # figure is stated (attention then has no exponential term: `attention.FlashAttention`)
+    exp_per_s: jax.Array = float_field("chip.exp_per_s", interval(0.0, 1e20), scenario=False,
+                                       default=0.0, kw_only=True, unit="1/s")
+    # the exponential rate `attention_efficiency` holds at: the rate of the chip
+    # whose attention efficiency this one's is (itself, or the part it borrows
+    # it from); 0 = `exp_per_s` (the chip's own)
+    attention_exp_per_s: jax.Array = float_field("chip.attention_exp_per_s",
+                                                 interval(0.0, 1e20), scenario=False,
+                                                 default=0.0, kw_only=True, unit="1/s")
     # units that each run one GEMM tile at a time (SMs; a TPU's MXUs); default
     # COMPUTE_UNITS
     compute_units: jax.Array = float_field("system.compute_units", count(1e6),
@@ -264,7 +282,8 @@ def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32,
     return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, tdp_w=TDP_W[name],
                 peak_fp32_flops_per_s=fp32, attention_efficiency=attention_efficiency,
                 host_Bps=host_Bps, compute_units=COMPUTE_UNITS_BY_CHIP[name],
-                clock_fraction=clock_fraction)
+                clock_fraction=clock_fraction, exp_per_s=EXP_PER_S.get(name, 0.0),
+                attention_exp_per_s=ATTENTION_EXP_PER_S.get(name, 0.0))
 
 
 def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
