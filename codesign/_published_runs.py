@@ -296,6 +296,10 @@ BRIDGE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 00b
            "NeMo container, Pre-Training; typo fixes 5776a6d9 change no number); shapes "
            "from src/megatron/bridge/models/*/*_provider.py, recipe facts from "
            "scripts/performance/configs/ and src/megatron/bridge/recipes/")
+BRIDGE_GB300_SOURCE = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 00b7660b (25.11 NeMo container, "
+    "Pre-Training, System: DGX-GB300); shapes and recipe facts as the 25.11 set's, the "
+    "configs' GB300 entries")
 _BRIDGE_ASSUMED = (
     "recompute as the recipe sets it (none unless said); the distributed optimizer "
     "(ZeRO-1; ZeRO-3 where the table prints FSDP: Megatron FSDP); gradients reduced in "
@@ -426,7 +430,8 @@ SETS = {"bridge_2511": BRIDGE_SOURCE, "bridge_26041_gb200": BRIDGE_26041_SOURCE,
         "bridge_2606_gb200": BRIDGE_2606_SOURCE, "bridge_2608_gb200": BRIDGE_2608_SOURCE,
         "bridge_skill_h100": BRIDGE_SKILL_SOURCE, "automodel_h100": AUTOMODEL_SOURCE,
         "mcore_dsv3_gb200_guide": MCORE_DSV3_GUIDE_SOURCE,
-        "mcore_dsv3_gb200_steps": MCORE_DSV3_STEPS_SOURCE}
+        "mcore_dsv3_gb200_steps": MCORE_DSV3_STEPS_SOURCE,
+        "bridge_2511_gb300": BRIDGE_GB300_SOURCE}
 
 # PR #4211's MXFP8 recipe for Qwen3 on GB200 (26.06 on), as keys: the whole
 # iteration one CUDA graph over padded experts at capacity 1.5 (static shapes:
@@ -664,43 +669,48 @@ _NEW_2026 = (
 # the others differ in pp / ep / mbs; recipe flags from the same commit's
 # scripts/performance/configs/*/*_workload_base_configs.py GB300 entries. What
 # differs from GB200 is the chip (`presets._gb300_nvl72`): nothing here is fitted.
+def _gb300(model, *args, **kwargs) -> Check:
+    """A row of the 25.11 table's DGX-GB300 section (`_bridge` on GB300)."""
+    return _bridge(model, "GB300", *args, source=BRIDGE_GB300_SOURCE, **kwargs)
+
+
 _GB300_2511 = (
-    _bridge("Llama3-8B", "GB300", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 37556,
-            "CUDA graphs (full iteration) in the workload config, whose MBS 4 differs from "
-            "the table's 2 (the table's used); 31508 on GB200 at the same plan"),
-    _bridge("Llama3-70B", "GB300", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4520,
-            "activation offload of 20 layers to the Grace CPU "
-            "(LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_BASE_CONFIG cpu_offloading_num_layers; "
-            "GB200's 40); 4312 on GB200 at the same plan", fsdp=True, offload_layers=20),
-    _bridge("Llama3.1-405B", "GB300", 256, "fp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 999,
-            "TP overlap on (tp_comm_overlap in llama31_405b_pretrain_config); the workload "
-            "config (FSDP, TP 2, 10 layers offloaded) differs from the table's plan (the "
-            "table's used)", tp_overlap=1.0),
-    _bridge("DeepSeek-V3", "GB300", 256, "bf16", 4096, 1, 4096, 1, 2, 1, 4, 32, 3848,
-            "recompute_modules [moe_act] (memory-bound: none); HybridEP dispatcher; "
-            "Transformer Engine's CUDA graphs over attn, moe_router, moe_preprocess; EP "
-            "overlap off; without MTP; the workload config's PP 4 EP 64 GBS 2048 differ "
-            "from the table's (the table's used)", dispatcher="hybridep",
-            graph_scope="attn,moe_router,moe_preprocess"),
-    _bridge("DeepSeek-V3", "GB300", 256, "fp8", 4096, 1, 4096, 1, 2, 1, 4, 32, 4357,
-            "as the BF16 row (one GB300 config for every precision); MXFP8 as fp8 per "
-            "tensor, as the 25.11 GB200 rows", dispatcher="hybridep",
-            graph_scope="attn,moe_router,moe_preprocess"),
-    _bridge("GPT-OSS-120B", "GB300", 64, "bf16", 1280, 2, 8192, 1, 1, 1, 1, 64, 18347,
-            "no recompute modules on GB300; Transformer Engine's CUDA graphs over attn, "
-            "moe_router, moe_preprocess (GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_BASE_CONFIG, "
-            "whose MBS 4 differs from the table's 2: the table's used)",
-            graph_scope="attn,moe_router,moe_preprocess"),
-    _bridge("Qwen3-30B-A3B", "GB300", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 28934,
-            "HybridEP dispatcher and Transformer Engine's CUDA graphs over moe_router and "
-            "moe_preprocess (QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_CS_BASE_CONFIG, whose "
-            "MBS 8 differs from the table's 4: the table's used); 23766 on GB200 at the "
-            "same plan", dispatcher="hybridep", graph_scope="moe_router,moe_preprocess"),
-    _bridge("Qwen3-235B-A22B", "GB300", 256, "bf16", 8192, 2, 4096, 1, 4, 1, 12, 16, 6131,
-            "94 layers over pp x vp = 48 chunks, uneven as Megatron splits them; the "
-            "workload config (64 GPUs, TP 2, EP 64, HybridEP, graphs over moe_router, "
-            "moe_preprocess) is another plan: the table's used, its flags left out as the "
-            "GB200 row leaves them"),
+    _gb300("Llama3-8B", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 37556,
+           "CUDA graphs (full iteration) in the workload config, whose MBS 4 differs from "
+           "the table's 2 (the table's used); 31508 on GB200 at the same plan"),
+    _gb300("Llama3-70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4520,
+           "activation offload of 20 layers to the Grace CPU "
+           "(LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_BASE_CONFIG cpu_offloading_num_layers; "
+           "GB200's 40); 4312 on GB200 at the same plan", fsdp=True, offload_layers=20),
+    _gb300("Llama3.1-405B", 256, "fp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 999,
+           "TP overlap on (tp_comm_overlap in llama31_405b_pretrain_config); the workload "
+           "config (FSDP, TP 2, 10 layers offloaded) differs from the table's plan (the "
+           "table's used)", tp_overlap=1.0),
+    _gb300("DeepSeek-V3", 256, "bf16", 4096, 1, 4096, 1, 2, 1, 4, 32, 3848,
+           "recompute_modules [moe_act] (memory-bound: none); HybridEP dispatcher; "
+           "Transformer Engine's CUDA graphs over attn, moe_router, moe_preprocess; EP "
+           "overlap off; without MTP; the workload config's PP 4 EP 64 GBS 2048 differ "
+           "from the table's (the table's used)", dispatcher="hybridep",
+           graph_scope="attn,moe_router,moe_preprocess"),
+    _gb300("DeepSeek-V3", 256, "fp8", 4096, 1, 4096, 1, 2, 1, 4, 32, 4357,
+           "as the BF16 row (one GB300 config for every precision); MXFP8 as fp8 per "
+           "tensor, as the 25.11 GB200 rows", dispatcher="hybridep",
+           graph_scope="attn,moe_router,moe_preprocess"),
+    _gb300("GPT-OSS-120B", 64, "bf16", 1280, 2, 8192, 1, 1, 1, 1, 64, 18347,
+           "no recompute modules on GB300; Transformer Engine's CUDA graphs over attn, "
+           "moe_router, moe_preprocess (GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_BASE_CONFIG, "
+           "whose MBS 4 differs from the table's 2: the table's used)",
+           graph_scope="attn,moe_router,moe_preprocess"),
+    _gb300("Qwen3-30B-A3B", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 28934,
+           "HybridEP dispatcher and Transformer Engine's CUDA graphs over moe_router and "
+           "moe_preprocess (QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_CS_BASE_CONFIG, whose "
+           "MBS 8 differs from the table's 4: the table's used); 23766 on GB200 at the "
+           "same plan", dispatcher="hybridep", graph_scope="moe_router,moe_preprocess"),
+    _gb300("Qwen3-235B-A22B", 256, "bf16", 8192, 2, 4096, 1, 4, 1, 12, 16, 6131,
+           "94 layers over pp x vp = 48 chunks, uneven as Megatron splits them; the "
+           "workload config (64 GPUs, TP 2, EP 64, HybridEP, graphs over moe_router, "
+           "moe_preprocess) is another plan: the table's used, its flags left out as the "
+           "GB200 row leaves them"),
 )
 
 

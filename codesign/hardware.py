@@ -19,9 +19,9 @@ import jax.numpy as jnp
 from . import _checks, strategies
 from . import protocols as protocols_lib
 from ._checks import float_field, strategy_field
+from ._chip_specs import ATTENTION_EXP_PER_S as ATTENTION_EXP_PER_S
 from ._chip_specs import COMPUTE_UNITS as COMPUTE_UNITS
 from ._chip_specs import COMPUTE_UNITS_BY_CHIP as COMPUTE_UNITS_BY_CHIP
-from ._chip_specs import ATTENTION_EXP_PER_S as ATTENTION_EXP_PER_S
 from ._chip_specs import EXP_PER_S as EXP_PER_S
 from ._chip_specs import TDP_W as TDP_W
 from ._chip_specs import GRACE_C2C_PER_GPU_Bps as GRACE_C2C_PER_GPU_Bps

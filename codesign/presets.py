@@ -205,6 +205,7 @@ def _dgx_b200() -> Preset:
                8),
         "DGX B200: NVLink5, 8x 400 Gb/s per node",
         {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
+         "exp_per_s": "vendor (Blackwell Ultra blog's table, SFU EX2): 5 TeraExponentials/s",
          "scale_out": "vendor: 8x 400 Gb/s", "host_Bps": "PCIe Gen5 x16", "latency": _LATENCY},
         chip_name,
         {"fp4": 72e15 / 8},  # vendor (HGX B200): FP4 144 PF sparse per 8 GPUs, halved
@@ -224,6 +225,7 @@ def _gb200_nvl72() -> Preset:
                4),  # 4 GPUs per compute tray
         "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
         {"chip": "datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
+         "exp_per_s": "vendor (Blackwell Ultra blog's table, SFU EX2): 5 TeraExponentials/s",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
          "latency": _LATENCY},
@@ -251,12 +253,16 @@ def _gb200_nvl72() -> Preset:
 # 1,440 PF sparse = 720 dense; HGX B300 108 PF dense per 8 GPUs against HGX
 # B200's 72), 288 GB against 186-192, 800 Gb/s ConnectX-8 against 400 Gb/s,
 # 1400 W against 1200 W (GB300), and twice the SFU rate for the exponentials of
-# attention's softmax ("Inside NVIDIA Blackwell Ultra"); dense BF16 and FP8 are
-# unchanged (both racks: 360 and 720 PF sparse). The FP4 peaks are
-# `Preset.other_peaks_flops_per_s["fp4"]`, which the preset writes into
-# `Chip.peak_fp4_flops_per_s` (the `training.fp8_recipe = "nvfp4"` GEMMs' peak);
-# attention costs `attention_efficiency` of the 16-bit peak (no exponential-rate
-# term): the exponential rate is noted in the sources, not modelled.
+# attention's softmax (10.7 against 5 TeraExponentials/s, "Inside NVIDIA
+# Blackwell Ultra"'s table); dense BF16 and FP8 are unchanged (both racks: 360
+# and 720 PF sparse). The FP4 peaks are `Preset.other_peaks_flops_per_s["fp4"]`,
+# which the preset writes into `Chip.peak_fp4_flops_per_s` (the
+# `training.fp8_recipe = "nvfp4"` GEMMs' peak); the exponential rates are
+# `Chip.exp_per_s` (`_chip_specs.EXP_PER_S`), every Blackwell part's attention
+# efficiency read at Blackwell's rate (`attention_exp_per_s`): a fused
+# attention kernel on Blackwell Ultra spends half of Blackwell's time on its
+# exponentials (`attention.FlashAttention`). Clocks under the higher power limit
+# are not modelled (no sustained-clock figure for either part).
 BLACKWELL_ULTRA_HBM_BYTES = 288 * GB
 
 
@@ -280,7 +286,10 @@ def _dgx_b300() -> Preset:
          "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
          "host_Bps": "PCIe Gen5 x16 (host CPUs' generation; assumption)",
          "tdp_w": "1100 W, third-party figure (assumption)", "latency": _LATENCY,
-         "fp4": "vendor (HGX B300): FP4 108 PF dense per 8 GPUs (the nvfp4 recipe's peak)"},
+         "fp4": "vendor (HGX B300): FP4 108 PF dense per 8 GPUs (the nvfp4 recipe's peak)",
+         "exp_per_s": "vendor (Blackwell Ultra blog's table, SFU EX2): 10.7 "
+                      "TeraExponentials/s, twice Blackwell's 5; the attention "
+                      "efficiency read at Blackwell's rate"},
         chip_name,
         {"fp4": 108e15 / 8},  # vendor (HGX B300): FP4 144 PF sparse | 108 PF dense per 8 GPUs
     )
@@ -308,9 +317,9 @@ def _gb300_nvl72() -> Preset:
          "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
          "tdp_w": "1400 W, NVIDIA at Hot Chips 2025", "latency": _LATENCY,
          "fp4": "vendor: FP4 1,080 PF dense per rack, 1.5x GB200's (the nvfp4 recipe's peak)",
-         "attention_exponentials": "Blackwell Ultra: twice Blackwell's SFU rate for "
-                                   "exponentials; not represented (attention costs at "
-                                   "attention_efficiency of the 16-bit peak)"},
+         "exp_per_s": "vendor (Blackwell Ultra blog's table, SFU EX2): 10.7 "
+                      "TeraExponentials/s, twice Blackwell's 5; the attention "
+                      "efficiency read at Blackwell's rate"},
         chip_name,
         {"fp4": 1080e15 / 72},  # vendor: FP4 1,440 PF sparse | 1,080 PF dense per rack
     )

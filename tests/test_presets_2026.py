@@ -5,13 +5,16 @@ where the parts differ."""
 import json
 import math
 
+import equinox as eqx
+import jax
 import pytest
 
 from codesign import _amd_presets as amd
 from codesign import hardware as hw
-from codesign import presets, step
+from codesign import presets, step, validate, workload
 from codesign import scenario as sc
 from codesign._measured import H100_MATMUL_EFFICIENCY, HOPPER_ATTENTION_EFFICIENCY
+from codesign.attention import FLASH_BACKWARD_OVER_FORWARD, FlashAttention
 from codesign.cli import main
 
 GB = 1e9
@@ -130,7 +133,7 @@ def test_blackwell_ultra_differs_from_blackwell_where_the_parts_do():
     for peak in ("peak_flops_per_s", "peak_fp8_flops_per_s"):
         assert float(getattr(gb300.system.chip, peak)) == float(getattr(gb200.system.chip, peak))
     assert (float(gb300.system.chip.tdp_w), float(gb200.system.chip.tdp_w)) == (1400, 1200)
-    assert "not represented" in gb300.sources["attention_exponentials"]
+    assert "10.7" in gb300.sources["exp_per_s"] and "5 Tera" in gb200.sources["exp_per_s"]
 
     def out(preset):
         return step.outputs(step.estimate(sc.load("default", [
@@ -172,3 +175,123 @@ def test_optimize_chooses_among_presets_as_a_categorical_knob(capsys):
         assert main(["optimize", *argv, "--method", "grid", "--no-progress"]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+# ------------------------------------------------ Blackwell Ultra's exponentials
+
+def _core(chip, model, peak, micro_batch=1.0, tp=1.0):
+    """(forward, backward) of one layer's FlashAttention core, less its kernel
+    overhead, and its executed FLOPs and exponentials (one per executed score)."""
+    fwd, bwd = FlashAttention().time_s(model, micro_batch, model.seq_len, tp, chip, peak, None)
+    flops = float(micro_batch * model.seq_len * model.attention_score_flops_per_token() / tp / 2)
+    exps = flops / (2 * float(model.qk_width + model.v_width))
+    k = float(chip.kernel_overhead_s)
+    return float(fwd) - k, float(bwd) - k, flops, exps
+
+
+def test_exponential_rates_are_nvidias_and_only_blackwell_parts_state_one():
+    """NVIDIA's SFU EX2 figures (the Blackwell Ultra blog's table): 10.7
+    TeraExponentials/s on B300 and GB300, 5 on B200 and GB200, every one's
+    attention efficiency read at Blackwell's 5; every other preset states none
+    (0: no exponential term)."""
+    rates = {n: (float(presets.system(n).chip.exp_per_s),
+                 float(presets.system(n).chip.attention_exp_per_s)) for n in presets.PRESET_NAMES}
+    assert rates.pop("gb300-nvl72") == rates.pop("dgx-b300") == (10.7e12, 5e12)
+    assert rates.pop("gb200-nvl72") == rates.pop("dgx-b200") == (5e12, 5e12)
+    assert set(rates.values()) == {(0.0, 0.0)}, rates
+
+
+def test_blackwell_ultra_attention_saves_half_of_blackwells_exponential_time():
+    """GPT-3 175B's attention core (128-wide heads, 2 x 256 FLOPs a score) on
+    GB300 is GB200's less one exponential per executed score at 1/5e12 -
+    1/10.7e12 s, in forward and again in backward (P recomputed); GB200's is
+    flops / (peak x efficiency) as before the term, and so is every chip's
+    without a stated rate."""
+    model = sc.load("default").model
+    gb300, gb200 = presets.system("gb300-nvl72").chip, presets.system("gb200-nvl72").chip
+    peak = float(gb200.peak_flops_per_s)
+    assert float(gb300.peak_flops_per_s) == peak
+    f3, b3, flops, exps = _core(gb300, model, peak)
+    f2, b2, _, _ = _core(gb200, model, peak)
+    assert exps == pytest.approx(flops / 512, rel=1e-12)
+    plain = flops / (peak * float(gb200.attention_efficiency))
+    assert f2 == pytest.approx(plain, rel=1e-12)
+    assert b2 == pytest.approx(FLASH_BACKWARD_OVER_FORWARD * plain, rel=1e-12)
+    saved = exps * (1 / 5e12 - 1 / 10.7e12)
+    assert f2 - f3 == pytest.approx(saved, rel=1e-9) and b2 - b3 == pytest.approx(saved, rel=1e-9)
+    # 18.2% off: the exponentials are 0.35 x 2.5e15 / (512 x 5e12) of GB200's core
+    assert f3 / f2 == pytest.approx(1 - 0.35 * 2.5e15 / (512 * 5e12) * (1 - 5 / 10.7), rel=1e-9)
+    h100 = presets.system("dgx-h100").chip
+    f, b, flops, _ = _core(h100, model, float(h100.peak_flops_per_s))
+    assert f == pytest.approx(flops / (float(h100.peak_flops_per_s) * 0.35), rel=1e-12)
+
+
+def test_deepseek_v3_fp8_attention_forward_near_nvidias_gb300_gain():
+    """NVIDIA ("Making Softmax More Efficient with NVIDIA Blackwell Ultra"):
+    ~35% more FP8 forward throughput on DeepSeek-V3's attention on GB300 than
+    on GB200. The model: MLA's 192 + 128 widths (640 FLOPs a score) at the FP8
+    peak and the borrowed efficiency, less the exponentials' saving: 41%."""
+    model = workload.model("deepseek-v3")
+    gb300, gb200 = presets.system("gb300-nvl72").chip, presets.system("gb200-nvl72").chip
+    peak = float(gb200.peak_fp8_flops_per_s)
+    f3, _, flops, exps = _core(gb300, model, peak)
+    f2, _, _, _ = _core(gb200, model, peak)
+    assert exps == pytest.approx(flops / 640, rel=1e-12)
+    assert f2 / f3 == pytest.approx(1.35, rel=0.05)
+
+
+def test_the_kernel_is_bounded_by_both_units():
+    """A chip whose efficiency holds at a much slower exponential rate than its
+    own cannot run faster than its tensor cores at peak; one with a slow
+    exponential unit not faster than the unit: max(flops / peak,
+    exponentials / exp_per_s)."""
+    model = sc.load("default").model
+    base = presets.system("gb300-nvl72").chip
+    peak = float(base.peak_flops_per_s)
+
+    def chip(eff, rate, lent):
+        return eqx.tree_at(lambda c: (c.attention_efficiency, c.exp_per_s, c.attention_exp_per_s),
+                           base, (jax.numpy.asarray(eff), jax.numpy.asarray(rate),
+                                  jax.numpy.asarray(lent)))
+
+    f, b, flops, exps = _core(chip(1.0, 1e15, 1e12), model, peak)
+    assert (f, b) == pytest.approx((flops / peak, FLASH_BACKWARD_OVER_FORWARD * flops / peak),
+                                   rel=1e-12)
+    f, b, flops, exps = _core(chip(1.0, 1e11, 1e11), model, peak)
+    assert exps / 1e11 > FLASH_BACKWARD_OVER_FORWARD * flops / peak
+    assert (f, b) == pytest.approx((exps / 1e11, exps / 1e11), rel=1e-12)
+
+
+def test_exponential_rate_gradient_is_the_closed_form():
+    """d(forward) / d(exp_per_s) = -exponentials / exp_per_s^2 (GB300),
+    finite, and equal to a central difference."""
+    model = sc.load("default").model
+    c = presets.system("gb300-nvl72").chip
+    peak = float(c.peak_flops_per_s)
+
+    def fwd(rate):
+        return FlashAttention().time_s(model, 1.0, model.seq_len, 1.0,
+                                       eqx.tree_at(lambda x: x.exp_per_s, c, rate), peak, None)[0]
+
+    g = float(jax.grad(fwd)(jax.numpy.asarray(10.7e12)))
+    _, _, _, exps = _core(c, model, peak)
+    assert math.isfinite(g) and g == pytest.approx(-exps / 10.7e12 ** 2, rel=1e-6)
+    h = 1e9
+    fd = (float(fwd(jax.numpy.asarray(10.7e12 + h))) - float(fwd(jax.numpy.asarray(10.7e12 - h))))
+    assert g == pytest.approx(fd / (2 * h), rel=1e-3)
+
+
+def test_gb300_rows_are_the_tables_own_and_predicted_faster_than_gb200s(validate_rows):
+    """Megatron-Bridge 25.11's DGX-GB300 section: 8 rows, none refused or
+    fitted; on the three plans GB200 ran too (Llama 3 8B and 70B, Qwen3-30B-A3B)
+    GB300 is predicted faster, by less than published (19%, 5%, 22%: the
+    clocks a 1,400 W part sustains are not modelled)."""
+    rows = validate.set_rows(validate_rows, "bridge_2511_gb300")
+    assert len(rows) == 8 and {r["family"] for r in rows} == {"GB300"}
+    assert not any(r["refused"] or r["calibration"] for r in rows)
+    gb200 = {r["name"].replace("GB200", "GB300"): r for r in validate_rows
+             if r["source"] == validate.BRIDGE_SOURCE and "GB200" in r["name"]}
+    same = [(r, gb200[r["name"]]) for r in rows if r["name"] in gb200]
+    assert len(same) == 3
+    for new, old in same:
+        assert 1 < new["predicted"] / old["predicted"] < new["published"] / old["published"]
