@@ -545,6 +545,10 @@ def _system(t: dict, late: frozenset = frozenset()) -> System:
         # the reserve is the default's for the capacity given, not the preset's
         base = eqx.tree_at(lambda s: s.chip.hbm_reserve_bytes, base, jnp.asarray(
             hardware.default_hbm_reserve_bytes(float(t["system"]["hbm_bytes"]))))
+    if "attention_efficiency" in t["system"]:
+        # an efficiency given for this chip holds at its own exponential rate, not
+        # at the rate of the part its preset borrowed one from (`Chip.attention_exp_per_s`)
+        base = eqx.tree_at(lambda s: s.chip.attention_exp_per_s, base, base.chip.exp_per_s)
     if "peak_flops_per_s" in t["system"]:
         # the 8-, 32- and 4-bit peaks follow a 16-bit peak given without them, in the
         # preset's ratios (a chip's peaks scale with its clock and units together)

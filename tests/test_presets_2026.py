@@ -295,3 +295,16 @@ def test_gb300_rows_are_the_tables_own_and_predicted_faster_than_gb200s(validate
     assert len(same) == 3
     for new, old in same:
         assert 1 < new["predicted"] / old["predicted"] < new["published"] / old["published"]
+
+
+def test_an_attention_efficiency_given_holds_at_the_chips_own_rate():
+    """`system.attention_efficiency` set on GB300 (a measurement of this chip,
+    `codesign calibrate compute`'s) holds at GB300's own 10.7e12: no saving
+    is added to it; the preset's borrowed one holds at Blackwell's 5e12."""
+    given = sc.load("default", ["system.preset=gb300-nvl72", "system.attention_efficiency=0.5"])
+    preset = sc.load("default", ["system.preset=gb300-nvl72"])
+    assert float(given.system.chip.attention_exp_per_s) == 10.7e12
+    assert float(preset.system.chip.attention_exp_per_s) == 5e12
+    model, chip = given.model, given.system.chip
+    f, _, flops, _ = _core(chip, model, float(chip.peak_flops_per_s))
+    assert f == pytest.approx(flops / (float(chip.peak_flops_per_s) * 0.5), rel=1e-12)
