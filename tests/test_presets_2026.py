@@ -280,6 +280,22 @@ def test_exponential_rate_gradient_is_the_closed_form():
     fd = (float(fwd(jax.numpy.asarray(10.7e12 + h))) - float(fwd(jax.numpy.asarray(10.7e12 - h))))
     assert g == pytest.approx(fd / (2 * h), rel=1e-3)
 
+    def both(chip):  # forward + backward, as jit and eager see it
+        return sum(FlashAttention().time_s(model, 1.0, model.seq_len, 1.0, chip, peak, None))
+
+    for name in ("gb300-nvl72", "gb200-nvl72", "dgx-h100"):
+        chip = presets.system(name).chip
+        assert float(jax.jit(both)(chip)) == pytest.approx(float(both(chip)), rel=1e-12)
+        grads = jax.grad(both)(chip)
+        for f in ("exp_per_s", "attention_exp_per_s", "attention_efficiency"):
+            assert math.isfinite(float(getattr(grads, f))), (name, f)
+    # GB200's efficiency holds at its own rate: a faster unit would help it, the
+    # rate the efficiency holds at the other way; a chip with no rate ignores both
+    g200 = jax.grad(both)(presets.system("gb200-nvl72").chip)
+    assert float(g200.exp_per_s) < 0 < float(g200.attention_exp_per_s)
+    gh = jax.grad(both)(presets.system("dgx-h100").chip)
+    assert float(gh.exp_per_s) == 0 == float(gh.attention_exp_per_s)
+
 
 def test_gb300_rows_are_the_tables_own_and_predicted_faster_than_gb200s(validate_rows):
     """Megatron-Bridge 25.11's DGX-GB300 section: 8 rows, none refused or
