@@ -78,7 +78,10 @@ def _describe(name: str, preset: hw.Preset) -> str:
         f"  chip       {preset.chip}: {float(chip.peak_flops_per_s) / 1e12:g} TFLOP/s 16-bit, "
         f"{float(chip.peak_fp8_flops_per_s) / 1e12:g} TFLOP/s 8-bit (dense peaks), "
         f"HBM {float(chip.hbm_bytes) / GB:.4g} GB at {float(chip.hbm_Bps) / TB:g} TB/s, "
-        f"matmul efficiency {float(chip.matmul_efficiency):g}",
+        f"matmul efficiency {float(chip.matmul_efficiency):g}"
+        + (f", softmax exponentials {float(chip.exp_per_s):g}/s (attention efficiency "
+           f"held at {float(chip.attention_exp_per_s):g}/s)" if float(chip.exp_per_s) > 0
+           else ""),
         f"  system     {float(s.gpus):g} {unit}s, scale-up domain {float(s.scale_up_domain):g}, "
         f"{float(s.gpus_per_node):g} {unit}s per node, topology {s.topology.name}, "
         + (f"pods of {float(pods.pod_size):g} {unit}s, oversubscription "
