@@ -348,6 +348,12 @@ class Plan(eqx.Module):
     recompute: Recompute = strategy_field("training.recompute", strategies.recompute,
                                           strategies.RECOMPUTE_CLASSES, default=NoRecompute(),
                                           kw_only=True)
+    # the modules selective recomputation recomputes (Megatron-Core's
+    # --recompute-modules: `strategies.RECOMPUTE_MODULES`, comma-separated); ""
+    # the attention core (`strategies.SelectiveRecompute`)
+    recompute_modules: str = static_field("training.recompute_modules", str, default="",
+                                          converter=strategies.recompute_module_names,
+                                          kw_only=True)
     reshard_after_forward: bool = static_field("parallel.reshard_after_forward", bool,
                                                default=True, kw_only=True)
     # the MoE dispatch sends one copy of a token per destination node and forwards
@@ -437,6 +443,15 @@ class Plan(eqx.Module):
                                                   float)
         if self.precision is None:
             self.precision = recipe(self.dtype)
+        # the modules are the selective strategy's (one list, two spellings); the
+        # fields' converters run after this: parse both here
+        recompute = strategies.recompute(self.recompute)
+        names = strategies.recompute_module_names(self.recompute_modules)
+        if isinstance(recompute, strategies.SelectiveRecompute):
+            if names and recompute.names != names:
+                self.recompute = strategies.SelectiveRecompute(names)
+            elif not names:
+                self.recompute_modules = recompute.names
 
     def __check_init__(self):
         if sorted(self.placement) != sorted(DIMENSIONS):
@@ -605,6 +620,20 @@ RULES = (
          lambda m, p, s: "parallel.ep_overlap=true needs parallel.schedule='interleaved' "
          f"(or '1f1b' with parallel.pp=1; 'dualpipe' always overlaps), got "
          f"{p.schedule.name!r} with parallel.pp={_g(p.pp)}"),
+    # Megatron-Core reads --recompute-modules under selective granularity only;
+    # mla_up_proj needs MLA (TransformerConfig refuses it otherwise)
+    Rule("recompute_modules need selective recomputation",
+         ("training.recompute_modules", "training.recompute"),
+         lambda m, p, s: _xp(p.pp).asarray(
+             not p.recompute_modules or isinstance(p.recompute, strategies.SelectiveRecompute)),
+         lambda m, p, s: f"training.recompute_modules={p.recompute_modules!r} needs "
+         f"training.recompute='selective' (got {p.recompute.name!r})"),
+    Rule("mla_up_proj needs MLA", ("training.recompute_modules", "model.attention"),
+         lambda m, p, s: _xp(p.pp).asarray(
+             "mla_up_proj" not in p.recompute_modules.split(",")
+             or m.attention.recomputes_projections),
+         lambda m, p, s: f"training.recompute_modules={p.recompute_modules!r}: mla_up_proj "
+         f"needs model.attention='mla' (got {m.attention.name!r})"),
     # a pipeline layout places every layer once on pp x interleave stages
     Rule("pipeline_layout fits the model and plan",
          ("parallel.pipeline_layout", "parallel.pp", "parallel.interleave", "model.layers",

@@ -82,10 +82,13 @@ SOFTWARE_FLAGS = {
     "pipeline_model_parallel_layout": Software(
         "--pipeline-model-parallel-layout", "model.pipeline_model_parallel_layout",
         "parallel.pipeline_layout"),
+    # Megatron-Core's modules (TransformerConfig.recompute_modules) -> codesign's
+    # (`strategies.RECOMPUTE_MODULES`); IGNORED: a module of a layer codesign has none of
+    # (GatedDeltaNet / GatedDeltaProduct, hyper-connections); read under selective only
     "recompute_modules": Software(
-        "--recompute-modules", "model.recompute_modules", None,
-        why="no key names the modules: training.recompute = selective recomputes "
-            "attention's core"),
+        "--recompute-modules", "model.recompute_modules", "training.recompute_modules",
+        {**{m: m for m in strategies.RECOMPUTE_MODULES}, "gdn_norm_out": IGNORED,
+         "gdp_in_proj": IGNORED, "gdp_qkv": IGNORED, "mhc": IGNORED}),
     "fp8_recipe": Software(
         "--fp8-recipe", "mixed_precision.fp8_recipe", None,
         why="codesign's fp8 has no scaling variants: tensorwise, delayed, blockwise"),
@@ -587,6 +590,7 @@ def _recompute(f: Flags, d: c.Draft, layers_per_stage: int, default: str) -> Non
         granularity = "selective"
     if granularity is None:
         d.assume("training.recompute", "none", f"no {n('--recompute-granularity')} ({default})")
+        _recompute_modules(f, d, strategies.NoRecompute())
         return
     recompute = c.recompute(f.where, n("--recompute-granularity"), granularity)
     method, layers = f.text("--recompute-method"), f.count("--recompute-num-layers", lo=0)
@@ -597,6 +601,29 @@ def _recompute(f: Flags, d: c.Draft, layers_per_stage: int, default: str) -> Non
                  "recomputes every layer")
     else:
         d.put("training.recompute", recompute.name)
+    _recompute_modules(f, d, recompute)
+
+
+def _recompute_modules(f: Flags, d: c.Draft, recompute: strategies.Recompute) -> None:
+    """training.recompute_modules from --recompute-modules (Megatron-Core reads it
+    under selective granularity only; a module of a layer codesign has none of is
+    named as ignored, one Megatron does not take is a one-line error)."""
+    sw = SOFTWARE_FLAGS["recompute_modules"]
+    given = f.text(sw.flag)
+    if given is None:
+        return
+    if not isinstance(recompute, strategies.SelectiveRecompute):
+        f.ignore(sw.flag, f"read under {f.name('--recompute-granularity')} selective only")
+        return
+    names = [w for w in re.split(r"[,\s]+", given) if w]
+    mapped = [_mapped(f, "recompute_modules", w) for w in names]
+    kept = [m for m in mapped if m is not IGNORED]
+    if len(kept) < len(mapped):
+        f.ignore(sw.flag, ", ".join(w for w, m in zip(names, mapped, strict=True)
+                                    if m is IGNORED)
+                 + ": not modelled (no such layer in codesign's model)")
+    if kept:
+        d.put(sw.scenario, strategies.recompute_module_names(kept, sw.scenario))
 
 
 def _interleave(f: Flags, d: c.Draft, layers: int, pp: int) -> None:
@@ -630,9 +657,8 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
     on a dense model the MoE ones are named as ignored."""
     sw, n = SOFTWARE_FLAGS, f.name
     moe = bool(d.get("model.experts"))
-    for name in ("recompute_modules", "fp8_recipe"):
-        if f.get(sw[name].flag) is not None:
-            f.ignore(sw[name].flag, sw[name].why)
+    if f.get(sw["fp8_recipe"].flag) is not None:
+        f.ignore(sw["fp8_recipe"].flag, sw["fp8_recipe"].why)
     layout = f.get(sw["pipeline_model_parallel_layout"].flag)
     if layout is not None:  # Megatron-Core's grammar, as `parallel.pipeline_layout` reads it
         d.put(sw["pipeline_model_parallel_layout"].scenario, str(layout))
