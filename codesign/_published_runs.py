@@ -435,16 +435,18 @@ SETS = {"bridge_2511": BRIDGE_SOURCE, "bridge_26041_gb200": BRIDGE_26041_SOURCE,
 _FULL_ITERATION_MXFP8 = {
     "training": {"cuda_graphs": "full_iteration", "moe_pad_experts": True,
                  "moe_capacity_factor": 1.5, "moe_router_fusion": True,
-                 "grouped_gemm_streams": stacks.EVERY_EXPERT, "host_syncs": False},
+                 "grouped_gemm_streams": stacks.EVERY_EXPERT, "host_syncs": False,
+                 "delay_wgrad": True},
     "parallel": {"moe_dispatcher": "hybridep", "ep_overlap": True}}
 _FULL_ITERATION_NOTE = (
     "PR #4211's MXFP8 recipe as keys: cuda_graphs full_iteration (was transformer_engine over "
     "moe_router, moe_preprocess), moe_pad_experts with moe_capacity_factor 1.5 "
     "(moe_expert_rank_capacity_factor; static shapes, so host_syncs off), HybridEP, "
     "moe_router_fusion, the CuTeDSL fused grouped MLP as one grouped kernel "
-    "(grouped_gemm_streams: every local expert), EP overlap on; no key for the paged stash "
-    "(moe_paged_stash), the MLP fusion itself, FP8 dot-product attention (attention stays bf16) "
-    "or delay_wgrad_compute (not modelled)")
+    "(grouped_gemm_streams: every local expert), EP overlap on with delay_wgrad_compute "
+    "(training.delay_wgrad); no key for the paged stash "
+    "(moe_paged_stash), the MLP fusion itself or FP8 dot-product attention (attention stays "
+    "bf16)")
 # VP 8 over PP 16 is 128 chunks of one layer: Megatron-Bridge counts the
 # embedding and the loss as pipeline layers (126 + 2). The model's layers are
 # the transformer layers (126 < 128 chunks is refused), so it runs VP 4: every
@@ -495,7 +497,8 @@ def _qwen3_16_h100(published, ep_overlap):
               + ("20.14729 s, 299.352 model TFLOP/s: the canonical run, 64-token combine "
                  "chunks and permute fusion, not keys" if ep_overlap else
                  "24.7138 s, 244.039 model TFLOP/s: the matched A/B's EP-overlap-off run")
-              + "); delay_wgrad off; peak memory not compared"))
+              + "); delay_wgrad_compute off (training.delay_wgrad false, as the comparison "
+                "states); peak memory not compared"))
 
 
 def _automodel(gpus, mbs, gbs, dispatcher, streams, published, step_s):
@@ -833,8 +836,10 @@ CHECKS: tuple[Check, ...] = (
             "EP overlap off (no moe_a2a_overlap in the 30B configs)"),
     _bridge("Qwen3-235B-A22B", "H100", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 32, 1575,
             "EP overlap on (moe_a2a_overlap in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_"
-            "CS_BASE_CONFIG); TP overlap off; the experts' EP 32 x ETP 1 folded over "
-            "attention's TP 2 x DP 16", tp_overlap=0.0, ep_overlap=True, etp=1),
+            "CS_BASE_CONFIG) with delay_wgrad_compute (scripts/performance/utils/overrides.py "
+            "_set_moe_a2a_overlap_overrides sets both); TP overlap off; the experts' EP 32 x "
+            "ETP 1 folded over attention's TP 2 x DP 16", tp_overlap=0.0, ep_overlap=True,
+            etp=1, software={"training": {"delay_wgrad": True}}),
     # --- the software that runs MoE: Megatron-Bridge 26.04.01-26.08, matched
     # H100 runs, NeMo Automodel, Megatron-Core's DeepSeek-V3 log on GB200
     *_NEW_2026,

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from . import stage as stage_lib
-from . import _checks
+from . import _checks, strategies
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
 from .workload import LAYER_KINDS, Transformer
@@ -165,6 +165,10 @@ class Timing(eqx.Module):
     # goes to host memory (`stored_bytes_per_micro_batch`; memory reads them)
     stored_bytes: jax.Array
     offloaded_bytes: jax.Array
+    # per micro-batch: the stage's MoE blocks' forward (router, permute, routed
+    # and shared experts: `strategies.MoeBlock.reruns`), read by Megatron-Core's
+    # combined 1F1B (`overlap.Paired`); 0 without `parallel.ep_overlap`
+    moe_forward_s: jax.Array
 
     @property
     def micro_batch_s(self) -> jax.Array:
@@ -340,7 +344,13 @@ def rerun_parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.
     f plain) and writes f; where a discarded output fed an fp8 GEMM
     (`RecomputeModule.discards_output`: the norms' and the experts'
     activation), the GEMM quantises it again (`Precision.quantisation`)."""
-    parts = plan.recompute.reruns()
+    return parts_s(model, plan, system, sh, attention_forward_s, plan.recompute.reruns())
+
+
+def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
+            attention_forward_s, parts) -> dict:
+    """{part: the stage's forward seconds of it, one micro-batch} of the layer
+    `parts` (`strategies.RERUN_PARTS`; `rerun_parts_s` says how each is priced)."""
     width = plan.precision.bytes("activations")
     tokens, received, etp, f_e, _ = _moe_shape(model, plan)
     mats = 2.0 if model.gated else 1.0
@@ -551,8 +561,8 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     logits = sh.head_passes * (logits + loss) + sh.mtp_layers_on_stage * mtp
     forward = matrix + att_fwd + logits
     reruns = plan.recompute.reruns()  # selective recomputation by module
-    parts_s = rerun_parts_s(model, plan, system, sh, att_fwd) if reruns else None
-    recompute = plan.recompute.extra_forward_s(matrix, att_fwd, parts_s)
+    rerun_s = rerun_parts_s(model, plan, system, sh, att_fwd) if reruns else None
+    recompute = plan.recompute.extra_forward_s(matrix, att_fwd, rerun_s)
     backward = matrix_backward + 2.0 * logits + att_bwd + recompute
     # the host launches the kernels while the GPU runs the ones before, and the
     # copy engines move the offloaded activations to host memory in forward and
@@ -577,6 +587,9 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd
+    moe_forward = (sum(parts_s(model, plan, system, sh, att_fwd,
+                               strategies.MoeBlock.reruns).values())
+                   if plan.ep_overlap else jnp.zeros(()))
     return Timing(forward, backward, attention, m * (forward + backward),
                   optimizer_time_s(model, plan, system, t, sh), attention_fwd,
-                  sh.layers_on_stage, stored, offloaded)
+                  sh.layers_on_stage, stored, offloaded, moe_forward)

@@ -363,6 +363,10 @@ class Plan(eqx.Module):
     # micro-batch's MoE all-to-alls overlap an adjacent one's compute, under the
     # interleaved schedule or 1f1b without pipeline stages (dualpipe always does)
     ep_overlap: bool = static_field("parallel.ep_overlap", bool, default=False, kw_only=True)
+    # Megatron-Core's --delay-wgrad-compute (with ep_overlap): the MoE block's
+    # weight-gradient GEMMs run after the backward's dispatch is issued, so
+    # that exchange hides under them (`overlap.Paired`)
+    delay_wgrad: bool = static_field("training.delay_wgrad", bool, default=False, kw_only=True)
     # the experts' tensor-parallel size (--expert-tensor-parallel-size); 0 = tp
     etp: jax.Array = float_field("parallel.etp", count(MAX_GPUS, lo=0.0), default=0.0,
                                  kw_only=True)
@@ -634,6 +638,11 @@ RULES = (
              or m.attention.recomputes_projections),
          lambda m, p, s: f"training.recompute_modules={p.recompute_modules!r}: mla_up_proj "
          f"needs model.attention='mla' (got {m.attention.name!r})"),
+    # Megatron-Core asserts overlap_moe_expert_parallel_comm for delay_wgrad_compute
+    Rule("delay_wgrad needs ep_overlap", ("training.delay_wgrad", "parallel.ep_overlap"),
+         lambda m, p, s: _xp(p.pp).asarray(not p.delay_wgrad or p.ep_overlap),
+         lambda m, p, s: "training.delay_wgrad=true needs parallel.ep_overlap=true "
+         "(Megatron-Core delays the weight gradients for its combined 1F1B only)"),
     # a pipeline layout places every layer once on pp x interleave stages
     Rule("pipeline_layout fits the model and plan",
          ("parallel.pipeline_layout", "parallel.pp", "parallel.interleave", "model.layers",

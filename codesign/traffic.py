@@ -365,7 +365,8 @@ def _ep_rows(model, plan, system, sh, place, t):
     count = exchanges * sh.moe_layers_on_stage * sh.micro_batches
     paired = jnp.maximum(sh.micro_batches - 1.0, 0.0)  # micro-batches with a partner
     forward_share = forwards / (1.0 + forwards)
-    rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule)
+    rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule,
+                          sh.moe_layers_on_stage, sh.micro_batches, plan.delay_wgrad)
     return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
                  slow_bytes=count * cross_bytes * (model.moe_layers > 0), rule=rule)]
 

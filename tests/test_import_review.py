@@ -288,6 +288,7 @@ SOFTWARE_CASES = {
     "moe_router_fusion": (True, True),
     "moe_permute_fusion": (True, None),
     "moe_a2a_overlap": (True, True),
+    "delay_wgrad_compute": (True, True),
     "moe_expert_capacity_factor": (1.25, 1.25),
     "moe_expert_rank_capacity_factor": (1.5, None),  # the expert's factor stands
     "moe_pad_expert_input_to_capacity": (True, True),

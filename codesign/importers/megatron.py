@@ -69,6 +69,9 @@ SOFTWARE_FLAGS = {
     "moe_a2a_overlap": Software(
         "--overlap-moe-expert-parallel-comm", "comm_overlap.overlap_moe_expert_parallel_comm",
         "parallel.ep_overlap"),
+    # the MoE block's weight gradients after the backward's dispatch (with the overlap only)
+    "delay_wgrad_compute": Software(
+        "--delay-wgrad-compute", "comm_overlap.delay_wgrad_compute", "training.delay_wgrad"),
     "moe_expert_capacity_factor": Software(
         "--moe-expert-capacity-factor", "model.moe_expert_capacity_factor",
         "training.moe_capacity_factor"),
@@ -101,7 +104,7 @@ SWITCHES = frozenset({
     "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
     "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp", "--tp-comm-overlap",
     "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
-    "--moe-pad-expert-input-to-capacity"})
+    "--moe-pad-expert-input-to-capacity", "--delay-wgrad-compute"})
 # flags that take one or more words (argparse's nargs): their words, comma-joined
 LIST_FLAGS = frozenset({"--cuda-graph-scope", "--recompute-modules"})
 # the model's shape: an argument list without any of them is not a model's (`read`)
@@ -668,7 +671,7 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
     if not moe:
         for name in ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
                      "moe_hybridep_num_sms", "moe_deepep_num_sms", "moe_router_fusion",
-                     "moe_a2a_overlap", "moe_expert_capacity_factor",
+                     "moe_a2a_overlap", "delay_wgrad_compute", "moe_expert_capacity_factor",
                      "moe_expert_rank_capacity_factor", "moe_pad_expert_input_to_capacity"):
             if f.get(sw[name].flag) not in (None, False):
                 f.ignore(sw[name].flag, "a dense model: no MoE layers")
@@ -686,6 +689,12 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
                      "1F1B pairs micro-batches of the interleaved schedule")
         else:
             d.put(sw["moe_a2a_overlap"].scenario, True)
+    delay = sw["delay_wgrad_compute"].flag
+    if f.switch(delay):
+        if d.get(sw["moe_a2a_overlap"].scenario):
+            d.put(sw["delay_wgrad_compute"].scenario, True)
+        else:  # Megatron-Core asserts the overlap; without it the flag changes nothing here
+            f.ignore(delay, f"read with {n(overlap)} only")
     if dispatcher is not None and capacity is None \
             and dispatchers.dispatcher(dispatcher).host_syncs > 0:
         d.assume("training.host_syncs", True, f"dropless routing (no "
