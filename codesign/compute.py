@@ -326,54 +326,54 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     return forward + memory + overhead, backward + 2.0 * (memory + overhead)
 
 
-def _pass_s(system: System, elements, kernels) -> jax.Array:
-    """Seconds of a memory-bound pass that reads and writes `elements` bytes in
-    all, `kernels` kernels."""
-    return streaming_time_s(system, elements) + kernels * system.chip.kernel_overhead_s
+def _pass_s(system: System, moved_bytes, kernels) -> jax.Array:
+    """Seconds of a memory-bound pass moving `moved_bytes` (read and written
+    together) in `kernels` kernels."""
+    return streaming_time_s(system, moved_bytes) + kernels * system.chip.kernel_overhead_s
 
 
 def rerun_parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
                   attention_forward_s) -> dict:
     """{part: the stage's forward seconds of it, one micro-batch} of the layer
     parts selective recomputation runs again (`plan.recompute.reruns()`, of
-    `strategies.RERUN_PARTS`): the attention core (`attention_forward_s`: the
-    stage's), the GEMM rows of each part (`_gemm_parts`, with their
-    quantisation), the router, permute and unpermute (`_permute_s`), and the
-    memory-bound passes: each norm reads and writes a token's hidden vector
-    (two norms a layer), an activation reads the first GEMM's output (2 f gated,
-    f plain) and writes f; where a discarded output fed an fp8 GEMM
-    (`RecomputeModule.discards_output`: the norms' and the experts'
-    activation), the GEMM quantises it again (`Precision.quantisation`)."""
+    `strategies.RERUN_PARTS`; `parts_s`)."""
     return parts_s(model, plan, system, sh, attention_forward_s, plan.recompute.reruns())
 
 
 def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
             attention_forward_s, parts) -> dict:
     """{part: the stage's forward seconds of it, one micro-batch} of the layer
-    `parts` (`strategies.RERUN_PARTS`; `rerun_parts_s` says how each is priced)."""
+    `parts` (`strategies.RERUN_PARTS`): the attention core (`attention_forward_s`:
+    the stage's), the GEMM rows of each part (`_gemm_parts`, with their
+    quantisation), the router, permute and unpermute (`_permute_s`), and the
+    memory-bound passes: each norm reads and writes a token's hidden vector
+    (two norms a layer), an activation reads the first GEMM's output (2 f
+    gated, f plain) and writes f; a discarded output that fed an fp8 GEMM
+    (`RecomputeModule.discards_output`: the norms', the experts' activation's)
+    is quantised again (`norm_requant`, `expert_requant`: `Precision.
+    quantisation`, nothing in the activations' width)."""
     width = plan.precision.bytes("activations")
     tokens, received, etp, f_e, _ = _moe_shape(model, plan)
     mats = 2.0 if model.gated else 1.0
     moved, kernels = plan.precision.quantisation(plan.fp8_recipe)
     h, tp = model.hidden, plan.tp
     norm_tokens = tokens / (tp if plan.sequence_parallel else 1.0)
-    seconds = {"attention_core": attention_forward_s}
+    layers, dense, moe = sh.layers_on_stage, sh.dense_layers_on_stage, sh.moe_layers_on_stage
     gemm_parts = _gemm_parts(model, plan, system, sh)
     if "up_projections" in parts:
         gemm_parts |= _gemm_parts(model, plan, system, sh, up_projections=True)
-    for part in ("up_projections", "dense_ffn", "routed_experts", "shared_experts", "router"):
-        if part in parts:
-            seconds[part] = _gemms_s(system, gemm_parts[part], plan.fp8_recipe)[0]
-    seconds["norms"] = sh.layers_on_stage * 2.0 * (
-        _pass_s(system, 2.0 * width * h * norm_tokens, 1.0)
-        + _pass_s(system, moved * h * tokens, kernels))
-    seconds["dense_activation"] = sh.dense_layers_on_stage * _pass_s(
-        system, (mats + 1.0) * width * model.ffn_hidden / tp * tokens, 1.0)
-    seconds["expert_activation"] = sh.moe_layers_on_stage * (
-        _pass_s(system, (mats + 1.0) * width * f_e / etp * received, 1.0)
-        + _pass_s(system, moved * f_e / etp * received, kernels))
-    seconds["permute"] = sh.moe_layers_on_stage * _permute_s(model, plan, system, received)
-    return {p: seconds[p] for p in parts}
+    seconds = {
+        "attention_core": lambda: attention_forward_s,
+        "norms": lambda: layers * 2.0 * _pass_s(system, 2.0 * width * h * norm_tokens, 1.0),
+        "norm_requant": lambda: layers * 2.0 * _pass_s(system, moved * h * tokens, kernels),
+        "dense_activation": lambda: dense * _pass_s(
+            system, (mats + 1.0) * width * model.ffn_hidden / tp * tokens, 1.0),
+        "expert_activation": lambda: moe * _pass_s(
+            system, (mats + 1.0) * width * f_e / etp * received, 1.0),
+        "expert_requant": lambda: moe * _pass_s(system, moved * f_e / etp * received, kernels),
+        "permute": lambda: moe * _permute_s(model, plan, system, received)}
+    return {p: (_gemms_s(system, gemm_parts[p], plan.fp8_recipe)[0] if p in gemm_parts
+                else seconds[p]()) for p in parts}
 
 
 def rerun_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
@@ -390,14 +390,14 @@ def rerun_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
     quantise = plan.precision.quantisation(plan.fp8_recipe)[1]
     up = sum(c for *_, c in model.attention.up_projections(model)) * gemm
     added = {"attention_core": {"attn": 1.0}, "up_projections": {"attn": up},
-             "norms": {"attn": 1.0 + quantise, "mlp": 1.0 + quantise,
-                       "moe_router": 1.0 + quantise},
+             "norms": {"attn": 1.0, "mlp": 1.0, "moe_router": 1.0},
+             "norm_requant": {"attn": quantise, "mlp": quantise, "moe_router": quantise},
              "dense_ffn": {"mlp": regions["mlp"]}, "dense_activation": {"mlp": 1.0},
              "router": {"moe_router": regions["moe_router"]},
              "permute": {"moe_preprocess": regions["moe_preprocess"],
                          "routed": plan.moe_dispatcher.launches},
              "routed_experts": {"routed": 2.0 * gemm * local},
-             "expert_activation": {"routed": 1.0 + quantise},
+             "expert_activation": {"routed": 1.0}, "expert_requant": {"routed": quantise},
              "shared_experts": {"shared": regions["shared"]}}
     more = dict(regions, routed=routed)
     for part in parts:

@@ -565,8 +565,9 @@ ACTIVATION_TERMS = ("qkv", "attention_output", "ffn", "scores", "norms", "norm_o
                     "dropout", "latents")
 # The parts of a layer's forward backward may run again, each priced by
 # `compute.rerun_parts_s` and counted in FLOPs by `rerun_flops_per_token`.
-RERUN_PARTS = ("attention_core", "up_projections", "norms", "dense_ffn", "dense_activation",
-               "router", "permute", "routed_experts", "expert_activation", "shared_experts")
+RERUN_PARTS = ("attention_core", "up_projections", "norms", "norm_requant", "dense_ffn",
+               "dense_activation", "router", "permute", "routed_experts", "expert_activation",
+               "expert_requant", "shared_experts")
 LAYER_KINDS = ("all", "dense", "moe")  # the layers a module is in
 
 
@@ -630,7 +631,7 @@ class LayerNorm(RecomputeModule):
 
     name: ClassVar[str] = "layernorm"
     layers: ClassVar[str] = "all"
-    reruns: ClassVar[tuple] = ("norms",)
+    reruns: ClassVar[tuple] = ("norms", "norm_requant")
     discards_output: ClassVar[bool] = True
 
     def dropped_bytes(self, model, terms):
@@ -644,7 +645,7 @@ class MoeActivation(RecomputeModule):
 
     name: ClassVar[str] = "moe_act"
     layers: ClassVar[str] = "moe"
-    reruns: ClassVar[tuple] = ("expert_activation",)
+    reruns: ClassVar[tuple] = ("expert_activation", "expert_requant")
     discards_output: ClassVar[bool] = True
 
     def dropped_bytes(self, model, terms):
