@@ -440,16 +440,18 @@ SETS = {"bridge_2511": BRIDGE_SOURCE, "bridge_26041_gb200": BRIDGE_26041_SOURCE,
 _FULL_ITERATION_MXFP8 = {
     "training": {"cuda_graphs": "full_iteration", "moe_pad_experts": True,
                  "moe_capacity_factor": 1.5, "moe_router_fusion": True,
-                 "grouped_gemm_streams": stacks.EVERY_EXPERT, "host_syncs": False},
+                 "grouped_gemm_streams": stacks.EVERY_EXPERT, "host_syncs": False,
+                 "delay_wgrad": True},
     "parallel": {"moe_dispatcher": "hybridep", "ep_overlap": True}}
 _FULL_ITERATION_NOTE = (
     "PR #4211's MXFP8 recipe as keys: cuda_graphs full_iteration (was transformer_engine over "
     "moe_router, moe_preprocess), moe_pad_experts with moe_capacity_factor 1.5 "
     "(moe_expert_rank_capacity_factor; static shapes, so host_syncs off), HybridEP, "
     "moe_router_fusion, the CuTeDSL fused grouped MLP as one grouped kernel "
-    "(grouped_gemm_streams: every local expert), EP overlap on; no key for the paged stash "
-    "(moe_paged_stash), the MLP fusion itself, FP8 dot-product attention (attention stays bf16) "
-    "or delay_wgrad_compute (not modelled)")
+    "(grouped_gemm_streams: every local expert), EP overlap on with delay_wgrad_compute "
+    "(training.delay_wgrad); no key for the paged stash "
+    "(moe_paged_stash), the MLP fusion itself or FP8 dot-product attention (attention stays "
+    "bf16)")
 # VP 8 over PP 16 is 128 chunks of one layer: Megatron-Bridge counts the
 # embedding and the loss as pipeline layers (126 + 2). The model's layers are
 # the transformer layers (126 < 128 chunks is refused), so it runs VP 4: every
@@ -500,7 +502,8 @@ def _qwen3_16_h100(published, ep_overlap):
               + ("20.14729 s, 299.352 model TFLOP/s: the canonical run, 64-token combine "
                  "chunks and permute fusion, not keys" if ep_overlap else
                  "24.7138 s, 244.039 model TFLOP/s: the matched A/B's EP-overlap-off run")
-              + "); delay_wgrad off; peak memory not compared"))
+              + "); delay_wgrad_compute off (training.delay_wgrad false, as the comparison "
+                "states); peak memory not compared"))
 
 
 def _automodel(gpus, mbs, gbs, dispatcher, streams, published, step_s):
@@ -531,9 +534,9 @@ def _automodel(gpus, mbs, gbs, dispatcher, streams, published, step_s):
 # Adam moments, forced load balancing; each step's flags on top of the last.
 _DSV3_STEPS_ASSUMED = (
     "MXFP8 as training.fp8_recipe mxfp8; the PP layout Et|(tt|)*30L (61 layers over 32 "
-    "virtual stages) as parallel.pipeline_layout; the recompute of MLA's up projection (with the 3 dense "
-    "layers' MLPs) read as selective recomputation, its end (recompute-modules mlp moe_act: "
-    "an elementwise activation and 3 dense MLPs) as none; fp8-param-gather not a key "
+    "virtual stages) as parallel.pipeline_layout; recomputation by module as the log names it "
+    "(training.recompute_modules: mla_up_proj and mlp, the 3 dense layers' MLPs, from the "
+    "baseline; moe_act and mlp from step 5 on); fp8-param-gather not a key "
     "(weights gathered in bf16); forced load balancing (moe_imbalance 1); dropless, the "
     "dispatcher's host synchronisations charged (host_syncs)")
 # (the log's step, published model TFLOP/s/GPU, the keys it changes (None:
@@ -548,7 +551,8 @@ DSV3_STEPS = (
      {"training": {"moe_router_fusion": True}}, ""),
     ("DeepEP", 566.07,
      {"parallel": {"moe_dispatcher": "deepep"}}, ""),
-    ("no MLA up-projection recompute", 610.71, {"training": {"recompute": "none"}}, ""),
+    ("no MLA up-projection recompute", 610.71,
+     {"training": {"recompute_modules": "moe_act,mlp"}}, ""),
     ("CUDA graphs over attn, router, preprocess", 663.27, {"training": {"cuda_graphs": "partial",
                            "cuda_graph_scope": "attn,moe_router,moe_preprocess"}}, ""),
     ("DeepEP tuned", 691.49, None,
@@ -577,6 +581,7 @@ def _dsv3_step(i: int) -> Check:
     """Step `i` (0-based) of the log: the flags of steps 0..i applied in order; the
     last step is the guide's row (its own set)."""
     training = {"global_batch": 2048, "micro_batch": 1, "recompute": "selective",
+                "recompute_modules": "mla_up_proj,mlp",
                 "dtype": "fp8", "fp8_recipe": "mxfp8", "optimizer_dtype": "bf16",
                 "moe_imbalance": 1.0, "host_syncs": True}
     parallel = _megatron_parallel(256, 1, 8, 1, 4, ep=32, dtype="fp8") | {
@@ -610,7 +615,8 @@ _NEW_2026 = (
                  "moe_preprocess, EP overlap off, as 25.11's BF16 row; published 1276 model "
                  "TFLOP/s; the same plan gave 4256 in 26.04.01; without MTP",
                  recompute="selective", dispatcher="hybridep",
-                 graph_scope="attn,moe_router,moe_preprocess"),
+                 graph_scope="attn,moe_router,moe_preprocess",
+                 software={"training": {"recompute_modules": "mla_up_proj"}}),
     _bridge_2026("26.08", "GPT-OSS-120B", 64, "MXFP8", 1280, 4, 4096, 1, 1, 1, 64, 28672,
                  "the recipe (perf_recipes/gpt_oss/gb200/gpt_oss.py "
                  "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config and common.py's "
@@ -846,19 +852,23 @@ CHECKS: tuple[Check, ...] = (
             "TP overlap on (tp_comm_overlap in llama31_405b_pretrain_config); the recipe "
             "counts embedding and loss as pipeline layers (126 + 2)", tp_overlap=1.0),
     _bridge("DeepSeek-V3", "GB200", 256, "bf16", 4096, 1, 4096, 1, 4, 1, 4, 64, 3139,
-            "recompute selective (set_deepseek_v3_common_configs: mla_up_proj); HybridEP "
+            "recompute selective (set_deepseek_v3_common_configs) of mla_up_proj "
+            "(DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_BASE_CONFIG recompute_modules); HybridEP "
             "dispatcher; Transformer Engine's CUDA graphs over attn, moe_router, "
             "moe_preprocess; EP overlap off (moe_a2a_overlap False); without MTP",
             recompute="selective", dispatcher="hybridep",
-            graph_scope="attn,moe_router,moe_preprocess"),
+            graph_scope="attn,moe_router,moe_preprocess",
+            software={"training": {"recompute_modules": "mla_up_proj"}}),
     _bridge("DeepSeek-V3", "GB200", 256, "fp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018,
             "recompute selective (mla_up_proj); HybridEP dispatcher and Transformer Engine's "
             "CUDA graphs over attn, moe_router, moe_preprocess (as the BF16 row); EP overlap "
             "off; without MTP", recompute="selective", dispatcher="hybridep",
-            graph_scope="attn,moe_router,moe_preprocess"),
+            graph_scope="attn,moe_router,moe_preprocess",
+            software={"training": {"recompute_modules": "mla_up_proj"}}),
     _bridge("GPT-OSS-120B", "GB200", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876,
-            "recompute_modules [layernorm, moe_act] without a granularity (memory-bound "
-            "modules: none)"),
+            "recompute_modules [layernorm, moe_act] without a granularity "
+            "(GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG; Megatron-Core reads the "
+            "modules under selective granularity only: none)"),
     _bridge("Qwen3-30B-A3B", "GB200", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 23766,
             "HybridEP dispatcher and CUDA graphs in the workload config (Transformer "
             "Engine's, over moe_router and moe_preprocess as the recipes' MXFP8 GB200 "
@@ -881,8 +891,10 @@ CHECKS: tuple[Check, ...] = (
             "EP overlap off (no moe_a2a_overlap in the 30B configs)"),
     _bridge("Qwen3-235B-A22B", "H100", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 32, 1575,
             "EP overlap on (moe_a2a_overlap in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_"
-            "CS_BASE_CONFIG); TP overlap off; the experts' EP 32 x ETP 1 folded over "
-            "attention's TP 2 x DP 16", tp_overlap=0.0, ep_overlap=True, etp=1),
+            "CS_BASE_CONFIG) with delay_wgrad_compute (scripts/performance/utils/overrides.py "
+            "_set_moe_a2a_overlap_overrides sets both); TP overlap off; the experts' EP 32 x "
+            "ETP 1 folded over attention's TP 2 x DP 16", tp_overlap=0.0, ep_overlap=True,
+            etp=1, software={"training": {"delay_wgrad": True}}),
     # --- the software that runs MoE: Megatron-Bridge 26.04.01-26.08, matched
     # H100 runs, NeMo Automodel, Megatron-Core's DeepSeek-V3 log on GB200
     *_NEW_2026,

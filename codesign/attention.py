@@ -158,6 +158,11 @@ class Attention(Strategy):
         """The weight matrices per layer, as (k, n, split, count)
         (`Transformer.attention_gemms`)."""
 
+    def up_projections(self, model) -> tuple:
+        """The rows of `gemms` that project low-rank latents up to the per-head
+        Q, K and V (what Megatron-Core's `mla_up_proj` recomputes); none in MHA."""
+        return ()
+
     @abc.abstractmethod
     def kv_elements_per_token(self, model) -> jax.Array:
         """Elements of K and V per token as the attention kernel reads them."""
@@ -221,9 +226,18 @@ class Mla(Attention):
         # the query's low-rank pair, or (q_lora_rank 0) its full-rank projection:
         # both rows, counted 1 or 0, so traced and concrete ranks cost the same
         low = jnp.where(q_rank > 0, 1.0, 0.0)
-        return ((h, q_rank, "", low), (q_rank, heads * qk, "n", low),
+        q_up, kv_up = self.up_projections(model)
+        return ((h, q_rank, "", low), q_up,
                 (h, heads * qk, "n", 1.0 - low), (h, model.kv_lora_rank + rope, "", 1.0),
-                (model.kv_lora_rank, heads * (nope + v), "n", 1.0), (heads * v, h, "k", 1.0))
+                kv_up, (heads * v, h, "k", 1.0))
+
+    def up_projections(self, model) -> tuple:
+        """The query's up projection (counted 0 at full rank) and the shared
+        K/V latent's up projection to the per-head no-RoPE keys and values."""
+        low = jnp.where(model.q_lora_rank > 0, 1.0, 0.0)
+        return ((model.q_lora_rank, model.heads * model.qk_width, "n", low),
+                (model.kv_lora_rank, model.heads * (model.qk_head_dim + model.v_width), "n",
+                 1.0))
 
     def kv_elements_per_token(self, model) -> jax.Array:
         return model.heads * (model.qk_width + model.v_width)

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from . import stage as stage_lib
-from . import _checks
+from . import _checks, strategies
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
 from .workload import LAYER_KINDS, Transformer
@@ -165,6 +165,10 @@ class Timing(eqx.Module):
     # goes to host memory (`stored_bytes_per_micro_batch`; memory reads them)
     stored_bytes: jax.Array
     offloaded_bytes: jax.Array
+    # per micro-batch: the stage's MoE blocks' forward (router, permute, routed
+    # and shared experts: `strategies.MoeBlock.reruns`), read by Megatron-Core's
+    # combined 1F1B (`overlap.Paired`); 0 without `parallel.ep_overlap`
+    moe_forward_s: jax.Array
 
     @property
     def micro_batch_s(self) -> jax.Array:
@@ -253,6 +257,45 @@ def routed_forward_s(model: Transformer, plan: Plan, system: System):
     return forward + _permute_s(model, plan, system, shape[1])
 
 
+def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
+                up_projections: bool = False) -> dict:
+    """The stage's GEMM rows (`_gemms_s`' rows, each weighted by its layers on
+    the stage), by the layer part they compute (`strategies.RERUN_PARTS`):
+    attention's projections, the dense FFN, the routed and shared experts and
+    the router (`_layers_s` explains the quantisation); `up_projections`: only
+    MLA's up projections of attention's (`Attention.up_projections`)."""
+    d = plan.precision.gemm
+    cast = plan.precision.quantisation(plan.fp8_recipe)
+    fused = (plan.precision.quantisation(plan.fp8_recipe, producer=True)
+             if plan.stack.fused_fp8_producers else cast)
+    moe_shape = _moe_shape(model, plan)
+    tokens, _, _, f_e, experts = moe_shape
+    h, tp = model.hidden, plan.tp
+    mats = 2.0 if model.gated else 1.0
+    dense_layers, moe_layers = sh.dense_layers_on_stage, sh.moe_layers_on_stage
+    cut = {"k": (tp, 1.0), "n": (1.0, tp), "": (1.0, 1.0)}  # tensor parallelism's cut (k, n)
+    # every projection but the output one reads a norm's output (the layer's,
+    # or MLA's latent norms)
+    projections = (model.attention.up_projections(model) if up_projections
+                   else model.attention_gemms())
+    parts = {"attention": [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d,
+                            c * sh.layers_on_stage, cast if split == "k" else fused, cast)
+                           for k, n, split, c in projections]}
+    if up_projections:
+        return {"up_projections": parts["attention"]}
+    f = model.ffn_hidden
+    parts["dense_ffn"] = [(tokens, h, mats * f / tp, 1.0, d, dense_layers, fused, 0.0),
+                          (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
+    shared = model.shared_experts * f_e
+    with_shared = moe_layers * (model.shared_experts > 0)
+    parts["routed_experts"] = _routed_gemms(model, plan, system, moe_shape, moe_layers)
+    parts["shared_experts"] = [(tokens, h, mats * shared / tp, 1.0, d, with_shared, cast, cast),
+                               (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast)]
+    # router (16-bit, replicated)
+    parts["router"] = [(tokens, h, experts, 1.0, plan.precision.attention, moe_layers, 0.0, 0.0)]
+    return parts
+
+
 def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape):
     """(forward, backward) matrix + memory-bound seconds of the stage's layers,
     one micro-batch, per GPU: the dense layers' and the MoE layers' GEMMs as
@@ -270,31 +313,9 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     and the shared experts' cast their own. A stack whose producers write wide
     (`stacks.Stack.fused_fp8_producers` False: torchao's Float8Linear) casts
     every input."""
-    d = plan.precision.gemm
-    cast = plan.precision.quantisation(plan.fp8_recipe)
-    fused = (plan.precision.quantisation(plan.fp8_recipe, producer=True)
-             if plan.stack.fused_fp8_producers else cast)
-    moe_shape = _moe_shape(model, plan)
-    tokens, received, _, f_e, experts = moe_shape
-    h, tp = model.hidden, plan.tp
-    mats = 2.0 if model.gated else 1.0
+    received, tp = _moe_shape(model, plan)[1], plan.tp
     dense_layers, moe_layers = sh.dense_layers_on_stage, sh.moe_layers_on_stage
-    cut = {"k": (tp, 1.0), "n": (1.0, tp), "": (1.0, 1.0)}  # tensor parallelism's cut (k, n)
-    # every projection but the output one reads a norm's output (the layer's,
-    # or MLA's latent norms)
-    gemms = [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d, c * sh.layers_on_stage,
-              cast if split == "k" else fused, cast)
-             for k, n, split, c in model.attention_gemms()]
-    f = model.ffn_hidden
-    gemms += [(tokens, h, mats * f / tp, 1.0, d, dense_layers, fused, 0.0),
-              (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
-    shared = model.shared_experts * f_e
-    with_shared = moe_layers * (model.shared_experts > 0)
-    gemms += [*_routed_gemms(model, plan, system, moe_shape, moe_layers),
-              (tokens, h, mats * shared / tp, 1.0, d, with_shared, cast, cast),
-              (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast),
-              # router (16-bit, replicated)
-              (tokens, h, experts, 1.0, plan.precision.attention, moe_layers, 0.0, 0.0)]
+    gemms = [row for rows in _gemm_parts(model, plan, system, sh).values() for row in rows]
     permute = _permute_s(model, plan, system, received)
     stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
                                               "none", LAYER_KINDS, plan.cp, plan.precision)
@@ -303,6 +324,90 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     overhead = sh.layers_on_stage * KERNELS_PER_LAYER * system.chip.kernel_overhead_s
     forward, backward = _gemms_s(system, gemms, plan.fp8_recipe)
     return forward + memory + overhead, backward + 2.0 * (memory + overhead)
+
+
+def _pass_s(system: System, moved_bytes, kernels) -> jax.Array:
+    """Seconds of a memory-bound pass moving `moved_bytes` (read and written
+    together) in `kernels` kernels."""
+    return streaming_time_s(system, moved_bytes) + kernels * system.chip.kernel_overhead_s
+
+
+def rerun_parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
+                  attention_forward_s) -> dict:
+    """{part: the stage's forward seconds of it, one micro-batch} of the layer
+    parts selective recomputation runs again (`plan.recompute.reruns()`, of
+    `strategies.RERUN_PARTS`; `parts_s`)."""
+    return parts_s(model, plan, system, sh, attention_forward_s, plan.recompute.reruns())
+
+
+def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
+            attention_forward_s, parts) -> dict:
+    """{part: the stage's forward seconds of it, one micro-batch} of the layer
+    `parts` (`strategies.RERUN_PARTS`): the attention core (`attention_forward_s`:
+    the stage's), the GEMM rows of each part (`_gemm_parts`, with their
+    quantisation), the router, permute and unpermute (`_permute_s`), and the
+    memory-bound passes: each norm reads and writes a token's hidden vector
+    (two norms a layer), an activation reads the first GEMM's output (2 f
+    gated, f plain) and writes f; a discarded output that fed an fp8 GEMM
+    (`RecomputeModule.discards_output`: the norms', the experts' activation's)
+    is quantised again (`norm_requant`, `expert_requant`: `Precision.
+    quantisation`, nothing in the activations' width)."""
+    width = plan.precision.bytes("activations")
+    tokens, received, etp, f_e, _ = _moe_shape(model, plan)
+    mats = 2.0 if model.gated else 1.0
+    moved, kernels = plan.precision.quantisation(plan.fp8_recipe)
+    h, tp = model.hidden, plan.tp
+    norm_tokens = tokens / (tp if plan.sequence_parallel else 1.0)
+    layers, dense, moe = sh.layers_on_stage, sh.dense_layers_on_stage, sh.moe_layers_on_stage
+    gemm_parts = _gemm_parts(model, plan, system, sh)
+    if "up_projections" in parts:
+        gemm_parts |= _gemm_parts(model, plan, system, sh, up_projections=True)
+    seconds = {
+        "attention_core": lambda: attention_forward_s,
+        "norms": lambda: layers * 2.0 * _pass_s(system, 2.0 * width * h * norm_tokens, 1.0),
+        "norm_requant": lambda: layers * 2.0 * _pass_s(system, moved * h * tokens, kernels),
+        "dense_activation": lambda: dense * _pass_s(
+            system, (mats + 1.0) * width * model.ffn_hidden / tp * tokens, 1.0),
+        "expert_activation": lambda: moe * _pass_s(
+            system, (mats + 1.0) * width * f_e / etp * received, 1.0),
+        "expert_requant": lambda: moe * _pass_s(system, moved * f_e / etp * received, kernels),
+        "permute": lambda: moe * _permute_s(model, plan, system, received)}
+    return {p: (_gemms_s(system, gemm_parts[p], plan.fp8_recipe)[0] if p in gemm_parts
+                else seconds[p]()) for p in parts}
+
+
+def rerun_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
+    """Launches the host adds to one micro-batch's backward for the layer parts
+    selective recomputation runs again (`plan.recompute.reruns()`): each
+    part's eager launches added to its graph region (`_launch_regions`: the
+    attention core and MLA's up projections to attention's, the norms to
+    attention's and the FFN's or router's, the experts' GEMMs and activation to
+    the routed experts'), then what the plan's graph scope leaves of them
+    (`stacks.GraphScope.layer_launches` with and without them), over the
+    stage's dense and MoE layers."""
+    parts = plan.recompute.reruns()
+    regions, routed, head, gemm, local = _launch_regions(model, plan)
+    quantise = plan.precision.quantisation(plan.fp8_recipe)[1]
+    up = sum(c for *_, c in model.attention.up_projections(model)) * gemm
+    added = {"attention_core": {"attn": 1.0}, "up_projections": {"attn": up},
+             "norms": {"attn": 1.0, "mlp": 1.0, "moe_router": 1.0},
+             "norm_requant": {"attn": quantise, "mlp": quantise, "moe_router": quantise},
+             "dense_ffn": {"mlp": regions["mlp"]}, "dense_activation": {"mlp": 1.0},
+             "router": {"moe_router": regions["moe_router"]},
+             "permute": {"moe_preprocess": regions["moe_preprocess"],
+                         "routed": plan.moe_dispatcher.launches},
+             "routed_experts": {"routed": 2.0 * gemm * local},
+             "expert_activation": {"routed": 1.0}, "expert_requant": {"routed": quantise},
+             "shared_experts": {"shared": regions["shared"]}}
+    more = dict(regions, routed=routed)
+    for part in parts:
+        for region, n in added[part].items():
+            more[region] = more[region] + n
+    scope = plan.cuda_graph_scope
+    before = plan.graphs.layer_launches(regions, routed, head, scope)
+    after = plan.graphs.layer_launches(more, more.pop("routed"), head, scope)
+    return (sh.dense_layers_on_stage * (after[0] - before[0])
+            + sh.moe_layers_on_stage * (after[1] - before[1]))
 
 
 def layer_launches(model: Transformer, plan: Plan):
@@ -319,6 +424,13 @@ def layer_launches(model: Transformer, plan: Plan):
     (`dispatchers.Dispatcher.launches`: permute, unpermute and the two
     exchanges for the all-to-all); the output head and loss (again per MTP
     depth)."""
+    regions, routed, head, _, _ = _launch_regions(model, plan)
+    return plan.graphs.layer_launches(regions, routed, head, plan.cuda_graph_scope)
+
+
+def _launch_regions(model: Transformer, plan: Plan):
+    """(each region's eager forward launches, the routed experts', the output
+    head's, a GEMM's, the local experts) as `layer_launches` counts them."""
     # launches per GEMM: the GEMM and, in fp8, its input's quantisation kernels
     gemm = 1.0 + (plan.fp8_recipe.kernels() if plan.precision.gemm == "fp8" else 0.0)
     local = jnp.maximum(model.experts / plan.ep, 1.0)
@@ -329,7 +441,7 @@ def layer_launches(model: Transformer, plan: Plan):
     regions = {"attn": attention, "mlp": 2.0 * gemm, "moe_router": 1.0 + fused * ROUTER_KERNELS,
                "moe_preprocess": fused * PREPROCESS_KERNELS,
                "shared": jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)}
-    return plan.graphs.layer_launches(regions, routed, head, plan.cuda_graph_scope)
+    return regions, routed, head, gemm, local
 
 
 def host_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
@@ -448,7 +560,9 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
                       plan.precision.gemm, 1.0, plan.fp8_recipe)
     logits = sh.head_passes * (logits + loss) + sh.mtp_layers_on_stage * mtp
     forward = matrix + att_fwd + logits
-    recompute = plan.recompute.extra_forward_s(matrix, att_fwd)
+    reruns = plan.recompute.reruns()  # selective recomputation by module
+    rerun_s = rerun_parts_s(model, plan, system, sh, att_fwd) if reruns else None
+    recompute = plan.recompute.extra_forward_s(matrix, att_fwd, rerun_s)
     backward = matrix_backward + 2.0 * logits + att_bwd + recompute
     # the host launches the kernels while the GPU runs the ones before, and the
     # copy engines move the offloaded activations to host memory in forward and
@@ -457,6 +571,8 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
     # plan's knobs, and a softplus here would move every relaxed step the host
     # does not bound)
     launches = host_launches(model, plan, sh)
+    if reruns:  # the recomputed modules' launches in backward
+        launches = (launches[0], launches[1] + rerun_launches(model, plan, sh))
     stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh)
     offload_s = offloaded / system.chip.host_Bps
     waits = plan.host_syncs and plan.moe_dispatcher.host_syncs > 0
@@ -467,10 +583,13 @@ def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Ti
         # each forward pass waits at the dispatcher's syncs (backward reuses the
         # forward's layout; a recomputed forward waits again)
         forward = forward + synced
-        backward = backward + (plan.recompute.layer_forwards - 1.0) * synced
+        backward = backward + (plan.recompute.moe_forwards - 1.0) * synced
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd
+    moe_forward = (sum(parts_s(model, plan, system, sh, att_fwd,
+                               strategies.MoeBlock.reruns).values())
+                   if plan.ep_overlap else jnp.zeros(()))
     return Timing(forward, backward, attention, m * (forward + backward),
                   optimizer_time_s(model, plan, system, t, sh), attention_fwd,
-                  sh.layers_on_stage, stored, offloaded)
+                  sh.layers_on_stage, stored, offloaded, moe_forward)

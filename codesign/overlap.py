@@ -70,24 +70,69 @@ class Paired(eqx.Module):
     with another's backward (`Schedule.exposed_all_to_all_s`: DualPipe, or
     Megatron-Core's combined 1F1B, `plan.ep_overlap`), the forward's exchanges
     (`forward_share` of them) hide under the backward's compute and the
-    backward's under the forward's, each at most under the compute it pairs
-    with; `paired` micro-batches have a partner (the first forward and the last
-    backward of a step have none)."""
+    backward's under the forward's; `paired` micro-batches have a partner (the
+    first forward and the last backward of a step have none).
+
+    DualPipe: each at most under the whole pass it pairs with. Megatron-Core's
+    combined 1F1B runs the pair layer by layer on a compute and a
+    communication stream (`model_chunk_schedule_plan.TransformerLayerSchedulePlan.
+    run`), per MoE layer three segments:
+
+    - the backward's combine beside the forward's attention and router
+      (`pre_dispatch_fwd`, P_f): max(P_f, C_b);
+    - the forward's dispatch D_f, then the backward's dispatch D_b (issued after
+      the MLP's data gradient) beside the MLP's data-gradient GEMMs M, its
+      weight-gradient GEMMs M and the forward's MLP M (which waits for D_f):
+      max(max(2M, D_f) + M, max(D_f, w) + D_b), w = 2M, or M with the weight
+      gradients delayed past the dispatch (`delay_wgrad`, Megatron-Core's
+      --delay-wgrad-compute), so D_b also runs beside them;
+    - the forward's combine beside the backward's attention (P_b): max(C_f, P_b);
+
+    of each, what exceeds the compute is exposed, in each of the `moe_layers`
+    MoE layers of the `paired` micro-batches; the step's unpaired one exposes
+    its exchanges whole. M is the MoE block's forward (`Timing.moe_forward_s`
+    per layer; backward two GEMMs to each forward one, data and weight
+    gradients alike), P_f and P_b the layer's other work (the stage's mean)."""
 
     paired: jax.Array
     forward_share: jax.Array
     combined: jax.Array
     schedule: object
+    moe_layers: jax.Array = 0.0
+    micro_batches: jax.Array = 1.0
+    delay_wgrad: bool = eqx.field(static=True, default=False)
+
+    def _layered(self) -> bool:
+        """Megatron-Core's combined 1F1B (`plan.ep_overlap` on a schedule that
+        does not overlap the exchanges itself)."""
+        return bool(self.combined) and not self.schedule.overlaps_all_to_all \
+            and self.schedule.combines_all_to_all
 
     def hiding_s(self, timing, t):
-        return timing.backward_s, timing.forward_s
+        if not self._layered():
+            return timing.backward_s, timing.forward_s
+        mlp = safe_div(timing.moe_forward_s, self.moe_layers)  # one MoE block's forward
+        pre_forward = safe_div(timing.forward_s - timing.moe_forward_s, timing.layers)
+        pre_backward = safe_div(timing.backward_s - 2.0 * timing.moe_forward_s, timing.layers)
+        return pre_forward, mlp, pre_backward
 
     def exposed_s(self, time_s, hiding_s, t):
-        backward_s, forward_s = hiding_s
-        return sum(self.schedule.exposed_all_to_all_s(share * time_s, self.paired * hide_s, t,
-                                                      self.combined)
-                   for share, hide_s in ((self.forward_share, backward_s),
-                                         (1.0 - self.forward_share, forward_s)))
+        if not self._layered():
+            backward_s, forward_s = hiding_s
+            return sum(self.schedule.exposed_all_to_all_s(share * time_s, self.paired * hide_s,
+                                                          t, self.combined)
+                       for share, hide_s in ((self.forward_share, backward_s),
+                                             (1.0 - self.forward_share, forward_s)))
+        p_f, m, p_b = hiding_s
+        # one layer's exchanges of one micro-batch, half dispatch and half combine
+        per_layer = safe_div(time_s, self.moe_layers * self.micro_batches)
+        d_f = c_f = 0.5 * self.forward_share * per_layer
+        d_b = c_b = 0.5 * (1.0 - self.forward_share) * per_layer
+        wait = m if self.delay_wgrad else 2.0 * m  # compute before the backward's dispatch
+        middle = smooth_max(smooth_max(2.0 * m, d_f, t) + m,
+                            smooth_max(d_f, wait, t) + d_b, t) - 3.0 * m
+        layer = (smooth_max(p_f, c_b, t) - p_f) + middle + (smooth_max(c_f, p_b, t) - p_b)
+        return time_s - self.paired * self.moe_layers * (per_layer - layer)
 
 
 class Steady(eqx.Module):

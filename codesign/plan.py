@@ -348,6 +348,12 @@ class Plan(eqx.Module):
     recompute: Recompute = strategy_field("training.recompute", strategies.recompute,
                                           strategies.RECOMPUTE_CLASSES, default=NoRecompute(),
                                           kw_only=True)
+    # the modules selective recomputation recomputes (Megatron-Core's
+    # --recompute-modules: `strategies.RECOMPUTE_MODULES`, comma-separated); ""
+    # the attention core (`strategies.SelectiveRecompute`)
+    recompute_modules: str = static_field("training.recompute_modules", str, default="",
+                                          converter=strategies.recompute_module_names,
+                                          kw_only=True)
     reshard_after_forward: bool = static_field("parallel.reshard_after_forward", bool,
                                                default=True, kw_only=True)
     # the MoE dispatch sends one copy of a token per destination node and forwards
@@ -357,6 +363,10 @@ class Plan(eqx.Module):
     # micro-batch's MoE all-to-alls overlap an adjacent one's compute, under the
     # interleaved schedule or 1f1b without pipeline stages (dualpipe always does)
     ep_overlap: bool = static_field("parallel.ep_overlap", bool, default=False, kw_only=True)
+    # Megatron-Core's --delay-wgrad-compute (with ep_overlap): the MoE block's
+    # weight-gradient GEMMs run after the backward's dispatch is issued, so
+    # that exchange hides under them (`overlap.Paired`)
+    delay_wgrad: bool = static_field("training.delay_wgrad", bool, default=False, kw_only=True)
     # the experts' tensor-parallel size (--expert-tensor-parallel-size); 0 = tp
     etp: jax.Array = float_field("parallel.etp", count(MAX_GPUS, lo=0.0), default=0.0,
                                  kw_only=True)
@@ -437,6 +447,15 @@ class Plan(eqx.Module):
                                                   float)
         if self.precision is None:
             self.precision = recipe(self.dtype)
+        # the modules are the selective strategy's (one list, two spellings); the
+        # fields' converters run after this: parse both here
+        recompute = strategies.recompute(self.recompute)
+        names = strategies.recompute_module_names(self.recompute_modules)
+        if isinstance(recompute, strategies.SelectiveRecompute):
+            if names and recompute.names != names:
+                self.recompute = strategies.SelectiveRecompute(names)
+            elif not names:
+                self.recompute_modules = recompute.names
 
     def __check_init__(self):
         if sorted(self.placement) != sorted(DIMENSIONS):
@@ -605,6 +624,25 @@ RULES = (
          lambda m, p, s: "parallel.ep_overlap=true needs parallel.schedule='interleaved' "
          f"(or '1f1b' with parallel.pp=1; 'dualpipe' always overlaps), got "
          f"{p.schedule.name!r} with parallel.pp={_g(p.pp)}"),
+    # Megatron-Core reads --recompute-modules under selective granularity only;
+    # mla_up_proj needs MLA (TransformerConfig refuses it otherwise)
+    Rule("recompute_modules need selective recomputation",
+         ("training.recompute_modules", "training.recompute"),
+         lambda m, p, s: _xp(p.pp).asarray(
+             not p.recompute_modules or isinstance(p.recompute, strategies.SelectiveRecompute)),
+         lambda m, p, s: f"training.recompute_modules={p.recompute_modules!r} needs "
+         f"training.recompute='selective' (got {p.recompute.name!r})"),
+    Rule("mla_up_proj needs MLA", ("training.recompute_modules", "model.attention"),
+         lambda m, p, s: _xp(p.pp).asarray(
+             "mla_up_proj" not in p.recompute_modules.split(",")
+             or m.attention.recomputes_projections),
+         lambda m, p, s: f"training.recompute_modules={p.recompute_modules!r}: mla_up_proj "
+         f"needs model.attention='mla' (got {m.attention.name!r})"),
+    # Megatron-Core asserts overlap_moe_expert_parallel_comm for delay_wgrad_compute
+    Rule("delay_wgrad needs ep_overlap", ("training.delay_wgrad", "parallel.ep_overlap"),
+         lambda m, p, s: _xp(p.pp).asarray(not p.delay_wgrad or p.ep_overlap),
+         lambda m, p, s: "training.delay_wgrad=true needs parallel.ep_overlap=true "
+         "(Megatron-Core delays the weight gradients for its combined 1F1B only)"),
     # a pipeline layout places every layer once on pp x interleave stages
     Rule("pipeline_layout fits the model and plan",
          ("parallel.pipeline_layout", "parallel.pp", "parallel.interleave", "model.layers",

@@ -506,17 +506,36 @@ class Recompute(Strategy):
 
     # forwards of each layer per micro-batch, its TP/CP/EP communication with it
     layer_forwards: eqx.AbstractClassVar[float]
-    # forwards of the attention core (the scores) per micro-batch
-    attention_forwards: eqx.AbstractClassVar[float]
+    @property
+    @abc.abstractmethod
+    def attention_forwards(self) -> float:
+        """Forwards of the attention core (the scores) per micro-batch."""
     # False: only the layer input is stored, the layer is recomputed whole
     keeps_layer_activations: ClassVar[bool] = True
     # False: the attention core's activations are recomputed, not stored
     keeps_attention_core: ClassVar[bool] = True
 
+    @property
+    def moe_forwards(self) -> float:
+        """Forwards of each MoE block per micro-batch: its dispatch and combine
+        run again with it (the layer's, unless a module recomputes the MoE block)."""
+        return self.layer_forwards
+
+    def modules(self, model) -> tuple:
+        """The `RecomputeModule`s whose activations backward does not keep on
+        `model` (none unless selective)."""
+        return ()
+
+    def reruns(self) -> tuple:
+        """The layer parts (`RERUN_PARTS`) backward runs again whose seconds the
+        step prices (`compute.rerun_parts_s`); none: `extra_forward_s` needs no parts."""
+        return ()
+
     @abc.abstractmethod
-    def extra_forward_s(self, layers_s, attention_forward_s):
+    def extra_forward_s(self, layers_s, attention_forward_s, parts_s=None):
         """Forward time backward adds, from a stage's layer (GEMM) forward time
-        and its attention core's."""
+        and its attention core's (and, for the parts of `reruns`, `parts_s`:
+        {part: the stage's forward seconds of it})."""
 
     @abc.abstractmethod
     def extra_flops_per_token(self, model) -> jax.Array:
@@ -528,26 +547,268 @@ class NoRecompute(Recompute):
     layer_forwards: ClassVar[float] = 1.0
     attention_forwards: ClassVar[float] = 1.0
 
-    def extra_forward_s(self, layers_s, attention_forward_s):
+    def extra_forward_s(self, layers_s, attention_forward_s, parts_s=None):
         return 0.0
 
     def extra_flops_per_token(self, model) -> jax.Array:
         return jnp.zeros(())
 
 
+# ---------------------------------------------- recomputation by module (Megatron-Core)
+# What one layer keeps for backward, by tensor (`Transformer.activation_terms`):
+# the per-head Q, K, V (on MLA: the up-projections' outputs), the attention
+# output, the FFN's activations (the first GEMM's output and the second's
+# input), the attention kernel's own (scores or softmax statistics), the norms'
+# inputs, the norms' outputs (the QKV and first FFN GEMMs' inputs), the dropout
+# masks and MLA's latents.
+ACTIVATION_TERMS = ("qkv", "attention_output", "ffn", "scores", "norms", "norm_outputs",
+                    "dropout", "latents")
+# The parts of a layer's forward backward may run again, each priced by
+# `compute.rerun_parts_s` and counted in FLOPs by `rerun_flops_per_token`.
+RERUN_PARTS = ("attention_core", "up_projections", "norms", "norm_requant", "dense_ffn",
+               "dense_activation", "router", "permute", "routed_experts", "expert_activation",
+               "expert_requant", "shared_experts")
+LAYER_KINDS = ("all", "dense", "moe")  # the layers a module is in
+
+
+class RecomputeModule(Strategy):
+    """One of Megatron-Core's `recompute_modules` (`TransformerConfig.
+    recompute_modules`, read under `recompute_granularity = "selective"`): in
+    the layers of its kind (`layers`: every layer, the dense layers or the MoE
+    layers), the activations it stops keeping (`dropped_bytes`, from the
+    layer's `ACTIVATION_TERMS`) and the parts of the forward backward runs
+    again (`reruns`, of `RERUN_PARTS`). Megatron-Core checkpoints `moe_act`,
+    `layernorm` and `mla_up_proj` by discarding their output (freed once its
+    consumer has read it, recomputed from the input the layer keeps anyway:
+    `discards_output`), the others normally (their input kept, everything
+    inside recomputed). A module inside another (`contains`: `moe` holds
+    `moe_act` and `shared_experts`) adds nothing beside it."""
+
+    layers: eqx.AbstractClassVar[str]
+    reruns: eqx.AbstractClassVar[tuple]
+    discards_output: eqx.AbstractClassVar[bool]
+    contains: ClassVar[tuple] = ()
+    # the module's EP dispatch and combine run again with it
+    repeats_exchange: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def dropped_bytes(self, model, terms: dict) -> dict:
+        """{term: bytes} of one layer of its kind's `terms` (`Transformer.
+        activation_terms`, bytes per layer per micro-batch) it does not keep."""
+
+
+class CoreAttention(RecomputeModule):
+    """`core_attn`: the attention core (scores, softmax) recomputed from the
+    stored Q, K, V (Korthikanti et al. 2022's selective recomputation); with a
+    fused kernel it keeps only the softmax statistics anyway."""
+
+    name: ClassVar[str] = "core_attn"
+    layers: ClassVar[str] = "all"
+    reruns: ClassVar[tuple] = ("attention_core",)
+    discards_output: ClassVar[bool] = False
+
+    def dropped_bytes(self, model, terms):
+        return {"scores": terms["scores"]}
+
+
+class MlaUpProjection(RecomputeModule):
+    """`mla_up_proj`: MLA's up projections and RoPE: the per-head Q, K, V the
+    attention core reads, recomputed from the stored latents (MLA only)."""
+
+    name: ClassVar[str] = "mla_up_proj"
+    layers: ClassVar[str] = "all"
+    reruns: ClassVar[tuple] = ("up_projections",)
+    discards_output: ClassVar[bool] = True
+
+    def dropped_bytes(self, model, terms):
+        return {"qkv": terms["qkv"]}
+
+
+class LayerNorm(RecomputeModule):
+    """`layernorm`: the input and pre-MLP norms' outputs (the QKV and first FFN
+    GEMMs' inputs), recomputed from their stored inputs; in fp8 the GEMMs keep
+    the wide input and quantise it again in backward (TE's save-original-input)."""
+
+    name: ClassVar[str] = "layernorm"
+    layers: ClassVar[str] = "all"
+    reruns: ClassVar[tuple] = ("norms", "norm_requant")
+    discards_output: ClassVar[bool] = True
+
+    def dropped_bytes(self, model, terms):
+        return {"norm_outputs": terms["norm_outputs"]}
+
+
+class MoeActivation(RecomputeModule):
+    """`moe_act`: the routed experts' activation function: its output (the
+    second grouped GEMM's input) recomputed from the first GEMM's stored
+    output; in fp8 the GEMM quantises it again in backward."""
+
+    name: ClassVar[str] = "moe_act"
+    layers: ClassVar[str] = "moe"
+    reruns: ClassVar[tuple] = ("expert_activation", "expert_requant")
+    discards_output: ClassVar[bool] = True
+
+    def dropped_bytes(self, model, terms):
+        # of the FFN term (6 f gated, 4 f plain, f the routed and shared
+        # widths), the second GEMM's input (2 f) of the routed experts' share
+        return {"ffn": terms["ffn"] * _expert_share(model, model.top_k) * 2.0
+                / ffn_term_elements(model)}
+
+
+class DenseMlp(RecomputeModule):
+    """`mlp`: a dense layer's MLP (MoE layers keep theirs), recomputed from its
+    stored input."""
+
+    name: ClassVar[str] = "mlp"
+    layers: ClassVar[str] = "dense"
+    reruns: ClassVar[tuple] = ("dense_ffn", "dense_activation")
+    discards_output: ClassVar[bool] = False
+
+    def dropped_bytes(self, model, terms):
+        return {"ffn": terms["ffn"]}
+
+
+class SharedExperts(RecomputeModule):
+    """`shared_experts`: the shared experts' MLP in an MoE layer."""
+
+    name: ClassVar[str] = "shared_experts"
+    layers: ClassVar[str] = "moe"
+    reruns: ClassVar[tuple] = ("shared_experts",)
+    discards_output: ClassVar[bool] = False
+
+    def dropped_bytes(self, model, terms):
+        return {"ffn": terms["ffn"] * _expert_share(model, model.shared_experts)}
+
+
+class MoeBlock(RecomputeModule):
+    """`moe`: the whole MoE block (router, dispatch, experts, combine),
+    recomputed from its stored input: its all-to-alls run again."""
+
+    name: ClassVar[str] = "moe"
+    layers: ClassVar[str] = "moe"
+    reruns: ClassVar[tuple] = ("router", "permute", "routed_experts", "expert_activation",
+                               "shared_experts")
+    discards_output: ClassVar[bool] = False
+    contains: ClassVar[tuple] = ("moe_act", "shared_experts")
+    repeats_exchange: ClassVar[bool] = True
+
+    def dropped_bytes(self, model, terms):
+        return {"ffn": terms["ffn"]}
+
+
+def _expert_share(model, experts) -> jax.Array:
+    """`experts` of the top_k routed + shared experts a token runs through (0
+    on a model without them)."""
+    return experts / jnp.maximum(model.top_k + model.shared_experts, 1.0)
+
+
+def ffn_term_elements(model) -> jax.Array:
+    """Elements of the FFN term per unit of FFN width (`Transformer.
+    activation_terms`): the first GEMM's output (2 f gated, f plain) and the
+    second's input (f), 2 bytes each: 6 gated, 4 plain."""
+    return 6.0 if model.gated else 4.0
+
+
+RECOMPUTE_MODULE_CLASSES = (CoreAttention, MlaUpProjection, LayerNorm, MoeActivation, DenseMlp,
+                            SharedExperts, MoeBlock)
+RECOMPUTE_MODULES = tuple(c.name for c in RECOMPUTE_MODULE_CLASSES)
+
+
+def recompute_module_names(value, key: str = "training.recompute_modules") -> str:
+    """`training.recompute_modules`: "mla_up_proj,mlp" (as a scenario table
+    writes it) or a sequence of `RECOMPUTE_MODULES` (Megatron-Core's names),
+    written back comma-separated in `RECOMPUTE_MODULES`' order (one spelling a
+    set; "" none); an unknown module is a one-line error naming the key."""
+    names = tuple(s.strip() for s in value.split(",") if s.strip()) if isinstance(value, str) \
+        else tuple(str(v) for v in value)
+    for n in names:
+        if n not in RECOMPUTE_MODULES:
+            raise ValueError(f"{key}={','.join(names)!r}: {n!r} is not one of "
+                             f"{', '.join(RECOMPUTE_MODULES)}")
+    return ",".join(n for n in RECOMPUTE_MODULES if n in names)
+
+
+def recompute_modules(value, key: str = "training.recompute_modules") -> tuple:
+    """The `RecomputeModule`s named by `value` (`recompute_module_names`), less
+    those inside another named one (`RecomputeModule.contains`)."""
+    by_name = {c.name: c for c in RECOMPUTE_MODULE_CLASSES}
+    names = [n for n in recompute_module_names(value, key).split(",") if n]
+    inside = {c for n in names for c in by_name[n].contains}
+    return tuple(by_name[n]() for n in names if n not in inside)
+
+
+def layer_share(module: RecomputeModule, moe):
+    """1 in a layer the module is in, 0 elsewhere (`moe`: True for an MoE layer,
+    an array of them too)."""
+    moe = jnp.asarray(moe)
+    if module.layers == "dense":
+        return jnp.where(moe, 0.0, 1.0)
+    if module.layers == "moe":
+        return jnp.where(moe, 1.0, 0.0)
+    return jnp.ones(moe.shape)
+
+
+def rerun_flops_per_token(model, parts) -> jax.Array:
+    """Matrix FLOPs per token (the model's convention: GEMMs and attention
+    scores; norms, activations, the router and permutes count none) of running
+    the layer `parts` (`RERUN_PARTS`) again over the model's layers of each."""
+    up = sum(2.0 * k * n * c for k, n, _, c in model.attention.up_projections(model))
+    flops = {"attention_core": model.blocks * model.attention_score_flops_per_token(),
+             "up_projections": model.blocks * up,
+             "dense_ffn": model.dense_blocks * 2.0 * model.dense_ffn_params(),
+             "routed_experts": model.moe_blocks * 2.0 * model.top_k * model.expert_params(),
+             "shared_experts": (model.moe_blocks * 2.0 * model.shared_experts
+                                * model.expert_params())}
+    return sum((flops[p] for p in parts if p in flops), jnp.zeros(()))
+
+
 class SelectiveRecompute(Recompute):
-    """The attention core (scores, softmax) recomputed in backward."""
+    """Megatron-Core's selective granularity: the `modules` named
+    (`training.recompute_modules`, `RECOMPUTE_MODULES`) recomputed in
+    backward, each owning what it stops keeping and what it runs again. None
+    named: the attention core (Korthikanti et al. 2022; Megatron-Core's
+    default `core_attn`), and on MLA DeepSeek-V3's recomputation of the
+    up-projected Q, K, V and the norms with it (section 3.2.3: their bytes;
+    its time and FLOPs the attention core's, as before the modules)."""
 
     name: ClassVar[str] = "selective"
     layer_forwards: ClassVar[float] = 1.0
-    attention_forwards: ClassVar[float] = 2.0
-    keeps_attention_core: ClassVar[bool] = False
+    # Megatron-Core's names, comma-separated (`recompute_module_names`); "" default
+    names: str = eqx.field(static=True, default="", converter=recompute_module_names)
 
-    def extra_forward_s(self, layers_s, attention_forward_s):
-        return attention_forward_s
+    @property
+    def attention_forwards(self) -> float:
+        return 2.0 if not self.names or "core_attn" in self.names.split(",") else 1.0
+
+    @property
+    def keeps_attention_core(self) -> bool:
+        return self.attention_forwards == 1.0
+
+    @property
+    def moe_forwards(self) -> float:
+        return 1.0 + float(any(m.repeats_exchange for m in recompute_modules(self.names)))
+
+    def modules(self, model) -> tuple:
+        if self.names:
+            return recompute_modules(self.names)
+        return (CoreAttention(), *((MlaUpProjection(), LayerNorm())
+                                   if model.attention.recomputes_projections else ()))
+
+    def reruns(self) -> tuple:
+        if not self.names:
+            return ()
+        return tuple(p for p in RERUN_PARTS
+                     if any(p in m.reruns for m in recompute_modules(self.names)))
+
+    def extra_forward_s(self, layers_s, attention_forward_s, parts_s=None):
+        if not self.names:
+            return attention_forward_s
+        return sum((parts_s[p] for p in self.reruns()), 0.0)
 
     def extra_flops_per_token(self, model) -> jax.Array:
-        return model.blocks * model.attention_score_flops_per_token()
+        if not self.names:
+            return model.blocks * model.attention_score_flops_per_token()
+        return rerun_flops_per_token(model, self.reruns())
 
 
 class FullRecompute(Recompute):
@@ -559,7 +820,7 @@ class FullRecompute(Recompute):
     keeps_layer_activations: ClassVar[bool] = False
     keeps_attention_core: ClassVar[bool] = False
 
-    def extra_forward_s(self, layers_s, attention_forward_s):
+    def extra_forward_s(self, layers_s, attention_forward_s, parts_s=None):
         return layers_s + attention_forward_s
 
     def extra_flops_per_token(self, model) -> jax.Array:

@@ -357,14 +357,16 @@ def _ep_rows(model, plan, system, sh, place, t):
     # plain all-to-all at 0 included, and the point where forwarding stops being
     # free fall between integers: the slope at M is the step to M + 1)
     one_s, cross_bytes = lattice_linear_tree(dispatch, (plan.moe_node_limit,), t, lowest=0.0)
-    exchanges = 2.0 + 2.0 * plan.recompute.layer_forwards  # per MoE layer and micro-batch
+    forwards = plan.recompute.moe_forwards  # the MoE block's, with its recomputation
+    exchanges = 2.0 + 2.0 * forwards  # per MoE layer and micro-batch
     if d.layout_s > 0:  # its layout kernel before each forward dispatch
-        one_s = one_s + d.layout_s * plan.recompute.layer_forwards / exchanges
+        one_s = one_s + d.layout_s * forwards / exchanges
     one_s = one_s * (model.moe_layers > 0)
     count = exchanges * sh.moe_layers_on_stage * sh.micro_batches
     paired = jnp.maximum(sh.micro_batches - 1.0, 0.0)  # micro-batches with a partner
-    forward_share = plan.recompute.layer_forwards / (1.0 + plan.recompute.layer_forwards)
-    rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule)
+    forward_share = forwards / (1.0 + forwards)
+    rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule,
+                          sh.moe_layers_on_stage, sh.micro_batches, plan.delay_wgrad)
     return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
                  slow_bytes=count * cross_bytes * (model.moe_layers > 0), rule=rule)]
 

@@ -419,26 +419,42 @@ class Transformer(eqx.Module):
         if not recompute.keeps_layer_activations:  # only the layer input survives
             return jnp.ones(jnp.shape(moe)) * width * 2 * s * b * h / (
                 tp if sequence_parallel else 1.0)
+        kept = self.activation_terms(micro_batch, moe, cp, precision)
+        terms = dict(kept)
+        for module in recompute.modules(self):  # what each recomputed module does not keep
+            share = strategies.layer_share(module, moe)
+            for term, dropped in module.dropped_bytes(self, kept).items():
+                terms[term] = terms[term] - share * dropped
+        split = terms["qkv"] + terms["attention_output"] + terms["ffn"]
+        replicated = terms["norms"] + terms["norm_outputs"] + terms["dropout"] + terms["latents"]
+        return (split + terms["scores"]) / tp + replicated / (tp if sequence_parallel else 1.0)
+
+    def activation_terms(self, micro_batch, moe, cp=1.0, precision=None) -> dict:
+        """{term: bytes} one layer keeps for backward per micro-batch before
+        tensor parallelism, by tensor (`strategies.ACTIVATION_TERMS`; an MoE
+        layer's where `moe` is true): split by tp, the per-head Q, K and V, the
+        attention output (the projection's input), the FFN's first GEMM output
+        and second GEMM input (6 f gated, 4 f plain: `strategies.
+        ffn_term_elements`), the attention kernel's own (`scores`); replicated
+        unless sequence-parallel, the two norms' inputs, their outputs (the
+        QKV and first FFN GEMMs' inputs), dropout masks, MLA's latents.
+        Korthikanti et al. 2022, eqs. 1-6, generalised (see
+        `activation_bytes_per_layer`)."""
+        width = 1.0 if precision is None else precision.bytes("activations") / 2.0
+        s, b, h = self.seq_len / cp, micro_batch, self.hidden
+        sbw = s * b * width
         f = jnp.where(moe, (self.top_k + self.shared_experts) * self.expert_ffn_hidden,
                       self.ffn_hidden)
         linear = 0.5 if precision is not None and precision.gemm == "fp8" else 1.0
-        # split by tp: Q, K and V, the attention output (the projection's
-        # input), the FFN activation input and fc2 input (4 f), the gate (2 f)
-        out = self.heads * self.v_width
-        qkv = self.attention.qkv_elements_per_token(self)
-        split = 2 * qkv + linear * (2 * out + (6.0 if self.gated else 4.0) * f)
-        split = split * s * b * width
-        scores = self.attention_kernel.stored_bytes(self, s, b, width)
-        # norms (4), block inputs (4), dropout masks (2); MLA's latents
-        replicated = (8.0 + (2.0 if self.dropout else 0.0)) * s * b * h * width
-        replicated = (replicated
-                      + 2 * self.attention.latent_elements_per_token(self) * s * b * width)
-        if not recompute.keeps_attention_core:  # the attention core is recomputed
-            scores = 0.0 * scores
-            if self.attention.recomputes_projections:  # MLA (DeepSeek-V3, section 3.2.3)
-                split = split - 2 * qkv * s * b * width
-                replicated = replicated - 4.0 * s * b * h * width
-        return (split + scores) / tp + replicated / (tp if sequence_parallel else 1.0)
+        ones = jnp.ones(jnp.shape(moe))
+        return {"qkv": ones * 2 * self.attention.qkv_elements_per_token(self) * sbw,
+                "attention_output": ones * linear * 2 * self.heads * self.v_width * sbw,
+                "ffn": linear * strategies.ffn_term_elements(self) * f * sbw,
+                "scores": ones * self.attention_kernel.stored_bytes(self, s, b, width),
+                "norms": ones * 4.0 * h * sbw,
+                "norm_outputs": ones * 4.0 * h * sbw,
+                "dropout": ones * (2.0 if self.dropout else 0.0) * h * sbw,
+                "latents": ones * 2 * self.attention.latent_elements_per_token(self) * sbw}
 
 
 

@@ -69,6 +69,9 @@ SOFTWARE_FLAGS = {
     "moe_a2a_overlap": Software(
         "--overlap-moe-expert-parallel-comm", "comm_overlap.overlap_moe_expert_parallel_comm",
         "parallel.ep_overlap"),
+    # the MoE block's weight gradients after the backward's dispatch (with the overlap only)
+    "delay_wgrad_compute": Software(
+        "--delay-wgrad-compute", "comm_overlap.delay_wgrad_compute", "training.delay_wgrad"),
     "moe_expert_capacity_factor": Software(
         "--moe-expert-capacity-factor", "model.moe_expert_capacity_factor",
         "training.moe_capacity_factor"),
@@ -82,10 +85,13 @@ SOFTWARE_FLAGS = {
     "pipeline_model_parallel_layout": Software(
         "--pipeline-model-parallel-layout", "model.pipeline_model_parallel_layout",
         "parallel.pipeline_layout"),
+    # Megatron-Core's modules (TransformerConfig.recompute_modules) -> codesign's
+    # (`strategies.RECOMPUTE_MODULES`); IGNORED: a module of a layer codesign has none of
+    # (GatedDeltaNet / GatedDeltaProduct, hyper-connections); read under selective only
     "recompute_modules": Software(
-        "--recompute-modules", "model.recompute_modules", None,
-        why="no key names the modules: training.recompute = selective recomputes "
-            "attention's core"),
+        "--recompute-modules", "model.recompute_modules", "training.recompute_modules",
+        {**{m: m for m in strategies.RECOMPUTE_MODULES}, "gdn_norm_out": IGNORED,
+         "gdp_in_proj": IGNORED, "gdp_qkv": IGNORED, "mhc": IGNORED}),
     "fp8_recipe": Software(
         "--fp8-recipe", "mixed_precision.fp8_recipe", None,
         why="codesign's fp8 has no scaling variants: tensorwise, delayed, blockwise"),
@@ -98,7 +104,7 @@ SWITCHES = frozenset({
     "--recompute-activations", "--use-flash-attn", "--multi-latent-attention",
     "--use-torch-fsdp2", "--use-custom-fsdp", "--use-megatron-fsdp", "--tp-comm-overlap",
     "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
-    "--moe-pad-expert-input-to-capacity"})
+    "--moe-pad-expert-input-to-capacity", "--delay-wgrad-compute"})
 # flags that take one or more words (argparse's nargs): their words, comma-joined
 LIST_FLAGS = frozenset({"--cuda-graph-scope", "--recompute-modules"})
 # the model's shape: an argument list without any of them is not a model's (`read`)
@@ -587,6 +593,7 @@ def _recompute(f: Flags, d: c.Draft, layers_per_stage: int, default: str) -> Non
         granularity = "selective"
     if granularity is None:
         d.assume("training.recompute", "none", f"no {n('--recompute-granularity')} ({default})")
+        _recompute_modules(f, d, strategies.NoRecompute())
         return
     recompute = c.recompute(f.where, n("--recompute-granularity"), granularity)
     method, layers = f.text("--recompute-method"), f.count("--recompute-num-layers", lo=0)
@@ -597,6 +604,29 @@ def _recompute(f: Flags, d: c.Draft, layers_per_stage: int, default: str) -> Non
                  "recomputes every layer")
     else:
         d.put("training.recompute", recompute.name)
+    _recompute_modules(f, d, recompute)
+
+
+def _recompute_modules(f: Flags, d: c.Draft, recompute: strategies.Recompute) -> None:
+    """training.recompute_modules from --recompute-modules (Megatron-Core reads it
+    under selective granularity only; a module of a layer codesign has none of is
+    named as ignored, one Megatron does not take is a one-line error)."""
+    sw = SOFTWARE_FLAGS["recompute_modules"]
+    given = f.text(sw.flag)
+    if given is None:
+        return
+    if not isinstance(recompute, strategies.SelectiveRecompute):
+        f.ignore(sw.flag, f"read under {f.name('--recompute-granularity')} selective only")
+        return
+    names = [w for w in re.split(r"[,\s]+", given) if w]
+    mapped = [_mapped(f, "recompute_modules", w) for w in names]
+    kept = [m for m in mapped if m is not IGNORED]
+    if len(kept) < len(mapped):
+        f.ignore(sw.flag, ", ".join(w for w, m in zip(names, mapped, strict=True)
+                                    if m is IGNORED)
+                 + ": not modelled (no such layer in codesign's model)")
+    if kept:
+        d.put(sw.scenario, strategies.recompute_module_names(kept, sw.scenario))
 
 
 def _interleave(f: Flags, d: c.Draft, layers: int, pp: int) -> None:
@@ -630,9 +660,8 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
     on a dense model the MoE ones are named as ignored."""
     sw, n = SOFTWARE_FLAGS, f.name
     moe = bool(d.get("model.experts"))
-    for name in ("recompute_modules", "fp8_recipe"):
-        if f.get(sw[name].flag) is not None:
-            f.ignore(sw[name].flag, sw[name].why)
+    if f.get(sw["fp8_recipe"].flag) is not None:
+        f.ignore(sw["fp8_recipe"].flag, sw["fp8_recipe"].why)
     layout = f.get(sw["pipeline_model_parallel_layout"].flag)
     if layout is not None:  # Megatron-Core's grammar, as `parallel.pipeline_layout` reads it
         d.put(sw["pipeline_model_parallel_layout"].scenario, str(layout))
@@ -642,7 +671,7 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
     if not moe:
         for name in ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
                      "moe_hybridep_num_sms", "moe_deepep_num_sms", "moe_router_fusion",
-                     "moe_a2a_overlap", "moe_expert_capacity_factor",
+                     "moe_a2a_overlap", "delay_wgrad_compute", "moe_expert_capacity_factor",
                      "moe_expert_rank_capacity_factor", "moe_pad_expert_input_to_capacity"):
             if f.get(sw[name].flag) not in (None, False):
                 f.ignore(sw[name].flag, "a dense model: no MoE layers")
@@ -660,6 +689,12 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
                      "1F1B pairs micro-batches of the interleaved schedule")
         else:
             d.put(sw["moe_a2a_overlap"].scenario, True)
+    delay = sw["delay_wgrad_compute"].flag
+    if f.switch(delay):
+        if d.get(sw["moe_a2a_overlap"].scenario):
+            d.put(sw["delay_wgrad_compute"].scenario, True)
+        else:  # Megatron-Core asserts the overlap; without it the flag changes nothing here
+            f.ignore(delay, f"read with {n(overlap)} only")
     if dispatcher is not None and capacity is None \
             and dispatchers.dispatcher(dispatcher).host_syncs > 0:
         d.assume("training.host_syncs", True, f"dropless routing (no "

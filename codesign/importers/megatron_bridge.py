@@ -398,10 +398,11 @@ def _sharding(tree: dict, a: _Arguments) -> None:
     a.give("--ddp-bucket-size", "ddp.bucket_size", ddp.get("bucket_size"))
     a.give("--tp-comm-overlap", "comm_overlap.tp_comm_overlap",
            bool(_section(tree, "comm_overlap").get("tp_comm_overlap")))
-    overlap = SOFTWARE_FLAGS["moe_a2a_overlap"]  # the model's key of that name too
-    if overlap.key.split(".", 1)[1] in _section(tree, "comm_overlap"):
-        a.give(overlap.flag, overlap.key, bool(_section(tree, "comm_overlap").get(
-            overlap.key.split(".", 1)[1])))
+    for name in ("moe_a2a_overlap", "delay_wgrad_compute"):  # comm_overlap's keys
+        sw = SOFTWARE_FLAGS[name]  # (moe_a2a_overlap: the model's key of that name too)
+        if sw.key.split(".", 1)[1] in _section(tree, "comm_overlap"):
+            a.give(sw.flag, sw.key, bool(_section(tree, "comm_overlap").get(
+                sw.key.split(".", 1)[1])))
 
 
 def _vocab(tree: dict, model: dict, where: str, a: _Arguments) -> str | None:
