@@ -6,7 +6,7 @@ bounds, an objective and the constraints. Two methods solve it:
 - `optimize` (gradient). Every knob lives in a unit box z in [0, 1]: log-spaced
   between its bounds when the lower bound is positive (integer knobs become
   positive reals optimised in log space), linear otherwise. The relaxed model
-  (`step.estimate(scn, t)`: smooth ceil/max/min with temperature t) is
+  (`step.estimate(scn, relax.Relaxed(t))`: smooth ceil/max/min with temperature t) is
   minimised by projected Adam (optax; projection = clip to the box) from many
   random starts in one vmapped, scanned run, while t anneals geometrically
   from `T_START` to `T_END` and the penalty weight mu grows from `MU_START` to
@@ -24,7 +24,7 @@ bounds, an objective and the constraints. Two methods solve it:
   domains of whole nodes, ...); one that breaks a rule coupling several knobs
   (gpus = dp tp pp cp with dp micro_batch | global_batch, ...) is repaired by
   moving one integer knob to its nearest admissible value at which every rule
-  holds. They are evaluated exactly (t = 0, vmapped), refined by a beam search
+  holds. They are evaluated exactly (`relax.EXACT`, vmapped), refined by a beam search
   on the lattice (one integer knob moved up to `SINGLE_STEPS` admissible
   values, or two moved one each, repaired the same way), and the continuous
   knobs of the best few are polished by Adam on the exact model with the
@@ -49,7 +49,7 @@ goodput), cost to train in dollars and tokens per joule; `economics` prices
 them (`economics.Assumptions`, re-exported here: the prices and the
 amortisation, each labelled). `pareto_front` traces time against cost.
 `elasticities` gives d log(output) / d log(knob) for every hardware, plan and
-reliability knob by `jax.jacrev` at t = 0; `slack`, for every collective of
+reliability knob by `jax.jacrev` of the exact model; `slack`, for every collective of
 the step, the bandwidth of its tiers at which it would become exposed (or
 hidden), which an elasticity of 0 does not tell.
 
