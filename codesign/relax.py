@@ -168,13 +168,13 @@ class Relaxed(Smoothing):
     temperature: float | jax.Array = eqx.field(converter=lambda x: _temperature(x))
 
     def __check_init__(self):
-        t = self.temperature
-        if isinstance(t, jax.core.Tracer):
+        given = self.temperature
+        if isinstance(given, jax.core.Tracer):  # checked where it was concrete
             return
-        value = np.asarray(t, dtype=float)
+        value = np.asarray(given, dtype=float)
         if not (np.all(np.isfinite(value)) and np.all(value > 0)):
-            raise ValueError(f"Relaxed(temperature={t!r}): the temperature must be a positive "
-                             "finite number (the exact model is relax.EXACT)")
+            raise ValueError(f"Relaxed(temperature={given!r}): the temperature must be a "
+                             "positive finite number (the exact model is relax.EXACT)")
 
     def max(self, a, b, scale=None) -> jax.Array:
         w = self.temperature * (0.5 * (jnp.abs(a) + jnp.abs(b)) if scale is None else scale)
