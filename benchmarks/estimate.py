@@ -68,8 +68,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
+from codesign import relax, step  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
-from codesign import step  # noqa: E402
 from codesign._compile import options  # noqa: E402
 
 CHOICES = {"parallel.tp": (1, 2, 4, 8), "parallel.pp": (1, 2, 4, 8),
@@ -127,7 +127,8 @@ def compile_profile(names=sc.BUILTIN) -> dict:
         return step.outputs(step.estimate(scn))
 
     def relaxed_step_time_s(scn, t):  # what the gradient method descends (t traced)
-        return step.estimate(scn, t, check=False, parts=()).step.step_time_s  # the step alone
+        return step.estimate(scn, relax.Relaxed(t), check=False,
+                             parts=()).step.step_time_s  # the step alone
 
     out = {}
     for name in names:

@@ -70,7 +70,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
-from codesign import optimize, step  # noqa: E402
+from codesign import optimize, relax, step  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
 from codesign._compile import compiled  # noqa: E402
 
@@ -178,11 +178,12 @@ def _outputs(scn, names, x, t, outputs):
 
 def _programs(names, outputs):
     def relaxed(scn, x, v, t):  # (values, derivatives along v) at temperature t
-        return jax.vmap(lambda xi, vi: jax.jvp(lambda y: _outputs(scn, names, y, t, outputs),
+        smooth = relax.Relaxed(t)
+        return jax.vmap(lambda xi, vi: jax.jvp(lambda y: _outputs(scn, names, y, smooth, outputs),
                                                (xi,), (vi,)))(x, v)
 
     def exact(scn, x):
-        return jax.vmap(lambda xi: _outputs(scn, names, xi, 0.0, outputs))(x)
+        return jax.vmap(lambda xi: _outputs(scn, names, xi, relax.EXACT, outputs))(x)
 
     return jax.jit(relaxed), jax.jit(exact)
 

@@ -25,6 +25,7 @@ from . import output_checks as output_checks
 from . import overlap as overlap
 from . import plan as plan
 from . import presets as presets
+from . import relax as relax
 from . import reliability as reliability
 from . import scenario as scenario
 from . import stage as stage
@@ -62,8 +63,8 @@ __all__ = [
     # modules
     "attention", "chip", "collectives", "economics", "execute", "fabric", "hardware", "network_roofline",
     "optimize", "output_checks", "overlap", "plan", "plots", "presets", "program",
-    "reliability", "scenario", "stage", "step", "strategies", "sweep", "traffic", "uncertainty",
-    "units", "validate", "workload",
+    "relax", "reliability", "scenario", "stage", "step", "strategies", "sweep", "traffic",
+    "uncertainty", "units", "validate", "workload",
     # inputs
     "Chip", "Tier", "System", "Transformer", "Plan", "Precision", "Reliability", "Prices",
     "Assumptions", "Scenario", "load", "labels", "get_knob", "set_knobs",

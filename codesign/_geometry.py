@@ -10,25 +10,22 @@ import jax
 import jax.numpy as jnp
 
 from . import _checks
-from .relax import safe_log, smooth_ceil, smooth_min
+from .relax import EXACT, exceeds, safe_log, smooth_ceil, smooth_min
 
 # ------------------------------------------------------------------- placement
 
 
-def crosses_pod(span, pod_size, t=0.0) -> jax.Array:
+def crosses_pod(span, pod_size, t=EXACT) -> jax.Array:
     """1 when a group spanning `span` GPUs leaves its pod, else 0.
 
-    Exact step at t = 0; for t > 0 the logistic sigmoid(log(span / pod) / t),
+    An exact step; relaxed, the logistic sigmoid(log(span / pod) / T) (`relax.exceeds`),
     smooth in span and pod size (1/2 at span = pod).
     """
     span, pod_size = _checks.as_float(span), _checks.as_float(pod_size)
-    if isinstance(t, (int, float)) and t == 0:
-        return (span > pod_size).astype(span.dtype) + 0.0 * pod_size
-    x = (safe_log(span) - safe_log(pod_size)) / jnp.maximum(t, 1e-12)
-    return jax.nn.sigmoid(x)
+    return exceeds(span, pod_size, t)
 
 
-def crossing_fraction(span, across, block, exchange: bool = False, t=0.0) -> jax.Array:
+def crossing_fraction(span, across, block, exchange: bool = False, t=EXACT) -> jax.Array:
     """Share of a group's slow-tier flows that leave a block of `block` GPUs
     (a pod, a leaf switch) when the group spans `span` GPU indices with
     `across` members on the slow tier (one per scale-up domain it touches).
@@ -48,12 +45,12 @@ def crossing_fraction(span, across, block, exchange: bool = False, t=0.0) -> jax
 # ------------------------------------------------------------------- fat trees
 
 
-def fat_tree_levels(endpoints, radix, t=0.0) -> jax.Array:
+def fat_tree_levels(endpoints, radix, t=EXACT) -> jax.Array:
     """Levels of a non-blocking folded Clos (fat tree) of radix-R switches for E endpoints.
 
     L levels hold up to 2 (R/2)^L endpoints (one switch holds R): L = max(1,
-    ceil(log(E/2) / log(R/2))), the ceil relaxed with temperature t
-    (`relax.smooth_ceil`: exact at t = 0, with the envelope's slope).
+    ceil(log(E/2) / log(R/2))), the ceil relaxed by `t`
+    (`relax.smooth_ceil`: exact in the exact model, with the envelope's slope).
     """
     e, r = _checks.as_float(endpoints), _checks.as_float(radix)
     x = safe_log(e / 2.0) / jnp.log(r / 2.0)
@@ -102,14 +99,14 @@ def torus_shape(chips: int) -> tuple[int, int, int]:
     return best
 
 
-def torus_dims_spanned(group_size, stride, shape, t=0.0) -> jax.Array:
+def torus_dims_spanned(group_size, stride, shape, t=EXACT) -> jax.Array:
     """How many torus dimensions a group of `group_size` ranks `stride` apart spans.
 
     Along dimension d (size n_d, c_d ranks per step along it) the group's
     coordinates step by lo = clip(stride / c_d, 1, n_d) up to
     hi = clip(stride x group_size / c_d, 1, n_d); it spans d when hi / lo >= 2.
-    Each dimension counts min(log2(hi / lo), 1) (smooth_min with temperature
-    t): exact 0 or 1 at aligned integer layouts, continuous in between.
+    Each dimension counts min(log2(hi / lo), 1) (`relax.smooth_min` by `t`):
+    exact 0 or 1 at aligned integer layouts, continuous in between.
     """
     g, s = _checks.as_float(group_size), _checks.as_float(stride)
     total, c = 0.0, 1.0

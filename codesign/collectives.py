@@ -76,7 +76,10 @@ is not monotone: a slower candidate's weight falls faster than its time rises.)
 The weights w_i = softmax(-log t_i / T) name the winner (argmax) and split the
 time into latency, bandwidth and reduction terms (weighted, scaled to sum to
 the soft minimum). `AUTO_TEMPERATURE` = 0.05: two algorithms whose times
-differ by 5% get weights in the ratio of about e : 1.
+differ by 5% get weights in the ratio of about e : 1. The functions take the
+temperature as a `relax.Smoothing` `t`: `AUTO` (`relax.Relaxed(AUTO_TEMPERATURE)`)
+by default, `relax.EXACT` for the exact minimum (the step model's), the
+model's own `relax.Relaxed` under the optimiser.
 """
 
 from __future__ import annotations
@@ -92,11 +95,12 @@ from . import _checks
 from . import _collective_rows as _rows
 from .hardware import Tier
 from .protocols import Protocols
-from .relax import beyond_one, safe_div, soft_min, where
+from .relax import Relaxed, Smoothing, beyond_one, exact_or_relaxed, minimum, pick, smoothing, where
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
        "reduce", "send_recv")
 AUTO_TEMPERATURE = 0.05
+AUTO = Relaxed(AUTO_TEMPERATURE)  # `auto`'s soft minimum outside the step model
 _UNSUPPORTED_S = 1e30  # the time of an in-network algorithm on a tier without it
 
 
@@ -133,18 +137,24 @@ class Cost(eqx.Module):
 
 def _spill_mixed(cost_at, ranks, local_ranks, t):
     """`cost_at(local_ranks, ramp)` (a pytree of arrays) of a two-tier group,
-    relaxed where it spills out of its domain by less than one rank: at t > 0
+    relaxed where it spills out of its domain by less than one rank: relaxed,
     the mix (1 - w) cost_at(ranks) + w cost_at(local_ranks), w =
     `beyond_one`(p - g + 1), of the group fitting and spilling (with its
     whole crossings: `_rows.crossings` without the ramp), both costed in one
-    `jax.vmap`. Exact at integer ranks; at t = 0, or with no outer tier
+    `jax.vmap`. Exact at integer ranks; in the exact model, or with no outer tier
     (`local_ranks` None), cost_at(local_ranks, ramp=True). Mixing times, not
     the crossing count: a ring whose NIC carries a fraction of a crossing's
     share beats both the NVLink ring and the ring that crosses twice (the two
     streams run in parallel), so a relaxed count made the step dip between
     tp 8 and 9 on an 8-GPU domain."""
-    if local_ranks is None or (isinstance(t, (int, float)) and t == 0):
+    t = smoothing(t)  # (a bare float is refused even where t is not read)
+    if local_ranks is None:
         return cost_at(local_ranks, True)
+    return exact_or_relaxed(lambda: cost_at(local_ranks, True),
+                            lambda: _spill_mix(cost_at, ranks, local_ranks, t), t)
+
+
+def _spill_mix(cost_at, ranks, local_ranks, t):
     g = _rows.local(ranks, local_ranks)
     shape = jnp.broadcast_shapes(jnp.shape(ranks), jnp.shape(g))
     both = jax.vmap(lambda x: cost_at(x, False))(jnp.stack([jnp.broadcast_to(ranks, shape),
@@ -351,7 +361,7 @@ def _check_tiers(outer, local_ranks):
 
 
 def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
-           local_ranks=None, temperature=AUTO_TEMPERATURE, protocols: Protocols | None = None):
+           local_ranks=None, t: Smoothing = AUTO, protocols: Protocols | None = None):
     """`auto`: (soft-minimum Cost, weights over algorithms, algorithm names).
 
     The winner is `names[argmax(weights)]`; see the module docstring for the
@@ -363,18 +373,18 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     names = candidates(op, protocols, hierarchical=outer is not None)
     table = _rows.table(((op, names),))
     return _spill_mixed(lambda g, ramp: _soft_min_cost(
-        _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols), temperature),
-                        ranks, local_ranks, temperature) + (names,)
+        _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols), t),
+                        ranks, local_ranks, t) + (names,)
 
 
 def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, local_ranks,
-                temperature=AUTO_TEMPERATURE, protocols: Protocols | None = None) -> jax.Array:
+                t: Smoothing = AUTO, protocols: Protocols | None = None) -> jax.Array:
     """The seconds of `auto` for R two-tier collectives at once: `ops[i]` on
     `n_bytes[i]` over `ranks[i]`, `local_ranks[i]` of them on `tier` (leaves (R,)
     or scalars), joined by `outer`. One expression for every candidate of every
     op (each padded to the longest op's candidates); shape (R,). The time of
-    `choose`'s Cost, without its split into terms (the minimum itself at
-    temperature 0, the soft minimum above it)."""
+    `choose`'s Cost, without its split into terms (the minimum itself in the
+    exact model, `relax.EXACT`; the soft minimum relaxed)."""
     ops = tuple(_check_op(op) for op in ops)
     _checks.non_negative("bytes", n_bytes)
     _checks.at_least_one("ranks", ranks)
@@ -384,39 +394,22 @@ def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, l
 
     def auto_s(g, ramp):
         times = _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols).time_s
-        if isinstance(temperature, (int, float)) and temperature == 0:
-            return jnp.sum(_winner(times) * times, axis=0)
-        soft_min_s, weights = soft_min(times, temperature, axis=0)
-        mean_s = jnp.sum(weights * times, axis=0)
-        return safe_div(soft_min_s, mean_s) * mean_s  # 0 where every candidate is, as `choose`
+        return minimum(times, t)  # 0 where every candidate is, as `choose`
 
-    return _spill_mixed(auto_s, ranks, local_ranks, temperature)
+    return _spill_mixed(auto_s, ranks, local_ranks, t)
 
 
-def _winner(times: jax.Array) -> jax.Array:
-    """One-hot weights of the fastest candidate (leading axis; ties to the first:
-    its gradient, where `jnp.min`'s would average over the tied)."""
-    return jax.nn.one_hot(jnp.argmin(times, axis=0), times.shape[0], axis=0, dtype=times.dtype)
-
-
-def _soft_min_cost(stacked: Cost, temperature) -> tuple[Cost, jax.Array]:
+def _soft_min_cost(stacked: Cost, t) -> tuple[Cost, jax.Array]:
     """(soft-minimum Cost, weights) over the leading (candidate) axis of `stacked`."""
-    times = stacked.time_s
-    if isinstance(temperature, (int, float)) and temperature == 0:  # the exact minimum
-        weights = _winner(times)
-        # the winner's terms, exactly: every other term is finite, times 0
-        return jax.tree.map(lambda x: jnp.sum(weights * x, axis=0), stacked), weights
-    soft_min_s, weights = soft_min(times, temperature, axis=0)  # weights equal at p = 1
-    scale = safe_div(soft_min_s, jnp.sum(weights * times, axis=0))  # in (k^-T, 1]
-    return jax.tree.map(lambda x: scale * jnp.sum(weights * x, axis=0), stacked), weights
+    return pick(stacked, stacked.time_s, t)
 
 
 def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
-         local_ranks=None, temperature=AUTO_TEMPERATURE,
+         local_ranks=None, t: Smoothing = AUTO,
          protocols: Protocols | None = None) -> Cost:
     """The Cost of one collective: `op` by `algorithm` on `n_bytes` over `ranks`,
     in the fastest of `protocols` (`protocols.Protocols`, exactly) or, without,
-    on the tiers' alpha and beta alone (`temperature`: `auto`'s soft minimum and
+    on the tiers' alpha and beta alone (`t`, a `relax.Smoothing`: `auto`'s soft minimum and
     the mix of a group spilling out of its domain).
 
     Jits, vmaps and differentiates in n_bytes, ranks (a float: exact at
@@ -430,7 +423,7 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     local_ranks = _check_tiers(outer, local_ranks)
     if algorithm == "auto":
         return choose(op, n_bytes, ranks, tier, outer=outer, local_ranks=local_ranks,
-                      temperature=temperature, protocols=protocols)[0]
+                      t=t, protocols=protocols)[0]
     if algorithm in ("in_network", "nvls_tree"):
         _checks.check("in_network_efficiency",
                       (tier if algorithm == "nvls_tree"
@@ -442,7 +435,7 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
         raise ValueError(f"algorithm={algorithm!r} needs an outer tier and local_ranks")
     return _spill_mixed(lambda g, ramp: jax.tree.map(lambda x: x[0], _costs(
         table, n_bytes, ranks, tier, outer, g, ramp, protocols)), ranks, local_ranks,
-                        temperature)
+                        t)
 
 
 def bus_factor(op: str, ranks) -> jax.Array:

@@ -42,6 +42,7 @@ from . import stage as stage_lib
 from . import _checks, strategies
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
+from .relax import EXACT, smoothing
 from .workload import LAYER_KINDS, Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
@@ -499,7 +500,7 @@ def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.S
     return stored, stored * offloaded
 
 
-def local_params(model: Transformer, plan: Plan, t=0.0, stage=1, sh=None):
+def local_params(model: Transformer, plan: Plan, t=EXACT, stage=1, sh=None):
     """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
     tp (the routed experts by ep x etp), and, when ZeRO `stage` or higher is on
     (`stage=None`: never), over the group the framework shards over
@@ -535,7 +536,7 @@ def shard_params(plan: Plan, dense, routed, stage):
     return dense / shard(plan.dp * plan.cp), routed / shard(plan.expert_dp)
 
 
-def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0, sh=None):
+def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None):
     """One Adam step over the local shard (ZeRO >= 1 shards it over dp): a
     memory-bound pass over gradients, master weights, moments and weights."""
     dense, routed = local_params(model, plan, t, stage=1, sh=sh)
@@ -543,7 +544,8 @@ def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=0.0, sh=N
     return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
 
 
-def timing(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Timing:
+def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> Timing:
+    t = smoothing(t)
     sh = stage_lib.shape(model, plan, t) if sh is None else sh
     matrix, matrix_backward = _layers_s(model, plan, system, sh)
     layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer

@@ -11,8 +11,8 @@ a price plus the fabric's capital amortised over its lifetime). `step.estimate`
 (its `fabric_cost_usd` and `fabric_power_w` outputs, with
 `default_assumptions`), the optimiser's metrics and the sweeps' fabric target
 all read it, so one scenario has one fabric cost and power everywhere. Every
-function is jnp (differentiable, vmappable) and takes the relaxation
-temperature `t` where a count is rounded.
+function is jnp (differentiable, vmappable) and takes the model's
+`relax.Smoothing` `t` where a count is rounded (`relax.EXACT` by default).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import jax
 from . import _checks, fabric
 from ._checks import float_field
 from .hardware import System
+from .relax import EXACT, smoothing
 from .units import GB, year
 
 _FIELDS = ("usd_per_gpu_hour", "fabric_lifetime_s", "port_Bps", "scale_up_link_Bps",
@@ -102,14 +103,14 @@ def scale_out_rails(system: System, a: Assumptions) -> jax.Array:
 
 
 def fabric_capex_usd(system: System, inventory: fabric.Inventory, a: Assumptions,
-                     t=0.0) -> jax.Array:
+                     t=EXACT) -> jax.Array:
     """The fabric's capital cost: the scale-out inventory (`fabric.inventory`,
     one 400 Gb/s port per GPU) times the rails its bandwidth takes, plus the
     scale-up switching: (2L - 1) switch ports per link, B_up / link links per
     GPU, L the levels of a fat tree of `scale_up_switch_radix` switches over
-    the domain (`fabric.fat_tree_levels`, relaxed with temperature t). A torus
+    the domain (`fabric.fat_tree_levels`, relaxed under `t`). A torus
     (TPU ICI) joins its chips directly: no scale-up switch ports."""
-    rails = scale_out_rails(system, a)
+    rails, t = scale_out_rails(system, a), smoothing(t)
     if not system.topology.switched_scale_up:
         return inventory.cost_usd * rails
     levels = fabric.fat_tree_levels(system.scale_up_domain, a.scale_up_switch_radix, t)

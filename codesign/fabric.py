@@ -63,7 +63,7 @@ from ._ecmp import (
     ecmp_slowdown as ecmp_slowdown,
 )
 from .hardware import System, Tier
-from .relax import smooth_ceil, smooth_max
+from .relax import EXACT, smooth_ceil, smooth_max, smoothing
 from .strategies import ROUTINGS as ROUTINGS
 from .strategies import TOPOLOGIES as TOPOLOGIES
 from .strategies import TORUS_DIMS as TORUS_DIMS
@@ -102,21 +102,21 @@ def flow_slowdown(k_flows, m_links, routing="ecmp", overhead=0.0) -> jax.Array:
     return strategies.routing(routing, "routing").flow_slowdown(k_flows, m_links, overhead)
 
 
-def scale_out_tier(system: System, span_gpus, t=0.0) -> Tier:
+def scale_out_tier(system: System, span_gpus, t=EXACT) -> Tier:
     """The slow tier seen by a collective whose group spans `span_gpus` GPU indices.
 
     Clos: bandwidth / oversubscription when the span exceeds `pod_size` (see the
     module docstring for why the whole group slows); smooth in span, pod size
-    and oversubscription with temperature t (exact at t = 0). Other topologies:
-    `system.scale_out` unchanged.
+    and oversubscription under `t` (a `relax.Smoothing`; exact under
+    `relax.EXACT`). Other topologies: `system.scale_out` unchanged.
     """
-    return system.topology.scale_out_tier(system.scale_out, span_gpus, t)
+    return system.topology.scale_out_tier(system.scale_out, span_gpus, smoothing(t))
 
 
-def pod_factor(system: System, span, across, exchange: bool = False, t=0.0) -> jax.Array:
+def pod_factor(system: System, span, across, exchange: bool = False, t=EXACT) -> jax.Array:
     """Bandwidth divisor of a group on an oversubscribed Clos, from the flows
     that cross (`Clos.pod_factor`); 1 on topologies without pods."""
-    factor = system.topology.pod_factor(span, across, exchange, t)
+    factor = system.topology.pod_factor(span, across, exchange, smoothing(t))
     return jnp.ones_like(_checks.as_float(span)) if factor is None else factor
 
 
@@ -145,7 +145,7 @@ def _flow_factor(system: System, span, across, exchange, t, prices):
 
 
 def group_flow_slowdown(system: System, span, across, exchange: bool = False,
-                        t=0.0, prices: Prices | None = None) -> jax.Array:
+                        t=EXACT, prices: Prices | None = None) -> jax.Array:
     """ECMP hash collisions of a group's flows on the leaf uplinks (1 unless
     `system.routing` hashes flows and the topology has leaf switches).
 
@@ -162,10 +162,10 @@ def group_flow_slowdown(system: System, span, across, exchange: bool = False,
 
 
 def group_scale_out_tier(system: System, span, across, exchange: bool = False,
-                         t=0.0) -> Tier:
+                         t=EXACT) -> Tier:
     """The slow tier a group sees: `system.scale_out` divided by the pods its
     flows cross (`pod_factor`) and by ECMP collisions (`group_flow_slowdown`)."""
-    tier = system.scale_out
+    tier, t = system.scale_out, smoothing(t)
     factors = [f for f in (system.topology.pod_factor(span, across, exchange, t),
                            _flow_factor(system, span, across, exchange, t, None))
                if f is not None]
@@ -194,13 +194,13 @@ def forwards_through_scale_up(system: System) -> bool:
     return system.topology.forwards_through_scale_up
 
 
-def scale_up_tier(system: System, group_size, stride, t=0.0) -> Tier:
+def scale_up_tier(system: System, group_size, stride, t=EXACT) -> Tier:
     """The fast tier seen by a group of `group_size` ranks `stride` apart.
 
     Switched domains: `system.scale_up` unchanged. Torus: bandwidth x
     max(dims spanned, 1) / 3 over the torus's own shape (`Torus.scale_up_tier`).
     """
-    return system.topology.scale_up_tier(system.scale_up, group_size, stride, t)
+    return system.topology.scale_up_tier(system.scale_up, group_size, stride, smoothing(t))
 
 
 # ---------------------------------------------------------------- cost and power
@@ -258,7 +258,7 @@ def __getattr__(name):  # `fabric.DEFAULT_PRICES`, built lazily
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 class Inventory(eqx.Module):
-    """Parts of a fabric and what they cost. Counts are floats (exact integers at t = 0).
+    """Parts of a fabric and what they cost. Counts are floats (exact integers under `relax.EXACT`).
 
     Every link is optical with a transceiver at each end and one cable (an
     assumption: copper inside a rack would save transceivers). The scale-up
@@ -280,13 +280,13 @@ class Inventory(eqx.Module):
     power_per_gpu_w: jax.Array
 
 
-def inventory(system: System, prices: Prices | None = None, t=0.0) -> Inventory:
+def inventory(system: System, prices: Prices | None = None, t=EXACT) -> Inventory:
     """Count and price the scale-out fabric (and the torus's links) of `system`.
 
     Each topology gives its switch ports (`Topology.switch_ports`) and its NICs,
     links and optics (`Topology.links`): see `TwoTier`, `Clos`, `RailOnly` and
     `Torus`. Switch counts are ports / radix rounded up with `smooth_ceil`
-    (exact at t = 0).
+    (exact under `relax.EXACT`).
     """
     prices = default_prices() if prices is None else prices
     r = prices.switch_radix

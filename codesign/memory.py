@@ -13,14 +13,16 @@ from . import stage
 from .compute import local_params, shard_params, stored_bytes_per_micro_batch
 from .hardware import System
 from .plan import Plan
+from .relax import EXACT, smoothing
 from .strategies import NoRecompute
 from .workload import Transformer
 
 
-def in_flight_micro_batches(plan: Plan, t=0.0) -> jax.Array:
+def in_flight_micro_batches(plan: Plan, t=EXACT) -> jax.Array:
     """Micro-batches whose activations the first stage holds at once
     (`strategies.Schedule.in_flight_micro_batches`)."""
-    return plan.schedule.in_flight_micro_batches(plan.micro_batches, plan.pp, plan.interleave, t)
+    return plan.schedule.in_flight_micro_batches(plan.micro_batches, plan.pp, plan.interleave,
+                                                 smoothing(t))
 
 
 class Memory(eqx.Module):
@@ -45,7 +47,7 @@ class Memory(eqx.Module):
                 "reserve": self.reserve_bytes}
 
 
-def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None,
+def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
            stored=None) -> Memory:
     """Weights, gradients and optimizer state by ZeRO stage and precision recipe,
     sharded over the group the framework shards over (`compute.local_params`:
@@ -56,6 +58,7 @@ def memory(model: Transformer, plan: Plan, system: System, t=0.0, sh=None,
     pool holds (`stacks.GraphScope.activation_factor`); the chip's reserve. `sh`: the stage's
     `stage.Shape` if known; `stored`: (stored, offloaded) bytes per
     micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`)."""
+    t = smoothing(t)
     sh = stage.shape(model, plan, t) if sh is None else sh
     pr = plan.precision
     copies = plan.schedule.weight_copies  # DualPipe keeps two copies

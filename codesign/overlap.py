@@ -16,7 +16,7 @@ import dataclasses
 import equinox as eqx
 import jax
 
-from .relax import safe_div, smooth_max, smooth_min
+from .relax import EXACT, safe_div, smooth_max, smooth_min
 
 PHASES = ("forward", "backward")  # a micro-batch's compute phase a rule hides under
 
@@ -158,7 +158,7 @@ class Steady(eqx.Module):
             smooth_max(one_s - chunk_s, 0.0, t, 0.5 * (one_s + chunk_s)) for chunk_s in hiding_s)
 
 
-def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
+def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=EXACT):
     """Exposed time of `buckets` back-to-back collectives overlapped with a
     compute phase of `hide_s` that produces their inputs at an even rate.
 
@@ -171,7 +171,7 @@ def bucketed_exposed_s(bucket_cost_s, buckets, hide_s, t=0.0):
                       0.5 * (buckets * bucket_cost_s + hide_s))
 
 
-def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=0.0):
+def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=EXACT):
     """Exposed time of one collective per layer (`comm_s` each) on a
     communication stream beside `layers` layers of compute (`compute_s` each),
     issued `prefetch` layers ahead (FSDP / ZeRO-3).
@@ -233,7 +233,7 @@ class PerLayer(eqx.Module):
             passes_s, self.micro_batches * self.layers * self.comm_s) * time_s
 
 
-def exposed(rows, timing, t=0.0) -> tuple:
+def exposed(rows, timing, t=EXACT) -> tuple:
     """The traffic's rows with their exposed seconds against the step's compute
     (`timing`, `compute.Timing`): each row's rule applied (a row without one is
     on the critical path as the traffic costed it), the rule then dropped. A

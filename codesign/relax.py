@@ -1,19 +1,34 @@
-"""Smooth surrogates for the non-smooth pieces of the cost models.
+"""Smooth surrogates for the non-smooth pieces of the cost models, and the
+two models they choose between, as types.
 
-Each takes a temperature `t`; at t = 0 it is the exact function, so the relaxed
-model equals the exact model at integer points as t anneals to zero. The
-temperature is dimensionless: a softplus width is t times the magnitude of
+A `Smoothing` is handed to every cost function (its parameter `t`): `EXACT`
+(`Exact()`, the default) is the exact model; `Relaxed(temperature)` the
+relaxed one the gradient optimiser descends, its temperature a float leaf
+(traced under the descent's scan, annealed towards zero). Each owns its
+formulas: max, min, clip, ceil, `beyond_one`, `exceeds`, the lattice
+interpolations, `auto`'s choice among candidates (`pick`, `minimum`) and
+`exact_or_relaxed` for a relaxation that is a different evaluation of the
+model rather than a smooth operator. The module functions below are the
+call sites' spelling, `smooth_max(a, b, t, scale)` for `t.max(a, b, scale)`,
+and refuse anything but a `Smoothing` (a bare float 0.0 or 0.3 is a
+TypeError naming the argument: it is not reinterpreted).
+
+The temperature is dimensionless: a softplus width is t times the magnitude of
 what is compared (seconds, bytes and counts alike), and the relaxations of a
 count (`smooth_ceil`, `lattice_cubic`, `lattice_linear_tree`, `beyond_one`)
-are exact at integers for every t. `benchmarks/relaxation.py` audits them
+are exact at integers for every t, so the relaxed model equals the exact one
+at integer points as t anneals to zero. `benchmarks/relaxation.py` audits them
 against the exact model (docs/codesign.md). All are NaN-free everywhere
 (double-`where` on every log and divide).
 """
 
 from __future__ import annotations
 
+import abc
 import math
+from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,79 +64,270 @@ def log2_ranks(p: jax.Array) -> jax.Array:
     return jnp.log(jnp.maximum(p, 1.0)) / math.log(2.0)  # (max: no log of p < 1)
 
 
-def smooth_max(a: jax.Array, b: jax.Array, t: float | jax.Array = 0.0,
-               scale=None) -> jax.Array:
-    """max(a, b) smoothed by softplus with width t x `scale` (exact at t = 0).
+# ---------------------------------------------------------------- the two models
 
-    The temperature is relative: the width is t times the operands' magnitude
-    (`scale`, by default (|a| + |b|) / 2), so one t smooths seconds, bytes and
-    counts alike (at a = b the value is a (1 + t ln 2)). With operands of one
+
+class Smoothing(eqx.Module):
+    """How the model treats its non-smooth pieces: exactly (`Exact`) or relaxed
+    (`Relaxed`). Every method is exact at integer counts in both; `Exact`'s are
+    the exact functions (straight-through where a gradient of a staircase is
+    asked for), `Relaxed`'s continuous in every input."""
+
+    @abc.abstractmethod
+    def max(self, a, b, scale=None) -> jax.Array:
+        """max(a, b); `scale`: the magnitude of what is compared (`smooth_max`)."""
+
+    @abc.abstractmethod
+    def min(self, a, b, scale=None) -> jax.Array:
+        """min(a, b) (`smooth_min`)."""
+
+    @abc.abstractmethod
+    def clip(self, x, lo, hi, scale=None) -> jax.Array:
+        """clip(x, lo, hi), lo <= hi, inside [lo, hi] (`smooth_clip`)."""
+
+    @abc.abstractmethod
+    def beyond_one(self, count) -> jax.Array:
+        """Whether a count exceeds one (`beyond_one`)."""
+
+    @abc.abstractmethod
+    def ceil(self, x) -> jax.Array:
+        """ceil(x), with the envelope x's slope (`smooth_ceil`)."""
+
+    @abc.abstractmethod
+    def exceeds(self, x, bound) -> jax.Array:
+        """1 where positive `x` exceeds positive `bound`, else 0 (`exceeds`)."""
+
+    @abc.abstractmethod
+    def lattice_cubic(self, f, counts: tuple) -> jax.Array:
+        """f(*counts) of integer counts >= 1 (`lattice_cubic`)."""
+
+    @abc.abstractmethod
+    def lattice_linear_tree(self, f, counts: tuple, lowest: float = 1.0):
+        """f(*counts) of integer counts >= `lowest`, f a pytree (`lattice_linear_tree`)."""
+
+    @abc.abstractmethod
+    def pick(self, stacked, times: jax.Array) -> tuple:
+        """(the chosen candidate's `stacked` pytree, weights) over the leading axis (`pick`)."""
+
+    @abc.abstractmethod
+    def minimum(self, times: jax.Array) -> jax.Array:
+        """The minimum of positive `times` over the leading axis (`minimum`)."""
+
+    @abc.abstractmethod
+    def exact_or_relaxed(self, exact: Callable, relaxed: Callable):
+        """`exact()` in the exact model, `relaxed()` in the relaxed one (`exact_or_relaxed`)."""
+
+
+class Exact(Smoothing):
+    """The exact model: max, min, clip and ceil themselves (ceil with the
+    envelope's slope, straight-through), `count > 1`, f at the counts, the
+    fastest candidate with one-hot weights. No leaves: a program of the exact
+    model holds no temperature."""
+
+    def max(self, a, b, scale=None) -> jax.Array:
+        return jnp.maximum(a, b)
+
+    def min(self, a, b, scale=None) -> jax.Array:
+        return jnp.minimum(a, b)  # = -max(-a, -b), one equation
+
+    def clip(self, x, lo, hi, scale=None) -> jax.Array:
+        return jnp.minimum(jnp.maximum(x, lo), hi)
+
+    def beyond_one(self, count) -> jax.Array:
+        return count > 1.0
+
+    def ceil(self, x) -> jax.Array:
+        return jnp.ceil(x) + (x - jax.lax.stop_gradient(x))
+
+    def exceeds(self, x, bound) -> jax.Array:
+        return (x > bound).astype(x.dtype) + 0.0 * bound
+
+    def lattice_cubic(self, f, counts: tuple) -> jax.Array:
+        return f(*counts)
+
+    def lattice_linear_tree(self, f, counts: tuple, lowest: float = 1.0):
+        return f(*counts)
+
+    def pick(self, stacked, times: jax.Array) -> tuple:
+        weights = _winner(times)
+        # the winner's terms, exactly: every other term is finite, times 0
+        return jax.tree.map(lambda x: jnp.sum(weights * x, axis=0), stacked), weights
+
+    def minimum(self, times: jax.Array) -> jax.Array:
+        return jnp.sum(_winner(times) * times, axis=0)
+
+    def exact_or_relaxed(self, exact: Callable, relaxed: Callable):
+        return exact()
+
+
+class Relaxed(Smoothing):
+    """The relaxed model at `temperature` (> 0, dimensionless: a relative
+    width; a Python float or a float array, traced under jit, vmap and the
+    descent's scan). Its formulas are those of the module functions."""
+
+    temperature: float | jax.Array = eqx.field(converter=lambda x: _temperature(x))
+
+    def __check_init__(self):
+        given = self.temperature
+        if isinstance(given, jax.core.Tracer):  # checked where it was concrete
+            return
+        value = np.asarray(given, dtype=float)
+        if not (np.all(np.isfinite(value)) and np.all(value > 0)):
+            raise ValueError(f"Relaxed(temperature={given!r}): the temperature must be a "
+                             "positive finite number (the exact model is relax.EXACT)")
+
+    def max(self, a, b, scale=None) -> jax.Array:
+        w = self.temperature * (0.5 * (jnp.abs(a) + jnp.abs(b)) if scale is None else scale)
+        ok = w > 1e-150  # else the max: both operands 0, or below any width (w^-2 finite)
+        w = where(ok, w, 1.0)
+        return where(ok, b + w * jax.nn.softplus((a - b) / w), jnp.maximum(a, b))
+
+    def min(self, a, b, scale=None) -> jax.Array:
+        return -self.max(-a, -b, scale)
+
+    def clip(self, x, lo, hi, scale=None) -> jax.Array:
+        return jnp.clip(self.min(self.max(x, lo, scale), hi, scale), lo, hi)
+
+    def beyond_one(self, count) -> jax.Array:
+        return jnp.clip(count - 1.0, 0.0, 1.0)
+
+    def ceil(self, x) -> jax.Array:
+        frac = x - jax.lax.stop_gradient(jnp.floor(x))
+        rise = frac / jnp.maximum(self.temperature, 1e-6)
+        return x + (1.0 - frac) * (1.0 - jnp.exp(-rise * rise))
+
+    def exceeds(self, x, bound) -> jax.Array:
+        return jax.nn.sigmoid((safe_log(x) - safe_log(bound))
+                              / jnp.maximum(self.temperature, 1e-12))
+
+    def lattice_cubic(self, f, counts: tuple) -> jax.Array:
+        d = len(counts)
+        k = [jax.lax.stop_gradient(jnp.floor(jnp.maximum(x, 1.0))) for x in counts]
+        offsets = np.array(np.meshgrid(*[[-1.0, 0.0, 1.0, 2.0]] * d, indexing="ij")).reshape(
+            d, -1).T
+        # the 4^d lattice points as one vmap of f (the trace holds f once)
+        values = jax.vmap(lambda o: f(*(jnp.maximum(kj + o[j], 1.0) for j, kj in enumerate(k))))(
+            jnp.asarray(offsets))
+        values = values.reshape((4,) * d + values.shape[1:])
+        for j in reversed(range(d)):  # the last count first, as f's innermost argument
+            values = _monotone_cubic([values[(slice(None),) * j + (i,)] for i in range(4)],
+                                     k[j], counts[j] - k[j])
+        return values
+
+    def lattice_linear_tree(self, f, counts: tuple, lowest: float = 1.0):
+        x = jnp.stack([jnp.maximum(c, lowest) for c in counts])
+        k = jax.lax.stop_gradient(jnp.floor(x))
+        w = x - k
+        corners = np.array(np.meshgrid(*[[0.0, 1.0]] * len(counts), indexing="ij")).reshape(
+            len(counts), -1).T  # (2^d, d)
+        values = jax.vmap(lambda c: f(*(k + c)))(jnp.asarray(corners))
+        weight = jnp.prod(jnp.where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
+        return jax.tree.map(lambda v: jnp.tensordot(weight, v, axes=1), values)
+
+    def pick(self, stacked, times: jax.Array) -> tuple:
+        soft_min_s, weights = _log_soft_min(times, self.temperature)  # weights equal at p = 1
+        scale = safe_div(soft_min_s, jnp.sum(weights * times, axis=0))  # in (k^-T, 1]
+        return jax.tree.map(lambda x: scale * jnp.sum(weights * x, axis=0), stacked), weights
+
+    def minimum(self, times: jax.Array) -> jax.Array:
+        soft_min_s, weights = _log_soft_min(times, self.temperature)
+        mean_s = jnp.sum(weights * times, axis=0)
+        return safe_div(soft_min_s, mean_s) * mean_s  # 0 where every candidate is
+
+    def exact_or_relaxed(self, exact: Callable, relaxed: Callable):
+        return relaxed()
+
+
+EXACT = Exact()  # the exact model: every `t` parameter's default
+
+
+def _temperature(value):
+    """`Relaxed`'s temperature: a Python int or float as a float (a weakly typed
+    literal in the trace, as a number written in the formula), an array as it is."""
+    if isinstance(value, Smoothing) or isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.number, np.ndarray, jax.Array)):
+        raise TypeError(f"Relaxed(temperature={value!r}): the temperature must be a float "
+                        "or a float array")
+    return float(value) if isinstance(value, (int, float, np.number)) else value
+
+
+def smoothing(value, name: str = "t") -> Smoothing:
+    """`value` if it is a `Smoothing`; else a TypeError naming the argument `name`
+    (a bare float is not read as a temperature: 0.0 was the exact model)."""
+    if not isinstance(value, Smoothing):
+        raise TypeError(f"{name}={value!r} is not a relax.Smoothing: pass relax.EXACT (the "
+                        "exact model, the default) or relax.Relaxed(temperature)")
+    return value
+
+
+# ---------------------------------------------------------------- the formulas
+
+
+def smooth_max(a: jax.Array, b: jax.Array, t: Smoothing = EXACT, scale=None) -> jax.Array:
+    """max(a, b); relaxed, smoothed by softplus with width T x `scale` (T the temperature).
+
+    The temperature is relative: the width is T times the operands' magnitude
+    (`scale`, by default (|a| + |b|) / 2), so one T smooths seconds, bytes and
+    counts alike (at a = b the value is a (1 + T ln 2)). With operands of one
     sign it is monotone in each. Where an operand is a difference (max(x - y,
     0): what of x a hiding y leaves exposed) give the scale of what is
     compared, (x + y) / 2: the default would see only |x - y| and not smooth.
     """
-    if isinstance(t, (int, float)) and t == 0:
-        return jnp.maximum(a, b)
-    w = t * (0.5 * (jnp.abs(a) + jnp.abs(b)) if scale is None else scale)
-    ok = w > 1e-150  # else the max: both operands 0, or below any width (w^-2 finite)
-    w = where(ok, w, 1.0)
-    return where(ok, b + w * jax.nn.softplus((a - b) / w), jnp.maximum(a, b))
+    return smoothing(t).max(a, b, scale)
 
 
-def smooth_min(a: jax.Array, b: jax.Array, t: float | jax.Array = 0.0,
-               scale=None) -> jax.Array:
-    if isinstance(t, (int, float)) and t == 0:
-        return jnp.minimum(a, b)  # = -max(-a, -b), one equation
-    return -smooth_max(-a, -b, t, scale)
+def smooth_min(a: jax.Array, b: jax.Array, t: Smoothing = EXACT, scale=None) -> jax.Array:
+    """min(a, b); relaxed, -`smooth_max`(-a, -b)."""
+    return smoothing(t).min(a, b, scale)
 
 
-def smooth_clip(x: jax.Array, lo, hi, t: float | jax.Array = 0.0, scale=None) -> jax.Array:
-    """clip(x, lo, hi) (lo <= hi) smoothed as `smooth_min(smooth_max(x, lo), hi)`,
+def smooth_clip(x: jax.Array, lo, hi, t: Smoothing = EXACT, scale=None) -> jax.Array:
+    """clip(x, lo, hi) (lo <= hi); relaxed, `smooth_min(smooth_max(x, lo), hi)`
     kept inside [lo, hi] (the smooth form dips below lo where hi is near it:
     a group of one rank would hold fewer than one)."""
-    if isinstance(t, (int, float)) and t == 0:
-        return smooth_min(smooth_max(x, lo), hi)
-    return jnp.clip(smooth_min(smooth_max(x, lo, t, scale), hi, t, scale), lo, hi)
+    return smoothing(t).clip(x, lo, hi, scale)
 
 
-def beyond_one(count: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
+def beyond_one(count: jax.Array, t: Smoothing = EXACT) -> jax.Array:
     """Whether a count of ranks or stages exceeds one (a collective or a send
-    that exists only then): `count > 1` at t = 0; at t > 0 the ramp clip(count
+    that exists only then): `count > 1` exactly; relaxed, the ramp clip(count
     - 1, 0, 1), exact at integer counts (0 at one, 1 from two), so that the
     relaxed model does not jump just above a count of one."""
-    if isinstance(t, (int, float)) and t == 0:
-        return count > 1.0
-    return jnp.clip(count - 1.0, 0.0, 1.0)
+    return smoothing(t).beyond_one(count)
 
 
-def smooth_ceil(x: jax.Array, t: float | jax.Array = 0.0) -> jax.Array:
-    """ceil(x), relaxed: x + (1 - frac) (1 - exp(-(frac / t)^2)), frac = x - floor(x).
+def smooth_ceil(x: jax.Array, t: Smoothing = EXACT) -> jax.Array:
+    """ceil(x); relaxed, x + (1 - frac) (1 - exp(-(frac / T)^2)), frac = x - floor(x).
 
-    Exact at integer x for every t; ceil(x) as t -> 0, continuous and
-    non-decreasing in x for every t (the optimiser anneals t downwards). The
-    step from n to n + 1 rises over frac ~ t above each integer n, leaving it
-    with zero slope: at an integer the derivative is the envelope's, 1 (an
-    exponential rise, 1 - exp(-frac / t), gave 1 + 1/t there, a hundredfold
-    pull at t = 0.01 towards the next integer wherever x = L / stages is one).
-    At t = 0 the value is ceil(x) and the derivative is that of the envelope
-    x (straight-through), so an elasticity at t = 0 sees that more stages hold
-    fewer layers rather than the staircase's zero slope.
+    Exact at integer x for every T; ceil(x) as T -> 0, continuous and
+    non-decreasing in x for every T (the optimiser anneals T downwards; T is
+    floored at 1e-6). The step from n to n + 1 rises over frac ~ T above each
+    integer n, leaving it with zero slope: at an integer the derivative is the
+    envelope's, 1 (an exponential rise, 1 - exp(-frac / T), gave 1 + 1/T
+    there, a hundredfold pull at T = 0.01 towards the next integer wherever x
+    = L / stages is one). Exactly, the value is ceil(x) and the derivative is
+    that of the envelope x (straight-through), so an elasticity of the exact
+    model sees that more stages hold fewer layers rather than the staircase's
+    zero slope.
     """
-    if isinstance(t, (int, float)) and t == 0:
-        return jnp.ceil(x) + (x - jax.lax.stop_gradient(x))
-    frac = x - jax.lax.stop_gradient(jnp.floor(x))
-    rise = frac / jnp.maximum(t, 1e-6)
-    return x + (1.0 - frac) * (1.0 - jnp.exp(-rise * rise))
+    return smoothing(t).ceil(x)
 
 
-def lattice_cubic(f, counts: tuple, t: float | jax.Array = 0.0) -> jax.Array:
+def exceeds(x: jax.Array, bound: jax.Array, t: Smoothing = EXACT) -> jax.Array:
+    """1 where positive `x` exceeds positive `bound`, else 0 (a step, exactly);
+    relaxed, the logistic sigmoid(log(x / bound) / T), smooth in both (1/2 at
+    x = bound; T floored at 1e-12)."""
+    return smoothing(t).exceeds(x, bound)
+
+
+def lattice_cubic(f, counts: tuple, t: Smoothing = EXACT) -> jax.Array:
     """f(*counts) of counts >= 1 that are integers in the exact model, relaxed
-    between integers: at t > 0 the tensor product, one count after the other,
-    of monotone cubics (Fritsch-Butland) through f at the integers around
-    each count (4 per count: f is evaluated at 4^len(counts) points, one `jax.vmap`
+    between integers: the tensor product, one count after the other, of
+    monotone cubics (Fritsch-Butland) through f at the integers around each
+    count (4 per count: f is evaluated at 4^len(counts) points, one `jax.vmap`
     of f).
 
-    Exact at integer counts for every t; between two integers of one count
+    Exact at integer counts for every T; between two integers of one count
     (the others integral) it stays within the two values and is monotone, its
     slope at an integer the harmonic mean of the neighbouring steps (0 beside
     a flat step or at a local extremum). What it approximates is f on the
@@ -132,22 +338,10 @@ def lattice_cubic(f, counts: tuple, t: float | jax.Array = 0.0) -> jax.Array:
     the step time rise and fall between two stage counts. (`shape` relaxes
     the stage's padding over an even split so, not the layer count: the
     micro-batches grow with pp beside it, and a monotone cubic of the count
-    between 96 and 48 put their product 12% above both ends.) At t = 0
-    (given as 0) it is f(*counts).
+    between 96 and 48 put their product 12% above both ends.) In the exact
+    model it is f(*counts).
     """
-    if isinstance(t, (int, float)) and t == 0:
-        return f(*counts)
-    d = len(counts)
-    k = [jax.lax.stop_gradient(jnp.floor(jnp.maximum(x, 1.0))) for x in counts]
-    offsets = np.array(np.meshgrid(*[[-1.0, 0.0, 1.0, 2.0]] * d, indexing="ij")).reshape(d, -1).T
-    # the 4^d lattice points as one vmap of f (the trace holds f once)
-    values = jax.vmap(lambda o: f(*(jnp.maximum(kj + o[j], 1.0) for j, kj in enumerate(k))))(
-        jnp.asarray(offsets))
-    values = values.reshape((4,) * d + values.shape[1:])
-    for j in reversed(range(d)):  # the last count first, as f's innermost argument
-        values = _monotone_cubic([values[(slice(None),) * j + (i,)] for i in range(4)],
-                                 k[j], counts[j] - k[j])
-    return values
+    return smoothing(t).lattice_cubic(f, counts)
 
 
 def _monotone_cubic(c: list, k, w):
@@ -166,35 +360,54 @@ def _monotone_cubic(c: list, k, w):
             + (3 * w2 - 2 * w3) * c[2] + (w3 - w2) * m1)
 
 
-def lattice_linear_tree(f, counts: tuple, t: float | jax.Array = 0.0, lowest: float = 1.0):
+def lattice_linear_tree(f, counts: tuple, t: Smoothing = EXACT, lowest: float = 1.0):
     """f(*counts) of counts >= `lowest` that are integers in the exact model, relaxed
     between integers as the multilinear interpolation of f at the corners of
     the unit cell around the counts, for an `f` whose value is a pytree of
     float arrays: its 2^len(counts) evaluations one `jax.vmap` of f (the trace
     holds f once), every leaf relaxed alike. Exact at integer counts for
-    every t, monotone between two integers of one count (the others
+    every T, monotone between two integers of one count (the others
     integral), its slope there the step to the next integer (at an integer,
-    the step above it). At t = 0 (given as 0) it is f(*counts)."""
-    if isinstance(t, (int, float)) and t == 0:
-        return f(*counts)
-    x = jnp.stack([jnp.maximum(c, lowest) for c in counts])
-    k = jax.lax.stop_gradient(jnp.floor(x))
-    w = x - k
-    corners = np.array(np.meshgrid(*[[0.0, 1.0]] * len(counts), indexing="ij")).reshape(
-        len(counts), -1).T  # (2^d, d)
-    values = jax.vmap(lambda c: f(*(k + c)))(jnp.asarray(corners))
-    weight = jnp.prod(jnp.where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
-    return jax.tree.map(lambda v: jnp.tensordot(weight, v, axes=1), values)
+    the step above it). In the exact model it is f(*counts)."""
+    return smoothing(t).lattice_linear_tree(f, counts, lowest)
 
 
-def soft_min(values: jax.Array, t: float | jax.Array, axis: int = 0):
+def pick(stacked, times: jax.Array, t: Smoothing) -> tuple:
+    """(the choice's `stacked` pytree, weights) among candidates along the leading
+    axis of `times` (positive seconds) and of every leaf of `stacked`.
+
+    Exactly the fastest candidate's leaves, its weight one-hot (ties to the
+    first: its gradient, where `jnp.min`'s would average over the tied).
+    Relaxed, the soft minimum in log space, (sum_i v_i^(-1/T))^(-T), with
+    weights w_i = softmax(-log v_i / T) (a ratio of e between two candidates
+    whose values differ by a factor exp(T); T floored at 1e-6): each leaf the
+    weighted sum, scaled so that the times sum to the soft minimum."""
+    return smoothing(t).pick(stacked, times)
+
+
+def minimum(times: jax.Array, t: Smoothing) -> jax.Array:
+    """The minimum of positive `times` along the leading axis: `pick`'s time
+    without its weights (the soft minimum relaxed; 0 where every candidate is)."""
+    return smoothing(t).minimum(times)
+
+
+def exact_or_relaxed(exact: Callable, relaxed: Callable, t: Smoothing):
+    """`exact()` in the exact model, `relaxed()` in the relaxed one: for a
+    relaxation that is a different evaluation of the model (an interpolation
+    between the integers around a count, a mix of a group fitting and
+    spilling out of its domain) rather than a smooth operator."""
+    return smoothing(t).exact_or_relaxed(exact, relaxed)
+
+
+def _winner(times: jax.Array) -> jax.Array:
+    """One-hot weights of the fastest candidate (leading axis; ties to the first:
+    its gradient, where `jnp.min`'s would average over the tied)."""
+    return jax.nn.one_hot(jnp.argmin(times, axis=0), times.shape[0], axis=0, dtype=times.dtype)
+
+
+def _log_soft_min(values: jax.Array, t, axis: int = 0):
     """(soft minimum, weights) of positive `values` along `axis`, in log space:
-    (sum_i v_i^(-1/t))^(-t) and w_i = softmax(-log v_i / t).
-
-    The weights give a ratio of e between two candidates whose values differ by
-    a factor exp(t); as t -> 0 they are the one-hot argmin and the soft minimum
-    the minimum (t is floored at 1e-6).
-    """
+    (sum_i v_i^(-1/t))^(-t) and w_i = softmax(-log v_i / t), t floored at 1e-6."""
     t = jnp.maximum(t, 1e-6)
     z = -safe_log(values) / t
     return jnp.exp(-t * jax.nn.logsumexp(z, axis=axis)), jax.nn.softmax(z, axis=axis)

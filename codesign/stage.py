@@ -23,7 +23,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .relax import lattice_cubic, smooth_ceil
+from .relax import EXACT, lattice_cubic, smooth_ceil
 from .workload import Transformer
 
 if TYPE_CHECKING:  # plan reads this module's layout parser
@@ -52,7 +52,7 @@ class Shape(eqx.Module):
         return self.layers_on_stage - self.moe_layers_on_stage
 
 
-def shape(model: Transformer, plan: Plan, t=0.0) -> Shape:
+def shape(model: Transformer, plan: Plan, t=EXACT) -> Shape:
     """The stage a step costs without costing every stage: the even split's
     slowest stage, or with a layout the rank with the most blocks (`shapes`;
     `step` costs every rank of a layout and takes the heaviest)."""

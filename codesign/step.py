@@ -29,15 +29,15 @@ from . import (
 from .hardware import System
 from .output_checks import STEP_INPUTS
 from .plan import Plan, data_parallel
-from .relax import lattice_linear_tree
+from .relax import EXACT, Smoothing, exact_or_relaxed, lattice_linear_tree, smoothing
 from .workload import Transformer
 
 
-def bubble_s(plan: Plan, micro_batch_s, t=0.0) -> jax.Array:
+def bubble_s(plan: Plan, micro_batch_s, t=EXACT) -> jax.Array:
     """Idle time of the pipeline per step, for the plan's schedule
     (`strategies.Schedule.bubble_s`: gpipe / 1f1b (p-1) t_mb, interleaved
     (p-1) t_mb / v, zero_bubble (p-1) t_mb / 3, dualpipe (p/2 - 1) 2 t_mb / 3)."""
-    return plan.schedule.bubble_s(plan.pp, plan.interleave, micro_batch_s, t)
+    return plan.schedule.bubble_s(plan.pp, plan.interleave, micro_batch_s, smoothing(t))
 
 
 class Step(eqx.Module):
@@ -113,9 +113,10 @@ def gemm_peak_flops_per_s(plan: Plan, system: System) -> jax.Array:
                        compute.peak_flops_per_s(system, pr.attention))
 
 
-def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
-    """One training step of `model` cut by `plan` on `system` (temperature t
-    relaxes ceil/max/min for the optimiser; t = 0 is the exact model).
+def step(model: Transformer, plan: Plan, system: System, t: Smoothing = EXACT) -> Step:
+    """One training step of `model` cut by `plan` on `system`: the exact model
+    (`t` = `relax.EXACT`, the default) or the relaxed one the optimiser descends
+    (`relax.Relaxed(temperature)`: ceil/max/min smooth; a bare float is a TypeError).
 
     Relaxed, the step between two micro-batch sizes or context-parallel
     degrees is the bilinear interpolation of the steps at the integers around
@@ -126,15 +127,15 @@ def step(model: Transformer, plan: Plan, system: System, t=0.0) -> Step:
     dips between 1 and 2 where the step at 2 is the slower (DeepSeek-V3's
     micro-batch, Megatron 1T's cp).
     """
-    if isinstance(t, (int, float)) and t == 0:
-        return _step(model, plan, system, t)
+    t = smoothing(t)
 
     def at(mb, cp):
         dp = data_parallel(plan.gpus, plan.tp, plan.pp, cp)
         return _step(model, eqx.tree_at(lambda p: (p.micro_batch, p.cp, p.dp), plan,
                                         (mb, cp, dp)), system, t)
 
-    return lattice_linear_tree(at, (plan.micro_batch, plan.cp), t)
+    return exact_or_relaxed(lambda: _step(model, plan, system, t),
+                            lambda: lattice_linear_tree(at, (plan.micro_batch, plan.cp), t), t)
 
 
 def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
@@ -185,7 +186,7 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         gpus=plan.gpus, traffic=rows, timing=tm, memory=mem)
 
 
-def heaviest(model: Transformer, plan: Plan, system: System, t=0.0):
+def heaviest(model: Transformer, plan: Plan, system: System, t=EXACT):
     """(the `stage.Shape` of the rank with the most compute per micro-batch,
     the `memory.Memory` of the rank with the most bytes) of the plan's pipeline
     layout (`stage.shapes`, one vmapped costing of every rank): the slowest
@@ -223,8 +224,11 @@ class Estimate(eqx.Module):
         return self.reliability.time_to_train_s(self.tokens / self.step.tokens_per_s)
 
 
-def estimate(scn, t=0.0, assumptions=None, *, check=True, parts=PARTS) -> Estimate:
-    """The whole model of a `scenario.Scenario`, differentiable in every float;
+def estimate(scn, t: Smoothing = EXACT, assumptions=None, *, check=True,
+             parts=PARTS) -> Estimate:
+    """The whole model of a `scenario.Scenario`, differentiable in every float:
+    exact (`t` = `relax.EXACT`, the default) or relaxed (`relax.Relaxed(temperature)`,
+    what the gradient optimiser descends; a bare float is a TypeError naming `t`);
     the fabric counted with the default `fabric.Prices` and priced with
     `assumptions` (an `economics.Assumptions`; None: the default ones). Under
     jit/vmap/grad a knob outside its domain raises (`Scenario.checked`), and so
@@ -237,6 +241,7 @@ def estimate(scn, t=0.0, assumptions=None, *, check=True, parts=PARTS) -> Estima
     persistent compilation cache can store it (`codesign estimate` runs so).
     `parts` (of `PARTS`) names what is computed beside the step: a caller that
     needs the step alone (`parts=()`) traces no reliability, fabric or price."""
+    t = smoothing(t)
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError(f"parts={tuple(parts)!r}: {', '.join(sorted(unknown))} is not one of "

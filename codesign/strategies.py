@@ -53,7 +53,7 @@ from ._geometry import (  # noqa: F401  (re-exported: fabric and tests read them
     torus_dims_spanned,
     torus_shape,
 )
-from .relax import smooth_ceil, smooth_max, smooth_min
+from .relax import EXACT, smooth_ceil, smooth_max, smooth_min
 
 ONE_POD_GPUS = 1e9  # the pod size of a fabric without pods: every group fits in one
 
@@ -117,16 +117,16 @@ class Topology(Strategy):
     def check_domain(self, scale_up_domain) -> None:
         """Raise when a (concrete) scale-up domain does not fit the topology."""
 
-    def scale_up_tier(self, tier, group_size, stride, t=0.0):
+    def scale_up_tier(self, tier, group_size, stride, t=EXACT):
         """The fast tier seen by a group of `group_size` ranks `stride` apart:
         switched domains give every group the full per-GPU bandwidth."""
         return tier
 
-    def scale_out_tier(self, tier, span, t=0.0):
+    def scale_out_tier(self, tier, span, t=EXACT):
         """The slow tier seen by a group spanning `span` GPU indices (`fabric.scale_out_tier`)."""
         return tier
 
-    def pod_factor(self, span, across, exchange: bool = False, t=0.0) -> jax.Array | None:
+    def pod_factor(self, span, across, exchange: bool = False, t=EXACT) -> jax.Array | None:
         """The bandwidth divisor of a group from the pods its flows leave; None
         without pods (no divide at all)."""
         return None
@@ -138,10 +138,10 @@ class Topology(Strategy):
         return leaf_downlinks * scale_up_domain
 
     @abc.abstractmethod
-    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+    def switch_ports(self, gpus, scale_up_domain, radix, t=EXACT) -> tuple:
         """(leaf, spine, core) switch ports of the scale-out fabric."""
 
-    def links(self, gpus, gpus_per_node, ports, ocs_radix, t=0.0) -> tuple:
+    def links(self, gpus, gpus_per_node, ports, ocs_radix, t=EXACT) -> tuple:
         """(NICs, optical circuit switches, links, transceivers) of the fabric
         with `ports` = (leaf, spine, core) switch ports: one NIC per GPU, every
         link optical with a transceiver at each end."""
@@ -174,7 +174,7 @@ class TwoTier(Topology):
 
     name: ClassVar[str] = "two_tier"
 
-    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+    def switch_ports(self, gpus, scale_up_domain, radix, t=EXACT) -> tuple:
         leaf, upper, levels = _fat_tree_ports(gpus, radix)
         top = jnp.where(levels > 2, gpus, 0.0)  # a 3+-level tree's top level is its "core"
         return leaf, upper - top, top
@@ -192,16 +192,16 @@ class Clos(Topology):
     oversubscription: jax.Array = float_field("system.oversubscription", interval(1.0, 1e3),
                                               default=1.0)
 
-    def oversubscription_factor(self, span, t=0.0) -> jax.Array:
+    def oversubscription_factor(self, span, t=EXACT) -> jax.Array:
         """1 + (k - 1) x crosses_pod: k when the group leaves its pod, 1 inside."""
         return 1.0 + (self.oversubscription - 1.0) * crosses_pod(span, self.pod_size, t)
 
-    def scale_out_tier(self, tier, span, t=0.0):
+    def scale_out_tier(self, tier, span, t=EXACT):
         """bandwidth / oversubscription when the span exceeds `pod_size`; smooth in
-        span, pod size and oversubscription with temperature t (exact at t = 0)."""
+        span, pod size and oversubscription under `t` (exact under `relax.EXACT`)."""
         return _tier_bandwidth(tier, tier.bandwidth_Bps / self.oversubscription_factor(span, t))
 
-    def pod_factor(self, span, across, exchange: bool = False, t=0.0) -> jax.Array:
+    def pod_factor(self, span, across, exchange: bool = False, t=EXACT) -> jax.Array:
         """max(1, k f): f the share of flows that leave the pod (`crossing_fraction`).
 
         Every GPU of a pod runs its copy of the collective at once, so the pod's
@@ -213,7 +213,7 @@ class Clos(Topology):
         f = crossing_fraction(span, across, self.pod_size, exchange, t)
         return smooth_max(self.oversubscription * f, 1.0, t)
 
-    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+    def switch_ports(self, gpus, scale_up_domain, radix, t=EXACT) -> tuple:
         # pods are fat trees over min(N, P); their top level sends N/k up to a
         # single aggregation ("core") layer when the job spans more than one pod.
         pod = jnp.minimum(gpus, self.pod_size)
@@ -231,7 +231,7 @@ class RailOnly(Topology):
     name: ClassVar[str] = "rail_only"
     forwards_through_scale_up: ClassVar[bool] = True
 
-    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+    def switch_ports(self, gpus, scale_up_domain, radix, t=EXACT) -> tuple:
         leaf, upper, _ = _fat_tree_ports(gpus / scale_up_domain, radix)
         g = scale_up_domain
         return leaf * g, upper * g, jnp.zeros_like(gpus)
@@ -270,7 +270,7 @@ class Torus(Topology):
             raise ValueError(f"system.scale_up_domain={float(v):g} must equal the torus's "
                              f"{'x'.join(map(str, self.shape))} = {self.chips} chips")
 
-    def scale_up_tier(self, tier, group_size, stride, t=0.0):
+    def scale_up_tier(self, tier, group_size, stride, t=EXACT):
         """bandwidth x max(dims spanned, 1) / 3 (a group of one moves no bytes, so
         the floor only keeps the tier valid)."""
         dims = torus_dims_spanned(group_size, stride, self.shape, t)
@@ -279,11 +279,11 @@ class Torus(Topology):
     def leaf_block(self, scale_up_domain, leaf_downlinks) -> None:
         return None  # no leaf switches: nothing to hash onto
 
-    def switch_ports(self, gpus, scale_up_domain, radix, t=0.0) -> tuple:
+    def switch_ports(self, gpus, scale_up_domain, radix, t=EXACT) -> tuple:
         z = jnp.zeros_like(gpus)
         return z, z, z
 
-    def links(self, gpus, gpus_per_node, ports, ocs_radix, t=0.0) -> tuple:
+    def links(self, gpus, gpus_per_node, ports, ocs_radix, t=EXACT) -> tuple:
         nics = gpus / gpus_per_node
         optical_ends = TORUS_OPTICAL_ENDS_PER_CHIP * gpus
         ocs = smooth_ceil(optical_ends / ocs_radix, t)
@@ -401,14 +401,14 @@ class Schedule(Strategy):
     combines_all_to_all: ClassVar[bool] = False
 
     @abc.abstractmethod
-    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+    def bubble_s(self, pp, interleave, micro_batch_s, t=EXACT) -> jax.Array:
         """Idle time of the pipeline per step."""
 
-    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
+    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=EXACT) -> jax.Array:
         """Micro-batches whose activations the first stage holds at once: min(p, m)."""
         return smooth_min(pp, micro_batches, t)
 
-    def exposed_all_to_all_s(self, time_s, overlap_s, t=0.0, combined=False) -> jax.Array:
+    def exposed_all_to_all_s(self, time_s, overlap_s, t=EXACT, combined=False) -> jax.Array:
         """The part of the MoE all-to-alls' `time_s` left on the critical path
         (`overlap_s`: compute another micro-batch could hide it under; `combined`:
         the plan's `ep_overlap`)."""
@@ -423,10 +423,10 @@ class GPipe(Schedule):
 
     name: ClassVar[str] = "gpipe"
 
-    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+    def bubble_s(self, pp, interleave, micro_batch_s, t=EXACT) -> jax.Array:
         return (pp - 1.0) * micro_batch_s
 
-    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
+    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=EXACT) -> jax.Array:
         return micro_batches
 
 
@@ -436,7 +436,7 @@ class OneFOneB(Schedule):
     name: ClassVar[str] = "1f1b"
     combines_all_to_all: ClassVar[bool] = True
 
-    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+    def bubble_s(self, pp, interleave, micro_batch_s, t=EXACT) -> jax.Array:
         return (pp - 1.0) * micro_batch_s
 
 
@@ -451,10 +451,10 @@ class Interleaved(Schedule):
     overlaps_p2p: ClassVar[bool] = True
     combines_all_to_all: ClassVar[bool] = True
 
-    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+    def bubble_s(self, pp, interleave, micro_batch_s, t=EXACT) -> jax.Array:
         return (pp - 1.0) * micro_batch_s / interleave
 
-    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
+    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=EXACT) -> jax.Array:
         return smooth_min(pp * (1.0 + (pp - 1.0) / (pp * interleave)), micro_batches, t)
 
 
@@ -464,7 +464,7 @@ class ZeroBubble(Schedule):
 
     name: ClassVar[str] = "zero_bubble"
 
-    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+    def bubble_s(self, pp, interleave, micro_batch_s, t=EXACT) -> jax.Array:
         return (pp - 1.0) * micro_batch_s / 3.0
 
 
@@ -478,14 +478,14 @@ class DualPipe(Schedule):
     overlaps_p2p: ClassVar[bool] = True  # a forward and a backward chunk overlap
     overlaps_all_to_all: ClassVar[bool] = True
 
-    def bubble_s(self, pp, interleave, micro_batch_s, t=0.0) -> jax.Array:
+    def bubble_s(self, pp, interleave, micro_batch_s, t=EXACT) -> jax.Array:
         # max(p/2 - 1, 0) turns at p = 2, a count: not relaxed, it is piecewise
         # linear between integers already (a smooth max put 0.03 s of bubble on
         # DeepSeek-V3's pp = 2 at t = 0.1, and the relaxed step fell and rose
         # between pp 1 and 2)
         return jnp.maximum(pp / 2.0 - 1.0, 0.0) * 2.0 * micro_batch_s / 3.0
 
-    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=0.0) -> jax.Array:
+    def in_flight_micro_batches(self, micro_batches, pp, interleave, t=EXACT) -> jax.Array:
         return smooth_min(pp + 1.0, micro_batches, t)
 
 

@@ -45,6 +45,7 @@ from . import collectives, fabric, overlap, stage
 from .hardware import System
 from .plan import DIMENSIONS, Plan
 from .relax import (
+    EXACT,
     beyond_one,
     lattice_linear_tree,
     safe_div,
@@ -116,7 +117,7 @@ class Placement(eqx.Module):
     inside: dict
 
 
-def placement(plan: Plan, system: System, t=0.0) -> Placement:
+def placement(plan: Plan, system: System, t=EXACT) -> Placement:
     sizes, strides = _meshes(plan)
     stack = lambda values: jnp.stack(jnp.broadcast_arrays(*values))  # noqa: E731
     inside = smooth_clip(system.scale_up_domain / stack(list(strides.values())), 1.0,
@@ -147,29 +148,29 @@ def split_group(geometry, shard):
     return inner, outer
 
 
-def cost_on(op: str, n_bytes, geometry, system: System, t=0.0, algorithm="auto"):
+def cost_on(op: str, n_bytes, geometry, system: System, t=EXACT, algorithm="auto"):
     """Cost of one `op` on `n_bytes` over a group of `geometry` (`group`): the fast
     tier it sees (torus dimensions spanned), the slow tier (pods its flows
     cross, ECMP), `auto` over the algorithms the system's protocols run
     (`Protocols.runs`: NCCL's flat, NVLS and pipelined rail algorithms; every
-    algorithm under alpha_beta; at temperature t, the exact minimum at t = 0);
+    algorithm under alpha_beta; relaxed by `t`, the exact minimum exactly);
     an all-to-all leaving the domain on a rail-only fabric pays the forwarding
     hop (`fabric.rail_forwarding_cost`)."""
     ranks, inside, span, stride = geometry
     exchange = op == "all_to_all"
     inner = fabric.scale_up_tier(system, inside, stride, t)
     outer = fabric.group_scale_out_tier(system, span, ranks / inside, exchange, t)
-    # `auto` is NCCL's choice, the fastest algorithm: exact (a soft minimum at
-    # temperature 1e-6) in the exact model, relaxed with the model's t
+    # `auto` is NCCL's choice, the fastest algorithm: the minimum in the exact
+    # model, relaxed with the model's t
     c = collectives.cost(op, algorithm, n_bytes, ranks, inner, outer=outer,
-                         local_ranks=inside, temperature=t, protocols=system.protocols)
+                         local_ranks=inside, t=t, protocols=system.protocols)
     if exchange:
         leaves = where(ranks > inside, 1.0, 0.0)
         c = c + fabric.rail_forwarding_cost(system, n_bytes, inside, inner).scale(leaves)
     return c
 
 
-def times_on_many(requests, system: System, t=0.0) -> list:
+def times_on_many(requests, system: System, t=EXACT) -> list:
     """The seconds of `cost_on` of each request (op, n_bytes, geometry), with
     `auto` over the algorithms the system's protocols run: the requests that are not all-to-alls (no
     forwarding hop) stacked and costed as one (`collectives.choose_many`)."""
@@ -187,7 +188,7 @@ def times_on_many(requests, system: System, t=0.0) -> list:
             outer = jax.vmap(outer, in_axes=(None, 0, 0, None, None))
         outer = outer(system, span, ranks / inside, False, t)
         times_s = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks,
-                                          inner, outer, inside, temperature=t,
+                                          inner, outer, inside, t=t,
                                           protocols=system.protocols)
         for i, time_s in zip(many, jnp.unstack(times_s), strict=True):
             costs[i] = time_s
@@ -290,7 +291,7 @@ def expected_remote_nodes(nodes, top_k):
     return where(many, (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k), 0.0)
 
 
-def ep_slow_tier_copies(model, plan, nodes, t=0.0, limit=None):
+def ep_slow_tier_copies(model, plan, nodes, t=EXACT, limit=None):
     """Copies of one token that cross the slow tier in one dispatch, at the
     node limit `limit` (default: the plan's `moe_node_limit`).
 
@@ -503,7 +504,7 @@ def _pp_rows(model, plan, system, sh, place, t):
     # spill to relax)
     out = collectives.cost("send_recv", "direct", n, 2.0, up_tier,
                            outer=fabric.scale_out_tier(system, 2.0 * stride, t),
-                           local_ranks=1.0, temperature=0.0, protocols=system.protocols)
+                           local_ranks=1.0, t=EXACT, protocols=system.protocols)
     one_s = neighbour_inside * up.time_s + (1 - neighbour_inside) * out.time_s
     rule = overlap.Steady(one_s, count, jnp.minimum(2.0 * (plan.pp - 1.0), count),
                           plan.interleave) if plan.schedule.overlaps_p2p else None
@@ -512,7 +513,7 @@ def _pp_rows(model, plan, system, sh, place, t):
                  rule=rule)]
 
 
-def table(model: Transformer, plan: Plan, system: System, t=0.0, sh=None
+def table(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None
           ) -> tuple[Row, ...]:
     """Every collective of one step, costed without the compute: a row the
     compute hides carries its rule (`Row.overlap`), which `overlap.exposed`

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import chip, economics, optimize, step
+from codesign import chip, economics, optimize, relax, step
 from codesign import scenario as sc
 from codesign.optimize import _categorical, _model, _problem
 
@@ -76,7 +76,7 @@ def test_power_and_cost_are_the_designs(prob):
     s = _problem.apply(prob.core, jnp.asarray(x))
     own = chip.Ownership()
     a = chip.to_assumptions(s.chip, prob.core.assumptions, own)
-    est = step.estimate(s, 0.0, a, check=False)
+    est = step.estimate(s, relax.EXACT, a, check=False)
     out = step.outputs(est)
     board = chip.board_power_w(s.chip, float(out["hfu_gemm_peak"]))
     want = (float(board) * float(s.system.gpus) * float(own.pue)
@@ -115,8 +115,9 @@ def test_gradients_finite_on_every_chip_knob_and_match_differences(scn):
     bounds["chip.hbm_pin_bits_per_s"] = (3e9, 6e9)
     p = optimize.problem(scn, names, bounds, "time_to_train", budget_usd=1e7)
     z = jnp.asarray(_problem.to_box(p, p.here), dtype=float)
-    loss = jax.jit(lambda z: _model.relaxed_loss(z, p.core, 0.05, 10.0))
-    g = jax.jit(jax.grad(lambda z: _model.relaxed_loss(z, p.core, 0.05, 10.0)))(z)
+    t = relax.Relaxed(0.05)
+    loss = jax.jit(lambda z: _model.relaxed_loss(z, p.core, t, 10.0))
+    g = jax.jit(jax.grad(lambda z: _model.relaxed_loss(z, p.core, t, 10.0)))(z)
     assert np.all(np.isfinite(np.asarray(g))), dict(zip(names, np.asarray(g)))
     i, h = names.index("chip.hbm_stacks"), 1e-3
     e = jnp.zeros_like(z).at[i].set(h)
@@ -126,7 +127,8 @@ def test_gradients_finite_on_every_chip_knob_and_match_differences(scn):
 
 def test_eager_equals_jit(prob):
     s = _problem.apply(prob.core, jnp.asarray(prob.here))
-    f = lambda s: _model.metrics(s, prob.core.assumptions, 0.0, prob.core.ownership)  # noqa: E731
+    f = lambda s: _model.metrics(s, prob.core.assumptions, relax.EXACT,  # noqa: E731
+                                 prob.core.ownership)
     eager, jitted = f(s), jax.jit(f)(s)
     for k in ("power_w", "cost_to_train_usd", "time_to_train_s"):
         assert float(eager[k]) == pytest.approx(float(jitted[k]), rel=1e-6), k

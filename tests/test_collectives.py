@@ -18,7 +18,7 @@ from jax.test_util import check_grads
 
 from codesign import collectives as co
 from codesign import hardware as hw
-from codesign import presets, traffic
+from codesign import presets, relax, traffic
 from codesign.protocols import AlphaBeta, Nccl
 from codesign.units import GiB, MiB
 
@@ -71,11 +71,11 @@ TRACES = []  # one entry per trace of _choose
 
 
 @functools.partial(jax.jit, static_argnames=("op",))
-def _choose(op, n, p, tier, outer=None, local_ranks=None, temperature=co.AUTO_TEMPERATURE):
+def _choose(op, n, p, tier, outer=None, local_ranks=None, t=co.AUTO):
     """`auto`'s time and weights, compiled once per op and tier structure."""
     TRACES.append(op)  # runs only while tracing
     c, w, _ = co.choose(op, n, p, tier, outer=outer, local_ranks=local_ranks,
-                        temperature=temperature)
+                        t=t)
     return c.time_s, w
 
 
@@ -233,7 +233,7 @@ def test_auto_is_a_soft_minimum(op):
     sizes = np.array([64.0, 4 * MiB, 8 * GiB])
     times = np.array([[_time(op, a, n, 32, TIER) for a in co.algorithms(op)] for n in sizes])
     auto = np.asarray(_choose(op, sizes, 32.0, TIER)[0])
-    cold = np.asarray(_choose(op, sizes, 32.0, TIER, temperature=1e-6)[0])
+    cold = np.asarray(_choose(op, sizes, 32.0, TIER, t=relax.Relaxed(1e-6))[0])
     T = co.AUTO_TEMPERATURE
     fastest = times.min(axis=1)
     assert np.all(fastest * times.shape[1] ** -T * (1 - 1e-12) <= auto)
@@ -263,7 +263,7 @@ def test_auto_over_two_tiers_is_the_minimum_of_each_algorithm_alone(op):
     for p, tier in ((8.0, TIER), (64.0, TIER), (512.0, H100.scale_up)):
         times = np.stack([_each_time(op, a, sizes, p, tier, **kw) for a in names], axis=-1)
         fastest = times.min(axis=-1)
-        exact, w, got_names = co.choose(op, sizes, p, tier, temperature=0, **kw)
+        exact, w, got_names = co.choose(op, sizes, p, tier, t=relax.EXACT, **kw)
         assert got_names == names
         assert np.asarray(exact.time_s) == pytest.approx(fastest, rel=1e-12)
         winner = times[np.arange(len(sizes)), np.argmax(np.asarray(w), axis=0)]
@@ -427,10 +427,10 @@ def _by_hand(op, algorithm, n, p, tier, protocol, family_base_s):
 @pytest.mark.parametrize("n, protocol", [(1024.0, "LL"), (1 * GiB, "Simple")])
 def test_nccl_ring_takes_ll_for_small_messages_and_simple_for_large(n, protocol):
     """LL: NCCL's 6.6 us base and 0.6 / 3.4 of the Simple step at a quarter of
-    the bandwidth; Simple: 8.4 us base and the full bandwidth; `cost` at
-    temperature 0 is the faster one, exactly."""
+    the bandwidth; Simple: 8.4 us base and the full bandwidth; `cost` of the
+    exact model (`relax.EXACT`) is the faster one, exactly."""
     tier, p = H100.scale_up, 8
-    got = float(co.cost("all_reduce", "ring", n, p, tier, temperature=0,
+    got = float(co.cost("all_reduce", "ring", n, p, tier, t=relax.EXACT,
                         protocols=NCCL).time_s)
     each = {q: _by_hand("all_reduce", "ring", n, p, tier, q, NCCL.base_s["ring"])
             for q in NCCL.protocol_names}
@@ -453,7 +453,7 @@ def test_protocols_leave_one_rank_free_and_alpha_beta_unchanged():
 def test_nvls_runs_simple_only_with_nccl_s_25_us():
     """NVLS has no LL / LL128: even one byte pays NCCL's 25 us NVLS latency."""
     tier = H100.scale_up
-    c = co.cost("all_reduce", "in_network", 1.0, 8.0, tier, temperature=0, protocols=NCCL)
+    c = co.cost("all_reduce", "in_network", 1.0, 8.0, tier, t=relax.EXACT, protocols=NCCL)
     assert float(c.latency_s) == pytest.approx(25e-6 + 2 * float(tier.latency_s), rel=1e-9)
 
 
@@ -471,7 +471,7 @@ def test_auto_under_nccl_picks_only_the_algorithms_nccl_runs():
     assert co.candidates("all_reduce", None) == co.algorithms("all_reduce")
     names = co.candidates("all_reduce", NCCL, hierarchical=True)
     assert {"recursive_doubling", "halving_doubling", "hierarchical"}.isdisjoint(names)
-    kw = dict(outer=H100.scale_out, local_ranks=8.0, protocols=NCCL, temperature=0)
+    kw = dict(outer=H100.scale_out, local_ranks=8.0, protocols=NCCL, t=relax.EXACT)
     _, w, names = co.choose("all_reduce", 8 * 1024.0, 16.0, H100.scale_up, **kw)
     assert names[int(np.argmax(np.asarray(w)))] == "rail_tree"
     auto = float(co.cost("all_reduce", "auto", 8 * 1024.0, 16.0, H100.scale_up, **kw).time_s)
@@ -488,7 +488,7 @@ def test_auto_with_protocols_is_monotone_in_bytes_and_never_above_the_ring():
     @jax.jit
     def evaluate(n):
         auto = co.cost("all_reduce", "auto", n, 64.0, tier, **kw).time_s
-        ring = co.cost("all_reduce", "ring", n, 64.0, tier, temperature=0, **kw).time_s
+        ring = co.cost("all_reduce", "ring", n, 64.0, tier, t=relax.EXACT, **kw).time_s
         _, w, _ = co.choose("all_reduce", n, 64.0, tier, **kw)
         grad = jax.grad(lambda m: co.cost("all_reduce", "auto", m, 64.0, tier, **kw).time_s)(
             n[20])
@@ -508,13 +508,13 @@ def test_nccl_tree_across_nodes_takes_its_own_network_step_and_ll_x_1_8():
     network hwLat, not the Ring's 2.7, and LL's NVLink step x 1.8 across nodes);
     a public 2 x 8 H100 log (NVIDIA/nccl-tests issue 309) measures 32.1 us at
     8 KiB. Inside one node the LL step stays 0.6 us."""
-    across = traffic.cost_on("all_reduce", 8192.0, (16.0, 8.0, 16.0, 1.0), H100, 0.0,
+    across = traffic.cost_on("all_reduce", 8192.0, (16.0, 8.0, 16.0, 1.0), H100, relax.EXACT,
                              "rail_tree")
     assert float(across.latency_s) == pytest.approx((6.8 + 2 * (7 * 0.6 * 1.8 + 5.0)) * 1e-6,
                                                     rel=1e-6)
     assert NCCL.scale_out_step["tree"][0] * 14.0 == pytest.approx(5.0)
     assert NCCL.scale_out_step["ring"][0] * 14.0 == pytest.approx(2.7)
-    inside = co.cost("all_reduce", "ring", 1024.0, 8, H100.scale_up, temperature=0,
+    inside = co.cost("all_reduce", "ring", 1024.0, 8, H100.scale_up, t=relax.EXACT,
                      protocols=NCCL)
     assert float(inside.time_s) == pytest.approx(6.6e-6 + 14 * 0.6e-6, rel=0.02)
 

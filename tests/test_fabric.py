@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from codesign import collectives as co
-from codesign import fabric, presets
+from codesign import fabric, presets, relax
 
 
 def _with(system, **kw):
@@ -59,7 +59,7 @@ def test_placement_decides_which_collective_crosses():
 
 def test_smooth_pod_crossing():
     spans = jnp.array([100.0, 1000.0, 3072.0, 10_000.0, 100_000.0])
-    c = fabric.crosses_pod(spans, 3072.0, t=0.1)
+    c = fabric.crosses_pod(spans, 3072.0, t=relax.Relaxed(0.1))
     assert np.all(np.diff(np.asarray(c)) > 0)
     assert float(c[2]) == pytest.approx(0.5)
     assert float(c[0]) < 1e-12 and float(c[-1]) > 1 - 1e-12
@@ -70,7 +70,7 @@ def test_smooth_pod_crossing():
 def _bw(x):
     s = eqx.tree_at(lambda s: (s.topology.oversubscription, s.topology.pod_size), LLAMA3,
                     (x[0], x[1]))
-    return jnp.log(fabric.scale_out_tier(s, x[2], t=0.5).bandwidth_Bps)
+    return jnp.log(fabric.scale_out_tier(s, x[2], t=relax.Relaxed(0.5)).bandwidth_Bps)
 
 
 def test_gradients_in_oversubscription_pod_size_and_span():

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import economics, fabric, optimize, step
+from codesign import economics, fabric, optimize, relax, step
 from codesign import scenario as sc
 from codesign.cli import main
 from codesign.optimize._model import relaxed_loss  # internal: the loss the descent follows
@@ -107,7 +107,7 @@ def test_relaxed_model_equals_exact_model_at_integer_points(small):
     exact = optimize.evaluate(small, pts).loss
     t = jnp.geomspace(1.0, 1e-7, STEPS)
     at = jax.vmap(jax.vmap(relaxed_loss, (None, None, 0, None)), (0, None, None, None))
-    losses = jax.jit(at)(jnp.asarray(to_box(small, pts)), small.core, t, 0.0)
+    losses = jax.jit(at)(jnp.asarray(to_box(small, pts)), small.core, relax.Relaxed(t), 0.0)
     err = np.abs(np.asarray(losses) - exact[:, None])  # (points, temperatures)
     assert np.all(np.isfinite(err))
     assert np.all(err[:, -1] < 1e-6)
@@ -210,13 +210,11 @@ def test_relaxed_loss_gradients_match_values_recorded_before_the_speed_work():
     """Gradients of the relaxed loss (3 temperatures and penalties, 3 points
     each) equal the recorded ones to 1e-9 relative."""
     prob = optimize.problem(SCN, list(SMALL), SMALL, "cost_to_train_usd")
-    # t = 0 static (the exact model's own branch); every t > 0 one traced compile,
-    # as the descent anneals it
-    exact = jax.jit(jax.value_and_grad(relaxed_loss), static_argnums=2)
-    relaxed = _RELAXED
+    # the exact model (recorded as t = 0) one compile; every t > 0 one traced
+    # compile, as the descent anneals it
     for r in _recorded_gradients()["relaxed_loss_grad"]:
-        loss, t = (exact, 0.0) if r["t"] == 0 else (relaxed, jnp.asarray(r["t"]))
-        value, grad = loss(jnp.asarray(r["z"]), prob.core, t, r["mu"])
+        t = relax.Relaxed(jnp.asarray(r["t"])) if r["t"] > 0 else relax.EXACT
+        value, grad = _RELAXED(jnp.asarray(r["z"]), prob.core, t, r["mu"])
         assert float(value) == pytest.approx(r["loss"], rel=1e-9)
         old = np.asarray(r["grad"])
         np.testing.assert_allclose(np.asarray(grad), old, rtol=1e-9,
@@ -261,7 +259,7 @@ def test_an_objective_traces_only_what_it_needs(small):
     assert small.with_limits(budget_w=1e6).core.parts == ("fabric",)
     assert small.with_limits("tokens_per_s", budget_usd=1e9).core.parts == step.PARTS
     full = dataclasses.replace(small.core, parts=step.PARTS)
-    z, t, mu = jnp.full(len(SMALL), 0.4), jnp.asarray(0.05), jnp.asarray(10.0)
+    z, t, mu = jnp.full(len(SMALL), 0.4), relax.Relaxed(jnp.asarray(0.05)), jnp.asarray(10.0)
     grad = jax.value_and_grad(relaxed_loss)
     lean, every = (jax.make_jaxpr(grad)(z, c, t, mu).jaxpr for c in (small.core, full))
     gone = {"reliability", "economics"}  # (the step's traffic reads `fabric`'s topology)
@@ -459,10 +457,10 @@ def test_elasticities_agree_with_central_finite_differences(elasticities, moved,
 
 def test_stepped_knobs_get_the_envelope_slope(elasticities, monkeypatch):
     """With ceil replaced by the identity (the envelope), central differences
-    of the step time agree with the t = 0 elasticities of pp and interleave."""
+    of the step time agree with the exact model's elasticities of pp and interleave."""
     from codesign import stage
 
-    monkeypatch.setattr(stage, "smooth_ceil", lambda x, t=0.0: x)
+    monkeypatch.setattr(stage, "smooth_ceil", lambda x, t=relax.EXACT: x)
     f = jax.jit(lambda v: jnp.log(step.step(*(lambda s: (s.model, s.plan, s.system))(
         sc.set_knobs(SCN, v))).step_time_s))
     for knob in STEPPED:

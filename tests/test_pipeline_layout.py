@@ -7,7 +7,7 @@ import math
 import jax
 import pytest
 
-from codesign import compute, memory, scenario, stage, step
+from codesign import compute, memory, relax, scenario, stage, step
 
 SMALL = {"model": {"layers": 6, "hidden": 512, "heads": 8, "ffn_hidden": 2048,
                    "seq_len": 1024, "vocab": 32000, "tied_embeddings": False},
@@ -118,13 +118,13 @@ def test_short_last_stage_costed_by_its_heaviest_rank():
     assert [bool(x) for x in valid] == [False, True, True]
     first, last = stage.pick(ranks, 1), stage.pick(ranks, 2)
     assert float(last.head_passes) == 1.0 and float(first.head_passes) == 0.0
-    fa = compute.timing(m, p, s, 0.0, first).forward_s
-    fb = compute.timing(m, p, s, 0.0, last).forward_s
+    fa = compute.timing(m, p, s, relax.EXACT, first).forward_s
+    fb = compute.timing(m, p, s, relax.EXACT, last).forward_s
     a, b = fa / 4.0, fb - fa / 2.0
     est = _estimate(scn)
     assert math.isclose(float(est.step.timing.forward_s), max(float(fa), float(fb)),
                         rel_tol=1e-12)
-    mems = [float(memory.memory(m, p, s, 0.0, r).total_bytes) for r in (first, last)]
+    mems = [float(memory.memory(m, p, s, relax.EXACT, r).total_bytes) for r in (first, last)]
     assert math.isclose(float(est.step.memory.total_bytes), max(mems), rel_tol=1e-12)
     other = _small("Et*3|t*3L")
     forward = _estimate(other).step.timing.forward_s

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from codesign import relax
 from codesign import scenario as sc
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "relaxation.py"
@@ -90,7 +91,7 @@ def test_relaxed_layers_per_stage_times_pipelines_is_monotone_between_stage_coun
 
     x = np.linspace(1.0, 16.0, 15 * 8 + 1)
     for t in (0.01, 0.1):
-        w = np.asarray(jax.vmap(work, (0, None))(jnp.asarray(x), t)).reshape(-1)
+        w = np.asarray(jax.vmap(work, (0, None))(jnp.asarray(x), relax.Relaxed(t))).reshape(-1)
         for k in range(15):
             steps = np.diff(w[8 * k:8 * k + 9])
             assert np.all(steps <= 1e-9 * layers) or np.all(steps >= -1e-9 * layers), (t, k)
@@ -134,9 +135,10 @@ def test_relaxed_step_follows_the_integer_lattice_from_1_to_2(name, knob):
         return step.step(s.model, s.plan, s.system, t).step_time_s
 
     x = jnp.linspace(1.0, 2.0, 9)
-    exact = [float(v) for v in jax.jit(jax.vmap(lambda v: relaxed(v, 0.0)))(x[::8])]
+    exact = [float(v) for v in jax.jit(jax.vmap(lambda v: relaxed(v, relax.EXACT)))(x[::8])]
     assert exact[1] > exact[0] * 1.01
-    values, slopes = jax.jit(jax.vmap(jax.value_and_grad(relaxed), (0, None)))(x, 0.01)
+    values, slopes = jax.jit(jax.vmap(jax.value_and_grad(relaxed), (0, None)))(
+        x, relax.Relaxed(0.01))
     assert float(slopes[0]) > 0 and np.all(np.diff(np.asarray(values)) > 0)
     # the relaxed value gap at t = 0.01: 0.15% here, at most 1.1% (benchmarks/relaxation.py)
     assert [float(values[0]), float(values[-1])] == pytest.approx(exact, rel=5e-3)
@@ -160,10 +162,11 @@ def test_a_group_spilling_out_of_its_domain_crosses_twice():
             scn, {"system.scale_up_domain": d, "parallel.tp": p})), t).step_time_s))(
             jnp.asarray(domain, float), jnp.asarray(tp, float))
 
-    exact = np.asarray(steps(range(4, 9), [8.0] * 5, 0.0))
+    exact = np.asarray(steps(range(4, 9), [8.0] * 5, relax.EXACT))
     assert np.all(np.diff(exact) <= 1e-9 * exact[1:]) and exact[2] > exact[4] * 1.03  # 6: > 3%
     x = np.linspace(0.0, 1.0, 9)
-    relaxed = np.asarray(steps(np.r_[7.0 + x, [8.0] * 9], np.r_[[8.0] * 9, 8.0 + x], 0.01))
+    relaxed = np.asarray(steps(np.r_[7.0 + x, [8.0] * 9], np.r_[[8.0] * 9, 8.0 + x],
+                               relax.Relaxed(0.01)))
     for part in (relaxed[:9], relaxed[9:]):  # domain 7 -> 8, tp 8 -> 9
         d = np.diff(part)
         assert np.all(d < 0) or np.all(d > 0), part
@@ -190,8 +193,8 @@ def test_node_limit_is_continuous_at_zero_and_follows_the_exact_steps():
 
     x = np.r_[0.0, 0.001, np.linspace(0.0, 8.0, 33)]  # quarters of a node
     relaxed, slope = (np.asarray(a) for a in jax.jit(jax.vmap(jax.value_and_grad(f), (0, None)))(
-        jnp.asarray(x), 0.01))
-    exact = np.asarray(jax.jit(jax.vmap(lambda m: f(m, 0.0)))(jnp.arange(9.0)))
+        jnp.asarray(x), relax.Relaxed(0.01)))
+    exact = np.asarray(jax.jit(jax.vmap(lambda m: f(m, relax.EXACT)))(jnp.arange(9.0)))
     assert relaxed[1] == pytest.approx(relaxed[0], rel=1e-3)  # no jump just above 0
     assert exact[0] > 1.3 * exact[1]  # the plain all-to-all is the slow one
     quarters, slopes = relaxed[2:], slope[2:]

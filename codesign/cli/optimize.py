@@ -351,12 +351,10 @@ def run(args, name) -> int:
     here = {k: optimize.scenario_choice(scn, k, labels) if k in categorical
             else float(sc.get_knob(scn, k)) for k in dict.fromkeys(keys)}
     drawn = bool(args.plot or args.report)
-    if args.method == "grid":
-        options = {"grid_points": args.grid_points, "top": max(args.top, optimize.GRID_TOP)}
-    else:
-        options = {"starts": args.starts, "steps": args.steps, "seed": args.seed,
-                   "top": max(args.top, REPORT_DESIGNS) if drawn else args.top,
-                   "store": executable_store()}
+    method = optimize.search_method(args.method, "--method")
+    options = method.options(grid_points=args.grid_points, starts=args.starts, steps=args.steps,
+                             seed=args.seed, top=args.top,
+                             least_top=REPORT_DESIGNS if drawn else 0, store=executable_store)
     rob = cmp = None
     every = ()  # the knobs of a grid that keeps every feasible point (`_points`)
     if categorical:
@@ -366,7 +364,7 @@ def run(args, name) -> int:
         try:
             r = optimize.categorical_search(
                 load, keys, parse_bounds(args.bounds), args.objective, choices=given,
-                method=args.method, progress=not args.no_progress, **_limits(args),
+                method=method, progress=not args.no_progress, **_limits(args),
                 **options)
         except optimize.NoValidChoice as e:
             print(f"codesign {name}: no feasible answer: {e}", file=sys.stderr)
@@ -374,23 +372,19 @@ def run(args, name) -> int:
     elif _is_robust(args):
         prob = _problem(args, scn, keys)
         rob = _robust_problem(args, prob, labels)
-        grid = {"progress": not args.no_progress} if args.method == "grid" else {}
-        nominal, r, cmp = optimize.robust_search(prob, rob, args.method, **options, **grid)
+        nominal, r, cmp = optimize.robust_search(prob, rob, method, **options,
+                                                 progress=not args.no_progress)
         nominal = _checked(load, nominal, args.set)
     else:
         prob = _problem(args, scn, keys)
-        if drawn and args.method == "grid" and \
-                optimize.grid_size(prob, args.grid_points) <= REPORT_GRID_POINTS:
+        if drawn and 0 < method.grid_points(optimize.grid_size(prob, args.grid_points)) \
+                <= REPORT_GRID_POINTS:
             every = prob.names
         keep = (optimize.OBJECTIVES[args.objective][0], FRONT_METRIC) if every else ()
-        r = (optimize.optimize(prob, **options) if args.method == "gradient" else
-             optimize.grid_search(prob, progress=not args.no_progress, keep=keep, **options))
+        r = method.search(prob, progress=not args.no_progress, keep=keep, **options)
     points = _points(r, every if "grid" in r.metrics else ())
     r = r._replace(metrics={k: v for k, v in r.metrics.items() if k != "grid"})
-    if args.method == "grid":
-        r = r._replace(top=r.top[: args.top] if args.top else r.top)
-    elif drawn:
-        r = r._replace(top=(r.top or [])[: args.top] if args.top else None)
+    r = r._replace(top=method.reported_top(r.top, args.top, drawn))
     r = _checked(load, r, args.set)
     if args.json:
         extra = {} if rob is None else {"robust": {
@@ -434,9 +428,10 @@ def _cheapest(args, prob, r: optimize.Result) -> str:
         cost = r.metrics.get("cost_to_train_usd", math.nan)
         if prob is not None and float(prob.scenario.tokens) > 0:
             cheap = prob.with_limits(objective="cost_to_train_usd", budget_usd=None)
-            c = (optimize.optimize(cheap, starts=args.starts, steps=args.steps, seed=args.seed)
-                 if args.method == "gradient" else
-                 optimize.grid_search(cheap, grid_points=args.grid_points, progress=False))
+            method = optimize.search_method(args.method, "--method")
+            c = method.search(cheap, **method.options(
+                grid_points=args.grid_points, starts=args.starts, steps=args.steps,
+                seed=args.seed, top=0, least_top=0, store=lambda: None))
             cost = c.value if c.feasible else cost
         what = "the cheapest design" if prob is not None else "the least-violating design"
         return f": {what} costs ${cost:,.0f} to train (--budget-usd={args.budget_usd:,.0f})"

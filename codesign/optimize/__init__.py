@@ -6,7 +6,7 @@ bounds, an objective and the constraints. Two methods solve it:
 - `optimize` (gradient). Every knob lives in a unit box z in [0, 1]: log-spaced
   between its bounds when the lower bound is positive (integer knobs become
   positive reals optimised in log space), linear otherwise. The relaxed model
-  (`step.estimate(scn, t)`: smooth ceil/max/min with temperature t) is
+  (`step.estimate(scn, relax.Relaxed(t))`: smooth ceil/max/min with temperature t) is
   minimised by projected Adam (optax; projection = clip to the box) from many
   random starts in one vmapped, scanned run, while t anneals geometrically
   from `T_START` to `T_END` and the penalty weight mu grows from `MU_START` to
@@ -24,7 +24,7 @@ bounds, an objective and the constraints. Two methods solve it:
   domains of whole nodes, ...); one that breaks a rule coupling several knobs
   (gpus = dp tp pp cp with dp micro_batch | global_batch, ...) is repaired by
   moving one integer knob to its nearest admissible value at which every rule
-  holds. They are evaluated exactly (t = 0, vmapped), refined by a beam search
+  holds. They are evaluated exactly (`relax.EXACT`, vmapped), refined by a beam search
   on the lattice (one integer knob moved up to `SINGLE_STEPS` admissible
   values, or two moved one each, repaired the same way), and the continuous
   knobs of the best few are polished by Adam on the exact model with the
@@ -49,7 +49,7 @@ goodput), cost to train in dollars and tokens per joule; `economics` prices
 them (`economics.Assumptions`, re-exported here: the prices and the
 amortisation, each labelled). `pareto_front` traces time against cost.
 `elasticities` gives d log(output) / d log(knob) for every hardware, plan and
-reliability knob by `jax.jacrev` at t = 0; `slack`, for every collective of
+reliability knob by `jax.jacrev` of the exact model; `slack`, for every collective of
 the step, the bandwidth of its tiers at which it would become exposed (or
 hidden), which an elasticity of 0 does not tell.
 
@@ -76,7 +76,9 @@ combinations wins. Refused combinations (a plan the loader refuses) are skipped.
 
 Modules: `_problem` (knobs, bounds, admissible values, `Problem`), `_model`
 (metrics, constraints, relaxed loss, exact evaluation), `_result`,
-`_gradient` (`optimize`), `_grid` (`grid_search`), `_pareto` and
+`_gradient` (`optimize`), `_grid` (`grid_search`), `_method` (the two as
+types, `Gradient` and `Grid` of `Method`, named by `search_method`: what the
+categorical, robust and command-line searches call), `_pareto` and
 `_sensitivity` (`elasticities`), `_slack` (`slack`), `_robust` (the
 uncertainty model, `robust`, `robust_search`, `robust_compare`),
 `_categorical` (`categorical_search`); the names
@@ -95,9 +97,17 @@ from ._categorical import scenario_choice as scenario_choice
 from ._gradient import optimize as optimize
 from ._grid import GRID_TOP as GRID_TOP
 from ._grid import SCANS as SCANS
+from ._grid import Float32Scan as Float32Scan
+from ._grid import Float64Scan as Float64Scan
+from ._grid import Scan as Scan
 from ._grid import grid_axes as grid_axes
 from ._grid import grid_search as grid_search
 from ._grid import grid_size as grid_size
+from ._method import METHODS as METHODS
+from ._method import Gradient as Gradient
+from ._method import Grid as Grid
+from ._method import Method as Method
+from ._method import search_method as search_method
 from ._model import Exact as Exact
 from ._model import evaluate as evaluate
 from ._model import point_metrics as point_metrics
@@ -129,11 +139,13 @@ from ._slack import slack as slack
 
 __all__ = [
     "CATEGORICAL", "DEFAULT_SIGMAS", "DERIVED_AT_ZERO", "GRID_TOP", "INTEGER_KNOBS",
-    "MAX_ROBUST_SAMPLES", "OBJECTIVES", "ROBUST_SAMPLES", "SCANS", "SENSITIVITY_KNOBS",
-    "SENSITIVITY_OUTPUTS", "Assumptions", "Exact", "GridFront", "NoValidChoice", "Problem",
-    "Result", "Uncertainty", "categorical_choices", "categorical_search", "default_bounds",
-    "design_scenario", "elasticities", "evaluate", "grid_axes", "grid_pareto",
-    "grid_search", "grid_size", "neighbours", "non_dominated", "optimize", "pareto_front", "parse_choice",
-    "point_metrics", "problem", "robust", "robust_compare", "robust_search", "scenario_choice",
+    "MAX_ROBUST_SAMPLES", "METHODS", "OBJECTIVES", "ROBUST_SAMPLES", "SCANS",
+    "SENSITIVITY_KNOBS", "SENSITIVITY_OUTPUTS", "Assumptions", "Exact", "Float32Scan",
+    "Float64Scan", "Gradient", "Grid", "GridFront", "Method", "NoValidChoice", "Problem",
+    "Result", "Scan", "Uncertainty",
+    "categorical_choices", "categorical_search", "default_bounds", "design_scenario",
+    "elasticities", "evaluate", "grid_axes", "grid_pareto", "grid_search", "grid_size",
+    "neighbours", "non_dominated", "optimize", "pareto_front", "parse_choice", "point_metrics",
+    "problem", "robust", "robust_compare", "robust_search", "scenario_choice", "search_method",
     "slack", "structurally_feasible", "uncertainty_sigmas",
 ]

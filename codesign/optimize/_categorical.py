@@ -27,8 +27,8 @@ import time
 from .. import chip, plan, presets
 from .. import scenario as sc
 from .._progress import Progress
-from ._gradient import optimize
-from ._grid import GRID_POINTS, GRID_TOP, MAX_GRID_POINTS, grid_search, grid_size
+from ._grid import GRID_POINTS, MAX_GRID_POINTS, grid_size
+from ._method import Method, search_method
 from ._model import evaluate
 from ._problem import OBJECTIVES, Problem, build
 from ._result import Result, _result, _top
@@ -145,13 +145,13 @@ def _options(keys: list, given: dict) -> list[tuple]:
             else choices_of(k) for k in keys]
 
 
-def _point(prob: Problem, method: str, start: float) -> Result:
+def _point(prob: Problem, method: Method, start: float) -> Result:
     """The scenario of a combination with no number varied, evaluated exactly."""
     ex = evaluate(prob, [[]], chunk=1)
     metrics = {k: float(v[0]) for k, v in ex.metrics.items()}
     feasible = bool(ex.feasible[0])
-    grid = {"grid_size": 1, "feasible_points": int(feasible)} if method == "grid" else {}
-    return _result(prob, method, prob.here, ex.objective[0], feasible, 1, start, [],
+    grid = method.point_counts(feasible)
+    return _result(prob, method.name, prob.here, ex.objective[0], feasible, 1, start, [],
                    metrics=metrics, top=_top(prob, prob.here[None], ex, 1), **grid)
 
 
@@ -171,7 +171,7 @@ def _merged_profile(profiles: list, grid_points: int) -> dict | None:
 
 
 def categorical_search(load, vary, bounds=None, objective: str = "step_time", *,
-                       choices: dict | None = None, method: str = "grid",
+                       choices: dict | None = None, method: Method | str = "grid",
                        budget_usd=None, budget_w=None, max_gpus=None, assumptions=None,
                        max_points: int = MAX_GRID_POINTS, progress: bool = False,
                        **options) -> Result:
@@ -182,8 +182,9 @@ def categorical_search(load, vary, bounds=None, objective: str = "step_time", *,
     overrides set (`functools.partial(scenario.load, name)` with the base
     overrides prepended, say); a ValueError from it refuses the combination.
     `choices` ({key: values}, values as text or typed) restricts a key to
-    some of its choices (default: every one, `choices_of`). `method` is "grid"
-    (`grid_search`, given `options`) or "gradient" (`optimize`). The grid's
+    some of its choices (default: every one, `choices_of`). `method` is a
+    `Method` or its name: "grid" (`grid_search`, given `options`) or "gradient"
+    (`optimize`). The grid's
     points over all the combinations count against `max_points`, the number
     of combinations too (both methods), a one-line ValueError past it.
     `progress` draws a bar over the combinations on stderr.
@@ -205,8 +206,7 @@ def categorical_search(load, vary, bounds=None, objective: str = "step_time", *,
     if chosen:
         raise ValueError(f"bounds for {chosen[0]}, a choice, not a number: restrict its "
                          f"choices instead ({chosen[0]}=A|B)")
-    if method not in ("grid", "gradient"):
-        raise ValueError(f"method={method!r} is not one of grid, gradient")
+    method = search_method(method)
     numeric = tuple(k for k in vary if k not in CATEGORICAL)
     keys = [k for k in vary if k in CATEGORICAL]
     options_per_key = _options(keys, given)
@@ -240,7 +240,7 @@ def categorical_search(load, vary, bounds=None, objective: str = "step_time", *,
                             f": {first['refused']})")
     points = sum(grid_size(p, options.get("grid_points", GRID_POINTS)) if numeric else 1
                  for p in solvable)
-    if method == "grid" and points > max_points:
+    if method.grid_points(points) > max_points:
         raise ValueError(f"the grid has {points:,} points over {len(solvable):,} "
                          f"combinations of {', '.join(keys)}, above the cap "
                          f"max_points={max_points:,}; restrict the choices, narrow `bounds` "
@@ -251,17 +251,15 @@ def categorical_search(load, vary, bounds=None, objective: str = "step_time", *,
         r = None
         if prob is not None and not numeric:
             r = _point(prob, method, time.perf_counter())
-        elif prob is not None and method == "grid":
-            r = grid_search(prob, max_points=max_points, **options)
         elif prob is not None:
-            r = optimize(prob, **options)
+            r = method.search(prob, max_points=max_points, **options)
         results.append(r)
         if r is not None:
             rows[i] |= {"feasible": r.feasible,
                         "objective": r.value if r.feasible else None}
         bar.set(0, i + 1)
     bar.close()
-    top = options.get("top", GRID_TOP if method == "grid" else 0)
+    top = options.get("top", method.top)
     return _merged(vary, combos, results, rows, objective, top, start)
 
 

@@ -19,6 +19,7 @@ import optax
 
 from .. import scenario as sc
 from .._compile import run as _compiled_run
+from ..relax import Relaxed
 from ._model import MU_END, Exact, _concat, _exact_batch, _structural_point, chunked, relaxed_loss
 from ._problem import Core, Problem, to_box, to_values
 from ._result import Result, _key, _knob_dict, _result, _top
@@ -79,7 +80,7 @@ def _descend(core: Core, z0: jax.Array, t: jax.Array, mu: jax.Array, mask: jax.A
         z = jnp.clip(optax.apply_updates(state.z, updates), 0.0, 1.0)
         return _State(z, opt_state), (loss, state.z)
 
-    final, (losses, zs) = jax.lax.scan(step, _State(z0, opt.init(z0)), (t, mu))
+    final, (losses, zs) = jax.lax.scan(step, _State(z0, opt.init(z0)), (Relaxed(t), mu))
     return final.z, losses, zs
 
 
@@ -267,7 +268,7 @@ def _refine(prob: Problem, clock: _Clock, pool: _Pool, beam: int, rounds: int):
 
 def _polish(prob: Problem, clock: _Clock, pool: _Pool, count: int, starts: int, steps: int):
     """Adam on the continuous knobs of the `count` best points, integers fixed,
-    on the exact model (t = 0). Runs the descent's executable: the seeds are
+    on the exact model (`relax.EXACT`). Runs the descent's executable: the seeds are
     padded to `starts` lanes by repetition (the repeats are not counted)."""
     continuous = np.asarray([not k.integer for k in prob.knobs])
     best = _ranked(pool, min(count, starts))

@@ -8,22 +8,28 @@ Pareto front (`_pareto`). The streamed scan computes in float32 (`scan="float32"
 about twice the points a second of float64 on a CPU) and keeps `GRID_RERANK`
 candidates, which are evaluated again in float64 and ranked by that: the optimum
 reported is the float64 grid's wherever it is among the float32 scan's best
-`GRID_RERANK` (tests/test_optimize.py checks the two agree).
+`GRID_RERANK` (tests/test_optimize.py checks the two agree). The two precisions
+are types, `Float32Scan` and `Float64Scan` of `Scan` (`scan_precision` parses
+their names): each owns its inputs' width, its tolerance, how many candidates it
+keeps and when it must be scanned again in float64.
 """
+
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 import time
 import warnings
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import strategies
 from .._compile import options
 from .._progress import Progress
 from ..relax import safe_log
@@ -50,7 +56,6 @@ GRID_RERANK = 64  # candidates a float32 scan keeps for the float64 ranking
 # the grid is scanned again in float64: the answer and the feasible count are then
 # float64's, and `Result.profile["float64_rescan"]` says why.
 FLOAT32_TOL = 1e-5
-SCANS = ("float32", "float64")  # the streamed scan's precision (`grid_search`'s `scan`)
 GRID_POINTS = 16  # values per continuous knob (`grid_search`'s default)
 GRID_HOISTED = ("system.gpus", "parallel.dp")
 GRID_STREAM_MIN = 1 << 16  # smaller grids go through `evaluate` (no kernel to compile)
@@ -240,6 +245,92 @@ def _narrowed(a):
     return a.astype(np.int32) if a.dtype == np.int64 else a
 
 
+class Scan(eqx.Module):
+    """The precision of a streamed grid's scan (`grid_search`'s `scan`), known by its `name`."""
+
+    name: eqx.AbstractClassVar[str]
+    tolerance: eqx.AbstractClassVar[float]  # how near a bound or a tie is undecided
+    index_dtype: eqx.AbstractClassVar[type]  # of the first block's index
+
+    @abc.abstractmethod
+    def narrowed(self, tree):
+        """`tree`'s arrays in the scan's width."""
+
+    @abc.abstractmethod
+    def enter(self, scope: contextlib.ExitStack) -> None:
+        """Enter, in `scope`, what the kernel is traced and run under."""
+
+    @abc.abstractmethod
+    def candidates(self, top: int) -> int:
+        """How many of the best points the scan keeps for the float64 ranking."""
+
+    @abc.abstractmethod
+    def redo(self, near: int, score: np.ndarray, top: int) -> str:
+        """Why the grid must be scanned again in float64 ("": it need not), given
+        the points `near` a bound and the kept `score`s, best first."""
+
+
+class Float32Scan(Scan):
+    """Traced and run with JAX's 64-bit types off (`jax.enable_x64(False)`), its
+    inputs narrowed (`_narrowed`); keeps `GRID_RERANK` candidates, at least
+    `top`; scanned again in float64 where a point lies within `FLOAT32_TOL` of
+    a memory or limit bound or the kept lie within it of the best."""
+
+    name: ClassVar[str] = "float32"
+    tolerance: ClassVar[float] = FLOAT32_TOL
+    index_dtype: ClassVar[type] = np.int32
+
+    def narrowed(self, tree):
+        return jax.tree.map(_narrowed, tree)
+
+    def enter(self, scope: contextlib.ExitStack) -> None:
+        # the model's float64 requests are float32 here, as asked
+        scope.enter_context(jax.enable_x64(False))
+        scope.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", "Explicitly requested dtype", UserWarning)
+
+    def candidates(self, top: int) -> int:
+        return max(top, GRID_RERANK)
+
+    def redo(self, near: int, score: np.ndarray, top: int) -> str:
+        if near:
+            return "a point within float32's tolerance of a memory or limit bound"
+        if np.isfinite(score[-1]) and score[-1] - score[0] <= FLOAT32_TOL:
+            return f"more than {top} points tie within float32's tolerance"
+        return ""
+
+
+class Float64Scan(Scan):
+    """In the model's own float64: keeps `top`, decides every bound and tie."""
+
+    name: ClassVar[str] = "float64"
+    tolerance: ClassVar[float] = 0.0
+    index_dtype: ClassVar[type] = np.int64
+
+    def narrowed(self, tree):
+        return tree
+
+    def enter(self, scope: contextlib.ExitStack) -> None:
+        pass
+
+    def candidates(self, top: int) -> int:
+        return top
+
+    def redo(self, near: int, score: np.ndarray, top: int) -> str:
+        return ""
+
+
+SCAN_CLASSES = (Float32Scan, Float64Scan)
+SCANS = tuple(c.name for c in SCAN_CLASSES)  # the streamed scan's precisions (`grid_search`)
+FLOAT64 = Float64Scan()
+
+
+def scan_precision(value, key: str = "scan") -> Scan:
+    """The scan named `value` (or `value` itself if it is a `Scan`); an unknown
+    name is a one-line ValueError naming `key` and the choices."""
+    return strategies.parse(key, value, Scan, SCAN_CLASSES)
+
+
 def stream_devices() -> list:
     """The devices a streamed grid splits its blocks over: every local accelerator;
     on the CPU one device (XLA:CPU already spreads one program's loops over the
@@ -249,36 +340,30 @@ def stream_devices() -> list:
 
 
 def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: Progress,
-            scan: str = "float64", devices=None):
+            scan: Scan = FLOAT64, devices=None):
     """Run a block kernel, kernel(core, table, carry, first block), over the whole
     grid, compiled once (`_compile.options(batch=True)`): (each device's final
     carry as numpy arrays, seconds per round of device calls). The `devices`
     (default `stream_devices()`) take consecutive calls' worth of blocks in
-    turn, each folding into a carry of its own, asynchronously. With
-    `scan="float32"` the kernel is traced and run with 64-bit types off
-    (`jax.enable_x64(False)`), its inputs narrowed."""
+    turn, each folding into a carry of its own, asynchronously, in the `scan`'s
+    precision (`Float32Scan`: with 64-bit types off, its inputs narrowed)."""
     total = math.prod(lay.sizes)
     devices = stream_devices() if devices is None else list(devices)
     arrays, static = eqx.partition(prob.core, eqx.is_array)
-    narrow = scan == "float32"
-    if narrow:
-        arrays, table, carry = jax.tree.map(_narrowed, (arrays, table, carry))
+    arrays, table, carry = scan.narrowed((arrays, table, carry))
     run = jax.jit(lambda arrays, *rest: kernel(eqx.combine(arrays, static), *rest),
                   compiler_options=options(batch=True))
     placed = [jax.device_put((arrays, table), d) for d in devices]
     carries = [jax.device_put(carry, d) for d in devices]
     times, step = [], lay.scan * len(devices)
     with contextlib.ExitStack() as scope:
-        if narrow:  # the model's float64 requests are float32 here, as asked
-            scope.enter_context(jax.enable_x64(False))
-            scope.enter_context(warnings.catch_warnings())
-            warnings.filterwarnings("ignore", "Explicitly requested dtype", UserWarning)
+        scan.enter(scope)
         for first in range(0, lay.blocks, step):
             t0 = time.perf_counter()
             for i, (a, tab) in enumerate(placed):
                 if first + i * lay.scan < lay.blocks:  # dispatched, not waited for
                     carries[i] = run(a, tab, carries[i], np.asarray(
-                        first + i * lay.scan, dtype=np.int32 if narrow else np.int64))
+                        first + i * lay.scan, dtype=scan.index_dtype))
             jax.block_until_ready(carries)
             times.append(time.perf_counter() - t0)
             done = min(lay.blocks, first + step)
@@ -287,7 +372,7 @@ def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: P
 
 
 def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress, block_points: int,
-                 call_points: int, scan: str = "float64", devices=None):
+                 call_points: int, scan: Scan = FLOAT64, devices=None):
     """The top-N kernel over the whole grid: (scores, grid indices of the `top`
     best, feasible count, seconds per round of device calls, why the scan must
     be redone in float64 or ""); the devices' tops merged as the kernel merges
@@ -295,7 +380,7 @@ def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress, block_point
     where its kept scores all lie within `FLOAT32_TOL` of the best (more ties
     than it kept) or a point lies within it of a measured bound."""
     lay = _layout(prob, tuple(len(a) for a in axes), top, block_points, call_points)
-    near_tol = FLOAT32_TOL if scan == "float32" else 0.0
+    near_tol = scan.tolerance
     carry = (np.full(top, np.inf), np.zeros(top, dtype=np.int64), np.zeros((), dtype=np.int64),
              np.zeros((), dtype=np.int64))
     kernel = lambda core, table, c, first: _grid_blocks(  # noqa: E731
@@ -305,12 +390,7 @@ def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress, block_point
     index = np.concatenate([c[1] for c in carries]).astype(np.int64)
     order = np.lexsort((index, score))[:top]
     score, index = score[order], index[order]
-    redo = ""
-    if scan == "float32":
-        if sum(int(c[3]) for c in carries):
-            redo = "a point within float32's tolerance of a memory or limit bound"
-        elif np.isfinite(score[-1]) and score[-1] - score[0] <= FLOAT32_TOL:
-            redo = f"more than {top} points tie within float32's tolerance"
+    redo = scan.redo(sum(int(c[3]) for c in carries), score, top)
     return score, index, sum(int(c[2]) for c in carries), times, redo
 
 
@@ -357,7 +437,7 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
                 keep: tuple[str, ...] = (), max_points: int = MAX_GRID_POINTS,
                 top: int = GRID_TOP, stream: bool | None = None,
                 block_points: int = GRID_BLOCK, call_points: int = GRID_CALL_POINTS,
-                scan: str = "float32", devices=None) -> Result:
+                scan: Scan | str = "float32", devices=None) -> Result:
     """Evaluate every grid point exactly (module docstring) and return the best.
 
     A grid of more than `GRID_STREAM_MIN` model evaluations (points x
@@ -369,11 +449,12 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
     each block is reduced on the device to its `top` best feasible points;
     only those reach the host, so memory stays flat in the grid size.
     Smaller grids (or `keep`) go through `evaluate` in chunks. `progress`
-    draws a bar on stderr. The streamed scan computes in `scan` precision
-    ("float32", the default: `GRID_RERANK` candidates kept, at least `top`;
-    "float64": `top`). The kept are evaluated again in float64 (`evaluate`)
-    and the best wins, ties to the first in the grid's C order (knobs in the
-    order given), as a plain loop over the grid would find. The streamed
+    draws a bar on stderr. The streamed scan computes in `scan` precision (a
+    `Scan` or its name: "float32", `Float32Scan`, the default: `GRID_RERANK`
+    candidates kept, at least `top`; "float64", `Float64Scan`: `top`). The
+    kept are evaluated again in float64 (`evaluate`) and the best wins, ties
+    to the first in the grid's C order (knobs in the order given), as a plain
+    loop over the grid would find. The streamed
     blocks are split over `devices` (default `stream_devices()`: every local
     GPU or TPU; one CPU device, whose program already uses every core).
     `Result.top` lists them (knobs and objective, best first) and
@@ -386,8 +467,7 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
     axes, total = _capped_axes(prob, grid_points, max_points, block_points, call_points)
     if top < 1:
         raise ValueError(f"top={top} must be at least 1")
-    if scan not in SCANS:
-        raise ValueError(f"scan={scan!r} must be one of {', '.join(SCANS)}")
+    scan = scan_precision(scan)
     if keep and stream:
         raise ValueError(f"keep={keep!r} needs every point's metrics: stream=True cannot")
     bar = Progress("grid", 0, total, enabled=progress)
@@ -395,12 +475,12 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
     if not (total * prob.core.samples > GRID_STREAM_MIN if stream is None else stream) or keep:
         score, index, feasible_points, times, kept = _host_grid(prob, axes, top, keep, bar)
     else:
-        candidates = max(top, GRID_RERANK) if scan == "float32" else top
+        candidates = scan.candidates(top)
         score, index, feasible_points, times, redo = _stream_grid(
             prob, axes, candidates, bar, block_points, call_points, scan, devices)
         if redo:
             score, index, feasible_points, more, _ = _stream_grid(
-                prob, axes, top, bar, block_points, call_points, "float64", devices)
+                prob, axes, top, bar, block_points, call_points, FLOAT64, devices)
             times += more
     bar.close()
     finish = time.perf_counter()

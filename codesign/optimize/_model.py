@@ -1,7 +1,7 @@
 """The model the optimiser sees: the metrics of a scenario (objectives and the
 quantities the limits bound, dollars and watts from `economics`), the smooth
 constraints, the structural rules (`plan.RULES`), the relaxed loss the
-gradient method descends, and exact evaluation (t = 0, vmapped, in chunks).
+gradient method descends, and exact evaluation (`relax.EXACT`, vmapped, in chunks).
 On a robust problem (`_robust.robust`) every metric is a statistic over the
 problem's samples of its uncertain constants (`problem_metrics`).
 """
@@ -20,7 +20,7 @@ from .. import economics, plan, step
 from .. import scenario as sc
 from .._compile import compiled
 from ..economics import Assumptions
-from ..relax import safe_log
+from ..relax import EXACT, Smoothing, safe_log
 from ..scenario import Scenario
 from ._problem import (
     LIMITED,
@@ -41,7 +41,7 @@ CHUNK_EVALUATIONS = 1 << 10  # at most this many model evaluations per chunk (ro
 _LIMITED = LIMITED
 
 
-def metrics(scn: Scenario, a: Assumptions, t=0.0, ownership=None,
+def metrics(scn: Scenario, a: Assumptions, t=EXACT, ownership=None,
             parts: tuple = step.PARTS) -> dict:
     """The objectives and constraint quantities of one scenario (jnp scalars):
     those the estimate's `parts` give (`METRIC_PARTS`; every one by default),
@@ -112,7 +112,7 @@ def statistic(values: jax.Array, weights: jax.Array, higher_is_better: bool) -> 
     return base + jnp.sum(weights * (values - base))
 
 
-def problem_metrics(core: Core, scn: Scenario, t=0.0, parts: tuple | None = None) -> dict:
+def problem_metrics(core: Core, scn: Scenario, t=EXACT, parts: tuple | None = None) -> dict:
     """`metrics` of `scn` under the problem: the nominal model's, or on a robust
     problem each metric's `statistic` over the samples of the uncertain
     constants (vmapped; what does not depend on them is computed once). Only
@@ -196,9 +196,10 @@ def _penalty(g: jax.Array, mu) -> jax.Array:
     return mu * jnp.sum(jnp.maximum(g, 0.0) ** 2)
 
 
-def relaxed_loss(z: jax.Array, core: Core, t, mu) -> jax.Array:
+def relaxed_loss(z: jax.Array, core: Core, t: Smoothing, mu) -> jax.Array:
     """The gradient method's objective at unit-box point z (K,): signed log
-    objective + penalty, on the model relaxed at temperature t; only the
+    objective + penalty, on the model relaxed by `t` (`relax.Relaxed(temperature)`;
+    `relax.EXACT`: the exact model's loss); only the
     metrics of `Core.parts` are traced (what the objective and the set limits need)."""
     scn = apply(core, to_values(core, z))
     m = problem_metrics(core, scn, t)
@@ -206,7 +207,7 @@ def relaxed_loss(z: jax.Array, core: Core, t, mu) -> jax.Array:
 
 
 class Exact(NamedTuple):
-    """Exact (t = 0) evaluation of a batch of points."""
+    """Exact (`relax.EXACT`) evaluation of a batch of points."""
 
     objective: jax.Array  # (n,) the objective's value
     loss: jax.Array  # (n,) signed log objective (lower is better)

@@ -22,7 +22,7 @@ class Result(NamedTuple):
     method: str  # "gradient" or "grid"
     objective: str
     goal: str  # "min" or "max"
-    value: float  # the objective at `best` (exact, t = 0)
+    value: float  # the objective at `best` (the exact model)
     best: dict  # knob -> value (a float; a categorical knob's choice as `--set` takes it)
     feasible: bool
     evaluations: int

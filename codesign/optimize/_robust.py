@@ -46,8 +46,7 @@ from jax.scipy.special import betainc
 
 from .. import scenario as sc
 from .. import uncertainty
-from ._gradient import optimize
-from ._grid import grid_search
+from ._method import Method, search_method
 from ._model import evaluate
 from ._problem import INTEGER_KNOBS, OBJECTIVES, Problem
 from ._result import Result
@@ -190,21 +189,14 @@ def compare(prob: Problem, rob: Problem, nominal_x, robust_x) -> dict:
                       if at_nominal.feasible.all() else None)}
 
 
-def search(prob: Problem, rob: Problem, method: str = "gradient",
+def search(prob: Problem, rob: Problem, method: Method | str = "gradient",
            **options) -> tuple[Result, Result, dict]:
     """The nominal optimum of `prob` and the robust optimum of `rob` (`robust`
-    of it) by one method (`optimize`'s or `grid_search`'s `options` for both),
-    and their `compare`. The grid holds the nominal optimum; the gradient
-    method is given it (`include`), so the robust design's statistic is never
-    worse than the nominal design's on the same samples: regret >= 0."""
-    if method not in ("gradient", "grid"):
-        raise ValueError(f"method={method!r} must be gradient or grid")
-    if method == "grid":
-        nominal = grid_search(prob, **options)
-        robust_r = grid_search(rob, **options)
-    else:
-        nominal = optimize(prob, **options)
-        robust_r = optimize(rob, **options, include=[list(nominal.best.values())]
-                            if nominal.feasible else None)
+    of it) by one method (a `Method` or its name; `optimize`'s or
+    `grid_search`'s `options` for both), and their `compare`. The grid holds
+    the nominal optimum; the gradient method is given it (`include`), so the
+    robust design's statistic is never worse than the nominal design's on the
+    same samples: regret >= 0 (`Method.robust`)."""
+    nominal, robust_r = search_method(method).robust(prob, rob, **options)
     return nominal, robust_r, compare(prob, rob, list(nominal.best.values()),
                                       list(robust_r.best.values()))

@@ -1,4 +1,4 @@
-"""Elasticities: d log(output) / d log(knob) of the exact model (t = 0) for every
+"""Elasticities: d log(output) / d log(knob) of the exact model (`relax.EXACT`) for every
 hardware, plan and reliability knob, by `jax.jacrev`.
 """
 
@@ -55,7 +55,7 @@ def _checked(scn: Scenario, out: dict, elasticity: dict) -> dict:
 
 
 def elasticities(scn: Scenario, outputs=("step_time_s",), knobs=None) -> dict:
-    """{output: {knob: d log(output) / d log(knob)}} at t = 0, by jax.jacrev.
+    """{output: {knob: d log(output) / d log(knob)}} of the exact model, by jax.jacrev.
 
     Each knob moves alone with the others held; with system.gpus fixed, dp
     follows tp, pp and cp (`scenario.set_knobs`). Raising parallel.dp raises

@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import compute, traffic
 from ..hardware import System
-from ..relax import smooth_clip
+from ..relax import EXACT, smooth_clip, smoothing
 from ._trace import Program
 
 
@@ -174,12 +174,13 @@ def _schedule(program: Program, segment_s: jax.Array, collective_s: jax.Array):
     return ends - w, ends
 
 
-def cost(program: Program, system: System, scale: dict | None = None, t=0.0
+def cost(program: Program, system: System, scale: dict | None = None, t=EXACT
          ) -> ProgramEstimate:
     """One step of `program` on `system` (a pure JAX function of the system's
     leaves: jit, grad and vmap it), on the traced mesh with `scale`'s axes set to
-    their sizes (see the module docstring); `t` relaxes the collectives' `auto`
-    and placement as in the step model (0: exact)."""
+    their sizes (see the module docstring); `t` (a `relax.Smoothing`) relaxes the
+    collectives' `auto` and placement as in the step model (`relax.EXACT`: exact)."""
+    t = smoothing(t)
     sizes = scaled_sizes(program.mesh, scale)
     devices = float(math.prod(sizes))
     system = eqx.tree_at(lambda s: s.gpus, system, jnp.asarray(devices, float))
