@@ -48,6 +48,7 @@ from ._published_runs import TORCHTITAN_SOURCE as TORCHTITAN_SOURCE
 from ._published_runs import Check as Check
 from .hardware import System
 from .plan import Plan
+from .relax import EXACT
 from .workload import Transformer
 
 
@@ -207,7 +208,7 @@ def _collective(spec) -> float:
     if tier_name is None:
         per_node = float(system.gpus_per_node)
         geometry = (float(ranks), per_node, float(ranks), 1.0)
-        return float(traffic.cost_on(op, float(n_bytes), geometry, system, 0.0,
+        return float(traffic.cost_on(op, float(n_bytes), geometry, system, EXACT,
                                      algorithm).time_s)
     c = collectives.cost(op, algorithm, n_bytes, ranks, getattr(system, tier_name),
                          protocols=system.protocols)

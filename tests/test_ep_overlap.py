@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from codesign import overlap, plan as plan_lib, strategies, workload
+from codesign.relax import EXACT, Relaxed
 
 # per MoE layer: the MoE block's forward M = 1, the rest of the layer's forward
 # P_f = 1 and backward P_b = 2; 2 layers (both MoE), 4 micro-batches (3 paired)
@@ -30,7 +31,7 @@ def test_the_layered_overlap_is_a_two_stream_timeline(one_s, delay, layer):
     per_layer = 4 * one_s  # dispatch and combine, forward and backward
     time_s = 4 * 2 * per_layer
     rule = _paired(delay)
-    got = float(rule.exposed_s(time_s, rule.hiding_s(TIMING, 0.0), 0.0))
+    got = float(rule.exposed_s(time_s, rule.hiding_s(TIMING, EXACT), EXACT))
     # the unpaired micro-batch's exchanges whole, the 3 paired ones' excess per layer
     assert got == pytest.approx(2 * per_layer + 3 * 2 * layer, rel=1e-12)
 
@@ -38,17 +39,17 @@ def test_the_layered_overlap_is_a_two_stream_timeline(one_s, delay, layer):
 def test_dualpipe_and_no_overlap_keep_their_formulas():
     time_s = 48.0
     dual = _paired(False, strategies.DualPipe(), combined=False)
-    hide = dual.hiding_s(TIMING, 0.0)
+    hide = dual.hiding_s(TIMING, EXACT)
     # the forward's half under 3 x the backward (8), the backward's under 3 x 4
-    assert float(dual.exposed_s(time_s, hide, 0.0)) == max(24 - 24, 0) + max(24 - 12, 0)
+    assert float(dual.exposed_s(time_s, hide, EXACT)) == max(24 - 24, 0) + max(24 - 12, 0)
     off = _paired(False, combined=False)
-    assert float(off.exposed_s(time_s, off.hiding_s(TIMING, 0.0), 0.0)) == time_s
+    assert float(off.exposed_s(time_s, off.hiding_s(TIMING, EXACT), EXACT)) == time_s
 
 
 def test_relaxed_exposure_is_finite_and_near_the_exact():
     rule = _paired(True)
-    exact = float(rule.exposed_s(48.0, rule.hiding_s(TIMING, 0.0), 0.0))
-    relaxed = float(rule.exposed_s(48.0, rule.hiding_s(TIMING, 0.05), 0.05))
+    exact = float(rule.exposed_s(48.0, rule.hiding_s(TIMING, EXACT), EXACT))
+    relaxed = float(rule.exposed_s(48.0, rule.hiding_s(TIMING, Relaxed(0.05)), Relaxed(0.05)))
     assert relaxed == pytest.approx(exact, rel=0.2)
 
 
@@ -86,7 +87,7 @@ def test_the_layered_rule_has_finite_gradients_and_jit_equals_eager():
         rule = _paired(True)
         return rule.exposed_s(32.0 * one_s, rule.hiding_s(TIMING, t), t)
 
-    for t in (0.0, 0.05):
+    for t in (EXACT, Relaxed(0.05)):
         grad = float(jax.grad(exposed)(1.5, t))
         assert grad == grad and abs(grad) < 1e3
         assert float(jax.jit(exposed)(1.5, t)) == pytest.approx(float(exposed(1.5, t)),

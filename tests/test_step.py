@@ -136,11 +136,10 @@ def test_combined_1f1b_hides_the_all_to_alls_as_dualpipe_does():
         assert float(off.exposed_s) == float(off.time_s) > 0
         assert float(on.time_s) == float(off.time_s)
         assert float(on.exposed_s) < float(off.exposed_s)
-        tm, m = est_on.timing, float(est_on.timing.overlap_s / est_on.timing.micro_batch_s)
-        share = 1.0 / 2.0  # selective recompute: one forward per layer, 2 of 4 exchanges
-        expected = (max(share * float(on.time_s) - (m - 1) * float(tm.backward_s), 0.0)
-                    + max(share * float(on.time_s) - (m - 1) * float(tm.forward_s), 0.0))
-        assert float(on.exposed_s) == pytest.approx(expected, abs=1e-12)
+        m = float(est_on.timing.overlap_s / est_on.timing.micro_batch_s)
+        # combined 1F1B layer by layer (its two-stream timeline: tests/test_ep_overlap.py):
+        # the step's unpaired micro-batch exposes its exchanges whole, the others hide
+        assert float(on.time_s) / m * (1 - 1e-12) <= float(on.exposed_s)
         assert float(est_on.step_time_s) < float(est_off.step_time_s)
     assert 0 < float(on.exposed_s) < float(on.time_s)  # the slow fabric: an excess shows
     dual, _ = ep_row(["parallel.schedule=dualpipe"])
