@@ -368,18 +368,32 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
 
 
 def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, local_ranks,
-                temperature=AUTO_TEMPERATURE, protocols: Protocols | None = None) -> jax.Array:
+                temperature=AUTO_TEMPERATURE, protocols: Protocols | None = None,
+                algorithms: tuple | None = None) -> jax.Array:
     """The seconds of `auto` for R two-tier collectives at once: `ops[i]` on
     `n_bytes[i]` over `ranks[i]`, `local_ranks[i]` of them on `tier` (leaves (R,)
     or scalars), joined by `outer`. One expression for every candidate of every
     op (each padded to the longest op's candidates); shape (R,). The time of
     `choose`'s Cost, without its split into terms (the minimum itself at
-    temperature 0, the soft minimum above it)."""
+    temperature 0, the soft minimum above it).
+
+    `algorithms[i]`: the candidates of request i (a tuple of algorithm names of
+    `ops[i]`; one name prices that algorithm, as `cost` does: a flat one over
+    `local_ranks[i]` = `ranks[i]` runs on `tier`, over `local_ranks[i]` = 1 on
+    `outer`), or None for `auto`'s (`candidates`, two-tier included); all None
+    when `algorithms` is None."""
     ops = tuple(_check_op(op) for op in ops)
+    if algorithms is None:
+        algorithms = (None,) * len(ops)
+    for op, names in zip(ops, algorithms, strict=True):
+        for a in names or ():
+            _check_algorithm(op, a)
     _checks.non_negative("bytes", n_bytes)
     _checks.at_least_one("ranks", ranks)
     local_ranks = _check_tiers(outer, local_ranks)
-    table = _rows.table(tuple((op, candidates(op, protocols, hierarchical=True)) for op in ops))
+    table = _rows.table(tuple(
+        (op, candidates(op, protocols, hierarchical=True) if names is None else tuple(names))
+        for op, names in zip(ops, algorithms, strict=True)))
     n_bytes, ranks = _checks.as_float(n_bytes), _checks.as_float(ranks)
 
     def auto_s(g, ramp):
