@@ -192,15 +192,19 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     # XLA fuses it into the formulas below, where a dense contraction would not)
     coef = {t: combine(m) for t, m in table.matrices.items()}
     two_tier = table.two_tier[table.valid]
-    flat = None if two_tier.all() else _flat_tier(tier, outer, ranks, local_ranks)
+    # where each row runs on `tier`: a two-tier row always, a flat one while its
+    # group stays in the domain (`_flat_tier`); True: every row (no select at all)
+    on_tier = True
+    if outer is not None and not two_tier.all():
+        on_tier = _inside(ranks, local_ranks)
+        if two_tier.any():
+            on_tier = per_row(table.two_tier) | on_tier
 
     @functools.cache
     def tier0(field):  # a field of the tier each row runs on (the first of two)
-        if flat is None:
+        if on_tier is True:
             return getattr(tier, field)
-        if not two_tier.any():
-            return getattr(flat, field)
-        return where(per_row(table.two_tier), getattr(tier, field), getattr(flat, field))
+        return where(on_tier, getattr(tier, field), getattr(outer, field))
 
     zero = jnp.zeros(table.valid.shape[:1] + shape)
     latency, latency_out = coef["L"] * tier0("latency_s"), 0.0

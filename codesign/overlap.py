@@ -24,6 +24,7 @@ import dataclasses
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from .relax import safe_div, smooth_max, smooth_min
 
@@ -230,11 +231,30 @@ class PerLayer(Rule):
 
 def exposed(traffic, timing, t=0.0) -> tuple:
     """The traffic table's rows with their exposed seconds against the step's
-    compute (`timing`, `compute.Timing`): each rule's `hiding_s` computed once
-    (`traffic.Traffic.rules`), each row's `exposed_s` by the rule it names (a row
-    naming none is on the critical path as the traffic costed it); the rows
+    compute (`timing`, `compute.Timing`), each by the rule it names
+    (`traffic.Traffic.rules`; a row naming none is on the critical path as the
+    traffic costed it). The rows of one kind of rule (its class and static
+    fields: a phase, a share of the pass) are one array: their rules' windows
+    stacked row by row, `hiding_s` and `exposed_s` applied once to all of them
+    (a rule shared by several rows is read by each, the same values). The rows
     returned name no rule (`traffic.Row.rule` = -1)."""
-    hiding = [rule.hiding_s(timing, t) for rule in traffic.rules]
-    return tuple(r if r.rule < 0 else dataclasses.replace(
-        r, exposed_s=traffic.rules[r.rule].exposed_s(r.time_s, hiding[r.rule], t), rule=-1)
-        for r in traffic.rows)
+    rows = list(traffic.rows)
+    kinds: dict = {}  # a rule's structure -> the rows whose rule has it
+    for i, r in enumerate(rows):
+        if r.rule >= 0:
+            kinds.setdefault(jax.tree.structure(traffic.rules[r.rule]), []).append(i)
+    for members in kinds.values():
+        rules = [traffic.rules[rows[i].rule] for i in members]
+        times = [rows[i].time_s for i in members]
+        if len(members) > 1:  # the kind's rows as one array
+            rules = [jax.tree.map(_stacked, *rules)]
+            times = [_stacked(*times)]
+        out = rules[0].exposed_s(times[0], rules[0].hiding_s(timing, t), t)
+        for i, e in zip(members, jnp.unstack(out) if len(members) > 1 else (out,), strict=True):
+            rows[i] = dataclasses.replace(rows[i], exposed_s=e, rule=-1)
+    return tuple(rows)
+
+
+def _stacked(*values) -> jax.Array:
+    """Scalars (traced or not) as one array, in order."""
+    return jnp.stack(jnp.broadcast_arrays(*values))

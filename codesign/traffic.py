@@ -220,7 +220,16 @@ def price(requests, system: System, t=0.0) -> list:
     every request's candidates in one vectorised expression
     (`collectives.choose_many`). An `auto` all-to-all (an exchange across
     domains: its flows and the rail-only forwarding hop) is priced by `cost_on`
-    beside it."""
+    beside it.
+
+    Args:
+        requests: the `Request`s, in any order.
+        system: the `hardware.System` whose tiers and protocols price them.
+        t: the model's temperature (`auto`'s soft minimum, a group's spill).
+
+    Returns:
+        a list of jnp scalars, seconds of one collective, in `requests`' order.
+    """
     costs = [None] * len(requests)
     alone = [i for i, r in enumerate(requests) if r.op == "all_to_all" and r.algorithms is None]
     for i in alone:
@@ -276,16 +285,58 @@ def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
     return collectives.bus_factor(op, across) * n_across
 
 
-def _row(dimension, op, algorithm, n_bytes, count, one_s, ranks, inside, critical=True,
-         slow_bytes=None) -> Row:
-    """A row of `count` collectives of `one_s` seconds each, all of it exposed
-    until the overlap rule its part gives it is applied (`overlap.exposed`)."""
-    time = count * one_s
-    if slow_bytes is None:
-        slow_bytes = count * slow_tier_bytes(op, n_bytes, ranks, inside)
-    return Row(message_bytes=n_bytes, count_per_step=count, ranks=ranks, ranks_inside=inside,
-               time_s=time, exposed_s=time, slow_tier_bytes=slow_bytes, dimension=dimension,
-               collective=op, algorithm=algorithm, critical_path=critical)
+# bus factor (p-1)/p x a + b of each op (`collectives.bus_factor`), as arrays
+_BUS = {"all_reduce": (2.0, 0.0), "all_gather": (1.0, 0.0), "reduce_scatter": (1.0, 0.0),
+        "all_to_all": (1.0, 0.0)}
+
+
+class _Line(NamedTuple):
+    """A row before its columns are computed (`_rows`): `count` collectives of
+    `one_s` seconds each; `slow_bytes` None: `slow_tier_bytes`' per collective."""
+
+    dimension: str
+    op: str
+    algorithm: str
+    n_bytes: jax.Array
+    count: jax.Array
+    one_s: jax.Array
+    ranks: jax.Array
+    inside: jax.Array
+    critical: bool = True
+    slow_bytes: jax.Array | None = None
+
+
+
+
+
+def _rows(lines) -> list[Row]:
+    """The `Row`s of `lines`, each column computed once for all of them (one
+    array: seconds = count x one's, the slow tier's bytes by `slow_tier_bytes`
+    unless a line gives its own), all of a row exposed until the overlap rule
+    its part gives it is applied (`overlap.exposed`)."""
+    n, count, one, ranks, inside = (_stacked(*c) for c in zip(
+        *((x.n_bytes, x.count, x.one_s, x.ranks, x.inside) for x in lines), strict=True))
+    time = count * one
+    a, b = (np.array([_BUS.get(x.op, (0.0, 1.0))[k] for x in lines]) for k in (0, 1))
+    across = ranks / inside
+    a2a = np.array([x.op == "all_to_all" for x in lines])
+    n_across = where(a2a, n, n / inside) if a2a.any() else n / inside
+    slow = count * ((a * (across - 1) / across + b) * n_across)
+    given = np.array([x.slow_bytes is not None for x in lines])
+    if given.any():
+        slow = where(given, _stacked(*(0.0 if x.slow_bytes is None else x.slow_bytes
+                                       for x in lines)), slow)
+    return [Row(message_bytes=x.n_bytes, count_per_step=x.count, ranks=x.ranks,
+                ranks_inside=x.inside, time_s=time_s, exposed_s=time_s, slow_tier_bytes=slow_s,
+                dimension=x.dimension, collective=x.op, algorithm=x.algorithm,
+                critical_path=x.critical)
+            for x, time_s, slow_s in zip(lines, jnp.unstack(time), jnp.unstack(slow),
+                                         strict=True)]
+
+
+def _stacked(*values) -> jax.Array:
+    """Scalars (traced or not) as one array, in order."""
+    return jnp.stack(jnp.broadcast_arrays(*values))
 
 
 # ---------------------------------------------------------------- dimensions
@@ -310,7 +361,7 @@ def _tp_rows(model, plan, system, sh, place, t):
     ranks, inside = geometry[:2]
     rule = overlap.UnderGemms(plan.tp_overlap, len(ops))
     return [_Part(tuple(Request(op, n, geometry) for op in ops),
-                  lambda costs: [(rule, [_row("tp", op, "auto", n, count, one, ranks, inside)
+                  lambda costs: [(rule, [_Line("tp", op, "auto", n, count, one, ranks, inside)
                                          for op, one in zip(ops, costs, strict=True)])])]
 
 
@@ -333,9 +384,9 @@ def _cp_rows(model, plan, system, sh, place, t):
         ag, rs = costs
         forward = overlap.UnderAttention(fwd * ag, overlap.PHASES[0])
         backward = overlap.UnderAttention(per * ag + per * rs, overlap.PHASES[1])
-        return [(forward, [_row("cp", "all_gather", "ring/forward", n, fwd, ag, ranks, inside)]),
-                (backward, [_row("cp", "all_gather", "ring/backward", n, per, ag, ranks, inside),
-                            _row("cp", "reduce_scatter", "ring/backward", n, per, rs, ranks,
+        return [(forward, [_Line("cp", "all_gather", "ring/forward", n, fwd, ag, ranks, inside)]),
+                (backward, [_Line("cp", "all_gather", "ring/backward", n, per, ag, ranks, inside),
+                            _Line("cp", "reduce_scatter", "ring/backward", n, per, rs, ranks,
                                  inside)])]
 
     return [_Part((Request("all_gather", n, geometry), Request("reduce_scatter", n, geometry)),
@@ -440,7 +491,7 @@ def _ep_row(model, plan, system, sh, t, sizes, tiers, fast):
     paired = jnp.maximum(sh.micro_batches - 1.0, 0.0)  # micro-batches with a partner
     forward_share = plan.recompute.layer_forwards / (1.0 + plan.recompute.layer_forwards)
     rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule)
-    return [(rule, [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
+    return [(rule, [_Line("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
                          slow_bytes=count * cross_bytes * (model.moe_layers > 0))])]
 
 
@@ -466,7 +517,7 @@ def _bucketed_row(op, label, total_bytes, geometry, plan, phase, times, present)
     bucket = total_bytes / buckets
     return _Part((Request(op, bucket, geometry),), lambda costs: [(
         overlap.Buckets(costs[0], buckets, times, present, phase),
-        [_row("dp", op, label, bucket, times * buckets * present, costs[0], geometry[0],
+        [_Line("dp", op, label, bucket, times * buckets * present, costs[0], geometry[0],
               geometry[1], critical=False)])])
 
 
@@ -544,11 +595,11 @@ def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, present
         ag, rs = costs
         fwd = overlap.PerLayer(ag, layers, depth, m, present, forward, whole=True)
         bwd = overlap.PerLayer(again * ag + rs, layers, depth, m, present, backward, whole=False)
-        return [(fwd, [_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count,
+        return [(fwd, [_Line("dp", "all_gather", f"zero3-forward/{label}", layer_params, count,
                             ag, inner[0], inner[1], critical=False)]),
-                (bwd, [_row("dp", "all_gather", f"zero3-backward/{label}", layer_params,
+                (bwd, [_Line("dp", "all_gather", f"zero3-backward/{label}", layer_params,
                             again * count, ag, inner[0], inner[1], critical=False),
-                       _row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs,
+                       _Line("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs,
                             inner[0], inner[1], critical=False)])]
 
     return _Part((Request("all_gather", layer_params, inner),
@@ -582,7 +633,7 @@ def _pp_rows(model, plan, system, sh, place, t):
         one_s = neighbour_inside * up + (1 - neighbour_inside) * out
         rule = overlap.Steady(one_s, count, jnp.minimum(2.0 * (plan.pp - 1.0), count),
                               plan.interleave) if plan.schedule.overlaps_p2p else None
-        return [(rule, [_row("pp", "send_recv", "direct", n, count, one_s,
+        return [(rule, [_Line("pp", "send_recv", "direct", n, count, one_s,
                              jnp.minimum(ranks, 2.0), 1.0 + neighbour_inside,
                              slow_bytes=count * n * (1.0 - neighbour_inside))])]
 
@@ -613,27 +664,42 @@ def table(model: Transformer, plan: Plan, system: System, t=0.0, sh=None) -> Tra
     """Every collective of one step, costed without the compute: each dimension's
     requests priced in one call (`price`), its rows built from their seconds, and
     the rule each row's compute hides it by (`Traffic.rules`), which
-    `overlap.exposed` applies once the step's compute is known. `sh`: the
-    stage's `Shape` if known."""
+    `overlap.exposed` applies once the step's compute is known.
+
+    Args:
+        model, plan, system: the workload, its plan and the machine.
+        t: the model's temperature (the exact model at its default).
+        sh: the stage's `stage.Shape` if known (default: `stage.shape`'s).
+
+    Returns:
+        the `Traffic` table: rows in tp, cp, ep, dp, pp order, each all exposed
+        until `overlap.exposed` applies its rule.
+    """
     sh = stage.shape(model, plan, t) if sh is None else sh
     place = placement(plan, system, t)
     parts = [part for rows in (_tp_rows, _cp_rows, _ep_rows, _dp_rows, _pp_rows)
              for part in rows(model, plan, system, sh, place, t)]
     # every collective of the step priced at once
     costs = price([r for part in parts for r in part.requests], system, t)
-    rows, rules, start = [], [], 0
+    lines, named, rules, start = [], [], [], 0  # named: each line's rule (-1: none)
     for part in parts:
         for rule, shared in part.rows(tuple(costs[start:start + len(part.requests)])):
-            if rule is not None:
-                shared = [dataclasses.replace(r, rule=len(rules)) for r in shared]
-                rules.append(rule)
-            rows += shared
+            named += [-1 if rule is None else len(rules)] * len(shared)
+            rules += [] if rule is None else [rule]
+            lines += shared
         start += len(part.requests)
+    rows = (r if k < 0 else dataclasses.replace(r, rule=k)
+            for r, k in zip(_rows(lines), named, strict=True))
     return Traffic(tuple(rows), tuple(rules))
 
 
+def column(rows, field: str) -> jax.Array:
+    """One numeric field of `rows` (`Row`s) as one array, in their order."""
+    return _stacked(*(getattr(r, field) for r in rows))
+
+
 def exposed_by_dimension(rows) -> dict:
-    out = {d: jnp.zeros(()) for d in ("tp", "cp", "ep", "dp", "pp")}
-    for r in rows:
-        out[r.dimension] = out[r.dimension] + r.exposed_s
-    return out
+    """Each dimension's exposed seconds per step (`DIMENSIONS`): the rows'
+    `exposed_s` summed by dimension, as one product with the rows' membership."""
+    member = np.array([[r.dimension == d for r in rows] for d in DIMENSIONS], dtype=float)
+    return dict(zip(DIMENSIONS, jnp.unstack(member @ column(rows, "exposed_s")), strict=True))
