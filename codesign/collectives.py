@@ -463,6 +463,12 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
                         temperature)
 
 
+# nccl-tests' bus factor of each op, a (p-1)/p + b: (a, b)
+_BUS_FACTOR = {"all_reduce": (2.0, 0.0), "all_gather": (1.0, 0.0), "reduce_scatter": (1.0, 0.0),
+               "all_to_all": (1.0, 0.0), "broadcast": (0.0, 1.0), "reduce": (0.0, 1.0),
+               "send_recv": (0.0, 1.0)}
+
+
 def bus_factor(op: str, ranks) -> jax.Array:
     """nccl-tests' busbw / algbw: 2(p-1)/p for all-reduce; (p-1)/p for all-gather,
     reduce-scatter and all-to-all; 1 for broadcast, reduce and send/recv.
@@ -471,13 +477,16 @@ def bus_factor(op: str, ranks) -> jax.Array:
     (NVLS) all-reduce reports busbw = 2(p-1)/p x algbw although each GPU's link
     carries only about n in each direction: its busbw may exceed the link.
     """
-    op = _check_op(op)
+    a, _ = _BUS_FACTOR[_check_op(op)]
     p = _checks.as_float(ranks)
-    if op == "all_reduce":
-        return 2 * (p - 1) / p
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (p - 1) / p
-    return jnp.ones_like(p)
+    return a * (p - 1) / p if a else jnp.ones_like(p)
+
+
+def bus_factors(ops: tuple[str, ...], ranks) -> jax.Array:
+    """`bus_factor` of R collectives at once: `ops[i]` over `ranks[i]` (shape (R,))."""
+    a, b = (np.array([_BUS_FACTOR[_check_op(op)][k] for op in ops]) for k in (0, 1))
+    p = _checks.as_float(ranks)
+    return a * (p - 1) / p + b
 
 
 def algbw_Bps(n_bytes, time_s) -> jax.Array:

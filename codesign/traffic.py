@@ -270,24 +270,24 @@ class _Part(NamedTuple):
     """A dimension's share of the table: the collectives it needs priced
     (`requests`, `Request`s), and `rows`, which turns one collective's seconds
     of each into its rows, grouped by the overlap rule they share: a list of
-    (`overlap.Rule` or None, [`Row`, ...])."""
+    (`overlap.Rule` or None, [`_Line`, ...])."""
 
     requests: tuple
     rows: Callable
 
 
-def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
+def slow_tier_bytes(op, n_bytes, ranks, inside) -> jax.Array:
     """Bytes one GPU sends over the slow tier in one hierarchical `op`: the
     phase across domains runs on n / inside bytes (all n for all-to-all) over
-    ranks / inside participants, with nccl-tests' bus factor."""
+    ranks / inside participants, with nccl-tests' bus factor. `op` is one op's
+    name, or a tuple of R (the other arguments then (R,) arrays: every row at once)."""
     across = ranks / inside
-    n_across = n_bytes if op == "all_to_all" else n_bytes / inside
-    return collectives.bus_factor(op, across) * n_across
-
-
-# bus factor (p-1)/p x a + b of each op (`collectives.bus_factor`), as arrays
-_BUS = {"all_reduce": (2.0, 0.0), "all_gather": (1.0, 0.0), "reduce_scatter": (1.0, 0.0),
-        "all_to_all": (1.0, 0.0)}
+    if isinstance(op, str):
+        n_across = n_bytes if op == "all_to_all" else n_bytes / inside
+        return collectives.bus_factor(op, across) * n_across
+    a2a = np.array([o == "all_to_all" for o in op])
+    n_across = where(a2a, n_bytes, n_bytes / inside) if a2a.any() else n_bytes / inside
+    return collectives.bus_factors(tuple(op), across) * n_across
 
 
 class _Line(NamedTuple):
@@ -306,9 +306,6 @@ class _Line(NamedTuple):
     slow_bytes: jax.Array | None = None
 
 
-
-
-
 def _rows(lines) -> list[Row]:
     """The `Row`s of `lines`, each column computed once for all of them (one
     array: seconds = count x one's, the slow tier's bytes by `slow_tier_bytes`
@@ -317,11 +314,7 @@ def _rows(lines) -> list[Row]:
     n, count, one, ranks, inside = (_stacked(*c) for c in zip(
         *((x.n_bytes, x.count, x.one_s, x.ranks, x.inside) for x in lines), strict=True))
     time = count * one
-    a, b = (np.array([_BUS.get(x.op, (0.0, 1.0))[k] for x in lines]) for k in (0, 1))
-    across = ranks / inside
-    a2a = np.array([x.op == "all_to_all" for x in lines])
-    n_across = where(a2a, n, n / inside) if a2a.any() else n / inside
-    slow = count * ((a * (across - 1) / across + b) * n_across)
+    slow = count * slow_tier_bytes(tuple(x.op for x in lines), n, ranks, inside)
     given = np.array([x.slow_bytes is not None for x in lines])
     if given.any():
         slow = where(given, _stacked(*(0.0 if x.slow_bytes is None else x.slow_bytes
