@@ -380,7 +380,7 @@ def _cp_rows(model, plan, system, sh, place, t):
         return [(forward, [_Line("cp", "all_gather", "ring/forward", n, fwd, ag, ranks, inside)]),
                 (backward, [_Line("cp", "all_gather", "ring/backward", n, per, ag, ranks, inside),
                             _Line("cp", "reduce_scatter", "ring/backward", n, per, rs, ranks,
-                                 inside)])]
+                                  inside)])]
 
     return [_Part((Request("all_gather", n, geometry), Request("reduce_scatter", n, geometry)),
                   rows)]
@@ -485,7 +485,7 @@ def _ep_row(model, plan, system, sh, t, sizes, tiers, fast):
     forward_share = plan.recompute.layer_forwards / (1.0 + plan.recompute.layer_forwards)
     rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule)
     return [(rule, [_Line("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
-                         slow_bytes=count * cross_bytes * (model.moe_layers > 0))])]
+                          slow_bytes=count * cross_bytes * (model.moe_layers > 0))])]
 
 
 def _table_exchange_s(d, plan, model, tokens, widths, inside, inner):
@@ -504,14 +504,14 @@ def _table_exchange_s(d, plan, model, tokens, widths, inside, inner):
 
 
 def _bucketed_row(op, label, total_bytes, geometry, plan, phase, times, present):
-    """A row generator: `times` x a bucketed `op` of `total_bytes` over
+    """A part (`_Part`): `times` x a bucketed `op` of `total_bytes` over
     `geometry`, each pass hidden under a micro-batch's `phase` (`overlap.Buckets`)."""
     buckets = jnp.maximum(total_bytes / plan.dp_bucket_bytes, 1.0)
     bucket = total_bytes / buckets
     return _Part((Request(op, bucket, geometry),), lambda costs: [(
         overlap.Buckets(costs[0], buckets, times, present, phase),
         [_Line("dp", op, label, bucket, times * buckets * present, costs[0], geometry[0],
-              geometry[1], critical=False)])])
+               geometry[1], critical=False)])])
 
 
 def _dp_rows(model, plan, system, sh, place, t):
@@ -543,7 +543,7 @@ def _dp_rows(model, plan, system, sh, place, t):
         dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
     m = sh.micro_batches
     forward, backward = overlap.PHASES
-    parts = []  # row generators, run together
+    parts = []  # priced with every other part's requests (`table`)
     for label, params, dims, layers in (
             ("dense", dense, ("cp", "dp"), sh.layers_on_stage),
             ("experts", expert, ("edp",), sh.moe_layers_on_stage)):
@@ -574,7 +574,7 @@ def _dp_rows(model, plan, system, sh, place, t):
 
 
 def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, present):
-    """A row generator: ZeRO-3's per-layer gathers and reduce-scatters (`_dp_rows`),
+    """A part (`_Part`): ZeRO-3's per-layer gathers and reduce-scatters (`_dp_rows`),
     each pass beside the layers of its phase (`overlap.PerLayer`)."""
     m = sh.micro_batches
     n_layers = jnp.maximum(layers, 1.0)
@@ -589,11 +589,11 @@ def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, present
         fwd = overlap.PerLayer(ag, layers, depth, m, present, forward, whole=True)
         bwd = overlap.PerLayer(again * ag + rs, layers, depth, m, present, backward, whole=False)
         return [(fwd, [_Line("dp", "all_gather", f"zero3-forward/{label}", layer_params, count,
-                            ag, inner[0], inner[1], critical=False)]),
+                             ag, inner[0], inner[1], critical=False)]),
                 (bwd, [_Line("dp", "all_gather", f"zero3-backward/{label}", layer_params,
-                            again * count, ag, inner[0], inner[1], critical=False),
+                             again * count, ag, inner[0], inner[1], critical=False),
                        _Line("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs,
-                            inner[0], inner[1], critical=False)])]
+                             inner[0], inner[1], critical=False)])]
 
     return _Part((Request("all_gather", layer_params, inner),
                   Request("reduce_scatter", layer_grads, inner)), rows)
@@ -627,8 +627,8 @@ def _pp_rows(model, plan, system, sh, place, t):
         rule = overlap.Steady(one_s, count, jnp.minimum(2.0 * (plan.pp - 1.0), count),
                               plan.interleave) if plan.schedule.overlaps_p2p else None
         return [(rule, [_Line("pp", "send_recv", "direct", n, count, one_s,
-                             jnp.minimum(ranks, 2.0), 1.0 + neighbour_inside,
-                             slow_bytes=count * n * (1.0 - neighbour_inside))])]
+                              jnp.minimum(ranks, 2.0), 1.0 + neighbour_inside,
+                              slow_bytes=count * n * (1.0 - neighbour_inside))])]
 
     return [_Part(sends, rows)]
 
