@@ -202,15 +202,19 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     # XLA fuses it into the formulas below, where a dense contraction would not)
     coef = {t: combine(m) for t, m in table.matrices.items()}
     two_tier = table.two_tier[table.valid]
-    flat = None if two_tier.all() else _flat_tier(tier, outer, ranks, local_ranks)
+    # where each row runs on `tier`: a two-tier row always, a flat one while its
+    # group stays in the domain (`_flat_tier`); True: every row (no select at all)
+    on_tier = True
+    if outer is not None and not two_tier.all():
+        on_tier = _inside(ranks, local_ranks)
+        if two_tier.any():
+            on_tier = per_row(table.two_tier) | on_tier
 
     @functools.cache
     def tier0(field):  # a field of the tier each row runs on (the first of two)
-        if flat is None:
+        if on_tier is True:
             return getattr(tier, field)
-        if not two_tier.any():
-            return getattr(flat, field)
-        return where(per_row(table.two_tier), getattr(tier, field), getattr(flat, field))
+        return where(on_tier, getattr(tier, field), getattr(outer, field))
 
     zero = jnp.zeros(table.valid.shape[:1] + shape)
     latency, latency_out = coef["L"] * tier0("latency_s"), 0.0
@@ -378,18 +382,32 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
 
 
 def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, local_ranks,
-                t: Smoothing = AUTO, protocols: Protocols | None = None) -> jax.Array:
+                t: Smoothing = AUTO, protocols: Protocols | None = None,
+                algorithms: tuple | None = None) -> jax.Array:
     """The seconds of `auto` for R two-tier collectives at once: `ops[i]` on
     `n_bytes[i]` over `ranks[i]`, `local_ranks[i]` of them on `tier` (leaves (R,)
     or scalars), joined by `outer`. One expression for every candidate of every
     op (each padded to the longest op's candidates); shape (R,). The time of
     `choose`'s Cost, without its split into terms (the minimum itself in the
-    exact model, `relax.EXACT`; the soft minimum relaxed)."""
+    exact model, `relax.EXACT`; the soft minimum relaxed).
+
+    `algorithms[i]`: the candidates of request i (a tuple of algorithm names of
+    `ops[i]`; one name prices that algorithm, as `cost` does: a flat one over
+    `local_ranks[i]` = `ranks[i]` runs on `tier`, over `local_ranks[i]` = 1 on
+    `outer`), or None for `auto`'s (`candidates`, two-tier included); all None
+    when `algorithms` is None."""
     ops = tuple(_check_op(op) for op in ops)
+    if algorithms is None:
+        algorithms = (None,) * len(ops)
+    for op, names in zip(ops, algorithms, strict=True):
+        for a in names or ():
+            _check_algorithm(op, a)
     _checks.non_negative("bytes", n_bytes)
     _checks.at_least_one("ranks", ranks)
     local_ranks = _check_tiers(outer, local_ranks)
-    table = _rows.table(tuple((op, candidates(op, protocols, hierarchical=True)) for op in ops))
+    table = _rows.table(tuple(
+        (op, candidates(op, protocols, hierarchical=True) if names is None else tuple(names))
+        for op, names in zip(ops, algorithms, strict=True)))
     n_bytes, ranks = _checks.as_float(n_bytes), _checks.as_float(ranks)
 
     def auto_s(g, ramp):
@@ -438,6 +456,12 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
                         t)
 
 
+# nccl-tests' bus factor of each op, a (p-1)/p + b: (a, b)
+_BUS_FACTOR = {"all_reduce": (2.0, 0.0), "all_gather": (1.0, 0.0), "reduce_scatter": (1.0, 0.0),
+               "all_to_all": (1.0, 0.0), "broadcast": (0.0, 1.0), "reduce": (0.0, 1.0),
+               "send_recv": (0.0, 1.0)}
+
+
 def bus_factor(op: str, ranks) -> jax.Array:
     """nccl-tests' busbw / algbw: 2(p-1)/p for all-reduce; (p-1)/p for all-gather,
     reduce-scatter and all-to-all; 1 for broadcast, reduce and send/recv.
@@ -446,13 +470,16 @@ def bus_factor(op: str, ranks) -> jax.Array:
     (NVLS) all-reduce reports busbw = 2(p-1)/p x algbw although each GPU's link
     carries only about n in each direction: its busbw may exceed the link.
     """
-    op = _check_op(op)
+    a, _ = _BUS_FACTOR[_check_op(op)]
     p = _checks.as_float(ranks)
-    if op == "all_reduce":
-        return 2 * (p - 1) / p
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (p - 1) / p
-    return jnp.ones_like(p)
+    return a * (p - 1) / p if a else jnp.ones_like(p)
+
+
+def bus_factors(ops: tuple[str, ...], ranks) -> jax.Array:
+    """`bus_factor` of R collectives at once: `ops[i]` over `ranks[i]` (shape (R,))."""
+    a, b = (np.array([_BUS_FACTOR[_check_op(op)][k] for op in ops]) for k in (0, 1))
+    p = _checks.as_float(ranks)
+    return a * (p - 1) / p + b
 
 
 def algbw_Bps(n_bytes, time_s) -> jax.Array:

@@ -1,20 +1,30 @@
 """What of each collective the compute hides: the step's traffic (`traffic.table`,
-each row's seconds and how it overlaps, a small rule below) against its compute
-(`compute.timing`), the exposed seconds of every row (`exposed`).
+each row's seconds and the overlap rule it names, a `Rule` below) against its
+compute (`compute.timing`), the exposed seconds of every row (`exposed`).
 
-The traffic is costed before the compute is known and never reads it; the rule
-a row carries names the compute phase it hides under and holds the counts that
-shape the overlap (buckets, layers, micro-batches, the GEMMs' share). The step
-(`step`) hands the two together here, so the flow is one way: the stage's shape,
-then the traffic, the compute, the memory, and the step from them.
+The traffic is costed before the compute is known and never reads it; a rule
+names the compute phase its rows hide under and holds the counts that shape
+the overlap (buckets, layers, micro-batches, the GEMMs' share): its window. The
+rules are a column of the traffic table (`traffic.Traffic.rules`, each row
+naming its own by index, `traffic.Row.rule`): the rows of one pass share one
+rule, whose `hiding_s` is computed once for them. The step (`step`) hands the
+two together here, so the flow is one way: the stage's shape, then the
+traffic, the compute, the memory, and the step from them.
+
+A new way of hiding communication (a dispatcher's own overlap, a CUDA-graph
+scope that serialises its collectives, a host synchronisation that waits for
+them) is a new final subclass of `Rule` with its two methods, named by the rows
+it applies to: `exposed` needs no change.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from .relax import EXACT, safe_div, smooth_max, smooth_min
 
@@ -26,11 +36,42 @@ def _phase_s(timing, phase: str) -> jax.Array:
     return timing.forward_s if phase == PHASES[0] else timing.backward_s
 
 
-# A rule: `hiding_s(timing, t)`, what the compute offers the rows that share the rule
-# (computed once), and `exposed_s(time_s, hiding, t)`, one row's exposed seconds.
+class Rule(eqx.Module):
+    """How a step's compute hides the traffic rows that name it (`traffic.Row.rule`):
+    the base of the overlap rules. A rule holds its window (the counts and the
+    phase that shape the overlap) and is applied in two steps, so that rows
+    sharing it (the collectives of one pass) are served by one `hiding_s`."""
+
+    @abc.abstractmethod
+    def hiding_s(self, timing, t):
+        """What the compute offers the rule's rows, computed once for all of them.
+
+        Args:
+            timing: the step's `compute.Timing` (one micro-batch's forward and
+                backward seconds, its attention's, the layers, the compute another
+                micro-batch can hide traffic under).
+            t: the model's temperature, passed on to the smooth maxima.
+
+        Returns:
+            seconds, or a tuple of seconds (one per phase), or the pass's exposed
+            seconds that its rows split: whatever `exposed_s` reads.
+        """
+
+    @abc.abstractmethod
+    def exposed_s(self, time_s, hiding_s, t):
+        """One row's exposed seconds per step.
+
+        Args:
+            time_s: the row's seconds per step (`traffic.Row.time_s`).
+            hiding_s: this rule's `hiding_s`.
+            t: the model's temperature.
+
+        Returns:
+            the seconds of `time_s` the compute does not hide (jnp scalar).
+        """
 
 
-class UnderGemms(eqx.Module):
+class UnderGemms(Rule):
     """Tensor parallelism: the share `plan.tp_overlap` hidden under the GEMMs
     (Transformer Engine's userbuffers, async TP), at most the step's compute
     another micro-batch can hide it under (`Timing.overlap_s`), split evenly
@@ -47,7 +88,7 @@ class UnderGemms(eqx.Module):
         return time_s - smooth_min(self.share * time_s, hiding_s, t)
 
 
-class UnderAttention(eqx.Module):
+class UnderAttention(Rule):
     """Ring attention: a pass's K/V exchanges overlap that pass's attention
     kernels (`Timing.attention_forward_s` forward, the rest of
     `Timing.attention_s` backward); only the excess is exposed, shared among
@@ -65,7 +106,7 @@ class UnderAttention(eqx.Module):
         return excess_s if self.phase == PHASES[0] else safe_div(excess_s, self.pass_s) * time_s
 
 
-class Paired(eqx.Module):
+class Paired(Rule):
     """Expert parallelism: with a schedule that pairs one micro-batch's forward
     with another's backward (`Schedule.exposed_all_to_all_s`: DualPipe, or
     Megatron-Core's combined 1F1B, `plan.ep_overlap`), the forward's exchanges
@@ -135,7 +176,7 @@ class Paired(eqx.Module):
         return time_s - self.paired * self.moe_layers * (per_layer - layer)
 
 
-class Steady(eqx.Module):
+class Steady(Rule):
     """Pipeline sends under a schedule that overlaps them (`Schedule.overlaps_p2p`):
     of the `count` sends a step (half activations forward, half gradients
     backward) the `waited` ones of the fill and drain are exposed; each other one
@@ -188,7 +229,7 @@ def layered_exposed_s(comm_s, compute_s, layers, prefetch, t=EXACT):
         comm_s - d * compute_s, 0.0, t, 0.5 * (comm_s + d * compute_s))
 
 
-class Buckets(eqx.Module):
+class Buckets(Rule):
     """Data parallelism in buckets (`bucketed_exposed_s`): `times` passes a step
     of `buckets` collectives of `one_s` each, each pass under one micro-batch's
     `phase` (the gradients' reduction under the backward, the weights' gather
@@ -208,7 +249,7 @@ class Buckets(eqx.Module):
             * self.present
 
 
-class PerLayer(eqx.Module):
+class PerLayer(Rule):
     """ZeRO-3 / FSDP (`layered_exposed_s`): per micro-batch, one collective pass
     of `comm_s` a layer beside each of `layers` layers of the `phase`'s compute,
     prefetched `prefetch` layers ahead. The forward's gathers are one row
@@ -233,21 +274,32 @@ class PerLayer(eqx.Module):
             passes_s, self.micro_batches * self.layers * self.comm_s) * time_s
 
 
-def exposed(rows, timing, t=EXACT) -> tuple:
-    """The traffic's rows with their exposed seconds against the step's compute
-    (`timing`, `compute.Timing`): each row's rule applied (a row without one is
-    on the critical path as the traffic costed it), the rule then dropped. A
-    rule's `hiding_s` (what the compute offers it, or the pass's exposure that
-    rows sharing the rule split) is computed once per rule, `exposed_s` per row."""
-    hiding: dict = {}
-    out = []
-    for r in rows:
-        rule = r.overlap
-        if rule is None:
-            out.append(r)
-            continue
-        if id(rule) not in hiding:
-            hiding[id(rule)] = rule.hiding_s(timing, t)
-        out.append(dataclasses.replace(r, exposed_s=rule.exposed_s(r.time_s, hiding[id(rule)], t),
-                                       overlap=None))
-    return tuple(out)
+def exposed(traffic, timing, t=EXACT) -> tuple:
+    """The traffic table's rows with their exposed seconds against the step's
+    compute (`timing`, `compute.Timing`), each by the rule it names
+    (`traffic.Traffic.rules`; a row naming none is on the critical path as the
+    traffic costed it). The rows of one kind of rule (its class and static
+    fields: a phase, a share of the pass) are one array: their rules' windows
+    stacked row by row, `hiding_s` and `exposed_s` applied once to all of them
+    (a rule shared by several rows is read by each, the same values). The rows
+    returned name no rule (`traffic.Row.rule` = -1)."""
+    rows = list(traffic.rows)
+    kinds: dict = {}  # a rule's structure -> the rows whose rule has it
+    for i, r in enumerate(rows):
+        if r.rule >= 0:
+            kinds.setdefault(jax.tree.structure(traffic.rules[r.rule]), []).append(i)
+    for members in kinds.values():
+        rules = [traffic.rules[rows[i].rule] for i in members]
+        times = [rows[i].time_s for i in members]
+        if len(members) > 1:  # the kind's rows as one array
+            rules = [jax.tree.map(_stacked, *rules)]
+            times = [_stacked(*times)]
+        out = rules[0].exposed_s(times[0], rules[0].hiding_s(timing, t), t)
+        for i, e in zip(members, jnp.unstack(out) if len(members) > 1 else (out,), strict=True):
+            rows[i] = dataclasses.replace(rows[i], exposed_s=e, rule=-1)
+    return tuple(rows)
+
+
+def _stacked(*values) -> jax.Array:
+    """Scalars (traced or not) as one array, in order."""
+    return jnp.stack(jnp.broadcast_arrays(*values))

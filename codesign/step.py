@@ -14,6 +14,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import (
     _checks,
@@ -161,14 +162,15 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
     rows = overlap.exposed(rows, tm, t)
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
-    on_sms = [r for r in rows if r.dimension not in plan.stack.copy_engine_dimensions]
     own = plan.moe_dispatcher.holds_sms  # the EP rows hold the dispatcher's SMs
-    hidden = sum((r.time_s - r.exposed_s for r in on_sms if not (own and r.dimension == "ep")),
-                 jnp.zeros(()))
+    # the hidden seconds of the rows on the SMs (not on copy engines), as one array
+    hidden_s = traffic.column(rows, "time_s") - traffic.column(rows, "exposed_s")
+    on_sms = np.array([r.dimension not in plan.stack.copy_engine_dimensions for r in rows])
+    ep = np.array([own and r.dimension == "ep" for r in rows])
+    hidden = jnp.dot((on_sms & ~ep).astype(float), hidden_s)
     stolen = plan.comm_sm_fraction * hidden  # per step, spread over the micro-batches
     if own:
-        ep_hidden = sum((r.time_s - r.exposed_s for r in on_sms if r.dimension == "ep"),
-                        jnp.zeros(()))
+        ep_hidden = jnp.dot((on_sms & ep).astype(float), hidden_s)
         stolen = stolen + plan.moe_dispatcher_sms / system.chip.compute_units * ep_hidden
     per_mb = tm.micro_batch_s + (exposed["tp"] + exposed["cp"] + exposed["ep"] + stolen) / m
     bubble = bubble_s(plan, per_mb, t)

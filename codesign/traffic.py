@@ -3,17 +3,37 @@
 "Budget the traffic, not the FLOPs": each parallelism dimension contributes
 rows through one function (`_tp_rows`, `_cp_rows`, `_ep_rows`, `_dp_rows`,
 `_pp_rows`), each row a message size, a count per step, the time those
-collectives take and how compute hides them (`Row.overlap`, a rule of
-`overlap`, which the step applies to its compute: the traffic never reads
-it). Counts are for the slowest pipeline stage, which sets the pace.
+collectives take and the overlap rule by which compute hides them
+(`Row.rule`, an index into `Traffic.rules`, each an `overlap.Rule` holding its
+window; the step applies them to its compute, `overlap.exposed`: the traffic
+never reads it). Counts are for the slowest pipeline stage, which sets the pace.
 
-The `auto` collectives of every dimension are costed together: `_tp_rows`,
-`_cp_rows` and `_dp_rows` are generators that yield the collectives they need
-(op, message bytes, group geometry), receive the seconds of each, and return
-their rows; `table` runs them in lockstep (`_together`) and costs all their
-requests in one vectorised expression (`times_on_many`,
-`collectives.choose_many`), so a new row adds entries to one table, not a
-copy of the cost model to the trace.
+One request table, priced in one call. A dimension's function returns its
+parts (`_Part`): the collectives it needs priced, each a `Request` (op,
+message bytes, group geometry, the algorithms it may run, the slow tier it
+sees), and a function from their seconds to its rows, grouped by the rule
+they share. `table` gathers every part's requests of the step (TP's and
+CP's, EP's scale-up exchange, DP's buckets and ZeRO-3's per-layer passes, the
+pipeline's sends in and across domains) into one table of arrays and prices it
+in one expression (`price`: the tiers each request sees, vectorised, then
+`collectives.choose_many`, whose cost in equations does not grow with the
+requests), then hands each part its seconds. So a new row adds entries to one
+table, not a copy of the cost model to the trace.
+
+Where a new collective goes: a `Request` in its dimension's part (a new
+dimension or MoE dispatcher: a new function returning `_Part`s, listed in
+`table`), priced with the others, and a `Row` built from its seconds; how the
+compute hides it is an `overlap.Rule` (a new final subclass for a new way of
+hiding). Host synchronisations and CUDA-graph scopes that serialise or delay
+collectives are rules of the rows they act on; a MoE dispatcher whose exchange
+NCCL runs is a `Request` (the all-to-all dispatcher's, below), one with a
+table of its own (`dispatchers.Dispatcher.priced_by_table`) prices its part
+from that table and asks for none. What is still priced beside the table: the
+EP exchange's slow-tier leg and a rail-only fabric's forwarding hop, which
+`_ep_rows` evaluates at the node limit's lattice points (a closed form in the
+limit, not a collective), and an `auto` all-to-all request (no dimension
+asks for one; `program`'s may), which `price` hands to `cost_on` for its
+exchange flows and forwarding hop.
 
 Placement: ranks are numbered with the dimensions of `plan.placement`
 innermost first (default tp, cp, ep, dp, pp). Attention's mesh is tp, cp, dp,
@@ -34,12 +54,16 @@ members span (pods and oversubscription, `fabric.scale_out_tier`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
+from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import collectives, fabric, overlap, stage
 from .hardware import System
@@ -58,7 +82,9 @@ from .workload import Transformer
 
 
 class Row(eqx.Module):
-    """One collective of the step: `count_per_step` of them, `message_bytes` each."""
+    """One collective of the step: `count_per_step` of them, `message_bytes` each
+    (the public view of one row of the table: the CLI, report, timeline and
+    tests read these; built by keyword)."""
 
     message_bytes: jax.Array
     count_per_step: jax.Array
@@ -67,12 +93,13 @@ class Row(eqx.Module):
     time_s: jax.Array  # all `count_per_step` collectives, per step
     exposed_s: jax.Array  # the part not hidden under compute (`overlap.exposed`)
     slow_tier_bytes: jax.Array  # bytes one GPU sends over the slow tier, per step
-    dimension: str = eqx.field(static=True)
-    collective: str = eqx.field(static=True)
-    algorithm: str = eqx.field(static=True)
+    dimension: str = eqx.field(static=True)  # tp, cp, ep, dp or pp
+    collective: str = eqx.field(static=True)  # its op (`collectives.OPS`)
+    algorithm: str = eqx.field(static=True)  # its label: `auto`, an algorithm, a pass
     critical_path: bool = eqx.field(static=True)
-    # how the compute hides it (an `overlap` rule; None: exposed_s is final)
-    overlap: object = None
+    # the overlap rule the compute hides it by (an index into `Traffic.rules`;
+    # -1: none, exposed_s is final)
+    rule: int = eqx.field(static=True, default=-1)
 
     @property
     def tier(self) -> str:
@@ -170,68 +197,140 @@ def cost_on(op: str, n_bytes, geometry, system: System, t=EXACT, algorithm="auto
     return c
 
 
-def times_on_many(requests, system: System, t=EXACT) -> list:
-    """The seconds of `cost_on` of each request (op, n_bytes, geometry), with
-    `auto` over the algorithms the system's protocols run: the requests that are not all-to-alls (no
-    forwarding hop) stacked and costed as one (`collectives.choose_many`)."""
+class Request(NamedTuple):
+    """One collective the step needs priced: a row of the request table.
+
+    `op` on `n_bytes` over a group of `geometry` (`group`: ranks, ranks inside
+    one scale-up domain, GPUs spanned, innermost stride), by the fastest of
+    `algorithms` (None: `auto` over the algorithms the system's protocols run,
+    two-tier included; one name: that algorithm, as `collectives.cost` prices
+    it: a flat one runs on the fast tier when every rank shares the domain,
+    on the slow one when none does). The slow tier is the group's
+    (`fabric.group_scale_out_tier`: the pods its flows cross and ECMP) or, for
+    a `pair` of neighbours, the tier of its span (`fabric.scale_out_tier`)."""
+
+    op: str
+    n_bytes: jax.Array
+    geometry: tuple
+    algorithms: tuple[str, ...] | None = None
+    pair: bool = False
+
+
+def price(requests, system: System, t=EXACT) -> list:
+    """The seconds of one collective of each `Request`: the tiers each sees and
+    every request's candidates in one vectorised expression
+    (`collectives.choose_many`). An `auto` all-to-all (an exchange across
+    domains: its flows and the rail-only forwarding hop) is priced by `cost_on`
+    beside it.
+
+    Args:
+        requests: the `Request`s, in any order.
+        system: the `hardware.System` whose tiers and protocols price them.
+        t: the model's temperature (`auto`'s soft minimum, a group's spill).
+
+    Returns:
+        a list of jnp scalars, seconds of one collective, in `requests`' order.
+    """
     costs = [None] * len(requests)
-    many = [i for i, (op, _, _) in enumerate(requests) if op != "all_to_all"]
-    for i in (i for i in range(len(requests)) if i not in many):
-        costs[i] = cost_on(*requests[i], system, t).time_s
+    alone = [i for i, r in enumerate(requests) if r.op == "all_to_all" and r.algorithms is None]
+    for i in alone:
+        costs[i] = cost_on(requests[i].op, requests[i].n_bytes, requests[i].geometry, system,
+                           t).time_s
+    many = [i for i in range(len(requests)) if i not in alone]
     if many:
+        batch = [requests[i] for i in many]
         n_bytes, ranks, inside, span, stride = (
             jnp.stack([jnp.broadcast_to(x, ()) for x in column]) for column in
-            zip(*((requests[i][1], *requests[i][2]) for i in many), strict=True))
+            zip(*((r.n_bytes, *r.geometry) for r in batch), strict=True))
         inner = fabric.scale_up_tier(system, inside, stride, t)
-        outer = fabric.group_scale_out_tier
-        if system.routing.collides:  # ECMP's balls into bins reads one group's counts
-            outer = jax.vmap(outer, in_axes=(None, 0, 0, None, None))
-        outer = outer(system, span, ranks / inside, False, t)
-        times_s = collectives.choose_many(tuple(requests[i][0] for i in many), n_bytes, ranks,
-                                          inner, outer, inside, t=t,
-                                          protocols=system.protocols)
+        outer = _scale_out_tiers(batch, system, span, ranks / inside, t)
+        times_s = collectives.choose_many(tuple(r.op for r in batch), n_bytes, ranks, inner,
+                                          outer, inside, t=t,
+                                          protocols=system.protocols,
+                                          algorithms=tuple(r.algorithms for r in batch))
         for i, time_s in zip(many, jnp.unstack(times_s), strict=True):
             costs[i] = time_s
     return costs
 
 
-def _together(dimensions):
-    """Run the row generators `dimensions` in lockstep: each yields the
-    collectives it needs ((op, n_bytes, geometry) each) and is sent their
-    times (seconds of one); this yields all of their requests at once, sends
-    each its share of the times, and returns their rows (a list per dimension)."""
-    asks = [next(d) for d in dimensions]
-    costs = yield [a for ask in asks for a in ask]
-    rows, start = [], 0
-    for d, ask in zip(dimensions, asks, strict=True):
-        try:
-            d.send(costs[start:start + len(ask)])
-        except StopIteration as done:
-            rows.append(done.value)
-        else:
-            raise RuntimeError("a row generator asked for collectives twice")
-        start += len(ask)
-    return rows
+def _scale_out_tiers(requests, system: System, span, across, t):
+    """The slow tier each request sees (leaves (R,) where they differ): its
+    group's, or a pair's (`Request.pair`)."""
+    group = fabric.group_scale_out_tier
+    if system.routing.collides:  # ECMP's balls into bins reads one group's counts
+        group = jax.vmap(group, in_axes=(None, 0, 0, None, None))
+    outer = group(system, span, across, False, t)
+    pairs = np.array([r.pair for r in requests])
+    if not pairs.any():
+        return outer
+    pair = fabric.scale_out_tier(system, span, t)
+    return jax.tree.map(lambda a, b: a if a is b else where(pairs, a, b), pair, outer)
 
 
-def slow_tier_bytes(op: str, n_bytes, ranks, inside) -> jax.Array:
+class _Part(NamedTuple):
+    """A dimension's share of the table: the collectives it needs priced
+    (`requests`, `Request`s), and `rows`, which turns one collective's seconds
+    of each into its rows, grouped by the overlap rule they share: a list of
+    (`overlap.Rule` or None, [`_Line`, ...])."""
+
+    requests: tuple
+    rows: Callable
+
+
+def slow_tier_bytes(op, n_bytes, ranks, inside) -> jax.Array:
     """Bytes one GPU sends over the slow tier in one hierarchical `op`: the
     phase across domains runs on n / inside bytes (all n for all-to-all) over
-    ranks / inside participants, with nccl-tests' bus factor."""
+    ranks / inside participants, with nccl-tests' bus factor. `op` is one op's
+    name, or a tuple of R (the other arguments then (R,) arrays: every row at once)."""
     across = ranks / inside
-    n_across = n_bytes if op == "all_to_all" else n_bytes / inside
-    return collectives.bus_factor(op, across) * n_across
+    if isinstance(op, str):
+        n_across = n_bytes if op == "all_to_all" else n_bytes / inside
+        return collectives.bus_factor(op, across) * n_across
+    a2a = np.array([o == "all_to_all" for o in op])
+    n_across = where(a2a, n_bytes, n_bytes / inside) if a2a.any() else n_bytes / inside
+    return collectives.bus_factors(tuple(op), across) * n_across
 
 
-def _row(dimension, op, algorithm, n_bytes, count, one_s, ranks, inside, exposed=None,
-         critical=True, slow_bytes=None, rule=None) -> Row:
-    """A row; exposed as `exposed` (default: all of it), or as the compute will
-    hide it by `rule` (`overlap`: its exposure is the step's to apply)."""
-    time = count * one_s
-    if slow_bytes is None:
-        slow_bytes = count * slow_tier_bytes(op, n_bytes, ranks, inside)
-    return Row(n_bytes, count, ranks, inside, time, time if exposed is None else exposed,
-               slow_bytes, dimension, op, algorithm, critical, rule)
+class _Line(NamedTuple):
+    """A row before its columns are computed (`_rows`): `count` collectives of
+    `one_s` seconds each; `slow_bytes` None: `slow_tier_bytes`' per collective."""
+
+    dimension: str
+    op: str
+    algorithm: str
+    n_bytes: jax.Array
+    count: jax.Array
+    one_s: jax.Array
+    ranks: jax.Array
+    inside: jax.Array
+    critical: bool = True
+    slow_bytes: jax.Array | None = None
+
+
+def _rows(lines) -> list[Row]:
+    """The `Row`s of `lines`, each column computed once for all of them (one
+    array: seconds = count x one's, the slow tier's bytes by `slow_tier_bytes`
+    unless a line gives its own), all of a row exposed until the overlap rule
+    its part gives it is applied (`overlap.exposed`)."""
+    n, count, one, ranks, inside = (_stacked(*c) for c in zip(
+        *((x.n_bytes, x.count, x.one_s, x.ranks, x.inside) for x in lines), strict=True))
+    time = count * one
+    slow = count * slow_tier_bytes(tuple(x.op for x in lines), n, ranks, inside)
+    given = np.array([x.slow_bytes is not None for x in lines])
+    if given.any():
+        slow = where(given, _stacked(*(0.0 if x.slow_bytes is None else x.slow_bytes
+                                       for x in lines)), slow)
+    return [Row(message_bytes=x.n_bytes, count_per_step=x.count, ranks=x.ranks,
+                ranks_inside=x.inside, time_s=time_s, exposed_s=time_s, slow_tier_bytes=slow_s,
+                dimension=x.dimension, collective=x.op, algorithm=x.algorithm,
+                critical_path=x.critical)
+            for x, time_s, slow_s in zip(lines, jnp.unstack(time), jnp.unstack(slow),
+                                         strict=True)]
+
+
+def _stacked(*values) -> jax.Array:
+    """Scalars (traced or not) as one array, in order."""
+    return jnp.stack(jnp.broadcast_arrays(*values))
 
 
 # ---------------------------------------------------------------- dimensions
@@ -254,10 +353,10 @@ def _tp_rows(model, plan, system, sh, place, t):
     ops = ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",)
     geometry = group(place, ("tp",))
     ranks, inside = geometry[:2]
-    costs = yield [(op, n, geometry) for op in ops]
     rule = overlap.UnderGemms(plan.tp_overlap, len(ops))
-    return [_row("tp", op, "auto", n, count, one, ranks, inside, rule=rule)
-            for op, one in zip(ops, costs, strict=True)]
+    return [_Part(tuple(Request(op, n, geometry) for op in ops),
+                  lambda costs: [(rule, [_Line("tp", op, "auto", n, count, one, ranks, inside)
+                                         for op, one in zip(ops, costs, strict=True)])])]
 
 
 def _cp_rows(model, plan, system, sh, place, t):
@@ -274,13 +373,18 @@ def _cp_rows(model, plan, system, sh, place, t):
     fwd = plan.recompute.layer_forwards * per
     geometry = group(place, ("cp",))
     ranks, inside = geometry[:2]
-    ag, rs = yield [("all_gather", n, geometry), ("reduce_scatter", n, geometry)]
-    backward = overlap.UnderAttention(per * ag + per * rs, overlap.PHASES[1])
-    return [_row("cp", "all_gather", "ring/forward", n, fwd, ag, ranks, inside,
-                 rule=overlap.UnderAttention(fwd * ag, overlap.PHASES[0])),
-            _row("cp", "all_gather", "ring/backward", n, per, ag, ranks, inside, rule=backward),
-            _row("cp", "reduce_scatter", "ring/backward", n, per, rs, ranks, inside,
-                 rule=backward)]
+
+    def rows(costs):
+        ag, rs = costs
+        forward = overlap.UnderAttention(fwd * ag, overlap.PHASES[0])
+        backward = overlap.UnderAttention(per * ag + per * rs, overlap.PHASES[1])
+        return [(forward, [_Line("cp", "all_gather", "ring/forward", n, fwd, ag, ranks, inside)]),
+                (backward, [_Line("cp", "all_gather", "ring/backward", n, per, ag, ranks, inside),
+                            _Line("cp", "reduce_scatter", "ring/backward", n, per, rs, ranks,
+                                  inside)])]
+
+    return [_Part((Request("all_gather", n, geometry), Request("reduce_scatter", n, geometry)),
+                  rows)]
 
 
 def expected_remote_nodes(nodes, top_k):
@@ -344,7 +448,22 @@ def _ep_rows(model, plan, system, sh, place, t):
     nodes = ranks / inside
     inner = fabric.scale_up_tier(system, inside, stride, t)
     outer = fabric.group_scale_out_tier(system, span, nodes, True, t)
-    fast = _fast_exchange_s(d, plan, model, n, tokens, widths, inside, inner, system)
+    if d.priced_by_table:  # the dispatcher's own fast-tier bandwidth
+        table_s, requests = _table_exchange_s(d, plan, model, tokens, widths, inside, inner), ()
+    else:  # NCCL's direct all-to-all of the `n` bytes over the domain, in the request table
+        requests = (Request("all_to_all", n, (inside, inside, span, stride), ("direct",)),)
+    return [_Part(requests, lambda costs: _ep_row(
+        model, plan, system, sh, t, (n, tokens, per_token), (ranks, inside, inner, outer),
+        costs[0] if requests else table_s))]
+
+
+def _ep_row(model, plan, system, sh, t, sizes, tiers, fast):
+    """`_ep_rows`' row, from the seconds of one exchange's scale-up part (`fast`),
+    the exchange's (bytes, tokens, bytes a token) and its group's (ranks, ranks
+    inside a domain, fast tier, slow tier)."""
+    d = plan.moe_dispatcher
+    (n, tokens, per_token), (ranks, inside, inner, outer) = sizes, tiers
+    nodes = ranks / inside
 
     def dispatch(limit):  # (seconds of one dispatch, bytes crossing) at a node limit
         cross_bytes = tokens * ep_slow_tier_copies(model, plan, nodes, t, limit) * per_token
@@ -368,21 +487,18 @@ def _ep_rows(model, plan, system, sh, place, t):
     forward_share = forwards / (1.0 + forwards)
     rule = overlap.Paired(paired, forward_share, plan.ep_overlap, plan.schedule,
                           sh.moe_layers_on_stage, sh.micro_batches, plan.delay_wgrad)
-    return [_row("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
-                 slow_bytes=count * cross_bytes * (model.moe_layers > 0), rule=rule)]
+    return [(rule, [_Line("ep", "all_to_all", "two_tier_dispatch", n, count, one_s, ranks, inside,
+                          slow_bytes=count * cross_bytes * (model.moe_layers > 0))])]
 
 
-def _fast_exchange_s(d, plan, model, n, tokens, widths, inside, inner, system):
-    """Seconds of one exchange's scale-up part over `inside` ranks on `inner`:
-    NCCL's direct all-to-all (`collectives.cost`) of `n` bytes for the all-to-all
-    dispatcher; a dispatcher with its own table (`dispatchers.Dispatcher.
-    fast_tier_Bps`) moves the (p-1)/p of the copies that leave the GPU at the
-    bandwidth it reaches for tokens of their bytes with its SMs
-    (`plan.moe_dispatcher_sms`), the mean of dispatch (`widths[0]` bytes an
-    element) and combine (`widths[1]`), after NCCL's (p-1) latencies."""
-    if not d.priced_by_table:
-        return collectives.cost("all_to_all", "direct", n, inside, inner,
-                                protocols=system.protocols).time_s
+def _table_exchange_s(d, plan, model, tokens, widths, inside, inner):
+    """Seconds of one exchange's scale-up part over `inside` ranks on `inner` for a
+    dispatcher with its own table (`dispatchers.Dispatcher.fast_tier_Bps`; the
+    all-to-all dispatcher's is NCCL's direct all-to-all, a `Request`): it moves
+    the (p-1)/p of the copies that leave the GPU at the bandwidth it reaches for
+    tokens of their bytes with its SMs (`plan.moe_dispatcher_sms`), the mean of
+    dispatch (`widths[0]` bytes an element) and combine (`widths[1]`), after
+    NCCL's (p-1) latencies."""
     leaving = (inside - 1.0) / inside
     moved_s = [tokens * model.top_k * model.hidden * w * leaving
                / d.fast_tier_Bps(model.hidden * w, plan.moe_dispatcher_sms, inner)
@@ -391,14 +507,14 @@ def _fast_exchange_s(d, plan, model, n, tokens, widths, inside, inner, system):
 
 
 def _bucketed_row(op, label, total_bytes, geometry, plan, phase, times, present):
-    """A row generator: `times` x a bucketed `op` of `total_bytes` over
+    """A part (`_Part`): `times` x a bucketed `op` of `total_bytes` over
     `geometry`, each pass hidden under a micro-batch's `phase` (`overlap.Buckets`)."""
     buckets = jnp.maximum(total_bytes / plan.dp_bucket_bytes, 1.0)
     bucket = total_bytes / buckets
-    (one,) = yield [(op, bucket, geometry)]
-    return [_row("dp", op, label, bucket, times * buckets * present, one, geometry[0],
-                 geometry[1], critical=False,
-                 rule=overlap.Buckets(one, buckets, times, present, phase))]
+    return _Part((Request(op, bucket, geometry),), lambda costs: [(
+        overlap.Buckets(costs[0], buckets, times, present, phase),
+        [_Line("dp", op, label, bucket, times * buckets * present, costs[0], geometry[0],
+               geometry[1], critical=False)])])
 
 
 def _dp_rows(model, plan, system, sh, place, t):
@@ -430,7 +546,7 @@ def _dp_rows(model, plan, system, sh, place, t):
         dense = (model.params() - model.routed_expert_params()) / (plan.tp * plan.pp)
     m = sh.micro_batches
     forward, backward = overlap.PHASES
-    parts = []  # row generators, run together
+    parts = []  # priced with every other part's requests (`table`)
     for label, params, dims, layers in (
             ("dense", dense, ("cp", "dp"), sh.layers_on_stage),
             ("experts", expert, ("edp",), sh.moe_layers_on_stage)):
@@ -457,29 +573,33 @@ def _dp_rows(model, plan, system, sh, place, t):
         replicated = present * beyond_one(across[0], t)
         parts.append(_bucketed_row("all_reduce", f"hsdp-replicas/{label}", grad_bytes / shard,
                                    across, plan, backward, 1.0, replicated))
-    rows = yield from _together(parts)
-    return [r for part in rows for r in part]
+    return parts
 
 
 def _zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh, present):
-    """A row generator: ZeRO-3's per-layer gathers and reduce-scatters (`_dp_rows`),
+    """A part (`_Part`): ZeRO-3's per-layer gathers and reduce-scatters (`_dp_rows`),
     each pass beside the layers of its phase (`overlap.PerLayer`)."""
     m = sh.micro_batches
     n_layers = jnp.maximum(layers, 1.0)
     layer_params, layer_grads = param_bytes / n_layers, grad_bytes / n_layers
-    ag, rs = yield [("all_gather", layer_params, inner), ("reduce_scatter", layer_grads, inner)]
     again = 1.0 if plan.reshard_after_forward else 0.0
     depth = plan.fsdp_prefetch_layers
     forward, backward = overlap.PHASES
-    fwd = overlap.PerLayer(ag, layers, depth, m, present, forward, whole=True)
-    bwd = overlap.PerLayer(again * ag + rs, layers, depth, m, present, backward, whole=False)
     count = m * layers * present
-    return [_row("dp", "all_gather", f"zero3-forward/{label}", layer_params, count, ag,
-                 inner[0], inner[1], critical=False, rule=fwd),
-            _row("dp", "all_gather", f"zero3-backward/{label}", layer_params, again * count, ag,
-                 inner[0], inner[1], critical=False, rule=bwd),
-            _row("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs, inner[0],
-                 inner[1], critical=False, rule=bwd)]
+
+    def rows(costs):
+        ag, rs = costs
+        fwd = overlap.PerLayer(ag, layers, depth, m, present, forward, whole=True)
+        bwd = overlap.PerLayer(again * ag + rs, layers, depth, m, present, backward, whole=False)
+        return [(fwd, [_Line("dp", "all_gather", f"zero3-forward/{label}", layer_params, count,
+                             ag, inner[0], inner[1], critical=False)]),
+                (bwd, [_Line("dp", "all_gather", f"zero3-backward/{label}", layer_params,
+                             again * count, ag, inner[0], inner[1], critical=False),
+                       _Line("dp", "reduce_scatter", f"zero3/{label}", layer_grads, count, rs,
+                             inner[0], inner[1], critical=False)])]
+
+    return _Part((Request("all_gather", layer_params, inner),
+                  Request("reduce_scatter", layer_grads, inner)), rows)
 
 
 def _pp_rows(model, plan, system, sh, place, t):
@@ -493,47 +613,89 @@ def _pp_rows(model, plan, system, sh, place, t):
     (`overlap.Steady`)."""
     n = sh.tokens * model.hidden * plan.precision.bytes("activations") / plan.tp
     count = 2.0 * sh.micro_batches * plan.interleave * beyond_one(plan.pp, t)
-    ranks, inside, span, stride = group(place, ("pp",))
+    ranks, _, _, stride = group(place, ("pp",))
     # a neighbour shares the domain when the stage stride fits inside it
     neighbour_inside = smooth_clip(system.scale_up_domain / stride - 1.0, 0.0, 1.0, t,
                                    0.5 * system.scale_up_domain / stride)
-    up_tier = fabric.scale_up_tier(system, 2.0, stride, t)
-    up = collectives.cost("send_recv", "direct", n, 2.0, up_tier, protocols=system.protocols)
-    # a pair in two domains (one rank each): the send crosses the scale-out tier, in
-    # its protocols' network step (exact: a 2-rank group over 1-rank domains has no
-    # spill to relax)
-    out = collectives.cost("send_recv", "direct", n, 2.0, up_tier,
-                           outer=fabric.scale_out_tier(system, 2.0 * stride, t),
-                           local_ranks=1.0, t=EXACT, protocols=system.protocols)
-    one_s = neighbour_inside * up.time_s + (1 - neighbour_inside) * out.time_s
-    rule = overlap.Steady(one_s, count, jnp.minimum(2.0 * (plan.pp - 1.0), count),
-                          plan.interleave) if plan.schedule.overlaps_p2p else None
-    return [_row("pp", "send_recv", "direct", n, count, one_s, jnp.minimum(ranks, 2.0),
-                 1.0 + neighbour_inside, slow_bytes=count * n * (1.0 - neighbour_inside),
-                 rule=rule)]
+    # a pair in one domain, and a pair in two (one rank each: the send crosses the
+    # scale-out tier of its span, in its protocols' network step; exact: a 2-rank
+    # group over 1-rank domains has no spill to relax)
+    span = 2.0 * stride
+    sends = (Request("send_recv", n, (2.0, 2.0, span, stride), ("direct",), pair=True),
+             Request("send_recv", n, (2.0, 1.0, span, stride), ("direct",), pair=True))
+
+    def rows(costs):
+        up, out = costs
+        one_s = neighbour_inside * up + (1 - neighbour_inside) * out
+        rule = overlap.Steady(one_s, count, jnp.minimum(2.0 * (plan.pp - 1.0), count),
+                              plan.interleave) if plan.schedule.overlaps_p2p else None
+        return [(rule, [_Line("pp", "send_recv", "direct", n, count, one_s,
+                              jnp.minimum(ranks, 2.0), 1.0 + neighbour_inside,
+                              slow_bytes=count * n * (1.0 - neighbour_inside))])]
+
+    return [_Part(sends, rows)]
 
 
-def table(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None
-          ) -> tuple[Row, ...]:
-    """Every collective of one step, costed without the compute: a row the
-    compute hides carries its rule (`Row.overlap`), which `overlap.exposed`
-    applies once the step's compute is known. `sh`: the stage's `Shape` if known."""
+class Traffic(eqx.Module):
+    """The step's traffic table: its rows (`Row`, in the order of `DIMENSIONS`'
+    parts: tp, cp, ep, dp, pp) and the overlap rules they name by index
+    (`Row.rule`): a rule shared by the rows of one pass is one entry, its
+    hiding computed once (`overlap.exposed`). Iterates, indexes and measures
+    as its rows."""
+
+    rows: tuple
+    rules: tuple
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+def table(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> Traffic:
+    """Every collective of one step, costed without the compute: each dimension's
+    requests priced in one call (`price`), its rows built from their seconds, and
+    the rule each row's compute hides it by (`Traffic.rules`), which
+    `overlap.exposed` applies once the step's compute is known.
+
+    Args:
+        model, plan, system: the workload, its plan and the machine.
+        t: the model's temperature (the exact model at its default).
+        sh: the stage's `stage.Shape` if known (default: `stage.shape`'s).
+
+    Returns:
+        the `Traffic` table: rows in tp, cp, ep, dp, pp order, each all exposed
+        until `overlap.exposed` applies its rule.
+    """
     sh = stage.shape(model, plan, t) if sh is None else sh
     place = placement(plan, system, t)
-    run = _together([_tp_rows(model, plan, system, sh, place, t),
-                     _cp_rows(model, plan, system, sh, place, t),
-                     _dp_rows(model, plan, system, sh, place, t)])
-    requests = next(run)
-    try:  # every `auto` collective of the step costed at once
-        run.send(times_on_many(requests, system, t))
-    except StopIteration as done:
-        tp, cp, dp = done.value
-    return tuple(tp + cp + _ep_rows(model, plan, system, sh, place, t) + dp
-                 + _pp_rows(model, plan, system, sh, place, t))
+    parts = [part for rows in (_tp_rows, _cp_rows, _ep_rows, _dp_rows, _pp_rows)
+             for part in rows(model, plan, system, sh, place, t)]
+    # every collective of the step priced at once
+    costs = price([r for part in parts for r in part.requests], system, t)
+    lines, named, rules, start = [], [], [], 0  # named: each line's rule (-1: none)
+    for part in parts:
+        for rule, shared in part.rows(tuple(costs[start:start + len(part.requests)])):
+            named += [-1 if rule is None else len(rules)] * len(shared)
+            rules += [] if rule is None else [rule]
+            lines += shared
+        start += len(part.requests)
+    rows = (r if k < 0 else dataclasses.replace(r, rule=k)
+            for r, k in zip(_rows(lines), named, strict=True))
+    return Traffic(tuple(rows), tuple(rules))
+
+
+def column(rows, field: str) -> jax.Array:
+    """One numeric field of `rows` (`Row`s) as one array, in their order."""
+    return _stacked(*(getattr(r, field) for r in rows))
 
 
 def exposed_by_dimension(rows) -> dict:
-    out = {d: jnp.zeros(()) for d in ("tp", "cp", "ep", "dp", "pp")}
-    for r in rows:
-        out[r.dimension] = out[r.dimension] + r.exposed_s
-    return out
+    """Each dimension's exposed seconds per step (`DIMENSIONS`): the rows'
+    `exposed_s` summed by dimension, as one product with the rows' membership."""
+    member = np.array([[r.dimension == d for r in rows] for d in DIMENSIONS], dtype=float)
+    return dict(zip(DIMENSIONS, jnp.unstack(member @ column(rows, "exposed_s")), strict=True))

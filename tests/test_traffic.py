@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from codesign import collectives as co
-from codesign import fabric, hardware, overlap, presets, step
+from codesign import fabric, hardware, overlap, presets, step, traffic
 from codesign import scenario as sc
+from codesign.relax import EXACT
 from codesign.units import GiB
 
 
@@ -285,6 +286,34 @@ def test_group_flow_slowdown_matches_balls_into_bins():
     assert float(fabric.group_flow_slowdown(s, 256.0, 32.0)) == 1.0
     spray = presets.system("dgx-h100")
     assert float(fabric.group_flow_slowdown(spray, 64 * 256.0, 64.0)) == 1.0
+
+
+def test_one_call_prices_each_request_as_it_would_be_priced_alone():
+    """The request table (`traffic.price`): a group's `auto` collective, a pair of
+    pipeline neighbours in one domain and in two (on a pair's slow tier: pods
+    oversubscribed 1:7 beyond 64 GPUs and no ECMP collisions, which a group of
+    two ranks 512 apart would see) and a direct all-to-all inside a domain,
+    priced in one call, each as `cost_on` / `collectives.cost` prices it alone."""
+    s = sc.load("llama3-405b", ["system.topology=clos", "system.pod_size=64",
+                                "system.oversubscription=7", "system.routing=ecmp"]).system
+    group, pair, n = (256.0, 8.0, 2048.0, 1.0), (1024.0, 512.0), 3e7
+    requests = [traffic.Request("all_reduce", 1e8, group),
+                traffic.Request("send_recv", n, (2.0, 2.0, *pair), ("direct",), pair=True),
+                traffic.Request("send_recv", n, (2.0, 1.0, *pair), ("direct",), pair=True),
+                traffic.Request("all_to_all", 5e7, (8.0, 8.0, 8.0, 1.0), ("direct",))]
+    up = fabric.scale_up_tier(s, 2.0, pair[1])
+    alone = [traffic.cost_on("all_reduce", 1e8, group, s),
+             co.cost("send_recv", "direct", n, 2.0, up, protocols=s.protocols),
+             co.cost("send_recv", "direct", n, 2.0, up, outer=fabric.scale_out_tier(s, pair[0]),
+                     local_ranks=1.0, t=EXACT, protocols=s.protocols),
+             co.cost("all_to_all", "direct", 5e7, 8.0, fabric.scale_up_tier(s, 8.0, 1.0),
+                     protocols=s.protocols)]
+    got = jax.jit(lambda: traffic.price(requests, s))()
+    for g, a in zip(got, alone, strict=True):
+        assert float(g) == pytest.approx(float(a.time_s), rel=1e-12)
+    # a group of the pair's geometry would see ECMP's collisions on top of the pods
+    assert float(fabric.group_scale_out_tier(s, pair[0], 2.0).bandwidth_Bps) < float(
+        fabric.scale_out_tier(s, pair[0]).bandwidth_Bps)
 
 
 # ------------------------------------------------------------------ differentiable
