@@ -27,8 +27,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
-from codesign import collectives as co  # noqa: E402
-from codesign import hardware as hw  # noqa: E402
+from codesign.model import collectives as co  # noqa: E402
+from codesign.model import hardware as hw  # noqa: E402
 
 
 def _log_uniform(rng, lo, hi, count):

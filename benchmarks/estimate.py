@@ -13,7 +13,7 @@ evaluates them in chunks of `--chunk` scenarios:
   `step.outputs`: step time, memory, MFU, reliability, fabric) per second,
   the faster of the whole chunk and `--block` points at a time (as below;
   `evals_per_s_whole_chunk` is the former). Every vmapped program compiles
-  with the options of the grid's kernel (`_compile.options(batch=True)`).
+  with the options of the grid's kernel (`compiling.options(batch=True)`).
 - grad_over_forward: time of `jax.grad` of step_time_s with respect to every
   drawn knob, over the same scenarios, divided by the time of the forward
   pass of step_time_s alone (the function being differentiated), measured
@@ -32,7 +32,7 @@ evaluates them in chunks of `--chunk` scenarios:
   estimate (`equations`: every equation, those of sub-jaxprs included, as
   `jit`, `custom_jvp` and loop bodies nest them; `top_level_equations`), the
   time to trace, lower and XLA-compile it (unbatched, as `codesign estimate`
-  runs it: without the traced domain check, with `_compile.options()`;
+  runs it: without the traced domain check, with `compiling.options()`;
   `xla_compile_default_options_s` at XLA's defaults, and
   `equations_with_traced_check` as under jit of user code;
   `relaxed_equations` and `relaxed_gradient_equations`: the step time at a
@@ -68,9 +68,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
-from codesign import relax, step  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
-from codesign._compile import options  # noqa: E402
+from codesign.compiling import options  # noqa: E402
+from codesign.model import relax, step  # noqa: E402
 
 CHOICES = {"parallel.tp": (1, 2, 4, 8), "parallel.pp": (1, 2, 4, 8),
            "training.micro_batch": (1, 2, 4), "system.scale_up_domain": (4, 8, 16, 72)}
@@ -117,7 +117,7 @@ def compile_profile(names=sc.BUILTIN) -> dict:
     estimate` compiles it (`step.outputs` of `step.estimate(scn, check=False)`:
     a loaded scenario's values were checked on load) and the seconds to trace,
     lower and compile it, with the command's XLA options
-    (`_compile.options()`) and with XLA's defaults; and the size of
+    (`compiling.options()`) and with XLA's defaults; and the size of
     the program with the traced domain check (`check=True`, as under jit/vmap/grad
     of user code)."""
     def full(scn):
@@ -225,7 +225,7 @@ def main(argv=None) -> dict:
     def step_time(knobs):  # the step alone (no reliability, fabric or price traced)
         return step.estimate(sc.set_knobs(base, knobs), parts=()).step.step_time_s
 
-    def jit(fn):  # as the grid's kernel compiles (`_compile.options(batch=True)`)
+    def jit(fn):  # as the grid's kernel compiles (`compiling.options(batch=True)`)
         return jax.jit(fn, compiler_options=options(batch=True))
 
     forward_full = jit(jax.vmap(full))

@@ -70,7 +70,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if sys.path[:1] != [str(ROOT)]:  # first: before benchmarks/ (its codesign.py), PYTHONPATH or not
     sys.path.insert(0, str(ROOT))
 
-from codesign import _procfs, cli  # noqa: E402 - after the path; imports no JAX
+from codesign import cli, procfs  # noqa: E402 - after the path; imports no JAX
 
 CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load", "import",
               "program", "store", "outputs", "bounds")
@@ -781,7 +781,7 @@ def cli_cases() -> list:
           Case("cli/top/estimate --help", ("estimate", "--help")),
           Case("cli/top/estimate --bogus", ("estimate", "--bogus"))]
     # every op x algorithm at the far end of ranks and size
-    from codesign import collectives
+    from codesign.model import collectives
 
     for op in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
                "reduce", "send_recv"):
@@ -1309,7 +1309,7 @@ def _signalled_worker(folder: Path, argv, sig: int, after_s: float = 5.0,
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
-            workers = _procfs.children(proc.pid)
+            workers = procfs.children(proc.pid)
             ids = {w: _process_id(w) for w in workers}
             victim = next((w for w, i in ids.items() if i == 1), None)
             if victim is not None and len(workers) >= 2:
@@ -1478,8 +1478,8 @@ def _lib_builtin(scn_name: str):
 def _lib_collective(op: str, alg: str, n_bytes: float, ranks: float):
     import jax
 
-    from codesign import collectives
-    from codesign.hardware import Tier
+    from codesign.model import collectives
+    from codesign.model.hardware import Tier
 
     tier = Tier(50e9, 5e-6, 0.9, 1e12)
 
@@ -1492,7 +1492,7 @@ def _lib_collective(op: str, alg: str, n_bytes: float, ranks: float):
 def _lib_report(step_time_s: float, gpus: float, checkpoint_bytes: float, **rel):
     import jax
 
-    from codesign import reliability
+    from codesign.model import reliability
 
     r = reliability.Reliability(**rel)
     return jax.jit(lambda t: reliability.report(t, gpus, checkpoint_bytes, r))(step_time_s)
@@ -1510,7 +1510,8 @@ LIBRARY_KNOB_STRIDE = 3
 def library_cases() -> list:
     import functools
 
-    from codesign import collectives, scenario
+    from codesign import scenario
+    from codesign.model import collectives
 
     c = []
     # issue 25: the failure model past its validity (must raise, not return inf or NaN)
@@ -1867,7 +1868,7 @@ def store_cases() -> list:
         first = run(folder, cache, est)
         evil = f"cos\nmkdir\n(V{marker}\ntR.".encode()  # pickle: os.mkdir(marker)
         if forged:  # the format and the key right, the tags guessed
-            from codesign._store import RECORD_MAGIC
+            from codesign.store import RECORD_MAGIC
 
             evil = RECORD_MAGIC + b"%s" + os.urandom(64) + evil
         for path in records(cache):

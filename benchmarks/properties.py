@@ -37,7 +37,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 
 from codesign import scenario as sc  # noqa: E402
-from codesign import step  # noqa: E402
+from codesign.model import step  # noqa: E402
 
 # family -> its values, each a (label, base scenario or None, overrides)
 ATTENTION = (("mha", "llama3-405b", ()), ("mla", "deepseek-v3", ()),

@@ -49,7 +49,7 @@ knobs skipped (no range: ep on a dense model) and wall time. A point where
 either model is not finite is counted under `nonfinite` and left out. One
 program per scenario and model (relaxed jvp, exact value), computing only the
 outputs audited, vmapped over padded chunks of `CHUNK` points and compiled
-with the CPU's fast-compile options (`_compile.compiled`).
+with the CPU's fast-compile options (`compiling.compiled`).
 """
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
-from codesign import optimize, relax, step  # noqa: E402
+from codesign import optimize  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
-from codesign._compile import compiled  # noqa: E402
+from codesign.compiling import compiled  # noqa: E402
+from codesign.model import relax, step  # noqa: E402
 
 TEMPERATURES = (0.01, 0.1)
 MOVES = 0.01  # the exact model moves: relative change over the step above 1%

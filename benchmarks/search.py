@@ -63,8 +63,9 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as the codesign command computes
 
-from codesign import hardware, optimize  # noqa: E402
+from codesign import optimize  # noqa: E402
 from codesign import scenario as sc  # noqa: E402
+from codesign.model import hardware  # noqa: E402
 from codesign.units import GB  # noqa: E402
 
 
@@ -180,8 +181,8 @@ def model_rate(repeats: int = 5) -> dict:
 
     import jax
 
-    from codesign import step
-    from codesign._compile import options
+    from codesign.compiling import options
+    from codesign.model import step
 
     spec = importlib.util.spec_from_file_location("estimate", HERE / "estimate.py")
     estimate_bench = importlib.util.module_from_spec(spec)

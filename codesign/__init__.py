@@ -11,50 +11,51 @@ outputs agree to 1e-4 relative (tests/test_public_api.py).
 
 import importlib
 
+from . import chip as chip
+from . import output_checks as output_checks
+from . import presets as presets
+from . import scenario as scenario
+from . import uncertainty as uncertainty
+from . import units as units
+
 # The modules, each a namespace with one job (README.md, "Layout"). Those that
 # pull in matplotlib, optax or the execution path load on first use (`__getattr__`),
 # so that `import codesign` and every command start fast.
-from . import attention as attention
-from . import chip as chip
-from . import collectives as collectives
-from . import economics as economics
-from . import fabric as fabric
-from . import hardware as hardware
-from . import network_roofline as network_roofline
-from . import output_checks as output_checks
-from . import overlap as overlap
-from . import plan as plan
-from . import presets as presets
-from . import relax as relax
-from . import reliability as reliability
-from . import scenario as scenario
-from . import stage as stage
-from . import step as step
-from . import strategies as strategies
-from . import traffic as traffic
-from . import uncertainty as uncertainty
-from . import units as units
-from . import workload as workload
+from .model import attention as attention
+from .model import collectives as collectives
+from .model import economics as economics
+from .model import fabric as fabric
+from .model import hardware as hardware
+from .model import network_roofline as network_roofline
+from .model import overlap as overlap
+from .model import plan as plan
+from .model import relax as relax
+from .model import reliability as reliability
+from .model import stage as stage
+from .model import step as step
+from .model import strategies as strategies
+from .model import traffic as traffic
+from .model import workload as workload
 
 # The names most programs need.
-from .economics import Assumptions as Assumptions
-from .fabric import Prices as Prices
-from .hardware import Chip as Chip
-from .hardware import System as System
-from .hardware import Tier as Tier
-from .network_roofline import roofline as roofline
-from .plan import Plan as Plan
-from .plan import Precision as Precision
-from .reliability import Reliability as Reliability
+from .model.economics import Assumptions as Assumptions
+from .model.fabric import Prices as Prices
+from .model.hardware import Chip as Chip
+from .model.hardware import System as System
+from .model.hardware import Tier as Tier
+from .model.network_roofline import roofline as roofline
+from .model.plan import Plan as Plan
+from .model.plan import Precision as Precision
+from .model.reliability import Reliability as Reliability
+from .model.step import Estimate as Estimate
+from .model.step import estimate as estimate
+from .model.step import outputs as outputs
+from .model.workload import Transformer as Transformer
 from .scenario import Scenario as Scenario
 from .scenario import get_knob as get_knob
 from .scenario import labels as labels
 from .scenario import load as load
 from .scenario import set_knobs as set_knobs
-from .step import Estimate as Estimate
-from .step import estimate as estimate
-from .step import outputs as outputs
-from .workload import Transformer as Transformer
 
 __version__ = "0.1.0"
 _ON_FIRST_USE = ("execute", "optimize", "plots", "program", "sweep", "validate")

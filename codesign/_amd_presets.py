@@ -6,8 +6,8 @@ docs/sources.md has every number's source."""
 
 from __future__ import annotations
 
-from ._chip_specs import PCIE5_X16_Bps
-from ._measured import (
+from .chip_specs import PCIE5_X16_Bps
+from .measured import (
     _LATENCY,
     H100_MATMUL_EFFICIENCY,
     HOPPER_ATTENTION_EFFICIENCY,
@@ -15,7 +15,7 @@ from ._measured import (
     SCALE_OUT_LATENCY_S,
     SCALE_UP_LATENCY_S,
 )
-from .hardware import Preset, System, _gpu_chip, _tier
+from .model.hardware import Preset, System, _gpu_chip, _tier
 from .units import GB, Gbps
 
 # Peak matrix throughput = compute units x peak engine clock x FLOPs per clock

@@ -6,14 +6,14 @@ is silent, said once per set) and whether it calibrates a model constant.
 
 from __future__ import annotations
 
-from . import plan as plan_lib
 from . import scenario as scenario_lib
-from . import stacks
 from ._figures import COLLECTIVE_MEASURES as COLLECTIVE_MEASURES
 from ._figures import MEASURES as MEASURES
 from ._figures import TIME_MEASURES as TIME_MEASURES
 from ._figures import Check
 from ._published_collectives import nccl_log, nccl_vendor
+from .model import plan as plan_lib
+from .model import stacks
 
 
 def _narayanan(params_b, heads, hidden, layers, tp, pp, gpus, batch, tflops, calibration=False):

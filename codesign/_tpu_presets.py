@@ -4,17 +4,17 @@ bare alpha-beta table. `presets` lists them with the GPU presets."""
 
 from __future__ import annotations
 
-from ._chip_specs import PCIE3_X16_Bps, PCIE4_X16_Bps, PCIE5_X16_Bps
-from ._measured import (
+from .chip_specs import PCIE3_X16_Bps, PCIE4_X16_Bps, PCIE5_X16_Bps
+from .measured import (
     _TPU_LATENCY,
     A100_MATMUL_EFFICIENCY,
     DCN_LATENCY_S,
     ICI_LATENCY_S,
     NIC_EFFICIENCY,
 )
-from .hardware import Preset, System, _gpu_chip, _tier
-from .protocols import AlphaBeta
-from .strategies import Torus
+from .model.hardware import Preset, System, _gpu_chip, _tier
+from .model.protocols import AlphaBeta
+from .model.strategies import Torus
 from .units import GB, Gbps, KiB
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _checks, reliability
+from . import checks
+from .model import reliability
 
 # output -> the inputs it follows from most directly (named when it is not finite)
 _LIKELY_INPUTS = {
@@ -58,18 +59,18 @@ def check_outputs(out: dict, overrides=()) -> None:
         reliability.check_progress(out["effective_training_time_fraction"], out.get("mtbf_s"),
                                    hint)
     for key, value in out.items():
-        v = _checks.concrete(value)
+        v = checks.concrete(value)
         if v is None:
             continue
         negative = bool(np.any(v <= 0)) if key == "step_time_s" else bool(np.any(v < 0))
         if negative and bool(np.all(np.isfinite(v))):
-            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is impossible (a negative "
+            raise ValueError(f"the estimate's {key}={checks.fmt(v)} is impossible (a negative "
                              f"or zero quantity); check {_LIKELY_INPUTS.get(key, STEP_INPUTS)}"
                              f"{hint}")
         if not bool(np.all(np.isfinite(v))):
             inputs = _LIKELY_INPUTS.get(key, STEP_INPUTS)
-            raise ValueError(f"the estimate's {key}={_checks.fmt(v)} is not finite: an input is "
+            raise ValueError(f"the estimate's {key}={checks.fmt(v)} is not finite: an input is "
                              f"beyond what the model can represent; check {inputs}{hint}")
         if key in _AT_MOST_ONE and bool(np.any(v > 1.0 + 1e-9)):
-            raise OutputOutOfRange(f"the estimate's {key}={_checks.fmt(v)} exceeds 1 "
+            raise OutputOutOfRange(f"the estimate's {key}={checks.fmt(v)} exceeds 1 "
                                    f"({_AT_MOST_ONE[key]}): the model is wrong here{hint}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import matplotlib
 
-from . import _files
+from . import files
 from .sweep._plots import _STYLES
 from .sweep._plots import SWEEP_DPI as SWEEP_DPI
 from .sweep._plots import column_label as column_label
@@ -38,7 +38,7 @@ def _figure(ax=None, figsize=(7, 4.5)):
 def _save(fig, path=None):
     """Write `fig` to `path` (when given) and return it."""
     if path is not None:
-        _files.write_figure(fig, path, dpi=150, bbox_inches="tight")
+        files.write_figure(fig, path, dpi=150, bbox_inches="tight")
     return fig
 
 
@@ -102,7 +102,7 @@ def roofline(rows, path=None, title="network roofline"):
     ax.legend(fontsize=8)
     fig.tight_layout()
     if path:
-        _files.write_figure(fig, path, dpi=150)
+        files.write_figure(fig, path, dpi=150)
     return fig
 
 
@@ -213,7 +213,7 @@ def estimate_breakdown(breakdown_s: dict, memory_bytes: dict, capacity_bytes: fl
         fig.suptitle(title)
     fig.tight_layout()
     if path is not None:
-        _files.write_figure(fig, path, dpi=dpi, bbox_inches="tight")
+        files.write_figure(fig, path, dpi=dpi, bbox_inches="tight")
     return fig
 
 
@@ -330,7 +330,7 @@ def pareto_points(x, y, front, *, xlabel: str, ylabel: str, title: str = "", pat
     ax.set_title(title)
     fig.tight_layout()
     if path is not None:
-        _files.write_figure(fig, path, dpi=150, bbox_inches="tight")
+        files.write_figure(fig, path, dpi=150, bbox_inches="tight")
     return fig
 
 
@@ -515,5 +515,5 @@ def timeline(trace: dict, *, title: str = "", path=None, dpi: int = 150):
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.2 * -(-len(handles) // 4) / fig.get_figheight(), 1, 1))
     if path is not None:
-        _files.write_figure(fig, path, dpi=dpi, bbox_inches="tight")
+        files.write_figure(fig, path, dpi=dpi, bbox_inches="tight")
     return fig

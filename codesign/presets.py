@@ -5,10 +5,11 @@ the TPU systems (tori of ICI links) are `_tpu_presets`'. `preset(name)` and
 
 from __future__ import annotations
 
-from . import _checks
+from . import checks
 from ._amd_presets import _mi300x_platform, _mi325x_platform, _mi355x_platform
-from ._chip_specs import GRACE_C2C_PER_GPU_Bps, PCIE3_X16_Bps, PCIE4_X16_Bps, PCIE5_X16_Bps
-from ._measured import (
+from ._tpu_presets import _tpu_v4, _tpu_v5e, _tpu_v5p, _tpu_v6e
+from .chip_specs import GRACE_C2C_PER_GPU_Bps, PCIE3_X16_Bps, PCIE4_X16_Bps, PCIE5_X16_Bps
+from .measured import (
     _LATENCY,
     A100_MATMUL_EFFICIENCY,
     H100_500W_CLOCK_FRACTION,
@@ -24,10 +25,9 @@ from ._measured import (
     GRAND_TETON_HBM_Bps,
     H100_HBM_Bps,
     H200_HBM_Bps,
-    _calibrated_efficiency,
+    calibrated_efficiency,
 )
-from ._tpu_presets import _tpu_v4, _tpu_v5e, _tpu_v5p, _tpu_v6e
-from .hardware import Chip, Preset, System, Tier, _gpu_chip, _tier
+from .model.hardware import Chip, Preset, System, Tier, _gpu_chip, _tier
 from .units import GB, Gbps
 
 
@@ -41,7 +41,7 @@ def _dgx_v100() -> Preset:
                      host_Bps=PCIE3_X16_Bps)  # vendor: PCIe Gen3 x16
     up_bw = 300 * GB / 2  # vendor: NVLink2 via NVSwitch 300 GB/s bidir
     # No nccl-tests figure for DGX-2H: borrow DGX A100's calibrated factor.
-    up_eff = _calibrated_efficiency(230 * GB, 300 * GB, 2.0e12 / 2)
+    up_eff = calibrated_efficiency(230 * GB, 300 * GB, 2.0e12 / 2)
     return Preset(
         System(chip, 512, 16, _tier(up_bw, SCALE_UP_LATENCY_S, up_eff, hbm_Bps),
                # vendor: 8x 100 Gb/s IB per 16-GPU node ("100 GB/s between servers")
@@ -66,7 +66,7 @@ def _dgx_a100() -> Preset:
     return Preset(
         System(chip, 1024, 8,
                _tier(up_bw, SCALE_UP_LATENCY_S,
-                     _calibrated_efficiency(230 * GB, up_bw, hbm_Bps / 2), hbm_Bps),
+                     calibrated_efficiency(230 * GB, up_bw, hbm_Bps / 2), hbm_Bps),
                # vendor: 8x HDR 200 Gb/s per node, one per GPU
                _tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
                8),
@@ -94,7 +94,7 @@ def _nvlink4_node(chip: Chip, hbm_Bps) -> System:
     nvls_eff = 480 * GB / (2 * 7 / 8) / up_bw  # vendor: NVLS all-reduce busbw ~480 GB/s
     return System(chip, 1024, 8,
                   _tier(up_bw, SCALE_UP_LATENCY_S,
-                        _calibrated_efficiency(370 * GB, up_bw, H100_HBM_Bps / 2), hbm_Bps,
+                        calibrated_efficiency(370 * GB, up_bw, H100_HBM_Bps / 2), hbm_Bps,
                         nvls_eff),
                   _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # NDR
                   8)
@@ -188,7 +188,7 @@ def _b200_chip(name, bf16, fp8, hbm_bytes, host_Bps) -> Chip:
 def _nvlink5_tier(hbm_Bps: float) -> Tier:
     up_bw = 1800 * GB / 2  # vendor: NVLink5 1.8 TB/s bidir
     # No nccl-tests figure for NVLink5: borrow DGX H100's ring factor.
-    eff = _calibrated_efficiency(370 * GB, 450 * GB, H100_HBM_Bps / 2)
+    eff = calibrated_efficiency(370 * GB, 450 * GB, H100_HBM_Bps / 2)
     nvls = 480 * GB / (2 * 7 / 8) / (450 * GB)  # likewise from DGX H100 NVLS
     return _tier(up_bw, SCALE_UP_LATENCY_S, eff, hbm_Bps, nvls)
 
@@ -258,7 +258,7 @@ def _gb200_nvl72() -> Preset:
 # and 720 PF sparse). The FP4 peaks are `Preset.other_peaks_flops_per_s["fp4"]`,
 # which the preset writes into `Chip.peak_fp4_flops_per_s` (the
 # `training.fp8_recipe = "nvfp4"` GEMMs' peak); the exponential rates are
-# `Chip.exp_per_s` (`_chip_specs.EXP_PER_S`), every Blackwell part's attention
+# `Chip.exp_per_s` (`chip_specs.EXP_PER_S`), every Blackwell part's attention
 # efficiency read at Blackwell's rate (`attention_exp_per_s`): a fused
 # attention kernel on Blackwell Ultra spends half of Blackwell's time on its
 # exponentials (`attention.FlashAttention`). Clocks under the higher power limit
@@ -339,7 +339,7 @@ PRESET_NAMES = tuple(_PRESETS)
 
 def preset(name: str) -> Preset:
     """The preset `name` (see `PRESET_NAMES`) with its description and sources."""
-    _checks.known("system preset", name, PRESET_NAMES)
+    checks.known("system preset", name, PRESET_NAMES)
     return _PRESETS[name]()
 
 

@@ -3,8 +3,8 @@
 A scenario has five tables (`SECTIONS`: [model], [training], [parallel],
 [system], [reliability]); explicit keys override a preset (`model.preset`,
 `system.preset`; docs/inputs.md lists every key). Each key is declared once,
-on the pytree field that holds it (`_checks.float_field`,
-`_checks.static_field`, `_checks.strategy_field`: its key, domain or choices,
+on the pytree field that holds it (`checks.float_field`,
+`checks.static_field`, `checks.strategy_field`: its key, domain or choices,
 unit and default; a Tier's fields appear as system.scale_up_* and
 system.scale_out_*; a strategy's own fields, a Clos's system.pod_size and
 system.oversubscription, are keys of the scenarios whose strategy has them,
@@ -44,14 +44,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _domains, _files, compute, hardware, presets, strategies, workload
+from . import checks, domains, files, presets
 from . import chip as chip_lib
-from ._checks import float_field
-from .hardware import MAX_NARROW_PEAK_RATIO, System
-from .plan import Plan, Precision, check_data_parallel, data_parallel, recipe, validate
-from .reliability import Reliability
+from .checks import float_field
+from .model import compute, hardware, strategies, workload
+from .model.hardware import MAX_NARROW_PEAK_RATIO, System
+from .model.plan import Plan, Precision, check_data_parallel, data_parallel, recipe, validate
+from .model.reliability import Reliability
+from .model.workload import Transformer
 from .units import parse_quantity
-from .workload import Transformer
 
 BUILTIN = ("default", "megatron-8.3b", "megatron-1t", "llama3-405b", "deepseek-v3")
 DEFAULT_SYSTEM = "dgx-a100"  # the system preset of a scenario that names none
@@ -67,7 +68,7 @@ class Scenario(eqx.Module):
     system: System
     reliability: Reliability
     # tokens to train on (0 = not set)
-    tokens: jax.Array = float_field("training.tokens", _domains.interval(0.0, 1e18),
+    tokens: jax.Array = float_field("training.tokens", domains.interval(0.0, 1e18),
                                     unit="tokens", default=0.0)
     # the chip's design (`chip.ChipDesign`) of a scenario with a [chip] table, whose
     # system is `chip.to_system` of it (the step model reads the system only); None
@@ -77,7 +78,7 @@ class Scenario(eqx.Module):
     def checked(self) -> Scenario:
         """This scenario, its leaves guarded by `equinox.branched_error_if`: under
         jit/vmap/grad a knob outside its domain (`DOMAINS`, relaxed as
-        `_domains.Domain.traced` says) or a broken rule between model keys
+        `domains.Domain.traced` says) or a broken rule between model keys
         raises an error naming the key instead of flowing on as NaN. One
         comparison of the stacked knobs against arrays of bounds; the first
         offending key (in `KNOBS` order), then rule, names the error; only the
@@ -94,7 +95,7 @@ class Scenario(eqx.Module):
         outside = ~(jnp.where(lo_open, flat > lo, flat >= lo) & (flat <= hi))
         bad = jnp.concatenate([outside, _relations(self)])
         which = np.concatenate([owner, len(_TRACED) + np.arange(len(_RELATION_MESSAGES))])
-        return _checks.branched_error_if(self, jnp.any(bad), jnp.asarray(which)[jnp.argmax(bad)],
+        return checks.branched_error_if(self, jnp.any(bad), jnp.asarray(which)[jnp.argmax(bad)],
                                          _TRACED_MESSAGES + _RELATION_MESSAGES)
 
 
@@ -139,12 +140,12 @@ _LOADER_KEYS = {"model.preset": str, "system.preset": str, "system.measured_on":
 
 class Key(NamedTuple):
     """A scenario key: where its field is (attributes from a Scenario), its
-    declaration (`_checks.Declaration`) and, for a field of one strategy
+    declaration (`checks.Declaration`) and, for a field of one strategy
     class (a Clos's pods), that class: the key exists only where the strategy
     is one."""
 
     path: tuple[str, ...]
-    declaration: _checks.Declaration
+    declaration: checks.Declaration
     owner: type | None = None
 
 
@@ -155,7 +156,7 @@ def declarations(cls: type, path: tuple = (), prefix: str = "", owner: type | No
     followed by the fields of each of its classes), in field order."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        decl = _checks.declaration(f)
+        decl = checks.declaration(f)
         if decl is not None:
             if decl.scenario:
                 yield prefix + decl.key, Key((*path, f.name), decl, owner)
@@ -184,13 +185,13 @@ for _key, _kind in (*_LOADER_KEYS.items(), *((k, KEYS[k].declaration.kind) for k
     _section, _name = _key.split(".", 1)
     SCHEMA[_section][_name] = _kind
 KNOBS = tuple(k for k in _BY_SECTION if KEYS[k].declaration.kind is float)  # every float knob
-DOMAINS: dict[str, _domains.Domain] = {k: KEYS[k].declaration.domain for k in KNOBS}
+DOMAINS: dict[str, domains.Domain] = {k: KEYS[k].declaration.domain for k in KNOBS}
 # constrained by other keys, not by a fixed domain, when traced: dp follows
 # gpus / (tp pp cp) in `set_knobs` and the optimiser keeps dp >= 1 as a
 # constraint it may cross while it searches
 RELATIONAL = ("parallel.dp",)
 _TRACED = tuple(k for k in KNOBS if k not in RELATIONAL)
-_TRACED_BOUNDS = _domains.traced_bounds([DOMAINS[k] for k in _TRACED])
+_TRACED_BOUNDS = domains.traced_bounds([DOMAINS[k] for k in _TRACED])
 _TRACED_MESSAGES = tuple(f"{k} must be {DOMAINS[k].describe()} (a traced value is outside)"
                          for k in _TRACED)
 
@@ -199,12 +200,12 @@ def check(key: str, value) -> None:
     """Raise `ValueError("{key}={value} must be {domain}")` when the value of the
     float key `key` is outside its domain."""
     if key in DOMAINS:
-        _domains.check_in(key, value, DOMAINS[key])
+        domains.check_in(key, value, DOMAINS[key])
 
 
 def domains_markdown() -> str:
     """docs/inputs.md's table of the domains of every float key."""
-    return _domains.table_markdown(DOMAINS, {k: KEYS[k].declaration.unit for k in DOMAINS})
+    return domains.table_markdown(DOMAINS, {k: KEYS[k].declaration.unit for k in DOMAINS})
 
 
 # ----------------------------------------------------------------- knobs
@@ -302,7 +303,7 @@ def _chip_alias(scn: Scenario, name: str) -> str:
     return name
 
 
-def chip_domain(name: str) -> _domains.Domain:
+def chip_domain(name: str) -> domains.Domain:
     """The domain of the `chip.*` knob `name` (its `chip.ChipDesign` field's)."""
     return CHIP_KEYS[name].domain
 
@@ -312,16 +313,16 @@ def _builtin_path(name: str):
     return resources.files("codesign") / "scenarios" / f"{name}.toml"
 
 
-MAX_TOML_DEPTH = _files.MAX_DEPTH  # tables and arrays nested in a scenario or system file
+MAX_TOML_DEPTH = files.MAX_DEPTH  # tables and arrays nested in a scenario or system file
 
 
 def read_toml(path: Path, what: str = "scenario") -> dict:
     """The tables of a TOML file; a file that cannot be read, decoded or parsed,
     that nests tables or arrays more than `MAX_TOML_DEPTH` levels deep or holds
     an integer too long for any configuration, is a one-line `ValueError`
-    naming it (`_files.parse_toml`, the importers' parser too)."""
-    text = _files.read_text(path, f"{what} file")  # at most _files.TOML_LIMIT_BYTES
-    return _files.parse_toml(text, f"{what} file {str(path)!r}")
+    naming it (`files.parse_toml`, the importers' parser too)."""
+    text = files.read_text(path, f"{what} file")  # at most files.TOML_LIMIT_BYTES
+    return files.parse_toml(text, f"{what} file {str(path)!r}")
 
 
 def read(source: str | Path | None) -> dict:
@@ -416,7 +417,7 @@ def _coerce_any(section: str, key: str, value):
 # of the system preset's chip (`chip.PART_OF_PRESET_CHIP`) or of `chip.part`.
 # Without a [chip] table nothing of this runs.
 CHIP_SECTION = "chip"
-CHIP_KEYS = {d.key: d for d in (_checks.declaration(f)
+CHIP_KEYS = {d.key: d for d in (checks.declaration(f)
                                 for f in dataclasses.fields(chip_lib.ChipDesign))
              if d is not None}
 CHIP_KNOBS = tuple(k for k, d in CHIP_KEYS.items() if d.kind is float)
@@ -435,7 +436,7 @@ def _coerce_chip(key: str, value):
     if name == "chip.part":
         if not isinstance(value, str):
             raise ValueError(f"chip.part={value!r} must be a str")
-        _checks.one_of(name, value, tuple(p.name for p in chip_lib.PUBLISHED))
+        checks.one_of(name, value, tuple(p.name for p in chip_lib.PUBLISHED))
         return value
     if name not in CHIP_KEYS:
         raise ValueError(f"{name} is not a known key of [chip]; keys are chip.part, "
@@ -444,7 +445,7 @@ def _coerce_chip(key: str, value):
     if decl.kind is not float:
         if not isinstance(value, str):
             raise ValueError(f"{name}={value!r} must be a str")
-        _checks.one_of(name, value, decl.choices)
+        checks.one_of(name, value, decl.choices)
         return value
     if isinstance(value, str):
         value = parse_quantity(name, value)
@@ -453,7 +454,7 @@ def _coerce_chip(key: str, value):
     if isinstance(value, int) and abs(value) > 1e300:  # beyond float64
         raise ValueError(f"{name}={'-' if value < 0 else ''}{str(abs(value))[0]}e+"
                          f"{len(str(abs(value))) - 1} must be {decl.domain.describe()}")
-    _domains.check_in(name, float(value), decl.domain)
+    domains.check_in(name, float(value), decl.domain)
     return float(value)
 
 
@@ -479,7 +480,7 @@ def _given(cls: type, t: dict, prefix: str = "") -> dict:
     the merged tables `t` set (a Tier's keys under `prefix`)."""
     out = {}
     for f in dataclasses.fields(cls):
-        decl = _checks.declaration(f)
+        decl = checks.declaration(f)
         if decl is not None and decl.scenario:
             section, name = (prefix + decl.key).split(".", 1)
             if name in t.get(section, {}):
@@ -494,7 +495,7 @@ def _updated(module: eqx.Module, t: dict, prefix: str = "", **fixed) -> eqx.Modu
     changes = {**_given(type(module), t, prefix), **fixed}
     for f in dataclasses.fields(module):
         sub = getattr(module, f.name)
-        if _checks.declaration(f) is None and isinstance(sub, eqx.Module):
+        if checks.declaration(f) is None and isinstance(sub, eqx.Module):
             new = _updated(sub, t, prefix + f.metadata.get("prefix", ""))
             if new is not sub:
                 changes[f.name] = new

@@ -87,9 +87,9 @@ import math
 from collections import Counter, deque
 from typing import NamedTuple
 
-from . import strategies
-from .plan import Plan
-from .step import Step
+from .model import strategies
+from .model.plan import Plan
+from .model.step import Step
 
 TRACKS = ("compute", "tp", "cp", "ep", "pp", "dp", "optimizer")
 _PER_MICRO_BATCH = ("tp", "cp", "ep")  # exposed inside each micro-batch (step's per_mb)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from ._domains import MAX_MESSAGE_BYTES
+from .domains import MAX_MESSAGE_BYTES
 
 TOO_LARGE = "a message must be at most 2^70 bytes (1024EiB), the largest the cost model takes"
 

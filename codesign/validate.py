@@ -24,9 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _files, collectives, hardware, output_checks, presets, traffic
+from . import files, output_checks, presets
 from . import scenario as scenario_lib
-from . import step as step_lib
 from . import uncertainty as uncertainty_lib
 from ._published_runs import AUTOMODEL_SOURCE as AUTOMODEL_SOURCE
 from ._published_runs import BRIDGE_2606_SOURCE as BRIDGE_2606_SOURCE
@@ -46,10 +45,12 @@ from ._published_runs import SETS as SETS
 from ._published_runs import TIME_MEASURES as TIME_MEASURES
 from ._published_runs import TORCHTITAN_SOURCE as TORCHTITAN_SOURCE
 from ._published_runs import Check as Check
-from .hardware import System
-from .plan import Plan
-from .relax import EXACT
-from .workload import Transformer
+from .model import collectives, hardware, traffic
+from .model import step as step_lib
+from .model.hardware import System
+from .model.plan import Plan
+from .model.relax import EXACT
+from .model.workload import Transformer
 
 
 def with_matmul_efficiency(check: Check, matmul_efficiency: float) -> Check:
@@ -332,7 +333,7 @@ def uncertainty(rows) -> dict:
 def write_uncertainty(rows, path=uncertainty_lib.TABLE) -> dict:
     """Write `uncertainty(rows)` to `path` (the package's table); returns it."""
     table = uncertainty(rows)
-    _files.write_file(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
+    files.write_file(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
     return table
 
 

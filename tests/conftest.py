@@ -2,7 +2,7 @@
 
 The suite compiles with XLA:CPU's fast-compile options (the classic emitters at
 LLVM -O0, as the gradient method and `codesign estimate` compile on the CPU:
-`codesign._compile.CPU_COMPILER_OPTIONS`): compiling is most of the suite's time, and what the
+`codesign.compiling.CPU_COMPILER_OPTIONS`): compiling is most of the suite's time, and what the
 tests check (values, errors, gradients) does not depend on how hard XLA
 optimises the code, only how fast it runs. Subprocesses (notebook kernels,
 multi-process runs) inherit the flags.
@@ -54,7 +54,8 @@ def step_time_value_and_grad():
     Without the traced domain check (`check=False`: the tests pass values inside
     the domains), so the program has no host callback and the run's persistent
     cache hands one worker's compile to the others."""
-    from codesign import scenario, step
+    from codesign import scenario
+    from codesign.model import step
 
     def step_time_s(scn, knobs):
         return step.estimate(scenario.set_knobs(scn, knobs), check=False).step.step_time_s

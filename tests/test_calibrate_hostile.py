@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from codesign import collectives
 from codesign.cli import main
-from codesign.hardware import Tier
+from codesign.model import collectives
+from codesign.model.hardware import Tier
 
 SIZES = [4096 * 2**k for k in range(9)]
 HEADER = """# Collective test starting: all_reduce_perf

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from codesign import collectives
 from codesign.cli import main
 from codesign.execute import calibrate, line_rate
-from codesign.hardware import Tier
+from codesign.model import collectives
+from codesign.model.hardware import Tier
 from codesign.presets import system
 
 FIXTURES = Path(__file__).parent / "fixtures"

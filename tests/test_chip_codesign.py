@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import chip, economics, optimize, relax, step
+from codesign import chip, optimize
 from codesign import scenario as sc
+from codesign.model import economics, relax, step
 from codesign.optimize import _categorical, _model, _problem
 
 CHIP = ["chip.part=H100 SXM5", "training.tokens=1e11"]

@@ -260,7 +260,7 @@ def test_step_time_is_differentiable_in_the_chip_design():
     d = chip.published_design("H100 SXM5")
 
     def step_time_s(design):
-        from codesign import step
+        from codesign.model import step
         s = eqx.tree_at(lambda x: x.system, scn, chip.to_system(design, scn.system))
         return step.estimate(s, check=False).step.step_time_s
 

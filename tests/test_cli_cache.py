@@ -1,5 +1,5 @@
 """The persistent compilation cache (`$CODESIGN_CACHE`) hits on a second process run,
-and `codesign estimate`'s stored executables (`_compile.compiled(store=...)`) are
+and `codesign estimate`'s stored executables (`compiling.compiled(store=...)`) are
 read back, for the structure they were compiled for only."""
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def test_second_run_reads_the_persistent_cache(tmp_path):
 def test_a_stored_executable_serves_its_own_structure_only(tmp_path):
     """A second structure (another schedule: a static field) gets its own stored
     executable and its own answer, the library's; the first one's is unchanged."""
-    from codesign import scenario, step
+    from codesign import scenario
+    from codesign.model import step
 
     env = {**os.environ, "CODESIGN_CACHE": str(tmp_path)}
     store = tmp_path / "codesign-executables"

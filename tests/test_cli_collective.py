@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from codesign import collectives as co
-from codesign import hardware as hw
 from codesign.cli import main
+from codesign.model import collectives as co
+from codesign.model import hardware as hw
 from codesign.units import GB, GiB
 
 

@@ -66,18 +66,18 @@ def test_a_directory_is_named(argv, what, capsys, tmp_path):
     (["calibrate", "/dev/zero"], "measurement file"),
 ])
 def test_an_endless_stream_is_refused_at_the_cap(argv, what, capsys, monkeypatch):
-    from codesign import _files
+    from codesign import files
 
-    monkeypatch.setattr(_files, "LOG_LIMIT_BYTES", 2**20)  # the log cap is 1 GiB
+    monkeypatch.setattr(files, "LOG_LIMIT_BYTES", 2**20)  # the log cap is 1 GiB
     line = _fails(capsys, *argv)
     assert f"{what} '/dev/zero' is not a regular file" in line
 
 
 def test_a_scenario_over_the_cap_is_refused(capsys, tmp_path):
-    from codesign import _files
+    from codesign import files
 
     big = tmp_path / "big.toml"
-    big.write_text("#" * (_files.TOML_LIMIT_BYTES + 1))
+    big.write_text("#" * (files.TOML_LIMIT_BYTES + 1))
     line = _fails(capsys, "estimate", str(big))
     assert f"scenario file '{big}' is larger than 16MiB" in line
 

@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import collectives as co
 from codesign import optimize, presets
 from codesign.cli import main
-from codesign.plan import Plan
+from codesign.model import collectives as co
+from codesign.model.plan import Plan
 from codesign.scenario import load
 
 PLAN_FIELDS = {f.name for f in dataclasses.fields(Plan)}

@@ -1,7 +1,7 @@
 """The collective cost table against closed forms written out independently here.
 
 The closed forms follow the alpha-beta-gamma table of docs/collectives.md (and,
-for the pairs it does not list, the table in codesign/collectives.py's
+for the pairs it does not list, the table in codesign/model/collectives.py's
 docstring), for p >= 2 where
 the constants 1 and 2 need no smoothing.
 """
@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from codesign import collectives as co
-from codesign import hardware as hw
-from codesign import presets, relax, traffic
-from codesign.protocols import AlphaBeta, Nccl
+from codesign import presets
+from codesign.model import collectives as co
+from codesign.model import hardware as hw
+from codesign.model import relax, traffic
+from codesign.model.protocols import AlphaBeta, Nccl
 from codesign.units import GiB, MiB
 
 TIER = hw.Tier(100e9, 1.7e-6, efficiency=0.9, reduction_Bps=800e9, in_network_efficiency=0.7)

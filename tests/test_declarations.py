@@ -10,11 +10,12 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import _checks, _domains, attention, optimize, step, strategies, workload
+from codesign import checks, domains, optimize
 from codesign import scenario as sc
-from codesign.hardware import System, Tier
-from codesign.plan import Plan, Precision
-from codesign.reliability import Reliability
+from codesign.model import attention, step, strategies, workload
+from codesign.model.hardware import System, Tier
+from codesign.model.plan import Plan, Precision
+from codesign.model.reliability import Reliability
 
 
 def _declared_fields(cls):
@@ -26,8 +27,8 @@ def test_every_key_has_exactly_one_declaration():
     found = [key for key, _ in sc.declarations(sc.Scenario)]
     assert len(found) == len(set(found)) == len(sc.KEYS)
     # the tiers are declared once and appear under both prefixes
-    tier_keys = {_checks.declaration(f).key for f in dataclasses.fields(Tier)
-                 if _checks.declaration(f).scenario}
+    tier_keys = {checks.declaration(f).key for f in dataclasses.fields(Tier)
+                 if checks.declaration(f).scenario}
     for prefix in ("system.scale_up_", "system.scale_out_"):
         assert {prefix + k for k in tier_keys} <= set(sc.KEYS)
 
@@ -76,11 +77,11 @@ def test_strategies_are_declared_once_with_their_own_keys():
 
 def test_a_new_declared_field_appears_in_the_derived_tables():
     class Extra(eqx.Module):
-        knob_s: jax.Array = _checks.float_field("training.extra_knob_s", _domains.UNIT,
+        knob_s: jax.Array = checks.float_field("training.extra_knob_s", domains.UNIT,
                                                 default=0.5)
-        mode: str = _checks.static_field("training.extra_mode", str, choices=("a", "b"),
+        mode: str = checks.static_field("training.extra_mode", str, choices=("a", "b"),
                                          default="a")
-        plain: jax.Array = _checks.float_field(default=1.0)  # declares nothing
+        plain: jax.Array = checks.float_field(default=1.0)  # declares nothing
 
     class Holder(eqx.Module):
         extra: Extra
@@ -110,7 +111,7 @@ def test_the_loader_takes_each_default_from_its_declaration():
     checked = 0
     for cls, module in ((Plan, scn.plan), (Reliability, scn.reliability), (sc.Scenario, scn)):
         for f in dataclasses.fields(cls):
-            decl = _checks.declaration(f)
+            decl = checks.declaration(f)
             if decl is None or f.default is None or f.default is dataclasses.MISSING:
                 continue
             if f.name == "schedule":  # the loader's rule: interleaved when interleave > 1

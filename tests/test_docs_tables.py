@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from codesign import scenario as sc
-from codesign import step
+from codesign.model import step
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 GIB = 2**30

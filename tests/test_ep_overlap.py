@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from codesign import overlap, plan as plan_lib, strategies, workload
-from codesign.relax import EXACT, Relaxed
+from codesign.model import overlap, strategies, workload
+from codesign.model import plan as plan_lib
+from codesign.model.relax import EXACT, Relaxed
 
 # per MoE layer: the MoE block's forward M = 1, the rest of the layer's forward
 # P_f = 1 and backward P_b = 2; 2 layers (both MoE), 4 micro-batches (3 paired)

@@ -44,7 +44,7 @@ def test_bench_json_records_follow_nccl_tests_definitions(capsys, tmp_path):
         assert r["algbw_Bps"] == pytest.approx(r["size_bytes"] / r["time_s"])
         assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 2 * 7 / 8)
     assert [json.loads(line) for line in out.read_text().splitlines()] == records
-    # the one progress bar (codesign._progress): 2 warm-ups and 3 rounds
+    # the one progress bar (codesign.progress): 2 warm-ups and 3 rounds
     assert f"bench all_reduce ring [{'#' * 20}] 5/5 steps " in captured.err
 
 

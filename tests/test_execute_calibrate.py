@@ -8,10 +8,11 @@ from pathlib import Path
 import equinox as eqx
 import pytest
 
-from codesign import collectives, scenario
+from codesign import scenario
 from codesign.cli import main
 from codesign.execute import calibrate, line_rate, nccl_tests
-from codesign.hardware import Tier
+from codesign.model import collectives
+from codesign.model.hardware import Tier
 from codesign.presets import system
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from codesign import _procfs
+from codesign import procfs
 from codesign.execute import distributed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,7 +151,7 @@ def test_no_worker_outlives_a_killed_supervisor():
             assert parent.poll() is None, "the bench ended before starting its workers"
             assert time.monotonic() < deadline, "no 2 workers within 60 s"
             time.sleep(0.05)
-            workers = _procfs.children(parent.pid)
+            workers = procfs.children(parent.pid)
         time.sleep(3.0)  # let them import JAX and join
         assert len(workers) == 2 and all(_alive(w) for w in workers)
         os.kill(parent.pid, signal.SIGKILL)

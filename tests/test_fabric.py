@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import collectives as co
-from codesign import fabric, presets, relax
+from codesign import presets
+from codesign.model import collectives as co
+from codesign.model import fabric, relax
 
 
 def _with(system, **kw):

@@ -6,10 +6,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import collectives as co
-from codesign import hardware as hw
-from codesign import presets, strategies
+from codesign import presets
 from codesign.cli import main
+from codesign.model import collectives as co
+from codesign.model import hardware as hw
+from codesign.model import strategies
 from codesign.units import GB, GiB
 
 LARGE_BYTES = 64 * GiB  # large enough that latency is < 0.1% of an 8-GPU all-reduce
@@ -129,7 +130,7 @@ def test_presets_cli_json(capsys):
     assert h100["system"]["scale_up_domain"] == 8 and h100["system"]["topology"] == "two_tier"
     assert "nccl-tests" in h100["sources"]["scale_up.efficiency"]
     try:
-        from codesign import workload
+        from codesign.model import workload
     except ImportError:
         assert data["models"] == {}
     else:
@@ -146,7 +147,7 @@ def test_h200_preset_is_the_datasheet_and_its_gemm_microbenchmark():
     efficiency, below it."""
     import equinox as eqx
 
-    from codesign import compute
+    from codesign.model import compute
 
     s = presets.system("dgx-h200")
     c = s.chip
@@ -169,7 +170,7 @@ def test_a_chip_is_described_by_system_keys():
     (declared once on `Chip`): a chip that does not exist yet can be costed;
     the HBM reserve follows a capacity given without one."""
     from codesign import scenario as sc
-    from codesign import step
+    from codesign.model import step
 
     new = ["system.peak_flops_per_s=2e15", "system.peak_fp8_flops_per_s=4e15",
            "system.hbm_bytes=288e9", "system.hbm_Bps=8e12"]
@@ -199,7 +200,7 @@ def test_fp8_gemms_reach_the_measured_h200_ratio_of_the_bf16_efficiency():
 
     import equinox as eqx
 
-    from codesign import compute
+    from codesign.model import compute
 
     record = json.loads((Path(__file__).parents[1] / "benchmarks" / "results"
                          / "2026-12-04-h200-kernels-torch.json").read_text())
@@ -242,7 +243,7 @@ def test_the_gemm_roofline_costs_each_measured_shape_within_5_percent():
 
     import equinox as eqx
 
-    from codesign import compute
+    from codesign.model import compute
 
     s = eqx.tree_at(lambda x: x.chip.matmul_efficiency, presets.system("dgx-h200"), 1.0)
     o = float(s.chip.kernel_overhead_s)
@@ -269,7 +270,7 @@ def test_a_500_w_h100_sustains_fbgemms_share_of_the_700_w_clocks():
 
     import equinox as eqx
 
-    from codesign import compute
+    from codesign.model import compute
 
     teton, h100, h200 = (eqx.tree_at(lambda x: x.chip.matmul_efficiency, presets.system(n), 1.0)
                          for n in ("grand-teton-h100", "dgx-h100", "dgx-h200"))
@@ -382,7 +383,7 @@ def test_llama3_405b_estimates_on_blackwell_ultra(ultra, old):
     import math
 
     from codesign import scenario as sc
-    from codesign import step
+    from codesign.model import step
 
     def out(preset):
         return step.outputs(step.estimate(sc.from_tables({
@@ -404,7 +405,7 @@ def test_the_peaks_keep_their_physical_ratios():
     and 32-bit peaks with it in the preset's ratios, so deepseek-v3's FP8 GEMMs
     at a millionth of the H100's 16-bit peak stay under 100% utilisation."""
     from codesign import scenario as sc
-    from codesign import step
+    from codesign.model import step
 
     with pytest.raises(ValueError, match=r"system.peak_fp8_flops_per_s=1e\+18 must not exceed "
                        r"4 x system.peak_flops_per_s=9.89e\+14"):

@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import output_checks, reliability, scenario, step, sweep
+from codesign import output_checks, scenario, sweep
 from codesign.cli import main
+from codesign.model import reliability, step
 
 
 def _line(capsys, *argv, code=2) -> str:
@@ -350,7 +351,7 @@ def test_the_host_memory_of_a_bench_run_counts_every_size():
 def test_the_library_prints_nothing_when_its_own_traced_check_fires(capfd, caplog):
     """Under jax.jit a knob outside its domain raises codesign's own error
     (through equinox, inside a callback) with nothing logged or printed: JAX's
-    log record of that callback exception is dropped (`_checks._OwnTracedErrors`);
+    log record of that callback exception is dropped (`checks._OwnTracedErrors`);
     another callback's exception is still logged."""
     import logging
 

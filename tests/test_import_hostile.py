@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from codesign import _files, scenario
+from codesign import files, scenario
 from codesign.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
@@ -69,10 +69,10 @@ def test_nesting_past_32_levels_is_one_line(capsys, tmp_path, kind, name, text, 
 
 def test_32_levels_still_read(tmp_path):
     """The cap is the scenario reader's: 32 levels of lists import."""
-    assert _files.MAX_DEPTH == scenario.MAX_TOML_DEPTH == 32
-    tree = _files.parse_json(json.dumps({"a": json.loads(_deep(31))}), "x.json")
+    assert files.MAX_DEPTH == scenario.MAX_TOML_DEPTH == 32
+    tree = files.parse_json(json.dumps({"a": json.loads(_deep(31))}), "x.json")
     assert tree["a"] == json.loads(_deep(31))
-    assert _files.parse_yaml(f"a: {_deep(31)}\n", "x.yaml")["a"] == json.loads(_deep(31))
+    assert files.parse_yaml(f"a: {_deep(31)}\n", "x.yaml")["a"] == json.loads(_deep(31))
 
 
 # ------------------------------------------------------------------ YAML aliases

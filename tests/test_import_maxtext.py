@@ -14,9 +14,10 @@ from pathlib import Path
 import equinox as eqx
 import pytest
 
-from codesign import _files, scenario, validate, workload
+from codesign import files, scenario, validate
 from codesign.cli import main
 from codesign.importers.maxtext import maxtext_words
+from codesign.model import workload
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import" / "maxtext"
 BASE = str(FIXTURES / "base.yml")
@@ -79,7 +80,7 @@ def test_the_parsed_shape_is_the_model_files(model, preset):
     """The model file's numbers (read here from the file itself) are the
     scenario's shape, and that shape is codesign's preset of the model."""
     path = FIXTURES / "models" / f"{model}.yml"
-    given = _files.parse_yaml(path.read_text(), str(path))
+    given = files.parse_yaml(path.read_text(), str(path))
     for words in ([f"model_name={model}"], [str(path)]):
         imp = _import(*words, "ici_expert_parallelism=8" if "num_experts" in given else "steps=1",
                       gpus=8)

@@ -12,11 +12,12 @@ from pathlib import Path
 import equinox as eqx
 import pytest
 
-from codesign import importers, scenario, workload
+from codesign import importers, scenario
 from codesign.cli import main
 from codesign.importers._bridge_recipes import PERF
 from codesign.importers.megatron import SOFTWARE_FLAGS
 from codesign.importers.megatron_bridge import ALIASES, RECIPES, _pairs, megatron_bridge_words
+from codesign.model import workload
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
 BRIDGE = FIXTURES / "megatron_bridge"

@@ -13,8 +13,9 @@ from pathlib import Path
 import equinox as eqx
 import pytest
 
-from codesign import importers, scenario, validate, workload
+from codesign import importers, scenario, validate
 from codesign.cli import main
+from codesign.model import workload
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
 # one file a scenario (torchtitan/*.py: registry source, tests/test_import_torchtitan.py)

@@ -9,20 +9,20 @@ import io
 import numpy as np
 import pytest
 
-from codesign import (
+from codesign import presets
+from codesign import scenario as sc
+from codesign.cli import main
+from codesign.model import (
     collectives,
     compute,
     dispatchers,
     fabric,
     memory,
-    presets,
     stacks,
     stage,
     step,
     traffic,
 )
-from codesign import scenario as sc
-from codesign.cli import main
 
 # Qwen3-30B-A3B's layer shape (128 experts of 768, top-8) on 4 layers, one
 # H100 node, ep 8: small, so eager evaluation and one compile stay cheap

@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import economics, fabric, optimize, relax, step
+from codesign import optimize
 from codesign import scenario as sc
 from codesign.cli import main
+from codesign.model import economics, fabric, relax, step
 from codesign.optimize._model import relaxed_loss  # internal: the loss the descent follows
 from codesign.optimize._problem import to_box  # internal: the descent's unit box
 from codesign.units import GB, day
@@ -240,7 +241,7 @@ def _modules(jaxpr) -> set:
     for eqn in jaxpr.eqns:
         tb = eqn.source_info.traceback
         out |= {Path(f.file_name).stem for f in (tb.frames if tb is not None else ())
-                if Path(f.file_name).parent.name == "codesign"}
+                if "codesign" in Path(f.file_name).parent.parts}
         for sub in jex.core.jaxprs_in_params(eqn.params):
             out |= _modules(sub)
     return out
@@ -458,7 +459,7 @@ def test_elasticities_agree_with_central_finite_differences(elasticities, moved,
 def test_stepped_knobs_get_the_envelope_slope(elasticities, monkeypatch):
     """With ceil replaced by the identity (the envelope), central differences
     of the step time agree with the exact model's elasticities of pp and interleave."""
-    from codesign import stage
+    from codesign.model import stage
 
     monkeypatch.setattr(stage, "smooth_ceil", lambda x, t=relax.EXACT: x)
     f = jax.jit(lambda v: jnp.log(step.step(*(lambda s: (s.model, s.plan, s.system))(
@@ -577,26 +578,26 @@ def test_gradient_method_compiles_once_per_problem(monkeypatch):
 
 
 def test_a_stored_program_compiles_nothing_in_a_new_process(tmp_path, monkeypatch):
-    """`_compile.run(..., store=...)` keeps an executable keyed by its arguments'
+    """`compiling.run(..., store=...)` keeps an executable keyed by its arguments'
     structure: a later process (this one with its programs and JAX's caches
     forgotten) running it on other values of that structure reads it back and
     compiles nothing, with the same answer."""
-    from codesign import _compile
+    from codesign import compiling
 
     @jax.jit
     def program(core, x):
         return jnp.sum(core.lo * x) + core.objective
 
     core = optimize.problem(SCN, list(SMALL), SMALL).core
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
     jax.clear_caches()  # compiled afresh here, not handed back from JAX's own caches
-    _, compile_s = _compile.run(program, core, jnp.ones(len(SMALL)), store=tmp_path)
+    _, compile_s = compiling.run(program, core, jnp.ones(len(SMALL)), store=tmp_path)
     stored = sorted(tmp_path.glob("*.exe"))
     assert compile_s > 0 and len(stored) == 1
     edited = optimize.problem(SCN, list(SMALL), {**SMALL, "parallel.tp": (1, 8)}).core
-    monkeypatch.setattr(_compile, "_COMPILED", {})
-    monkeypatch.setattr(_compile, "_compile", lambda *a, **k: pytest.fail("compiled again"))
-    out, _ = _compile.run(program, edited, 2.0 * jnp.ones(len(SMALL)), store=tmp_path)
+    monkeypatch.setattr(compiling, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_compile", lambda *a, **k: pytest.fail("compiled again"))
+    out, _ = compiling.run(program, edited, 2.0 * jnp.ones(len(SMALL)), store=tmp_path)
     assert sorted(tmp_path.glob("*.exe")) == stored
     assert float(out) == float(jnp.sum(edited.lo * 2.0) + edited.objective)
 
@@ -604,7 +605,7 @@ def test_a_stored_program_compiles_nothing_in_a_new_process(tmp_path, monkeypatc
 def test_the_gradient_method_runs_its_programs_through_the_store(small, monkeypatch):
     """`optimize(store=...)` hands its store to every program it runs (the descent,
     the structural rules, the exact evaluation), so a repeated or edited question
-    in a new process reads them back (`_compile.run`, tested above)."""
+    in a new process reads them back (`compiling.run`, tested above)."""
     from codesign.optimize import _gradient
 
     seen = []
@@ -621,20 +622,20 @@ def test_a_stored_program_that_fails_to_run_is_compiled_and_stored_again(tmp_pat
     """An executable read back from the store whose first run fails (an XLA:CPU
     program the persistent cache served, stored without its kernels) is
     forgotten, compiled afresh and stored again; the answer is the program's."""
-    from codesign import _compile
+    from codesign import compiling
 
     program = jax.jit(lambda x: jnp.sum(x * 3.0))
     x = jnp.arange(4.0)
-    _compile.run(program, x, store=tmp_path)
+    compiling.run(program, x, store=tmp_path)
     (stored,) = tmp_path.glob("*.exe")
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
 
     def broken(*args):
         raise RuntimeError("Function not found")
 
-    monkeypatch.setattr(_compile, "_load",
+    monkeypatch.setattr(compiling, "_load",
                         lambda path, args, prove=True: broken if path.exists() else None)
     mtime = stored.stat().st_mtime_ns
-    out, compile_s = _compile.run(program, x, store=tmp_path)
+    out, compile_s = compiling.run(program, x, store=tmp_path)
     assert float(out) == 18.0 and compile_s > 0
     assert stored.exists() and stored.stat().st_mtime_ns != mtime  # stored anew

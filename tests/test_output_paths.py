@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from codesign import _files
+from codesign import files
 from codesign.cli import main
 from codesign.sweep import _spec, _store
 
@@ -100,7 +100,7 @@ def test_an_output_onto_an_input_or_another_output_is_refused_first(
 
 def test_two_outputs_on_standard_output_are_refused():
     with pytest.raises(ValueError, match="--report -: --out is standard output too"):
-        _files.check_outputs({"--out": "-", "--report": "-"}, {})
+        files.check_outputs({"--out": "-", "--report": "-"}, {})
 
 
 def test_the_writer_replaces_a_file_and_leaves_a_hard_link_to_it(tmp_path):
@@ -109,12 +109,12 @@ def test_the_writer_replaces_a_file_and_leaves_a_hard_link_to_it(tmp_path):
     out, other = tmp_path / "out.json", tmp_path / "other.json"
     out.write_text("old")
     os.link(out, other)
-    _files.write_file(out, "new")
+    files.write_file(out, "new")
     assert out.read_text() == "new" and other.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json", "out.json"]
     (tmp_path / "link").symlink_to(other)
     with pytest.raises(ValueError, match="is a symbolic link"):
-        _files.write_file(tmp_path / "link", "new")
+        files.write_file(tmp_path / "link", "new")
     assert other.read_text() == "old"
 
 
@@ -122,9 +122,9 @@ def test_the_writer_keeps_permissions_and_writes_a_device_in_place(tmp_path):
     out = tmp_path / "out.json"
     out.write_text("old")
     out.chmod(0o600)
-    _files.write_file(out, "new")
+    files.write_file(out, "new")
     assert out.read_text() == "new" and (out.stat().st_mode & 0o777) == 0o600
-    _files.write_file("/dev/null", "nothing")  # a character device: written, not replaced
+    files.write_file("/dev/null", "nothing")  # a character device: written, not replaced
     assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
 
 
@@ -137,7 +137,7 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError):
-        _files.write_file(out, fails)
+        files.write_file(out, fails)
     assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 

@@ -90,8 +90,8 @@ def test_parameter_counts_say_their_conventions(tmp_path, capsys):
     """Qwen3-30B-A3B: 30.5B total, 3.3B activated (its model card) counts the
     untied input embedding (151,936 x 2,048); without it 3.03B. DeepSeek-V3 with
     its MTP depth: 671B + the MTP block (an MoE block and its 2h x h projection)."""
-    from codesign import workload
     from codesign.cli.estimate import parameters_words
+    from codesign.model import workload
 
     qwen = _imported_model(tmp_path, "qwen3-30b-a3b")
     c = workload.parameter_counts(qwen)

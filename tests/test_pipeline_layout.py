@@ -7,7 +7,8 @@ import math
 import jax
 import pytest
 
-from codesign import compute, memory, relax, scenario, stage, step
+from codesign import scenario
+from codesign.model import compute, memory, relax, stage, step
 
 SMALL = {"model": {"layers": 6, "hidden": 512, "heads": 8, "ffn_hidden": 2048,
                    "seq_len": 1024, "vocab": 32000, "tied_embeddings": False},

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import plan
 from codesign import scenario as sc
+from codesign.model import plan
 
 SCN = sc.load(None)
 

@@ -6,10 +6,11 @@ import jax
 import numpy as np
 import pytest
 
-from codesign import compute, plan, presets, stage, step
+from codesign import presets
 from codesign import scenario as sc
 from codesign.cli import main
-from codesign.hardware import FP8_RELATIVE_EFFICIENCY
+from codesign.model import compute, plan, stage, step
+from codesign.model.hardware import FP8_RELATIVE_EFFICIENCY
 
 
 def test_bytes_per_element_are_the_formats_closed_forms():

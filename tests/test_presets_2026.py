@@ -10,12 +10,13 @@ import jax
 import pytest
 
 from codesign import _amd_presets as amd
-from codesign import hardware as hw
-from codesign import presets, step, validate, workload
+from codesign import presets, validate
 from codesign import scenario as sc
-from codesign._measured import H100_MATMUL_EFFICIENCY, HOPPER_ATTENTION_EFFICIENCY
-from codesign.attention import FLASH_BACKWARD_OVER_FORWARD, FlashAttention
 from codesign.cli import main
+from codesign.measured import H100_MATMUL_EFFICIENCY, HOPPER_ATTENTION_EFFICIENCY
+from codesign.model import hardware as hw
+from codesign.model import step, workload
+from codesign.model.attention import FLASH_BACKWARD_OVER_FORWARD, FlashAttention
 
 GB = 1e9
 AMD = ("mi300x-platform", "mi325x-platform", "mi355x-platform")
@@ -87,7 +88,7 @@ def test_amd_matmul_efficiency_is_h100s_scaled_by_the_mamf_microbenchmark():
 
 
 def test_device_kinds_name_the_amd_presets():
-    from codesign._chip_specs import preset_for_device
+    from codesign.chip_specs import preset_for_device
 
     assert preset_for_device("AMD Instinct MI300X") == "mi300x-platform"
     assert preset_for_device("AMD Instinct MI325X") == "mi325x-platform"

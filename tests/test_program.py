@@ -16,7 +16,8 @@ from jax.sharding import PartitionSpec as P
 import codesign
 from codesign import program
 from codesign.cli import main
-from codesign.program import _spec, crosscheck, examples
+from codesign.program import crosscheck, examples
+from codesign.program import spec as program_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 HYBRID = ROOT / "docs" / "examples" / "hybrid.py"
@@ -114,7 +115,7 @@ def test_scaling_the_data_axis_grows_only_its_groups(crosschecks, system):
 
 
 def test_a_user_written_hybrid_model_traces_and_costs(system):
-    build = _spec.function(f"{HYBRID}:build")
+    build = program_spec.function(f"{HYBRID}:build")
     mesh = examples.make_mesh({"dp": 2, "tp": 4})
     step, args, ins, outs = build(mesh, layers=2, hidden=64, heads=4, width=64, mlp=128,
                                   seq_len=16, vocab=128)
@@ -172,11 +173,11 @@ def test_codesign_program_command(tmp_path, capsys):
 
 def test_a_sharded_batch_argument_spec_names_known_axes():
     mesh = examples.make_mesh({"dp": 8})
-    spec = _spec.Spec({"dp": 8}, {}, {}, ({"shape": [8, 4], "sharding": ["tp"]},), None)
+    spec = program_spec.Spec({"dp": 8}, {}, {}, ({"shape": [8, 4], "sharding": ["tp"]},), None)
     with pytest.raises(ValueError, match="names axis 'tp'"):
-        _spec.arrays(spec, mesh)
-    ok = _spec.Spec({"dp": 8}, {}, {}, ({"shape": [8, 4], "sharding": ["dp", ""]},), None)
-    structs, shardings = _spec.arrays(ok, mesh)
+        program_spec.arrays(spec, mesh)
+    ok = program_spec.Spec({"dp": 8}, {}, {}, ({"shape": [8, 4], "sharding": ["dp", ""]},), None)
+    structs, shardings = program_spec.arrays(ok, mesh)
     assert structs[0].shape == (8, 4) and shardings[0] == NamedSharding(mesh, P("dp", None))
 
 

@@ -13,7 +13,8 @@ import jax
 import pytest
 
 from codesign.cli import main
-from codesign.program import _spec, _user
+from codesign.program import _user
+from codesign.program import spec as program_spec
 
 ARGS_SPEC = '[mesh]\ndp = 8\n[[args]]\nshape = [64, 32]\nsharding = ["dp"]\n'
 MESH_SPEC = "[mesh]\ndp = 8\n"
@@ -197,10 +198,10 @@ def test_a_long_shape_is_echoed_short(tmp_path, capsys):
 
 
 def test_the_extent_bound_is_2_to_the_40_bytes():
-    _spec.check_extent([2**38], 4, "shape")  # 1 TiB exactly: allowed
+    program_spec.check_extent([2**38], 4, "shape")  # 1 TiB exactly: allowed
     with pytest.raises(ValueError, match=r"shape=\[274877906945\] holds"):
-        _spec.check_extent([2**38 + 1], 4, "shape")
-    assert _spec.MAX_ARRAY_BYTES == 2**40
+        program_spec.check_extent([2**38 + 1], 4, "shape")
+    assert program_spec.MAX_ARRAY_BYTES == 2**40
 
 
 @pytest.mark.parametrize("extra, words", [

@@ -3,10 +3,10 @@ each module's bytes and FLOPs against closed forms, its refusals, its importers.
 
 import pytest
 
-from codesign import plan as plan_lib
-from codesign import strategies, workload
 from codesign.importers import megatron_bridge_words
-from codesign.strategies import SelectiveRecompute
+from codesign.model import plan as plan_lib
+from codesign.model import strategies, workload
+from codesign.model.strategies import SelectiveRecompute
 
 # a gated MoE model with dense layers and a shared expert (MHA), and DeepSeek-V3 (MLA)
 H, FFN, F_E, TOP_K, SHARED, S, B, TP = 1024, 4096, 512, 4, 1, 2048, 2, 2

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import collectives as co
-from codesign import relax, step
 from codesign import scenario as sc
+from codesign.model import collectives as co
+from codesign.model import relax, step
 
 SCN = sc.load("default")
 

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import relax
 from codesign import scenario as sc
+from codesign.model import relax
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "relaxation.py"
 _SPEC = importlib.util.spec_from_file_location("relaxation_audit", _PATH)
@@ -80,7 +80,7 @@ def test_relaxed_layers_per_stage_times_pipelines_is_monotone_between_stage_coun
     counts runs monotonically from one integer's value to the next's: the
     stage's padding over an even split is relaxed, not the layer count, whose
     cubic through 96 and 48 put 108 where pp x layers is 96 at pp = 1.5."""
-    from codesign import stage
+    from codesign.model import stage
 
     scn = sc.load("default")
     model = eqx.tree_at(lambda m: m.layers, scn.model, float(layers))
@@ -102,7 +102,8 @@ def test_a_knob_whose_zero_is_derived_ranges_around_the_derived_value():
     parallel.zero_shard_size (shard over all of dp x cp) is a branch, not a
     point on the knob's scale: the default bounds surround the value the model
     uses there, and bounds reaching 0 are refused with the reason."""
-    from codesign import optimize, step
+    from codesign import optimize
+    from codesign.model import step
 
     scn = sc.load("llama3-405b")
     daly = float(step.estimate(scn, check=False).reliability.checkpoint_interval_s)
@@ -126,7 +127,7 @@ def test_relaxed_step_follows_the_integer_lattice_from_1_to_2(name, knob):
     a bubble ~ 1/cp, against what grows), and between 1 and 2 it rises
     monotonically from one exact value to the other (`relax.lattice_linear_tree`
     over micro-batch and cp; dp follows cp, as `scenario.set_knobs` has it)."""
-    from codesign import step
+    from codesign.model import step
 
     scn = sc.load(name)
 
@@ -153,7 +154,7 @@ def test_a_group_spilling_out_of_its_domain_crosses_twice():
     of its two crossings, whatever the split: 4 to 7 cost alike) and falls at
     8, and the relaxed one falls between 7 and 8 and rises between tp 8 and 9,
     where the group spills by less than a rank (`collectives._spill_mixed`)."""
-    from codesign import step
+    from codesign.model import step
 
     scn = sc.load("llama3-405b")
 
@@ -183,7 +184,7 @@ def test_node_limit_is_continuous_at_zero_and_follows_the_exact_steps():
     two integers where the exact step moves by more than 1%, and its slope at
     each integer has the sign of the step to the next (at M = 2 it was 0 while
     the step to 3 rises 4.6%: NVLink forwarding stops being free at M = 2.5)."""
-    from codesign import step
+    from codesign.model import step
 
     scn = sc.load("deepseek-v3", ["parallel.schedule=1f1b"])
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import reliability
-from codesign.reliability import Reliability
+from codesign.model import reliability
+from codesign.model.reliability import Reliability
 from codesign.units import TB, day
 
 

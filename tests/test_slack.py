@@ -8,8 +8,8 @@ import pytest
 
 from codesign import optimize
 from codesign import scenario as sc
-from codesign._compile import compiled
 from codesign.cli import main
+from codesign.compiling import compiled
 from codesign.optimize._slack import HIDDEN, _traffic
 
 

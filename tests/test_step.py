@@ -11,21 +11,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import (
+from codesign import presets, validate
+from codesign import scenario as sc
+from codesign.model import (
     compute,
     hardware,
     memory,
     overlap,
     plan,
-    presets,
     stacks,
     stage,
     step,
     traffic,
-    validate,
     workload,
 )
-from codesign import scenario as sc
 
 
 def test_narayanan_1t_reproduces_163_tflops_per_gpu():

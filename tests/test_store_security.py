@@ -1,4 +1,4 @@
-"""The executable store (`_compile.compiled(store=...)`) is nobody else's way in:
+"""The executable store (`compiling.compiled(store=...)`) is nobody else's way in:
 a planted file is never unpickled nor used, a record renamed from another key is
 rejected, a file or folder another user could write is refused, a symbolic link
 is never followed (neither by a write nor by the clean-up), and what the store
@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from codesign import _compile, _store
+from codesign import compiling
+from codesign import store as store_module
 from codesign.cli import _cache_warnings_in_one_line
 
 X = jnp.arange(4.0)
@@ -29,25 +30,25 @@ TIMES_5 = jax.jit(lambda x: jnp.sum(x * 5.0))  # 30.0 on X
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
     """Each test's programs compiled or read back afresh (no process-wide executables)."""
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
 
 
 def _stored(store, program=TIMES_3):
     """(the record's path, the answer) of `program` run through `store`."""
-    out, _ = _compile.run(program, X, store=store)
-    return store / f"{_compile.stored_key(program, (X,))}.exe", float(out)
+    out, _ = compiling.run(program, X, store=store)
+    return store / f"{compiling.stored_key(program, (X,))}.exe", float(out)
 
 
 def _compiles(monkeypatch) -> list:
-    """A list that grows by one each time `_compile` compiles."""
-    seen, real = [], _compile._compile
-    monkeypatch.setattr(_compile, "_compile", lambda *a, **k: seen.append(1) or real(*a, **k))
+    """A list that grows by one each time `compiling` compiles."""
+    seen, real = [], compiling._compile
+    monkeypatch.setattr(compiling, "_compile", lambda *a, **k: seen.append(1) or real(*a, **k))
     return seen
 
 
 def _authenticates(path) -> bool:
-    secret = (path.parent / _store.SECRET_NAME).read_bytes()
-    return _store.opened(path.read_bytes(), secret, path.stem) is not None
+    secret = (path.parent / store_module.SECRET_NAME).read_bytes()
+    return store_module.opened(path.read_bytes(), secret, path.stem) is not None
 
 
 class _Marker:
@@ -66,11 +67,11 @@ def test_a_planted_pickle_is_never_unpickled(tmp_path, monkeypatch, how):
     path, want = _stored(store)
     evil = pickle.dumps(_Marker(marker))
     if how == "forged record":  # the format and the key right, the secret guessed
-        evil = _store.record(b"\0" * 32, path.stem, evil)
+        evil = store_module.record(b"\0" * 32, path.stem, evil)
     if how == "no secret yet":
-        (store / _store.SECRET_NAME).unlink()
+        (store / store_module.SECRET_NAME).unlink()
     path.write_bytes(evil)
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
     seen = _compiles(monkeypatch)
     assert _stored(store)[1] == want == 18.0
     assert not marker.exists() and seen == [1]  # compiled again, the planted code never ran
@@ -84,11 +85,11 @@ def test_a_record_renamed_from_another_key_is_rejected(tmp_path, monkeypatch):
     three, _ = _stored(store, TIMES_3)
     five, _ = _stored(store, TIMES_5)
     three.write_bytes(five.read_bytes())
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
     seen = _compiles(monkeypatch)
     assert _stored(store, TIMES_3)[1] == 18.0 and seen == [1]
     assert _authenticates(three) and three.read_bytes() != five.read_bytes()
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
     assert _stored(store, TIMES_5)[1] == 30.0 and seen == [1]  # the other one read back
 
 
@@ -96,7 +97,7 @@ def test_a_record_others_may_write_is_not_read(tmp_path, monkeypatch):
     store = tmp_path / "store"
     path, _ = _stored(store)
     path.chmod(0o666)
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
     seen = _compiles(monkeypatch)
     assert _stored(store)[1] == 18.0 and seen == [1]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # written over, private
@@ -108,7 +109,7 @@ def test_another_users_record_is_neither_read_nor_replaced(tmp_path, monkeypatch
     path, _ = _stored(store)
     os.chown(path, 12345, -1)
     before = path.read_bytes()
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
     seen = _compiles(monkeypatch)
     assert _stored(store)[1] == 18.0 and seen == [1]
     assert path.stat().st_uid == 12345 and path.read_bytes() == before  # left alone
@@ -120,10 +121,10 @@ def test_a_store_of_another_user_is_refused(tmp_path, monkeypatch):
     store = tmp_path / "store"
     path, _ = _stored(store)
     before = {p.name: p.read_bytes() for p in store.iterdir()}
-    monkeypatch.setattr(_store, "_uid", lambda: os.getuid() + 12345)
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(store_module, "_uid", lambda: os.getuid() + 12345)
+    monkeypatch.setattr(compiling, "_COMPILED", {})
     seen = _compiles(monkeypatch)
-    with pytest.warns(_store.StoreWarning, match="belongs to uid"):
+    with pytest.warns(store_module.StoreWarning, match="belongs to uid"):
         assert _stored(store)[1] == 18.0
     assert seen == [1] and {p.name: p.read_bytes() for p in store.iterdir()} == before
 
@@ -134,8 +135,8 @@ def test_a_store_others_may_write_into_is_refused(tmp_path, monkeypatch, mode):
     store = tmp_path / "store"
     store.mkdir()
     store.chmod(mode)
-    monkeypatch.setattr(_store, "_private_group", lambda gid: False)
-    with pytest.warns(_store.StoreWarning, match="writable by other users"):
+    monkeypatch.setattr(store_module, "_private_group", lambda gid: False)
+    with pytest.warns(store_module.StoreWarning, match="writable by other users"):
         assert _stored(store)[1] == 18.0
     assert list(store.iterdir()) == []
 
@@ -145,7 +146,7 @@ def test_a_store_writable_by_the_users_own_group_is_used(tmp_path, monkeypatch):
     store = tmp_path / "store"
     store.mkdir()
     store.chmod(0o775)
-    monkeypatch.setattr(_store, "_private_group", lambda gid: True)
+    monkeypatch.setattr(store_module, "_private_group", lambda gid: True)
     path, _ = _stored(store)
     assert _authenticates(path)
 
@@ -154,7 +155,7 @@ def test_a_store_below_a_folder_others_may_write_is_refused(tmp_path):
     """Whoever may rename entries of a folder above the store may swap the store."""
     (tmp_path / "open").mkdir()
     (tmp_path / "open").chmod(0o777)
-    with pytest.warns(_store.StoreWarning, match="above"):
+    with pytest.warns(store_module.StoreWarning, match="above"):
         assert _stored(tmp_path / "open" / "store")[1] == 18.0
     assert not (tmp_path / "open" / "store").exists() or not any(
         (tmp_path / "open" / "store").iterdir())
@@ -170,8 +171,8 @@ def test_a_symlinked_store_is_refused_and_its_target_untouched(tmp_path, monkeyp
         (mine / f"{i:03d}.exe").write_text(f"the user's file {i}")
     before = {p.name: p.read_bytes() for p in mine.iterdir()}
     (tmp_path / "store").symlink_to(mine, target_is_directory=True)
-    monkeypatch.setattr(_store, "STORED_MAX", 1)
-    with pytest.warns(_store.StoreWarning, match="symbolic link"):
+    monkeypatch.setattr(store_module, "STORED_MAX", 1)
+    with pytest.warns(store_module.StoreWarning, match="symbolic link"):
         assert _stored(tmp_path / "store")[1] == 18.0
         assert _stored(tmp_path / "store", TIMES_5)[1] == 30.0
     assert {p.name: p.read_bytes() for p in mine.iterdir()} == before
@@ -185,10 +186,10 @@ def test_the_clean_up_removes_only_its_own_records(tmp_path, monkeypatch):
     (tmp_path / "victim.exe").write_text("elsewhere")
     (store / "link.exe").symlink_to(tmp_path / "victim.exe")
     (store / "user.exe").write_text("not a record")
-    forged = _store.record(b"\1" * 32, "0" * 64, b"payload")
+    forged = store_module.record(b"\1" * 32, "0" * 64, b"payload")
     (store / f"{'0' * 64}.exe").write_bytes(forged)
     os.utime(first, (1, 1))  # the oldest
-    monkeypatch.setattr(_store, "STORED_MAX", 1)
+    monkeypatch.setattr(store_module, "STORED_MAX", 1)
     second, _ = _stored(store, TIMES_5)
     assert not first.exists() and second.exists()
     assert (store / "user.exe").read_text() == "not a record"
@@ -209,14 +210,14 @@ def test_a_planted_symlink_never_redirects_a_write(tmp_path, monkeypatch):
     path.symlink_to(victim)
     for pid in range(os.getpid() - 5, os.getpid() + 5):
         (store / f"{path.stem}.{pid}.tmp").symlink_to(victim)
-    monkeypatch.setattr(_compile, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
     assert _stored(store)[1] == 18.0
     assert victim.read_text() == "precious"
     assert not path.is_symlink() and _authenticates(path)  # the link replaced, not followed
     fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(FileExistsError):  # exclusive: neither a link nor a file reused
-            _store._write_new(fd, f"{path.stem}.{os.getpid()}.tmp", b"x")
+            store_module._write_new(fd, f"{path.stem}.{os.getpid()}.tmp", b"x")
     finally:
         os.close(fd)
     assert victim.read_text() == "precious"
@@ -240,20 +241,20 @@ def test_the_cache_folder_is_checked(tmp_path, monkeypatch):
     sticky: JAX's entries go straight into it), another user's, one others may
     reach under a umask letting them write what JAX keeps: refused, by path."""
     new = tmp_path / "new" / "xla"
-    assert _store.cache_folder_problem(new) is None
+    assert store_module.cache_folder_problem(new) is None
     assert stat.S_IMODE(new.stat().st_mode) == 0o700 and list(new.iterdir()) == []
     (tmp_path / "link").symlink_to(new, target_is_directory=True)
-    assert "symbolic link" in _store.cache_folder_problem(tmp_path / "link")
+    assert "symbolic link" in store_module.cache_folder_problem(tmp_path / "link")
     (tmp_path / "shared").mkdir(mode=0o755)
     (tmp_path / "shared").chmod(0o1777)
-    assert "writable by other users" in _store.cache_folder_problem(tmp_path / "shared")
+    assert "writable by other users" in store_module.cache_folder_problem(tmp_path / "shared")
     (tmp_path / "shared").chmod(0o755)
-    assert _store.cache_folder_problem(tmp_path / "shared") is None
-    monkeypatch.setattr(_store, "_umask", lambda: 0)
-    assert "umask" in _store.cache_folder_problem(tmp_path / "shared")
-    assert _store.cache_folder_problem(new) is None  # 0700: nobody else reaches it
-    monkeypatch.setattr(_store, "_uid", lambda: os.getuid() + 12345)
-    assert "belongs to uid" in _store.cache_folder_problem(new)
+    assert store_module.cache_folder_problem(tmp_path / "shared") is None
+    monkeypatch.setattr(store_module, "_umask", lambda: 0)
+    assert "umask" in store_module.cache_folder_problem(tmp_path / "shared")
+    assert store_module.cache_folder_problem(new) is None  # 0700: nobody else reaches it
+    monkeypatch.setattr(store_module, "_uid", lambda: os.getuid() + 12345)
+    assert "belongs to uid" in store_module.cache_folder_problem(new)
 
 
 def test_cache_warnings_are_one_line_naming_codesign_cache(monkeypatch, capsys):
@@ -269,7 +270,7 @@ def test_cache_warnings_are_one_line_naming_codesign_cache(monkeypatch, capsys):
         for name in ("jit_a", "jit_b"):
             warnings.warn(f"Error writing persistent compilation cache entry for '{name}': "
                           "OSError: [Errno 28] No space left on device", stacklevel=1)
-        warnings.warn(_store.StoreWarning("the executable store: cannot be written"),
+        warnings.warn(store_module.StoreWarning("the executable store: cannot be written"),
                       stacklevel=1)
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["codesign estimate: warning: CODESIGN_CACHE '/some/cache': cannot be "

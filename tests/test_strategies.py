@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import codesign
-from codesign import attention, fabric, plan, protocols, strategies
 from codesign import scenario as sc
 from codesign.cli import main
+from codesign.model import attention, fabric, plan, protocols, strategies
 
 # every topology variant of the brief: the same scenario keys a user would set
 VARIANTS = {
@@ -121,8 +121,8 @@ def test_names_parse_to_their_types_and_types_pass_through():
         protocols.AlphaBeta()
     assert sc.load(None, ["model.attention_kernel=naive"]).model.attention_kernel == \
         attention.NaiveAttention()
-    assert codesign.workload.model("megatron-8.3b").attention_kernel.name == "naive"
-    assert codesign.workload.model("deepseek-v3").attention == attention.Mla()
+    assert codesign.model.workload.model("megatron-8.3b").attention_kernel.name == "naive"
+    assert codesign.model.workload.model("deepseek-v3").attention == attention.Mla()
     assert [strategies.topology(n, 8.0).name for n in strategies.TOPOLOGIES] == \
         list(strategies.TOPOLOGIES)
     assert fabric.topology("clos", 8.0, pod_size=64.0) == fabric.Clos(64.0, 1.0)
@@ -201,7 +201,7 @@ def test_schedules_own_their_bubble_and_memory():
 def test_recompute_owns_what_backward_adds():
     extra = {n: strategies.recompute(n).extra_forward_s(10.0, 2.0) for n in strategies.RECOMPUTES}
     assert extra == {"none": 0.0, "selective": 2.0, "full": 12.0}
-    model = codesign.workload.model("gpt3-175b")
+    model = codesign.model.workload.model("gpt3-175b")
     assert float(model.hardware_flops_per_token("full")) == pytest.approx(
         float(model.model_flops_per_token() + model.forward_flops_per_token()
               - model.logits_flops_per_token()))
@@ -212,7 +212,7 @@ def test_every_strategy_family_is_abstract_or_final():
     parses to (a family's registry) are final (nothing subclasses them), and
     every other class of the family is abstract (no name: it cannot be built),
     so a family's contract is its base's abstract members."""
-    from codesign import attention, protocols, stacks
+    from codesign.model import attention, protocols, stacks
 
     families = {strategies.Topology: strategies.TOPOLOGY_CLASSES,
                 strategies.Routing: strategies.ROUTING_CLASSES,

@@ -8,17 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import (
-    collectives,
-    network_roofline,
-    presets,
-    reliability,
-    scenario,
-    step,
-    sweep,
-    units,
-)
+from codesign import presets, scenario, sweep, units
 from codesign.cli import main
+from codesign.model import collectives, network_roofline, reliability, step
 
 SMALL = {
     "name": "small",
@@ -240,7 +232,7 @@ def test_reliability_and_ecmp_targets_match_their_modules(tmp_path):
     raw = {"target": "ecmp", "knobs": {"routing": {"categories": ["ecmp", "spray"]},
                                        "k_flows": [8.0], "m_links": [8.0]}}
     table = run_and_merge(sweep.make_job(sweep.parse_spec(raw)), tmp_path / "e")["table"]
-    exact = 2.597232818603513  # E[max] of 8 balls in 8 bins (codesign._ecmp._max_load_exact)
+    exact = 2.597232818603513  # E[max] of 8 balls in 8 bins (codesign.model._ecmp._max_load_exact)
     assert table.data["slowdown"][0] == pytest.approx(exact, rel=0.01)
     assert table.data["slowdown"][1] == 1.0
 

@@ -11,8 +11,9 @@ from collections import Counter
 import pytest
 
 from codesign import scenario as sc
-from codesign import step, timeline
+from codesign import timeline
 from codesign.cli import main
+from codesign.model import step
 
 BACKWARD = ("backward", "input gradient")  # a whole backward, or the half that sends on
 

@@ -15,10 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import collectives as co
-from codesign import fabric, hardware, overlap, presets, step, traffic
+from codesign import presets
 from codesign import scenario as sc
-from codesign.relax import EXACT
+from codesign.model import collectives as co
+from codesign.model import fabric, hardware, overlap, step, traffic
+from codesign.model.relax import EXACT
 from codesign.units import GiB
 
 

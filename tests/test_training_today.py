@@ -9,21 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codesign import (
-    compute,
-    hardware,
-    memory,
-    output_checks,
-    plan,
-    presets,
-    stacks,
-    stage,
-    step,
-    validate,
-    workload,
-)
+from codesign import output_checks, presets, validate
 from codesign import scenario as sc
 from codesign.cli import main
+from codesign.model import compute, hardware, memory, plan, stacks, stage, step, workload
 
 
 def _out(scn):

@@ -7,9 +7,10 @@ import math
 
 import pytest
 
-from codesign import hardware, uncertainty, validate
 from codesign import scenario as sc
+from codesign import uncertainty, validate
 from codesign.cli import main
+from codesign.model import hardware
 
 
 def _percentile(values, q):

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from codesign import _domains, output_checks, step
+from codesign import domains, output_checks
 from codesign import scenario as sc
 from codesign.cli import _traced_message, main
+from codesign.model import step
 
 logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)  # traced errors: ours
 
@@ -207,11 +208,11 @@ def test_traced_knobs_outside_their_domain_raise_under_jit_vmap_and_grad():
 
 
 def test_concrete_checks_say_so_when_skipped_under_trace():
-    from codesign import _checks
+    from codesign import checks
 
-    assert _checks.concrete(jnp.ones(2)) is not None
+    assert checks.concrete(jnp.ones(2)) is not None
     seen = []
-    jax.jit(lambda x: seen.append(_checks.concrete(x)) or x)(1.0)
+    jax.jit(lambda x: seen.append(checks.concrete(x)) or x)(1.0)
     assert seen == [None]  # skipped: Scenario.checked covers traced scenarios
 
 
@@ -251,7 +252,7 @@ def _assert_answer_or_one_line_error(evaluate):
 
 def _numbers(key, big=10**400):
     """Any float, any integer (up to `big`), and values near the key's domain and its edges."""
-    d = sc.DOMAINS.get(key, _domains.Domain(0.0, 1.0))
+    d = sc.DOMAINS.get(key, domains.Domain(0.0, 1.0))
     edges = [d.lo, d.hi, d.lo * (1 - 1e-12), d.hi * (1 + 1e-12), -d.hi, 0.0, 1.0]
     inside = (st.integers(int(d.lo), int(min(d.hi, 2**20))) if d.integer
               else st.floats(d.lo, d.hi, exclude_min=d.lo_open))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from codesign import workload
+from codesign.model import workload
 
 # (preset, published parameter count, relative tolerance)
 PUBLISHED = [

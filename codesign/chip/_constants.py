@@ -131,7 +131,7 @@ TEST_USD = (920.0 + 600.0) / 2
 # 700 W: ASSUMPTION, order of nvidia-smi idle readings)
 STATIC_FRACTION = 0.10
 # the most a board carries: 1,400 W, the highest shipping board power (GB300,
-# MI355X: `_chip_specs.TDP_W`), liquid-cooled
+# MI355X: `chip_specs.TDP_W`), liquid-cooled
 MAX_BOARD_POWER_W = 1400.0
 
 

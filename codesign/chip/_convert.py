@@ -10,10 +10,10 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
-from .._checks import float_field
-from .._domains import POSITIVE, UNIT, interval
-from ..economics import Assumptions
-from ..hardware import HBM_RESERVE_FIXED_BYTES, HBM_RESERVE_FRACTION, Chip, System
+from ..checks import float_field
+from ..domains import POSITIVE, UNIT, interval
+from ..model.economics import Assumptions
+from ..model.hardware import HBM_RESERVE_FIXED_BYTES, HBM_RESERVE_FRACTION, Chip, System
 from ..units import hour, year
 from . import _model
 from ._design import ChipDesign

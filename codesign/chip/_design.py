@@ -10,9 +10,9 @@ import math
 import equinox as eqx
 import jax
 
-from .. import _checks
-from .._checks import float_field, static_field
-from .._domains import BANDWIDTH, Domain, interval
+from .. import checks
+from ..checks import float_field, static_field
+from ..domains import BANDWIDTH, Domain, interval
 from . import _constants as k
 from . import _model
 
@@ -93,11 +93,11 @@ class ChipDesign(eqx.Module):
 
 
 def _concrete(design) -> bool:
-    return all(_checks.concrete(leaf) is not None for leaf in jax.tree.leaves(design))
+    return all(checks.concrete(leaf) is not None for leaf in jax.tree.leaves(design))
 
 
 def _one(value) -> float:
-    return float(_checks.concrete(value).max())
+    return float(checks.concrete(value).max())
 
 
 def check_domain(design: ChipDesign) -> None:
@@ -165,7 +165,7 @@ def published_design(name: str) -> ChipDesign:
     "B200", "MI300X"): its vendor's gross margin, `MERCHANT_VOLUME` parts, the
     default NRE."""
     parts = {p.name: p for p in k.PUBLISHED}
-    _checks.known("part", name, tuple(parts))
+    checks.known("part", name, tuple(parts))
     p = parts[name]
     gen = k.HBM_GENERATIONS[p.hbm]
     return ChipDesign(p.peak_flops_per_s, 2.0, p.sram_bytes, p.hbm_stacks, p.hbm_stack_height,

@@ -19,7 +19,7 @@ process; importing codesign sets nothing). Compiled models are cached on disk
 second run of the same command skips compilation; `estimate`, `traffic`,
 `roofline` and `reliability` also keep their executable there
 (`codesign-executables/`, keyed by this package's sources, JAX, the devices and
-the scenario's structure: `_compile.stored_key`), so a second run of a scenario
+the scenario's structure: `compiling.stored_key`), so a second run of a scenario
 of the same structure skips tracing too. A cache folder another user could
 write, or one that cannot be written, is not used: one warning line naming
 CODESIGN_CACHE, and the command compiles in memory (`_configure_jax`).
@@ -131,7 +131,7 @@ _REFUSED_CACHES: set = set()  # CODESIGN_CACHE folders this process found unsafe
 
 
 def executable_store() -> Path | None:
-    """Where `codesign estimate` keeps its compiled executables (`_compile.compiled`'s
+    """Where `codesign estimate` keeps its compiled executables (`compiling.compiled`'s
     `store`): a folder of the cache, None without one (or one refused: `_configure_jax`)."""
     cache = cache_dir()
     return Path(cache) / "codesign-executables" if cache and cache not in _REFUSED_CACHES \
@@ -155,7 +155,7 @@ def _configure_jax(name: str = "") -> None:
     cache = cache_dir()
     if not cache:
         return
-    from .._store import cache_folder_problem
+    from ..store import cache_folder_problem
 
     problem = cache_folder_problem(cache)
     if problem:
@@ -183,7 +183,7 @@ def _cache_warnings_in_one_line(name: str, cache: str) -> None:
     tests do, names its own command and folder)."""
     import warnings
 
-    from .._store import StoreWarning
+    from ..store import StoreWarning
 
     _CACHE_LINE.update(name=name, cache=cache, said=False)
     if getattr(warnings.showwarning, "codesign_cache_line", False):
@@ -279,14 +279,14 @@ def _run(module, args, name) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
-        from .. import _domains
-        from ..reliability import NO_PROGRESS, NoProgress
+        from .. import domains
+        from ..model.reliability import NO_PROGRESS, NoProgress
 
         traced = _traced_message(e)
         if traced is not None or isinstance(e, (ValueError, FileNotFoundError, KeyError)):
             if debug:
                 traceback.print_exc()
-            text = _domains.shown_words(in_flags(traced or _one_line(e),
+            text = domains.shown_words(in_flags(traced or _one_line(e),
                                                  getattr(module, "FLAGS", {})))
             if isinstance(e, NoProgress) or (traced or "").startswith(NO_PROGRESS):
                 # valid input, no feasible answer (raised, or by the traced check)
@@ -296,12 +296,12 @@ def _run(module, args, name) -> int:
             return BAD_INPUT
         return _internal(name, e, debug)
     except OSError as e:  # the filesystem's answer: no space, a name too long, no permission
-        from .. import _domains
+        from .. import domains
 
         if debug:
             traceback.print_exc()
         path = f"{e.filename!r}: " if e.filename is not None else ""
-        print(f"codesign {name}: error: {_domains.shown_words(path + (e.strerror or str(e)))}",
+        print(f"codesign {name}: error: {domains.shown_words(path + (e.strerror or str(e)))}",
               file=sys.stderr)
         return BAD_INPUT
     except Exception as e:  # noqa: BLE001 - every other exception is a fault of ours
@@ -325,16 +325,16 @@ def _check_outputs(module, args) -> None:
     `report.add_output_arguments`), and the files and folders a sub-module names in
     `OUTPUT_FILES` / `OUTPUT_DIRS` (argument -> flag): none a symbolic link, none
     the same file as an input of the command or as another output
-    (`_files.check_outputs`), `-` (standard output) only for text."""
-    from .. import _files
+    (`files.check_outputs`), `-` (standard output) only for text."""
+    from .. import files
     from . import _output
 
-    if getattr(args, "plot", None) and not _files.is_stdout(args.plot):
+    if getattr(args, "plot", None) and not files.is_stdout(args.plot):
         args.plot = _output.plot_path(args.plot)
     outputs = {"--plot": getattr(args, "plot", None), "--report": getattr(args, "report", None)}
     outputs |= {flag: getattr(args, dest, None)
                 for dest, flag in getattr(module, "OUTPUT_FILES", {}).items()}
-    _files.check_outputs(outputs, _output.inputs(args), binary={"--plot"})
+    files.check_outputs(outputs, _output.inputs(args), binary={"--plot"})
     for dest, flag in getattr(module, "OUTPUT_DIRS", {}).items():
         if getattr(args, dest, None):
             _output.check_output_dir(getattr(args, dest), flag)
@@ -343,19 +343,19 @@ def _check_outputs(module, args) -> None:
 
 def _to_stdout(module, args) -> bool:
     """Whether an output of the command is `-` (standard output)."""
-    from .. import _files
+    from .. import files
 
     dests = ["plot", "report", *getattr(module, "OUTPUT_FILES", {})]
-    return any(_files.is_stdout(getattr(args, d, None)) for d in dests)
+    return any(files.is_stdout(getattr(args, d, None)) for d in dests)
 
 
 def _internal(name: str, e: BaseException, debug: bool) -> int:
     if debug:
         traceback.print_exc()
-    from .. import _domains
+    from .. import domains
 
     print(f"codesign {name}: internal error: {type(e).__name__}: "
-          f"{_domains.shown_words(_one_line(e))}; {REPORT}", file=sys.stderr)
+          f"{domains.shown_words(_one_line(e))}; {REPORT}", file=sys.stderr)
     return INTERNAL
 
 

@@ -16,8 +16,8 @@ import math
 import time
 
 from .. import scenario as sc
-from .. import strategies
-from .._compile import compiled
+from ..compiling import compiled
+from ..model import strategies
 from ..optimize import neighbours
 from ..units import format_bytes
 from ._text import format_count

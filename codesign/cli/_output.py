@@ -103,12 +103,12 @@ def inputs(args) -> dict:
 
 def save(args, path: str, flag: str, content, named: bool = True) -> None:
     """`content` (text, or a callable given a binary file) to the file `path` of
-    `flag` (`_files.write_file`: atomic, never through a link; `-` is the command's
+    `flag` (`files.write_file`: atomic, never through a link; `-` is the command's
     standard output, `args.stdout_stream`, set by `cli._check_outputs`), then named
     (`wrote`) unless `named` is False."""
-    from .. import _files
+    from .. import files
 
-    _files.write_file(path, content, flag=flag, stdout=getattr(args, "stdout_stream", None))
+    files.write_file(path, content, flag=flag, stdout=getattr(args, "stdout_stream", None))
     if named:
         wrote(path, args)
 
@@ -130,9 +130,9 @@ def check_output_dir(path: str, flag: str) -> None:
 def wrote(path, args) -> None:
     """Name a file the command wrote: on stdout beside text, on stderr beside
     --json or --csv (whose stdout a program reads)."""
-    from .. import _files
+    from .. import files
 
-    if _files.is_stdout(path):  # the file is the output itself
+    if files.is_stdout(path):  # the file is the output itself
         return
     machine = getattr(args, "json", False) or getattr(args, "csv", False)
     print(f"wrote {path}", file=sys.stderr if machine else sys.stdout)
@@ -174,12 +174,12 @@ def write(args, fig, page) -> None:
     """The command's main figure `fig` to --plot and the page `page(fig)` (an
     HTML string embedding it, `report.figure`, which closes it) to --report,
     as asked; each file named once written (`_output.wrote`)."""
-    from .. import _files
+    from .. import files
 
     if args.plot:
-        _files.write_figure(fig, args.plot, flag="--plot", dpi=PLOT_DPI, bbox_inches="tight")
+        files.write_figure(fig, args.plot, flag="--plot", dpi=PLOT_DPI, bbox_inches="tight")
     if args.report:
-        _files.write_file(args.report, page(fig), flag="--report",
+        files.write_file(args.report, page(fig), flag="--report",
                           stdout=getattr(args, "stdout_stream", None))
     else:
         import matplotlib.pyplot as plt

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import _checks
-from ..hardware import System, Tier
+from .. import checks
+from ..model.hardware import System, Tier
 from ..scenario import BUILTIN, SystemLabels
 from ..units import GB, us
 from .presets import to_json
@@ -41,7 +41,7 @@ def info(system: System, labels: SystemLabels, source: str | None) -> dict:
             "topology": system.topology.name, "routing": system.routing.name,
             # the topology's own keys (a Clos's pods; nothing for the others)
             **{f.name: float(getattr(system.topology, f.name))
-               for f in dataclasses.fields(system.topology) if _checks.declaration(f)},
+               for f in dataclasses.fields(system.topology) if checks.declaration(f)},
             "chip_spec": to_json(system.chip)}
 
 

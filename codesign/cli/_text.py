@@ -1,9 +1,9 @@
 """English for the commands: elasticities as sentences, in the words of
-`codesign._words` (the one vocabulary of key names)."""
+`codesign.words` (the one vocabulary of key names)."""
 
 from __future__ import annotations
 
-from .._words import words
+from ..words import words
 
 
 def describe_elasticity(knob: str, e: float, output: str = "step time", pct: float = 10.0,

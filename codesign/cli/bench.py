@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from .._progress import Progress
+from ..progress import Progress
 from ..units import parse_bytes, parse_size_range
 from . import ENTRY, INFEASIBLE, _output, restart_command
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, name: str) -> int:
 # ------------------------------------------------------------------ one process
 def _steps_bar(name: str):
     """A `bench.run` progress callback (done, total, label) drawing the one
-    progress bar (`codesign._progress.Progress`) of `name` on stderr."""
+    progress bar (`codesign.progress.Progress`) of `name` on stderr."""
     bar = None
 
     def update(done: int, total: int, label: str) -> None:
@@ -366,7 +366,7 @@ def _busbw_run(predictions) -> tuple:
     measured and of the fitted times."""
     import numpy as np
 
-    from ..collectives import busbw_Bps
+    from ..model.collectives import busbw_Bps
 
     m = predictions[0].measurement
     sizes = np.array([p.measurement.size_bytes for p in predictions])

@@ -20,10 +20,10 @@ import json
 import jax
 import numpy as np
 
-from .. import _checks, _domains, output_checks, presets
-from .. import collectives as co
-from .. import hardware as hw
+from .. import checks, domains, output_checks, presets
 from .. import scenario as sc
+from ..model import collectives as co
+from ..model import hardware as hw
 from ..units import GB, TOO_LARGE, format_bytes, parse_bytes, parse_size_range, us
 from . import _output, _system
 
@@ -128,9 +128,9 @@ def _terms(op, names, n_bytes, ranks, tier, outer, local_ranks, protocols):
 
 
 def _evaluate_all(op: str, names: tuple, n_bytes, ranks: float, where: Placement) -> dict:
-    local = None if where.local_ranks is None else _checks.as_float(where.local_ranks)
+    local = None if where.local_ranks is None else checks.as_float(where.local_ranks)
     n = np.atleast_1d(np.asarray(n_bytes, dtype=float))
-    out = _terms(op, names, n, _checks.as_float(ranks), where.tier, where.outer, local,
+    out = _terms(op, names, n, checks.as_float(ranks), where.tier, where.outer, local,
                  where.protocols)
     return jax.tree.map(np.asarray, out)
 
@@ -173,8 +173,8 @@ def _fmt_time(t_s: float) -> str:
 
 
 def _message_bytes(n_bytes: float, flag: str, text) -> float:
-    """`n_bytes`, or a one-line error when it exceeds `_domains.MAX_MESSAGE_BYTES`."""
-    if not n_bytes <= _domains.MAX_MESSAGE_BYTES:
+    """`n_bytes`, or a one-line error when it exceeds `domains.MAX_MESSAGE_BYTES`."""
+    if not n_bytes <= domains.MAX_MESSAGE_BYTES:
         raise ValueError(f"{flag}={text!r}: {TOO_LARGE}")
     return n_bytes
 
@@ -232,14 +232,14 @@ def _plot(args, sizes, ranks: float, where: Placement) -> None:
 def run(args, name) -> int:
     system = sc.system(args.system, default_preset=DEFAULT_SYSTEM)
     labels = sc.system_labels(args.system, default_preset=DEFAULT_SYSTEM)
-    _domains.check_in("--ranks", args.ranks, _domains.count(_domains.MAX_GPUS))
+    domains.check_in("--ranks", args.ranks, domains.count(domains.MAX_GPUS))
     ranks = float(args.ranks)
     co.algorithms(args.op)  # names an unknown op
     op = args.op = args.op.replace("-", "_")
     where = placement(system, args.tier, ranks, labels.preset)
     _check_algorithm(args.algorithm, where, labels.preset, args.tier)
     if args.algorithm in ("recursive_doubling", "halving_doubling"):
-        _checks.check("--ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
+        checks.check("--ranks", ranks, lambda p: np.log2(p) == np.round(np.log2(p)),
                       f"must be a power of two for --algorithm {args.algorithm}")
     if args.size is None and args.sweep is None:
         raise ValueError("--bytes SIZE (or --sweep MIN:MAX) is required")

@@ -6,9 +6,10 @@ import json
 
 import jax
 
-from .. import hardware, network_roofline, output_checks, scenario, step, uncertainty, workload
-from .._chip_specs import preset_for_device
-from .._compile import compiled
+from .. import output_checks, scenario, uncertainty
+from ..chip_specs import preset_for_device
+from ..compiling import compiled
+from ..model import hardware, network_roofline, step, workload
 from ..units import format_bytes
 from . import _output, _system, executable_store
 from ._fit import fit_lines, fit_options
@@ -34,7 +35,7 @@ def _estimate(scn):
     """The estimate and its outputs of a loaded scenario: its values were
     checked on loading, so without the traced check (no host callback: the
     persistent compilation cache stores the program), compiled ahead of time
-    with the fast CPU options (`_compile`)."""
+    with the fast CPU options (`compiling`)."""
     est = step.estimate(scn, check=False)
     return est, step.outputs(est)
 

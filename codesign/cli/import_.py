@@ -15,7 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from .. import _files, importers, scenario
+from .. import files, importers, scenario
 from . import _output, set_item
 
 # the command's own flags, also taken from among a Megatron argument list
@@ -152,9 +152,9 @@ def run(args, name) -> int:
     out, spec = own.get("--out", args.out), own.get("--system", args.system)
     gpus = _count("--gpus", own.get("--gpus", args.gpus))
     sets = [*args.set, *own["--set"]]
-    if out:  # never the importer's own input, never through a link (`_files.check_outputs`)
+    if out:  # never the importer's own input, never through a link (`files.check_outputs`)
         read = {f"the source {w!r}": w for w in [*source, spec or ""] if w and os.path.isfile(w)}
-        _files.check_outputs({"--out": out}, read)
+        files.check_outputs({"--out": out}, read)
     if spec:
         scenario.system(spec)  # a preset or system file that does not load: named here
     system = scenario.system_table(spec) if spec else None
@@ -170,7 +170,7 @@ def run(args, name) -> int:
         sys.stdout.write(text)
         return 0
     try:
-        _files.write_file(out, text, flag="--out", stdout=getattr(args, "stdout_stream", None))
+        files.write_file(out, text, flag="--out", stdout=getattr(args, "stdout_stream", None))
     except OSError as e:
         raise ValueError(f"--out {out!r} cannot be written: {e.strerror or e}") from None
     _output.wrote(out, args)

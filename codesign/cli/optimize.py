@@ -9,21 +9,12 @@ import sys
 
 import numpy as np
 
-from .. import (
-    chip,
-    economics,
-    hardware,
-    memory,
-    optimize,
-    output_checks,
-    reliability,
-    report,
-    units,
-)
+from .. import chip, optimize, output_checks, report, units
 from .. import scenario as sc
-from .._compile import compiled
-from .._words import words
+from ..compiling import compiled
+from ..model import economics, hardware, memory, reliability
 from ..units import day, format_bytes, format_quantity, parse_quantity, year
+from ..words import words
 from . import INFEASIBLE, _output, _system, executable_store
 
 # the library's names of what to change -> this command's flags (cli.in_flags)

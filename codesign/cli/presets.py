@@ -13,9 +13,9 @@ import json
 import jax
 import numpy as np
 
-from .. import hardware as hw
 from .. import presets
-from ..strategies import Strategy
+from ..model import hardware as hw
+from ..model.strategies import Strategy
 from ..units import GB, TB, us
 
 
@@ -42,7 +42,7 @@ def to_json(obj):
 
 def _model_presets() -> dict:
     try:
-        from .. import workload
+        from ..model import workload
     except ImportError:
         return {}
     names = getattr(workload, "PRESET_NAMES", ())

@@ -27,15 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace, name: str) -> int:
-    from ..program import _spec
-    from ..program._trace import MAX_TRACE_DEVICES
+    from ..program import MAX_TRACE_DEVICES
+    from ..program import spec as program_spec
 
-    spec = _spec.load(args.spec)
+    spec = program_spec.load(args.spec)
     # an empty --mesh / --scale is refused, not read as "the spec's" (parse_axes)
-    mesh_axes = _spec.parse_axes(args.mesh, "--mesh") if args.mesh is not None else spec.mesh
+    mesh_axes = program_spec.parse_axes(args.mesh, "--mesh") if args.mesh is not None else spec.mesh
     if not mesh_axes:
         raise ValueError("--mesh: no mesh; give --mesh AXIS=SIZE,... or [mesh] in --spec")
-    scale = _spec.parse_axes(args.scale, "--scale") if args.scale is not None else spec.scale
+    scale = program_spec.parse_axes(args.scale, "--scale") if args.scale is not None else spec.scale
     n = math.prod(mesh_axes.values())
     if n > MAX_TRACE_DEVICES:
         raise ValueError(f"--mesh: {n} devices exceed the trace cap of {MAX_TRACE_DEVICES} "
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, name: str) -> int:
     from .. import scenario as sc
     from ..program import examples
 
-    fn = _spec.function(args.target)  # the user's module runs here (their errors: exit 2)
+    fn = program_spec.function(args.target)  # the user's module runs here (their errors: exit 2)
     system_source = args.system or spec.system
     scn = sc.load(None, [], system=system_source)
     labels = sc.labels(None, [], system=system_source)
@@ -58,12 +58,12 @@ def run(args: argparse.Namespace, name: str) -> int:
     program.check_devices(n)
     mesh = examples.make_mesh(mesh_axes)
     if spec.args:
-        structs, shardings = _spec.arrays(spec, mesh)
-        _spec.check_args(fn, structs)
+        structs, shardings = program_spec.arrays(spec, mesh)
+        program_spec.check_args(fn, structs)
         prog = program.trace(fn, *structs, mesh=mesh, in_shardings=shardings,
                              name=args.target)
     else:
-        step, step_args, ins, outs = _spec.build(fn, mesh, spec.config)
+        step, step_args, ins, outs = program_spec.build(fn, mesh, spec.config)
         prog = program.trace(step, *step_args, mesh=mesh, in_shardings=ins,
                              out_shardings=outs, name=args.target)
     est = jax.jit(lambda s: program.cost(prog, s, scale))(scn.system)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 
-from .. import output_checks, reliability, step
+from .. import output_checks
+from ..model import reliability, step
 from . import _output, _system
 from .estimate import evaluate
 

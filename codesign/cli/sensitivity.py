@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 
-from .. import optimize, report, step
+from .. import optimize, report
 from .. import scenario as sc
-from .._words import words
-from ..optimize._sensitivity import integer_steps
+from ..model import step
+from ..optimize import integer_steps
 from ..units import format_quantity, format_seconds
+from ..words import words
 from . import _output, _system
 from ._text import describe_elasticity, describe_steps
 from .optimize import FLAGS as FLAGS  # the library's quantities in its messages: the same flags

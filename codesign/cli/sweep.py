@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 from .. import sweep
-from .._progress import Progress
-from ..sweep._store import LOCK_FILE, chunks_on_disk, claimed, prepare_out_dir, writing
+from ..progress import Progress
+from ..sweep import LOCK_FILE, chunks_on_disk, claimed, prepare_out_dir, writing
 from . import ENTRY, restart_command
 from .bench import DEFAULT_JOIN_TIMEOUT_S
 
@@ -101,14 +101,14 @@ def _check_written(args, job, out: Path) -> None:
     """Before anything is computed: the spec is none of the files the sweep writes
     (OUT's own files and folders, its figures), and no figure is one of OUT's own
     files; each a one-line ValueError naming the flag or the spec's key."""
-    from .. import _files
+    from .. import files
 
     figures = Path(args.figures) if args.figures else out / "figures"
     own = {name: out / name for name in OWN_FILES}
     named = {**{f"OUT/{k}": v for k, v in own.items()},
              **{f"plots[{i}].file": figures / p.file for i, p in enumerate(job.spec.plots)}}
     for what, path in named.items():
-        if Path(args.spec).exists() and _files.same_file(args.spec, path):
+        if Path(args.spec).exists() and files.same_file(args.spec, path):
             raise ValueError(f"the spec {args.spec!r} is {what} ({str(path)!r}), which the "
                              f"sweep writes; move the spec or choose another --out")
     for folder in OWN_FOLDERS:
@@ -118,7 +118,7 @@ def _check_written(args, job, out: Path) -> None:
                              "the sweep rewrites; move the spec or choose another --out")
     for i, p in enumerate(job.spec.plots):
         for k, path in own.items():
-            if _files.same_file(figures / p.file, path):
+            if files.same_file(figures / p.file, path):
                 raise ValueError(f"plots[{i}].file={p.file!r} is the sweep's own {k} "
                                  f"({str(path)!r}); name another file")
 

@@ -4,7 +4,7 @@ Each function here runs inside `jax.shard_map` on one rank's block and moves
 data only with `ppermute` (plus `axis_index` / `axis_size`); the `lax`
 built-ins (`psum`, `psum_scatter`, `all_gather`, `all_to_all`, `ppermute`) are
 the yardstick they are tested and timed against (algorithm name "lax").
-`collectives.py` holds their cost; this module holds their data movement.
+`model/collectives.py` holds their cost; this module holds their data movement.
 
 `axes` is one mesh axis name or a tuple of them; a tuple is one flat group of
 ranks numbered as `lax.axis_index(axes)` numbers them (first axis major).
@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..collectives import _check_op
+from ..model import collectives
 
 Axes = str | tuple[str, ...]
 TREE_PIPELINE_CHUNKS = 4  # pieces each tree streams: latency (K + depth) steps of n/K
@@ -349,7 +349,7 @@ OPS = tuple(_ALGORITHMS)
 def check_op(op: str) -> str:
     """`op` normalised as the cost model spells it (`collectives`), if executable."""
     try:
-        name = _check_op(op)
+        name = collectives.check_op(op)
     except ValueError:  # not even a modelled collective
         name = None
     if name not in _ALGORITHMS:

@@ -39,9 +39,9 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .. import step
-from ..plan import Plan
-from ..workload import Transformer
+from ..model import step
+from ..model.plan import Plan
+from ..model.workload import Transformer
 from . import hlo
 
 AUDIT_LAYERS = 2

@@ -32,7 +32,8 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .. import _procfs, collectives, units
+from .. import procfs, units
+from ..model import collectives
 from . import algorithms
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
@@ -283,7 +284,7 @@ def run(op: str, algorithm: str, mesh: BenchMesh, sizes_bytes: Sequence[float], 
     check_dtype(dtype)
     if iters < 1 or warmup < 0:
         raise ValueError(f"iters={iters} must be >= 1 and warmup={warmup} >= 0")
-    check_memory(op, mesh.ranks, sizes_bytes, dtype, _procfs.available_memory_bytes())
+    check_memory(op, mesh.ranks, sizes_bytes, dtype, procfs.available_memory_bytes())
     fn = compiled(op, algorithm, mesh)
     cases = [prepare(op, mesh, size, dtype) for size in sizes_bytes]
     steps, done = len(cases) + iters, 0

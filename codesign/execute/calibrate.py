@@ -40,7 +40,7 @@ else it is 0 and the reduction is folded into the fitted bandwidth (the TOML
 then sets reduction to 1e30 B/s, i.e. free, so the fit is reproduced).
 
 Checks: every number read from a file lies in its domain (`FIELDS`, from the
-`_domains` bounds the scenario keys use: sizes up to 2^70 bytes, times finite
+`domains` bounds the scenario keys use: sizes up to 2^70 bytes, times finite
 and above 0, at least 2 ranks), else a one-line ValueError names the file, the
 line, the field and the value. A fit whose latency, bandwidth or fitted
 reduction speed lies outside the `Tier` fields' domains (zero excluded) is an
@@ -66,9 +66,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, _files, collectives
-from .._domains import Domain
-from ..hardware import System, Tier
+from .. import checks
+from .. import files as files_module
+from ..domains import Domain
+from ..model import collectives
+from ..model.hardware import System, Tier
 from ._fit import minimise
 from .measurements import (  # noqa: F401
     ACROSS_NODES,
@@ -392,7 +394,7 @@ def check_holdout(calibration: Calibration, max_error: float = MAX_HOLDOUT_ERROR
 _FITTED = {f.name: dataclasses.replace(d, lo_open=d.lo_open or d.lo == 0)
            for f in dataclasses.fields(Tier)
            if f.name in ("bandwidth_Bps", "latency_s", "reduction_Bps")
-           for d in [_checks.declaration(f).domain]}
+           for d in [checks.declaration(f).domain]}
 
 
 def _check_physical(fit: TierFit, measurements: Sequence[Measurement]) -> None:
@@ -496,7 +498,7 @@ def system_toml(calibration: Calibration, preset: str | None = None,
                    _digits(f.alpha_s), f"{t}_efficiency": 1.0}
         if f.reduction != "prior":
             system[f"{t}_reduction_Bps"] = _digits(f.reduction_Bps)
-    return _files.toml_text({"system": {k: v for k, v in system.items() if v is not None}},
+    return files_module.toml_text({"system": {k: v for k, v in system.items() if v is not None}},
                             comments)
 
 

@@ -44,9 +44,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _files
-from ..attention import FLASH_BACKWARD_OVER_FORWARD
-from ..hardware import System
+from .. import files
+from ..model.attention import FLASH_BACKWARD_OVER_FORWARD
+from ..model.hardware import System
 from ._fit import minimise
 
 KINDS = ("gemm", "attention", "stream")
@@ -397,7 +397,7 @@ def system_toml(result: ComputeFit, *, preset: str, dtype: str, device: str,
                         "chip")
     system = {"preset": preset} | {name: float(f"{result.constants[name]:.6e}")
                                    for name in CONSTANTS}
-    return _files.toml_text({"system": system}, comments)
+    return files.toml_text({"system": system}, comments)
 
 
 def summary_table(result: ComputeFit) -> str:

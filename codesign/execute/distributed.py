@@ -47,7 +47,7 @@ from pathlib import Path
 
 import jax
 
-from .. import _procfs
+from .. import procfs
 
 JOINED_MARKER = "codesign: joined as process"
 JOINED_ENV = "CODESIGN_JOINED"  # set in a worker once it has joined
@@ -384,7 +384,7 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                     stderr = _read(err)
                     where = f" at {coordinator}" if coordinator else ""
                     log = f" (log: {logs[i]})" if logs is not None else ""
-                    stopped = [j for j, p in enumerate(procs) if j != i and _procfs.stopped(p.pid)]
+                    stopped = [j for j, p in enumerate(procs) if j != i and procfs.stopped(p.pid)]
                     if stopped:  # the survivor's error is the stopped one's fault
                         raise ValueError(
                             f"process {ids[stopped[0]]} of {total} was stopped (SIGSTOP or a "
@@ -409,7 +409,7 @@ def supervise(commands: Sequence[Sequence[str]], *, join_timeout_s: float,
                 return [Finished(0, _read(out), "" if out is err else _read(err))
                         for out, err in files]
             if timeout_s is not None and time.monotonic() - start > timeout_s:
-                held = [ids[j] for j, p in enumerate(procs) if _procfs.stopped(p.pid)]
+                held = [ids[j] for j, p in enumerate(procs) if procfs.stopped(p.pid)]
                 why = f" (process {held[0]} of {total} was stopped: SIGSTOP or a debugger)" \
                     if held else ""
                 raise ValueError(f"timeout={timeout_s:g} s passed before the {n} process(es) "

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import collectives
-from ..hardware import System, Tier
+from ..model import collectives
+from ..model.hardware import System, Tier
 from .calibrate import (
     FIT_STEPS,
     IN_NETWORK,

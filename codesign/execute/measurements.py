@@ -11,9 +11,10 @@ import json
 import math
 import re
 
-from .. import _checks, _domains, _files, collectives
-from .._chip_specs import preset_for_device as preset_for_device
-from .._domains import DURATION, MAX_GPUS, MAX_MESSAGE_BYTES, Domain, count
+from .. import checks, domains, files
+from ..chip_specs import preset_for_device as preset_for_device
+from ..domains import DURATION, MAX_GPUS, MAX_MESSAGE_BYTES, Domain, count
+from ..model import collectives
 from . import nccl_tests
 
 TIERS = ("scale_up", "scale_out")
@@ -83,7 +84,7 @@ def two_tier(op: str, algorithm: str) -> bool:
     return algorithm not in collectives.algorithms(op)
 
 
-# the domain of every number read from a measurement file (`_domains`, as the scenario keys')
+# the domain of every number read from a measurement file (`domains`, as the scenario keys')
 FIELDS = {
     "size_bytes": Domain(0.0, MAX_MESSAGE_BYTES),
     "time_s": dataclasses.replace(DURATION, lo_open=True),
@@ -105,7 +106,7 @@ def _field(name: str, key: str, value) -> float:
     except OverflowError:  # an integer past float64
         v = math.inf
     try:
-        _domains.check_in(name, v, FIELDS[key])
+        domains.check_in(name, v, FIELDS[key])
     except ValueError as e:
         raise ValueError(f"{e}{': ' + _WHY[key] if key in _WHY else ''}") from None
     return v
@@ -183,7 +184,7 @@ def _bench_measurements(path: str, text: str, tier: str | None, algorithm: str |
         p = int(_field(f"{where}: ranks", "ranks", r["ranks"]))
         size = _field(f"{where}: size_bytes", "size_bytes", r["size_bytes"])
         time = _field(f"{where}: time_s", "time_s", r["time_s"])
-        _checks.one_of(f"{where}: op", r["op"], collectives.OPS)
+        checks.one_of(f"{where}: op", r["op"], collectives.OPS)
         try:
             alg = model_algorithm(r["op"], algorithm or r["algorithm"], p, local_ranks)
         except ValueError as e:
@@ -231,7 +232,7 @@ def load(path: str, *, tier: str | None = None, algorithm: str | None = None,
     _field("`local_ranks`", "local_ranks", local_ranks)
     if ranks is not None:
         _field("`ranks`", "ranks", ranks)
-    text = _files.read_text(path, "measurement file", _files.LOG_LIMIT_BYTES)
+    text = files.read_text(path, "measurement file", files.LOG_LIMIT_BYTES)
     if text.lstrip().startswith(("{", "[")):
         out = _bench_measurements(path, text, tier, algorithm, local_ranks)
     elif nccl_tests.looks_like_nccl_tests(text):

@@ -32,7 +32,7 @@ import dataclasses
 import os
 import re
 
-from .. import _files
+from .. import files
 
 # test binary -> op name in collectives.py
 PERF_OPS = {
@@ -153,7 +153,7 @@ def parse(text: str, *, source: str = "<text>", op: str | None = None,
 
 
 def read(path: str, *, op: str | None = None, ranks: int | None = None) -> NcclLog:
-    text = _files.read_text(path, "nccl-tests log", _files.LOG_LIMIT_BYTES)
+    text = files.read_text(path, "nccl-tests log", files.LOG_LIMIT_BYTES)
     return parse(text, source=path, op=op, ranks=ranks)
 
 

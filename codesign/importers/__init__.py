@@ -25,7 +25,7 @@ config's folder, and a Megatron-Bridge key nested past 32 levels. A Megatron
 script's shell variables may be given (`from_file(..., variables=)`, the
 command's `--var NAME=VALUE`); one left unset stays as written and is said. So is a hostile
 file: nesting past 32 levels, YAML aliases repeating more than 100,000 values, an
-integer of more than 1,000 digits (`_files.parse_json`, `parse_toml`,
+integer of more than 1,000 digits (`files.parse_json`, `parse_toml`,
 `parse_yaml`), shell expansions adding more than 1 MiB, a layer pattern past
 100,000 layers, interpolations past 1,000 or 1 MiB. Whether the plan is possible
 is the scenario loader's to say (`scenario.from_tables`), as for any scenario file.
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import _files
+from .. import files
 from . import _kinds
 from . import hf as _hf
 from . import maxtext as _maxtext
@@ -78,7 +78,7 @@ def from_file(kind: str, path: str | Path, *, gpus: int | None = None,
     a torchtitan job TOML or a Hugging Face config.json; `gpus` and `system` (the
     [system] keys of --system) are what the command line gives, `variables` a
     Megatron script's shell variables (--var NAME=VALUE)."""
-    text = _files.read_text(path, WHAT[kind])
+    text = files.read_text(path, WHAT[kind])
     where = str(path)
     if kind == "megatron":
         words = (modelzoo_arguments(text, where) if Path(where).suffix in (".yaml", ".yml")

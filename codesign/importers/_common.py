@@ -9,7 +9,8 @@ import json
 import math
 import re
 
-from .. import _files, strategies
+from .. import files
+from ..model import strategies
 
 SECTIONS = ("model", "training", "parallel", "system")
 DEFAULT_SYSTEM = "dgx-h100"  # the system of a source that names none
@@ -51,7 +52,7 @@ class Imported:
                     *(f"set: {o}" for o in overrides),
                     *(line.removeprefix("# ") for line in _wrapped(
                         "# ignored (not read by codesign): ", list(self.ignored)))]
-        return _files.toml_text(self.tables, comments)
+        return files.toml_text(self.tables, comments)
 
 
 def _value(v) -> str:
@@ -370,9 +371,9 @@ class Tree:
 
 
 def yaml_mapping(text: str, where: str) -> dict:
-    """A YAML file's mapping (`_files.parse_yaml`: its errors, nesting, aliases and
+    """A YAML file's mapping (`files.parse_yaml`: its errors, nesting, aliases and
     numbers are one line naming the file)."""
-    tree = _files.parse_yaml(text, where)
+    tree = files.parse_yaml(text, where)
     if not isinstance(tree, dict):
         raise ValueError(f"{where} must hold a YAML mapping, not {type(tree).__name__}")
     return tree

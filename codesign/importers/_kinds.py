@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .. import _files
+from .. import files
 from ._maxtext_config import DEFAULTS as MAXTEXT_DEFAULTS
 
 # ConfigContainer's fields (Megatron-Bridge src/megatron/bridge/training/config.py,
@@ -59,8 +59,8 @@ def text_kind(text: str, where: str) -> str | None:
     (`tree_kind`), else Megatron's flags; None where it carries none (or does not
     parse at all)."""
     stripped = text.lstrip()
-    parsers = ([_files.parse_json] if stripped.startswith("{") else []) + (
-        [_files.parse_toml] if _TOML_TABLE.search(text) else []) + [_files.parse_yaml]
+    parsers = ([files.parse_json] if stripped.startswith("{") else []) + (
+        [files.parse_toml] if _TOML_TABLE.search(text) else []) + [files.parse_yaml]
     for parse in parsers:
         try:
             kind = tree_kind(parse(text, where))

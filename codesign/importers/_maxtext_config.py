@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .. import _files
+from .. import files as files_module
 from . import _common as c
-from . import _kinds  # (its MaxText keys are this module's DEFAULTS: used at call time)
 
 WHAT = "MaxText config"
 OVERRIDES = "the key=value overrides"
@@ -80,7 +79,7 @@ def overrides(words: list[str]) -> dict:
         m = OVERRIDE.match(word)
         if m:
             key, raw = m.groups()
-            out[key] = _files.parse_yaml(raw, f"{OVERRIDES}: {key}") if raw.strip() else ""
+            out[key] = files_module.parse_yaml(raw, f"{OVERRIDES}: {key}") if raw.strip() else ""
     return out
 
 
@@ -112,9 +111,10 @@ def chain(path: str, inside: tuple[Path, ...] = (), given: tuple[str, ...] = ()
     """The config at `path` and the `base_config` files under it, root first
     (MaxText's _load_config: a relative base_config beside the file), each
     `confined` to the folders `inside` (or a file `given` on the command line)."""
+    from . import _kinds  # here: _kinds reads this module's DEFAULTS on import
     chain: list[tuple[str, dict]] = []
     while True:
-        tree = _kinds.parsed("maxtext", _files.read_text(path, WHAT), path, c.yaml_mapping)
+        tree = _kinds.parsed("maxtext", files_module.read_text(path, WHAT), path, c.yaml_mapping)
         chain.append((path, tree))
         parent = tree.get("base_config")
         if parent is None:
@@ -170,6 +170,7 @@ def model_file(name: str, config: str, root: str, inside: tuple[Path, ...] = (),
     base file (pyconfig.py's search, the package's own folder being the last),
     those `confined` to the folders `inside`; NAME is a name, not a path (`where`
     set it)."""
+    from . import _kinds  # here: _kinds reads this module's DEFAULTS on import
     if not name or re.search(r"[/\\]", name) or name in (".", ".."):
         raise c.bad(where, "model_name", name, "is not a model name (models/NAME.yml beside "
                     "the config); give a model file elsewhere by its path on the command line")
@@ -178,8 +179,8 @@ def model_file(name: str, config: str, root: str, inside: tuple[Path, ...] = (),
     for folder in folders:
         path = Path(folder) / f"{name}.yml"
         if path.is_file() and (not inside or confined(path, inside, ())):
-            return str(path), _kinds.parsed("maxtext", _files.read_text(path, WHAT), str(path),
-                                            c.yaml_mapping)
+            text = files_module.read_text(path, WHAT)
+            return str(path), _kinds.parsed("maxtext", text, str(path), c.yaml_mapping)
     raise ValueError(f"model_name={name!r}: no {name}.yml in {' or '.join(folders)}")
 
 

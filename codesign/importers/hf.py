@@ -5,7 +5,7 @@ the importer does not read is listed as ignored."""
 
 from __future__ import annotations
 
-from .. import _files, presets
+from .. import files, presets
 from . import _common as c
 from . import _kinds
 
@@ -40,7 +40,7 @@ def hf(text: str, where: str, *, gpus: int | None = None,
        system: dict | None = None) -> c.Imported:
     """The scenario of a Hugging Face config.json: its model, on one node."""
     # nesting and numbers capped; a file of another kind named: one line naming it
-    cfg = _kinds.parsed("hf", text, where, _files.parse_json)
+    cfg = _kinds.parsed("hf", text, where, files.parse_json)
     if not isinstance(cfg, dict):
         raise ValueError(f"{where} must hold a JSON object (a model's config.json)")
     t, d = c.Tree(cfg, where), c.Draft("hf", where)

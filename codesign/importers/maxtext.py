@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 
-from .. import hardware, plan, presets
+from .. import presets
+from ..model import hardware, plan
 from . import _common as c
 from . import _maxtext_config as config
 from ._maxtext_config import Merged

@@ -9,8 +9,8 @@ import dataclasses
 import re
 import shlex
 
-from .. import dispatchers, plan, strategies
-from .._domains import MAX_GPUS
+from ..domains import MAX_GPUS
+from ..model import dispatchers, plan, strategies
 from ..units import format_bytes
 from . import _common as c
 from . import _kinds

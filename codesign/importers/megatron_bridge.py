@@ -18,7 +18,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from .. import _files
+from .. import files
 from . import _common as c
 from . import _kinds
 from ._bridge_recipes import ALIASES, RECIPES
@@ -81,7 +81,7 @@ def megatron_bridge_words(words: list[str], *, gpus: int | None = None,
     recipe, sources, launch = _parse(words)
     name = ALIASES.get(recipe, recipe)
     if name not in RECIPES and Path(recipe).is_file():  # a file where the recipe goes
-        text = _files.read_text(recipe, "Megatron-Bridge override file")
+        text = files.read_text(recipe, "Megatron-Bridge override file")
         other = _kinds.text_kind(text, recipe)
         raise ValueError(f"megatron-bridge: {c.shown(recipe)} is a file, not a recipe function"
                          + (f"; it looks like {_kinds.NAMED[other]}" if other else "")
@@ -145,10 +145,10 @@ def _parse(words: list[str]) -> tuple[str, list, list]:
 def _yaml_file(path: str) -> list:
     """The (dotted key, value) pairs of a YAML override file."""
     try:
-        text = _files.read_text(path, "Megatron-Bridge override file")
+        text = files.read_text(path, "Megatron-Bridge override file")
     except FileNotFoundError as e:  # a word that names no file: one line, as any value
         raise ValueError(f"megatron-bridge: {e}") from None
-    tree = _kinds.parsed("megatron-bridge", text, path, _files.parse_yaml)
+    tree = _kinds.parsed("megatron-bridge", text, path, files.parse_yaml)
     if tree is None:
         raise ValueError(f"{path} is empty: a Megatron-Bridge override file holds "
                          "ConfigContainer keys (model:, train:, ...)")
@@ -184,7 +184,7 @@ def _word(word: str) -> list:
 
 def _value(text: str, key: str):
     """A command-line value as Hydra reads one (YAML's scalars, lists and mappings)."""
-    return _files.parse_yaml(text, f"megatron-bridge: {key}={c.shown(text)}")
+    return files.parse_yaml(text, f"megatron-bridge: {key}={c.shown(text)}")
 
 
 def _copy(tree):
@@ -195,9 +195,9 @@ def _set(tree: dict, key: str, value, where: str) -> None:
     """`key` (dotted) = `value` in the ConfigContainer `tree`; a section that is not
     the ConfigContainer's, or a required section set to a non-mapping, is an error.
     A mixed-precision recipe name under a key of its own is the recipe's fields."""
-    parts = key.split(".", _files.MAX_DEPTH)  # past the cap: refused below, not split on
-    if len(parts) > _files.MAX_DEPTH:
-        raise ValueError(f"{where}: {c.shown(key)} nests past {_files.MAX_DEPTH} levels; "
+    parts = key.split(".", files.MAX_DEPTH)  # past the cap: refused below, not split on
+    if len(parts) > files.MAX_DEPTH:
+        raise ValueError(f"{where}: {c.shown(key)} nests past {files.MAX_DEPTH} levels; "
                          "a ConfigContainer key has a few")
     if parts[0] not in SECTIONS or "" in parts:
         raise ValueError(f"{where}: {key}={c.shown(value)}: {parts[0]!r} is not a "

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import _files, strategies, workload
+from .. import files
+from ..model import strategies, workload
 from . import _common as c
 from . import _kinds
 
@@ -209,7 +210,7 @@ MXFP8 = ("MXFP8LinearConverter",)
 def torchtitan(text: str, where: str, *, gpus: int | None = None,
                system: dict | None = None) -> c.Imported:
     """The scenario of a torchtitan job TOML."""
-    t = c.Tree(_kinds.parsed("torchtitan", text, where, lambda text, _: _files.parse_toml(
+    t = c.Tree(_kinds.parsed("torchtitan", text, where, lambda text, _: files.parse_toml(
         text, f"torchtitan job file {where!r}")), where)
     d = _job(t, gpus, system)
     d.ignored += [k for table in PLAN_TABLES for k in t.unread(table)]
@@ -225,7 +226,7 @@ def torchtitan_words(words: list[str], *, gpus: int | None = None,
     overrides, over the entry's values over torchtitan's dataclass defaults."""
     if len(words) == 1 and (words[0].endswith(".toml") or (
             not words[0].startswith("-") and "=" not in words[0] and Path(words[0]).is_file())):
-        text = _files.read_text(words[0], "torchtitan job file")
+        text = files.read_text(words[0], "torchtitan job file")
         return torchtitan(text, words[0], gpus=gpus, system=system)
     launcher, overrides = _command_line(words)
     entry = (_module(launcher.get("MODULE")), launcher.get("CONFIG"))

@@ -86,7 +86,7 @@ below are the public API (the relaxed loss, the unit box and the constraint
 vector are internals of `_model` and `_problem`).
 """
 
-from ..economics import Assumptions as Assumptions
+from ..model.economics import Assumptions as Assumptions
 from ._categorical import CATEGORICAL as CATEGORICAL
 from ._categorical import NoValidChoice as NoValidChoice
 from ._categorical import categorical_search as categorical_search
@@ -135,6 +135,7 @@ from ._robust import sigmas as uncertainty_sigmas
 from ._sensitivity import SENSITIVITY_KNOBS as SENSITIVITY_KNOBS
 from ._sensitivity import SENSITIVITY_OUTPUTS as SENSITIVITY_OUTPUTS
 from ._sensitivity import elasticities as elasticities
+from ._sensitivity import integer_steps as integer_steps
 from ._slack import slack as slack
 
 __all__ = [
@@ -145,6 +146,7 @@ __all__ = [
     "Result", "Scan", "Uncertainty",
     "categorical_choices", "categorical_search", "default_bounds", "design_scenario",
     "elasticities", "evaluate", "grid_axes", "grid_pareto", "grid_search", "grid_size",
+    "integer_steps",
     "neighbours", "non_dominated", "optimize", "pareto_front", "parse_choice", "point_metrics",
     "problem", "robust", "robust_compare", "robust_search", "scenario_choice", "search_method",
     "slack", "structurally_feasible", "uncertainty_sigmas",

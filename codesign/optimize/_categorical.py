@@ -24,9 +24,10 @@ import itertools
 import math
 import time
 
-from .. import chip, plan, presets
+from .. import chip, presets
 from .. import scenario as sc
-from .._progress import Progress
+from ..model import plan
+from ..progress import Progress
 from ._grid import GRID_POINTS, MAX_GRID_POINTS, grid_size
 from ._method import Method, search_method
 from ._model import evaluate

@@ -18,8 +18,8 @@ import numpy as np
 import optax
 
 from .. import scenario as sc
-from .._compile import run as _compiled_run
-from ..relax import Relaxed
+from ..compiling import run as _compiled_run
+from ..model.relax import Relaxed
 from ._model import MU_END, Exact, _concat, _exact_batch, _structural_point, chunked, relaxed_loss
 from ._problem import Core, Problem, to_box, to_values
 from ._result import Result, _key, _knob_dict, _result, _top

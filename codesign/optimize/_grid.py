@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import strategies
-from .._compile import options
-from .._progress import Progress
-from ..relax import safe_log
+from ..compiling import options
+from ..model import strategies
+from ..model.relax import safe_log
+from ..progress import Progress
 from ._model import CHUNK, _grid_point, evaluate
 from ._problem import OBJECTIVES, Core, Problem
 from ._result import Result, _result, _top
@@ -342,7 +342,7 @@ def stream_devices() -> list:
 def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: Progress,
             scan: Scan = FLOAT64, devices=None):
     """Run a block kernel, kernel(core, table, carry, first block), over the whole
-    grid, compiled once (`_compile.options(batch=True)`): (each device's final
+    grid, compiled once (`compiling.options(batch=True)`): (each device's final
     carry as numpy arrays, seconds per round of device calls). The `devices`
     (default `stream_devices()`) take consecutive calls' worth of blocks in
     turn, each folding into a carry of its own, asynchronously, in the `scan`'s

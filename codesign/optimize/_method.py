@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import equinox as eqx
 
-from .. import strategies
+from ..model import strategies
 from ._gradient import optimize
 from ._grid import GRID_TOP, MAX_GRID_POINTS, grid_search
 from ._problem import Problem

@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import chip as chip_lib
-from .. import economics, plan, step
 from .. import scenario as sc
-from .._compile import compiled
-from ..economics import Assumptions
-from ..relax import EXACT, Smoothing, safe_log
+from ..compiling import compiled
+from ..model import economics, plan, step
+from ..model.economics import Assumptions
+from ..model.relax import EXACT, Smoothing, safe_log
 from ..scenario import Scenario
 from ._problem import (
     LIMITED,
@@ -269,7 +269,7 @@ def _exact_batch(core: Core, x: jax.Array) -> Exact:
 def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
     """Exact evaluation of points x (n, varied knobs), in padded chunks of
     `chunk` points (one compilation per process, problem's knobs and chunk
-    size, with `_compile.CPU_COMPILER_OPTIONS` on the CPU; what the varied
+    size, with `compiling.CPU_COMPILER_OPTIONS` on the CPU; what the varied
     knobs do not touch, e.g. the failure statistics of a fixed GPU count, is
     computed once per chunk)."""
     return chunked(lambda core, xs: compiled(_exact_batch, core, xs)[0](core, xs), prob.core, x,

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._progress import Progress
+from ..progress import Progress
 from ._gradient import optimize
 from ._grid import (
     GRID_BLOCK,

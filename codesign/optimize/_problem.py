@@ -16,10 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _domains, plan, step
 from .. import chip as chip_lib
+from .. import domains
 from .. import scenario as sc
-from ..economics import Assumptions
+from ..model import plan, step
+from ..model.economics import Assumptions
 from ..scenario import Scenario
 
 # the knobs whose declared domain is integers (`scenario.DOMAINS`)
@@ -29,7 +30,7 @@ INTEGER_KNOBS = frozenset(k for k, d in sc.DOMAINS.items() if d.integer) | {
     "chip.hbm_stacks", "chip.dies"}
 
 
-def domain(name: str) -> _domains.Domain:
+def domain(name: str) -> domains.Domain:
     """The declared domain of a knob: a scenario key's, or a `chip.*` field's."""
     return sc.chip_domain(name) if name in sc.CHIP_KNOBS else sc.DOMAINS[name]
 # name -> (metric, goal): goal +1 minimises, -1 maximises
@@ -297,7 +298,7 @@ def _parse_bounds(bounds) -> dict:
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo < 0 or hi <= lo:
             raise ValueError(f"bounds {name}={lo:g}:{hi:g} must satisfy 0 <= LO < HI")
         if name in sc.DOMAINS or name in sc.CHIP_KNOBS:
-            _domains.check_range(name, domain(name), lo, hi)
+            domains.check_range(name, domain(name), lo, hi)
         out[name] = (lo, hi)
     return out
 

@@ -10,9 +10,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import memory, output_checks, reliability, step
+from .. import output_checks
 from .. import scenario as sc
-from ..relax import safe_log
+from ..model import memory, reliability, step
+from ..model.relax import safe_log
 from ..scenario import Scenario
 
 # Sensitivity: every hardware, plan and reliability knob (the workload and the

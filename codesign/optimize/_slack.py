@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import scenario as sc
-from .. import step
-from .._compile import compiled
+from ..compiling import compiled
+from ..model import step
 from ..scenario import Scenario
 
 TIERS = ("scale_up", "scale_out")

@@ -13,8 +13,8 @@ as one differentiable JAX function of the system. docs/program.md.
 from ._cost import ProgramEstimate, cost, scaled_sizes
 from ._hlo_ops import Op
 from ._report import as_json, format_report, summary
-from ._spec import function as load_function
 from ._trace import MAX_TRACE_DEVICES, Program, check_devices, from_hlo, trace
+from .spec import function as load_function
 
 __all__ = ["MAX_TRACE_DEVICES", "Op", "Program", "ProgramEstimate", "as_json", "check_devices",
            "cost", "format_report", "from_hlo", "load_function", "scaled_sizes", "summary",

@@ -31,9 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import compute, traffic
-from ..hardware import System
-from ..relax import EXACT, smooth_clip, smoothing
+from ..model import compute, traffic
+from ..model.hardware import System
+from ..model.relax import EXACT, smooth_clip, smoothing
 from ._trace import Program
 
 

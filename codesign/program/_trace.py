@@ -24,7 +24,7 @@ MAX_TRACE_DEVICES = 1024
 # array's bytes in an int64 and aborts the process past it (SIGABRT, "overflow in
 # static extent product", measured: f32[2**31, 2**30] aborts, f32[2**30, 2**30]
 # and sixteen live f32[2**28, 2**30] compile on CPU, jax 0.10.2); 2**60 leaves 8x.
-# The step's inputs are bounded tighter (`_spec.MAX_ARRAY_BYTES`).
+# The step's inputs are bounded tighter (`spec.MAX_ARRAY_BYTES`).
 MAX_TRACED_BYTES = 2**60
 
 

@@ -30,9 +30,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import attention, step
-from ..plan import Plan, recipe
-from ..workload import Transformer
+from ..model import attention, step
+from ..model.plan import Plan, recipe
+from ..model.workload import Transformer
 from . import _cost, _trace, examples
 
 WIDTH = 2.0  # bf16: the traced models' parameters and activations

@@ -52,12 +52,18 @@ from ._spec import Spec as Spec
 from ._spec import columns as columns
 from ._spec import load_spec as load_spec
 from ._spec import parse_spec as parse_spec
+from ._store import LOCK_FILE as LOCK_FILE
 from ._store import Table as Table
+from ._store import chunks_on_disk as chunks_on_disk
+from ._store import claimed as claimed
+from ._store import prepare_out_dir as prepare_out_dir
+from ._store import writing as writing
 from ._target import Target as Target
 from ._targets import TARGETS as TARGETS
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE", "Job", "Points", "RunResult", "SIGNIFICANT_DIGITS", "Spec", "TARGETS",
-    "Table", "Target", "columns", "finish_sweep", "load_spec", "make_job", "make_points",
-    "parse_spec", "point_function", "run",
+    "DEFAULT_CHUNK_SIZE", "LOCK_FILE", "Job", "Points", "RunResult", "SIGNIFICANT_DIGITS", "Spec",
+    "TARGETS", "Table", "Target", "chunks_on_disk", "claimed", "columns", "finish_sweep",
+    "load_spec", "make_job", "make_points", "parse_spec", "point_function", "prepare_out_dir",
+    "run", "writing",
 ]

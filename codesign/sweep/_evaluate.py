@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..relax import safe_div
+from ..model.relax import safe_div
 from ._points import Chunk, Job
 from ._target import combo_settings
 from ._targets import TARGETS

@@ -19,9 +19,9 @@ from matplotlib.ticker import (
     NullFormatter,
 )
 
-from .. import _files, units
-from .._words import ELASTICITY as _ELASTICITY
-from .._words import words as column_text
+from .. import files, units
+from ..words import ELASTICITY as _ELASTICITY
+from ..words import words as column_text
 
 # A sweep table is a dict column -> array (float, or object for categories).
 
@@ -116,7 +116,7 @@ def _sweep_save(fig, title: str, path, *, legend_below: bool = False):
     fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=11)
     fig.tight_layout(rect=(0, 0.1 if legend_below else 0, 1, 1))
     if path is not None:
-        _files.write_figure(fig, path, dpi=SWEEP_DPI)
+        files.write_figure(fig, path, dpi=SWEEP_DPI)
     return fig
 
 

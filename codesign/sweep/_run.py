@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jax
 
-from .._progress import Progress
+from ..progress import Progress
 from ._evaluate import Evaluator, chunk_rows
 from ._points import Job
 from ._report import draw_plots, summarize
@@ -54,7 +54,7 @@ def run(job: Job, out_dir: str | Path, *, resume: bool = False, progress: bool =
     """Evaluate the chunks of `job` this process owns and write them; returns once every
     process is done (then process 0 calls `finish_sweep`).
 
-    `progress` draws a bar on stderr (`codesign._progress.Progress`);
+    `progress` draws a bar on stderr (`codesign.progress.Progress`);
     `write=False` evaluates without touching the disk (benchmarks the checkpoint cost);
     `devices` (default: all local devices) is the mesh the batch is sharded over;
     `lock=False`: process 0 does not take `out_dir`'s lock (the launcher of the

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _files
+from .. import files
 from ._points import Chunk, Job
 from ._spec import SIGNIFICANT_DIGITS, round_significant
 
@@ -55,11 +55,11 @@ def writing(path: Path) -> Iterator[None]:
 
 
 def atomic_write(path: Path, text: str | Iterable[str]) -> None:
-    """`text` (or its pieces, written as they come) into `path`: `_files.write_file`
+    """`text` (or its pieces, written as they come) into `path`: `files.write_file`
     (a temp file made O_EXCL|O_NOFOLLOW, fsync, `os.replace`; on any error the temp
     file goes and `path` is as it was; a link at `path` is refused, never followed)."""
     with writing(path):
-        _files.write_file(path, text, flag=f"{path.name} of the sweep folder")
+        files.write_file(path, text, flag=f"{path.name} of the sweep folder")
 
 
 def _holder(fd: int) -> str:

@@ -15,7 +15,8 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, _domains, units
+from .. import checks, units
+from .. import domains as domains_module
 from . import _fields as fields
 
 PointFn = Callable[[dict], dict]  # float knob values (jnp scalars) -> outputs (jnp scalars)
@@ -105,16 +106,16 @@ def no_fingerprint(base: dict, directory: Path) -> str:
 
 def declared_domains(cls) -> dict:
     """{field name: declared domain} of the float fields of `cls` that declare one
-    (`_checks.float_field`): the domains the scenario keys use."""
+    (`checks.float_field`): the domains the scenario keys use."""
     out = {}
     for f in dataclasses.fields(cls):
-        decl = _checks.declaration(f)
+        decl = checks.declaration(f)
         if decl is not None and decl.domain is not None:
             out[f.name] = decl.domain
     return out
 
 
-def relaxed(domain: _domains.Domain) -> _domains.Domain:
+def relaxed(domain: domains_module.Domain) -> domains_module.Domain:
     """`domain` without integrality: a sweep evaluates the relaxed model, so an
     integer knob may take the values between integers a log grid gives."""
     return dataclasses.replace(domain, integer=False)
@@ -134,13 +135,13 @@ def check_domains(base: dict, axes: tuple, domains: dict) -> None:
     for name, domain in domains.items():
         if name in base:
             value = units.parse_quantity(name, base[name], field=f"base.{name}")
-            _domains.check_in(f"base.{name}", value, relaxed(domain))
+            domains_module.check_in(f"base.{name}", value, relaxed(domain))
     for axis in axes:
         if axis.kind != "categories" and axis.name in domains:
             values = np.asarray(axis_values(axis), dtype=float)
             bad = values[~relaxed(domains[axis.name]).ok(values)]  # all at once
             if bad.size:
-                _domains.check_in(f"knobs.{axis.name}", bad[0], relaxed(domains[axis.name]))
+                domains_module.check_in(f"knobs.{axis.name}", bad[0], relaxed(domains[axis.name]))
 
 
 def replace_leaves(module, values: dict, names: tuple[str, ...]):

@@ -19,24 +19,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import (
-    _domains,
-    _files,
+from .. import domains as domains_module
+from .. import files, presets, scenario, units
+from ..model import (
     collectives,
     economics,
     fabric,
     hardware,
     network_roofline,
     plan,
-    presets,
     reliability,
-    scenario,
     step,
     strategies,
-    units,
 )
-from .. import protocols as protocols_lib
-from ..relax import safe_div
+from ..model import protocols as protocols_lib
+from ..model.relax import safe_div
 from . import _fields as fields
 from . import _target as target
 from ._target import PointFn, Target
@@ -47,8 +44,8 @@ _TIER_KNOBS = tuple(f"{t}.{leaf}" for t in ("scale_up", "scale_out")
                     for leaf in ("bandwidth_Bps", "latency_s", "efficiency"))
 # the domains of the targets' own knobs; the others are the declared domains of the
 # fields they set (`target.declared_domains`), as the scenario keys use them
-_MESSAGE = _domains.interval(0.0, _domains.MAX_MESSAGE_BYTES)  # as `collective --bytes`
-_RANKS = _domains.count(_domains.MAX_GPUS)  # ranks, GPUs, flows, links, strides
+_MESSAGE = domains_module.interval(0.0, domains_module.MAX_MESSAGE_BYTES)  # as `collective --bytes`
+_RANKS = domains_module.count(domains_module.MAX_GPUS)  # ranks, GPUs, flows, links, strides
 _SYSTEM = target.declared_domains(hardware.System)  # gpus, scale_up_domain
 _TIER = target.declared_domains(hardware.Tier)
 _COLLECTIVE_DEFAULTS = {"system": "dgx-h100", "op": "all_reduce", "algorithm": "ring",
@@ -131,9 +128,9 @@ def collective_target() -> Target:
 
 _RELIABILITY_DEFAULTS = {"step_time_s": 10.0, "gpus": 16384.0, "checkpoint_bytes": 6e12}
 _RELIABILITY_DOMAINS = {
-    "step_time_s": _domains.Domain(0.0, _domains.DURATION.hi, lo_open=True),
+    "step_time_s": domains_module.Domain(0.0, domains_module.DURATION.hi, lo_open=True),
     "gpus": _SYSTEM["gpus"], "participants": _SYSTEM["gpus"],
-    "checkpoint_bytes": _domains.interval(0.0, 1e21),  # 1 ZB: beyond any cluster's storage
+    "checkpoint_bytes": domains_module.interval(0.0, 1e21),  # 1 ZB: beyond any cluster's storage
     **target.declared_domains(reliability.Reliability)}
 # knobs the failure model reads (`reliability.failures`): not the stragglers'
 _FAILURE_KNOBS = ("gpus", "checkpoint_bytes") + tuple(
@@ -159,7 +156,7 @@ def _check_progress(base: dict, axes: tuple, floats: tuple) -> None:
         rel)
     effective = jnp.broadcast_to(effective, (len(corners),))
     worst = int(jnp.argmin(jnp.where(jnp.isnan(effective), -jnp.inf, effective)))
-    at = ", ".join(f"{name}={_domains.fmt(c)}" for name, c in zip(ranges, corners[worst],
+    at = ", ".join(f"{name}={domains_module.fmt(c)}" for name, c in zip(ranges, corners[worst],
                                                                   strict=True))
     pick = lambda x: jnp.broadcast_to(x, (len(corners),))[worst]  # noqa: E731
     reliability.check_progress(pick(effective), pick(mtbf), f" (at {at})" if at else "",
@@ -234,7 +231,7 @@ def ecmp_target() -> Target:
     outputs = ("expected_max_load", "ideal_load", "slowdown", "bandwidth_fraction")
 
     domains = {"k_flows": _RANKS, "m_links": _RANKS,
-               "overhead": _domains.interval(0.0, 1e3)}  # extra time of spreading, x 1
+               "overhead": domains_module.interval(0.0, 1e3)}  # extra time of spreading, x 1
 
     def check(base: dict, axes: tuple, directory: Path) -> None:
         target.check_axes("ecmp", base, axes, floats, categories)
@@ -283,9 +280,9 @@ def _fabric_system(settings: dict, directory: Path | None = None) -> hardware.Sy
 
 # `fabric.Prices` checks its own rules (radix >= 4, prices and powers >= 0); a sweep's
 # values also stay below bounds where every total stays finite (parts for 1e7 GPUs)
-_PRICES = {name: _domains.interval(4.0, 1e6) if name == "switch_radix"
-           else _domains.Domain(0.0, 1e6, lo_open=True) if name == "ocs_radix"
-           else _domains.interval(0.0, 1e7 if name.endswith("_w") else 1e9)
+_PRICES = {name: domains_module.interval(4.0, 1e6) if name == "switch_radix"
+           else domains_module.Domain(0.0, 1e6, lo_open=True) if name == "ocs_radix"
+           else domains_module.interval(0.0, 1e7 if name.endswith("_w") else 1e9)
            for name in target.field_names(fabric.Prices)}
 _FABRIC_DOMAINS = {**{k: _SYSTEM[k] for k in _FABRIC_SYSTEM},
                    **{k: v for k, v in target.declared_domains(strategies.Clos).items()
@@ -392,7 +389,7 @@ def _scenario_fingerprint(base: dict, directory: Path) -> str:
     source = _scenario_source(base, directory)
     if source is None or not Path(source).is_file():
         return ""
-    return hashlib.sha256(_files.read_bytes(source, "scenario file")).hexdigest()
+    return hashlib.sha256(files.read_bytes(source, "scenario file")).hexdigest()
 
 
 def _scenario(settings: dict, directory: Path) -> scenario.Scenario:
@@ -418,15 +415,15 @@ def _check_scaled(scn: scenario.Scenario, axis, axes: tuple) -> None:
     name = axis.name.removeprefix("scale:")
     factors = target.axis_values(axis)
     for f in factors:
-        _domains.check_in(f"knobs.{axis.name}", f, _domains.POSITIVE)
+        domains_module.check_in(f"knobs.{axis.name}", f, domains_module.POSITIVE)
     own = [a for a in axes if a.name == name and a.kind != "categories"]
     values = target.axis_values(own[0]) if own else (float(scenario.get_knob(scn, name)),)
     domain = target.relaxed(scenario.DOMAINS[name])
     for value, f in ((min(values), min(factors)), (max(values), max(factors))):
         if not domain.ok(value * f):
-            raise ValueError(f"knobs.{axis.name}={_domains.fmt(f)}: {name}="
-                             f"{_domains.fmt(value)} x {_domains.fmt(f)} = "
-                             f"{_domains.fmt(value * f)} must be {domain.describe()}")
+            raise ValueError(f"knobs.{axis.name}={domains_module.fmt(f)}: {name}="
+                             f"{domains_module.fmt(value)} x {domains_module.fmt(f)} = "
+                             f"{domains_module.fmt(value * f)} must be {domain.describe()}")
 
 
 # the float keys the plan's rules read (with dp, which follows from them)
@@ -463,7 +460,7 @@ def _check_plans(scn: scenario.Scenario, axes: tuple) -> None:
             plan.check_data_parallel(one.system.gpus, one.plan.tp, one.plan.pp, one.plan.cp)
         plan.validate(one.plan, one.model, one.system.gpus)
     except ValueError as e:
-        at = ", ".join(f"{k}={_domains.fmt(v)}" for k, v in point.items())
+        at = ", ".join(f"{k}={domains_module.fmt(v)}" for k, v in point.items())
         raise ValueError(f"knobs at {at}: {e}") from None
 
 

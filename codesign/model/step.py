@@ -16,19 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import (
-    _checks,
-    compute,
-    economics,
-    fabric,
-    memory,
-    overlap,
-    reliability,
-    stage,
-    traffic,
-)
+from .. import checks
+from ..output_checks import STEP_INPUTS
+from . import compute, economics, fabric, memory, overlap, reliability, stage, traffic
 from .hardware import System
-from .output_checks import STEP_INPUTS
 from .plan import Plan, data_parallel
 from .relax import EXACT, Smoothing, exact_or_relaxed, lattice_linear_tree, smoothing
 from .workload import Transformer
@@ -281,7 +272,7 @@ def _finite_checked(est: Estimate) -> Estimate:
     bad = ~(s.step_time_s > 0) | ~jnp.isfinite(s.step_time_s)
     for x in parts:
         bad = bad | ~jnp.isfinite(x)
-    return _checks.error_if(est, jnp.any(bad), "the estimate is not finite (a traced value): an "
+    return checks.error_if(est, jnp.any(bad), "the estimate is not finite (a traced value): an "
                         f"input is beyond what the model can represent; check {STEP_INPUTS}, "
                         "training.tokens")
 

@@ -15,7 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _checks
+from .. import checks
 from .strategies import Strategy, parse
 
 # ------------------------------------------------------------------- attention kernels
@@ -212,7 +212,7 @@ class Mla(Attention):
 
     def check(self, model) -> None:
         for k in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
-            _checks.at_least_one(f"model.{k}", getattr(model, k))
+            checks.at_least_one(f"model.{k}", getattr(model, k))
 
     def qk_width(self, model) -> jax.Array:
         return model.qk_head_dim + model.qk_rope_head_dim
@@ -222,7 +222,7 @@ class Mla(Attention):
 
     def gemms(self, model) -> tuple:
         h, heads, qk, v = model.hidden, model.heads, model.qk_width, model.v_width
-        rope, nope, q_rank = model.qk_rope_head_dim, model.qk_head_dim, model.q_lora_rank
+        rope, q_rank = model.qk_rope_head_dim, model.q_lora_rank
         # the query's low-rank pair, or (q_lora_rank 0) its full-rank projection:
         # both rows, counted 1 or 0, so traced and concrete ranks cost the same
         low = jnp.where(q_rank > 0, 1.0, 0.0)

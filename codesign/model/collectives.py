@@ -91,7 +91,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks
+from .. import checks
 from . import _collective_rows as _rows
 from .hardware import Tier
 from .protocols import Protocols
@@ -124,7 +124,7 @@ class Cost(eqx.Module):
     def __repr__(self) -> str:
         """`Cost(time 1.23 ms = latency 0.01 ms + bandwidth 1.2 ms + reduction 0.02 ms)`
         for concrete scalars; the field-by-field form otherwise (traced, batched)."""
-        terms = [_checks.concrete(v) for v in (self.latency_s, self.bandwidth_s, self.reduction_s)]
+        terms = [checks.concrete(v) for v in (self.latency_s, self.bandwidth_s, self.reduction_s)]
         if any(t is None or t.size != 1 for t in terms):
             return eqx.tree_pformat(self)
         lat, bw, red = (float(t) for t in terms)
@@ -328,7 +328,7 @@ def pipelined_algorithms() -> tuple[str, ...]:
 def algorithms(op: str, *, hierarchical: bool = False) -> tuple[str, ...]:
     """The algorithms defined for `op` (plus `hierarchical` and the pipelined
     two-tier algorithms when asked)."""
-    op = _check_op(op)
+    op = check_op(op)
     return tuple(a for a, r in _rows.ROWS[op].items() if hierarchical or not r.two_tier)
 
 
@@ -337,10 +337,10 @@ def candidates(op: str, protocols: Protocols | None, *, hierarchical: bool = Fal
     (`Protocols.runs`; every algorithm without protocols or where it says None)."""
     names = algorithms(op, hierarchical=hierarchical)
     runs = None if protocols is None else protocols.runs
-    return names if runs is None else tuple(a for a in names if a in runs[_check_op(op)])
+    return names if runs is None else tuple(a for a in names if a in runs[check_op(op)])
 
 
-def _check_op(op: str) -> str:
+def check_op(op: str) -> str:
     name = str(op).replace("-", "_")
     if name not in OPS:
         raise ValueError(f"op={op!r} is unknown; choose one of {', '.join(OPS)}")
@@ -359,8 +359,8 @@ def _check_tiers(outer, local_ranks):
         raise ValueError(f"outer and local_ranks go together; got outer="
                          f"{'a Tier' if outer is not None else None}, {local_ranks=}")
     if local_ranks is not None:
-        _checks.at_least_one("local_ranks", local_ranks)
-        local_ranks = _checks.as_float(local_ranks)
+        checks.at_least_one("local_ranks", local_ranks)
+        local_ranks = checks.as_float(local_ranks)
     return local_ranks
 
 
@@ -372,7 +372,7 @@ def choose(op: str, n_bytes, ranks, tier: Tier, *, outer: Tier | None = None,
     soft minimum and its bounds. With `protocols` each algorithm is a candidate
     in its fastest protocol (`_by_protocol`).
     """
-    op = _check_op(op)
+    op = check_op(op)
     local_ranks = _check_tiers(outer, local_ranks)
     names = candidates(op, protocols, hierarchical=outer is not None)
     table = _rows.table(((op, names),))
@@ -396,19 +396,19 @@ def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, l
     `local_ranks[i]` = `ranks[i]` runs on `tier`, over `local_ranks[i]` = 1 on
     `outer`), or None for `auto`'s (`candidates`, two-tier included); all None
     when `algorithms` is None."""
-    ops = tuple(_check_op(op) for op in ops)
+    ops = tuple(check_op(op) for op in ops)
     if algorithms is None:
         algorithms = (None,) * len(ops)
     for op, names in zip(ops, algorithms, strict=True):
         for a in names or ():
             _check_algorithm(op, a)
-    _checks.non_negative("bytes", n_bytes)
-    _checks.at_least_one("ranks", ranks)
+    checks.non_negative("bytes", n_bytes)
+    checks.at_least_one("ranks", ranks)
     local_ranks = _check_tiers(outer, local_ranks)
     table = _rows.table(tuple(
         (op, candidates(op, protocols, hierarchical=True) if names is None else tuple(names))
         for op, names in zip(ops, algorithms, strict=True)))
-    n_bytes, ranks = _checks.as_float(n_bytes), _checks.as_float(ranks)
+    n_bytes, ranks = checks.as_float(n_bytes), checks.as_float(ranks)
 
     def auto_s(g, ramp):
         times = _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols).time_s
@@ -433,17 +433,17 @@ def cost(op: str, algorithm: str, n_bytes, ranks, tier: Tier, *, outer: Tier | N
     Jits, vmaps and differentiates in n_bytes, ranks (a float: exact at
     integers) and every leaf of the tiers; finite for p >= 1 and any n >= 0.
     """
-    op = _check_op(op)
+    op = check_op(op)
     _check_algorithm(op, algorithm)
-    _checks.non_negative("bytes", n_bytes)
-    _checks.at_least_one("ranks", ranks)
-    n_bytes, ranks = _checks.as_float(n_bytes), _checks.as_float(ranks)
+    checks.non_negative("bytes", n_bytes)
+    checks.at_least_one("ranks", ranks)
+    n_bytes, ranks = checks.as_float(n_bytes), checks.as_float(ranks)
     local_ranks = _check_tiers(outer, local_ranks)
     if algorithm == "auto":
         return choose(op, n_bytes, ranks, tier, outer=outer, local_ranks=local_ranks,
                       t=t, protocols=protocols)[0]
     if algorithm in ("in_network", "nvls_tree"):
-        _checks.check("in_network_efficiency",
+        checks.check("in_network_efficiency",
                       (tier if algorithm == "nvls_tree"
                        else _flat_tier(tier, outer, ranks, local_ranks)).in_network_efficiency,
                 lambda v: v > 0,
@@ -470,21 +470,21 @@ def bus_factor(op: str, ranks) -> jax.Array:
     (NVLS) all-reduce reports busbw = 2(p-1)/p x algbw although each GPU's link
     carries only about n in each direction: its busbw may exceed the link.
     """
-    a, _ = _BUS_FACTOR[_check_op(op)]
-    p = _checks.as_float(ranks)
+    a, _ = _BUS_FACTOR[check_op(op)]
+    p = checks.as_float(ranks)
     return a * (p - 1) / p if a else jnp.ones_like(p)
 
 
 def bus_factors(ops: tuple[str, ...], ranks) -> jax.Array:
     """`bus_factor` of R collectives at once: `ops[i]` over `ranks[i]` (shape (R,))."""
-    a, b = (np.array([_BUS_FACTOR[_check_op(op)][k] for op in ops]) for k in (0, 1))
-    p = _checks.as_float(ranks)
+    a, b = (np.array([_BUS_FACTOR[check_op(op)][k] for op in ops]) for k in (0, 1))
+    p = checks.as_float(ranks)
     return a * (p - 1) / p + b
 
 
 def algbw_Bps(n_bytes, time_s) -> jax.Array:
     """nccl-tests' algbw = size / time (0 when time is 0)."""
-    t, n = _checks.as_float(time_s), _checks.as_float(n_bytes)  # (a Python int past 2**31)
+    t, n = checks.as_float(time_s), checks.as_float(n_bytes)  # (a Python int past 2**31)
     return where(t > 0, n / where(t > 0, t, 1.0), 0.0)
 
 

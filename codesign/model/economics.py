@@ -22,11 +22,12 @@ import functools
 import equinox as eqx
 import jax
 
-from . import _checks, fabric
-from ._checks import float_field
+from .. import checks
+from ..checks import float_field
+from ..units import GB, year
+from . import fabric
 from .hardware import System
 from .relax import EXACT, smoothing
-from .units import GB, year
 
 _FIELDS = ("usd_per_gpu_hour", "fabric_lifetime_s", "port_Bps", "scale_up_link_Bps",
            "scale_up_switch_radix", "scale_up_usd_per_port")
@@ -34,7 +35,7 @@ _FIELDS = ("usd_per_gpu_hour", "fabric_lifetime_s", "port_Bps", "scale_up_link_B
 
 def _float(value) -> float | None:
     """A concrete scalar as a float; None when traced (or not one number)."""
-    v = _checks.concrete(value)
+    v = checks.concrete(value)
     return None if v is None or v.size != 1 else float(v.item())
 
 
@@ -84,8 +85,8 @@ class Assumptions(eqx.Module):
     def __check_init__(self):
         for name in _FIELDS:
             if name != "scale_up_switch_radix":
-                _checks.positive(name, getattr(self, name))
-        _checks.check("scale_up_switch_radix", self.scale_up_switch_radix, lambda v: v >= 4,
+                checks.positive(name, getattr(self, name))
+        checks.check("scale_up_switch_radix", self.scale_up_switch_radix, lambda v: v >= 4,
                       "must be at least 4")
 
 

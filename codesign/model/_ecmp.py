@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks
+from .. import checks
 from .relax import safe_log
 
 
@@ -72,7 +72,7 @@ def _max_load_poisson(k, m, window=512) -> jax.Array:
 
 
 def _concrete_int(value):
-    v = _checks.concrete(value)
+    v = checks.concrete(value)
     if v is None or v.size != 1 or not float(v).is_integer():
         return None
     return int(v)
@@ -86,15 +86,15 @@ def ecmp_expected_max_load(k_flows, m_links, exact: bool = False) -> jax.Array:
     `exact=True`: the exact balls-into-bins expectation, for concrete integers
     k and m only (a check of the approximation, not what the model runs).
     """
-    _checks.non_negative("k_flows", k_flows)
-    _checks.at_least_one("m_links", m_links)
+    checks.non_negative("k_flows", k_flows)
+    checks.at_least_one("m_links", m_links)
     k, m = _concrete_int(k_flows), _concrete_int(m_links)
     if exact:
         if k is None or m is None:
             raise ValueError(f"exact ECMP load needs concrete integer k_flows={k_flows} "
                              f"and m_links={m_links}")
         return jnp.asarray(_max_load_exact(k, m))
-    return _max_load_poisson(_checks.as_float(k_flows), _checks.as_float(m_links))
+    return _max_load_poisson(checks.as_float(k_flows), checks.as_float(m_links))
 
 
 def ecmp_slowdown(k_flows, m_links, exact: bool = False) -> jax.Array:
@@ -104,7 +104,7 @@ def ecmp_slowdown(k_flows, m_links, exact: bool = False) -> jax.Array:
     carries k/m flows, and a flow never runs faster than its own line rate, so
     with k < m the ideal is 1 flow per link.
     """
-    k, m = _checks.as_float(k_flows), _checks.as_float(m_links)
+    k, m = checks.as_float(k_flows), checks.as_float(m_links)
     ideal = jnp.maximum(k / m, 1.0)
     # the busiest link carries at least one flow (k >= 1) and at least k / m: a
     # floor under the Poisson approximation, which falls below it for k << m

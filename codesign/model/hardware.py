@@ -5,7 +5,7 @@ Every number is a float leaf, so a cost is differentiable with respect to it.
 Bandwidths are bytes per second per GPU in ONE direction (vendors quote NVLink
 bidirectionally: we halve it). Peaks are vendor peaks; what is achievable is a
 separate efficiency factor, calibrated where the reference gives a measurement
-(see `_calibrated_efficiency`).
+(see `calibrated_efficiency`).
 """
 
 from __future__ import annotations
@@ -16,20 +16,19 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _checks, strategies
-from . import protocols as protocols_lib
-from ._checks import float_field, strategy_field
-from ._chip_specs import ATTENTION_EXP_PER_S as ATTENTION_EXP_PER_S
-from ._chip_specs import COMPUTE_UNITS as COMPUTE_UNITS
-from ._chip_specs import COMPUTE_UNITS_BY_CHIP as COMPUTE_UNITS_BY_CHIP
-from ._chip_specs import EXP_PER_S as EXP_PER_S
-from ._chip_specs import TDP_W as TDP_W
-from ._chip_specs import GRACE_C2C_PER_GPU_Bps as GRACE_C2C_PER_GPU_Bps
-from ._chip_specs import HOST_Bps as HOST_Bps
-from ._chip_specs import PCIE3_X16_Bps as PCIE3_X16_Bps
-from ._chip_specs import PCIE4_X16_Bps as PCIE4_X16_Bps
-from ._chip_specs import PCIE5_X16_Bps as PCIE5_X16_Bps
-from ._domains import (
+from .. import checks
+from ..checks import float_field, strategy_field
+from ..chip_specs import ATTENTION_EXP_PER_S as ATTENTION_EXP_PER_S
+from ..chip_specs import COMPUTE_UNITS as COMPUTE_UNITS
+from ..chip_specs import COMPUTE_UNITS_BY_CHIP as COMPUTE_UNITS_BY_CHIP
+from ..chip_specs import EXP_PER_S as EXP_PER_S
+from ..chip_specs import TDP_W as TDP_W
+from ..chip_specs import GRACE_C2C_PER_GPU_Bps as GRACE_C2C_PER_GPU_Bps
+from ..chip_specs import HOST_Bps as HOST_Bps
+from ..chip_specs import PCIE3_X16_Bps as PCIE3_X16_Bps
+from ..chip_specs import PCIE4_X16_Bps as PCIE4_X16_Bps
+from ..chip_specs import PCIE5_X16_Bps as PCIE5_X16_Bps
+from ..domains import (
     BANDWIDTH,
     EFFICIENCY,
     LATENCY,
@@ -41,21 +40,21 @@ from ._domains import (
     count,
     interval,
 )
-from ._measured import A100_MATMUL_EFFICIENCY as A100_MATMUL_EFFICIENCY
-from ._measured import FBGEMM_H100_500W_GEMMS as FBGEMM_H100_500W_GEMMS
-from ._measured import FP8_RELATIVE_EFFICIENCY as FP8_RELATIVE_EFFICIENCY
-from ._measured import H100_GEMM_MICROBENCHMARK_EFFICIENCY as H100_GEMM_MICROBENCHMARK_EFFICIENCY
-from ._measured import H100_MATMUL_EFFICIENCY as H100_MATMUL_EFFICIENCY
-from ._measured import H200_GEMMS as H200_GEMMS
-from ._measured import (
-    HBM_EFFICIENCY,
-)
-from ._measured import HOPPER_ATTENTION_EFFICIENCY as HOPPER_ATTENTION_EFFICIENCY
-from ._measured import NIC_EFFICIENCY as NIC_EFFICIENCY
-from ._measured import SCALE_OUT_LATENCY_S as SCALE_OUT_LATENCY_S
-from ._measured import SCALE_UP_LATENCY_S as SCALE_UP_LATENCY_S
-from ._measured import V100_MATMUL_EFFICIENCY as V100_MATMUL_EFFICIENCY
-from ._measured import _calibrated_efficiency as _calibrated_efficiency
+from ..measured import A100_MATMUL_EFFICIENCY as A100_MATMUL_EFFICIENCY
+from ..measured import FBGEMM_H100_500W_GEMMS as FBGEMM_H100_500W_GEMMS
+from ..measured import FP8_RELATIVE_EFFICIENCY as FP8_RELATIVE_EFFICIENCY
+from ..measured import H100_GEMM_MICROBENCHMARK_EFFICIENCY as H100_GEMM_MICROBENCHMARK_EFFICIENCY
+from ..measured import H100_MATMUL_EFFICIENCY as H100_MATMUL_EFFICIENCY
+from ..measured import H200_GEMMS as H200_GEMMS
+from ..measured import HBM_EFFICIENCY
+from ..measured import HOPPER_ATTENTION_EFFICIENCY as HOPPER_ATTENTION_EFFICIENCY
+from ..measured import NIC_EFFICIENCY as NIC_EFFICIENCY
+from ..measured import SCALE_OUT_LATENCY_S as SCALE_OUT_LATENCY_S
+from ..measured import SCALE_UP_LATENCY_S as SCALE_UP_LATENCY_S
+from ..measured import V100_MATMUL_EFFICIENCY as V100_MATMUL_EFFICIENCY
+from ..measured import calibrated_efficiency as calibrated_efficiency
+from . import protocols as protocols_lib
+from . import strategies
 from .protocols import Nccl, Protocols
 from .strategies import ROUTINGS as ROUTINGS
 from .strategies import TOPOLOGIES as TOPOLOGIES
@@ -63,7 +62,7 @@ from .strategies import Adaptive, Routing, Topology, TwoTier
 
 # Compute constants shared by every chip unless its preset says otherwise
 # (docs/sources.md has each source):
-# - HBM_EFFICIENCY (`_measured`, with the other measured and fitted constants).
+# - HBM_EFFICIENCY (`measured`, with the other measured and fitted constants).
 # - ATTENTION_EFFICIENCY: FlashAttention-2 (Dao 2023) reaches 50-73% of the
 #   A100's peak in its kernel benchmarks (forward and backward together nearer
 #   the low end); FlashAttention-3 (Shah et al. 2024) up to 75% of H100's in
@@ -73,7 +72,7 @@ from .strategies import Adaptive, Routing, Topology, TwoTier
 #   microseconds (assumption; `codesign calibrate compute` measures it).
 # - HBM reserve: 2 GiB for the CUDA context and communicator buffers plus 5% of
 #   capacity for allocator fragmentation (assumption).
-# - HOST_Bps, COMPUTE_UNITS: a custom chip's host link and GEMM units (`_chip_specs`).
+# - HOST_Bps, COMPUTE_UNITS: a custom chip's host link and GEMM units (`chip_specs`).
 ATTENTION_EFFICIENCY = 0.6
 MAX_NARROW_PEAK_RATIO = 4.0  # 8-bit / 16-bit peak: twice the largest any chip has
 KERNEL_OVERHEAD_S = 4e-6
@@ -179,18 +178,18 @@ class Chip(eqx.Module):
         """The physical ratios of the peaks (`scenario._relations` checks them
         traced): an 8-bit peak at most `MAX_NARROW_PEAK_RATIO` x the 16-bit one,
         a 32-bit matrix peak at most the 16-bit one."""
-        peak = _checks.concrete(self.peak_flops_per_s)
+        peak = checks.concrete(self.peak_flops_per_s)
         if peak is None:
             return
-        _checks.check("system.peak_fp8_flops_per_s", self.peak_fp8_flops_per_s,
+        checks.check("system.peak_fp8_flops_per_s", self.peak_fp8_flops_per_s,
                       lambda v: v <= MAX_NARROW_PEAK_RATIO * peak,
                       f"must not exceed {MAX_NARROW_PEAK_RATIO:g} x system.peak_flops_per_s="
-                      f"{_checks.fmt(peak)} (an 8-bit peak is 2x the 16-bit one on every "
+                      f"{checks.fmt(peak)} (an 8-bit peak is 2x the 16-bit one on every "
                       "chip so far)")
-        fp32 = _checks.concrete(self.peak_fp32_flops_per_s)
+        fp32 = checks.concrete(self.peak_fp32_flops_per_s)
         if fp32 is not None and fp32 > peak:
-            raise ValueError(f"system.peak_flops_per_s={_checks.fmt(peak)} must not be below "
-                             f"the chip's 32-bit matrix peak {_checks.fmt(fp32)} "
+            raise ValueError(f"system.peak_flops_per_s={checks.fmt(peak)} must not be below "
+                             f"the chip's 32-bit matrix peak {checks.fmt(fp32)} "
                              "(chip.peak_fp32_flops_per_s)")
 
 
@@ -264,7 +263,7 @@ class System(eqx.Module):
 #   kernel, which reads the local operand from HBM and writes the sum: two HBM
 #   passes per byte, reduction_Bps = hbm_Bps / 2 (model assumption).
 # - Efficiency: published nccl-tests figures where they exist (calibrated by
-#   `_calibrated_efficiency`); else borrowed from the same link generation and
+#   `calibrated_efficiency`); else borrowed from the same link generation and
 #   labelled as such.
 # - matmul_efficiency: fitted to Megatron-LM 2019 and Narayanan et al. 2021 (the
 #   only throughput figures in the seeds; see A100_MATMUL_EFFICIENCY below), and

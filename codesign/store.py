@@ -1,4 +1,4 @@
-"""The store of compiled executables (`_compile.compiled(store=...)`): records
+"""The store of compiled executables (`compiling.compiled(store=...)`): records
 on disk that a later process reads back instead of tracing and compiling, in a
 folder only this user can have written, each authenticated before use (the
 comment below). `cache_folder_problem` checks a cache folder for the command

@@ -9,7 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from . import _checks
+from .. import checks
 from .relax import EXACT, exceeds, safe_log, smooth_ceil, smooth_min
 
 # ------------------------------------------------------------------- placement
@@ -21,7 +21,7 @@ def crosses_pod(span, pod_size, t=EXACT) -> jax.Array:
     An exact step; relaxed, the logistic sigmoid(log(span / pod) / T) (`relax.exceeds`),
     smooth in span and pod size (1/2 at span = pod).
     """
-    span, pod_size = _checks.as_float(span), _checks.as_float(pod_size)
+    span, pod_size = checks.as_float(span), checks.as_float(pod_size)
     return exceeds(span, pod_size, t)
 
 
@@ -34,12 +34,12 @@ def crossing_fraction(span, across, block, exchange: bool = False, t=EXACT) -> j
     across of its hops cross, at most all. An exchange (all-to-all) sends to
     every member: 1 - block / span of its bytes leave. 0 when the group fits.
     """
-    span, block = _checks.as_float(span), _checks.as_float(block)
+    span, block = checks.as_float(span), checks.as_float(block)
     blocks = jnp.maximum(span / block, 1.0)
     inside = crosses_pod(span, block, t)
     if exchange:
         return inside * (1.0 - 1.0 / blocks)
-    return inside * jnp.minimum(blocks / jnp.maximum(_checks.as_float(across), 1.0), 1.0)
+    return inside * jnp.minimum(blocks / jnp.maximum(checks.as_float(across), 1.0), 1.0)
 
 
 # ------------------------------------------------------------------- fat trees
@@ -52,7 +52,7 @@ def fat_tree_levels(endpoints, radix, t=EXACT) -> jax.Array:
     ceil(log(E/2) / log(R/2))), the ceil relaxed by `t`
     (`relax.smooth_ceil`: exact in the exact model, with the envelope's slope).
     """
-    e, r = _checks.as_float(endpoints), _checks.as_float(radix)
+    e, r = checks.as_float(endpoints), checks.as_float(radix)
     x = safe_log(e / 2.0) / jnp.log(r / 2.0)
     return jnp.maximum(smooth_ceil(x - 1e-9, t), 1.0)
 
@@ -108,7 +108,7 @@ def torus_dims_spanned(group_size, stride, shape, t=EXACT) -> jax.Array:
     Each dimension counts min(log2(hi / lo), 1) (`relax.smooth_min` by `t`):
     exact 0 or 1 at aligned integer layouts, continuous in between.
     """
-    g, s = _checks.as_float(group_size), _checks.as_float(stride)
+    g, s = checks.as_float(group_size), checks.as_float(stride)
     total, c = 0.0, 1.0
     for n in shape:
         lo = jnp.clip(s / c, 1.0, n)

@@ -38,8 +38,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .. import checks
 from . import stage as stage_lib
-from . import _checks, strategies
+from . import strategies
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
 from .relax import EXACT, smoothing
@@ -92,7 +93,7 @@ def check_fp4(plan: Plan, system: System) -> None:
     recipe = plan.fp8_recipe
     if plan.precision.gemm != "fp8" or recipe.peak != "fp4":
         return
-    peak = _checks.concrete(system.chip.peak_fp4_flops_per_s)
+    peak = checks.concrete(system.chip.peak_fp4_flops_per_s)
     if peak is not None and not float(peak) > 0.0:
         raise ValueError(f"training.fp8_recipe={recipe.name!r} needs a chip with an FP4 peak "
                          "(chip.peak_fp4_flops_per_s=0 here: Blackwell's B200, GB200, B300, "

@@ -34,7 +34,7 @@ def _roofline_efficiency(achieved_flops_per_s, mnk, peak_flops_per_s, hbm_Bps,
         achieved_flops_per_s / flops)
 
 
-def _calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
+def calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
                            reduction_Bps: float) -> float:
     """Efficiency that makes a large-message ring all-reduce report `target_busbw_Bps`.
 

@@ -39,9 +39,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _checks
-from ._checks import float_field
-from ._domains import interval
+from .. import checks
+from ..checks import float_field
+from ..domains import interval
 from ._ecmp import ecmp_slowdown
 from ._geometry import (  # noqa: F401  (re-exported: fabric and tests read them here)
     TORUS_DIMS,
@@ -265,7 +265,7 @@ class Torus(Topology):
         return math.prod(self.shape)
 
     def check_domain(self, scale_up_domain) -> None:
-        v = _checks.concrete(scale_up_domain)
+        v = checks.concrete(scale_up_domain)
         if v is not None and float(v) != self.chips:
             raise ValueError(f"system.scale_up_domain={float(v):g} must equal the torus's "
                              f"{'x'.join(map(str, self.shape))} = {self.chips} chips")
@@ -340,7 +340,7 @@ class Ecmp(Routing):
     collides: ClassVar[bool] = True
 
     def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=False) -> jax.Array:
-        _checks.non_negative("overhead", overhead)
+        checks.non_negative("overhead", overhead)
         return ecmp_slowdown(k_flows, m_links, exact)
 
 
@@ -352,8 +352,8 @@ class _Spreading(Routing):
 
     def flow_slowdown(self, k_flows, m_links, overhead=0.0, exact=False) -> jax.Array:
         """1 + `overhead`."""
-        _checks.non_negative("overhead", overhead)
-        return 1.0 + _checks.as_float(overhead) + 0.0 * _checks.as_float(k_flows)
+        checks.non_negative("overhead", overhead)
+        return 1.0 + checks.as_float(overhead) + 0.0 * checks.as_float(k_flows)
 
 
 class Spray(_Spreading):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import jax
 
-from ._store import _load, _save
+from .store import _load, _save
 
 _OWN_LOOPS = {"xla_cpu_experimental_ynn_fusion_type": ""}  # no YNNPACK fusions
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False,

@@ -46,11 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
-from . import _checks
-from ._checks import as_float, float_field
-from ._domains import BANDWIDTH, DURATION, UNIT, Domain, interval
+from .. import checks
+from ..checks import as_float, float_field
+from ..domains import BANDWIDTH, DURATION, UNIT, Domain, interval
+from ..units import day
 from .relax import safe_log
-from .units import day
 
 # --------------------------------------------------------------- default rates
 # Llama 3 (Dubey et al. 2024):
@@ -137,7 +137,7 @@ class Reliability(eqx.Module):
     tor_share: jax.Array = float_field("reliability.tor_share", UNIT, default=0.5)
 
     def __check_init__(self):
-        shares = [_checks.concrete(getattr(self, f)) for f in _SHARE_FIELDS]
+        shares = [checks.concrete(getattr(self, f)) for f in _SHARE_FIELDS]
         if all(s is not None for s in shares) and abs(sum(float(s) for s in shares) - 1) > 1e-6:
             raise ValueError(f"reliability.share_*={sum(float(s) for s in shares):g} "
                              f"({'+'.join(_SHARE_FIELDS)}) must sum to 1")
@@ -440,13 +440,13 @@ def check_progress(effective, mtbf_s=None, hint: str = "", inputs=FAILURE_INPUTS
     its downtime per failure and checkpoint write, the `inputs`, then `hint`)
     unless the effective training time fraction `effective` (concrete; traced
     values are skipped) is at least `MIN_EFFECTIVE_FRACTION` everywhere."""
-    v = _checks.concrete(effective)
+    v = checks.concrete(effective)
     if v is None or bool(np.all(v >= MIN_EFFECTIVE_FRACTION)):
         return
     worst = int(np.argmin(np.where(np.isnan(v), -np.inf, v).ravel()))
 
     def at(x):
-        x = _checks.concrete(x)
+        x = checks.concrete(x)
         return None if x is None else float(np.broadcast_to(x, v.shape).ravel()[worst])
 
     terms = [f"{name} {at(x):.3g} s" for name, x in (
@@ -475,4 +475,4 @@ def checked(rep: ReliabilityReport) -> ReliabilityReport:
     cause instead of flowing on as an infinite time to train, a zero goodput
     or a NaN gradient (`step.estimate` calls it unless `check=False`)."""
     bad = ~(rep.effective_training_time_fraction >= MIN_EFFECTIVE_FRACTION)
-    return _checks.error_if(rep, jnp.any(bad), _TRACED_NO_PROGRESS)
+    return checks.error_if(rep, jnp.any(bad), _TRACED_NO_PROGRESS)

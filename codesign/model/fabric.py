@@ -50,9 +50,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _checks, strategies
+from .. import checks
+from ..checks import float_field
 from . import collectives as co
-from ._checks import float_field
+from . import strategies
 from ._ecmp import (
     ecmp_expected_max_load as ecmp_expected_max_load,
 )
@@ -92,7 +93,7 @@ def span_gpus(group_size, stride) -> jax.Array:
     A group of every stride-th rank starting at an aligned offset covers
     `group_size x stride` consecutive indices (the block it is aligned to).
     """
-    return _checks.as_float(group_size) * _checks.as_float(stride)
+    return checks.as_float(group_size) * checks.as_float(stride)
 
 
 def flow_slowdown(k_flows, m_links, routing="ecmp", overhead=0.0) -> jax.Array:
@@ -117,7 +118,7 @@ def pod_factor(system: System, span, across, exchange: bool = False, t=EXACT) ->
     """Bandwidth divisor of a group on an oversubscribed Clos, from the flows
     that cross (`Clos.pod_factor`); 1 on topologies without pods."""
     factor = system.topology.pod_factor(span, across, exchange, smoothing(t))
-    return jnp.ones_like(_checks.as_float(span)) if factor is None else factor
+    return jnp.ones_like(checks.as_float(span)) if factor is None else factor
 
 
 def leaf_downlinks(prices: Prices | None = None) -> jax.Array:
@@ -134,7 +135,7 @@ def _flow_factor(system: System, span, across, exchange, t, prices):
     block = system.topology.leaf_block(system.scale_up_domain, downlinks)
     if block is None or not system.routing.collides:
         return None
-    across = jnp.maximum(_checks.as_float(across), 1.0)
+    across = jnp.maximum(checks.as_float(across), 1.0)
     f = crossing_fraction(span, across, block, exchange, t)
     # (q capped at 512: the Poisson form holds to k / m ~ 600; the slowdown is ~1 there)
     q = jnp.clip(across - 1.0, 1.0, 512.0) if exchange else jnp.ones_like(across)
@@ -158,7 +159,7 @@ def group_flow_slowdown(system: System, span, across, exchange: bool = False,
     slowed only above its line rate.
     """
     factor = _flow_factor(system, span, across, exchange, t, prices)
-    return jnp.ones_like(_checks.as_float(span)) if factor is None else factor
+    return jnp.ones_like(checks.as_float(span)) if factor is None else factor
 
 
 def group_scale_out_tier(system: System, span, across, exchange: bool = False,
@@ -186,7 +187,7 @@ def rail_forwarding_cost(system: System, n_bytes, local_ranks, tier: Tier | None
         return co.Cost(zero, zero, zero)
     tier = system.scale_up if tier is None else tier
     return co.cost("all_to_all", "direct", n_bytes,
-                   jnp.maximum(_checks.as_float(local_ranks), 1.0), tier)
+                   jnp.maximum(checks.as_float(local_ranks), 1.0), tier)
 
 
 def forwards_through_scale_up(system: System) -> bool:
@@ -234,12 +235,12 @@ class Prices(eqx.Module):
     ocs_w: jax.Array = float_field(default=108.0)
 
     def __check_init__(self):
-        _checks.check("prices.switch_radix", self.switch_radix, lambda v: v >= 4,
+        checks.check("prices.switch_radix", self.switch_radix, lambda v: v >= 4,
                       "must be at least 4")
-        _checks.positive("prices.ocs_radix", self.ocs_radix)
+        checks.positive("prices.ocs_radix", self.ocs_radix)
         for f in ("switch_usd", "switch_w", "nic_usd", "nic_w", "transceiver_usd",
                   "transceiver_w", "cable_usd", "ocs_usd", "ocs_w"):
-            _checks.non_negative(f"prices.{f}", getattr(self, f))
+            checks.non_negative(f"prices.{f}", getattr(self, f))
 
 
 @functools.cache
@@ -337,8 +338,8 @@ def rail_only_all_to_all_penalty(system: System, n_bytes, ranks) -> jax.Array:
     same cross-domain exchange). The penalty is that extra forwarding hop;
     Wang et al. report 8.2-11.2%.
     """
-    g = jnp.minimum(system.scale_up_domain, _checks.as_float(ranks))
-    clos = co.cost("all_to_all", "direct", n_bytes, _checks.as_float(ranks) / g,
+    g = jnp.minimum(system.scale_up_domain, checks.as_float(ranks))
+    clos = co.cost("all_to_all", "direct", n_bytes, checks.as_float(ranks) / g,
                    system.scale_out).time_s
     hop = rail_forwarding_cost(with_topology(system, RailOnly()), n_bytes, g).time_s
     return hop / clos  # the same hop the traffic table adds to rail-only exchanges

@@ -23,9 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, dispatchers, stacks, stage, strategies
-from ._checks import float_field, static_field, strategy_field
-from ._domains import MAX_GPUS, UNIT, Domain, count, interval
+from .. import checks
+from ..checks import float_field, static_field, strategy_field
+from ..domains import MAX_GPUS, UNIT, Domain, count, interval
+from . import dispatchers, stacks, stage, strategies
 from .strategies import SCHEDULES as SCHEDULES
 from .strategies import NoRecompute, OneFOneB, Recompute, Schedule
 from .workload import Transformer
@@ -286,7 +287,7 @@ def megatron_bucket_bytes(dtype: str, dp_cp: float | None = None,
 
 def recipe(dtype: str, **overrides) -> Precision:
     """The recipe `dtype` (see RECIPES) with parts overridden by name."""
-    _checks.one_of("training.dtype", dtype, DTYPES)
+    checks.one_of("training.dtype", dtype, DTYPES)
     for k in overrides:
         if k not in PRECISION_PARTS:
             raise ValueError(f"training.{k}_dtype is not a precision part; parts are "
@@ -564,7 +565,7 @@ def _layout_fits(m, p):
     xp = _xp(p.pp)
     if not p.pipeline_layout:
         return xp.asarray(True)
-    values = [_checks.concrete(x) for x in (m.layers, m.mtp_layers, p.pp, p.interleave)]
+    values = [checks.concrete(x) for x in (m.layers, m.mtp_layers, p.pp, p.interleave)]
     if all(v is not None and np.ndim(v) == 0 for v in values):
         return xp.asarray(stage.check_layout(p.pipeline_layout, *values) is None)
     lay = stage.parse_layout(p.pipeline_layout)
@@ -690,6 +691,6 @@ def validate(plan: Plan, model: Transformer, gpus) -> None:
         for rule in RULES:
             if rule.message is None:
                 continue
-            ok = _checks.concrete(rule.holds(model, plan, system))
+            ok = checks.concrete(rule.holds(model, plan, system))
             if ok is not None and not bool(ok):
                 raise ValueError(rule.message(model, plan, system))

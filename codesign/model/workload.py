@@ -46,10 +46,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, strategies
+from .. import checks
+from ..checks import float_field, static_field, strategy_field
+from ..domains import MAX_WIDTH, count
 from . import attention as attn
-from ._checks import float_field, static_field, strategy_field
-from ._domains import MAX_WIDTH, count
+from . import strategies
 
 RECOMPUTE = strategies.RECOMPUTES
 
@@ -182,27 +183,27 @@ class Transformer(eqx.Module):
         declaration); a rule with a traced operand is skipped here, and
         `scenario.Scenario.checked` covers it."""
         g = lambda x: f"{x.item():g}"  # noqa: E731
-        layers, kv_heads = _checks.concrete(self.layers), _checks.concrete(self.kv_heads)
+        layers, kv_heads = checks.concrete(self.layers), checks.concrete(self.kv_heads)
         if layers is not None:
-            _checks.check("model.moe_layers", self.moe_layers, lambda v: v <= layers,
+            checks.check("model.moe_layers", self.moe_layers, lambda v: v <= layers,
                           f"must not exceed model.layers={g(layers)}")
-            _checks.check("model.window_layers", self.window_layers, lambda v: v <= layers,
+            checks.check("model.window_layers", self.window_layers, lambda v: v <= layers,
                           f"must not exceed model.layers={g(layers)}")
-        windowed = _checks.concrete(self.window_layers)
+        windowed = checks.concrete(self.window_layers)
         if windowed is not None and windowed > 0:
-            _checks.at_least_one("model.window", self.window)
+            checks.at_least_one("model.window", self.window)
         if kv_heads is not None:
-            _checks.check("model.heads", self.heads, lambda v: v % kv_heads == 0,
+            checks.check("model.heads", self.heads, lambda v: v % kv_heads == 0,
                           f"must be a multiple of model.kv_heads={g(kv_heads)}")
         self.attention.check(self)
-        moe = _checks.concrete(self.moe_layers)
+        moe = checks.concrete(self.moe_layers)
         if moe is not None and moe > 0:
-            _checks.at_least_one("model.experts", self.experts)
-            _checks.at_least_one("model.top_k", self.top_k)
-            _checks.at_least_one("model.expert_ffn_hidden", self.expert_ffn_hidden)
-            experts = _checks.concrete(self.experts)
+            checks.at_least_one("model.experts", self.experts)
+            checks.at_least_one("model.top_k", self.top_k)
+            checks.at_least_one("model.expert_ffn_hidden", self.expert_ffn_hidden)
+            experts = checks.concrete(self.experts)
             if experts is not None:
-                _checks.check("model.top_k", self.top_k, lambda v: v <= experts,
+                checks.check("model.top_k", self.top_k, lambda v: v <= experts,
                               f"must not exceed model.experts={g(experts)}")
 
     # ---------------------------------------------------------------- shapes
@@ -561,7 +562,7 @@ def parameter_counts(model: Transformer) -> ParameterCounts:
 
 
 def preset(name: str) -> Preset:
-    _checks.known("model preset", name, PRESET_NAMES)
+    checks.known("model preset", name, PRESET_NAMES)
     return _PRESETS[name]()
 
 

@@ -4,7 +4,7 @@ A domain is an interval [lo, hi] (lo excluded when `lo_open`), optionally
 integers only. Bounds are physical or generous practical limits (10 million
 GPUs, 1 PB/s links, 1 s latencies): a value outside is a typo or a unit slip,
 and inside them every output of the model stays a finite float64. Each field
-of an input Module names its domain in its declaration (`_checks.float_field`);
+of an input Module names its domain in its declaration (`checks.float_field`);
 `scenario.DOMAINS` collects those of the scenario keys.
 
 Concrete values are checked with `check_in` (a `ValueError` naming the key,

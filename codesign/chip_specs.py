@@ -1,6 +1,6 @@
 """Vendor figures per chip that the presets read (docs/sources.md has each
 source): the host link, the GEMM compute units, the board power; the
-measured and fitted constants are `_measured`'s. `hardware` re-exports them."""
+measured and fitted constants are `measured`'s. `hardware` re-exports them."""
 
 from __future__ import annotations
 

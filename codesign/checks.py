@@ -2,7 +2,7 @@
 
 Every input field of a Module is declared once, on its dataclass field
 (`float_field`, `static_field`, `strategy_field`): its scenario key, domain
-(`_domains.Domain`) or choices, unit and default live in the field's metadata
+(`domains.Domain`) or choices, unit and default live in the field's metadata
 (`declaration`).
 Every construction checks the field's concrete value against them (the
 field's converter), and `scenario` derives its schema, knobs, domains, loader
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._domains import Domain, fmt
+from .domains import Domain, fmt
 
 # The messages codesign's own traced checks raise with (`error_if`,
 # `branched_error_if`). Under jax.jit, equinox raises them inside a

@@ -101,7 +101,7 @@ def check_extent(shape, itemsize: int, what: str, least: int = 1) -> None:
     if n_bytes > MAX_ARRAY_BYTES:
         raise ValueError(f"{what}={_user.describe_value(shape)} holds {n_bytes:.3g} bytes, "
                          "past the 2**40 (1 TiB) a traced array may have "
-                         "(codesign.program._spec.MAX_ARRAY_BYTES)")
+                         "(codesign.program.spec.MAX_ARRAY_BYTES)")
 
 
 def _arg(i: int, a) -> None:
