@@ -233,8 +233,18 @@ def knobs(scn: Scenario) -> tuple:
 
 
 def get_knob(scn: Scenario, name: str) -> jax.Array:
-    """The value of the float knob `name` (a scenario key, `knobs(scn)`, or a
-    `chip.*` key of a scenario with a [chip] table, `CHIP_KNOBS`) in `scn`."""
+    """The value of one float knob of a scenario.
+
+    Args:
+        scn: the `Scenario`.
+        name: a scenario key (`knobs(scn)`, e.g. `system.scale_out_bandwidth_Bps`)
+            or a `chip.*` key of a scenario with a [chip] table (`CHIP_KNOBS`).
+
+    Returns:
+        the knob's value, a jnp scalar in the unit its name says (`*_Bps`,
+        `*_s`, `*_bytes`; counts and fractions unitless). An unknown name, or a
+        key the scenario's topology does not read, raises a ValueError naming it.
+    """
     if name in CHIP_KNOBS:
         return getattr(_design_of(scn, name), name.split(".", 1)[1])
     if name not in DOMAINS:
@@ -247,13 +257,21 @@ def get_knob(scn: Scenario, name: str) -> jax.Array:
 
 
 def set_knobs(scn: Scenario, values: dict) -> Scenario:
-    """A copy of `scn` with the float knobs in `values` replaced (jit/vmap/grad safe).
+    """A copy of `scn` with float knobs replaced (jit/vmap/grad safe).
 
     Unless `parallel.dp` is among them, dp follows as system.gpus / (tp pp cp);
     if it is, system.gpus follows as dp tp pp cp. On a scenario with a [chip]
     table, a `chip.*` knob sets the design and the system follows it
     (`chip.to_system`); the system keys the design sets are its fields
     (`CHIP_ALIASES`: system.scale_out_bandwidth_Bps is chip.nic_Bps) or refused.
+
+    Args:
+        scn: the `Scenario`.
+        values: {knob name (as `get_knob`'s): value in the knob's unit}; the
+            values may be traced (the knobs a gradient or a grid varies).
+
+    Returns:
+        the new `Scenario` (`scn` is not changed).
     """
     values = {_chip_alias(scn, name): value for name, value in values.items()}
     for name, value in values.items():
@@ -656,10 +674,20 @@ def _tables(source: str | Path | None, system: str | None) -> dict:
 
 
 def load(source: str | Path | None = None, overrides=(), system: str | None = None) -> Scenario:
-    """A scenario from a path or built-in name (None: the default), with
-    `section.key=value` overrides and an optional `system` preset name or
-    system TOML file (e.g. written by `codesign calibrate --out`). What names
-    it in output is `labels` (same arguments)."""
+    """A scenario from a path or built-in name, with overrides and a system.
+
+    Args:
+        source: a scenario TOML file's path or a built-in name (`BUILTIN`);
+            None: the built-in default.
+        overrides: `section.key=value` strings, applied in order over the file.
+        system: a system preset name (`codesign presets`) or a system TOML file
+            (e.g. written by `codesign calibrate --out`); None: the scenario's.
+
+    Returns:
+        the checked `Scenario` (a pytree of float leaves in SI units). What names
+        it in output is `labels` (same arguments). Bad input raises a ValueError
+        naming the key and value.
+    """
     return from_tables(_tables(source, system), overrides)
 
 
@@ -688,7 +716,15 @@ def _system_labels(table: dict) -> SystemLabels:
 
 
 def labels(source: str | Path | None = None, overrides=(), system: str | None = None) -> Labels:
-    """The labels of the scenario `load(source, overrides, system)` returns."""
+    """The names of the scenario `load(source, overrides, system)` returns.
+
+    Args:
+        source, overrides, system: as `load`'s.
+
+    Returns:
+        `Labels`: the scenario's name, the model preset's and the system's
+        (preset, chip, topology), for output.
+    """
     t = _merge(_tables(source, system), overrides)
     name = "default" if source is None else str(source)
     return Labels(name if name in BUILTIN else Path(name).stem,

@@ -81,3 +81,20 @@ def test_readme_library_example_prints_what_it_says():
     section = readme.split("## As a library", 1)[1]
     code, shown = re.findall(r"```(?:python|text)\n(.*?)```", section, re.S)[:2]
     assert _python(code) == shown
+
+
+def test_every_public_function_names_its_arguments_returns_and_units():
+    """optax's style: each function of `codesign.__all__` has an Args section naming
+    every parameter (a shared line `a, b: ...` counts for each) and a Returns section."""
+    import inspect
+
+    functions = [getattr(codesign, n) for n in codesign.__all__
+                 if inspect.isfunction(getattr(codesign, n))]
+    assert len(functions) >= 7
+    for f in functions:
+        doc = inspect.getdoc(f) or ""
+        assert "\nArgs:\n" in doc and "\nReturns:\n" in doc, f.__name__
+        args = doc.split("\nArgs:\n", 1)[1].split("\nReturns:\n", 1)[0]
+        named = {n.strip() for line in args.splitlines() if ":" in line
+                 and not line.startswith(" " * 8) for n in line.split(":", 1)[0].split(",")}
+        assert set(inspect.signature(f).parameters) <= named, (f.__name__, named)

@@ -35,7 +35,18 @@ def roofline(s: Step, system: System, dtype: str = "bf16") -> dict:
     (`needed_flop_per_byte`). A dimension whose traffic crosses domains
     (`scale_out`, a jnp boolean: traceable) is judged on the bytes it sends over
     the slow tier (`Row.slow_tier_bytes`); one that stays inside on all its wire
-    bytes (`wire_bytes`). `flop_per_byte` is 0 for a dimension without traffic."""
+    bytes (`wire_bytes`). `flop_per_byte` is 0 for a dimension without traffic.
+
+    Args:
+        s: the `step.Step` (`estimate(scn).step`).
+        system: the `hardware.System` it ran on.
+        dtype: the width the GEMMs' peak is read in ("bf16", "fp8", ...).
+
+    Returns:
+        {dimension: {"bytes": bytes per GPU per step judged, "wire_bytes": every
+        byte it sends, "scale_out": whether its traffic crosses domains,
+        "needed_flop_per_byte", "flop_per_byte"}}, jnp scalars.
+    """
     flops = s.hardware_flops_per_step / s.gpus
     need = needed_flop_per_byte(system, dtype)
     totals = {}

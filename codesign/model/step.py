@@ -233,7 +233,20 @@ def estimate(scn, t: Smoothing = EXACT, assumptions=None, *, check=True,
     check adds nothing, and a program without it has no host callback, so JAX's
     persistent compilation cache can store it (`codesign estimate` runs so).
     `parts` (of `PARTS`) names what is computed beside the step: a caller that
-    needs the step alone (`parts=()`) traces no reliability, fabric or price."""
+    needs the step alone (`parts=()`) traces no reliability, fabric or price.
+
+    Args:
+        scn: the `scenario.Scenario` (`codesign.load`).
+        t: `relax.EXACT` (the exact model) or `relax.Relaxed(temperature)`.
+        assumptions: the `economics.Assumptions` the fabric is priced with.
+        check: trace the domain and output checks (see above).
+        parts: of `PARTS`, what is computed beside the step.
+
+    Returns:
+        the `Estimate`: its `step` (seconds, FLOPs, bytes, MFU; `Step`), and
+        the reliability, fabric inventory, fabric capital cost (USD) and power
+        (W) asked for by `parts` (None otherwise). `outputs` flattens it.
+    """
     t = smoothing(t)
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -278,9 +291,17 @@ def _finite_checked(est: Estimate) -> Estimate:
 
 
 def outputs(est: Estimate) -> dict:
-    """Every scalar of an estimate by its JSON key (jnp scalars; vmappable);
-    `check_outputs` checks them. Those of a part the estimate lacks (`PARTS`)
-    are left out."""
+    """Every scalar of an estimate by its JSON key (vmappable).
+
+    Args:
+        est: an `Estimate`.
+
+    Returns:
+        {key: jnp scalar}, each key naming its unit (`step_time_s`,
+        `memory_bytes_per_gpu`, `tokens_per_s`, `fabric_cost_usd`, ...), as
+        `codesign estimate --json` prints them; those of a part the estimate
+        lacks (`PARTS`) left out. `output_checks.check_outputs` checks them.
+    """
     s, r = est.step, est.reliability
     out = {
         "step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s,
