@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _domains, _files, compute, hardware, presets, strategies, workload
+from . import _checks, _domains, _files, compute, hardware, presets, stacks, strategies, workload
 from . import chip as chip_lib
 from ._checks import float_field
 from .hardware import MAX_NARROW_PEAK_RATIO, System
@@ -577,6 +577,7 @@ def _plan(t: dict, gpus: float) -> Plan:
     if "dp" not in given:
         given["dp"] = check_data_parallel(gpus, get("tp"), get("pp"), get("cp"))
     given.setdefault("schedule", "interleaved" if get("interleave") > 1 else "1f1b")
+    given.setdefault("host", stacks.preset_host(t["system"].get("preset")))  # its CPU
     return Plan(**given, precision=recipe(get("dtype"), **_given(Precision, t)))
 
 
