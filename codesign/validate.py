@@ -168,7 +168,8 @@ def cross_validate(checks=CHECKS, rows=None) -> tuple[list[dict], list[str]]:
         refit = {}  # fitted value -> its value without this set (None: none)
         for label, value in FITTED.items():
             carriers = [c for c, v in zip(checks, carried, strict=True) if v == value]
-            setters = [c for c in carriers if c.calibration]
+            # the rows that set it (not the NUMA factor's, which set another constant)
+            setters = [c for c in carriers if c.calibration and c.name not in NUMA_FIT_ROWS]
             if not any(c.source == source for c in setters):
                 continue
             on = [c for c in setters if c.source != source]

@@ -120,3 +120,20 @@ def test_the_numa_factor_is_fitted_on_two_named_gb200_rows(validate_rows):
     assert stacks.NUMA_UNBOUND_FACTOR > 1.0
     tables = [c.tables["training"] for c in validate.CHECKS if c.name in validate.NUMA_FIT_ROWS]
     assert [t["numa_binding"] for t in tables] == [False, True]  # the step's one key
+
+
+def test_cross_validation_leaves_the_numa_factors_rows_without_a_value(validate_rows):
+    """Only the log's set fits the NUMA factor: its rows with unbound ranks
+    (steps 1-7) get no cross-validated value; the bound ones keep theirs, and the
+    two fit rows set no matmul efficiency (nothing is refitted on them)."""
+    checks = [c for c in validate.CHECKS if c.source == validate.MCORE_DSV3_STEPS_SOURCE]
+    names = {c.name for c in checks}
+    rows, notes = validate.cross_validate(checks, [r for r in validate_rows
+                                                   if r["name"] in names])
+    for c, r in zip(checks, rows, strict=True):
+        unbound = c.tables["training"]["numa_binding"] is False
+        assert math.isnan(r["cross_error"]) == (unbound or c.calibration), c.name
+        if unbound:
+            assert "NUMA_UNBOUND_FACTOR" in r["cross_note"]
+    assert not any("matmul_efficiency" in n for n in notes)
+    assert any(n.startswith("NUMA_UNBOUND_FACTOR: only") for n in notes)
