@@ -116,6 +116,13 @@ def test_a_sync_costs_the_hosts_excess_after_it_that_the_gpus_slack_before_canno
                                (1.0, 2.0, 3.0, 0.5), (0.5, 0.1, 0.2, 0.3)):
         got = float(compute.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
         assert got == pytest.approx(segment(g_a, g_b, h_a, h_b))
+    # where the host's calls before the sync fit in the GPU's work after it, a layer
+    # with a sync costs its GPU work before it + the larger of the host's and the
+    # GPU's time after it (issue 54's form): g_b + max(g_a, h_a)
+    for g_a, g_b, h_a, h_b in ((1.0, 3.0, 2.0, 0.5), (2.0, 3.0, 1.0, 0.5), (0.5, 2.0, 3.0, 1.0)):
+        free = max(g_a + g_b, h_a + h_b)
+        got = float(compute.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
+        assert free + got == pytest.approx(g_b + max(g_a, h_a))
     # the host bounds the part after the sync
     assert float(compute.sync_penalty_s(1.0, 4.0, 2.0, 2.5)) == pytest.approx(1.0)
     assert float(compute.sync_penalty_s(2.0, 5.0, 1.0, 1.5)) == 0.0  # the GPU ahead
