@@ -301,8 +301,8 @@ _BRIDGE_ASSUMED = (
     "(ZeRO-1; ZeRO-3 where the table prints FSDP: Megatron FSDP); gradients reduced in "
     "bf16 (grad_reduce_in_fp32 False in the performance scripts); MoE routing "
     "force-balanced (the table's footnote: moe_imbalance 1); MXFP8 and NVFP4 as "
-    "training.fp8_recipe mxfp8 / nvfp4 where a 2026 row names them, the 25.11 rows' fp8 per "
-    "tensor; the "
+    "training.fp8_recipe mxfp8 / nvfp4 where a 2026 row names them, the 25.11 rows' FP8-CS per "
+    "tensor and their FP8-MX (GB200's DeepSeek-V3 and Qwen3-30B-A3B) mxfp8; the "
     "table's GBS and MBS where the workload config differs")
 # (layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, MoE
 # (moe_layers, experts, top_k, expert width, shared experts), extra model keys)
@@ -669,6 +669,10 @@ _NEW_2026 = (
 )
 
 
+# the 25.11 table's FP8-MX (MXFP8) rows' recipe, as keys
+_MX = {"training": {"fp8_recipe": "mxfp8"}}
+
+
 CHECKS: tuple[Check, ...] = (
     # ------------------------------------------------------------ calibration
     _narayanan(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, calibration=True),
@@ -807,18 +811,20 @@ CHECKS: tuple[Check, ...] = (
             recompute="selective", dispatcher="hybridep",
             graph_scope="attn,moe_router,moe_preprocess"),
     _bridge("DeepSeek-V3", "GB200", 256, "fp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018,
-            "recompute selective (mla_up_proj); HybridEP dispatcher and Transformer Engine's "
+            "the table prints FP8-MX: training.fp8_recipe mxfp8; recompute selective "
+            "(mla_up_proj); HybridEP dispatcher and Transformer Engine's "
             "CUDA graphs over attn, moe_router, moe_preprocess (as the BF16 row); EP overlap "
             "off; without MTP", recompute="selective", dispatcher="hybridep",
-            graph_scope="attn,moe_router,moe_preprocess"),
+            graph_scope="attn,moe_router,moe_preprocess", software=_MX),
     _bridge("GPT-OSS-120B", "GB200", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876,
             "recompute_modules [layernorm, moe_act] without a granularity (memory-bound "
             "modules: none)"),
     _bridge("Qwen3-30B-A3B", "GB200", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 23766,
-            "HybridEP dispatcher and CUDA graphs in the workload config (Transformer "
+            "the table prints FP8-MX: training.fp8_recipe mxfp8; HybridEP dispatcher and CUDA "
+            "graphs in the workload config (Transformer "
             "Engine's, over moe_router and moe_preprocess as the recipes' MXFP8 GB200 "
             "config sets them)", dispatcher="hybridep",
-            graph_scope="moe_router,moe_preprocess"),
+            graph_scope="moe_router,moe_preprocess", software=_MX),
     _bridge("Qwen3-235B-A22B", "GB200", 256, "bf16", 8192, 1, 4096, 1, 8, 1, 3, 32, 4916,
             "94 layers over pp x vp = 24 chunks, uneven as Megatron splits them; HybridEP and "
             "Transformer Engine's CUDA graphs over attn, moe_router, moe_preprocess as every "

@@ -108,9 +108,10 @@ class Fp8Recipe(strategies.Strategy):
         return 1.0 + (1.0 if producer else 2.0) * self.amax_reads
 
     def host_calls(self) -> float:
-        """Host calls of one quantisation of a GEMM input: its kernels and the
-        tensors it allocates (`allocations`)."""
-        return self.kernels() + self.allocations
+        """Host calls of one quantisation of a GEMM input, in PyTorch calls: its
+        kernels and the tensors it allocates (`allocations`, each
+        `stacks.ALLOCATION_CALLS` of a call: it launches no kernel)."""
+        return self.kernels() + self.allocations * stacks.ALLOCATION_CALLS
 
 
 class Tensorwise(Fp8Recipe):

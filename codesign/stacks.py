@@ -46,13 +46,17 @@ GRACE_CALL_FACTOR = 37.08 / 13.48
 # GEMM module costs 2.69 PyTorch calls of host time (its Python module logic,
 # the fp8 / recipe state, the launch)
 TE_MODULE_CALLS = 99.66 / 37.08
+# A PyTorch call that launches no kernel (an allocation) costs "several
+# microseconds" (Megatron-Core's DeepSeek-V3 GB200 log, on Grace): 5 us read for
+# "several" (assumption), in PyTorch calls of the x86 host's cost on Grace
+ALLOCATION_CALLS = 5e-6 / (EAGER_LAUNCH_S * GRACE_CALL_FACTOR)
 # A rank's host calls without NUMA binding over with it: each rank's process
 # bound to the CPU cores and memory next to its GPU (`numactl`, Megatron's
 # `bindpcie`) against the scheduler's placement. Fitted (DESIGN.md's rule: one
 # constant for this mechanism, on GB200): on two of the GB200 family's 29
 # predicted rows, steps 7 and 8 of Megatron-Core's DeepSeek-V3 log (bindpcie
 # alone, 691.49 -> 762.12 TFLOP/s: the step time x 0.907), see `NUMA_FIT_ROWS`
-NUMA_UNBOUND_FACTOR = 1.185
+NUMA_UNBOUND_FACTOR = 1.83
 # The share of compute lost while NCCL's communication overlaps it: DeepSeek-V3
 # gives 20 of the H800's 132 SMs to communication
 NCCL_SM_FRACTION = 20.0 / 132.0

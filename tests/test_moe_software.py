@@ -193,10 +193,13 @@ def test_the_hosts_calls_per_moe_layer_follow_the_software_configuration():
     assert compute.ROUTER_FUSED_CALLS == 17
     # HybridEP: fused preprocessing and permute, 4 kernels as the all-to-all
     assert _moe_calls(parallel={"moe_dispatcher": "hybridep"}) == pytest.approx(base - 22)
-    # fp8: each GEMM's quantisation, its kernels and its allocations: per-tensor 1 + 2,
-    # MXFP8 1 + 4 (the log's four tensors), NVFP4 1 + 2 (its amax) + 4, on
-    # attention's 2 GEMMs and the experts' 32 (the router's GEMM stays 16-bit)
-    for recipe, per in (("tensorwise", 3), ("mxfp8", 5), ("nvfp4", 7)):
+    # fp8: each GEMM's quantisation, its kernels and its allocations (a: an allocation
+    # in calls, "several microseconds", 5 us on Grace): per-tensor 1 + 2 a, MXFP8
+    # 1 + 4 a (the log's four tensors), NVFP4 1 + 2 (its amax) + 4 a, on attention's
+    # 2 GEMMs and the experts' 32 (the router's GEMM stays 16-bit)
+    a = stacks.ALLOCATION_CALLS
+    assert a * stacks.EAGER_LAUNCH_S * stacks.GRACE_CALL_FACTOR == pytest.approx(5e-6)
+    for recipe, per in (("tensorwise", 1 + 2 * a), ("mxfp8", 1 + 4 * a), ("nvfp4", 3 + 4 * a)):
         got = _moe_calls(training={"dtype": "fp8", "fp8_recipe": recipe},
                          system={"preset": "dgx-b200"})  # a chip with an FP4 peak
         assert got == pytest.approx(base + (2 + 2 * 16) * per), recipe
