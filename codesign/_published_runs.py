@@ -305,8 +305,8 @@ _BRIDGE_ASSUMED = (
     "(ZeRO-1; ZeRO-3 where the table prints FSDP: Megatron FSDP); gradients reduced in "
     "bf16 (grad_reduce_in_fp32 False in the performance scripts); MoE routing "
     "force-balanced (the table's footnote: moe_imbalance 1); MXFP8 and NVFP4 as "
-    "training.fp8_recipe mxfp8 / nvfp4 where a 2026 row names them, the 25.11 rows' fp8 per "
-    "tensor; the "
+    "training.fp8_recipe mxfp8 / nvfp4 where a 2026 row names them, the 25.11 rows' FP8-CS per "
+    "tensor and their FP8-MX (GB200's DeepSeek-V3 and Qwen3-30B-A3B) mxfp8; the "
     "table's GBS and MBS where the workload config differs")
 # (layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, MoE
 # (moe_layers, experts, top_k, expert width, shared experts), extra model keys)
@@ -538,15 +538,18 @@ _DSV3_STEPS_ASSUMED = (
     "(training.recompute_modules: mla_up_proj and mlp, the 3 dense layers' MLPs, from the "
     "baseline; moe_act and mlp from step 5 on); fp8-param-gather not a key "
     "(weights gathered in bf16); forced load balancing (moe_imbalance 1); dropless, the "
-    "dispatcher's host synchronisations charged (host_syncs)")
+    "dispatcher's host synchronisations charged (host_syncs); the ranks not NUMA-bound before "
+    "the bindpcie step (training.numa_binding false), Grace hosts (training.host grace, the "
+    "gb200-nvl72 preset's)")
 # (the log's step, published model TFLOP/s/GPU, the keys it changes (None:
 # none does), what a mechanism for it would need where none is modelled)
 DSV3_STEPS = (
     ("baseline (NCCL all-to-all, MLA up-projection recompute)", 494.46, {}, ""),
     ("fused MXFP8 scale allocation, permute rewrite", 529.55, None,
-     "the host's cost of PyTorch calls that launch no kernel (four allocations per MXFP8 "
-     "quantisation, 'several microseconds' each) and the permute kernel's own speed: the "
-     "model counts launches only and the permute as one pass at the HBM's bandwidth"),
+     "a key for TE PR 1927's fused allocation of the MXFP8 scales (the model counts four "
+     "allocations per MXFP8 quantisation as host calls, the log's count before it) and the "
+     "permute kernel's own speed (the model runs the permute as one pass at the HBM's "
+     "bandwidth)"),
     ("router fusion", 540.00,
      {"training": {"moe_router_fusion": True}}, ""),
     ("DeepEP", 566.07,
@@ -558,9 +561,7 @@ DSV3_STEPS = (
     ("DeepEP tuned", 691.49, None,
      "the tuned settings (SMs, chunking) and DeepEP's bandwidth at EP 32 over multi-node "
      "NVLink, which the log does not publish"),
-    ("NUMA binding (bindpcie)", 762.12, None,
-     "a host launch cost that depends on the rank's NUMA binding, with a published per-launch "
-     "figure on Grace bound and unbound (training.host_launch_s is one number)"),
+    ("NUMA binding (bindpcie)", 762.12, {"training": {"numa_binding": True}}, ""),
     ("PDL, fused MXFP8 scale swizzle", 797.67, None,
      "a gap between dependent kernels on the GPU (launch latency, prologue) that programmatic "
      "dependent launch hides, and the swizzle kernels' count: the model runs kernels back to "
@@ -577,13 +578,18 @@ DSV3_STEPS = (
 )
 
 
+# the log's steps around its NUMA binding (bindpcie alone): the two rows that set
+# `stacks.NUMA_UNBOUND_FACTOR` (`NUMA_FIT_ROWS`)
+_NUMA_FIT_STEPS = ("DeepEP tuned", "NUMA binding (bindpcie)")
+
+
 def _dsv3_step(i: int) -> Check:
     """Step `i` (0-based) of the log: the flags of steps 0..i applied in order; the
     last step is the guide's row (its own set)."""
     training = {"global_batch": 2048, "micro_batch": 1, "recompute": "selective",
                 "recompute_modules": "mla_up_proj,mlp",
                 "dtype": "fp8", "fp8_recipe": "mxfp8", "optimizer_dtype": "bf16",
-                "moe_imbalance": 1.0, "host_syncs": True}
+                "moe_imbalance": 1.0, "host_syncs": True, "numa_binding": False}
     parallel = _megatron_parallel(256, 1, 8, 1, 4, ep=32, dtype="fp8") | {
         "pipeline_layout": "Et|(tt|)*30L"}
     for _, _, keys, _ in DSV3_STEPS[:i + 1]:
@@ -591,6 +597,7 @@ def _dsv3_step(i: int) -> Check:
         parallel |= (keys or {}).get("parallel", {})
     label, published, keys, need = DSV3_STEPS[i]
     last = i == len(DSV3_STEPS) - 1
+    fits = label in _NUMA_FIT_STEPS
     return Check(
         f"Megatron-Core DeepSeek-V3 MXFP8 on 256 GB200, step {i + 1}: {label}",
         MCORE_DSV3_GUIDE_SOURCE if last else MCORE_DSV3_STEPS_SOURCE, "model_tflops_per_gpu",
@@ -604,7 +611,10 @@ def _dsv3_step(i: int) -> Check:
                 f"{t}.{k} = {v}" for t, d in keys.items() for k, v in d.items())
             if keys else "the baseline: all-to-all dispatcher (NCCL), eager, no router fusion")
         + ("; the reproduce guide's launch: HybridEP 32 SMs, TE graphs attn, moe_router, "
-           "moe_preprocess, router and permute fusion, bindpcie" if last else ""))
+           "moe_preprocess, router and permute fusion, bindpcie" if last else "")
+        + ("; with the other row around the bindpcie step, sets stacks.NUMA_UNBOUND_FACTOR "
+           "(the model's ratio of the two at the published one)" if fits else ""),
+        calibration=fits)
 
 
 _NEW_2026 = (
@@ -718,6 +728,10 @@ _GB300_2511 = (
            "moe_preprocess) is another plan: the table's used, its flags left out as the "
            "GB200 row leaves them"),
 )
+
+
+# the 25.11 table's FP8-MX (MXFP8) rows' recipe, as keys
+_MX = {"training": {"fp8_recipe": "mxfp8"}}
 
 
 CHECKS: tuple[Check, ...] = (
@@ -860,22 +874,28 @@ CHECKS: tuple[Check, ...] = (
             graph_scope="attn,moe_router,moe_preprocess",
             software={"training": {"recompute_modules": "mla_up_proj"}}),
     _bridge("DeepSeek-V3", "GB200", 256, "fp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018,
-            "recompute selective (mla_up_proj); HybridEP dispatcher and Transformer Engine's "
+            "the table prints FP8-MX: training.fp8_recipe mxfp8; recompute selective "
+            "(mla_up_proj); HybridEP dispatcher and Transformer Engine's "
             "CUDA graphs over attn, moe_router, moe_preprocess (as the BF16 row); EP overlap "
             "off; without MTP", recompute="selective", dispatcher="hybridep",
             graph_scope="attn,moe_router,moe_preprocess",
-            software={"training": {"recompute_modules": "mla_up_proj"}}),
+            software={"training": {"recompute_modules": "mla_up_proj", **_MX["training"]}}),
     _bridge("GPT-OSS-120B", "GB200", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876,
             "recompute_modules [layernorm, moe_act] without a granularity "
             "(GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG; Megatron-Core reads the "
             "modules under selective granularity only: none)"),
     _bridge("Qwen3-30B-A3B", "GB200", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 23766,
-            "HybridEP dispatcher and CUDA graphs in the workload config (Transformer "
+            "the table prints FP8-MX: training.fp8_recipe mxfp8; HybridEP dispatcher and CUDA "
+            "graphs in the workload config (Transformer "
             "Engine's, over moe_router and moe_preprocess as the recipes' MXFP8 GB200 "
             "config sets them)", dispatcher="hybridep",
-            graph_scope="moe_router,moe_preprocess"),
+            graph_scope="moe_router,moe_preprocess", software=_MX),
     _bridge("Qwen3-235B-A22B", "GB200", 256, "bf16", 8192, 1, 4096, 1, 8, 1, 3, 32, 4916,
-            "94 layers over pp x vp = 24 chunks, uneven as Megatron splits them"),
+            "94 layers over pp x vp = 24 chunks, uneven as Megatron splits them; HybridEP and "
+            "Transformer Engine's CUDA graphs over attn, moe_router, moe_preprocess as every "
+            "Qwen3 GB200 workload config sets them (scripts/performance/configs/qwen/"
+            "qwen3_workload_base_configs.py, read in the stored version 01b2977e, not at this "
+            "row's commit)", dispatcher="hybridep", graph_scope="attn,moe_router,moe_preprocess"),
     _bridge("Llama3-8B", "H100", 8, "fp8", 128, 1, 8192, 1, 1, 1, 1, 1, 14451,
             "the workload config recomputes 5 of 32 layers (recompute_num_layers 5), "
             "not expressed", fsdp=True),
@@ -907,3 +927,11 @@ CHECKS: tuple[Check, ...] = (
 # recomputation, hidden 5,120-8,192, no TP/PP traffic), 4 of the table's 28 H100
 # rows: they set `hardware.H100_MATMUL_EFFICIENCY` by `fit_matmul_efficiency`.
 H100_GEMM_ROWS = tuple(c.name for c in CHECKS if c.calibration and c.source == _FOUNDRY)
+
+
+# The two rows of Megatron-Core's DeepSeek-V3 log around its NUMA-binding step
+# (steps 7 and 8: bindpcie alone), 2 of the GB200 family's 29 predicted rows:
+# they set `stacks.NUMA_UNBOUND_FACTOR` (the model's step-8 / step-7 ratio at
+# the published 762.12 / 691.49; `validate.fit_numa_unbound_factor`).
+NUMA_FIT_ROWS = tuple(c.name for c in CHECKS if c.source == MCORE_DSV3_STEPS_SOURCE
+                      and c.calibration)

@@ -47,7 +47,7 @@ import numpy as np
 from . import checks, domains, files, presets
 from . import chip as chip_lib
 from .checks import float_field
-from .model import compute, hardware, strategies, workload
+from .model import compute, hardware, stacks, strategies, workload
 from .model.hardware import MAX_NARROW_PEAK_RATIO, System
 from .model.plan import Plan, Precision, check_data_parallel, data_parallel, recipe, validate
 from .model.reliability import Reliability
@@ -600,6 +600,7 @@ def _plan(t: dict, gpus: float) -> Plan:
     if "dp" not in given:
         given["dp"] = check_data_parallel(gpus, get("tp"), get("pp"), get("cp"))
     given.setdefault("schedule", "interleaved" if get("interleave") > 1 else "1f1b")
+    given.setdefault("host", stacks.preset_host(t["system"].get("preset")))  # its CPU
     return Plan(**given, precision=recipe(get("dtype"), **_given(Precision, t)))
 
 

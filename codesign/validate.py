@@ -41,11 +41,12 @@ from ._published_runs import MAXTEXT_SOURCE as MAXTEXT_SOURCE
 from ._published_runs import MCORE_DSV3_GUIDE_SOURCE as MCORE_DSV3_GUIDE_SOURCE
 from ._published_runs import MCORE_DSV3_STEPS_SOURCE as MCORE_DSV3_STEPS_SOURCE
 from ._published_runs import MEASURES as MEASURES
+from ._published_runs import NUMA_FIT_ROWS as NUMA_FIT_ROWS
 from ._published_runs import SETS as SETS
 from ._published_runs import TIME_MEASURES as TIME_MEASURES
 from ._published_runs import TORCHTITAN_SOURCE as TORCHTITAN_SOURCE
 from ._published_runs import Check as Check
-from .model import collectives, hardware, traffic
+from .model import collectives, hardware, stacks, traffic
 from .model import step as step_lib
 from .model.hardware import System
 from .model.plan import Plan
@@ -122,6 +123,25 @@ FITTED = {"H100-class matmul_efficiency": hardware.H100_MATMUL_EFFICIENCY,
           "V100 matmul_efficiency": hardware.V100_MATMUL_EFFICIENCY}
 
 
+def fit_numa_unbound_factor(checks=CHECKS, lo=1.0, hi=4.0, iterations=14) -> float:
+    """The `stacks.NUMA_UNBOUND_FACTOR` at which the model's ratio of the two
+    `NUMA_FIT_ROWS` (unbound, then bound: a rate each) is the published one:
+    the unbound row's host seconds per call set to the bound host's x the
+    factor. Bisection: the unbound row slows as the factor grows."""
+    unbound, bound = (next(c for c in checks if c.name == n) for n in NUMA_FIT_ROWS)
+    target = bound.published / unbound.published
+    scn = scenario_lib.from_tables(bound.tables)
+    per_call = stacks.host_call_s(scn.plan.stack.host_launch_s, scn.plan.host, True)
+    at_bound = predict(bound)[0]
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        tables = {**unbound.tables, "training": {**unbound.tables["training"],
+                                                 "host_launch_s": per_call * mid}}
+        ratio = at_bound / predict(dataclasses.replace(unbound, tables=tables))[0]
+        lo, hi = (mid, hi) if ratio < target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 def carries(check: Check, value: float) -> bool:
     """Whether `check`'s system carries the fitted constant `value`: its
     preset's chip has that matmul efficiency and the row does not set its own."""
@@ -150,7 +170,8 @@ def cross_validate(checks=CHECKS, rows=None) -> tuple[list[dict], list[str]]:
         refit = {}  # fitted value -> its value without this set (None: none)
         for label, value in FITTED.items():
             carriers = [c for c, v in zip(checks, carried, strict=True) if v == value]
-            setters = [c for c in carriers if c.calibration]
+            # the rows that set it (not the NUMA factor's, which set another constant)
+            setters = [c for c in carriers if c.calibration and c.name not in NUMA_FIT_ROWS]
             if not any(c.source == source for c in setters):
                 continue
             on = [c for c in setters if c.source != source]
@@ -179,6 +200,16 @@ def cross_validate(checks=CHECKS, rows=None) -> tuple[list[dict], list[str]]:
                 predicted, note = float("nan"), f"{note}; refused: {e}"
             out[i]["cross_error"] = predicted / c.published - 1.0
             out[i]["cross_note"] = note
+    # the NUMA factor: only its own set (the DeepSeek-V3 log) fits it, so its rows
+    # that carry it (unbound ranks) get no cross-validated value
+    numa = {next(c for c in checks if c.name == n).source for n in NUMA_FIT_ROWS
+            if any(c.name == n for c in checks)}
+    for i, c in enumerate(checks):
+        if c.source in numa and c.tables.get("training", {}).get("numa_binding") is False:
+            out[i]["cross_error"] = float("nan")
+            out[i]["cross_note"] = "only its own set fits its constant (NUMA_UNBOUND_FACTOR)"
+    if numa:
+        notes.append(f"NUMA_UNBOUND_FACTOR: only {', '.join(sorted(numa))} fits it")
     return out, notes
 
 

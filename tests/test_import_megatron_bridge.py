@@ -56,8 +56,7 @@ def test_every_recipe_imports_to_a_scenario_that_loads(name):
         assert imported.ignored == ()  # the recipe's every key is read
     else:  # a perf recipe's software settings the model has no key for are named, with why
         given = {k for k, _ in _pairs(RECIPES[name], "")}
-        unkeyed = {sw.key for sw in SOFTWARE_FLAGS.values() if sw.scenario is None} - {
-            SOFTWARE_FLAGS["moe_permute_fusion"].key}  # read: an assumed line
+        unkeyed = {sw.key for sw in SOFTWARE_FLAGS.values() if sw.scenario is None}
         named = {i.split("=")[0] for i in imported.ignored if " (" in i}
         assert given & unkeyed <= named
 

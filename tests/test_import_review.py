@@ -286,7 +286,7 @@ SOFTWARE_CASES = {
     "cuda_graph_impl": ("transformer_engine", "partial"),
     "cuda_graph_scope": ("moe_router,moe_preprocess", "moe_router,moe_preprocess"),
     "moe_router_fusion": (True, True),
-    "moe_permute_fusion": (True, None),
+    "moe_permute_fusion": (True, True),
     "moe_a2a_overlap": (True, True),
     "delay_wgrad_compute": (True, True),
     "moe_expert_capacity_factor": (1.25, 1.25),

@@ -116,18 +116,25 @@ def test_a_sync_costs_the_hosts_excess_after_it_that_the_gpus_slack_before_canno
                                (1.0, 2.0, 3.0, 0.5), (0.5, 0.1, 0.2, 0.3)):
         got = float(compute.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
         assert got == pytest.approx(segment(g_a, g_b, h_a, h_b))
+    # where the host's calls before the sync fit in the GPU's work after it, a layer
+    # with a sync costs its GPU work before it + the larger of the host's and the
+    # GPU's time after it (issue 54's form): g_b + max(g_a, h_a)
+    for g_a, g_b, h_a, h_b in ((1.0, 3.0, 2.0, 0.5), (2.0, 3.0, 1.0, 0.5), (0.5, 2.0, 3.0, 1.0)):
+        free = max(g_a + g_b, h_a + h_b)
+        got = float(compute.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
+        assert free + got == pytest.approx(g_b + max(g_a, h_a))
     # the host bounds the part after the sync
     assert float(compute.sync_penalty_s(1.0, 4.0, 2.0, 2.5)) == pytest.approx(1.0)
     assert float(compute.sync_penalty_s(2.0, 5.0, 1.0, 1.5)) == 0.0  # the GPU ahead
 
 
 def test_host_syncs_slow_a_step_whose_host_bounds_the_experts_and_not_one_whose_gpu_leads():
-    """Qwen3-30B's experts at 1,024 tokens a micro-batch: 16 local experts'
+    """Qwen3-30B's experts at 1,536 tokens a micro-batch: 16 local experts'
     GEMMs launch slower (10 us each) than the GPU runs them, attention runs
     longer than its launches, the GPU bounds the whole forward: each forward
     pays the closed form per MoE layer. At a host 100x faster the GPU leads
     everywhere and the syncs cost nothing."""
-    seq = {"seq_len": 1024}
+    seq = {"seq_len": 1536}
     eager = _scn(model=seq)
     synced = _scn(model=seq, training={"host_syncs": True})
     sh = stage.shape(synced.model, synced.plan)
@@ -157,25 +164,129 @@ def _parts(scn):
     return scn.model, scn.plan, scn.system
 
 
+def _moe_calls(**sections):
+    scn = _scn(**sections)
+    return float(compute.layer_launches(scn.model, scn.plan)[1])
+
+
+def test_the_hosts_calls_per_moe_layer_follow_the_software_configuration():
+    """An MoE layer's forward calls, eager, bf16, Transformer Engine's modules
+    (m calls each): attention 2 m + 7, router 59, preprocessing 14, the routed
+    part 2 (16 + m + 1) + 12 (see the graph-scope test); each knob moves its
+    own term by its closed form."""
+    m = stacks.TE_MODULE_CALLS
+    assert m == pytest.approx(99.66 / 37.08)  # TE issue #2053: TE's Linear / PyTorch's
+    base = (2 * m + 1 + compute.KERNELS_PER_LAYER) + (1 + 58) + 14 + (2 * (16 + m + 1) + 12)
+    assert _moe_calls() == pytest.approx(base, rel=1e-12)
+    # router fusion: the router's 58 -> 17 (the log's 72 -> 31 with the 14 of preprocessing)
+    assert _moe_calls(training={"moe_router_fusion": True}) == pytest.approx(base - 41)
+    # permute fusion: a fused permute and unpermute, one call each
+    assert _moe_calls(training={"moe_permute_fusion": True}) == pytest.approx(base - 8)
+    # DeepEP: its fused preprocessing (31 -> 17: none of the 14 left), 6 kernels for 2
+    # exchanges; with router fusion, the log's 17 router and preprocessing calls
+    deepep = base - 14 + 2
+    assert _moe_calls(parallel={"moe_dispatcher": "deepep"}) == pytest.approx(deepep)
+    assert _moe_calls(parallel={"moe_dispatcher": "deepep"},
+                      training={"moe_router_fusion": True}) == pytest.approx(deepep - 41)
+    assert compute.ROUTER_CALLS + compute.PREPROCESS_CALLS == 72  # the log's counts
+    assert compute.ROUTER_FUSED_CALLS + compute.PREPROCESS_CALLS == 31
+    assert compute.ROUTER_FUSED_CALLS == 17
+    # HybridEP: fused preprocessing and permute, 4 kernels as the all-to-all
+    assert _moe_calls(parallel={"moe_dispatcher": "hybridep"}) == pytest.approx(base - 22)
+    # fp8: each GEMM's quantisation, its kernels and its allocations (a: an allocation
+    # in calls, "several microseconds", 5 us on Grace): per-tensor 1 + 2 a, MXFP8
+    # 1 + 4 a (the log's four tensors), NVFP4 1 + 2 (its amax) + 4 a, on attention's
+    # 2 GEMMs and the experts' 32 (the router's GEMM stays 16-bit)
+    a = stacks.ALLOCATION_CALLS
+    assert a * stacks.EAGER_LAUNCH_S * stacks.GRACE_CALL_FACTOR == pytest.approx(5e-6)
+    for recipe, per in (("tensorwise", 1 + 2 * a), ("mxfp8", 1 + 4 * a), ("nvfp4", 3 + 4 * a)):
+        got = _moe_calls(training={"dtype": "fp8", "fp8_recipe": recipe},
+                         system={"preset": "dgx-b200"})  # a chip with an FP4 peak
+        assert got == pytest.approx(base + (2 + 2 * 16) * per), recipe
+    # a fused grouped kernel: one call for all the local experts' GEMMs
+    assert _moe_calls(training={"grouped_gemm_streams": stacks.EVERY_EXPERT}) == \
+        pytest.approx(base - 2 * 15)
+    # a shared expert: its two GEMMs
+    assert _moe_calls(model={"shared_experts": 1}) == pytest.approx(base + 2 * m, rel=1e-12)
+
+
+def test_a_dense_models_calls_do_not_see_the_moe_software():
+    """A dense model (no MoE layer): attention 2 m + 7 and the FFN's 2 GEMM
+    modules a layer, the head's 3, whatever the dispatcher, router or permute
+    fusion say."""
+    dense = {"moe_layers": 0, "experts": 0, "top_k": 0, "expert_ffn_hidden": 0}
+    counts = set()
+    for extra in ({}, {"training": {"moe_router_fusion": True, "moe_permute_fusion": True}},
+                  {"parallel": {"moe_dispatcher": "deepep"}}):
+        t = {"model": dense, **extra}
+        t["parallel"] = {"ep": 1, **t.get("parallel", {})}
+        scn = _scn(**t)
+        sh = stage.shape(scn.model, scn.plan)
+        counts.add(float(compute.host_launches(scn.model, scn.plan, sh)[0]))
+    assert len(counts) == 1
+    m = stacks.TE_MODULE_CALLS
+    assert counts.pop() == pytest.approx(4 * (4 * m + 1 + compute.KERNELS_PER_LAYER) + 3)
+
+
+def test_the_hosts_seconds_per_call_are_the_stacks_on_its_cpu_and_numa_binding():
+    """x86 (a DGX H100's Xeon): the stack's 10 us; Grace (the GB200 / GB300
+    presets): x 37.08 / 13.48 (TE issue #2053's nn.Linear on GB200 against a DGX
+    H100); unbound ranks x NUMA_UNBOUND_FACTOR; a scenario's own value wins."""
+    h100 = _scn()
+    assert h100.plan.host.name == "x86"
+    assert float(h100.plan.host_launch_s) == pytest.approx(stacks.EAGER_LAUNCH_S, rel=1e-12)
+    gb = _scn(system={"preset": "gb200-nvl72"})
+    assert gb.plan.host.name == "grace"
+    grace = stacks.EAGER_LAUNCH_S * 37.08 / 13.48
+    assert float(gb.plan.host_launch_s) == pytest.approx(grace, rel=1e-12)
+    unbound = _scn(system={"preset": "gb200-nvl72"}, training={"numa_binding": False})
+    assert float(unbound.plan.host_launch_s) == pytest.approx(
+        grace * stacks.NUMA_UNBOUND_FACTOR, rel=1e-12)
+    assert float(_scn(training={"host": "grace"}).plan.host_launch_s) == pytest.approx(grace)
+    assert float(_scn(system={"preset": "gb200-nvl72"}, training={"host_launch_s": 3e-6})
+                 .plan.host_launch_s) == 3e-6
+    assert float(_scn(training={"stack": "xla"}, system={"preset": "gb200-nvl72"})
+                 .plan.host_launch_s) == 0.0
+    with pytest.raises(ValueError, match="training.host"):
+        _scn(training={"host": "arm"})
+
+
+def test_deepeps_busy_wait_adds_to_each_synced_forward():
+    """DeepEP's notify_dispatch busy-waits ~35 us a layer beyond the sync's own
+    cost: forward(synced) - forward(not) = layers x (sync_penalty + 35 us)."""
+    seq = {"seq_len": 1536}
+    kw = {"parallel": {"moe_dispatcher": "deepep"}, "model": seq}
+    eager, synced = _scn(**kw), _scn(training={"host_syncs": True}, **kw)
+    a = compute.timing(*_parts(eager))
+    b = compute.timing(*_parts(synced))
+    _, moe, routed, _ = compute.layer_launches(synced.model, synced.plan)
+    one = compute.sync_penalty_s(compute.routed_forward_s(*_parts(synced)), a.forward_s / 4.0,
+                                 routed * 1e-5, moe * 1e-5)
+    assert float(b.forward_s - a.forward_s) == pytest.approx(4 * (float(one) + 35e-6), rel=1e-9)
+
+
 # ------------------------------------------------------------------ CUDA graphs
 def test_graph_scopes_launch_their_captured_regions_as_one_and_full_iteration_none():
-    """Eager: attention 2 GEMMs (QKV, output) + kernel + 6, router 1 + 12, preprocessing 12,
-    16 local experts x 2 GEMMs + the dispatcher's 4; partial over (attn,
-    moe_router, moe_preprocess): 3 + the routed part; full iteration: none."""
+    """Eager: attention 2 GEMMs (QKV, output) + kernel + 6, router 1 + 58, preprocessing 14,
+    16 local experts x 2 GEMMs + 2 x (split, output) + the unfused permute and unpermute
+    (5 calls each) + the two exchanges; partial over (attn, moe_router, moe_preprocess):
+    3 + the routed part; full iteration: none."""
     eager = _scn()
     sh = stage.shape(eager.model, eager.plan)
-    routed = 32 + 4
-    per_layer = (2 + 1 + compute.KERNELS_PER_LAYER) + (1 + compute.ROUTER_KERNELS) \
-        + compute.PREPROCESS_KERNELS + routed
-    assert float(compute.host_launches(*_parts(eager)[:2], sh)[0]) == 4 * per_layer + 3
+    m = stacks.TE_MODULE_CALLS  # a Transformer Engine GEMM module's calls
+    routed = 2 * (16 + m - 1 + 2) + 2 * 5 + 2
+    per_layer = (2 * m + 1 + compute.KERNELS_PER_LAYER) + (1 + 58) + 14 + routed
+    assert float(compute.host_launches(*_parts(eager)[:2], sh)[0]) == \
+        pytest.approx(4 * per_layer + 3, rel=1e-12)
     partial = _scn(training={"cuda_graphs": "partial"})
-    assert float(compute.host_launches(*_parts(partial)[:2], sh)[0]) == 4 * (3 + routed) + 3
+    assert float(compute.host_launches(*_parts(partial)[:2], sh)[0]) == \
+        pytest.approx(4 * (3 + routed) + 3, rel=1e-12)
     router_only = _scn(training={"cuda_graphs": "partial", "cuda_graph_scope": "moe_router"})
     assert float(compute.host_launches(*_parts(router_only)[:2], sh)[0]) == \
-        4 * (per_layer - compute.ROUTER_KERNELS) + 3
+        pytest.approx(4 * (per_layer - 58) + 3, rel=1e-12)
     fused = _scn(training={"moe_router_fusion": True})  # 72 -> 31 of DeepSeek's router kernels
-    assert float(compute.host_launches(*_parts(fused)[:2], sh)[0]) == pytest.approx(
-        4 * (per_layer - 24 * (1 - 31 / 72)) + 3, rel=1e-12)
+    assert float(compute.host_launches(*_parts(fused)[:2], sh)[0]) == \
+        pytest.approx(4 * (per_layer - 41) + 3, rel=1e-12)
     full = _scn(training={"cuda_graphs": "full_iteration", "moe_pad_experts": True,
                           "moe_capacity_factor": 1.1})
     assert float(compute.host_launches(*_parts(full)[:2], sh)[0]) == 0.0

@@ -318,15 +318,18 @@ def test_the_host_shows_only_where_its_launches_outlast_the_gpu_and_cuda_graphs_
                 compute.host_launches(scn.model, scn.plan, sh), scn.plan.host_launch_s)
 
     eager, (fwd, bwd), launch_s = timing()
-    # 4 MoE layers: attention (2 GEMMs, the kernel, 6 memory-bound), router and its
-    # routing kernels, 16 local experts x 2 GEMMs, permute, unpermute, 2 all-to-alls;
-    # the output head's 3
-    per_layer = 2 + 1 + compute.KERNELS_PER_LAYER + 1 + compute.ROUTING_KERNELS + 32 + 4
+    # 4 MoE layers: attention (2 GEMMs, the kernel, 6 memory-bound), router (its GEMM
+    # and 58 calls) and preprocessing (14), 16 local experts x 2 GEMMs, each grouped
+    # GEMM module's split and output, the unfused permute and unpermute (5 calls each) and 2
+    # all-to-alls; the output head's 3
+    m = stacks.TE_MODULE_CALLS  # a Transformer Engine GEMM module's calls
+    routed = 2 * (16 + m - 1 + 2) + 2 * 5 + 2
+    per_layer = 2 * m + 1 + compute.KERNELS_PER_LAYER + 1 + 58 + 14 + routed
     assert float(fwd) == pytest.approx(4 * per_layer + 3)
     assert float(bwd) == pytest.approx(2 * float(fwd))
     assert float(eager.forward_s) == pytest.approx(float(fwd) * float(launch_s))  # host-bound
     layer, (fwd_layer, _), _ = timing("layer")
-    assert float(fwd_layer) == pytest.approx(4 + 4 * 36 + 3)
+    assert float(fwd_layer) == pytest.approx(4 + 4 * routed + 3)
     whole, (fwd_whole, _), _ = timing("iteration")
     assert float(fwd_whole) == 0.0
     assert float(whole.forward_s) < float(layer.forward_s) < float(eager.forward_s)

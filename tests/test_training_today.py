@@ -297,8 +297,10 @@ def test_validate_lists_published_figures(validate_rows):
     predictions = [r for r in rows if not r["calibration"]]
     assert len(predictions) >= 15
     assert all(r["source"] and r["measure"] in validate.MEASURES for r in rows)
-    for r in rows:  # calibration rows reproduce their figure by construction
-        if r["calibration"]:  # the four fitted jointly, each within the fit's spread
+    for r in rows:  # calibration rows reproduce their figure by construction (the NUMA
+        # factor's two rows their ratio: tests/test_validate_moe_software.py)
+        if r["calibration"] and r["name"] not in validate.NUMA_FIT_ROWS:
+            # the four fitted jointly, each within the fit's spread
             bound = 0.05 if r["name"] in validate.H100_GEMM_ROWS else 0.02
             assert abs(r["error"]) < bound, r["name"]
     assert all(np.isfinite(r["predicted"]) for r in rows)
@@ -535,4 +537,5 @@ def test_public_multi_node_all_reduces_are_rows_of_their_own(validate_rows):
     assert s["predictions"] == len(runs)
     table = validate.uncertainty(validate_rows)  # the DeepSeek-V3 log's plan once
     steps = validate.set_rows(validate_rows, "mcore_dsv3_gb200_steps")
-    assert table["all"]["rows"] == len(runs) - len(steps) and len(steps) == 12
+    predicted_steps = [r for r in steps if not r["calibration"]]
+    assert table["all"]["rows"] == len(runs) - len(predicted_steps) and len(steps) == 12

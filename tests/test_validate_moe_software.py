@@ -1,9 +1,10 @@
 """validate's rows of the software that runs MoE (issue 54 item 9): Megatron-Bridge
 26.04.01-26.08 on GB200, the matched Qwen3-30B-A3B runs on 16 H100, NeMo Automodel's
 DeepEP against HybridEP, and Megatron-Core's DeepSeek-V3 log on 256 GB200 as rows of
-one plan whose software changes. The rows are predictions (nothing is fitted to
-them): these tests check that they load with their sources and their releases'
-flags, and that the log's table is what the rows compute, not what it should be."""
+one plan whose software changes. The rows are predictions (nothing is fitted
+to them but the NUMA factor, on two of the log's rows): these tests check that
+they load with their sources and their releases' flags, and that the log's
+table is what the rows compute, not what it should be."""
 
 import math
 
@@ -31,7 +32,9 @@ def test_the_new_sets_load_each_row_with_its_source_and_a_finite_error(validate_
     assert len(new) == 27 and len({r["name"] for r in new}) == 27
     for r in new:
         assert " at " in r["source"] and r["note"], r["name"]  # repository at a commit
-        assert not r["calibration"] and not r["refused"], r["name"]
+        # predictions, but for the two rows that fit the NUMA factor
+        assert r["calibration"] == (r["name"] in validate.NUMA_FIT_ROWS), r["name"]
+        assert not r["refused"], r["name"]
         assert math.isfinite(r["predicted"]) and math.isfinite(r["error"]), r["name"]
     assert {r["family"] for r in new} == {"GB200", "H100"}
     # the sources name their repository and commit, none the project's own folders
@@ -96,3 +99,41 @@ def test_the_deepseek_log_is_one_plan_and_its_table_is_computed(validate_rows):
             assert t["sign"] == ("flat" if moved == 0 else "match" if moved > 0 else "opposite")
     with pytest.raises(ValueError, match="steps of the DeepSeek-V3 log"):
         validate.software_steps(validate_rows[:10])
+
+
+def test_the_numa_factor_is_fitted_on_two_named_gb200_rows(validate_rows):
+    """`stacks.NUMA_UNBOUND_FACTOR`, the one constant fitted for NUMA binding,
+    comes from steps 7 and 8 of the DeepSeek-V3 log (bindpcie alone): at it the
+    model's ratio of the two rows is the published 762.12 / 691.49; 2 rows, at
+    most a third of the GB200 family's rows (DESIGN.md's rule), marked calibration."""
+    from codesign.model import stacks
+
+    assert len(validate.NUMA_FIT_ROWS) == 2
+    fit = [r for r in validate_rows if r["name"] in validate.NUMA_FIT_ROWS]
+    assert [r["name"] for r in fit] == list(validate.NUMA_FIT_ROWS)
+    gb200 = [r for r in validate_rows if r["family"] == "GB200"]
+    assert all(r["family"] == "GB200" and r["calibration"] for r in fit)
+    assert 3 * len(fit) <= len(gb200)
+    unbound, bound = fit
+    assert bound["published"] / unbound["published"] == pytest.approx(762.12 / 691.49)
+    assert bound["predicted"] / unbound["predicted"] == pytest.approx(762.12 / 691.49, rel=1e-3)
+    assert stacks.NUMA_UNBOUND_FACTOR > 1.0
+    tables = [c.tables["training"] for c in validate.CHECKS if c.name in validate.NUMA_FIT_ROWS]
+    assert [t["numa_binding"] for t in tables] == [False, True]  # the step's one key
+
+
+def test_cross_validation_leaves_the_numa_factors_rows_without_a_value(validate_rows):
+    """Only the log's set fits the NUMA factor: its rows with unbound ranks
+    (steps 1-7) get no cross-validated value; the bound ones keep theirs, and the
+    two fit rows set no matmul efficiency (nothing is refitted on them)."""
+    checks = [c for c in validate.CHECKS if c.source == validate.MCORE_DSV3_STEPS_SOURCE]
+    names = {c.name for c in checks}
+    rows, notes = validate.cross_validate(checks, [r for r in validate_rows
+                                                   if r["name"] in names])
+    for c, r in zip(checks, rows, strict=True):
+        unbound = c.tables["training"]["numa_binding"] is False
+        assert math.isnan(r["cross_error"]) == (unbound or c.calibration), c.name
+        if unbound:
+            assert "NUMA_UNBOUND_FACTOR" in r["cross_note"]
+    assert not any("matmul_efficiency" in n for n in notes)
+    assert any(n.startswith("NUMA_UNBOUND_FACTOR: only") for n in notes)

@@ -61,10 +61,8 @@ SOFTWARE_FLAGS = {
                                  "training.cuda_graph_scope", GRAPH_SCOPES),
     "moe_router_fusion": Software("--moe-router-fusion", "model.moe_router_fusion",
                                   "training.moe_router_fusion"),
-    "moe_permute_fusion": Software(
-        "--moe-permute-fusion", "model.moe_permute_fusion", None,
-        why="the step model counts the permute and the unpermute as one kernel each, "
-            "fused or not"),
+    "moe_permute_fusion": Software("--moe-permute-fusion", "model.moe_permute_fusion",
+                                   "training.moe_permute_fusion"),
     # Bridge's perf scripts' --moe_a2a_overlap sets comm_overlap's key
     "moe_a2a_overlap": Software(
         "--overlap-moe-expert-parallel-comm", "comm_overlap.overlap_moe_expert_parallel_comm",
@@ -665,13 +663,11 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
     layout = f.get(sw["pipeline_model_parallel_layout"].flag)
     if layout is not None:  # Megatron-Core's grammar, as `parallel.pipeline_layout` reads it
         d.put(sw["pipeline_model_parallel_layout"].scenario, str(layout))
-    if f.switch(sw["moe_permute_fusion"].flag):
-        d.assumed["moe_permute_fusion"] = (f"{n(sw['moe_permute_fusion'].flag)}: "
-                                           f"{sw['moe_permute_fusion'].why}")
     if not moe:
         for name in ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
                      "moe_hybridep_num_sms", "moe_deepep_num_sms", "moe_router_fusion",
-                     "moe_a2a_overlap", "delay_wgrad_compute", "moe_expert_capacity_factor",
+                     "moe_permute_fusion", "moe_a2a_overlap", "delay_wgrad_compute",
+                     "moe_expert_capacity_factor",
                      "moe_expert_rank_capacity_factor", "moe_pad_expert_input_to_capacity"):
             if f.get(sw[name].flag) not in (None, False):
                 f.ignore(sw[name].flag, "a dense model: no MoE layers")
@@ -679,8 +675,9 @@ def _software(f: Flags, d: c.Draft, default: str) -> None:
         return
     dispatcher = _dispatcher(f, d, default)
     capacity = _capacity(f, d)
-    if f.switch(sw["moe_router_fusion"].flag):
-        d.put(sw["moe_router_fusion"].scenario, True)
+    for name in ("moe_router_fusion", "moe_permute_fusion"):
+        if f.switch(sw[name].flag):
+            d.put(sw[name].scenario, True)
     overlap = sw["moe_a2a_overlap"].flag
     if f.switch(overlap):
         pp = d.get("parallel.pp", 1)

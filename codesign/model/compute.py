@@ -28,7 +28,7 @@ Calibration (the only throughput figures in the seeds; rerun with
 - H100-class chips (H100, H200, H800; B200 and GB200 borrow it): no figure in
   the seeds; the sustained `matmul_efficiency` is fitted to four of
   `codesign validate`'s H100 rows (`validate.fit_matmul_efficiency`, see
-  _measured.py), and attention runs at FlashAttention-2's 35% of the H100 peak.
+  measured.py), and attention runs at FlashAttention-2's 35% of the H100 peak.
   TPUs borrow A100's factor (labelled in hardware.py).
 """
 
@@ -39,8 +39,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import checks
+from . import stacks, strategies
 from . import stage as stage_lib
-from . import strategies
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
 from .relax import EXACT, smoothing
@@ -49,25 +49,32 @@ from .workload import LAYER_KINDS, Transformer
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
 # residual adds, the activation, rotary/bias (assumption; GEMMs and the attention
 # kernel pay their own overhead in gemm_time_s / attention_time_s)
-# kernels of one MoE layer's routing beside its GEMMs, forward: Megatron-Core's
-# router (softmax, top-k, the routing map), its load-balancing loss (~6
-# reductions and element-wise), the token dispatcher's preprocessing (tokens per
-# expert, their host copy) and permute / unpermute's index computations
-# (assumption, counted from Megatron-Core's moe/router.py, moe/moe_utils.py and
-# moe/token_dispatcher.py)
-ROUTING_KERNELS = 24.0
-# of them, the router's (its softmax / top-k, the routing map, the load-balancing
-# loss: Megatron-Core's `moe_router` graph region) and the preprocessing's
-# (tokens per expert, the permute's indices: `moe_preprocess`), half each
-# (assumption: the counts above do not split them)
-ROUTER_KERNELS = 12.0
-PREPROCESS_KERNELS = ROUTING_KERNELS - ROUTER_KERNELS
-# Router fusion (Megatron-Core's --moe-router-fusion: the top-k, softmax / sigmoid
-# and scores in fused kernels) cut DeepSeek-V3's router kernels from 72 to 31
-# (NVIDIA/Megatron-LM@eb0783b6, the DeepSeek-V3 GB200 optimisation log): the
-# router's and preprocessing's kernels scaled by that ratio under
-# `training.moe_router_fusion` (the ratio carried to other routers: assumption)
-ROUTER_FUSION_RATIO = 31.0 / 72.0
+# Host calls of one MoE layer's routing beside its GEMMs, forward: Megatron-
+# Core's router (its GEMM apart) and the dispatcher's preprocessing, 72
+# kernels in DeepSeek-V3's baseline, 31 with router fusion
+# (--moe-router-fusion), 17 with DeepEP's fused preprocessing on top
+# (NVIDIA/Megatron-LM@eb0783b6, the DeepSeek-V3 GB200 optimisation log; the
+# same counts carried to other routers: assumption). Split into the router's
+# (`moe_router` graph region: softmax / sigmoid, top-k, the routing map, the
+# load-balancing loss) and the preprocessing's (`moe_preprocess`: tokens per
+# expert, the permute's indices): the fused preprocessing removed 31 - 17 = 14,
+# the preprocessing's (assumption: the log gives the totals only), so router
+# fusion cut the router's 58 to 17
+ROUTER_CALLS = 58.0
+ROUTER_FUSED_CALLS = 17.0
+PREPROCESS_CALLS = 14.0
+# Host calls of an unfused permute or unpermute (Megatron-Core's
+# moe_utils.permute / unpermute without --moe-permute-fusion: the routing map's
+# transpose, the indices' arange and masked select, the index select; the
+# unpermute's zeros, probability scaling and scatter-add: ~5 each, counted from
+# megatron/core/transformer/moe/moe_utils.py, assumption) against 1 fused
+PERMUTE_UNFUSED_CALLS = 5.0
+# Host calls per grouped GEMM beside its experts' launches and quantisations:
+# the split of the grouped input into the experts' views and the output's
+# allocation, one call each for all the experts (Transformer Engine's
+# GroupedLinear: torch.split, one output split after; assumption, counted from
+# transformer_engine/pytorch/module/grouped_linear.py)
+GROUPED_GEMM_CALLS = 2.0
 # the output tile one SM computes at a time: 128 x 128, cuBLAS's and CUTLASS's
 # common Hopper tile for 16- and 8-bit GEMMs (assumption; DeepGEMM's BLOCK_M is
 # 64-128 and its BLOCK_N up to 256)
@@ -388,8 +395,8 @@ def rerun_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
     (`stacks.GraphScope.layer_launches` with and without them), over the
     stage's dense and MoE layers."""
     parts = plan.recompute.reruns()
-    regions, routed, head, gemm, local = _launch_regions(model, plan)
-    quantise = plan.precision.quantisation(plan.fp8_recipe)[1]
+    regions, routed, head, gemm, local = _launch_regions(model, plan)  # local: expert calls
+    quantise = quantisation_calls(plan)
     up = sum(c for *_, c in model.attention.up_projections(model)) * gemm
     added = {"attention_core": {"attn": 1.0}, "up_projections": {"attn": up},
              "norms": {"attn": 1.0, "mlp": 1.0, "moe_router": 1.0},
@@ -398,7 +405,7 @@ def rerun_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
              "router": {"moe_router": regions["moe_router"]},
              "permute": {"moe_preprocess": regions["moe_preprocess"],
                          "routed": plan.moe_dispatcher.launches},
-             "routed_experts": {"routed": 2.0 * gemm * local},
+             "routed_experts": {"routed": 2.0 * local},
              "expert_activation": {"routed": 1.0}, "expert_requant": {"routed": quantise},
              "shared_experts": {"shared": regions["shared"]}}
     more = dict(regions, routed=routed)
@@ -412,38 +419,79 @@ def rerun_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
             + sh.moe_layers_on_stage * (after[1] - before[1]))
 
 
+def quantisation_calls(plan: Plan) -> float:
+    """Host calls of one GEMM input's quantisation, in fp8
+    (`plan.Fp8Recipe.host_calls`: its kernels and the tensors it allocates)."""
+    return plan.fp8_recipe.host_calls() if plan.precision.gemm == "fp8" else 0.0
+
+
+def gemm_calls(plan: Plan) -> float:
+    """Host calls of one GEMM module's forward: the stack's module
+    (`stacks.Stack.module_calls`: its logic and its launch) and its input's
+    quantisation (`quantisation_calls`)."""
+    return plan.stack.module_calls + quantisation_calls(plan)
+
+
+def routed_calls(model: Transformer, plan: Plan):
+    """Host calls of one MoE layer's routed part, forward: per local expert (a
+    multi-stream grouped GEMM issues each expert's GEMMs apart; a fused grouped
+    kernel, `training.grouped_gemm_streams` at `stacks.EVERY_EXPERT`, one for
+    them all) its two GEMMs' launches and quantisations (`quantisation_calls`),
+    each grouped GEMM module's logic beyond a launch (`stacks.Stack.module_calls`
+    - 1) and its split and output (`GROUPED_GEMM_CALLS`); the dispatcher's kernels
+    (`dispatchers.Dispatcher.launches`: the permute and unpermute fused, the
+    exchanges); an unfused permute and unpermute (`training.moe_permute_fusion`
+    off, a dispatcher that does not fuse them) `PERMUTE_UNFUSED_CALLS` each."""
+    issued = _issued(model, plan)
+    unfused = not (plan.moe_permute_fusion or plan.moe_dispatcher.fuses_permute)
+    module = plan.stack.module_calls - 1.0 + GROUPED_GEMM_CALLS  # beyond its launches
+    return (2.0 * ((1.0 + quantisation_calls(plan)) * issued + module)
+            + plan.moe_dispatcher.launches
+            + (2.0 * (PERMUTE_UNFUSED_CALLS - 1.0) if unfused else 0.0))
+
+
+def router_calls(plan: Plan) -> tuple:
+    """(the router's, the preprocessing's) host calls of one MoE layer, forward:
+    the router's GEMM and `ROUTER_CALLS` (`ROUTER_FUSED_CALLS` under
+    `training.moe_router_fusion`); `PREPROCESS_CALLS`, none where the
+    dispatcher fuses the preprocessing (`Dispatcher.fused_preprocess`)."""
+    router = 1.0 + (ROUTER_FUSED_CALLS if plan.moe_router_fusion else ROUTER_CALLS)
+    return router, 0.0 if plan.moe_dispatcher.fused_preprocess else PREPROCESS_CALLS
+
+
 def layer_launches(model: Transformer, plan: Plan):
-    """(a dense layer's, an MoE layer's forward launches, of the latter the
+    """(a dense layer's, an MoE layer's forward host calls, of the latter the
     routed experts', the output head's) under `plan.graphs`
-    (`stacks.GraphScope.layer_launches`) from each region's eager launches: a
-    GEMM a launch (a grouped GEMM one per local expert, as Transformer Engine's
-    GroupedLinear issues them) and an fp8 GEMM one more for its quantisation;
-    attention its projections, the attention kernel and the memory-bound
-    kernels (`KERNELS_PER_LAYER`); the MoE router its GEMM and
-    `ROUTER_KERNELS`, the preprocessing `PREPROCESS_KERNELS` (both x
-    `ROUTER_FUSION_RATIO` under `training.moe_router_fusion`); the shared
-    expert's GEMMs; the routed experts' GEMMs and the dispatcher's kernels
-    (`dispatchers.Dispatcher.launches`: permute, unpermute and the two
-    exchanges for the all-to-all); the output head and loss (again per MTP
-    depth)."""
+    (`stacks.GraphScope.layer_launches`) from each region's eager calls (a
+    call: a kernel launch, or a PyTorch call that launches none, such as an
+    allocation): a GEMM `gemm_calls`; attention its projections, the attention
+    kernel and the memory-bound kernels (`KERNELS_PER_LAYER`); the MoE router
+    and preprocessing `router_calls`; the shared expert's GEMMs; the routed
+    part `routed_calls`; the output head and loss (again per MTP depth)."""
     regions, routed, head, _, _ = _launch_regions(model, plan)
     return plan.graphs.layer_launches(regions, routed, head, plan.cuda_graph_scope)
 
 
 def _launch_regions(model: Transformer, plan: Plan):
-    """(each region's eager forward launches, the routed experts', the output
-    head's, a GEMM's, the local experts) as `layer_launches` counts them."""
-    # launches per GEMM: the GEMM and, in fp8, its input's quantisation kernels
-    gemm = 1.0 + (plan.fp8_recipe.kernels() if plan.precision.gemm == "fp8" else 0.0)
-    local = jnp.maximum(model.experts / plan.ep, 1.0)
-    routed = 2.0 * gemm * local + plan.moe_dispatcher.launches
+    """(each region's eager forward calls, the routed part's, the output head's,
+    a GEMM module's, one routed GEMM's launches and quantisations over the local
+    experts as they are issued) as `layer_launches` counts them."""
+    gemm = gemm_calls(plan)
+    routed = routed_calls(model, plan)
     head = (1.0 + model.mtp_layers) * 3.0  # logits GEMM, loss forward and its reduction
     attention = sum(c for *_, c in model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
-    fused = ROUTER_FUSION_RATIO if plan.moe_router_fusion else 1.0
-    regions = {"attn": attention, "mlp": 2.0 * gemm, "moe_router": 1.0 + fused * ROUTER_KERNELS,
-               "moe_preprocess": fused * PREPROCESS_KERNELS,
+    router, preprocess = router_calls(plan)
+    regions = {"attn": attention, "mlp": 2.0 * gemm, "moe_router": router,
+               "moe_preprocess": preprocess,
                "shared": jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)}
-    return regions, routed, head, gemm, local
+    return regions, routed, head, gemm, (1.0 + quantisation_calls(plan)) * _issued(model, plan)
+
+
+def _issued(model: Transformer, plan: Plan):
+    """Grouped GEMMs issued per routed GEMM: one per local expert (a multi-stream
+    grouped GEMM), one for them all (a fused grouped kernel)."""
+    local = jnp.maximum(model.experts / plan.ep, 1.0)
+    return jnp.where(plan.grouped_gemm_streams >= stacks.EVERY_EXPERT, 1.0, local)
 
 
 def host_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
@@ -485,7 +533,9 @@ def _synced_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     _, moe, routed, _ = layer_launches(model, plan)
     one = sync_penalty_s(routed_forward_s(model, plan, system), forward_s / sh.layers_on_stage,
                          routed * plan.host_launch_s, moe * plan.host_launch_s)
-    return plan.moe_dispatcher.host_syncs * sh.moe_layers_on_stage * one
+    # and the host's busy-wait at each sync beyond the GPU's draining (DeepEP's)
+    return sh.moe_layers_on_stage * (plan.moe_dispatcher.host_syncs * one
+                                     + plan.moe_dispatcher.host_wait_s)
 
 
 def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape):

@@ -15,13 +15,16 @@ function of a token's bytes and its SMs, read from its own published tables.
   reuses the forward's splits).
 - `DeepEP`: DeepSeek's kernels (deepseek-ai/DeepEP): a token crosses the slow
   tier once per destination node and is forwarded inside; 6 kernels per layer,
-  one CPU synchronisation (`notify_dispatch` busy-waits on the counts), the
-  layout kernel (~39 us), 24 SMs (NeMo Automodel's DeepEP-vs-HybridEP benchmark;
-  DeepSeek's GB200 guide runs DeepEP with 24).
+  one CPU synchronisation (`notify_dispatch` busy-waits on the counts, ~35 us of
+  host time), the layout kernel (~39 us), 24 SMs (NeMo Automodel's
+  DeepEP-vs-HybridEP benchmark; DeepSeek's GB200 guide runs DeepEP with 24); its
+  layout fuses the router's preprocessing (Megatron-Core's DeepSeek-V3 log: router
+  and preprocess kernels 31 -> 17).
 - `HybridEP`: NVIDIA's TMA-based dispatcher (Megatron-Core's flex dispatcher
   backend `hybridep`): 4 kernels per layer, no CPU synchronisation, 8 SMs (the
   benchmark's setting; Megatron-Bridge's H100 recipe gives it 32:
-  `parallel.moe_dispatcher_sms`).
+  `parallel.moe_dispatcher_sms`); the preprocessing and the permute (copy,
+  permute and pad) fused into its kernels.
 
 Achieved bandwidth (`fast_tier_Bps`) is the published GB/s of the dispatcher's
 intranode dispatch on an H100 (NVLink 4, 450 GB/s per direction) as a share of
@@ -83,6 +86,15 @@ class Dispatcher(Strategy):
     fp8_scale_bytes: eqx.AbstractClassVar[float]
     # GPU seconds per forward dispatch before the exchange (a layout kernel)
     layout_s: eqx.AbstractClassVar[float]
+    # the router's preprocessing (tokens per expert, the permute's indices)
+    # fused into its own layout kernels (`compute.PREPROCESS_CALLS` none left)
+    fused_preprocess: eqx.AbstractClassVar[bool]
+    # the permute and unpermute fused into its own copies (no permute kernels
+    # of Megatron-Core's whatever `training.moe_permute_fusion` says)
+    fuses_permute: eqx.AbstractClassVar[bool]
+    # host seconds per MoE layer's forward spent busy-waiting at its host
+    # synchronisation beyond the GPU's catching up (DeepEP's notify_dispatch)
+    host_wait_s: eqx.AbstractClassVar[float]
     # published intranode dispatch on an H100: bytes per token, the SM counts,
     # and GB/s at each (token size, SM count)
     token_bytes: eqx.AbstractClassVar[tuple]
@@ -132,6 +144,9 @@ class AllToAll(Dispatcher):
     dedups: ClassVar[bool] = False
     fp8_scale_bytes: ClassVar[float] = 0.0  # the recipe's width alone, as before this type
     layout_s: ClassVar[float] = 0.0
+    fused_preprocess: ClassVar[bool] = False
+    fuses_permute: ClassVar[bool] = False
+    host_wait_s: ClassVar[float] = 0.0
     token_bytes: ClassVar[tuple] = ()
     sm_points: ClassVar[tuple] = ()
     table_GBps: ClassVar[tuple] = ()
@@ -150,6 +165,9 @@ class DeepEP(Dispatcher):
     dedups: ClassVar[bool] = True
     fp8_scale_bytes: ClassVar[float] = FP8_SCALE_BYTES_PER_ELEMENT
     layout_s: ClassVar[float] = 39e-6
+    fused_preprocess: ClassVar[bool] = True
+    fuses_permute: ClassVar[bool] = False
+    host_wait_s: ClassVar[float] = 35e-6
     token_bytes: ClassVar[tuple] = (2048.0, 4096.0, 14336.0)
     sm_points: ClassVar[tuple] = (8.0, 24.0)
     table_GBps: ClassVar[tuple] = ((80.0, 210.0), (139.0, 302.0), (168.0, 335.0))
@@ -169,6 +187,9 @@ class HybridEP(Dispatcher):
     dedups: ClassVar[bool] = True
     fp8_scale_bytes: ClassVar[float] = FP8_SCALE_BYTES_PER_ELEMENT
     layout_s: ClassVar[float] = 0.0
+    fused_preprocess: ClassVar[bool] = True
+    fuses_permute: ClassVar[bool] = True
+    host_wait_s: ClassVar[float] = 0.0
     token_bytes: ClassVar[tuple] = (4096.0, 14336.0)
     sm_points: ClassVar[tuple] = (8.0, 24.0)
     table_GBps: ClassVar[tuple] = ((304.0, 325.0), (360.0, 367.0))

@@ -78,6 +78,8 @@ class Fp8Recipe(strategies.Strategy):
     peak: eqx.AbstractClassVar[str]
     transposes_narrow: eqx.AbstractClassVar[bool]
     amax_reads: eqx.AbstractClassVar[float]
+    # tensors one quantisation allocates (host calls that launch no kernel)
+    allocations: eqx.AbstractClassVar[float]
 
     @property
     def element_bytes(self) -> float:
@@ -106,6 +108,12 @@ class Fp8Recipe(strategies.Strategy):
         `producer_bytes`): the cast and its amax passes."""
         return 1.0 + (1.0 if producer else 2.0) * self.amax_reads
 
+    def host_calls(self) -> float:
+        """Host calls of one quantisation of a GEMM input, in PyTorch calls: its
+        kernels and the tensors it allocates (`allocations`, each
+        `stacks.ALLOCATION_CALLS` of a call: it launches no kernel)."""
+        return self.kernels() + self.allocations * stacks.ALLOCATION_CALLS
+
 
 class Tensorwise(Fp8Recipe):
     """FP8 with one scale per tensor (Transformer Engine's DelayedScaling and
@@ -120,6 +128,7 @@ class Tensorwise(Fp8Recipe):
     peak: ClassVar[str] = "fp8"
     transposes_narrow: ClassVar[bool] = True
     amax_reads: ClassVar[float] = 0.0
+    allocations: ClassVar[float] = 2.0  # the values and their transpose (assumption)
 
 
 class MXFP8(Fp8Recipe):
@@ -135,6 +144,7 @@ class MXFP8(Fp8Recipe):
     peak: ClassVar[str] = "fp8"
     transposes_narrow: ClassVar[bool] = False
     amax_reads: ClassVar[float] = 0.0
+    allocations: ClassVar[float] = 4.0  # two copies and their scales (the DeepSeek-V3 GB200 log)
 
 
 class NVFP4(Fp8Recipe):
@@ -154,6 +164,7 @@ class NVFP4(Fp8Recipe):
     peak: ClassVar[str] = "fp4"
     transposes_narrow: ClassVar[bool] = False
     amax_reads: ClassVar[float] = 1.0
+    allocations: ClassVar[float] = 4.0  # two copies and their scales, as MXFP8 (assumption)
 
 
 FP8_RECIPES = (Tensorwise, MXFP8, NVFP4)
@@ -371,7 +382,9 @@ class Plan(eqx.Module):
     # the experts' tensor-parallel size (--expert-tensor-parallel-size); 0 = tp
     etp: jax.Array = float_field("parallel.etp", count(MAX_GPUS, lo=0.0), default=0.0,
                                  kw_only=True)
-    # host seconds per kernel launch of the training stack; default the stack's
+    # host seconds per PyTorch call (a kernel launch, or a call that launches
+    # none) of the training stack; default the stack's on the plan's host
+    # (`training.host`, `training.numa_binding`: `stacks.host_call_s`)
     host_launch_s: jax.Array = float_field("training.host_launch_s", interval(0.0, 1.0),
                                            default=None, kw_only=True)
     # the routed experts' GEMMs in flight at once; default the stack's
@@ -408,9 +421,23 @@ class Plan(eqx.Module):
                                                  interval(0.0, 1e3), default=0.0,
                                                  kw_only=True)
     # the router's kernels fused (Megatron-Core's --moe-router-fusion): fewer
-    # launches (`compute.ROUTER_FUSION_RATIO`)
+    # host calls (`compute.ROUTER_FUSED_CALLS`)
     moe_router_fusion: bool = static_field("training.moe_router_fusion", bool, default=False,
                                            kw_only=True)
+    # the permute and unpermute each one fused kernel (Megatron-Core's
+    # --moe-permute-fusion); false: Megatron-Core's unfused index operations
+    # (`compute.PERMUTE_UNFUSED_CALLS`)
+    moe_permute_fusion: bool = static_field("training.moe_permute_fusion", bool, default=False,
+                                            kw_only=True)
+    # the CPU that issues the kernels (`stacks.Host`, or its name); a scenario's
+    # default is its system preset's (`stacks.preset_host`)
+    host: stacks.Host = strategy_field("training.host", stacks.host, stacks.HOST_CLASSES,
+                                       default=stacks.X86(), kw_only=True)
+    # each rank bound to the CPU cores and memory beside its GPU (numactl,
+    # Megatron's bindpcie), as the performance recipes launch; false: a host
+    # call takes `stacks.NUMA_UNBOUND_FACTOR` as long
+    numa_binding: bool = static_field("training.numa_binding", bool, default=True,
+                                      kw_only=True)
     # every expert's input padded to its capacity (Megatron-Core's
     # --moe-pad-expert-input-to-capacity): static expert shapes, each expert's
     # GEMMs on moe_capacity_factor x the mean tokens; false: dropless, the
@@ -440,9 +467,13 @@ class Plan(eqx.Module):
     def __post_init__(self):
         if self.global_batch is None:
             self.global_batch = self.dp * self.micro_batch
-        for knob in ("comm_sm_fraction", "host_launch_s", "grouped_gemm_streams"):
+        for knob in ("comm_sm_fraction", "grouped_gemm_streams"):
             if getattr(self, knob) is None:  # the stack's, as a float leaf
                 setattr(self, knob, jnp.asarray(getattr(stacks.stack(self.stack), knob), float))
+        if self.host_launch_s is None:  # the stack's on the plan's host, as a float leaf
+            self.host_launch_s = jnp.asarray(stacks.host_call_s(
+                stacks.stack(self.stack).host_launch_s, stacks.host(self.host),
+                self.numa_binding), float)
         if self.moe_dispatcher_sms is None:  # the dispatcher's, as a float leaf
             self.moe_dispatcher_sms = jnp.asarray(dispatchers.dispatcher(self.moe_dispatcher).sms,
                                                   float)

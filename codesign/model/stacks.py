@@ -7,7 +7,9 @@ plan's `training.host_launch_s`, `parallel.comm_sm_fraction` and
 and owns two mechanisms the step model reads: whether fp8 GEMM inputs are
 written quantised by their producers (`compute._layers_s`) and which
 dimensions' hidden communication costs no SMs (`step`). A name is parsed once,
-by `stack`.
+by `stack`. A GEMM module's host calls are the stack's (`module_calls`); the
+CPU that runs the stack (`training.host`: `Host`, x86 or Grace) and the ranks'
+NUMA binding scale its seconds per call (`host_call_s`).
 
 What every stack shares is the chip's, not the stack's: the attention kernel's
 efficiency (`system.attention_efficiency`: every Hopper stack in validate's
@@ -33,6 +35,28 @@ from .strategies import Strategy, parse
 # "Making Deep Learning Go Brrrr From First Principles", 2022, section
 # "Overhead"); one launch per kernel the step model counts (assumption)
 EAGER_LAUNCH_S = 10e-6
+# A PyTorch call's host seconds on a Grace CPU over an x86 host's: nn.Linear's
+# forward, timed on the CPU, 37.08 us on GB200 (Grace) against 13.48 us on a
+# DGX H100 (Xeon Platinum 8480C) (NVIDIA/TransformerEngine issue #2053, "High
+# CPU overhead on Grace systems", 2025-08, BF16, hidden 2,048, 8,192 tokens);
+# Transformer Engine's Linear on the same GB200, 99.66 us, is 2.7 such calls
+GRACE_CALL_FACTOR = 37.08 / 13.48
+# Transformer Engine's Linear module, forward, timed on the CPU: 99.66 us on
+# GB200 against PyTorch's nn.Linear's 37.08 us (the same issue #2053): one TE
+# GEMM module costs 2.69 PyTorch calls of host time (its Python module logic,
+# the fp8 / recipe state, the launch)
+TE_MODULE_CALLS = 99.66 / 37.08
+# A PyTorch call that launches no kernel (an allocation) costs "several
+# microseconds" (Megatron-Core's DeepSeek-V3 GB200 log, on Grace): 5 us read for
+# "several" (assumption), in PyTorch calls of the x86 host's cost on Grace
+ALLOCATION_CALLS = 5e-6 / (EAGER_LAUNCH_S * GRACE_CALL_FACTOR)
+# A rank's host calls without NUMA binding over with it: each rank's process
+# bound to the CPU cores and memory next to its GPU (`numactl`, Megatron's
+# `bindpcie`) against the scheduler's placement. Fitted (DESIGN.md's rule: one
+# constant for this mechanism, on GB200): on two of the GB200 family's 29
+# predicted rows, steps 7 and 8 of Megatron-Core's DeepSeek-V3 log (bindpcie
+# alone, 691.49 -> 762.12 TFLOP/s: the step time x 0.907), see `NUMA_FIT_ROWS`
+NUMA_UNBOUND_FACTOR = 1.83
 # The share of compute lost while NCCL's communication overlaps it: DeepSeek-V3
 # gives 20 of the H800's 132 SMs to communication
 NCCL_SM_FRACTION = 20.0 / 132.0
@@ -51,6 +75,8 @@ class Stack(Strategy):
     grouped-GEMM knobs, and the mechanisms it owns."""
 
     host_launch_s: eqx.AbstractClassVar[float]  # `training.host_launch_s`'s default
+    # host calls of one GEMM module's forward (its module logic and its launch)
+    module_calls: eqx.AbstractClassVar[float]
     comm_sm_fraction: eqx.AbstractClassVar[float]  # `parallel.comm_sm_fraction`'s default
     grouped_gemm_streams: eqx.AbstractClassVar[float]  # its default
     # fp8: the norm and the activation before a GEMM write its input quantised
@@ -71,6 +97,7 @@ class MegatronCore(Stack):
 
     name: ClassVar[str] = "megatron"
     host_launch_s: ClassVar[float] = EAGER_LAUNCH_S
+    module_calls: ClassVar[float] = TE_MODULE_CALLS
     comm_sm_fraction: ClassVar[float] = NCCL_SM_FRACTION
     grouped_gemm_streams: ClassVar[float] = TE_GROUPED_STREAMS
     fused_fp8_producers: ClassVar[bool] = True
@@ -88,6 +115,7 @@ class PyTorchFsdp(Stack):
 
     name: ClassVar[str] = "pytorch"
     host_launch_s: ClassVar[float] = EAGER_LAUNCH_S
+    module_calls: ClassVar[float] = 1.0
     comm_sm_fraction: ClassVar[float] = NCCL_SM_FRACTION
     grouped_gemm_streams: ClassVar[float] = EVERY_EXPERT
     fused_fp8_producers: ClassVar[bool] = False
@@ -104,6 +132,7 @@ class Xla(Stack):
 
     name: ClassVar[str] = "xla"
     host_launch_s: ClassVar[float] = 0.0
+    module_calls: ClassVar[float] = 1.0
     comm_sm_fraction: ClassVar[float] = 0.0
     grouped_gemm_streams: ClassVar[float] = EVERY_EXPERT
     fused_fp8_producers: ClassVar[bool] = True
@@ -116,6 +145,7 @@ class DeepSpeed(Stack):
 
     name: ClassVar[str] = "deepspeed"
     host_launch_s: ClassVar[float] = EAGER_LAUNCH_S
+    module_calls: ClassVar[float] = 1.0
     comm_sm_fraction: ClassVar[float] = NCCL_SM_FRACTION
     grouped_gemm_streams: ClassVar[float] = 1.0
     fused_fp8_producers: ClassVar[bool] = False
@@ -264,3 +294,52 @@ GRAPH_SCOPES = tuple(c.name for c in GRAPH_SCOPE_CLASSES)
 def graph_scope(value, key: str = "training.cuda_graphs") -> GraphScope:
     """The graph scope named `value` (or `value` itself if it is a `GraphScope`)."""
     return parse(key, value, GraphScope, GRAPH_SCOPE_CLASSES)
+
+
+# ------------------------------------------------------------------- the host
+class Host(Strategy):
+    """The CPU that issues a rank's kernels (`training.host`): its seconds per
+    PyTorch call relative to an x86 server CPU's (`call_factor`), which
+    scales the stack's `host_launch_s` (`Plan.host_launch_s`' default)."""
+
+    call_factor: eqx.AbstractClassVar[float]
+
+
+class X86(Host):
+    """An x86 server CPU (the DGX H100's Xeon Platinum 8480C; the stack's
+    `host_launch_s` is measured there)."""
+
+    name: ClassVar[str] = "x86"
+    call_factor: ClassVar[float] = 1.0
+
+
+class Grace(Host):
+    """NVIDIA's Grace CPU (GH200, GB200 and GB300 superchips): a PyTorch call
+    takes `GRACE_CALL_FACTOR` as long as on the x86 host."""
+
+    name: ClassVar[str] = "grace"
+    call_factor: ClassVar[float] = GRACE_CALL_FACTOR
+
+
+HOST_CLASSES = (X86, Grace)
+HOSTS = tuple(c.name for c in HOST_CLASSES)
+# the system presets whose GPUs sit beside a Grace CPU (the superchips)
+GRACE_PRESETS = ("gb200-nvl72", "gb300-nvl72")
+
+
+def host(value, key: str = "training.host") -> Host:
+    """The host named `value` (or `value` itself if it is a `Host`)."""
+    return parse(key, value, Host, HOST_CLASSES)
+
+
+def preset_host(preset) -> str:
+    """The host of the system preset named `preset` (`training.host`'s default):
+    grace for the Grace superchips (`GRACE_PRESETS`), else x86."""
+    return "grace" if preset in GRACE_PRESETS else "x86"
+
+
+def host_call_s(stack_launch_s: float, host_type: Host, numa_binding: bool) -> float:
+    """Host seconds per PyTorch call of a stack whose x86 cost is
+    `stack_launch_s` on `host_type`, its ranks NUMA-bound or not."""
+    return stack_launch_s * host_type.call_factor * (1.0 if numa_binding
+                                                     else NUMA_UNBOUND_FACTOR)
