@@ -159,10 +159,19 @@ def _assert_top(top: list, n: int, goal: str) -> None:
         assert t["metrics"]["step_time_s"] > 0
 
 
-@pytest.mark.parametrize("method", [["--method", "grid", "--no-progress"],
-                                    ["--starts", "4", "--steps", "20"]])
+# the gradient method on tests/test_optimize.py's small problem, its starts and
+# steps: one compiled descent for both files (the run's executable store)
+SMALL_ARGV = ["--vary", "parallel.tp,parallel.pp,training.micro_batch,"
+              "system.scale_out_bandwidth_Bps", "--bounds=parallel.tp=1:16",
+              "--bounds=parallel.pp=1:16", "--bounds=training.micro_batch=1:4",
+              "--bounds=system.scale_out_bandwidth_Bps=5e+09:4e+11", "--starts", "8",
+              "--steps", "40"]
+
+
+@pytest.mark.parametrize("method", [["--vary", "parallel.tp,parallel.pp", "--method", "grid",
+                                     "--no-progress"], SMALL_ARGV])
 def test_optimize_top_is_distinct_and_sorted(method, capsys):
-    argv = ["optimize", "--vary", "parallel.tp,parallel.pp", *method, "--top", "4"]
+    argv = ["optimize", *method, "--top", "4"]
     out = json.loads(_run(capsys, *argv, "--json").out)
     _check_echo(out)
     _assert_top(out["top"], 4, out["objective"]["goal"])

@@ -8,7 +8,13 @@ import json
 import math
 from pathlib import Path
 
+import jax
 import pytest
+
+from codesign.cli import executable_store
+from codesign.cli.estimate import _estimate
+from codesign.compiling import compiled
+from codesign.model import relax, step
 
 _FIXTURES = Path(__file__).parent / "fixtures"
 _spec = importlib.util.spec_from_file_location("record_golden", _FIXTURES / "record_golden.py")
@@ -18,6 +24,24 @@ GOLDEN = json.loads((_FIXTURES / "golden.json").read_text())
 RTOL = 1e-12
 
 
+@jax.jit
+def _relaxed(scn):
+    """The relaxed cases' program (every one at RELAXED_T), one per scenario structure."""
+    est = step.estimate(scn, relax.Relaxed(record_golden.RELAXED_T), check=False)
+    return est, step.outputs(est)
+
+
+def _evaluate(scn, t):
+    """(estimate, outputs) through the programs the rest of the suite compiles
+    too: the exact model through `codesign estimate`'s own (`_estimate`, its
+    executable kept in the run's store for every worker, and its outputs are
+    what `--json` prints), the relaxed one through one jit for every case."""
+    if t == relax.EXACT:
+        return compiled(_estimate, scn, store=executable_store())[0](scn)
+    assert t == relax.Relaxed(record_golden.RELAXED_T), t
+    return _relaxed(scn)
+
+
 def _close(a: float, b: float) -> bool:
     return a == b or (math.isfinite(a) and abs(a - b) <= RTOL * max(abs(a), abs(b)))
 
@@ -25,7 +49,7 @@ def _close(a: float, b: float) -> bool:
 @pytest.mark.parametrize("case", record_golden.cases(), ids=lambda c: c[0])
 def test_outputs_and_rows_as_recorded(case):
     key, *args = case
-    now, then = record_golden.record(key, *args), GOLDEN[key]
+    now, then = record_golden.record(key, *args, evaluate=_evaluate), GOLDEN[key]
     assert sorted(now["outputs"]) == sorted(then["outputs"])
     moved = {k: (then["outputs"][k], v) for k, v in now["outputs"].items()
              if not _close(v, then["outputs"][k])}

@@ -40,7 +40,13 @@ def small():
 
 @pytest.fixture(scope="module")
 def small_runs(small):
-    return (optimize.optimize(small, starts=STARTS, steps=STEPS),
+    """The gradient method and the grid on `small`: the descent's programs through
+    the run's executable store (`codesign.cli.executable_store`), as `codesign
+    optimize` runs them, so the CLI's run of this very problem
+    (tests/test_cli_ux.py's `SMALL_ARGV`) in another worker reads them back."""
+    from codesign.cli import executable_store
+
+    return (optimize.optimize(small, starts=STARTS, steps=STEPS, store=executable_store()),
             optimize.grid_search(small, POINTS, progress=False))
 
 
