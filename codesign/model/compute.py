@@ -37,6 +37,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import checks
 from . import stage as stage_lib
@@ -171,42 +172,122 @@ class Timing(eqx.Module):
     # and shared experts: `strategies.MoeBlock.reruns`), read by Megatron-Core's
     # combined 1F1B (`overlap.Paired`); 0 without `parallel.ep_overlap`
     moe_forward_s: jax.Array
+    # per micro-batch: (a dense layer's, an MoE layer's) bytes kept for
+    # backward without recomputation (`full_layer_bytes`; memory reads them)
+    full_layer_bytes: jax.Array
 
     @property
     def micro_batch_s(self) -> jax.Array:
         return self.forward_s + self.backward_s
 
 
+def _column(values):
+    """One column of a GEMM table: the entry itself where every row holds the
+    same object, numpy where every entry is a Python number (nothing traced),
+    else the entries stacked."""
+    if all(v is values[0] for v in values):
+        return values[0]
+    if all(isinstance(v, (int, float)) for v in values):
+        return np.asarray(values, float)
+    return jnp.stack([jnp.asarray(v, float) for v in values])
+
+
+def _select(dtypes, value):
+    """`value(dtype)` for each row's dtype: one scalar where the rows share a
+    dtype, else a per-row array chosen by static masks."""
+    kinds = list(dict.fromkeys(dtypes))
+    out = value(kinds[0])
+    for dtype in kinds[1:]:
+        out = jnp.where(np.asarray([d == dtype for d in dtypes]), value(dtype), out)
+    return out
+
+
+def _rows_s(system: System, gemms, recipe: Fp8Recipe = TENSORWISE):
+    """(forward, backward) seconds of each row of `gemms` (`_gemms_s`' rows),
+    weighted, as arrays: one vectorised roofline (`gemm_time_s`) over the
+    table, each row's dtype choosing its peak, efficiency and widths."""
+    m, k, n, count, weight = (_column([g[i] for g in gemms]) for i in (0, 1, 2, 3, 5))
+    dtypes = [g[4] for g in gemms]
+    inputs = _column([recipe.element_bytes if d == "fp8" else DTYPE_BYTES[d] for d in dtypes])
+    outputs = _column([DTYPE_BYTES[d] for d in dtypes])
+    flops = 2.0 * m * k * n
+    moved = inputs * (m * k + k * n) + outputs * m * n
+    peak = _select(dtypes, lambda d: peak_flops_per_s(system, d, recipe))
+    efficiency = _select(dtypes, lambda d: matmul_efficiency(system, d))
+    seconds = count * (flops / peak + streaming_time_s(system, moved)) / efficiency \
+        + system.chip.kernel_overhead_s
+    forward, backward = seconds, 2.0 * seconds
+    for col, elements, phase in ((6, m * k, "forward"), (7, m * n, "backward")):
+        casts = [g[col] if isinstance(g[col], tuple) else (g[col], float(g[col] > 0))
+                 for g in gemms]
+        per_element = [b for b, _ in casts]
+        if any(per_element):
+            kernels = np.asarray([c for _, c in casts], float)
+            cast = (streaming_time_s(system, np.asarray(per_element, float) * count * elements)
+                    + kernels * system.chip.kernel_overhead_s)
+            if phase == "forward":
+                forward = forward + cast
+            else:
+                backward = backward + cast
+    return weight * forward, weight * backward
+
+
 def _gemms_s(system: System, gemms, recipe: Fp8Recipe = TENSORWISE):
     """(forward, backward) seconds of sum_i weight_i x the GEMMs of row i of
     `gemms`, rows (m, k, n, count, dtype, weight, x_cast, dy_cast): one
-    vectorised `gemm_time_s` per dtype (fp8 under `recipe`), a new GEMM a row;
-    backward's two GEMMs (input and weight gradients) take twice the forward's
-    time. Quantisation (narrow GEMMs; `Precision.quantisation`'s (HBM bytes
-    per element, kernels), or 0 for none) is memory-bound: forward quantises
-    the m x k input (`x_cast`), backward the m x n output gradient (`dy_cast`)."""
-    forward = backward = 0.0
-    for dtype in dict.fromkeys(g[4] for g in gemms):
-        rows = [g for g in gemms if g[4] == dtype]
-        m, k, n, count, weight = (jnp.stack([jnp.asarray(g[i], float) for g in rows])
-                                  for i in (0, 1, 2, 3, 5))
-        seconds = gemm_time_s(system, m, k, n, dtype, count, recipe)
-        forward = forward + jnp.sum(weight * seconds)
-        backward = backward + 2.0 * jnp.sum(weight * seconds)
-        for col, elements, phase in ((6, m * k, "forward"), (7, m * n, "backward")):
-            casts = [g[col] if isinstance(g[col], tuple) else (g[col], float(g[col] > 0))
-                     for g in rows]
-            per_element = [b for b, _ in casts]
-            if any(per_element):
-                kernels = jnp.asarray([c for _, c in casts])
-                cast = weight * (streaming_time_s(system, jnp.asarray(per_element) * count
-                                                  * elements)
-                                 + kernels * system.chip.kernel_overhead_s)
-                if phase == "forward":
-                    forward = forward + jnp.sum(cast)
-                else:
-                    backward = backward + jnp.sum(cast)
-    return forward, backward
+    vectorised `gemm_time_s` over the table (`_rows_s`; fp8 under `recipe`), a
+    new GEMM a row; backward's two GEMMs (input and weight gradients) take
+    twice the forward's time. Quantisation (narrow GEMMs; `Precision.
+    quantisation`'s (HBM bytes per element, kernels), or 0 for none) is
+    memory-bound: forward quantises the m x k input (`x_cast`), backward the
+    m x n output gradient (`dy_cast`)."""
+    forward, backward = _rows_s(system, gemms, recipe)
+    return jnp.sum(forward), jnp.sum(backward)
+
+
+def _grouped_s(system: System, groups: dict, recipe: Fp8Recipe = TENSORWISE,
+               totals: dict = {}):  # noqa: B006 (read only)
+    """The (forward, backward) seconds of each group's rows (`_gemms_s`) and
+    of each total (`totals`: {name: the groups it sums}), as `_Priced`: all
+    groups' rows priced as one table, each group's sum one product with a
+    static membership column."""
+    rows = [row for g in groups.values() for row in g]
+    forward, backward = _rows_s(system, rows, recipe)
+    names = [*groups, *totals]
+    member = np.zeros((len(rows), len(names)))
+    at = 0
+    for j, (name, g) in enumerate(groups.items()):
+        member[at:at + len(g), j] = 1.0
+        for i, total in enumerate(totals.values()):
+            if name in total:
+                member[at:at + len(g), len(groups) + i] = 1.0
+        at += len(g)
+    return _Priced(jnp.broadcast_to(forward, (len(rows),)),
+                   jnp.broadcast_to(backward, (len(rows),)), dict(zip(names, member.T)))
+
+
+class _Priced:
+    """`_grouped_s`' sums by group, each taken (one product of the rows' forward
+    or backward seconds with the group's membership column) only when read."""
+
+    def __init__(self, forward, backward, members: dict):
+        self._rows, self._members, self._sums = (forward, backward), members, {}
+
+    def __contains__(self, name) -> bool:
+        return name in self._members
+
+    def _sum(self, name, phase: int) -> jax.Array:
+        if (name, phase) not in self._sums:
+            self._sums[name, phase] = self._rows[phase] @ self._members[name]
+        return self._sums[name, phase]
+
+    def forward(self, name) -> jax.Array:
+        """Forward seconds of group `name`."""
+        return self._sum(name, 0)
+
+    def backward(self, name) -> jax.Array:
+        """Backward seconds of group `name`."""
+        return self._sum(name, 1)
 
 
 def _moe_shape(model: Transformer, plan: Plan):
@@ -315,17 +396,34 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     and the shared experts' cast their own. A stack whose producers write wide
     (`stacks.Stack.fused_fp8_producers` False: torchao's Float8Linear) casts
     every input."""
+    gemms = [row for rows in _gemm_parts(model, plan, system, sh).values() for row in rows]
+    forward, backward = _gemms_s(system, gemms, plan.fp8_recipe)
+    passes = _layer_passes_s(model, plan, system, sh)
+    return forward + passes, backward + 2.0 * passes
+
+
+def full_layer_bytes(model: Transformer, plan: Plan) -> jax.Array:
+    """(a dense layer's, an MoE layer's) bytes kept for backward per
+    micro-batch without recomputation (`Transformer.activation_bytes_per_layer`)."""
+    return model.activation_bytes_per_layer(plan.micro_batch, plan.tp, plan.sequence_parallel,
+                                             "none", LAYER_KINDS, plan.cp, plan.precision)
+
+
+def _layer_passes_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
+                    stored=None):
+    """Forward seconds of the stage's layers' memory-bound kernels, one
+    micro-batch (`_layers_s`; backward: twice these): two passes over what
+    each layer stores (`stored`: `full_layer_bytes` if known), the MoE
+    layers' permute and unpermute, and each layer's `KERNELS_PER_LAYER`
+    fixed overheads."""
     received, tp = _moe_shape(model, plan)[1], plan.tp
     dense_layers, moe_layers = sh.dense_layers_on_stage, sh.moe_layers_on_stage
-    gemms = [row for rows in _gemm_parts(model, plan, system, sh).values() for row in rows]
     permute = _permute_s(model, plan, system, received)
-    stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
-                                              "none", LAYER_KINDS, plan.cp, plan.precision)
+    stored = full_layer_bytes(model, plan) if stored is None else stored
     passes_s = streaming_time_s(system, 2.0 * stored)  # (dense, MoE) layer
     memory = dense_layers * passes_s[0] + moe_layers * (passes_s[1] + permute)
     overhead = sh.layers_on_stage * KERNELS_PER_LAYER * system.chip.kernel_overhead_s
-    forward, backward = _gemms_s(system, gemms, plan.fp8_recipe)
-    return forward + memory + overhead, backward + 2.0 * (memory + overhead)
+    return memory + overhead
 
 
 def _pass_s(system: System, moved_bytes, kernels) -> jax.Array:
@@ -335,15 +433,16 @@ def _pass_s(system: System, moved_bytes, kernels) -> jax.Array:
 
 
 def rerun_parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-                  attention_forward_s) -> dict:
+                  attention_forward_s, priced: dict | None = None) -> dict:
     """{part: the stage's forward seconds of it, one micro-batch} of the layer
     parts selective recomputation runs again (`plan.recompute.reruns()`, of
     `strategies.RERUN_PARTS`; `parts_s`)."""
-    return parts_s(model, plan, system, sh, attention_forward_s, plan.recompute.reruns())
+    return parts_s(model, plan, system, sh, attention_forward_s, plan.recompute.reruns(),
+                   priced)
 
 
 def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-            attention_forward_s, parts) -> dict:
+            attention_forward_s, parts, priced: dict | None = None) -> dict:
     """{part: the stage's forward seconds of it, one micro-batch} of the layer
     `parts` (`strategies.RERUN_PARTS`): the attention core (`attention_forward_s`:
     the stage's), the GEMM rows of each part (`_gemm_parts`, with their
@@ -353,7 +452,9 @@ def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
     gated, f plain) and writes f; a discarded output that fed an fp8 GEMM
     (`RecomputeModule.discards_output`: the norms', the experts' activation's)
     is quantised again (`norm_requant`, `expert_requant`: `Precision.
-    quantisation`, nothing in the activations' width)."""
+    quantisation`, nothing in the activations' width). `priced`: the GEMM
+    parts priced if known (`_grouped_s` of `_gemm_parts`, the up
+    projections' too where `parts` names them)."""
     width = plan.precision.bytes("activations")
     tokens, received, etp, f_e, _ = _moe_shape(model, plan)
     mats = 2.0 if model.gated else 1.0
@@ -361,9 +462,11 @@ def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
     h, tp = model.hidden, plan.tp
     norm_tokens = tokens / (tp if plan.sequence_parallel else 1.0)
     layers, dense, moe = sh.layers_on_stage, sh.dense_layers_on_stage, sh.moe_layers_on_stage
-    gemm_parts = _gemm_parts(model, plan, system, sh)
-    if "up_projections" in parts:
-        gemm_parts |= _gemm_parts(model, plan, system, sh, up_projections=True)
+    if priced is None:
+        gemm_parts = _gemm_parts(model, plan, system, sh)
+        if "up_projections" in parts:
+            gemm_parts |= _gemm_parts(model, plan, system, sh, up_projections=True)
+        priced = _grouped_s(system, gemm_parts, plan.fp8_recipe)
     seconds = {
         "attention_core": lambda: attention_forward_s,
         "norms": lambda: layers * 2.0 * _pass_s(system, 2.0 * width * h * norm_tokens, 1.0),
@@ -374,8 +477,7 @@ def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
             system, (mats + 1.0) * width * f_e / etp * received, 1.0),
         "expert_requant": lambda: moe * _pass_s(system, moved * f_e / etp * received, kernels),
         "permute": lambda: moe * _permute_s(model, plan, system, received)}
-    return {p: (_gemms_s(system, gemm_parts[p], plan.fp8_recipe)[0] if p in gemm_parts
-                else seconds[p]()) for p in parts}
+    return {p: priced.forward(p) if p in priced else seconds[p]() for p in parts}
 
 
 def rerun_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
@@ -548,25 +650,35 @@ def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=EXACT, sh
 def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> Timing:
     t = smoothing(t)
     sh = stage_lib.shape(model, plan, t) if sh is None else sh
-    matrix, matrix_backward = _layers_s(model, plan, system, sh)
+    reruns = plan.recompute.reruns()  # selective recomputation by module
+    moe_parts = strategies.MoeBlock.reruns if plan.ep_overlap else ()
+    # every GEMM of the step as one table (`_grouped_s`): the layers' parts,
+    # MLA's up projections again where recomputed, and the output head
+    groups = _gemm_parts(model, plan, system, sh)
+    layer_parts = tuple(groups)
+    if "up_projections" in (*reruns, *moe_parts):
+        groups |= _gemm_parts(model, plan, system, sh, up_projections=True)
+    tokens = _moe_shape(model, plan)[0]
+    # the output layer stays 16-bit; each MTP depth projects [hidden; next
+    # embedding] and runs the output head again
+    groups["head"] = [(tokens, model.hidden, model.vocab / plan.tp, 1.0,
+                       plan.precision.attention, sh.head_passes, 0.0, 0.0),
+                      (tokens, 2.0 * model.hidden, model.hidden / plan.tp, 1.0,
+                       plan.precision.gemm, sh.mtp_layers_on_stage, 0.0, 0.0)]
+    priced = _grouped_s(system, groups, plan.fp8_recipe, {"layers": layer_parts})
+    full = full_layer_bytes(model, plan)
+    passes = _layer_passes_s(model, plan, system, sh, full)
+    matrix, matrix_backward = priced.forward("layers") + passes, priced.backward("layers") + 2.0 * passes
     layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
     att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab
-    tokens = plan.micro_batch * model.seq_len / plan.cp
-    logits = gemm_time_s(system, tokens, model.hidden, model.vocab / plan.tp,
-                         plan.precision.attention)  # the output layer stays 16-bit
     # the loss: fp32 logits written, then read by softmax / cross-entropy; in
     # backward their gradient written and read again (memory-bound)
-    loss = streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp) \
-        + system.chip.kernel_overhead_s
-    # each MTP depth projects [hidden; next embedding] and runs the output head again
-    mtp = gemm_time_s(system, tokens, 2.0 * model.hidden, model.hidden / plan.tp,
-                      plan.precision.gemm, 1.0, plan.fp8_recipe)
-    logits = sh.head_passes * (logits + loss) + sh.mtp_layers_on_stage * mtp
-    forward = matrix + att_fwd + logits
-    reruns = plan.recompute.reruns()  # selective recomputation by module
-    rerun_s = rerun_parts_s(model, plan, system, sh, att_fwd) if reruns else None
+    loss = sh.head_passes * (streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp)
+                             + system.chip.kernel_overhead_s)
+    forward = matrix + att_fwd + (priced.forward("head") + loss)
+    rerun_s = rerun_parts_s(model, plan, system, sh, att_fwd, priced) if reruns else None
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd, rerun_s)
-    backward = matrix_backward + 2.0 * logits + att_bwd + recompute
+    backward = matrix_backward + (priced.backward("head") + 2.0 * loss) + att_bwd + recompute
     # the host launches the kernels while the GPU runs the ones before, and the
     # copy engines move the offloaded activations to host memory in forward and
     # back in backward beside the compute: only the excess of either over the
@@ -590,9 +702,8 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd
-    moe_forward = (sum(parts_s(model, plan, system, sh, att_fwd,
-                               strategies.MoeBlock.reruns).values())
+    moe_forward = (sum(parts_s(model, plan, system, sh, att_fwd, moe_parts, priced).values())
                    if plan.ep_overlap else jnp.zeros(()))
     return Timing(forward, backward, attention, m * (forward + backward),
                   optimizer_time_s(model, plan, system, t, sh), attention_fwd,
-                  sh.layers_on_stage, stored, offloaded, moe_forward)
+                  sh.layers_on_stage, stored, offloaded, moe_forward, full)

@@ -48,7 +48,7 @@ class Memory(eqx.Module):
 
 
 def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
-           stored=None) -> Memory:
+           stored=None, full_layer_bytes=None) -> Memory:
     """Weights, gradients and optimizer state by ZeRO stage and precision recipe,
     sharded over the group the framework shards over (`compute.local_params`:
     dp x cp, or HSDP's `parallel.zero_shard_size` groups);
@@ -57,7 +57,9 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
     memory (`training.offload_layers`), times what a full-iteration CUDA graph's
     pool holds (`stacks.GraphScope.activation_factor`); the chip's reserve. `sh`: the stage's
     `stage.Shape` if known; `stored`: (stored, offloaded) bytes per
-    micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`)."""
+    micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`);
+    `full_layer_bytes`: a (dense, MoE) layer's without recomputation if known
+    (`compute.Timing.full_layer_bytes`)."""
     t = smoothing(t)
     sh = stage.shape(model, plan, t) if sh is None else sh
     pr = plan.precision
@@ -88,7 +90,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
     if plan.graphs.activation_factor != 1.0:  # a whole iteration's graph pool
         activations = plan.graphs.activation_factor * activations
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
-        activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
+        activations = activations + (per_layer(NoRecompute(), False) if full_layer_bytes is None
+                                     else full_layer_bytes[0])  # holds its full ones
     # fp32 logits of one micro-batch where the output head is (one more per MTP depth)
     activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
         * model.vocab / plan.tp * sh.head_passes
