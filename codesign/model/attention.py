@@ -39,8 +39,9 @@ class AttentionKernel(Strategy):
     def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
         """(forward, backward) seconds of one layer's core, one micro-batch, per
         GPU, for `queries` queries per sequence: `peak_flops_per_s` the chip's
-        peak in the attention width, `gemm_s(m, k, n, count)` a batched GEMM's
-        seconds in that width (`compute.attention_time_s` passes both)."""
+        peak in the attention width, `gemm_s(rows)` the seconds of batched
+        GEMMs in that width, rows (m, k, n, count), priced as one table
+        (`compute.attention_time_s` passes both)."""
 
 
 def _per(rate) -> jax.Array:
@@ -116,8 +117,8 @@ class NaiveAttention(AttentionKernel):
 
     def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
         heads = model.heads / tp * micro_batch
-        fwd = (gemm_s(queries, model.qk_width, model.seq_len, heads)
-               + gemm_s(queries, model.seq_len, model.v_width, heads))
+        fwd = gemm_s([(queries, model.qk_width, model.seq_len, heads),
+                      (queries, model.seq_len, model.v_width, heads)])
         return fwd, 2.0 * fwd
 
 

@@ -151,7 +151,8 @@ def attention_time_s(model: Transformer, plan: Plan, system: System):
     d = plan.precision.attention
     return model.attention_kernel.time_s(
         model, plan.micro_batch, model.seq_len / plan.cp, plan.tp, system.chip,
-        peak_flops_per_s(system, d), lambda m, k, n, count: gemm_time_s(system, m, k, n, d, count))
+        peak_flops_per_s(system, d),
+        lambda rows: _gemms_s(system, [(m, k, n, c, d, 1.0, 0.0, 0.0) for m, k, n, c in rows])[0])
 
 
 class Timing(eqx.Module):
@@ -175,6 +176,9 @@ class Timing(eqx.Module):
     # per micro-batch: (a dense layer's, an MoE layer's) bytes kept for
     # backward without recomputation (`full_layer_bytes`; memory reads them)
     full_layer_bytes: jax.Array
+    # (unsharded, sharded) (dense, routed) parameters one GPU of the stage
+    # holds (`held_params`; memory reads them)
+    params: tuple
 
     @property
     def micro_batch_s(self) -> jax.Array:
@@ -229,6 +233,8 @@ def _rows_s(system: System, gemms, recipe: Fp8Recipe = TENSORWISE):
                 forward = forward + cast
             else:
                 backward = backward + cast
+    if isinstance(weight, float) and weight == 1.0:
+        return forward, backward
     return weight * forward, weight * backward
 
 
@@ -263,7 +269,8 @@ def _grouped_s(system: System, groups: dict, recipe: Fp8Recipe = TENSORWISE,
                 member[at:at + len(g), len(groups) + i] = 1.0
         at += len(g)
     return _Priced(jnp.broadcast_to(forward, (len(rows),)),
-                   jnp.broadcast_to(backward, (len(rows),)), dict(zip(names, member.T)))
+                   jnp.broadcast_to(backward, (len(rows),)),
+                   dict(zip(names, member.T, strict=True)))
 
 
 class _Priced:
@@ -341,17 +348,18 @@ def routed_forward_s(model: Transformer, plan: Plan, system: System):
 
 
 def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-                up_projections: bool = False) -> dict:
+                up_projections: bool = False, moe_shape=None) -> dict:
     """The stage's GEMM rows (`_gemms_s`' rows, each weighted by its layers on
     the stage), by the layer part they compute (`strategies.RERUN_PARTS`):
     attention's projections, the dense FFN, the routed and shared experts and
     the router (`_layers_s` explains the quantisation); `up_projections`: only
-    MLA's up projections of attention's (`Attention.up_projections`)."""
+    MLA's up projections of attention's (`Attention.up_projections`).
+    `moe_shape`: `_moe_shape` if known."""
     d = plan.precision.gemm
     cast = plan.precision.quantisation(plan.fp8_recipe)
     fused = (plan.precision.quantisation(plan.fp8_recipe, producer=True)
              if plan.stack.fused_fp8_producers else cast)
-    moe_shape = _moe_shape(model, plan)
+    moe_shape = _moe_shape(model, plan) if moe_shape is None else moe_shape
     tokens, _, _, f_e, experts = moe_shape
     h, tp = model.hidden, plan.tp
     mats = 2.0 if model.gated else 1.0
@@ -410,13 +418,13 @@ def full_layer_bytes(model: Transformer, plan: Plan) -> jax.Array:
 
 
 def _layer_passes_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-                    stored=None):
+                    stored=None, moe_shape=None):
     """Forward seconds of the stage's layers' memory-bound kernels, one
     micro-batch (`_layers_s`; backward: twice these): two passes over what
     each layer stores (`stored`: `full_layer_bytes` if known), the MoE
     layers' permute and unpermute, and each layer's `KERNELS_PER_LAYER`
-    fixed overheads."""
-    received, tp = _moe_shape(model, plan)[1], plan.tp
+    fixed overheads. `moe_shape`: `_moe_shape` if known."""
+    received = (_moe_shape(model, plan) if moe_shape is None else moe_shape)[1]
     dense_layers, moe_layers = sh.dense_layers_on_stage, sh.moe_layers_on_stage
     permute = _permute_s(model, plan, system, received)
     stored = full_layer_bytes(model, plan) if stored is None else stored
@@ -433,16 +441,16 @@ def _pass_s(system: System, moved_bytes, kernels) -> jax.Array:
 
 
 def rerun_parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-                  attention_forward_s, priced: dict | None = None) -> dict:
+                  attention_forward_s, priced=None, moe_shape=None) -> dict:
     """{part: the stage's forward seconds of it, one micro-batch} of the layer
     parts selective recomputation runs again (`plan.recompute.reruns()`, of
     `strategies.RERUN_PARTS`; `parts_s`)."""
     return parts_s(model, plan, system, sh, attention_forward_s, plan.recompute.reruns(),
-                   priced)
+                   priced, moe_shape)
 
 
 def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-            attention_forward_s, parts, priced: dict | None = None) -> dict:
+            attention_forward_s, parts, priced=None, moe_shape=None) -> dict:
     """{part: the stage's forward seconds of it, one micro-batch} of the layer
     `parts` (`strategies.RERUN_PARTS`): the attention core (`attention_forward_s`:
     the stage's), the GEMM rows of each part (`_gemm_parts`, with their
@@ -454,18 +462,20 @@ def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
     is quantised again (`norm_requant`, `expert_requant`: `Precision.
     quantisation`, nothing in the activations' width). `priced`: the GEMM
     parts priced if known (`_grouped_s` of `_gemm_parts`, the up
-    projections' too where `parts` names them)."""
+    projections' too where `parts` names them); `moe_shape`: `_moe_shape` if
+    known."""
     width = plan.precision.bytes("activations")
-    tokens, received, etp, f_e, _ = _moe_shape(model, plan)
+    moe_shape = _moe_shape(model, plan) if moe_shape is None else moe_shape
+    tokens, received, etp, f_e, _ = moe_shape
     mats = 2.0 if model.gated else 1.0
     moved, kernels = plan.precision.quantisation(plan.fp8_recipe)
     h, tp = model.hidden, plan.tp
     norm_tokens = tokens / (tp if plan.sequence_parallel else 1.0)
     layers, dense, moe = sh.layers_on_stage, sh.dense_layers_on_stage, sh.moe_layers_on_stage
     if priced is None:
-        gemm_parts = _gemm_parts(model, plan, system, sh)
+        gemm_parts = _gemm_parts(model, plan, system, sh, moe_shape=moe_shape)
         if "up_projections" in parts:
-            gemm_parts |= _gemm_parts(model, plan, system, sh, up_projections=True)
+            gemm_parts |= _gemm_parts(model, plan, system, sh, True, moe_shape)
         priced = _grouped_s(system, gemm_parts, plan.fp8_recipe)
     seconds = {
         "attention_core": lambda: attention_forward_s,
@@ -622,6 +632,14 @@ def local_params(model: Transformer, plan: Plan, t=EXACT, stage=1, sh=None):
     return shard_params(plan, dense, routed, stage)
 
 
+def held_params(model: Transformer, plan: Plan, t=EXACT, sh=None) -> tuple:
+    """((dense, routed) parameters one GPU of the fullest stage holds
+    unsharded, the same sharded as ZeRO shards them, or None below ZeRO 1),
+    each computed once (`local_params`, `shard_params`)."""
+    unsharded = local_params(model, plan, t, stage=None, sh=sh)
+    return unsharded, (shard_params(plan, *unsharded, 0) if plan.zero >= 1 else None)
+
+
 def shard_params(plan: Plan, dense, routed, stage):
     """`local_params`' (dense, routed) unsharded parameters, sharded when ZeRO
     `stage` or higher is on (`stage=None`: never) over the group the framework
@@ -639,10 +657,13 @@ def shard_params(plan: Plan, dense, routed, stage):
     return dense / shard(plan.dp * plan.cp), routed / shard(plan.expert_dp)
 
 
-def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None):
+def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
+                     params=None):
     """One Adam step over the local shard (ZeRO >= 1 shards it over dp): a
-    memory-bound pass over gradients, master weights, moments and weights."""
-    dense, routed = local_params(model, plan, t, stage=1, sh=sh)
+    memory-bound pass over gradients, master weights, moments and weights.
+    `params`: `held_params` if known."""
+    dense, routed = (local_params(model, plan, t, stage=1, sh=sh) if params is None
+                     else params[plan.zero >= 1])
     moved = (dense + routed) * plan.precision.optimizer_step_bytes_per_param
     return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
 
@@ -654,11 +675,12 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     moe_parts = strategies.MoeBlock.reruns if plan.ep_overlap else ()
     # every GEMM of the step as one table (`_grouped_s`): the layers' parts,
     # MLA's up projections again where recomputed, and the output head
-    groups = _gemm_parts(model, plan, system, sh)
+    moe_shape = _moe_shape(model, plan)
+    groups = _gemm_parts(model, plan, system, sh, moe_shape=moe_shape)
     layer_parts = tuple(groups)
     if "up_projections" in (*reruns, *moe_parts):
-        groups |= _gemm_parts(model, plan, system, sh, up_projections=True)
-    tokens = _moe_shape(model, plan)[0]
+        groups |= _gemm_parts(model, plan, system, sh, True, moe_shape)
+    tokens = moe_shape[0]
     # the output layer stays 16-bit; each MTP depth projects [hidden; next
     # embedding] and runs the output head again
     groups["head"] = [(tokens, model.hidden, model.vocab / plan.tp, 1.0,
@@ -667,8 +689,9 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
                        plan.precision.gemm, sh.mtp_layers_on_stage, 0.0, 0.0)]
     priced = _grouped_s(system, groups, plan.fp8_recipe, {"layers": layer_parts})
     full = full_layer_bytes(model, plan)
-    passes = _layer_passes_s(model, plan, system, sh, full)
-    matrix, matrix_backward = priced.forward("layers") + passes, priced.backward("layers") + 2.0 * passes
+    passes = _layer_passes_s(model, plan, system, sh, full, moe_shape)
+    matrix = priced.forward("layers") + passes
+    matrix_backward = priced.backward("layers") + 2.0 * passes
     layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
     att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab
     # the loss: fp32 logits written, then read by softmax / cross-entropy; in
@@ -676,7 +699,8 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     loss = sh.head_passes * (streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp)
                              + system.chip.kernel_overhead_s)
     forward = matrix + att_fwd + (priced.forward("head") + loss)
-    rerun_s = rerun_parts_s(model, plan, system, sh, att_fwd, priced) if reruns else None
+    rerun_s = (rerun_parts_s(model, plan, system, sh, att_fwd, priced, moe_shape) if reruns
+               else None)
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd, rerun_s)
     backward = matrix_backward + (priced.backward("head") + 2.0 * loss) + att_bwd + recompute
     # the host launches the kernels while the GPU runs the ones before, and the
@@ -702,8 +726,10 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd
-    moe_forward = (sum(parts_s(model, plan, system, sh, att_fwd, moe_parts, priced).values())
+    moe_forward = (sum(parts_s(model, plan, system, sh, att_fwd, moe_parts, priced,
+                                       moe_shape).values())
                    if plan.ep_overlap else jnp.zeros(()))
+    params = held_params(model, plan, t, sh)
     return Timing(forward, backward, attention, m * (forward + backward),
-                  optimizer_time_s(model, plan, system, t, sh), attention_fwd,
-                  sh.layers_on_stage, stored, offloaded, moe_forward, full)
+                  optimizer_time_s(model, plan, system, t, sh, params), attention_fwd,
+                  sh.layers_on_stage, stored, offloaded, moe_forward, full, params)
