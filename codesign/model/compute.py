@@ -410,11 +410,19 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     return forward + passes, backward + 2.0 * passes
 
 
-def full_layer_bytes(model: Transformer, plan: Plan) -> jax.Array:
+def layer_terms(model: Transformer, plan: Plan) -> dict:
+    """{term: (a dense layer's, an MoE layer's) bytes} one layer keeps for
+    backward per micro-batch before recomputation and tensor parallelism
+    (`Transformer.activation_terms`)."""
+    return model.activation_terms(plan.micro_batch, LAYER_KINDS, plan.cp, plan.precision)
+
+
+def full_layer_bytes(model: Transformer, plan: Plan, terms=None) -> jax.Array:
     """(a dense layer's, an MoE layer's) bytes kept for backward per
-    micro-batch without recomputation (`Transformer.activation_bytes_per_layer`)."""
+    micro-batch without recomputation (`Transformer.activation_bytes_per_layer`;
+    `terms`: `layer_terms` if known)."""
     return model.activation_bytes_per_layer(plan.micro_batch, plan.tp, plan.sequence_parallel,
-                                             "none", LAYER_KINDS, plan.cp, plan.precision)
+                                             "none", LAYER_KINDS, plan.cp, plan.precision, terms)
 
 
 def _layer_passes_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
@@ -600,14 +608,16 @@ def _synced_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     return plan.moe_dispatcher.host_syncs * sh.moe_layers_on_stage * one
 
 
-def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape):
+def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape,
+                                 terms=None):
     """(bytes the stage's layers keep for backward per micro-batch, of them the
     bytes `plan.offload_layers` of its layers send to host memory): the
     offloaded layers hold the stage's mean layer's bytes (dense and MoE layers
-    in their proportion); at most every layer of the stage is offloaded."""
+    in their proportion); at most every layer of the stage is offloaded.
+    `terms`: `layer_terms` if known."""
     kinds = model.activation_bytes_per_layer(plan.micro_batch, plan.tp, plan.sequence_parallel,
                                              plan.recompute, LAYER_KINDS, plan.cp,
-                                             plan.precision)  # (dense, MoE) layer
+                                             plan.precision, terms)  # (dense, MoE) layer
     stored = sh.dense_layers_on_stage * kinds[0] + sh.moe_layers_on_stage * kinds[1]
     offloaded = jnp.minimum(plan.offload_layers, sh.layers_on_stage) / sh.layers_on_stage
     return stored, stored * offloaded
@@ -688,7 +698,8 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
                       (tokens, 2.0 * model.hidden, model.hidden / plan.tp, 1.0,
                        plan.precision.gemm, sh.mtp_layers_on_stage, 0.0, 0.0)]
     priced = _grouped_s(system, groups, plan.fp8_recipe, {"layers": layer_parts})
-    full = full_layer_bytes(model, plan)
+    terms = layer_terms(model, plan)
+    full = full_layer_bytes(model, plan, terms)
     passes = _layer_passes_s(model, plan, system, sh, full, moe_shape)
     matrix = priced.forward("layers") + passes
     matrix_backward = priced.backward("layers") + 2.0 * passes
@@ -712,7 +723,7 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     launches = host_launches(model, plan, sh)
     if reruns:  # the recomputed modules' launches in backward
         launches = (launches[0], launches[1] + rerun_launches(model, plan, sh))
-    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh)
+    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh, terms)
     offload_s = offloaded / system.chip.host_Bps
     waits = plan.host_syncs and plan.moe_dispatcher.host_syncs > 0
     synced = _synced_s(model, plan, system, sh, forward) if waits else None

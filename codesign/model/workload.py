@@ -400,7 +400,7 @@ class Transformer(eqx.Module):
 
     # ----------------------------------------------------------- activations
     def activation_bytes_per_layer(self, micro_batch, tp, sequence_parallel: bool,
-                                   recompute, moe, cp=1.0, precision=None
+                                   recompute, moe, cp=1.0, precision=None, terms=None
                                    ) -> jax.Array:
         """Bytes one layer keeps for backward, per GPU, per micro-batch in flight:
         an MoE layer's where `moe` is true, a dense layer's where false (`moe`
@@ -412,7 +412,8 @@ class Transformer(eqx.Module):
         parallelism divides s. `precision` (plan.Precision) scales the 16-bit
         accounting by the activation width; an fp8 GEMM recipe caches the
         linear layers' inputs in 8 bits (DeepSeek-V3, section 3.3). `recompute`
-        is a `strategies.Recompute` or its name.
+        is a `strategies.Recompute` or its name; `terms`: `activation_terms`
+        of the same arguments if known.
         """
         recompute = strategies.recompute(recompute, "recompute")
         width = 1.0 if precision is None else precision.bytes("activations") / 2.0
@@ -420,12 +421,12 @@ class Transformer(eqx.Module):
         if not recompute.keeps_layer_activations:  # only the layer input survives
             return jnp.ones(jnp.shape(moe)) * width * 2 * s * b * h / (
                 tp if sequence_parallel else 1.0)
-        kept = self.activation_terms(micro_batch, moe, cp, precision)
+        kept = self.activation_terms(micro_batch, moe, cp, precision) if terms is None else terms
         terms = dict(kept)
         for module in recompute.modules(self):  # what each recomputed module does not keep
-            share = strategies.layer_share(module, moe)
+            share = None if module.layers == "all" else strategies.layer_share(module, moe)
             for term, dropped in module.dropped_bytes(self, kept).items():
-                terms[term] = terms[term] - share * dropped
+                terms[term] = terms[term] - (dropped if share is None else share * dropped)
         split = terms["qkv"] + terms["attention_output"] + terms["ffn"]
         replicated = terms["norms"] + terms["norm_outputs"] + terms["dropout"] + terms["latents"]
         return (split + terms["scores"]) / tp + replicated / (tp if sequence_parallel else 1.0)
@@ -438,7 +439,9 @@ class Transformer(eqx.Module):
         and second GEMM input (6 f gated, 4 f plain: `strategies.
         ffn_term_elements`), the attention kernel's own (`scores`); replicated
         unless sequence-parallel, the two norms' inputs, their outputs (the
-        QKV and first FFN GEMMs' inputs), dropout masks, MLA's latents.
+        QKV and first FFN GEMMs' inputs), dropout masks, MLA's latents. Only
+        the FFN's term has `moe`'s shape; the others, the same in both kinds,
+        are scalars.
         Korthikanti et al. 2022, eqs. 1-6, generalised (see
         `activation_bytes_per_layer`)."""
         width = 1.0 if precision is None else precision.bytes("activations") / 2.0
@@ -447,15 +450,14 @@ class Transformer(eqx.Module):
         f = jnp.where(moe, (self.top_k + self.shared_experts) * self.expert_ffn_hidden,
                       self.ffn_hidden)
         linear = 0.5 if precision is not None and precision.gemm == "fp8" else 1.0
-        ones = jnp.ones(jnp.shape(moe))
-        return {"qkv": ones * 2 * self.attention.qkv_elements_per_token(self) * sbw,
-                "attention_output": ones * linear * 2 * self.heads * self.v_width * sbw,
+        norms = 4.0 * h * sbw
+        return {"qkv": 2 * self.attention.qkv_elements_per_token(self) * sbw,
+                "attention_output": linear * 2 * self.heads * self.v_width * sbw,
                 "ffn": linear * strategies.ffn_term_elements(self) * f * sbw,
-                "scores": ones * self.attention_kernel.stored_bytes(self, s, b, width),
-                "norms": ones * 4.0 * h * sbw,
-                "norm_outputs": ones * 4.0 * h * sbw,
-                "dropout": ones * (2.0 if self.dropout else 0.0) * h * sbw,
-                "latents": ones * 2 * self.attention.latent_elements_per_token(self) * sbw}
+                "scores": self.attention_kernel.stored_bytes(self, s, b, width),
+                "norms": norms, "norm_outputs": norms,
+                "dropout": 2.0 * h * sbw if self.dropout else 0.0,
+                "latents": 2 * self.attention.latent_elements_per_token(self) * sbw}
 
 
 
