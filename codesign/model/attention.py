@@ -46,7 +46,8 @@ class AttentionKernel(Strategy):
 
 def _per(rate) -> jax.Array:
     """1 / rate, and 0 where rate is 0 (a rate not stated: no term)."""
-    return jnp.where(rate > 0, 1.0 / jnp.where(rate > 0, rate, 1.0), 0.0)
+    stated = rate > 0
+    return jnp.where(stated, 1.0 / jnp.where(stated, rate, 1.0), 0.0)
 
 
 def exponential_s(chip, exponentials) -> tuple:
@@ -61,7 +62,8 @@ def exponential_s(chip, exponentials) -> tuple:
     rate = chip.exp_per_s * chip.clock_fraction
     lent = jnp.where(chip.attention_exp_per_s > 0, chip.attention_exp_per_s,
                      chip.exp_per_s) * chip.clock_fraction
-    return exponentials * (_per(rate) - _per(lent)), exponentials * _per(rate)
+    per = _per(rate)
+    return exponentials * (per - _per(lent)), exponentials * per
 
 
 class FlashAttention(AttentionKernel):

@@ -347,6 +347,13 @@ def routed_forward_s(model: Transformer, plan: Plan, system: System):
     return forward + _permute_s(model, plan, system, shape[1])
 
 
+def _over(x, divisor, factor=1.0):
+    """factor x x / divisor, leaving out a Python 1 on either side (nothing
+    traced for it: the same value)."""
+    x = x if isinstance(factor, (int, float)) and factor == 1 else factor * x
+    return x if isinstance(divisor, (int, float)) and divisor == 1 else x / divisor
+
+
 def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
                 up_projections: bool = False, moe_shape=None) -> dict:
     """The stage's GEMM rows (`_gemms_s`' rows, each weighted by its layers on
@@ -369,8 +376,9 @@ def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Sh
     # or MLA's latent norms)
     projections = (model.attention.up_projections(model) if up_projections
                    else model.attention_gemms())
-    parts = {"attention": [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d,
-                            c * sh.layers_on_stage, cast if split == "k" else fused, cast)
+    parts = {"attention": [(tokens, _over(k, cut[split][0]), _over(n, cut[split][1]), 1.0, d,
+                            _over(sh.layers_on_stage, 1.0, c), cast if split == "k" else fused,
+                            cast)
                            for k, n, split, c in projections]}
     if up_projections:
         return {"up_projections": parts["attention"]}

@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import operator
 from typing import NamedTuple
 
 import equinox as eqx
@@ -285,8 +286,11 @@ class Transformer(eqx.Module):
         """Weights of one layer's attention: Q and O (h x heads x head width
         each), K and V (h x kv_hidden each) for MHA/GQA; the projections of `attention_gemms`
         for MLA."""
-        sinks = self.heads if self.attention_sinks else 0.0
-        return sum(c * k * n for k, n, _, c in self.attention_gemms()) + sinks
+        # a matrix counted a Python 1 multiplies nothing; the sum starts at its first
+        matrices = functools.reduce(operator.add, (
+            k * n if isinstance(c, (int, float)) and c == 1 else c * k * n
+            for k, n, _, c in self.attention_gemms()))
+        return matrices + self.heads if self.attention_sinks else matrices
 
     @_once
     def dense_ffn_params(self) -> jax.Array:
