@@ -357,10 +357,21 @@ class Transformer(eqx.Module):
         for full attention; for a window of w = min(window, s) keys, 2w - w^2/s
         sliding (query i sees min(i, w) keys: w - w^2/2s on average), w chunked
         (query i sees i mod w: w/2)."""
-        s = self.seq_len
-        w = jnp.minimum(self.window, s)
+        s, w = self.seq_len, self.window_keys
         windowed = w if self.chunked_attention else 2.0 * w - w * w / s
-        return s - self.window_layers / self.layers * (s - windowed)
+        return s - self.windowed_share * (s - windowed)
+
+    @property
+    @_once
+    def window_keys(self) -> jax.Array:
+        """A windowed layer's keys per query at most: min(window, s)."""
+        return jnp.minimum(self.window, self.seq_len)
+
+    @property
+    @_once
+    def windowed_share(self) -> jax.Array:
+        """The share of the layers with windowed attention."""
+        return self.window_layers / self.layers
 
     @_once
     def attention_score_flops_per_token(self) -> jax.Array:
@@ -374,8 +385,7 @@ class Transformer(eqx.Module):
         """The share of the sequence's K and V a query's keys span, the mean over
         the layers: 1 for full attention, min(window, s) / s for a windowed
         layer (what ring attention needs to pass around)."""
-        s = self.seq_len
-        return 1.0 - self.window_layers / self.layers * (1.0 - jnp.minimum(self.window, s) / s)
+        return 1.0 - self.windowed_share * (1.0 - self.window_keys / self.seq_len)
 
     @_once
     def logits_flops_per_token(self) -> jax.Array:
