@@ -325,8 +325,9 @@ def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight)
     per_expert = received * plan.ep / experts * load
     local = experts / plan.ep
     at_once = jnp.minimum(plan.grouped_gemm_streams, jnp.maximum(local, 1.0))
-    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (mats * f_e / etp, h)]
-    return [(per_expert, h, mats * f_e / etp, local / busy[0], d, weight, cast, cast),
+    wide = _over(f_e, etp, mats)  # the first GEMM's width
+    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (wide, h)]
+    return [(per_expert, h, wide, local / busy[0], d, weight, cast, cast),
             (per_expert, f_e / etp, h, local / busy[1], d, weight, cast, cast)]
 
 
@@ -383,12 +384,13 @@ def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Sh
     if up_projections:
         return {"up_projections": parts["attention"]}
     f = model.ffn_hidden
-    parts["dense_ffn"] = [(tokens, h, mats * f / tp, 1.0, d, dense_layers, fused, 0.0),
+    parts["dense_ffn"] = [(tokens, h, _over(f, tp, mats), 1.0, d, dense_layers, fused, 0.0),
                           (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
     shared = model.shared_experts * f_e
     with_shared = moe_layers * (model.shared_experts > 0)
     parts["routed_experts"] = _routed_gemms(model, plan, system, moe_shape, moe_layers)
-    parts["shared_experts"] = [(tokens, h, mats * shared / tp, 1.0, d, with_shared, cast, cast),
+    parts["shared_experts"] = [(tokens, h, _over(shared, tp, mats), 1.0, d, with_shared,
+                                cast, cast),
                                (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast)]
     # router (16-bit, replicated)
     parts["router"] = [(tokens, h, experts, 1.0, plan.precision.attention, moe_layers, 0.0, 0.0)]
