@@ -39,13 +39,15 @@ class AttentionKernel(Strategy):
     def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
         """(forward, backward) seconds of one layer's core, one micro-batch, per
         GPU, for `queries` queries per sequence: `peak_flops_per_s` the chip's
-        peak in the attention width, `gemm_s(m, k, n, count)` a batched GEMM's
-        seconds in that width (`compute.attention_time_s` passes both)."""
+        peak in the attention width, `gemm_s(rows)` the seconds of batched
+        GEMMs in that width, rows (m, k, n, count), priced as one table
+        (`compute.attention_time_s` passes both)."""
 
 
 def _per(rate) -> jax.Array:
     """1 / rate, and 0 where rate is 0 (a rate not stated: no term)."""
-    return jnp.where(rate > 0, 1.0 / jnp.where(rate > 0, rate, 1.0), 0.0)
+    stated = rate > 0
+    return jnp.where(stated, 1.0 / jnp.where(stated, rate, 1.0), 0.0)
 
 
 def exponential_s(chip, exponentials) -> tuple:
@@ -60,7 +62,8 @@ def exponential_s(chip, exponentials) -> tuple:
     rate = chip.exp_per_s * chip.clock_fraction
     lent = jnp.where(chip.attention_exp_per_s > 0, chip.attention_exp_per_s,
                      chip.exp_per_s) * chip.clock_fraction
-    return exponentials * (_per(rate) - _per(lent)), exponentials * _per(rate)
+    per = _per(rate)
+    return exponentials * (per - _per(lent)), exponentials * per
 
 
 class FlashAttention(AttentionKernel):
@@ -116,8 +119,8 @@ class NaiveAttention(AttentionKernel):
 
     def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
         heads = model.heads / tp * micro_batch
-        fwd = (gemm_s(queries, model.qk_width, model.seq_len, heads)
-               + gemm_s(queries, model.seq_len, model.v_width, heads))
+        fwd = gemm_s([(queries, model.qk_width, model.seq_len, heads),
+                      (queries, model.seq_len, model.v_width, heads)])
         return fwd, 2.0 * fwd
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import checks
 from . import stacks, strategies
@@ -157,7 +158,8 @@ def attention_time_s(model: Transformer, plan: Plan, system: System):
     d = plan.precision.attention
     return model.attention_kernel.time_s(
         model, plan.micro_batch, model.seq_len / plan.cp, plan.tp, system.chip,
-        peak_flops_per_s(system, d), lambda m, k, n, count: gemm_time_s(system, m, k, n, d, count))
+        peak_flops_per_s(system, d),
+        lambda rows: _gemms_s(system, [(m, k, n, c, d, 1.0, 0.0, 0.0) for m, k, n, c in rows])[0])
 
 
 class Timing(eqx.Module):
@@ -178,42 +180,128 @@ class Timing(eqx.Module):
     # and shared experts: `strategies.MoeBlock.reruns`), read by Megatron-Core's
     # combined 1F1B (`overlap.Paired`); 0 without `parallel.ep_overlap`
     moe_forward_s: jax.Array
+    # per micro-batch: (a dense layer's, an MoE layer's) bytes kept for
+    # backward without recomputation (`full_layer_bytes`; memory reads them)
+    full_layer_bytes: jax.Array
+    # (unsharded, sharded) (dense, routed) parameters one GPU of the stage
+    # holds (`held_params`; memory reads them)
+    params: tuple
 
     @property
     def micro_batch_s(self) -> jax.Array:
         return self.forward_s + self.backward_s
 
 
+def _column(values):
+    """One column of a GEMM table: the entry itself where every row holds the
+    same object, numpy where every entry is a Python number (nothing traced),
+    else the entries stacked."""
+    if all(v is values[0] for v in values):
+        return values[0]
+    if all(isinstance(v, (int, float)) for v in values):
+        return np.asarray(values, float)
+    return jnp.stack([jnp.asarray(v, float) for v in values])
+
+
+def _select(dtypes, value):
+    """`value(dtype)` for each row's dtype: one scalar where the rows share a
+    dtype, else a per-row array chosen by static masks."""
+    kinds = list(dict.fromkeys(dtypes))
+    out = value(kinds[0])
+    for dtype in kinds[1:]:
+        out = jnp.where(np.asarray([d == dtype for d in dtypes]), value(dtype), out)
+    return out
+
+
+def _rows_s(system: System, gemms, recipe: Fp8Recipe = TENSORWISE):
+    """(forward, backward) seconds of each row of `gemms` (`_gemms_s`' rows),
+    weighted, as arrays: one vectorised roofline (`gemm_time_s`) over the
+    table, each row's dtype choosing its peak, efficiency and widths."""
+    m, k, n, count, weight = (_column([g[i] for g in gemms]) for i in (0, 1, 2, 3, 5))
+    dtypes = [g[4] for g in gemms]
+    inputs = _column([recipe.element_bytes if d == "fp8" else DTYPE_BYTES[d] for d in dtypes])
+    outputs = _column([DTYPE_BYTES[d] for d in dtypes])
+    flops = 2.0 * m * k * n
+    moved = inputs * (m * k + k * n) + outputs * m * n
+    peak = _select(dtypes, lambda d: peak_flops_per_s(system, d, recipe))
+    efficiency = _select(dtypes, lambda d: matmul_efficiency(system, d))
+    seconds = count * (flops / peak + streaming_time_s(system, moved)) / efficiency \
+        + system.chip.kernel_overhead_s
+    forward, backward = seconds, 2.0 * seconds
+    for col, elements, phase in ((6, m * k, "forward"), (7, m * n, "backward")):
+        casts = [g[col] if isinstance(g[col], tuple) else (g[col], float(g[col] > 0))
+                 for g in gemms]
+        per_element = [b for b, _ in casts]
+        if any(per_element):
+            kernels = np.asarray([c for _, c in casts], float)
+            cast = (streaming_time_s(system, np.asarray(per_element, float) * count * elements)
+                    + kernels * system.chip.kernel_overhead_s)
+            if phase == "forward":
+                forward = forward + cast
+            else:
+                backward = backward + cast
+    if isinstance(weight, float) and weight == 1.0:
+        return forward, backward
+    return weight * forward, weight * backward
+
+
 def _gemms_s(system: System, gemms, recipe: Fp8Recipe = TENSORWISE):
     """(forward, backward) seconds of sum_i weight_i x the GEMMs of row i of
     `gemms`, rows (m, k, n, count, dtype, weight, x_cast, dy_cast): one
-    vectorised `gemm_time_s` per dtype (fp8 under `recipe`), a new GEMM a row;
-    backward's two GEMMs (input and weight gradients) take twice the forward's
-    time. Quantisation (narrow GEMMs; `Precision.quantisation`'s (HBM bytes
-    per element, kernels), or 0 for none) is memory-bound: forward quantises
-    the m x k input (`x_cast`), backward the m x n output gradient (`dy_cast`)."""
-    forward = backward = 0.0
-    for dtype in dict.fromkeys(g[4] for g in gemms):
-        rows = [g for g in gemms if g[4] == dtype]
-        m, k, n, count, weight = (jnp.stack([jnp.asarray(g[i], float) for g in rows])
-                                  for i in (0, 1, 2, 3, 5))
-        seconds = gemm_time_s(system, m, k, n, dtype, count, recipe)
-        forward = forward + jnp.sum(weight * seconds)
-        backward = backward + 2.0 * jnp.sum(weight * seconds)
-        for col, elements, phase in ((6, m * k, "forward"), (7, m * n, "backward")):
-            casts = [g[col] if isinstance(g[col], tuple) else (g[col], float(g[col] > 0))
-                     for g in rows]
-            per_element = [b for b, _ in casts]
-            if any(per_element):
-                kernels = jnp.asarray([c for _, c in casts])
-                cast = weight * (streaming_time_s(system, jnp.asarray(per_element) * count
-                                                  * elements)
-                                 + kernels * system.chip.kernel_overhead_s)
-                if phase == "forward":
-                    forward = forward + jnp.sum(cast)
-                else:
-                    backward = backward + jnp.sum(cast)
-    return forward, backward
+    vectorised `gemm_time_s` over the table (`_rows_s`; fp8 under `recipe`), a
+    new GEMM a row; backward's two GEMMs (input and weight gradients) take
+    twice the forward's time. Quantisation (narrow GEMMs; `Precision.
+    quantisation`'s (HBM bytes per element, kernels), or 0 for none) is
+    memory-bound: forward quantises the m x k input (`x_cast`), backward the
+    m x n output gradient (`dy_cast`)."""
+    forward, backward = _rows_s(system, gemms, recipe)
+    return jnp.sum(forward), jnp.sum(backward)
+
+
+def _grouped_s(system: System, groups: dict, recipe: Fp8Recipe = TENSORWISE,
+               totals: dict = {}):  # noqa: B006 (read only)
+    """The (forward, backward) seconds of each group's rows (`_gemms_s`) and
+    of each total (`totals`: {name: the groups it sums}), as `_Priced`: all
+    groups' rows priced as one table, each group's sum one product with a
+    static membership column."""
+    rows = [row for g in groups.values() for row in g]
+    forward, backward = _rows_s(system, rows, recipe)
+    names = [*groups, *totals]
+    member = np.zeros((len(rows), len(names)))
+    at = 0
+    for j, (name, g) in enumerate(groups.items()):
+        member[at:at + len(g), j] = 1.0
+        for i, total in enumerate(totals.values()):
+            if name in total:
+                member[at:at + len(g), len(groups) + i] = 1.0
+        at += len(g)
+    return _Priced(jnp.broadcast_to(forward, (len(rows),)),
+                   jnp.broadcast_to(backward, (len(rows),)),
+                   dict(zip(names, member.T, strict=True)))
+
+
+class _Priced:
+    """`_grouped_s`' sums by group, each taken (one product of the rows' forward
+    or backward seconds with the group's membership column) only when read."""
+
+    def __init__(self, forward, backward, members: dict):
+        self._rows, self._members, self._sums = (forward, backward), members, {}
+
+    def __contains__(self, name) -> bool:
+        return name in self._members
+
+    def _sum(self, name, phase: int) -> jax.Array:
+        if (name, phase) not in self._sums:
+            self._sums[name, phase] = self._rows[phase] @ self._members[name]
+        return self._sums[name, phase]
+
+    def forward(self, name) -> jax.Array:
+        """Forward seconds of group `name`."""
+        return self._sum(name, 0)
+
+    def backward(self, name) -> jax.Array:
+        """Backward seconds of group `name`."""
+        return self._sum(name, 1)
 
 
 def _moe_shape(model: Transformer, plan: Plan):
@@ -244,8 +332,9 @@ def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight)
     per_expert = received * plan.ep / experts * load
     local = experts / plan.ep
     at_once = jnp.minimum(plan.grouped_gemm_streams, jnp.maximum(local, 1.0))
-    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (mats * f_e / etp, h)]
-    return [(per_expert, h, mats * f_e / etp, local / busy[0], d, weight, cast, cast),
+    wide = _over(f_e, etp, mats)  # the first GEMM's width
+    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (wide, h)]
+    return [(per_expert, h, wide, local / busy[0], d, weight, cast, cast),
             (per_expert, f_e / etp, h, local / busy[1], d, weight, cast, cast)]
 
 
@@ -266,18 +355,26 @@ def routed_forward_s(model: Transformer, plan: Plan, system: System):
     return forward + _permute_s(model, plan, system, shape[1])
 
 
+def _over(x, divisor, factor=1.0):
+    """factor x x / divisor, leaving out a Python 1 on either side (nothing
+    traced for it: the same value)."""
+    x = x if isinstance(factor, (int, float)) and factor == 1 else factor * x
+    return x if isinstance(divisor, (int, float)) and divisor == 1 else x / divisor
+
+
 def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-                up_projections: bool = False) -> dict:
+                up_projections: bool = False, moe_shape=None) -> dict:
     """The stage's GEMM rows (`_gemms_s`' rows, each weighted by its layers on
     the stage), by the layer part they compute (`strategies.RERUN_PARTS`):
     attention's projections, the dense FFN, the routed and shared experts and
     the router (`_layers_s` explains the quantisation); `up_projections`: only
-    MLA's up projections of attention's (`Attention.up_projections`)."""
+    MLA's up projections of attention's (`Attention.up_projections`).
+    `moe_shape`: `_moe_shape` if known."""
     d = plan.precision.gemm
     cast = plan.precision.quantisation(plan.fp8_recipe)
     fused = (plan.precision.quantisation(plan.fp8_recipe, producer=True)
              if plan.stack.fused_fp8_producers else cast)
-    moe_shape = _moe_shape(model, plan)
+    moe_shape = _moe_shape(model, plan) if moe_shape is None else moe_shape
     tokens, _, _, f_e, experts = moe_shape
     h, tp = model.hidden, plan.tp
     mats = 2.0 if model.gated else 1.0
@@ -287,18 +384,20 @@ def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Sh
     # or MLA's latent norms)
     projections = (model.attention.up_projections(model) if up_projections
                    else model.attention_gemms())
-    parts = {"attention": [(tokens, k / cut[split][0], n / cut[split][1], 1.0, d,
-                            c * sh.layers_on_stage, cast if split == "k" else fused, cast)
+    parts = {"attention": [(tokens, _over(k, cut[split][0]), _over(n, cut[split][1]), 1.0, d,
+                            _over(sh.layers_on_stage, 1.0, c), cast if split == "k" else fused,
+                            cast)
                            for k, n, split, c in projections]}
     if up_projections:
         return {"up_projections": parts["attention"]}
     f = model.ffn_hidden
-    parts["dense_ffn"] = [(tokens, h, mats * f / tp, 1.0, d, dense_layers, fused, 0.0),
+    parts["dense_ffn"] = [(tokens, h, _over(f, tp, mats), 1.0, d, dense_layers, fused, 0.0),
                           (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
     shared = model.shared_experts * f_e
     with_shared = moe_layers * (model.shared_experts > 0)
     parts["routed_experts"] = _routed_gemms(model, plan, system, moe_shape, moe_layers)
-    parts["shared_experts"] = [(tokens, h, mats * shared / tp, 1.0, d, with_shared, cast, cast),
+    parts["shared_experts"] = [(tokens, h, _over(shared, tp, mats), 1.0, d, with_shared,
+                                cast, cast),
                                (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast)]
     # router (16-bit, replicated)
     parts["router"] = [(tokens, h, experts, 1.0, plan.precision.attention, moe_layers, 0.0, 0.0)]
@@ -322,17 +421,42 @@ def _layers_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
     and the shared experts' cast their own. A stack whose producers write wide
     (`stacks.Stack.fused_fp8_producers` False: torchao's Float8Linear) casts
     every input."""
-    received, tp = _moe_shape(model, plan)[1], plan.tp
-    dense_layers, moe_layers = sh.dense_layers_on_stage, sh.moe_layers_on_stage
     gemms = [row for rows in _gemm_parts(model, plan, system, sh).values() for row in rows]
+    forward, backward = _gemms_s(system, gemms, plan.fp8_recipe)
+    passes = _layer_passes_s(model, plan, system, sh)
+    return forward + passes, backward + 2.0 * passes
+
+
+def layer_terms(model: Transformer, plan: Plan) -> dict:
+    """{term: (a dense layer's, an MoE layer's) bytes} one layer keeps for
+    backward per micro-batch before recomputation and tensor parallelism
+    (`Transformer.activation_terms`)."""
+    return model.activation_terms(plan.micro_batch, LAYER_KINDS, plan.cp, plan.precision)
+
+
+def full_layer_bytes(model: Transformer, plan: Plan, terms=None) -> jax.Array:
+    """(a dense layer's, an MoE layer's) bytes kept for backward per
+    micro-batch without recomputation (`Transformer.activation_bytes_per_layer`;
+    `terms`: `layer_terms` if known)."""
+    return model.activation_bytes_per_layer(plan.micro_batch, plan.tp, plan.sequence_parallel,
+                                             "none", LAYER_KINDS, plan.cp, plan.precision, terms)
+
+
+def _layer_passes_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
+                    stored=None, moe_shape=None):
+    """Forward seconds of the stage's layers' memory-bound kernels, one
+    micro-batch (`_layers_s`; backward: twice these): two passes over what
+    each layer stores (`stored`: `full_layer_bytes` if known), the MoE
+    layers' permute and unpermute, and each layer's `KERNELS_PER_LAYER`
+    fixed overheads. `moe_shape`: `_moe_shape` if known."""
+    received = (_moe_shape(model, plan) if moe_shape is None else moe_shape)[1]
+    dense_layers, moe_layers = sh.dense_layers_on_stage, sh.moe_layers_on_stage
     permute = _permute_s(model, plan, system, received)
-    stored = model.activation_bytes_per_layer(plan.micro_batch, tp, plan.sequence_parallel,
-                                              "none", LAYER_KINDS, plan.cp, plan.precision)
+    stored = full_layer_bytes(model, plan) if stored is None else stored
     passes_s = streaming_time_s(system, 2.0 * stored)  # (dense, MoE) layer
     memory = dense_layers * passes_s[0] + moe_layers * (passes_s[1] + permute)
     overhead = sh.layers_on_stage * KERNELS_PER_LAYER * system.chip.kernel_overhead_s
-    forward, backward = _gemms_s(system, gemms, plan.fp8_recipe)
-    return forward + memory + overhead, backward + 2.0 * (memory + overhead)
+    return memory + overhead
 
 
 def _pass_s(system: System, moved_bytes, kernels) -> jax.Array:
@@ -342,15 +466,16 @@ def _pass_s(system: System, moved_bytes, kernels) -> jax.Array:
 
 
 def rerun_parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-                  attention_forward_s) -> dict:
+                  attention_forward_s, priced=None, moe_shape=None) -> dict:
     """{part: the stage's forward seconds of it, one micro-batch} of the layer
     parts selective recomputation runs again (`plan.recompute.reruns()`, of
     `strategies.RERUN_PARTS`; `parts_s`)."""
-    return parts_s(model, plan, system, sh, attention_forward_s, plan.recompute.reruns())
+    return parts_s(model, plan, system, sh, attention_forward_s, plan.recompute.reruns(),
+                   priced, moe_shape)
 
 
 def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-            attention_forward_s, parts) -> dict:
+            attention_forward_s, parts, priced=None, moe_shape=None) -> dict:
     """{part: the stage's forward seconds of it, one micro-batch} of the layer
     `parts` (`strategies.RERUN_PARTS`): the attention core (`attention_forward_s`:
     the stage's), the GEMM rows of each part (`_gemm_parts`, with their
@@ -360,17 +485,23 @@ def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
     gated, f plain) and writes f; a discarded output that fed an fp8 GEMM
     (`RecomputeModule.discards_output`: the norms', the experts' activation's)
     is quantised again (`norm_requant`, `expert_requant`: `Precision.
-    quantisation`, nothing in the activations' width)."""
+    quantisation`, nothing in the activations' width). `priced`: the GEMM
+    parts priced if known (`_grouped_s` of `_gemm_parts`, the up
+    projections' too where `parts` names them); `moe_shape`: `_moe_shape` if
+    known."""
     width = plan.precision.bytes("activations")
-    tokens, received, etp, f_e, _ = _moe_shape(model, plan)
+    moe_shape = _moe_shape(model, plan) if moe_shape is None else moe_shape
+    tokens, received, etp, f_e, _ = moe_shape
     mats = 2.0 if model.gated else 1.0
     moved, kernels = plan.precision.quantisation(plan.fp8_recipe)
     h, tp = model.hidden, plan.tp
     norm_tokens = tokens / (tp if plan.sequence_parallel else 1.0)
     layers, dense, moe = sh.layers_on_stage, sh.dense_layers_on_stage, sh.moe_layers_on_stage
-    gemm_parts = _gemm_parts(model, plan, system, sh)
-    if "up_projections" in parts:
-        gemm_parts |= _gemm_parts(model, plan, system, sh, up_projections=True)
+    if priced is None:
+        gemm_parts = _gemm_parts(model, plan, system, sh, moe_shape=moe_shape)
+        if "up_projections" in parts:
+            gemm_parts |= _gemm_parts(model, plan, system, sh, True, moe_shape)
+        priced = _grouped_s(system, gemm_parts, plan.fp8_recipe)
     seconds = {
         "attention_core": lambda: attention_forward_s,
         "norms": lambda: layers * 2.0 * _pass_s(system, 2.0 * width * h * norm_tokens, 1.0),
@@ -381,8 +512,7 @@ def parts_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
             system, (mats + 1.0) * width * f_e / etp * received, 1.0),
         "expert_requant": lambda: moe * _pass_s(system, moved * f_e / etp * received, kernels),
         "permute": lambda: moe * _permute_s(model, plan, system, received)}
-    return {p: (_gemms_s(system, gemm_parts[p], plan.fp8_recipe)[0] if p in gemm_parts
-                else seconds[p]()) for p in parts}
+    return {p: priced.forward(p) if p in priced else seconds[p]() for p in parts}
 
 
 def rerun_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):
@@ -538,14 +668,16 @@ def _synced_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
                                      + plan.moe_dispatcher.host_wait_s)
 
 
-def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape):
+def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape,
+                                 terms=None):
     """(bytes the stage's layers keep for backward per micro-batch, of them the
     bytes `plan.offload_layers` of its layers send to host memory): the
     offloaded layers hold the stage's mean layer's bytes (dense and MoE layers
-    in their proportion); at most every layer of the stage is offloaded."""
+    in their proportion); at most every layer of the stage is offloaded.
+    `terms`: `layer_terms` if known."""
     kinds = model.activation_bytes_per_layer(plan.micro_batch, plan.tp, plan.sequence_parallel,
                                              plan.recompute, LAYER_KINDS, plan.cp,
-                                             plan.precision)  # (dense, MoE) layer
+                                             plan.precision, terms)  # (dense, MoE) layer
     stored = sh.dense_layers_on_stage * kinds[0] + sh.moe_layers_on_stage * kinds[1]
     offloaded = jnp.minimum(plan.offload_layers, sh.layers_on_stage) / sh.layers_on_stage
     return stored, stored * offloaded
@@ -570,6 +702,14 @@ def local_params(model: Transformer, plan: Plan, t=EXACT, stage=1, sh=None):
     return shard_params(plan, dense, routed, stage)
 
 
+def held_params(model: Transformer, plan: Plan, t=EXACT, sh=None) -> tuple:
+    """((dense, routed) parameters one GPU of the fullest stage holds
+    unsharded, the same sharded as ZeRO shards them, or None below ZeRO 1),
+    each computed once (`local_params`, `shard_params`)."""
+    unsharded = local_params(model, plan, t, stage=None, sh=sh)
+    return unsharded, (shard_params(plan, *unsharded, 0) if plan.zero >= 1 else None)
+
+
 def shard_params(plan: Plan, dense, routed, stage):
     """`local_params`' (dense, routed) unsharded parameters, sharded when ZeRO
     `stage` or higher is on (`stage=None`: never) over the group the framework
@@ -587,10 +727,13 @@ def shard_params(plan: Plan, dense, routed, stage):
     return dense / shard(plan.dp * plan.cp), routed / shard(plan.expert_dp)
 
 
-def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None):
+def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
+                     params=None):
     """One Adam step over the local shard (ZeRO >= 1 shards it over dp): a
-    memory-bound pass over gradients, master weights, moments and weights."""
-    dense, routed = local_params(model, plan, t, stage=1, sh=sh)
+    memory-bound pass over gradients, master weights, moments and weights.
+    `params`: `held_params` if known."""
+    dense, routed = (local_params(model, plan, t, stage=1, sh=sh) if params is None
+                     else params[plan.zero >= 1])
     moved = (dense + routed) * plan.precision.optimizer_step_bytes_per_param
     return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
 
@@ -598,25 +741,39 @@ def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=EXACT, sh
 def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> Timing:
     t = smoothing(t)
     sh = stage_lib.shape(model, plan, t) if sh is None else sh
-    matrix, matrix_backward = _layers_s(model, plan, system, sh)
+    reruns = plan.recompute.reruns()  # selective recomputation by module
+    moe_parts = strategies.MoeBlock.reruns if plan.ep_overlap else ()
+    # every GEMM of the step as one table (`_grouped_s`): the layers' parts,
+    # MLA's up projections again where recomputed, and the output head
+    moe_shape = _moe_shape(model, plan)
+    groups = _gemm_parts(model, plan, system, sh, moe_shape=moe_shape)
+    layer_parts = tuple(groups)
+    if "up_projections" in (*reruns, *moe_parts):
+        groups |= _gemm_parts(model, plan, system, sh, True, moe_shape)
+    tokens = moe_shape[0]
+    # the output layer stays 16-bit; each MTP depth projects [hidden; next
+    # embedding] and runs the output head again
+    groups["head"] = [(tokens, model.hidden, model.vocab / plan.tp, 1.0,
+                       plan.precision.attention, sh.head_passes, 0.0, 0.0),
+                      (tokens, 2.0 * model.hidden, model.hidden / plan.tp, 1.0,
+                       plan.precision.gemm, sh.mtp_layers_on_stage, 0.0, 0.0)]
+    priced = _grouped_s(system, groups, plan.fp8_recipe, {"layers": layer_parts})
+    terms = layer_terms(model, plan)
+    full = full_layer_bytes(model, plan, terms)
+    passes = _layer_passes_s(model, plan, system, sh, full, moe_shape)
+    matrix = priced.forward("layers") + passes
+    matrix_backward = priced.backward("layers") + 2.0 * passes
     layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
     att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab
-    tokens = plan.micro_batch * model.seq_len / plan.cp
-    logits = gemm_time_s(system, tokens, model.hidden, model.vocab / plan.tp,
-                         plan.precision.attention)  # the output layer stays 16-bit
     # the loss: fp32 logits written, then read by softmax / cross-entropy; in
     # backward their gradient written and read again (memory-bound)
-    loss = streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp) \
-        + system.chip.kernel_overhead_s
-    # each MTP depth projects [hidden; next embedding] and runs the output head again
-    mtp = gemm_time_s(system, tokens, 2.0 * model.hidden, model.hidden / plan.tp,
-                      plan.precision.gemm, 1.0, plan.fp8_recipe)
-    logits = sh.head_passes * (logits + loss) + sh.mtp_layers_on_stage * mtp
-    forward = matrix + att_fwd + logits
-    reruns = plan.recompute.reruns()  # selective recomputation by module
-    rerun_s = rerun_parts_s(model, plan, system, sh, att_fwd) if reruns else None
+    loss = sh.head_passes * (streaming_time_s(system, 2.0 * 4.0 * tokens * model.vocab / plan.tp)
+                             + system.chip.kernel_overhead_s)
+    forward = matrix + att_fwd + (priced.forward("head") + loss)
+    rerun_s = (rerun_parts_s(model, plan, system, sh, att_fwd, priced, moe_shape) if reruns
+               else None)
     recompute = plan.recompute.extra_forward_s(matrix, att_fwd, rerun_s)
-    backward = matrix_backward + 2.0 * logits + att_bwd + recompute
+    backward = matrix_backward + (priced.backward("head") + 2.0 * loss) + att_bwd + recompute
     # the host launches the kernels while the GPU runs the ones before, and the
     # copy engines move the offloaded activations to host memory in forward and
     # back in backward beside the compute: only the excess of either over the
@@ -626,7 +783,7 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     launches = host_launches(model, plan, sh)
     if reruns:  # the recomputed modules' launches in backward
         launches = (launches[0], launches[1] + rerun_launches(model, plan, sh))
-    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh)
+    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh, terms)
     offload_s = offloaded / system.chip.host_Bps
     waits = plan.host_syncs and plan.moe_dispatcher.host_syncs > 0
     synced = _synced_s(model, plan, system, sh, forward) if waits else None
@@ -640,9 +797,10 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     m = sh.micro_batches
     attention_fwd = m * att_fwd * plan.recompute.attention_forwards
     attention = attention_fwd + m * att_bwd
-    moe_forward = (sum(parts_s(model, plan, system, sh, att_fwd,
-                               strategies.MoeBlock.reruns).values())
+    moe_forward = (sum(parts_s(model, plan, system, sh, att_fwd, moe_parts, priced,
+                                       moe_shape).values())
                    if plan.ep_overlap else jnp.zeros(()))
+    params = held_params(model, plan, t, sh)
     return Timing(forward, backward, attention, m * (forward + backward),
-                  optimizer_time_s(model, plan, system, t, sh), attention_fwd,
-                  sh.layers_on_stage, stored, offloaded, moe_forward)
+                  optimizer_time_s(model, plan, system, t, sh, params), attention_fwd,
+                  sh.layers_on_stage, stored, offloaded, moe_forward, full, params)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from . import stage
-from .compute import local_params, shard_params, stored_bytes_per_micro_batch
+from .compute import held_params, stored_bytes_per_micro_batch
 from .hardware import System
 from .plan import Plan
 from .relax import EXACT, smoothing
@@ -48,7 +48,7 @@ class Memory(eqx.Module):
 
 
 def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
-           stored=None) -> Memory:
+           stored=None, full_layer_bytes=None, params=None) -> Memory:
     """Weights, gradients and optimizer state by ZeRO stage and precision recipe,
     sharded over the group the framework shards over (`compute.local_params`:
     dp x cp, or HSDP's `parallel.zero_shard_size` groups);
@@ -57,23 +57,30 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
     memory (`training.offload_layers`), times what a full-iteration CUDA graph's
     pool holds (`stacks.GraphScope.activation_factor`); the chip's reserve. `sh`: the stage's
     `stage.Shape` if known; `stored`: (stored, offloaded) bytes per
-    micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`)."""
+    micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`);
+    `full_layer_bytes`: a (dense, MoE) layer's without recomputation if known
+    (`compute.Timing.full_layer_bytes`); `params`: the (unsharded, sharded)
+    parameters if known (`compute.held_params`, `compute.Timing.params`)."""
     t = smoothing(t)
     sh = stage.shape(model, plan, t) if sh is None else sh
     pr = plan.precision
     copies = plan.schedule.weight_copies  # DualPipe keeps two copies
 
-    unsharded = local_params(model, plan, t, stage=None, sh=sh)
+    unsharded, shards = held_params(model, plan, t, sh) if params is None else params
+    held = {}  # the parameters held under sharding or not, summed once
 
     def sharded(per_param, stage):
-        dense, routed = shard_params(plan, *unsharded, stage)
-        return per_param * copies * (dense + routed)
+        on = plan.zero >= stage
+        if on not in held:
+            dense, routed = shards if on else unsharded
+            held[on] = dense + routed
+        return per_param * copies * held[on]
 
     weights = sharded(pr.bytes("params"), 3)
     if plan.zero == 3:  # gathered weights: one layer at a time, or all kept for backward
         gathered = (model.layer_params() / plan.tp
                     + model.routed_expert_params() / (plan.ep * plan.expert_tp)) / model.blocks
-        shard_dense, shard_routed = shard_params(plan, *unsharded, 3)
+        shard_dense, shard_routed = shards
         keep = sum(unsharded) - shard_dense - shard_routed  # the other ranks' shards
         weights = weights + pr.bytes("params") * (
             2.0 * gathered if plan.reshard_after_forward else keep)
@@ -88,7 +95,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
     if plan.graphs.activation_factor != 1.0:  # a whole iteration's graph pool
         activations = plan.graphs.activation_factor * activations
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed
-        activations = activations + per_layer(NoRecompute(), False)  # holds its full ones
+        activations = activations + (per_layer(NoRecompute(), False) if full_layer_bytes is None
+                                     else full_layer_bytes[0])  # holds its full ones
     # fp32 logits of one micro-batch where the output head is (one more per MTP depth)
     activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
         * model.vocab / plan.tp * sh.head_passes

@@ -149,7 +149,8 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         sh = stage.shape(model, plan, t)
         rows = traffic.table(model, plan, system, t, sh)
         tm = compute.timing(model, plan, system, t, sh)
-        mem = memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes))
+        mem = memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes),
+                            tm.full_layer_bytes, tm.params)
     rows = overlap.exposed(rows, tm, t)
     exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches

@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import operator
 from typing import NamedTuple
 
 import equinox as eqx
@@ -285,8 +286,11 @@ class Transformer(eqx.Module):
         """Weights of one layer's attention: Q and O (h x heads x head width
         each), K and V (h x kv_hidden each) for MHA/GQA; the projections of `attention_gemms`
         for MLA."""
-        sinks = self.heads if self.attention_sinks else 0.0
-        return sum(c * k * n for k, n, _, c in self.attention_gemms()) + sinks
+        # a matrix counted a Python 1 multiplies nothing; the sum starts at its first
+        matrices = functools.reduce(operator.add, (
+            k * n if isinstance(c, (int, float)) and c == 1 else c * k * n
+            for k, n, _, c in self.attention_gemms()))
+        return matrices + self.heads if self.attention_sinks else matrices
 
     @_once
     def dense_ffn_params(self) -> jax.Array:
@@ -353,10 +357,21 @@ class Transformer(eqx.Module):
         for full attention; for a window of w = min(window, s) keys, 2w - w^2/s
         sliding (query i sees min(i, w) keys: w - w^2/2s on average), w chunked
         (query i sees i mod w: w/2)."""
-        s = self.seq_len
-        w = jnp.minimum(self.window, s)
+        s, w = self.seq_len, self.window_keys
         windowed = w if self.chunked_attention else 2.0 * w - w * w / s
-        return s - self.window_layers / self.layers * (s - windowed)
+        return s - self.windowed_share * (s - windowed)
+
+    @property
+    @_once
+    def window_keys(self) -> jax.Array:
+        """A windowed layer's keys per query at most: min(window, s)."""
+        return jnp.minimum(self.window, self.seq_len)
+
+    @property
+    @_once
+    def windowed_share(self) -> jax.Array:
+        """The share of the layers with windowed attention."""
+        return self.window_layers / self.layers
 
     @_once
     def attention_score_flops_per_token(self) -> jax.Array:
@@ -370,8 +385,7 @@ class Transformer(eqx.Module):
         """The share of the sequence's K and V a query's keys span, the mean over
         the layers: 1 for full attention, min(window, s) / s for a windowed
         layer (what ring attention needs to pass around)."""
-        s = self.seq_len
-        return 1.0 - self.window_layers / self.layers * (1.0 - jnp.minimum(self.window, s) / s)
+        return 1.0 - self.windowed_share * (1.0 - self.window_keys / self.seq_len)
 
     @_once
     def logits_flops_per_token(self) -> jax.Array:
@@ -400,7 +414,7 @@ class Transformer(eqx.Module):
 
     # ----------------------------------------------------------- activations
     def activation_bytes_per_layer(self, micro_batch, tp, sequence_parallel: bool,
-                                   recompute, moe, cp=1.0, precision=None
+                                   recompute, moe, cp=1.0, precision=None, terms=None
                                    ) -> jax.Array:
         """Bytes one layer keeps for backward, per GPU, per micro-batch in flight:
         an MoE layer's where `moe` is true, a dense layer's where false (`moe`
@@ -412,7 +426,8 @@ class Transformer(eqx.Module):
         parallelism divides s. `precision` (plan.Precision) scales the 16-bit
         accounting by the activation width; an fp8 GEMM recipe caches the
         linear layers' inputs in 8 bits (DeepSeek-V3, section 3.3). `recompute`
-        is a `strategies.Recompute` or its name.
+        is a `strategies.Recompute` or its name; `terms`: `activation_terms`
+        of the same arguments if known.
         """
         recompute = strategies.recompute(recompute, "recompute")
         width = 1.0 if precision is None else precision.bytes("activations") / 2.0
@@ -420,12 +435,12 @@ class Transformer(eqx.Module):
         if not recompute.keeps_layer_activations:  # only the layer input survives
             return jnp.ones(jnp.shape(moe)) * width * 2 * s * b * h / (
                 tp if sequence_parallel else 1.0)
-        kept = self.activation_terms(micro_batch, moe, cp, precision)
+        kept = self.activation_terms(micro_batch, moe, cp, precision) if terms is None else terms
         terms = dict(kept)
         for module in recompute.modules(self):  # what each recomputed module does not keep
-            share = strategies.layer_share(module, moe)
+            share = None if module.layers == "all" else strategies.layer_share(module, moe)
             for term, dropped in module.dropped_bytes(self, kept).items():
-                terms[term] = terms[term] - share * dropped
+                terms[term] = terms[term] - (dropped if share is None else share * dropped)
         split = terms["qkv"] + terms["attention_output"] + terms["ffn"]
         replicated = terms["norms"] + terms["norm_outputs"] + terms["dropout"] + terms["latents"]
         return (split + terms["scores"]) / tp + replicated / (tp if sequence_parallel else 1.0)
@@ -438,7 +453,9 @@ class Transformer(eqx.Module):
         and second GEMM input (6 f gated, 4 f plain: `strategies.
         ffn_term_elements`), the attention kernel's own (`scores`); replicated
         unless sequence-parallel, the two norms' inputs, their outputs (the
-        QKV and first FFN GEMMs' inputs), dropout masks, MLA's latents.
+        QKV and first FFN GEMMs' inputs), dropout masks, MLA's latents. Only
+        the FFN's term has `moe`'s shape; the others, the same in both kinds,
+        are scalars.
         Korthikanti et al. 2022, eqs. 1-6, generalised (see
         `activation_bytes_per_layer`)."""
         width = 1.0 if precision is None else precision.bytes("activations") / 2.0
@@ -447,15 +464,14 @@ class Transformer(eqx.Module):
         f = jnp.where(moe, (self.top_k + self.shared_experts) * self.expert_ffn_hidden,
                       self.ffn_hidden)
         linear = 0.5 if precision is not None and precision.gemm == "fp8" else 1.0
-        ones = jnp.ones(jnp.shape(moe))
-        return {"qkv": ones * 2 * self.attention.qkv_elements_per_token(self) * sbw,
-                "attention_output": ones * linear * 2 * self.heads * self.v_width * sbw,
+        norms = 4.0 * h * sbw
+        return {"qkv": 2 * self.attention.qkv_elements_per_token(self) * sbw,
+                "attention_output": linear * 2 * self.heads * self.v_width * sbw,
                 "ffn": linear * strategies.ffn_term_elements(self) * f * sbw,
-                "scores": ones * self.attention_kernel.stored_bytes(self, s, b, width),
-                "norms": ones * 4.0 * h * sbw,
-                "norm_outputs": ones * 4.0 * h * sbw,
-                "dropout": ones * (2.0 if self.dropout else 0.0) * h * sbw,
-                "latents": ones * 2 * self.attention.latent_elements_per_token(self) * sbw}
+                "scores": self.attention_kernel.stored_bytes(self, s, b, width),
+                "norms": norms, "norm_outputs": norms,
+                "dropout": 2.0 * h * sbw if self.dropout else 0.0,
+                "latents": 2 * self.attention.latent_elements_per_token(self) * sbw}
 
 
 
