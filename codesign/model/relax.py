@@ -39,8 +39,27 @@ def where(condition, a, b) -> jax.Array:
     one shape and dtype (no nested jit in the trace)."""
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (condition, a, b)))
     dtype = jnp.result_type(a, b)
-    a, b = (jnp.broadcast_to(jnp.asarray(x, dtype), shape) for x in (a, b))
-    return jax.lax.select(jnp.broadcast_to(condition, shape), a, b)
+
+    def fit(x):  # converted and broadcast only where needed: no equation otherwise
+        if not (isinstance(x, jax.Array) and x.dtype == dtype and not x.weak_type):
+            x = jnp.asarray(x, dtype)
+        return x if x.shape == shape else jnp.broadcast_to(x, shape)
+
+    return jax.lax.select(jnp.broadcast_to(condition, shape), fit(a), fit(b))
+
+
+@jax.custom_jvp
+def _softplus(x: jax.Array) -> jax.Array:
+    """`jax.nn.softplus(x)` = logaddexp(x, 0) of a finite x, in its operations (the
+    same numbers and derivative) without the nested jit and NaN guard."""
+    return jnp.maximum(x, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+@_softplus.defjvp
+def _softplus_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y = _softplus(x)
+    return y, t * jnp.exp(x - y)
 
 
 def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
@@ -180,7 +199,7 @@ class Relaxed(Smoothing):
         w = self.temperature * (0.5 * (jnp.abs(a) + jnp.abs(b)) if scale is None else scale)
         ok = w > 1e-150  # else the max: both operands 0, or below any width (w^-2 finite)
         w = where(ok, w, 1.0)
-        return where(ok, b + w * jax.nn.softplus((a - b) / w), jnp.maximum(a, b))
+        return where(ok, b + w * _softplus((a - b) / w), jnp.maximum(a, b))
 
     def min(self, a, b, scale=None) -> jax.Array:
         return -self.max(-a, -b, scale)
