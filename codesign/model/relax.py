@@ -197,9 +197,10 @@ class Relaxed(Smoothing):
 
     def max(self, a, b, scale=None) -> jax.Array:
         w = self.temperature * (0.5 * (jnp.abs(a) + jnp.abs(b)) if scale is None else scale)
-        ok = w > 1e-150  # else the max: both operands 0, or below any width (w^-2 finite)
-        w = where(ok, w, 1.0)
-        return where(ok, b + w * _softplus((a - b) / w), jnp.maximum(a, b))
+        # the width floored at 1e-150 (w^-2 finite): where both operands are below it
+        # (or 0) the max to within 1e-150
+        w = where(w > 1e-150, w, 1e-150)
+        return b + w * _softplus((a - b) / w)
 
     def min(self, a, b, scale=None) -> jax.Array:
         return -self.max(-a, -b, scale)
