@@ -64,14 +64,21 @@ def _softplus_jvp(primals, tangents):
 
 def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
     """log(x) for x > 0; a finite value (and a zero gradient) elsewhere."""
-    ok = x > tiny
-    return where(ok, jnp.log(where(ok, x, 1.0)), math.log(tiny))
+    return jnp.log(where(x > tiny, x, tiny))  # log(tiny) there, its gradient 0
 
 
 def safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
     """a / b with 0 where b == 0 (and no NaN in the gradient)."""
-    ok = b != 0
-    return where(ok, a / where(ok, b, 1.0), 0.0)
+    return a / where(b != 0, b, jnp.inf)  # a finite a / inf: 0, its gradients 0
+
+
+@jax.custom_jvp
+def _straight_through_ceil(x: jax.Array) -> jax.Array:
+    """ceil(x), its derivative 1 (the envelope's slope: `Exact.ceil`)."""
+    return jnp.ceil(x)
+
+
+_straight_through_ceil.defjvp(lambda primals, tangents: (jnp.ceil(primals[0]), tangents[0]))
 
 
 def log2_ranks(p: jax.Array) -> jax.Array:
@@ -156,7 +163,7 @@ class Exact(Smoothing):
         return count > 1.0
 
     def ceil(self, x) -> jax.Array:
-        return jnp.ceil(x) + (x - jax.lax.stop_gradient(x))
+        return _straight_through_ceil(x)
 
     def exceeds(self, x, bound) -> jax.Array:
         return (x > bound).astype(x.dtype) + 0.0 * bound
