@@ -213,10 +213,10 @@ class Relaxed(Smoothing):
         return -self.max(-a, -b, scale)
 
     def clip(self, x, lo, hi, scale=None) -> jax.Array:
-        return jnp.clip(self.min(self.max(x, lo, scale), hi, scale), lo, hi)
+        return jnp.minimum(jnp.maximum(self.min(self.max(x, lo, scale), hi, scale), lo), hi)
 
     def beyond_one(self, count) -> jax.Array:
-        return jnp.clip(count - 1.0, 0.0, 1.0)
+        return jnp.minimum(jnp.maximum(count - 1.0, 0.0), 1.0)
 
     def ceil(self, x) -> jax.Array:
         frac = x - jax.lax.stop_gradient(jnp.floor(x))

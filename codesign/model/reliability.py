@@ -242,7 +242,7 @@ def _interp(x, xp, fp):
     """jnp.interp(x, xp, fp) for a non-decreasing xp, finding the interval by
     comparing every x with every xp at once (no search loop), its ends gathered
     in one indexing (x0, x1, f0, f1 of each x)."""
-    i = jnp.clip(jnp.sum(xp <= x[..., None], axis=-1), 1, len(xp) - 1)
+    i = jnp.minimum(jnp.maximum(jnp.sum(xp <= x[..., None], axis=-1), 1), len(xp) - 1)
     x0, x1, f0, f1 = jnp.moveaxis(jnp.stack([xp[:-1], xp[1:], fp[:-1], fp[1:]], -1)[i - 1], -1, 0)
     dx = x1 - x0
     flat = jnp.abs(dx) <= np.spacing(np.finfo(dx.dtype).eps)
@@ -342,13 +342,13 @@ def restart_downtime_s(rel: Reliability) -> jax.Array:
 def checkpoint_write_time_s(checkpoint_bytes, rel: Reliability) -> jax.Array:
     """delta: rel.checkpoint_write_s if set (> 0), else checkpoint bytes / storage bandwidth."""
     derived = as_float(checkpoint_bytes) / rel.storage_Bps
-    return jnp.where(rel.checkpoint_write_s > 0, rel.checkpoint_write_s, derived)
+    return where(rel.checkpoint_write_s > 0, rel.checkpoint_write_s, derived)
 
 
 def young_interval_s(delta, mtbf) -> jax.Array:
     """Young (1974): tau = sqrt(2 delta M), the minimiser of delta/tau + tau/(2M)."""
     x = 2.0 * as_float(delta) * as_float(mtbf)
-    return jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x, 1.0)), 0.0)
+    return where(x > 0, jnp.sqrt(where(x > 0, x, 1.0)), 0.0)
 
 
 def daly_interval_s(delta, mtbf) -> jax.Array:
@@ -360,9 +360,9 @@ def daly_interval_s(delta, mtbf) -> jax.Array:
     d, m = as_float(delta), as_float(mtbf)
     r = d / (2.0 * m)
     ok = r < 1.0
-    rs = jnp.where(ok & (r > 0), r, 1.0)
+    rs = where(ok & (r > 0), r, 1.0)
     tau = young_interval_s(d, m) * (1.0 + jnp.sqrt(rs) / 3.0 + rs / 9.0) - d
-    return jnp.where(ok, jnp.where(r > 0, tau, 0.0), m)
+    return where(ok, where(r > 0, tau, 0.0), m)
 
 
 def first_order_waste(interval_s, delta, mtbf, restart_s=0.0) -> jax.Array:
@@ -383,7 +383,7 @@ def effective_training_time_fraction(interval_s, delta, mtbf, restart_s) -> jax.
 def checkpoint_interval_s(delta, mtbf, rel: Reliability) -> jax.Array:
     """rel.checkpoint_interval_s if set (> 0), else Daly's optimum (at least 1 ms)."""
     optimal = jnp.maximum(daly_interval_s(delta, mtbf), 1e-3)
-    return jnp.where(rel.checkpoint_interval_s > 0, rel.checkpoint_interval_s, optimal)
+    return where(rel.checkpoint_interval_s > 0, rel.checkpoint_interval_s, optimal)
 
 
 # ----------------------------------------------------------------------- report
