@@ -194,16 +194,12 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     def per_row(flags):  # a (A[, R]) constant against (A,) + shape
         return flags.reshape(flags.shape + extra)
 
-    # the features some term uses, stacked once: (F, *shape)
-    used = [i for i, _ in enumerate(table.features)
-            if any(m[:, i].any() for m in table.matrices.values())]
-    phi = jnp.stack([jnp.broadcast_to(feature(table.features[i]), shape) for i in used])
+    def combine(matrix):  # sum_f matrix[:, f] phi_f over the features it uses
+        used = [(f, matrix[:, i]) for i, f in enumerate(table.features) if matrix[:, i].any()]
+        return functools.reduce(jnp.add, (per_row(c) * feature(f) for f, c in used))
 
-    def combine(matrix):  # sum_f matrix[:, f] phi_f, in the features' order (0 where unused)
-        return jnp.sum(per_row(matrix[:, used]) * phi, axis=1)
-
-    # each term's coefficients: one product and one sum over the stacked features
-    # (XLA fuses them into the formulas below)
+    # each term's coefficients, over the few features it uses (a sparse sum:
+    # XLA fuses it into the formulas below, where a dense contraction would not)
     coef = {t: combine(m) for t, m in table.matrices.items()}
     two_tier = table.two_tier[table.valid]
     # where each row runs on `tier`: a two-tier row always, a flat one while its

@@ -39,13 +39,8 @@ def where(condition, a, b) -> jax.Array:
     one shape and dtype (no nested jit in the trace)."""
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (condition, a, b)))
     dtype = jnp.result_type(a, b)
-
-    def fit(x):  # converted and broadcast only where needed: no equation otherwise
-        if not (isinstance(x, jax.Array) and x.dtype == dtype and not x.weak_type):
-            x = jnp.asarray(x, dtype)
-        return x if x.shape == shape else jnp.broadcast_to(x, shape)
-
-    return jax.lax.select(jnp.broadcast_to(condition, shape), fit(a), fit(b))
+    a, b = (jnp.broadcast_to(jnp.asarray(x, dtype), shape) for x in (a, b))
+    return jax.lax.select(jnp.broadcast_to(condition, shape), a, b)
 
 
 @jax.custom_jvp
