@@ -201,17 +201,24 @@ def _logaddexp(a, b):
     return jnp.maximum(a, b) + jnp.log1p(jnp.exp(-jnp.abs(a - b)))
 
 
-def _log_cdf(u, mix):
-    """log F(e^u): the per-participant step-time CDF (units of the base time), log space."""
-    log_w, log_s, sigma = mix
-    z = _log_ndtr(jnp.stack(jnp.broadcast_arrays(u / sigma, (u - log_s) / sigma)))
+def _standard(u, mix):
+    """The standard scores of log time u under the two modes (healthy, slow), stacked."""
+    _, log_s, sigma = mix
+    return jnp.stack(jnp.broadcast_arrays(u / sigma, (u - log_s) / sigma))
+
+
+def _log_cdf(u, mix, z=None):
+    """log F(e^u): the per-participant step-time CDF (units of the base time), log
+    space (`z`: u's `_standard` scores, if computed already)."""
+    log_w = mix[0]
+    z = _log_ndtr(_standard(u, mix) if z is None else z)
     return _logaddexp(log_w[0] + z[0], log_w[1] + z[1])  # healthy, slow
 
 
-def _log_pdf_u(u, mix):
-    """log dF/du at e^u."""
-    log_w, log_s, sigma = mix
-    z = jnp.stack(jnp.broadcast_arrays(u / sigma, (u - log_s) / sigma))
+def _log_pdf_u(u, mix, z=None):
+    """log dF/du at e^u (`z` as `_log_cdf`'s)."""
+    log_w, _, sigma = mix
+    z = _standard(u, mix) if z is None else z
     log_phi = -0.5 * z * z - _LOG_SQRT_2PI
     return _logaddexp(log_w[0] + log_phi[0], log_w[1] + log_phi[1]) - jnp.log(sigma)
 
@@ -269,8 +276,9 @@ def _max_stats(participants, rel: Reliability, levels):
     mean = jnp.exp(u[0]) + jnp.sum(0.5 * (y[1:] + y[:-1]) * jnp.diff(u))
     target = jnp.log(levels)
     u0 = sg(_interp(target, log_cdf_max, u))
-    log_cdf0 = _log_cdf(u0, mix)
-    slope = p * jnp.exp(_log_pdf_u(u0, mix) - log_cdf0)
+    z0 = _standard(u0, mix)  # once for the CDF and the density
+    log_cdf0 = _log_cdf(u0, mix, z0)
+    slope = p * jnp.exp(_log_pdf_u(u0, mix, z0) - log_cdf0)
     u1 = u0 - (p * log_cdf0 - target) / jnp.maximum(sg(slope), 1e-300)
     return mean, jnp.exp(u1)
 
