@@ -431,5 +431,9 @@ def _log_soft_min(values: jax.Array, t, axis: int = 0):
     """(soft minimum, weights) of positive `values` along `axis`, in log space:
     (sum_i v_i^(-1/t))^(-t) and w_i = softmax(-log v_i / t), t floored at 1e-6."""
     t = jnp.maximum(t, 1e-6)
-    z = -safe_log(values) / t
-    return jnp.exp(-t * jax.nn.logsumexp(z, axis=axis)), jax.nn.softmax(z, axis=axis)
+    z = -safe_log(values) / t  # finite
+    # logsumexp and softmax in their operations, sharing the shifted exponentials
+    top = jax.lax.stop_gradient(jnp.max(z, axis=axis, keepdims=True))
+    e = jnp.exp(z - top)
+    total = jnp.sum(e, axis=axis, keepdims=True)
+    return jnp.exp(-t * jnp.squeeze(jnp.log(total) + top, axis)), e / total
