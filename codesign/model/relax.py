@@ -243,7 +243,7 @@ class Relaxed(Smoothing):
         corners = np.array(np.meshgrid(*[[0.0, 1.0]] * len(counts), indexing="ij")).reshape(
             len(counts), -1).T  # (2^d, d)
         values = jax.vmap(lambda c: f(*(k + c)))(jnp.asarray(corners))
-        weight = jnp.prod(jnp.where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
+        weight = jnp.prod(where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
         return jax.tree.map(lambda v: jnp.tensordot(weight, v, axes=1), values)
 
     def pick(self, stacked, times: jax.Array) -> tuple:
@@ -373,8 +373,8 @@ def _monotone_cubic(c: list, k, w):
     step[0] = where(k > 1, step[0], step[1])  # one-sided at a count of 1
 
     def slope(a, b):  # harmonic mean of two steps of one sign, else 0
-        same = a * b > 0
-        return where(same, 2.0 * a * b / where(same, a + b, 1.0), 0.0)
+        ab = a * b  # 2ab / (a + b) where ab > 0, else 2ab / inf = 0 (its gradients 0)
+        return 2.0 * ab / where(ab > 0, a + b, jnp.inf)
 
     m0, m1 = slope(step[0], step[1]), slope(step[1], step[2])
     w2, w3 = w * w, w * w * w
