@@ -220,7 +220,7 @@ _FEATURES = _features()
 
 def local(ranks, local_ranks):
     """g: the local ranks clipped to [1, p]."""
-    return jnp.clip(local_ranks, 1.0, jnp.maximum(ranks, 1.0))
+    return jnp.minimum(jnp.maximum(local_ranks, 1.0), jnp.maximum(ranks, 1.0))
 
 
 def basis(ranks, local_ranks, ramp=True) -> Callable:

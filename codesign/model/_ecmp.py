@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import checks
-from .relax import safe_log
+from .relax import safe_log, where
 
 
 def _max_load_exact(k: int, m: int) -> float:
@@ -68,7 +68,7 @@ def _max_load_poisson(k, m, window=512) -> jax.Array:
     pmf = jnp.exp(c * jnp.log(safe) - safe - jax.lax.lgamma(c + 1.0))
     cdf = jnp.minimum(jnp.cumsum(pmf), 1.0)
     term = -jnp.expm1(m * safe_log(cdf))
-    return jnp.where(k > 0, start + jnp.sum(term), 0.0)
+    return where(k > 0, start + jnp.sum(term), 0.0)
 
 
 def _concrete_int(value):

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import checks
-from .relax import EXACT, exceeds, safe_log, smooth_ceil, smooth_min
+from .relax import EXACT, exceeds, safe_log, smooth_ceil, smooth_min, where
 
 # ------------------------------------------------------------------- placement
 
@@ -64,8 +64,8 @@ def _fat_tree_ports(endpoints, radix):
     The level count is a staircase (no slope) for the counts.
     """
     levels = jax.lax.stop_gradient(fat_tree_levels(endpoints, radix))
-    leaf = jnp.where(levels > 1, 2.0, 1.0) * endpoints
-    upper = jnp.where(levels > 1, 2.0 * levels - 3.0, 0.0) * endpoints
+    leaf = where(levels > 1, 2.0, 1.0) * endpoints
+    upper = where(levels > 1, 2.0 * levels - 3.0, 0.0) * endpoints
     return leaf, upper, levels
 
 
@@ -111,8 +111,8 @@ def torus_dims_spanned(group_size, stride, shape, t=EXACT) -> jax.Array:
     g, s = checks.as_float(group_size), checks.as_float(stride)
     total, c = 0.0, 1.0
     for n in shape:
-        lo = jnp.clip(s / c, 1.0, n)
-        hi = jnp.clip(s * g / c, 1.0, n)
+        lo = jnp.minimum(jnp.maximum(s / c, 1.0), n)
+        hi = jnp.minimum(jnp.maximum(s * g / c, 1.0), n)
         extent = hi / lo
         total = total + smooth_min(safe_log(extent) / jnp.log(2.0), 1.0, t)
         c *= n

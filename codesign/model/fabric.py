@@ -138,7 +138,7 @@ def _flow_factor(system: System, span, across, exchange, t, prices):
     across = jnp.maximum(checks.as_float(across), 1.0)
     f = crossing_fraction(span, across, block, exchange, t)
     # (q capped at 512: the Poisson form holds to k / m ~ 600; the slowdown is ~1 there)
-    q = jnp.clip(across - 1.0, 1.0, 512.0) if exchange else jnp.ones_like(across)
+    q = jnp.minimum(jnp.maximum(across - 1.0, 1.0), 512.0) if exchange else jnp.ones_like(across)
     k = downlinks * f * q
     # the smooth form always: one answer whether k is concrete (eager) or traced
     slow = system.routing.flow_slowdown(k, downlinks, exact=False)

@@ -43,16 +43,37 @@ def where(condition, a, b) -> jax.Array:
     return jax.lax.select(jnp.broadcast_to(condition, shape), a, b)
 
 
+@jax.custom_jvp
+def _softplus(x: jax.Array) -> jax.Array:
+    """`jax.nn.softplus(x)` = logaddexp(x, 0) of a finite x, in its operations (the
+    same numbers and derivative) without the nested jit and NaN guard."""
+    return jnp.maximum(x, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+@_softplus.defjvp
+def _softplus_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y = _softplus(x)
+    return y, t * jnp.exp(x - y)
+
+
 def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
     """log(x) for x > 0; a finite value (and a zero gradient) elsewhere."""
-    ok = x > tiny
-    return where(ok, jnp.log(where(ok, x, 1.0)), math.log(tiny))
+    return jnp.log(where(x > tiny, x, tiny))  # log(tiny) there, its gradient 0
 
 
 def safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
     """a / b with 0 where b == 0 (and no NaN in the gradient)."""
-    ok = b != 0
-    return where(ok, a / where(ok, b, 1.0), 0.0)
+    return a / where(b != 0, b, jnp.inf)  # a finite a / inf: 0, its gradients 0
+
+
+@jax.custom_jvp
+def _straight_through_ceil(x: jax.Array) -> jax.Array:
+    """ceil(x), its derivative 1 (the envelope's slope: `Exact.ceil`)."""
+    return jnp.ceil(x)
+
+
+_straight_through_ceil.defjvp(lambda primals, tangents: (jnp.ceil(primals[0]), tangents[0]))
 
 
 def log2_ranks(p: jax.Array) -> jax.Array:
@@ -137,7 +158,7 @@ class Exact(Smoothing):
         return count > 1.0
 
     def ceil(self, x) -> jax.Array:
-        return jnp.ceil(x) + (x - jax.lax.stop_gradient(x))
+        return _straight_through_ceil(x)
 
     def exceeds(self, x, bound) -> jax.Array:
         return (x > bound).astype(x.dtype) + 0.0 * bound
@@ -178,18 +199,19 @@ class Relaxed(Smoothing):
 
     def max(self, a, b, scale=None) -> jax.Array:
         w = self.temperature * (0.5 * (jnp.abs(a) + jnp.abs(b)) if scale is None else scale)
-        ok = w > 1e-150  # else the max: both operands 0, or below any width (w^-2 finite)
-        w = where(ok, w, 1.0)
-        return where(ok, b + w * jax.nn.softplus((a - b) / w), jnp.maximum(a, b))
+        # the width floored at 1e-150 (w^-2 finite): where both operands are below it
+        # (or 0) the max to within 1e-150
+        w = where(w > 1e-150, w, 1e-150)
+        return b + w * _softplus((a - b) / w)
 
     def min(self, a, b, scale=None) -> jax.Array:
         return -self.max(-a, -b, scale)
 
     def clip(self, x, lo, hi, scale=None) -> jax.Array:
-        return jnp.clip(self.min(self.max(x, lo, scale), hi, scale), lo, hi)
+        return jnp.minimum(jnp.maximum(self.min(self.max(x, lo, scale), hi, scale), lo), hi)
 
     def beyond_one(self, count) -> jax.Array:
-        return jnp.clip(count - 1.0, 0.0, 1.0)
+        return jnp.minimum(jnp.maximum(count - 1.0, 0.0), 1.0)
 
     def ceil(self, x) -> jax.Array:
         frac = x - jax.lax.stop_gradient(jnp.floor(x))
@@ -221,7 +243,7 @@ class Relaxed(Smoothing):
         corners = np.array(np.meshgrid(*[[0.0, 1.0]] * len(counts), indexing="ij")).reshape(
             len(counts), -1).T  # (2^d, d)
         values = jax.vmap(lambda c: f(*(k + c)))(jnp.asarray(corners))
-        weight = jnp.prod(jnp.where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
+        weight = jnp.prod(where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
         return jax.tree.map(lambda v: jnp.tensordot(weight, v, axes=1), values)
 
     def pick(self, stacked, times: jax.Array) -> tuple:
@@ -351,8 +373,8 @@ def _monotone_cubic(c: list, k, w):
     step[0] = where(k > 1, step[0], step[1])  # one-sided at a count of 1
 
     def slope(a, b):  # harmonic mean of two steps of one sign, else 0
-        same = a * b > 0
-        return where(same, 2.0 * a * b / where(same, a + b, 1.0), 0.0)
+        ab = a * b  # 2ab / (a + b) where ab > 0, else 2ab / inf = 0 (its gradients 0)
+        return 2.0 * ab / where(ab > 0, a + b, jnp.inf)
 
     m0, m1 = slope(step[0], step[1]), slope(step[1], step[2])
     w2, w3 = w * w, w * w * w
@@ -409,5 +431,9 @@ def _log_soft_min(values: jax.Array, t, axis: int = 0):
     """(soft minimum, weights) of positive `values` along `axis`, in log space:
     (sum_i v_i^(-1/t))^(-t) and w_i = softmax(-log v_i / t), t floored at 1e-6."""
     t = jnp.maximum(t, 1e-6)
-    z = -safe_log(values) / t
-    return jnp.exp(-t * jax.nn.logsumexp(z, axis=axis)), jax.nn.softmax(z, axis=axis)
+    z = -safe_log(values) / t  # finite
+    # logsumexp and softmax in their operations, sharing the shifted exponentials
+    top = jax.lax.stop_gradient(jnp.max(z, axis=axis, keepdims=True))
+    e = jnp.exp(z - top)
+    total = jnp.sum(e, axis=axis, keepdims=True)
+    return jnp.exp(-t * jnp.squeeze(jnp.log(total) + top, axis)), e / total
