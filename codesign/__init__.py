@@ -62,7 +62,8 @@ _ON_FIRST_USE = ("execute", "optimize", "plots", "program", "sweep", "validate")
 
 __all__ = [
     # modules
-    "attention", "chip", "collectives", "economics", "execute", "fabric", "hardware", "network_roofline",
+    "attention", "chip", "collectives", "economics", "execute", "fabric", "hardware",
+    "network_roofline",
     "optimize", "output_checks", "overlap", "plan", "plots", "presets", "program",
     "relax", "reliability", "scenario", "stage", "step", "strategies", "sweep", "traffic",
     "uncertainty", "units", "validate", "workload",

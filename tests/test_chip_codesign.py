@@ -119,7 +119,7 @@ def test_gradients_finite_on_every_chip_knob_and_match_differences(scn):
     t = relax.Relaxed(0.05)
     loss = jax.jit(lambda z: _model.relaxed_loss(z, p.core, t, 10.0))
     g = jax.jit(jax.grad(lambda z: _model.relaxed_loss(z, p.core, t, 10.0)))(z)
-    assert np.all(np.isfinite(np.asarray(g))), dict(zip(names, np.asarray(g)))
+    assert np.all(np.isfinite(np.asarray(g))), dict(zip(names, np.asarray(g), strict=True))
     i, h = names.index("chip.hbm_stacks"), 1e-3
     e = jnp.zeros_like(z).at[i].set(h)
     fd = (float(loss(z + e)) - float(loss(z - e))) / (2 * h)

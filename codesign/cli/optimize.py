@@ -157,7 +157,8 @@ def parse_vary(items) -> tuple[list[str], dict]:
                         f"--vary {part.strip()!r}: only a categorical key takes choices "
                         "(KEY=A|B: parallel.schedule, system.preset, ...); " + (
                             f"{key} is a number: give its range with --bounds {key}=LO:HI"
-                            if key in sc.KEYS or key in sc.CHIP_KNOBS else f"{key} is not one; they are "
+                            if key in sc.KEYS or key in sc.CHIP_KNOBS
+                            else f"{key} is not one; they are "
                             f"{', '.join(optimize.CATEGORICAL)}"))
                 given[key] = options.split("|")
     return keys, given
