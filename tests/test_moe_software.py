@@ -1,5 +1,5 @@
 """The MoE software as types: the token dispatcher (`dispatchers`), the host's
-synchronisations with the GPU (`compute.sync_penalty_s`), the CUDA-graph scope
+synchronisations with the GPU (`host.sync_penalty_s`), the CUDA-graph scope
 (`stacks.GraphScope`) and padded experts, each against a closed form or a
 published table point."""
 
@@ -17,6 +17,7 @@ from codesign.model import (
     compute,
     dispatchers,
     fabric,
+    host,
     memory,
     stacks,
     stage,
@@ -114,18 +115,18 @@ def test_a_sync_costs_the_hosts_excess_after_it_that_the_gpus_slack_before_canno
 
     for g_a, g_b, h_a, h_b in ((1.0, 3.0, 2.0, 0.5), (2.0, 3.0, 1.0, 0.5), (1.0, 1.0, 2.0, 2.0),
                                (1.0, 2.0, 3.0, 0.5), (0.5, 0.1, 0.2, 0.3)):
-        got = float(compute.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
+        got = float(host.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
         assert got == pytest.approx(segment(g_a, g_b, h_a, h_b))
     # where the host's calls before the sync fit in the GPU's work after it, a layer
     # with a sync costs its GPU work before it + the larger of the host's and the
     # GPU's time after it (issue 54's form): g_b + max(g_a, h_a)
     for g_a, g_b, h_a, h_b in ((1.0, 3.0, 2.0, 0.5), (2.0, 3.0, 1.0, 0.5), (0.5, 2.0, 3.0, 1.0)):
         free = max(g_a + g_b, h_a + h_b)
-        got = float(compute.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
+        got = float(host.sync_penalty_s(g_a, g_a + g_b, h_a, h_a + h_b))
         assert free + got == pytest.approx(g_b + max(g_a, h_a))
     # the host bounds the part after the sync
-    assert float(compute.sync_penalty_s(1.0, 4.0, 2.0, 2.5)) == pytest.approx(1.0)
-    assert float(compute.sync_penalty_s(2.0, 5.0, 1.0, 1.5)) == 0.0  # the GPU ahead
+    assert float(host.sync_penalty_s(1.0, 4.0, 2.0, 2.5)) == pytest.approx(1.0)
+    assert float(host.sync_penalty_s(2.0, 5.0, 1.0, 1.5)) == 0.0  # the GPU ahead
 
 
 def test_host_syncs_slow_a_step_whose_host_bounds_the_experts_and_not_one_whose_gpu_leads():
@@ -140,10 +141,10 @@ def test_host_syncs_slow_a_step_whose_host_bounds_the_experts_and_not_one_whose_
     sh = stage.shape(synced.model, synced.plan)
     a = compute.timing(eager.model, eager.plan, eager.system)
     b = compute.timing(synced.model, synced.plan, synced.system)
-    _, moe, routed, _ = compute.layer_launches(synced.model, synced.plan)
+    _, moe, routed, _ = host.layer_launches(synced.model, synced.plan)
     gpu = a.forward_s  # the GPU bounds the whole forward (no host max applied)
-    assert float(compute.host_launches(eager.model, eager.plan, sh)[0] * 1e-5) < float(gpu)
-    one = compute.sync_penalty_s(compute.routed_forward_s(synced.model, synced.plan,
+    assert float(host.host_launches(eager.model, eager.plan, sh)[0] * 1e-5) < float(gpu)
+    one = host.sync_penalty_s(compute.routed_forward_s(synced.model, synced.plan,
                                                           synced.system),
                                  gpu / 4.0, routed * 1e-5, moe * 1e-5)
     assert float(one) > 0
@@ -166,7 +167,7 @@ def _parts(scn):
 
 def _moe_calls(**sections):
     scn = _scn(**sections)
-    return float(compute.layer_launches(scn.model, scn.plan)[1])
+    return float(host.layer_launches(scn.model, scn.plan)[1])
 
 
 def test_the_hosts_calls_per_moe_layer_follow_the_software_configuration():
@@ -176,7 +177,7 @@ def test_the_hosts_calls_per_moe_layer_follow_the_software_configuration():
     own term by its closed form."""
     m = stacks.TE_MODULE_CALLS
     assert m == pytest.approx(99.66 / 37.08)  # TE issue #2053: TE's Linear / PyTorch's
-    base = (2 * m + 1 + compute.KERNELS_PER_LAYER) + (1 + 58) + 14 + (2 * (16 + m + 1) + 12)
+    base = (2 * m + 1 + host.KERNELS_PER_LAYER) + (1 + 58) + 14 + (2 * (16 + m + 1) + 12)
     assert _moe_calls() == pytest.approx(base, rel=1e-12)
     # router fusion: the router's 58 -> 17 (the log's 72 -> 31 with the 14 of preprocessing)
     assert _moe_calls(training={"moe_router_fusion": True}) == pytest.approx(base - 41)
@@ -188,9 +189,9 @@ def test_the_hosts_calls_per_moe_layer_follow_the_software_configuration():
     assert _moe_calls(parallel={"moe_dispatcher": "deepep"}) == pytest.approx(deepep)
     assert _moe_calls(parallel={"moe_dispatcher": "deepep"},
                       training={"moe_router_fusion": True}) == pytest.approx(deepep - 41)
-    assert compute.ROUTER_CALLS + compute.PREPROCESS_CALLS == 72  # the log's counts
-    assert compute.ROUTER_FUSED_CALLS + compute.PREPROCESS_CALLS == 31
-    assert compute.ROUTER_FUSED_CALLS == 17
+    assert host.ROUTER_CALLS + host.PREPROCESS_CALLS == 72  # the log's counts
+    assert host.ROUTER_FUSED_CALLS + host.PREPROCESS_CALLS == 31
+    assert host.ROUTER_FUSED_CALLS == 17
     # HybridEP: fused preprocessing and permute, 4 kernels as the all-to-all
     assert _moe_calls(parallel={"moe_dispatcher": "hybridep"}) == pytest.approx(base - 22)
     # fp8: each GEMM's quantisation, its kernels and its allocations (a: an allocation
@@ -222,10 +223,10 @@ def test_a_dense_models_calls_do_not_see_the_moe_software():
         t["parallel"] = {"ep": 1, **t.get("parallel", {})}
         scn = _scn(**t)
         sh = stage.shape(scn.model, scn.plan)
-        counts.add(float(compute.host_launches(scn.model, scn.plan, sh)[0]))
+        counts.add(float(host.host_launches(scn.model, scn.plan, sh)[0]))
     assert len(counts) == 1
     m = stacks.TE_MODULE_CALLS
-    assert counts.pop() == pytest.approx(4 * (4 * m + 1 + compute.KERNELS_PER_LAYER) + 3)
+    assert counts.pop() == pytest.approx(4 * (4 * m + 1 + host.KERNELS_PER_LAYER) + 3)
 
 
 def test_the_hosts_seconds_per_call_are_the_stacks_on_its_cpu_and_numa_binding():
@@ -259,8 +260,8 @@ def test_deepeps_busy_wait_adds_to_each_synced_forward():
     eager, synced = _scn(**kw), _scn(training={"host_syncs": True}, **kw)
     a = compute.timing(*_parts(eager))
     b = compute.timing(*_parts(synced))
-    _, moe, routed, _ = compute.layer_launches(synced.model, synced.plan)
-    one = compute.sync_penalty_s(compute.routed_forward_s(*_parts(synced)), a.forward_s / 4.0,
+    _, moe, routed, _ = host.layer_launches(synced.model, synced.plan)
+    one = host.sync_penalty_s(compute.routed_forward_s(*_parts(synced)), a.forward_s / 4.0,
                                  routed * 1e-5, moe * 1e-5)
     assert float(b.forward_s - a.forward_s) == pytest.approx(4 * (float(one) + 35e-6), rel=1e-9)
 
@@ -275,21 +276,21 @@ def test_graph_scopes_launch_their_captured_regions_as_one_and_full_iteration_no
     sh = stage.shape(eager.model, eager.plan)
     m = stacks.TE_MODULE_CALLS  # a Transformer Engine GEMM module's calls
     routed = 2 * (16 + m - 1 + 2) + 2 * 5 + 2
-    per_layer = (2 * m + 1 + compute.KERNELS_PER_LAYER) + (1 + 58) + 14 + routed
-    assert float(compute.host_launches(*_parts(eager)[:2], sh)[0]) == \
+    per_layer = (2 * m + 1 + host.KERNELS_PER_LAYER) + (1 + 58) + 14 + routed
+    assert float(host.host_launches(*_parts(eager)[:2], sh)[0]) == \
         pytest.approx(4 * per_layer + 3, rel=1e-12)
     partial = _scn(training={"cuda_graphs": "partial"})
-    assert float(compute.host_launches(*_parts(partial)[:2], sh)[0]) == \
+    assert float(host.host_launches(*_parts(partial)[:2], sh)[0]) == \
         pytest.approx(4 * (3 + routed) + 3, rel=1e-12)
     router_only = _scn(training={"cuda_graphs": "partial", "cuda_graph_scope": "moe_router"})
-    assert float(compute.host_launches(*_parts(router_only)[:2], sh)[0]) == \
+    assert float(host.host_launches(*_parts(router_only)[:2], sh)[0]) == \
         pytest.approx(4 * (per_layer - 58) + 3, rel=1e-12)
     fused = _scn(training={"moe_router_fusion": True})  # 72 -> 31 of DeepSeek's router kernels
-    assert float(compute.host_launches(*_parts(fused)[:2], sh)[0]) == \
+    assert float(host.host_launches(*_parts(fused)[:2], sh)[0]) == \
         pytest.approx(4 * (per_layer - 41) + 3, rel=1e-12)
     full = _scn(training={"cuda_graphs": "full_iteration", "moe_pad_experts": True,
                           "moe_capacity_factor": 1.1})
-    assert float(compute.host_launches(*_parts(full)[:2], sh)[0]) == 0.0
+    assert float(host.host_launches(*_parts(full)[:2], sh)[0]) == 0.0
     assert full.plan.cuda_graphs == "full_iteration"
     # padded to 1.1 x the mean: the experts' GEMMs of the dropless busiest rank
     # at moe_imbalance 1.1, exactly

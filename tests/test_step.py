@@ -16,6 +16,7 @@ from codesign import scenario as sc
 from codesign.model import (
     compute,
     hardware,
+    host,
     memory,
     overlap,
     plan,
@@ -315,7 +316,7 @@ def test_the_host_shows_only_where_its_launches_outlast_the_gpu_and_cuda_graphs_
         scn = sc.from_tables(t)
         sh = stage.shape(scn.model, scn.plan)
         return (compute.timing(scn.model, scn.plan, scn.system),
-                compute.host_launches(scn.model, scn.plan, sh), scn.plan.host_launch_s)
+                host.host_launches(scn.model, scn.plan, sh), scn.plan.host_launch_s)
 
     eager, (fwd, bwd), launch_s = timing()
     # 4 MoE layers: attention (2 GEMMs, the kernel, 6 memory-bound), router (its GEMM
@@ -324,7 +325,7 @@ def test_the_host_shows_only_where_its_launches_outlast_the_gpu_and_cuda_graphs_
     # all-to-alls; the output head's 3
     m = stacks.TE_MODULE_CALLS  # a Transformer Engine GEMM module's calls
     routed = 2 * (16 + m - 1 + 2) + 2 * 5 + 2
-    per_layer = 2 * m + 1 + compute.KERNELS_PER_LAYER + 1 + 58 + 14 + routed
+    per_layer = 2 * m + 1 + host.KERNELS_PER_LAYER + 1 + 58 + 14 + routed
     assert float(fwd) == pytest.approx(4 * per_layer + 3)
     assert float(bwd) == pytest.approx(2 * float(fwd))
     assert float(eager.forward_s) == pytest.approx(float(fwd) * float(launch_s))  # host-bound

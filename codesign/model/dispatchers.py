@@ -87,7 +87,7 @@ class Dispatcher(Strategy):
     # GPU seconds per forward dispatch before the exchange (a layout kernel)
     layout_s: eqx.AbstractClassVar[float]
     # the router's preprocessing (tokens per expert, the permute's indices)
-    # fused into its own layout kernels (`compute.PREPROCESS_CALLS` none left)
+    # fused into its own layout kernels (`host.PREPROCESS_CALLS` none left)
     fused_preprocess: eqx.AbstractClassVar[bool]
     # the permute and unpermute fused into its own copies (no permute kernels
     # of Megatron-Core's whatever `training.moe_permute_fusion` says)

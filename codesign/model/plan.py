@@ -413,7 +413,7 @@ class Plan(eqx.Module):
                                                 kw_only=True)
     # the host waits for the GPU at the dispatcher's device-to-host
     # synchronisations (`dispatchers.Dispatcher.host_syncs`): the launches after
-    # one are exposed (`compute.sync_penalty_s`); false: the host runs ahead
+    # one are exposed (`host.sync_penalty_s`); false: the host runs ahead
     host_syncs: bool = static_field("training.host_syncs", bool, default=False, kw_only=True)
     # tokens an expert takes over the mean (Megatron-Core's
     # --moe-expert-capacity-factor); read with moe_pad_experts
@@ -421,12 +421,12 @@ class Plan(eqx.Module):
                                                  interval(0.0, 1e3), default=0.0,
                                                  kw_only=True)
     # the router's kernels fused (Megatron-Core's --moe-router-fusion): fewer
-    # host calls (`compute.ROUTER_FUSED_CALLS`)
+    # host calls (`host.ROUTER_FUSED_CALLS`)
     moe_router_fusion: bool = static_field("training.moe_router_fusion", bool, default=False,
                                            kw_only=True)
     # the permute and unpermute each one fused kernel (Megatron-Core's
     # --moe-permute-fusion); false: Megatron-Core's unfused index operations
-    # (`compute.PERMUTE_UNFUSED_CALLS`)
+    # (`host.PERMUTE_UNFUSED_CALLS`)
     moe_permute_fusion: bool = static_field("training.moe_permute_fusion", bool, default=False,
                                             kw_only=True)
     # the CPU that issues the kernels (`stacks.Host`, or its name); a scenario's

@@ -164,7 +164,7 @@ def stack(value, key: str = "training.stack") -> Stack:
 # ------------------------------------------------------------ CUDA-graph scope
 # What CUDA graphs capture (`training.cuda_graphs`, Megatron-Core's
 # --cuda-graph-impl / --cuda-graph-scope): a captured region replays as one
-# launch. The regions of a layer's forward (`compute.host_launches`): attention
+# launch. The regions of a layer's forward (`host.host_launches`): attention
 # (`attn`), the dense FFN (`mlp`), the MoE router (`moe_router`: its GEMM,
 # softmax / top-k, the load-balancing loss) and the dispatcher's preprocessing
 # (`moe_preprocess`: tokens per expert, the permute's indices); the routed
