@@ -44,9 +44,10 @@ from . import megatron_bridge as _megatron_bridge
 from . import nemo as _nemo
 from . import torchtitan as _torchtitan
 from ._common import DEFAULT_SYSTEM, Imported, padded_vocab, tokenizer_vocab
+from ._shell import modelzoo_arguments, shell_arguments
 from .hf import hf
 from .maxtext import maxtext_words
-from .megatron import SHAPE_FLAGS, megatron, modelzoo_arguments, moe_layer_count, shell_arguments
+from .megatron import SHAPE_FLAGS, megatron, moe_layer_count
 from .megatron_bridge import megatron_bridge_words
 from .nemo import nemo
 from .torchtitan import torchtitan, torchtitan_words
