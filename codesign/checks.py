@@ -191,10 +191,10 @@ def strategy_field(key: str, parse, variants: tuple, **kwargs):
     """A strategy field (`strategies`): a pytree of one of the classes
     `variants`, or what `parse(value, key=key)` makes of a name (it raises the
     one-line error naming the key and the choices). Declared with its scenario
-    key, a name in a scenario table (choices: the classes' names); each class's
-    own declared fields are scenario keys too (a Clos's system.pod_size).
-    `kwargs` go to `eqx.field`."""
-    decl = Declaration(key, str, choices=tuple(c.name for c in variants),
-                       variants=tuple(variants))
+    key, a name in a scenario table (choices: the classes' names, of their type:
+    a ZeRO stage's is its number); each class's own declared fields are
+    scenario keys too (a Clos's system.pod_size). `kwargs` go to `eqx.field`."""
+    names = tuple(c.name for c in variants)
+    decl = Declaration(key, type(names[0]), choices=names, variants=tuple(variants))
     return eqx.field(converter=functools.partial(parse, key=key),
                      metadata={"declaration": decl}, **kwargs)

@@ -156,7 +156,7 @@ def test_every_registry_entry_imports_to_a_scenario_that_loads(module, config):
 def test_registry_entries_read_the_plan_the_function_sets():
     big = _words("--module llama3 --config llama3_405b", gpus=512)
     scn = _scenario(big)
-    assert (float(scn.plan.tp), float(scn.plan.dp), scn.plan.zero, scn.plan.dtype) == \
+    assert (float(scn.plan.tp), float(scn.plan.dp), scn.plan.zero.name, scn.plan.dtype) == \
         (8.0, 64.0, 3, "fp8")
     assert (float(scn.plan.tp_overlap), scn.plan.recompute.name, scn.plan.cuda_graphs) == \
         (1.0, "full", "iteration")  # compile.enable_async_tensor_parallel; CUDA graphs on

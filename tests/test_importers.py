@@ -137,7 +137,7 @@ def test_megatron_inline_arguments(capsys):
     scn = scenario.from_tables(tomllib.loads(text))
     assert (float(scn.plan.dp), float(scn.plan.interleave), float(scn.model.vocab)) == \
         (8.0, 2.0, 128256.0)
-    assert (scn.plan.recompute.name, scn.plan.zero, scn.plan.sequence_parallel) == \
+    assert (scn.plan.recompute.name, scn.plan.zero.name, scn.plan.sequence_parallel) == \
         ("full", 1, True)
     assert "tp_overlap" not in tomllib.loads(text)["parallel"]  # no --tp-comm-overlap: 0
     rc, text, err = _cli(capsys, "import", "megatron", *args.split(), "--tp-comm-overlap",
@@ -354,8 +354,8 @@ def test_nemo_megatron_bridge_layout():
     scn = _scenario(imp)
     assert (float(scn.model.kv_heads), scn.model.gated, scn.model.tied_embeddings) == \
         (8.0, True, False)
-    assert (float(scn.plan.dp), float(scn.plan.micro_batch), scn.plan.zero, scn.plan.dtype) == \
-        (8.0, 2.0, 1, "bf16")
+    assert (float(scn.plan.dp), float(scn.plan.micro_batch), scn.plan.zero.name,
+            scn.plan.dtype) == (8.0, 2.0, 1, "bf16")
     assert "train.train_iters 100" in imp.assumed["training.tokens"]
     assert "tp_overlap" not in imp.tables["parallel"]
     overlapped = importers.nemo(text + "comm_overlap:\n  tp_comm_overlap: true\n",
@@ -377,11 +377,12 @@ def test_torchtitan_fsdp_takes_the_launcher_gpus():
     imp = _fixture("torchtitan", "llama3_8b.toml")
     scn = _scenario(imp)
     assert imp.tables["model"] == {"preset": "llama3-8b", "seq_len": 8192}
-    assert (float(scn.plan.dp), scn.plan.zero, float(scn.plan.zero_shard_size)) == (8.0, 3, 0.0)
+    assert (float(scn.plan.dp), scn.plan.zero.name, float(scn.plan.zero_shard_size)) == \
+        (8.0, 3, 0.0)
     assert (scn.plan.recompute.name, scn.plan.dtype) == ("selective", "bf16")
     assert float(scn.system.gpus) == 8 and "NGPU 8" in imp.assumed["system.gpus"]
     big = _scenario(_fixture("torchtitan", "llama3_405b.toml", gpus=128))
-    assert (float(big.plan.dp), float(big.plan.tp), big.plan.zero, big.plan.dtype) == \
+    assert (float(big.plan.dp), float(big.plan.tp), big.plan.zero.name, big.plan.dtype) == \
         (16.0, 8.0, 3, "fp8")
     assert float(big.plan.tp_overlap) == 1.0  # enable_async_tensor_parallel = true
 
@@ -389,7 +390,7 @@ def test_torchtitan_fsdp_takes_the_launcher_gpus():
 def test_torchtitan_hsdp_shards_within_replicas():
     scn = _scenario(_fixture("torchtitan", "llama3_70b.toml"))
     assert (float(scn.system.gpus), float(scn.plan.dp), float(scn.plan.tp)) == (64.0, 8.0, 8.0)
-    assert (scn.plan.zero, float(scn.plan.zero_shard_size)) == (3, 4.0)
+    assert (scn.plan.zero.name, float(scn.plan.zero_shard_size)) == (3, 4.0)
     assert (scn.plan.recompute.name, scn.plan.dtype, float(scn.plan.micro_batch)) == \
         ("full", "fp8", 8.0)
 
@@ -417,7 +418,7 @@ def test_torchtitan_qwen3_flavor_is_the_hugging_face_model():
     assert "preset" not in imp.tables["model"] and imp.tables["model"]["seq_len"] == 4096
     hf = _scenario(_fixture("hf", "qwen3-32b.json")).model
     assert _differences(scn.model, eqx.tree_at(lambda m: m.seq_len, hf, scn.model.seq_len)) == {}
-    assert (float(scn.plan.dp), scn.plan.zero, scn.plan.recompute.name) == (8.0, 3, "full")
+    assert (float(scn.plan.dp), scn.plan.zero.name, scn.plan.recompute.name) == (8.0, 3, "full")
     assert imp.tables["training"]["tokens"] == 3000 * 2 * 8 * 4096
 
 

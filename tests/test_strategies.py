@@ -212,7 +212,7 @@ def test_every_strategy_family_is_abstract_or_final():
     parses to (a family's registry) are final (nothing subclasses them), and
     every other class of the family is abstract (no name: it cannot be built),
     so a family's contract is its base's abstract members."""
-    from codesign.model import attention, protocols, stacks
+    from codesign.model import attention, protocols, sharding, stacks
 
     families = {strategies.Topology: strategies.TOPOLOGY_CLASSES,
                 strategies.Routing: strategies.ROUTING_CLASSES,
@@ -221,7 +221,8 @@ def test_every_strategy_family_is_abstract_or_final():
                 protocols.Protocols: protocols.PROTOCOLS_CLASSES,
                 stacks.Stack: stacks.STACK_CLASSES,
                 attention.Attention: attention.ATTENTION_CLASSES,
-                attention.AttentionKernel: attention.ATTENTION_KERNEL_CLASSES}
+                attention.AttentionKernel: attention.ATTENTION_KERNEL_CLASSES,
+                sharding.ZeroStage: sharding.ZERO_CLASSES}
 
     def below(c):
         for s in c.__subclasses__():
@@ -233,7 +234,83 @@ def test_every_strategy_family_is_abstract_or_final():
         assert set(registry) <= classes, base
         for c in registry:
             assert not c.__subclasses__(), f"{c.__name__} is subclassed: not final"
-            assert isinstance(c.name, str), c
+            assert isinstance(c.name, str | int) and not isinstance(c.name, bool), c
         for c in classes - set(registry):
             assert c.__subclasses__() and "name" not in vars(c), \
                 f"{c.__name__} is neither registered (final) nor abstract"
+
+
+# ------------------------------------------------------------------ ZeRO stages
+# a small dense model: 2 layers of 4 h^2 + 2 h f = 786,432 parameters and a tied
+# 1024 x 256 embedding; bf16 weights (2 bytes), fp32 gradients (4), Adam's fp32
+# master weights and moments (12), on dp = 4
+SMALL = {"model": {"layers": 2, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 1024,
+                   "seq_len": 128},
+         "training": {"dtype": "bf16"}, "system": {"preset": "dgx-h100", "gpus": 4}}
+LAYER_PARAMS = 4 * 256**2 + 2 * 256 * 1024
+PARAMS = 2 * LAYER_PARAMS + 1024 * 256
+
+
+def _small_memory(stage, **parallel):
+    from codesign.model import memory
+
+    scn = sc.from_tables({**SMALL, "parallel": {"zero": stage, **parallel}})
+    mem = memory.memory(scn.model, scn.plan, scn.system)
+    return scn.plan.zero, tuple(float(b) for b in (mem.weights_bytes, mem.gradients_bytes,
+                                                   mem.optimizer_bytes))
+
+
+def test_each_zero_stage_owns_what_it_shards():
+    """Each stage divides the terms it shards by dp = 4 and no other; ZeRO-3
+    holds the layer computing and the one gathered ahead on top of its shard,
+    or every other rank's shard too without resharding after forward."""
+    from codesign.model import sharding
+
+    assert float(sc.from_tables(SMALL).model.params()) == PARAMS
+    P = PARAMS
+    # stage: (what it shards: weights, gradients, optimizer), (their bytes per GPU)
+    expected = {0: ((False, False, False), (2 * P, 4 * P, 12 * P)),
+                1: ((False, False, True), (2 * P, 4 * P, 3 * P)),
+                2: ((False, True, True), (2 * P, P, 3 * P)),
+                3: ((True, True, True), (2 * P / 4 + 2 * 2 * LAYER_PARAMS, P, 3 * P))}
+    for stage, (shards, bytes_per_gpu) in expected.items():
+        zero, held = _small_memory(stage)
+        assert type(zero) is sharding.ZERO_CLASSES[stage] and zero.name == stage
+        assert (zero.shards_weights, zero.shards_gradients, zero.shards_optimizer) == shards
+        assert held == pytest.approx(bytes_per_gpu, rel=1e-12), stage
+    assert _small_memory(3, reshard_after_forward=False)[1][0] == pytest.approx(2 * P)
+    # the data-parallel collectives follow from the same facts (traffic._dp_rows)
+    assert [z.all_reduces_gradients for z in map(sharding.zero_stage, range(4))] == \
+        [True, False, False, False]
+    assert [z.gathers_layers for z in map(sharding.zero_stage, range(4))] == \
+        [False, False, False, True]
+    assert (sharding.Zero1().gradient_scatters(6.0), sharding.Zero2().gradient_scatters(6.0)) \
+        == (1.0, 6.0)
+
+
+def test_zero_stages_parse_from_their_numbers_and_refuse_anything_else(capsys):
+    from codesign.cli.presets import to_json
+    from codesign.model import sharding
+
+    for stage in (0, 1, 2, 3):  # a scenario table's, --set's, an importer's integer
+        assert sharding.zero_stage(stage).name == stage
+        assert plan.Plan(zero=stage).zero == sharding.ZERO_CLASSES[stage]()
+        assert sc.load(None, [f"parallel.zero={stage}"]).plan.zero.name == stage
+        assert to_json(plan.Plan(zero=stage))["zero"] == stage  # what --json echoes
+    assert sharding.zero_stage(np.int64(2)) == sharding.Zero2()
+    assert plan.Plan(zero=sharding.Zero3()).zero == sharding.Zero3()  # a type passes through
+    for bad in (4, -1, True, 1.5, "1", "zero2", None):
+        message = f"parallel.zero={bad!r} is not one of 0, 1, 2, 3"
+        with pytest.raises(ValueError, match=re.escape(message) + "$"):
+            plan.Plan(zero=bad)
+    # on the command line: one line naming the key, exit 2
+    assert main(["estimate", "default", "--set", "parallel.zero=4"]) == 2
+    assert capsys.readouterr().err.strip().endswith("parallel.zero=4 is not one of 0, 1, 2, 3")
+
+
+def test_no_zero_stage_is_compared_outside_its_type():
+    pattern = re.compile(r"\.zero\b\s*(==|!=|>=|<=|<|>|\bin\b)|int\([^)]*\.zero\)|if [\w.]*\.zero:")
+    root = Path(codesign.__file__).parent
+    hits = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py")
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not hits, hits

@@ -17,7 +17,7 @@ import time
 
 from .. import scenario as sc
 from ..compiling import compiled
-from ..model import strategies
+from ..model import sharding, strategies
 from ..optimize import neighbours
 from ..units import format_bytes
 from ._text import format_count
@@ -41,8 +41,9 @@ def candidates(scn) -> list[tuple[str, str, bool]]:
         if w is not None:
             v = float(sc.get_knob(scn, knob))
             out.append((f"{knob}={w:.0f}", f"{words} {v:.0f} -> {w:.0f}", False))
-    out += [(f"parallel.zero={z}", f"ZeRO {p.zero} -> {z}", True)
-            for z in range(int(p.zero) + 1, 4)]
+    stages = sharding.ZERO_STAGES
+    out += [(f"parallel.zero={z}", f"ZeRO {p.zero.name} -> {z}", True)
+            for z in stages[stages.index(p.zero.name) + 1:]]
     names = strategies.RECOMPUTES
     here = names.index(p.recompute.name)
     out += [(f"training.recompute={r}", f"recompute {p.recompute.name} -> {r}", True)

@@ -187,7 +187,8 @@ def print_estimate(scn, labels, out):
     print(f"plan: dp {format_count(p.dp)}  tp {format_count(p.tp)}  pp {format_count(p.pp)}  "
           f"cp {format_count(p.cp)}  ep {format_count(p.ep)}{_etp(p)}  "
           f"micro-batches {format_count(p.micro_batches)}  "
-          f"schedule {p.schedule.name}  zero {p.zero}  recompute {p.recompute.name}  {p.dtype}  "
+          f"schedule {p.schedule.name}  zero {p.zero.name}  recompute {p.recompute.name}  "
+          f"{p.dtype}  "
           f"attention {scn.model.attention.name}/{scn.model.attention_kernel.name}")
     print(f"step time        {out['step_time_s']:.3f} s   ({out['tokens_per_s']:,.0f} tokens/s)")
     if "step_time_s_interval" in out:

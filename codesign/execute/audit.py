@@ -132,8 +132,8 @@ def scaled_shape(model: Transformer, plan: Plan, mesh: dict) -> AuditShape:
     ffn = _multiple(float(model.ffn_hidden) / float(model.hidden) * hidden, tp)
     if float(model.moe_layers) > 0:
         notes.append(f"{float(model.moe_layers):g} MoE layers built dense (ep is not audited)")
-    if plan.zero:
-        notes.append(f"ZeRO-{plan.zero} is not built: gradients are all-reduced (the table "
+    if plan.zero.shards_anything:
+        notes.append(f"ZeRO-{plan.zero.name} is not built: gradients are all-reduced (the table "
                      "is computed with zero=0 too)")
     if float(plan.pp) > 1 or float(plan.cp) > 1 or float(plan.ep) > 1:
         notes.append("pp, cp and ep of the scenario are not built: dp x tp only")

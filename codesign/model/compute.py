@@ -516,43 +516,40 @@ def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.S
     return stored, stored * offloaded
 
 
-def local_params(model: Transformer, plan: Plan, t=EXACT, stage=1, sh=None):
+def local_params(model: Transformer, plan: Plan, t=EXACT, sharded=False, sh=None):
     """(dense, routed) parameters one GPU of the fullest stage holds, sharded by
-    tp (the routed experts by ep x etp), and, when ZeRO `stage` or higher is on
-    (`stage=None`: never), over the group the framework shards over
-    (`shard_params`). The fullest stage holds one embedding matrix (input on
+    tp (the routed experts by ep x etp), and, when `sharded` (a term the plan's
+    ZeRO stage shards: `sharding.ZeroStage`), over the group the framework
+    shards over (`shard_params`). The fullest stage holds one embedding matrix (input on
     the first stage, output on the last), both when pp = 1; a layout's rank
     its own blocks and matrices (`stage.layout_params`). `sh`: the stage's
     `stage.Shape` if known."""
     sh = stage_lib.shape(model, plan, t) if sh is None else sh
     if sh.embedding_params is not None:  # a layout's rank: its own blocks and matrices
         dense, routed = stage_lib.layout_params(model, sh)
-        return shard_params(plan, dense / plan.tp, routed / (plan.ep * plan.expert_tp), stage)
+        dense, routed = dense / plan.tp, routed / (plan.ep * plan.expert_tp)
+        return shard_params(plan, dense, routed) if sharded else (dense, routed)
     share = sh.layers_on_stage / model.blocks  # of the blocks, on the fullest stage
     embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
     dense = (model.layer_params() * share + embedding) / plan.tp
     routed = model.routed_expert_params() * share / (plan.ep * plan.expert_tp)
-    return shard_params(plan, dense, routed, stage)
+    return shard_params(plan, dense, routed) if sharded else (dense, routed)
 
 
 def held_params(model: Transformer, plan: Plan, t=EXACT, sh=None) -> tuple:
     """((dense, routed) parameters one GPU of the fullest stage holds
-    unsharded, the same sharded as ZeRO shards them, or None below ZeRO 1),
-    each computed once (`local_params`, `shard_params`)."""
-    unsharded = local_params(model, plan, t, stage=None, sh=sh)
-    return unsharded, (shard_params(plan, *unsharded, 0) if plan.zero >= 1 else None)
+    unsharded, the same sharded as ZeRO shards them, or None where the plan's
+    stage shards nothing), each computed once (`local_params`, `shard_params`)."""
+    unsharded = local_params(model, plan, t, sharded=False, sh=sh)
+    return unsharded, (shard_params(plan, *unsharded) if plan.zero.shards_anything else None)
 
 
-def shard_params(plan: Plan, dense, routed, stage):
-    """`local_params`' (dense, routed) unsharded parameters, sharded when ZeRO
-    `stage` or higher is on (`stage=None`: never) over the group the framework
-    shards over: every dp x cp rank holds the same weights (Megatron's
+def shard_params(plan: Plan, dense, routed):
+    """`local_params`' (dense, routed) unsharded parameters, sharded over the
+    group the framework shards over: every dp x cp rank holds the same weights (Megatron's
     distributed optimizer shards over dp x cp), the routed experts' over their
     replicas (`Plan.expert_dp`); HSDP (`plan.zero_shard_size` > 0) shards inside
     groups of that many of them and replicates across."""
-    if stage is None or plan.zero < stage:
-        return dense, routed
-
     def shard(ranks):  # the ranks one shard group spans
         return jnp.where(plan.zero_shard_size > 0,
                          jnp.clip(plan.zero_shard_size, 1.0, ranks), ranks)
@@ -562,11 +559,13 @@ def shard_params(plan: Plan, dense, routed, stage):
 
 def optimizer_time_s(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
                      params=None):
-    """One Adam step over the local shard (ZeRO >= 1 shards it over dp): a
-    memory-bound pass over gradients, master weights, moments and weights.
-    `params`: `held_params` if known."""
-    dense, routed = (local_params(model, plan, t, stage=1, sh=sh) if params is None
-                     else params[plan.zero >= 1])
+    """One Adam step over the local shard (sharded over dp where the plan's
+    ZeRO stage shards the optimizer states): a memory-bound pass over
+    gradients, master weights, moments and weights. `params`: `held_params` if
+    known."""
+    on = plan.zero.shards_optimizer
+    dense, routed = (local_params(model, plan, t, sharded=on, sh=sh) if params is None
+                     else params[on])
     moved = (dense + routed) * plan.precision.optimizer_step_bytes_per_param
     return streaming_time_s(system, moved) + system.chip.kernel_overhead_s
 

@@ -49,9 +49,10 @@ class Memory(eqx.Module):
 
 def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
            stored=None, full_layer_bytes=None, params=None) -> Memory:
-    """Weights, gradients and optimizer state by ZeRO stage and precision recipe,
-    sharded over the group the framework shards over (`compute.local_params`:
-    dp x cp, or HSDP's `parallel.zero_shard_size` groups);
+    """Weights, gradients and optimizer state by precision recipe, each sharded
+    where the plan's ZeRO stage shards it (`sharding.ZeroStage`) over the group
+    the framework shards over (`compute.shard_params`: dp x cp, or HSDP's
+    `parallel.zero_shard_size` groups), ZeRO-3's gathered layers on top;
     activations by recompute mode, attention kernel, sequence parallelism and
     the micro-batches in flight, less those of the layers offloaded to host
     memory (`training.offload_layers`), times what a full-iteration CUDA graph's
@@ -69,15 +70,14 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
     unsharded, shards = held_params(model, plan, t, sh) if params is None else params
     held = {}  # the parameters held under sharding or not, summed once
 
-    def sharded(per_param, stage):
-        on = plan.zero >= stage
+    def sharded(per_param, on):  # `on`: the plan's ZeRO stage shards this term
         if on not in held:
             dense, routed = shards if on else unsharded
             held[on] = dense + routed
         return per_param * copies * held[on]
 
-    weights = sharded(pr.bytes("params"), 3)
-    if plan.zero == 3:  # gathered weights: one layer at a time, or all kept for backward
+    weights = sharded(pr.bytes("params"), plan.zero.shards_weights)
+    if plan.zero.gathers_layers:  # gathered weights: one layer at a time, or all kept for backward
         gathered = (model.layer_params() / plan.tp
                     + model.routed_expert_params() / (plan.ep * plan.expert_tp)) / model.blocks
         shard_dense, shard_routed = shards
@@ -100,8 +100,8 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
     # fp32 logits of one micro-batch where the output head is (one more per MTP depth)
     activations = activations + 4.0 * plan.micro_batch * model.seq_len / plan.cp \
         * model.vocab / plan.tp * sh.head_passes
-    return Memory(weights, sharded(pr.bytes("grad_reduce"), 2),
-                  sharded(pr.optimizer_bytes_per_param, 1), activations,
+    return Memory(weights, sharded(pr.bytes("grad_reduce"), plan.zero.shards_gradients),
+                  sharded(pr.optimizer_bytes_per_param, plan.zero.shards_optimizer), activations,
                   system.chip.hbm_reserve_bytes, system.chip.hbm_bytes)
 
 

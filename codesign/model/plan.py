@@ -26,7 +26,7 @@ import numpy as np
 from .. import checks
 from ..checks import float_field, static_field, strategy_field
 from ..domains import MAX_GPUS, UNIT, Domain, count, interval
-from . import dispatchers, stacks, stage, strategies
+from . import dispatchers, sharding, stacks, stage, strategies
 from .strategies import SCHEDULES as SCHEDULES
 from .strategies import NoRecompute, OneFOneB, Recompute, Schedule
 from .workload import Transformer
@@ -352,8 +352,10 @@ class Plan(eqx.Module):
     schedule: Schedule = strategy_field("parallel.schedule", strategies.schedule,
                                         strategies.SCHEDULE_CLASSES, default=OneFOneB(),
                                         kw_only=True)
-    zero: int = static_field("parallel.zero", int, choices=(0, 1, 2, 3), default=0,
-                             kw_only=True)
+    # what data parallelism shards (`sharding.ZeroStage`, or its number 0-3)
+    zero: sharding.ZeroStage = strategy_field("parallel.zero", sharding.zero_stage,
+                                              sharding.ZERO_CLASSES, default=sharding.NoZero(),
+                                              kw_only=True)
     sequence_parallel: bool = static_field("parallel.sequence_parallel", bool, default=False,
                                            kw_only=True)
     # what backward recomputes (`strategies.Recompute`, or its name)

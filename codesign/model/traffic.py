@@ -523,7 +523,8 @@ def _dp_rows(model, plan, system, sh, place, t):
     replicas (`plan.expert_dp`). Gradients in the `grad_reduce` width, weights in
     the `params` width; the sharded stages shard inside groups of
     `plan.zero_shard_size` ranks (HSDP; 0 = all) and all-reduce each shard
-    across the replicas once per step.
+    across the replicas once per step. The rows follow from what the plan's
+    stage shards (`sharding.ZeroStage`):
 
     - ZeRO-0: one bucketed all-reduce of the gradients per step, overlapped
       with the last micro-batch's backward.
@@ -554,18 +555,18 @@ def _dp_rows(model, plan, system, sh, place, t):
         param_bytes = params * plan.precision.bytes("params")
         present = grad_bytes > 0  # no routed experts: the experts rows are empty
         geo = group(place, dims)
-        if plan.zero == 0:
+        if plan.zero.all_reduces_gradients:
             parts.append(_bucketed_row("all_reduce", f"all_reduce/{label}", grad_bytes, geo,
                                        plan, backward, 1.0, present))
             continue
         shard = where(plan.zero_shard_size > 0, plan.zero_shard_size, geo[0])
         inner, across = split_group(geo, shard)
-        if plan.zero in (1, 2):
-            times = m if plan.zero == 2 else 1.0
-            parts.append(_bucketed_row("reduce_scatter", f"zero{plan.zero}/{label}", grad_bytes,
-                                       inner, plan, backward, times, present))
-            parts.append(_bucketed_row("all_gather", f"zero{plan.zero}/{label}", param_bytes,
-                                       inner, plan, forward, 1.0, present))
+        if not plan.zero.gathers_layers:
+            times = plan.zero.gradient_scatters(m)
+            parts.append(_bucketed_row("reduce_scatter", f"zero{plan.zero.name}/{label}",
+                                       grad_bytes, inner, plan, backward, times, present))
+            parts.append(_bucketed_row("all_gather", f"zero{plan.zero.name}/{label}",
+                                       param_bytes, inner, plan, forward, 1.0, present))
         else:
             parts.append(_zero3_rows(label, param_bytes, grad_bytes, layers, inner, plan, sh,
                                      present))
