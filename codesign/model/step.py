@@ -152,18 +152,17 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
         mem = memory.memory(model, plan, system, t, sh, (tm.stored_bytes, tm.offloaded_bytes),
                             tm.full_layer_bytes, tm.params)
     rows = overlap.exposed(rows, tm, t)
-    exposed = traffic.exposed_by_dimension(rows)
     m = plan.micro_batches
     own = plan.moe_dispatcher.holds_sms  # the EP rows hold the dispatcher's SMs
-    # the hidden seconds of the rows on the SMs (not on copy engines), as one array
-    hidden_s = traffic.column(rows, "time_s") - traffic.column(rows, "exposed_s")
+    # the hidden seconds of the rows on the SMs (not on copy engines), summed
+    # with the exposed seconds by dimension
     on_sms = np.array([r.dimension not in plan.stack.copy_engine_dimensions for r in rows])
     ep = np.array([own and r.dimension == "ep" for r in rows])
-    hidden = jnp.dot((on_sms & ~ep).astype(float), hidden_s)
-    stolen = plan.comm_sm_fraction * hidden  # per step, spread over the micro-batches
+    masks = {"hidden": on_sms & ~ep} | ({"ep": on_sms & ep} if own else {})
+    exposed, hidden = traffic.exposed_by_dimension(rows, masks)
+    stolen = plan.comm_sm_fraction * hidden["hidden"]  # per step, spread over the micro-batches
     if own:
-        ep_hidden = jnp.dot((on_sms & ep).astype(float), hidden_s)
-        stolen = stolen + plan.moe_dispatcher_sms / system.chip.compute_units * ep_hidden
+        stolen = stolen + plan.moe_dispatcher_sms / system.chip.compute_units * hidden["ep"]
     per_mb = tm.micro_batch_s + (exposed["tp"] + exposed["cp"] + exposed["ep"] + stolen) / m
     bubble = bubble_s(plan, per_mb, t)
     compute_s = m * tm.micro_batch_s + stolen

@@ -695,8 +695,23 @@ def column(rows, field: str) -> jax.Array:
     return _stacked(*(getattr(r, field) for r in rows))
 
 
-def exposed_by_dimension(rows) -> dict:
-    """Each dimension's exposed seconds per step (`DIMENSIONS`): the rows'
-    `exposed_s` summed by dimension, as one product with the rows' membership."""
-    member = np.array([[r.dimension == d for r in rows] for d in DIMENSIONS], dtype=float)
-    return dict(zip(DIMENSIONS, jnp.unstack(member @ column(rows, "exposed_s")), strict=True))
+def exposed_by_dimension(rows, hidden: dict) -> tuple[dict, dict]:
+    """(each dimension's exposed seconds per step (`DIMENSIONS`): the rows'
+    `exposed_s` summed by dimension; for each mask of `hidden` ({name: a
+    static bool per row}), the rows' hidden seconds summed over it: their
+    `time_s` summed less their `exposed_s` summed). One product of a static
+    matrix of 0s and +-1s with the two columns as one array, so every sum
+    reads the rows' exposed seconds once: taken apart (a product per column,
+    or the hidden seconds row by row), XLA:CPU fused each row's exposure, a
+    long chain of cheap operations on the step's compute, anew into every
+    consumer, and under `vmap` ran it once per dimension and again for the
+    hidden seconds."""
+    n = len(rows)
+    weights = np.zeros((len(DIMENSIONS) + len(hidden), 2 * n))
+    weights[:len(DIMENSIONS), :n] = [[r.dimension == d for r in rows] for d in DIMENSIONS]
+    masks = np.array(list(hidden.values()), dtype=float)
+    weights[len(DIMENSIONS):, :n], weights[len(DIMENSIONS):, n:] = -masks, masks
+    both = jnp.concatenate([column(rows, "exposed_s"), column(rows, "time_s")])
+    sums = jnp.unstack(weights @ both)
+    return (dict(zip(DIMENSIONS, sums, strict=False)),
+            dict(zip(hidden, sums[len(DIMENSIONS):], strict=True)))
