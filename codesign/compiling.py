@@ -20,10 +20,12 @@ options (benchmarks/estimate.py measures the rate).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
 import platform
+import threading
 import time
 import types
 from pathlib import Path
@@ -168,14 +170,45 @@ def stored_key(jitted, args, batch: bool = False) -> str:
 
 def _compile(jitted, args, batch, xla_cache=True):
     """`jitted` lowered and compiled for `args`; without `xla_cache`, by XLA itself,
-    not read from JAX's persistent cache: an XLA:CPU executable read back from
-    that cache serializes without its kernels (a later process that loads it
-    fails with "Function ... not found"), so one to be stored is compiled so."""
+    not read from JAX's persistent cache (`_xla_cache_off`): an XLA:CPU executable
+    read back from that cache serializes without its kernels (a later process
+    that loads it fails with "Function ... not found"), so one to be stored is
+    compiled so."""
     lowered = jitted.lower(*args)
-    if xla_cache or not jax.config.jax_enable_compilation_cache:
+    if xla_cache:
         return lowered.compile(compiler_options=options(batch))
-    jax.config.update("jax_enable_compilation_cache", False)
+    with _xla_cache_off():
+        return lowered.compile(compiler_options=options(batch))
+
+
+_CACHE_OFF = {"depth": 0, "was_on": False}  # compiles under _xla_cache_off, and what it found
+_CACHE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _xla_cache_off():
+    """JAX's persistent compilation cache neither read nor written inside (every
+    thread's compiles; nested and concurrent uses share one switch). Setting
+    `jax_enable_compilation_cache` alone is not enough: JAX decides once per
+    process whether its cache is used (`is_cache_used`), so a process whose
+    first compile found it on would still read a program another process
+    compiled (the store then keeping a record without kernels, which every later
+    process fails to run and compiles again); `reset_cache` makes JAX decide
+    anew, once on the way in and once on the way out."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    with _CACHE_LOCK:
+        if _CACHE_OFF["depth"] == 0:
+            _CACHE_OFF["was_on"] = bool(jax.config.jax_enable_compilation_cache)
+            if _CACHE_OFF["was_on"]:
+                jax.config.update("jax_enable_compilation_cache", False)
+                compilation_cache.reset_cache()
+        _CACHE_OFF["depth"] += 1
     try:
-        return lowered.compile(compiler_options=options(batch))
+        yield
     finally:
-        jax.config.update("jax_enable_compilation_cache", True)
+        with _CACHE_LOCK:
+            _CACHE_OFF["depth"] -= 1
+            if _CACHE_OFF["depth"] == 0 and _CACHE_OFF["was_on"]:
+                jax.config.update("jax_enable_compilation_cache", True)
+                compilation_cache.reset_cache()
