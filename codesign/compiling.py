@@ -52,7 +52,8 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
              prove: bool = True, load: bool = True):
     """`jitted` lowered and compiled ahead of time for the structure, shapes and
     dtypes of `args` (once per process; `options(batch)`): (the executable,
-    seconds spent tracing and compiling it, or reading it back, in this call).
+    seconds spent tracing and compiling it, or reading it back, in this call;
+    waiting for it where `ahead` started it).
 
     With `store` (a folder), the executable is also kept there and read back by
     a later process (`stored_key`), which then neither traces nor compiles; one
@@ -65,15 +66,78 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
     if key in _COMPILED:
         return _COMPILED[key], 0.0
     t0 = time.perf_counter()
-    path = Path(store) / f"{stored_key(jitted, args, batch)}.exe" \
-        if store and _code(jitted) is not None else None
-    exe = _load(path, args, prove) if path is not None and load else None
+    path = _stored_path(jitted, args, batch, store)
+    started = _AHEAD.pop(key, None)
+    exe, read_back = started.result() if started is not None else (None, False)
+    if exe is not None and read_back and (not load or (prove and not _runs(exe, args))):
+        exe = None  # read back by `ahead` and broken (or not wanted): compiled afresh below
+    elif started is None and path is not None and load:
+        exe = _load(path, args, prove)
     if exe is None:
         exe = _compile(jitted, args, batch, xla_cache=path is None)
         if path is not None:
             _save(path, exe)
     _COMPILED[key] = exe
     return exe, time.perf_counter() - t0
+
+
+def ahead(jitted, *args, batch: bool = False, store: str | Path | None = None) -> bool:
+    """Start `compiled(jitted, *args, batch=batch, store=store)` beside the caller:
+    the program is read back from `store` in a thread, or, with no record there,
+    traced and lowered here (under the caller's JAX settings) and compiled by
+    XLA in a thread (XLA releases the GIL while it compiles or loads). A later
+    `compiled` (or `run`) of the same program waits for it instead of starting
+    again, and proves what was read back as it would have; one that fails to
+    read back is compiled then, in the caller's thread. Used where a caller
+    knows the programs it will run (the gradient method: the descent, the rule
+    check and the exact evaluation compile at once, on as many cores). Whether
+    it started anything (not when the program is compiled or started already)."""
+    key = _key(jitted, args, batch)
+    if key in _COMPILED or key in _AHEAD:
+        return False
+    path = _stored_path(jitted, args, batch, store)
+    lowered = None if path is not None and path.is_file() else jitted.lower(*args)
+
+    def work():
+        if lowered is None:
+            return _load(path, args, False), True
+        exe = _compiled_lowered(lowered, batch, xla_cache=path is None)
+        if path is not None:
+            _save(path, exe)
+        return exe, False
+
+    _AHEAD[key] = _pool().submit(work)
+    return True
+
+
+_AHEAD: dict = {}  # `_key` -> Future of (executable or None, read back?): `ahead`'s programs
+_POOL: list = []  # the threads `ahead` compiles in (made on first use)
+
+
+def _pool():
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
+                                        thread_name_prefix="codesign-compile"))
+    return _POOL[0]
+
+
+def _stored_path(jitted, args, batch, store) -> Path | None:
+    """Where `store` keeps `jitted`'s executable for `args` (None: no store, or a
+    closure, whose values are not in its key)."""
+    if not store or _code(jitted) is None:
+        return None
+    return Path(store) / f"{stored_key(jitted, args, batch)}.exe"
+
+
+def _runs(exe, args) -> bool:
+    """Whether `exe` runs on `args` (a read-back executable's proof)."""
+    try:
+        jax.block_until_ready(exe(*args))
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def run(jitted, *args, store: str | Path | None = None):
@@ -169,12 +233,16 @@ def stored_key(jitted, args, batch: bool = False) -> str:
 
 
 def _compile(jitted, args, batch, xla_cache=True):
-    """`jitted` lowered and compiled for `args`; without `xla_cache`, by XLA itself,
-    not read from JAX's persistent cache (`_xla_cache_off`): an XLA:CPU executable
-    read back from that cache serializes without its kernels (a later process
-    that loads it fails with "Function ... not found"), so one to be stored is
+    """`jitted` lowered and compiled for `args` (`_compiled_lowered`)."""
+    return _compiled_lowered(jitted.lower(*args), batch, xla_cache)
+
+
+def _compiled_lowered(lowered, batch, xla_cache=True):
+    """A lowered program compiled; without `xla_cache`, by XLA itself, not read
+    from JAX's persistent cache (`_xla_cache_off`): an XLA:CPU executable read
+    back from that cache serializes without its kernels (a later process that
+    loads it fails with "Function ... not found"), so one to be stored is
     compiled so."""
-    lowered = jitted.lower(*args)
     if xla_cache:
         return lowered.compile(compiler_options=options(batch))
     with _xla_cache_off():

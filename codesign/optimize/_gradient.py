@@ -18,9 +18,19 @@ import numpy as np
 import optax
 
 from .. import scenario as sc
+from ..compiling import ahead as _ahead
 from ..compiling import run as _compiled_run
 from ..model.relax import Relaxed
-from ._model import MU_END, Exact, _concat, _exact_batch, _structural_point, chunked, relaxed_loss
+from ._model import (
+    MU_END,
+    Exact,
+    _concat,
+    _exact_batch,
+    _structural_point,
+    chunk_points,
+    chunked,
+    relaxed_loss,
+)
 from ._problem import Core, Problem, to_box, to_values
 from ._result import Result, _key, _knob_dict, _result, _top
 
@@ -41,6 +51,22 @@ class _Clock:
     def __init__(self, store=None):
         self.s = {"compile_s": 0.0, "descent_s": 0.0, "exact_s": 0.0}
         self.store = store
+
+    def ahead(self, prob: Problem, descent: tuple) -> None:
+        """The method's three programs started at once (`compiling.ahead`): the
+        descent on `descent` (its arguments), the rule check and the exact
+        evaluation on chunks of zeros of the shapes they run on; each compiles
+        (or is read back from the store) in a thread while the next is traced,
+        and the first `run` of each waits for its own."""
+        t0, knobs = time.perf_counter(), len(prob.knobs)
+        started = [_ahead(_multistart, prob.core, *descent, store=self.store),
+                   _ahead(_structural_batch, prob.core,
+                          jnp.asarray(np.zeros((RULE_CHUNK, knobs))), store=self.store),
+                   _ahead(_exact_batch, prob.core,
+                          jnp.asarray(np.zeros((chunk_points(prob.core, EXACT_CHUNK), knobs))),
+                          store=self.store)]
+        if any(started):  # tracing and lowering, here
+            self.s["compile_s"] += time.perf_counter() - t0
 
     def run(self, jitted, phase: str, *args):
         """jitted(*args) through its cached executable, timed."""
@@ -322,9 +348,10 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
                    for k in prob.knobs], axis=1)
     x0[0] = prob.here
     t, mu = _schedule(steps)
-    xf, losses, xs = (np.asarray(a) for a in clock.run(
-        _multistart, "descent_s", prob.core, jnp.asarray(to_box(prob, x0)), t, mu,
-        jnp.ones(len(prob.knobs))))
+    descent = (jnp.asarray(to_box(prob, x0)), t, mu, jnp.ones(len(prob.knobs)))
+    clock.ahead(prob, descent)
+    xf, losses, xs = (np.asarray(a) for a in clock.run(_multistart, "descent_s", prob.core,
+                                                       *descent))
     evaluations = starts * steps
 
     cands, origin = _rounded_candidates(prob, clock, xf, width)
