@@ -577,6 +577,9 @@ def test_gradient_method_compiles_once_per_problem(monkeypatch):
     again = optimize.optimize(p.with_limits("tokens_per_s", max_gpus=1e6), starts=STARTS,
                               steps=STEPS, seed=1)
     assert first.profile["compile_s"] > 0 and again.profile["compile_s"] == 0
+    from codesign import compiling
+
+    assert not compiling._AHEAD  # each program started ahead (`compiling.ahead`) is one run
     assert again.wall_s < first.wall_s
     monkeypatch.undo()  # the grid compiles its own evaluation
     grid = optimize.grid_search(p, POINTS, progress=False)
