@@ -292,7 +292,7 @@ def chunked(batch, core: Core, x, chunk: int) -> Exact:
     for i in range(0, len(full), chunk):
         block = full[i:i + chunk]
         pad = np.concatenate([block, np.repeat(block[-1:], chunk - len(block), 0)])
-        out = batch(core, jnp.asarray(pad))
+        out = batch(core, jax.device_put(pad))  # jnp.asarray would compile a conversion
         parts.append(jax.tree.map(lambda a, n=len(block): np.asarray(a)[:n], out))
     return jax.tree.map(lambda *a: np.concatenate(a), *parts)
 
