@@ -7,58 +7,37 @@ process, and a library user gets the same numbers with
 `jax.config.update("jax_enable_x64", True)` before building a scenario (or by
 working inside `with jax.enable_x64(True):`). In float32 the built-in scenarios'
 outputs agree to 1e-4 relative (tests/test_public_api.py).
+
+Every name below loads on first use (`__getattr__`): `import codesign` imports
+neither JAX nor a model module, so that a command loads only what it runs
+(`python -X importtime -c "import codesign"`: about 1 ms of the package's own).
 """
 
 import importlib
-
-from . import chip as chip
-from . import output_checks as output_checks
-from . import presets as presets
-from . import scenario as scenario
-from . import uncertainty as uncertainty
-from . import units as units
-
-# The modules, each a namespace with one job (README.md, "Layout"). Those that
-# pull in matplotlib, optax or the execution path load on first use (`__getattr__`),
-# so that `import codesign` and every command start fast.
-from .model import attention as attention
-from .model import collectives as collectives
-from .model import economics as economics
-from .model import fabric as fabric
-from .model import hardware as hardware
-from .model import network_roofline as network_roofline
-from .model import overlap as overlap
-from .model import plan as plan
-from .model import relax as relax
-from .model import reliability as reliability
-from .model import stage as stage
-from .model import step as step
-from .model import strategies as strategies
-from .model import traffic as traffic
-from .model import workload as workload
-
-# The names most programs need.
-from .model.economics import Assumptions as Assumptions
-from .model.fabric import Prices as Prices
-from .model.hardware import Chip as Chip
-from .model.hardware import System as System
-from .model.hardware import Tier as Tier
-from .model.network_roofline import roofline as roofline
-from .model.plan import Plan as Plan
-from .model.plan import Precision as Precision
-from .model.reliability import Reliability as Reliability
-from .model.step import Estimate as Estimate
-from .model.step import estimate as estimate
-from .model.step import outputs as outputs
-from .model.workload import Transformer as Transformer
-from .scenario import Scenario as Scenario
-from .scenario import get_knob as get_knob
-from .scenario import labels as labels
-from .scenario import load as load
-from .scenario import set_knobs as set_knobs
+import importlib.util
 
 __version__ = "0.1.0"
-_ON_FIRST_USE = ("execute", "optimize", "plots", "program", "sweep", "validate")
+
+# The modules, each a namespace with one job (README.md, "Layout"): name -> module.
+_MODULES = {
+    "chip": "chip", "output_checks": "output_checks", "presets": "presets",
+    "scenario": "scenario", "uncertainty": "uncertainty", "units": "units",
+    "execute": "execute", "optimize": "optimize", "plots": "plots", "program": "program",
+    "sweep": "sweep", "validate": "validate",
+    **{m: f"model.{m}" for m in (
+        "attention", "collectives", "economics", "fabric", "hardware", "network_roofline",
+        "overlap", "plan", "relax", "reliability", "stage", "step", "strategies", "traffic",
+        "workload")},
+}
+# The names most programs need: name -> the module that defines it.
+_NAMES = {
+    "Assumptions": "model.economics", "Prices": "model.fabric", "Chip": "model.hardware",
+    "System": "model.hardware", "Tier": "model.hardware", "roofline": "model.network_roofline",
+    "Plan": "model.plan", "Precision": "model.plan", "Reliability": "model.reliability",
+    "Estimate": "model.step", "estimate": "model.step", "outputs": "model.step",
+    "Transformer": "model.workload", "Scenario": "scenario", "get_knob": "scenario",
+    "labels": "scenario", "load": "scenario", "set_knobs": "scenario",
+}
 
 __all__ = [
     # modules
@@ -76,6 +55,18 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in _ON_FIRST_USE:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """A public name (`__all__`) or any submodule, imported on first use and kept."""
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
+    elif name in _MODULES:
+        value = importlib.import_module(f"{__name__}.{_MODULES[name]}")
+    elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}"):
+        value = importlib.import_module(f"{__name__}.{name}")  # codesign.model, .compiling, ...
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -20,10 +20,12 @@ options (benchmarks/estimate.py measures the rate).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
 import platform
+import threading
 import time
 import types
 from pathlib import Path
@@ -50,7 +52,8 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
              prove: bool = True, load: bool = True):
     """`jitted` lowered and compiled ahead of time for the structure, shapes and
     dtypes of `args` (once per process; `options(batch)`): (the executable,
-    seconds spent tracing and compiling it, or reading it back, in this call).
+    seconds spent tracing and compiling it, or reading it back, in this call;
+    waiting for it where `ahead` started it).
 
     With `store` (a folder), the executable is also kept there and read back by
     a later process (`stored_key`), which then neither traces nor compiles; one
@@ -63,15 +66,78 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
     if key in _COMPILED:
         return _COMPILED[key], 0.0
     t0 = time.perf_counter()
-    path = Path(store) / f"{stored_key(jitted, args, batch)}.exe" \
-        if store and _code(jitted) is not None else None
-    exe = _load(path, args, prove) if path is not None and load else None
+    path = _stored_path(jitted, args, batch, store)
+    started = _AHEAD.pop(key, None)
+    exe, read_back = started.result() if started is not None else (None, False)
+    if exe is not None and read_back and (not load or (prove and not _runs(exe, args))):
+        exe = None  # read back by `ahead` and broken (or not wanted): compiled afresh below
+    elif started is None and path is not None and load:
+        exe = _load(path, args, prove)
     if exe is None:
         exe = _compile(jitted, args, batch, xla_cache=path is None)
         if path is not None:
             _save(path, exe)
     _COMPILED[key] = exe
     return exe, time.perf_counter() - t0
+
+
+def ahead(jitted, *args, batch: bool = False, store: str | Path | None = None) -> bool:
+    """Start `compiled(jitted, *args, batch=batch, store=store)` beside the caller:
+    the program is read back from `store` in a thread, or, with no record there,
+    traced and lowered here (under the caller's JAX settings) and compiled by
+    XLA in a thread (XLA releases the GIL while it compiles or loads). A later
+    `compiled` (or `run`) of the same program waits for it instead of starting
+    again, and proves what was read back as it would have; one that fails to
+    read back is compiled then, in the caller's thread. Used where a caller
+    knows the programs it will run (the gradient method: the descent, the rule
+    check and the exact evaluation compile at once, on as many cores). Whether
+    it started anything (not when the program is compiled or started already)."""
+    key = _key(jitted, args, batch)
+    if key in _COMPILED or key in _AHEAD:
+        return False
+    path = _stored_path(jitted, args, batch, store)
+    lowered = None if path is not None and path.is_file() else jitted.lower(*args)
+
+    def work():
+        if lowered is None:
+            return _load(path, args, False), True
+        exe = _compiled_lowered(lowered, batch, xla_cache=path is None)
+        if path is not None:
+            _save(path, exe)
+        return exe, False
+
+    _AHEAD[key] = _pool().submit(work)
+    return True
+
+
+_AHEAD: dict = {}  # `_key` -> Future of (executable or None, read back?): `ahead`'s programs
+_POOL: list = []  # the threads `ahead` compiles in (made on first use)
+
+
+def _pool():
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
+                                        thread_name_prefix="codesign-compile"))
+    return _POOL[0]
+
+
+def _stored_path(jitted, args, batch, store) -> Path | None:
+    """Where `store` keeps `jitted`'s executable for `args` (None: no store, or a
+    closure, whose values are not in its key)."""
+    if not store or _code(jitted) is None:
+        return None
+    return Path(store) / f"{stored_key(jitted, args, batch)}.exe"
+
+
+def _runs(exe, args) -> bool:
+    """Whether `exe` runs on `args` (a read-back executable's proof)."""
+    try:
+        jax.block_until_ready(exe(*args))
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def run(jitted, *args, store: str | Path | None = None):
@@ -167,15 +233,50 @@ def stored_key(jitted, args, batch: bool = False) -> str:
 
 
 def _compile(jitted, args, batch, xla_cache=True):
-    """`jitted` lowered and compiled for `args`; without `xla_cache`, by XLA itself,
-    not read from JAX's persistent cache: an XLA:CPU executable read back from
-    that cache serializes without its kernels (a later process that loads it
-    fails with "Function ... not found"), so one to be stored is compiled so."""
-    lowered = jitted.lower(*args)
-    if xla_cache or not jax.config.jax_enable_compilation_cache:
+    """`jitted` lowered and compiled for `args` (`_compiled_lowered`)."""
+    return _compiled_lowered(jitted.lower(*args), batch, xla_cache)
+
+
+def _compiled_lowered(lowered, batch, xla_cache=True):
+    """A lowered program compiled; without `xla_cache`, by XLA itself, not read
+    from JAX's persistent cache (`_xla_cache_off`): an XLA:CPU executable read
+    back from that cache serializes without its kernels (a later process that
+    loads it fails with "Function ... not found"), so one to be stored is
+    compiled so."""
+    if xla_cache:
         return lowered.compile(compiler_options=options(batch))
-    jax.config.update("jax_enable_compilation_cache", False)
+    with _xla_cache_off():
+        return lowered.compile(compiler_options=options(batch))
+
+
+_CACHE_OFF = {"depth": 0, "was_on": False}  # compiles under _xla_cache_off, and what it found
+_CACHE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _xla_cache_off():
+    """JAX's persistent compilation cache neither read nor written inside (every
+    thread's compiles; nested and concurrent uses share one switch). Setting
+    `jax_enable_compilation_cache` alone is not enough: JAX decides once per
+    process whether its cache is used (`is_cache_used`), so a process whose
+    first compile found it on would still read a program another process
+    compiled (the store then keeping a record without kernels, which every later
+    process fails to run and compiles again); `reset_cache` makes JAX decide
+    anew, once on the way in and once on the way out."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    with _CACHE_LOCK:
+        if _CACHE_OFF["depth"] == 0:
+            _CACHE_OFF["was_on"] = bool(jax.config.jax_enable_compilation_cache)
+            if _CACHE_OFF["was_on"]:
+                jax.config.update("jax_enable_compilation_cache", False)
+                compilation_cache.reset_cache()
+        _CACHE_OFF["depth"] += 1
     try:
-        return lowered.compile(compiler_options=options(batch))
+        yield
     finally:
-        jax.config.update("jax_enable_compilation_cache", True)
+        with _CACHE_LOCK:
+            _CACHE_OFF["depth"] -= 1
+            if _CACHE_OFF["depth"] == 0 and _CACHE_OFF["was_on"]:
+                jax.config.update("jax_enable_compilation_cache", True)
+                compilation_cache.reset_cache()

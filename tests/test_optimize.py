@@ -577,6 +577,9 @@ def test_gradient_method_compiles_once_per_problem(monkeypatch):
     again = optimize.optimize(p.with_limits("tokens_per_s", max_gpus=1e6), starts=STARTS,
                               steps=STEPS, seed=1)
     assert first.profile["compile_s"] > 0 and again.profile["compile_s"] == 0
+    from codesign import compiling
+
+    assert not compiling._AHEAD  # each program started ahead (`compiling.ahead`) is one run
     assert again.wall_s < first.wall_s
     monkeypatch.undo()  # the grid compiles its own evaluation
     grid = optimize.grid_search(p, POINTS, progress=False)
@@ -614,14 +617,21 @@ def test_the_gradient_method_runs_its_programs_through_the_store(small, monkeypa
     in a new process reads them back (`compiling.run`, tested above)."""
     from codesign.optimize import _gradient
 
-    seen = []
-    run = _gradient._compiled_run
+    seen, started = [], []
+    run, ahead = _gradient._compiled_run, _gradient._ahead
     monkeypatch.setattr(_gradient, "_compiled_run", lambda jitted, *args, store=None: (
         seen.append((jitted, store)) or run(jitted, *args, store=None)))
+    monkeypatch.setattr(_gradient, "_ahead", lambda jitted, *args, store=None: (
+        started.append((jitted, store)) or ahead(jitted, *args, store=None)))
     optimize.optimize(small, starts=STARTS, steps=STEPS, store="/nowhere")
-    assert {j for j, _ in seen} == {_gradient._multistart, _gradient._structural_batch,
-                                    _gradient._exact_batch}
+    programs = {_gradient._multistart, _gradient._structural_batch, _gradient._exact_batch}
+    assert {j for j, _ in seen} == programs
     assert {s for _, s in seen} == {"/nowhere"}
+    # each started at once (`compiling.ahead`), on the structure it then runs on: none
+    # compiled again when run
+    assert [j for j, _ in started] == [_gradient._multistart, _gradient._structural_batch,
+                                       _gradient._exact_batch]
+    assert {s for _, s in started} == {"/nowhere"}
 
 
 def test_a_stored_program_that_fails_to_run_is_compiled_and_stored_again(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from codesign import optimize, uncertainty
+from codesign import compiling, optimize, uncertainty
 from codesign import scenario as sc
 from codesign.cli import main
 from codesign.optimize import _robust
@@ -111,6 +111,7 @@ def test_the_gradient_method_and_the_streamed_grid_find_the_robust_optimum(q90, 
     nominal, robust, _ = grid_runs
     r = optimize.optimize(q90, starts=4, steps=20)
     assert r.best == robust.best and r.value == pytest.approx(robust.value, rel=1e-12)
+    assert not compiling._AHEAD  # the programs started ahead are those run (S points a chunk)
     assert r.evaluations > 4 * 20 * SAMPLES
     # given the nominal optimum, it is among the candidates (path: no start descended to it)
     r = optimize.optimize(q90, starts=4, steps=20, include=[list(nominal.best.values())])

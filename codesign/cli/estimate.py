@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import jax
+import numpy as np
 
 from .. import output_checks, scenario, uncertainty
 from ..chip_specs import preset_for_device
@@ -66,8 +67,15 @@ def traffic_rows(est: step.Estimate) -> list[dict]:
     return rows
 
 
+def in_numpy(tree):
+    """`tree`'s arrays as NumPy arrays: what is printed from a computed estimate is
+    derived in NumPy, not one dispatched JAX operation at a time (the same IEEE
+    arithmetic: every built-in scenario's outputs equal to the bit)."""
+    return jax.tree.map(np.asarray, tree)
+
+
 def estimate_json(est: step.Estimate) -> dict:
-    out = {k: float(v) for k, v in step.outputs(est).items()}
+    out = {k: float(v) for k, v in step.outputs(in_numpy(est)).items()}
     out["fits_memory"] = bool(out["fits_memory"])
     out["breakdown_s"] = {k: float(v) for k, v in est.step.breakdown_s().items()}
     for k in list(out):
@@ -165,7 +173,7 @@ def parameters_words(model) -> str:
     """The parameter counts with their conventions (`workload.parameter_counts`):
     "671B total (36.5B active per token without the input embedding, 37.4B with
     it)", the MTP module's share of the total where it has one."""
-    c = workload.parameter_counts(model)
+    c = workload.parameter_counts(in_numpy(model))
     mtp = (f" incl. the MTP module's {_count(c.mtp)} (its blocks and projections; it shares "
            "the embedding and head)" if c.mtp > 0 else "")
     embedding = (", the input embedding tied to the output head" if c.tied else

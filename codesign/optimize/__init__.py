@@ -86,57 +86,63 @@ below are the public API (the relaxed loss, the unit box and the constraint
 vector are internals of `_model` and `_problem`).
 """
 
-from ..model.economics import Assumptions as Assumptions
-from ._categorical import CATEGORICAL as CATEGORICAL
-from ._categorical import NoValidChoice as NoValidChoice
-from ._categorical import categorical_search as categorical_search
-from ._categorical import choices_of as categorical_choices
-from ._categorical import design_scenario as design_scenario
-from ._categorical import parse_choice as parse_choice
-from ._categorical import scenario_choice as scenario_choice
-from ._gradient import optimize as optimize
-from ._grid import GRID_TOP as GRID_TOP
-from ._grid import SCANS as SCANS
-from ._grid import Float32Scan as Float32Scan
-from ._grid import Float64Scan as Float64Scan
-from ._grid import Scan as Scan
-from ._grid import grid_axes as grid_axes
-from ._grid import grid_search as grid_search
-from ._grid import grid_size as grid_size
-from ._method import METHODS as METHODS
-from ._method import Gradient as Gradient
-from ._method import Grid as Grid
-from ._method import Method as Method
-from ._method import search_method as search_method
-from ._model import Exact as Exact
-from ._model import evaluate as evaluate
-from ._model import point_metrics as point_metrics
-from ._model import structurally_feasible as structurally_feasible
-from ._pareto import GridFront as GridFront
-from ._pareto import grid_pareto as grid_pareto
-from ._pareto import non_dominated as non_dominated
-from ._pareto import pareto_front as pareto_front
-from ._problem import DERIVED_AT_ZERO as DERIVED_AT_ZERO
-from ._problem import INTEGER_KNOBS as INTEGER_KNOBS
-from ._problem import OBJECTIVES as OBJECTIVES
-from ._problem import Problem as Problem
-from ._problem import default_bounds as default_bounds
-from ._problem import neighbours as neighbours
-from ._problem import problem as problem
-from ._result import Result as Result
-from ._robust import DEFAULT_SIGMAS as DEFAULT_SIGMAS
-from ._robust import MAX_SAMPLES as MAX_ROBUST_SAMPLES
-from ._robust import SAMPLES as ROBUST_SAMPLES
-from ._robust import Uncertainty as Uncertainty
-from ._robust import compare as robust_compare
-from ._robust import robust as robust
-from ._robust import search as robust_search
-from ._robust import sigmas as uncertainty_sigmas
-from ._sensitivity import SENSITIVITY_KNOBS as SENSITIVITY_KNOBS
-from ._sensitivity import SENSITIVITY_OUTPUTS as SENSITIVITY_OUTPUTS
-from ._sensitivity import elasticities as elasticities
-from ._sensitivity import integer_steps as integer_steps
-from ._slack import slack as slack
+import importlib
+
+# Every public name loads its module on first use (`__getattr__`): `codesign.cli`'s
+# `estimate` needs `neighbours`, not optax and the descent.
+_NAMES = {  # public name -> (the module that defines it, its name there)
+    "Assumptions": ("..model.economics", "Assumptions"),
+    "CATEGORICAL": ("._categorical", "CATEGORICAL"),
+    "NoValidChoice": ("._categorical", "NoValidChoice"),
+    "categorical_search": ("._categorical", "categorical_search"),
+    "categorical_choices": ("._categorical", "choices_of"),
+    "design_scenario": ("._categorical", "design_scenario"),
+    "parse_choice": ("._categorical", "parse_choice"),
+    "scenario_choice": ("._categorical", "scenario_choice"),
+    "optimize": ("._gradient", "optimize"),
+    "GRID_TOP": ("._grid", "GRID_TOP"),
+    "SCANS": ("._grid", "SCANS"),
+    "Float32Scan": ("._grid", "Float32Scan"),
+    "Float64Scan": ("._grid", "Float64Scan"),
+    "Scan": ("._grid", "Scan"),
+    "grid_axes": ("._grid", "grid_axes"),
+    "grid_search": ("._grid", "grid_search"),
+    "grid_size": ("._grid", "grid_size"),
+    "METHODS": ("._method", "METHODS"),
+    "Gradient": ("._method", "Gradient"),
+    "Grid": ("._method", "Grid"),
+    "Method": ("._method", "Method"),
+    "search_method": ("._method", "search_method"),
+    "Exact": ("._model", "Exact"),
+    "evaluate": ("._model", "evaluate"),
+    "point_metrics": ("._model", "point_metrics"),
+    "structurally_feasible": ("._model", "structurally_feasible"),
+    "GridFront": ("._pareto", "GridFront"),
+    "grid_pareto": ("._pareto", "grid_pareto"),
+    "non_dominated": ("._pareto", "non_dominated"),
+    "pareto_front": ("._pareto", "pareto_front"),
+    "DERIVED_AT_ZERO": ("._problem", "DERIVED_AT_ZERO"),
+    "INTEGER_KNOBS": ("._problem", "INTEGER_KNOBS"),
+    "OBJECTIVES": ("._problem", "OBJECTIVES"),
+    "Problem": ("._problem", "Problem"),
+    "default_bounds": ("._problem", "default_bounds"),
+    "neighbours": ("._problem", "neighbours"),
+    "problem": ("._problem", "problem"),
+    "Result": ("._result", "Result"),
+    "DEFAULT_SIGMAS": ("._robust", "DEFAULT_SIGMAS"),
+    "MAX_ROBUST_SAMPLES": ("._robust", "MAX_SAMPLES"),
+    "ROBUST_SAMPLES": ("._robust", "SAMPLES"),
+    "Uncertainty": ("._robust", "Uncertainty"),
+    "robust_compare": ("._robust", "compare"),
+    "robust": ("._robust", "robust"),
+    "robust_search": ("._robust", "search"),
+    "uncertainty_sigmas": ("._robust", "sigmas"),
+    "SENSITIVITY_KNOBS": ("._sensitivity", "SENSITIVITY_KNOBS"),
+    "SENSITIVITY_OUTPUTS": ("._sensitivity", "SENSITIVITY_OUTPUTS"),
+    "elasticities": ("._sensitivity", "elasticities"),
+    "integer_steps": ("._sensitivity", "integer_steps"),
+    "slack": ("._slack", "slack"),
+}
 
 __all__ = [
     "CATEGORICAL", "DEFAULT_SIGMAS", "DERIVED_AT_ZERO", "GRID_TOP", "INTEGER_KNOBS",
@@ -151,3 +157,17 @@ __all__ = [
     "problem", "robust", "robust_compare", "robust_search", "scenario_choice", "search_method",
     "slack", "structurally_feasible", "uncertainty_sigmas",
 ]
+
+
+def __getattr__(name: str):
+    """A public name (`__all__`), imported from its module on first use and kept."""
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _NAMES[name]
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -18,9 +18,19 @@ import numpy as np
 import optax
 
 from .. import scenario as sc
+from ..compiling import ahead as _ahead
 from ..compiling import run as _compiled_run
 from ..model.relax import Relaxed
-from ._model import MU_END, Exact, _concat, _exact_batch, _structural_point, chunked, relaxed_loss
+from ._model import (
+    MU_END,
+    Exact,
+    _concat,
+    _exact_batch,
+    _structural_point,
+    chunk_points,
+    chunked,
+    relaxed_loss,
+)
 from ._problem import Core, Problem, to_box, to_values
 from ._result import Result, _key, _knob_dict, _result, _top
 
@@ -41,6 +51,22 @@ class _Clock:
     def __init__(self, store=None):
         self.s = {"compile_s": 0.0, "descent_s": 0.0, "exact_s": 0.0}
         self.store = store
+
+    def ahead(self, prob: Problem, descent: tuple) -> None:
+        """The method's three programs started at once (`compiling.ahead`): the
+        descent on `descent` (its arguments), the rule check and the exact
+        evaluation on chunks of zeros of the shapes they run on; each compiles
+        (or is read back from the store) in a thread while the next is traced,
+        and the first `run` of each waits for its own."""
+        t0, knobs = time.perf_counter(), len(prob.knobs)
+        started = [_ahead(_multistart, prob.core, *descent, store=self.store),
+                   _ahead(_structural_batch, prob.core,
+                          jax.device_put(np.zeros((RULE_CHUNK, knobs))), store=self.store),
+                   _ahead(_exact_batch, prob.core,
+                          jax.device_put(np.zeros((chunk_points(prob.core, EXACT_CHUNK), knobs))),
+                          store=self.store)]
+        if any(started):  # tracing and lowering, here
+            self.s["compile_s"] += time.perf_counter() - t0
 
     def run(self, jitted, phase: str, *args):
         """jitted(*args) through its cached executable, timed."""
@@ -148,7 +174,7 @@ def _structural(prob: Problem, clock: _Clock, x: np.ndarray) -> np.ndarray:
         block = x[i:i + RULE_CHUNK]
         pad = np.concatenate([block, np.repeat(block[-1:], RULE_CHUNK - len(block), 0)])
         out[i:i + len(block)] = np.asarray(clock.run(_structural_batch, "exact_s", prob.core,
-                                                     jnp.asarray(pad)))[:len(block)]
+                                                     jax.device_put(pad)))[:len(block)]
     return out
 
 
@@ -277,9 +303,9 @@ def _polish(prob: Problem, clock: _Clock, pool: _Pool, count: int, starts: int, 
     seeds = pool.x[best]
     lanes = np.concatenate([seeds, np.repeat(seeds[-1:], starts - len(seeds), 0)])
     xp, _, _ = clock.run(_multistart, "descent_s", prob.core,
-                         jnp.asarray(to_box(prob, lanes)), jnp.zeros(steps),
-                         jnp.full(steps, MU_END, dtype=float),
-                         jnp.asarray(continuous, dtype=float))
+                         jax.device_put(to_box(prob, lanes)), jax.device_put(np.zeros(steps)),
+                         jax.device_put(np.full(steps, MU_END)),
+                         jax.device_put(continuous.astype(float)))
     xp = np.array(xp)[: len(seeds)]
     xp[:, ~continuous] = seeds[:, ~continuous]  # keep the integers exact
     pool = _add(pool, prob, clock, xp, pool.origin[best])
@@ -322,9 +348,12 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
                    for k in prob.knobs], axis=1)
     x0[0] = prob.here
     t, mu = _schedule(steps)
-    xf, losses, xs = (np.asarray(a) for a in clock.run(
-        _multistart, "descent_s", prob.core, jnp.asarray(to_box(prob, x0)), t, mu,
-        jnp.ones(len(prob.knobs))))
+    # arrays made in NumPy and put on the device (`jnp.asarray` compiles a conversion
+    # for each shape)
+    descent = (jax.device_put(to_box(prob, x0)), t, mu, jax.device_put(np.ones(len(prob.knobs))))
+    clock.ahead(prob, descent)
+    xf, losses, xs = (np.asarray(a) for a in clock.run(_multistart, "descent_s", prob.core,
+                                                       *descent))
     evaluations = starts * steps
 
     cands, origin = _rounded_candidates(prob, clock, xf, width)
@@ -355,6 +384,7 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
         b = int(ranked[0]) if len(ranked) else 0
     win = int(pool.origin[b])
     every = max(1, steps // 10)
+    t, mu = np.asarray(t), np.asarray(mu)  # read on the host (not an indexing op each)
     path = [{"phase": "gradient", "start": win, "step": int(i), "t": float(t[i]),
              "mu": float(mu[i]), "relaxed_loss": float(losses[win, i]),
              "knobs": _knob_dict(prob, xs[win, i])}

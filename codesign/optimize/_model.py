@@ -276,17 +276,23 @@ def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
                    chunk)
 
 
+def chunk_points(core: Core, chunk: int) -> int:
+    """The points of one chunk of `chunked`: `chunk`, fewer where a point costs
+    `core.samples` evaluations (`CHUNK_EVALUATIONS`)."""
+    return max(1, min(chunk, CHUNK_EVALUATIONS // core.samples))
+
+
 def chunked(batch, core: Core, x, chunk: int) -> Exact:
     """`batch` (`_exact_batch`, or an executable compiled from it for `chunk`
     points) over points x (n, K) in padded chunks of `chunk` points (fewer on
     a robust problem of many samples: `CHUNK_EVALUATIONS`), as numpy."""
-    chunk = max(1, min(chunk, CHUNK_EVALUATIONS // core.samples))
+    chunk = chunk_points(core, chunk)
     full = np.atleast_2d(np.asarray(x, dtype=float))
     parts = []
     for i in range(0, len(full), chunk):
         block = full[i:i + chunk]
         pad = np.concatenate([block, np.repeat(block[-1:], chunk - len(block), 0)])
-        out = batch(core, jnp.asarray(pad))
+        out = batch(core, jax.device_put(pad))  # jnp.asarray would compile a conversion
         parts.append(jax.tree.map(lambda a, n=len(block): np.asarray(a)[:n], out))
     return jax.tree.map(lambda *a: np.concatenate(a), *parts)
 

@@ -263,11 +263,14 @@ def admissible_values(scn: Scenario, name: str, lo: float, hi: float,
     if "parallel.dp" in varied and name != "parallel.dp":  # system.gpus follows dp
         values["parallel.dp"] = sc.get_knob(scn, "parallel.dp")
     s = sc.set_knobs(scn, values)
+    # in NumPy (as `plan.validate` checks them): no dispatch of each rule's operations
+    m, p, system = jax.tree.map(np.asarray, (s.model, s.plan, s.system))
     keep = np.ones(v.shape, dtype=bool)
-    for rule in plan.RULES:
-        reads = _reads(rule, varied)
-        if name in reads and not (reads - {name}) & set(varied):
-            keep &= np.broadcast_to(np.asarray(rule.holds(s.model, s.plan, s.system)), v.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for rule in plan.RULES:
+            reads = _reads(rule, varied)
+            if name in reads and not (reads - {name}) & set(varied):
+                keep &= np.broadcast_to(np.asarray(rule.holds(m, p, system)), v.shape)
     out = v[keep]
     if out.size == 0:
         raise ValueError(f"{name} has no admissible integer in [{lo:g}, {hi:g}] "
