@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from .chip_specs import PCIE5_X16_Bps
 from .measured import (
-    _LATENCY,
     H100_MATMUL_EFFICIENCY,
     HOPPER_ATTENTION_EFFICIENCY,
+    LATENCY_SOURCE,
     NIC_EFFICIENCY,
     SCALE_OUT_LATENCY_S,
     SCALE_UP_LATENCY_S,
 )
-from .model.hardware import Preset, System, _gpu_chip, _tier
+from .model.hardware import Preset, System, gpu_chip, preset_tier
 from .units import GB, Gbps
 
 # Peak matrix throughput = compute units x peak engine clock x FLOPs per clock
@@ -114,8 +114,8 @@ def _mesh_node(chip, hbm_Bps, link_Bps, nic_Bps=400 * Gbps) -> System:
     the seven links together (what a collective over all eight drives); the
     tiers reduce at the chip's `hbm_Bps` / 2."""
     return System(chip, 1024, 8,
-                  _tier(XGMI_LINKS * link_Bps, SCALE_UP_LATENCY_S, XGMI_EFFICIENCY, hbm_Bps),
-                  _tier(nic_Bps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
+                  preset_tier(XGMI_LINKS * link_Bps, SCALE_UP_LATENCY_S, XGMI_EFFICIENCY, hbm_Bps),
+                  preset_tier(nic_Bps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
                   8)
 
 
@@ -129,7 +129,7 @@ def _sources(chip: str, matmul: str, link: str) -> dict:
             "scale_out": "reference platform: one 400 Gb/s NIC per GPU",
             "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
             "protocols": "NCCL's (RCCL's tuning model 5 is data on the preset: assumption)",
-            "host_Bps": "PCIe Gen5 x16", "latency": _LATENCY}
+            "host_Bps": "PCIe Gen5 x16", "latency": LATENCY_SOURCE}
 
 
 def _platform(chip_name: str, peaks: dict, wide: str, hbm_bytes: float, hbm_Bps: float,
@@ -139,7 +139,7 @@ def _platform(chip_name: str, peaks: dict, wide: str, hbm_bytes: float, hbm_Bps:
     (`peaks`, its 32-bit one under `wide`), HBM, the matmul efficiency and its
     source, the xGMI link rate; attention borrowed from Hopper (assumption), host
     link PCIe Gen5 x16 (vendor)."""
-    chip = _gpu_chip(chip_name, peaks["bf16"], peaks["fp8"], hbm_bytes, hbm_Bps,
+    chip = gpu_chip(chip_name, peaks["bf16"], peaks["fp8"], hbm_bytes, hbm_Bps,
                      matmul_efficiency, peaks[wide], HOPPER_ATTENTION_EFFICIENCY,
                      host_Bps=PCIE5_X16_Bps)
     return Preset(_mesh_node(chip, hbm_Bps, link_Bps), description,
@@ -147,7 +147,7 @@ def _platform(chip_name: str, peaks: dict, wide: str, hbm_bytes: float, hbm_Bps:
                   other_peaks or {}, collective_library=RCCL)
 
 
-def _mi300x_platform() -> Preset:
+def mi300x_platform() -> Preset:
     return _platform(  # vendor: 192 GB HBM3 at 5.3 TB/s
         "MI300X", CDNA3_PEAKS, "tf32", 192 * GB, 5.3e12, MI300X_MATMUL_EFFICIENCY,
         MI300X_XGMI_LINK_Bps,
@@ -157,7 +157,7 @@ def _mi300x_platform() -> Preset:
         "128 GB/s")
 
 
-def _mi325x_platform() -> Preset:
+def mi325x_platform() -> Preset:
     return _platform(  # vendor: 256 GB HBM3E at 6 TB/s; MI300X's compute
         "MI325X", CDNA3_PEAKS, "tf32", 256 * GB, 6.0e12, MI325X_MATMUL_EFFICIENCY,
         MI300X_XGMI_LINK_Bps,
@@ -167,7 +167,7 @@ def _mi325x_platform() -> Preset:
         "128 GB/s")
 
 
-def _mi355x_platform() -> Preset:
+def mi355x_platform() -> Preset:
     return _platform(  # vendor: 288 GB HBM3E at 8 TB/s
         "MI355X", CDNA4_PEAKS, "fp32", 288 * GB, 8.0e12, MI355X_MATMUL_EFFICIENCY,
         MI355X_XGMI_LINK_Bps,

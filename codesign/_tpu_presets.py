@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from .chip_specs import PCIE3_X16_Bps, PCIE4_X16_Bps, PCIE5_X16_Bps
 from .measured import (
-    _TPU_LATENCY,
     A100_MATMUL_EFFICIENCY,
     DCN_LATENCY_S,
     ICI_LATENCY_S,
     NIC_EFFICIENCY,
+    TPU_LATENCY_SOURCE,
 )
-from .model.hardware import Preset, System, _gpu_chip, _tier
+from .model.hardware import Preset, System, gpu_chip, preset_tier
 from .model.protocols import AlphaBeta
 from .model.strategies import Torus
 from .units import GB, Gbps, KiB
@@ -24,18 +24,18 @@ def _tpu(name, bf16, int8, hbm_bytes, hbm_Bps, link_Bps, shape, host_Bps,
     # collective on the torus drives all of them, so the per-chip bandwidth is
     # 6 x per-link (a 2D torus is shape (x, y, 1): a group spanning both of its
     # dimensions drives its 4 links, 2 x per-link a dimension as in 3D).
-    chip = _gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3,
+    chip = gpu_chip(name, bf16, int8, hbm_bytes, hbm_Bps, A100_MATMUL_EFFICIENCY, bf16 / 3,
                      host_Bps=host_Bps)
-    ici = _tier(6 * link_Bps, ICI_LATENCY_S, 1.0, hbm_Bps)
+    ici = preset_tier(6 * link_Bps, ICI_LATENCY_S, 1.0, hbm_Bps)
     # The data-centre network beside the torus, per chip (`dcn_Bps`): where the vendor
     # tables are silent, an assumption of 200 Gb/s per 4-chip host, labelled as such.
-    dcn = _tier(dcn_Bps, DCN_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
+    dcn = preset_tier(dcn_Bps, DCN_LATENCY_S, NIC_EFFICIENCY, hbm_Bps)
     torus = Torus(shape)
     return System(chip, torus.chips, torus.chips, ici, dcn, chips_per_host, topology=torus,
                   protocols=AlphaBeta())
 
 
-def _tpu_v4() -> Preset:
+def tpu_v4() -> Preset:
     return Preset(
         _tpu("tpu-v4", 275e12, 275e12,  # vendor: 275 TFLOP/s bf16; int8 peak is the same
              32 * KiB**3, 1.2e12,  # vendor: 32 GiB, 1.2 TB/s
@@ -46,12 +46,12 @@ def _tpu_v4() -> Preset:
         "TPU v4: 3D torus ICI (6 links x 45 GB/s), 4096-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v4)", "scale_up": "vendor: 6 links x 4.5e10 B/s",
          "scale_out": "assumption: 200 Gb/s per host", "host_Bps": "PCIe Gen3 x16",
-         "latency": _TPU_LATENCY},
+         "latency": TPU_LATENCY_SOURCE},
         "tpu-v4",
     )
 
 
-def _tpu_v5p() -> Preset:
+def tpu_v5p() -> Preset:
     return Preset(
         _tpu("tpu-v5p", 459e12, 918e12,  # vendor: 459 TFLOP/s bf16; datasheet int8 918 TOPS
              95 * GB, 2.76e12,  # vendor: 95 GB, 2.76 TB/s
@@ -62,12 +62,12 @@ def _tpu_v5p() -> Preset:
         "TPU v5p: 3D torus ICI (6 links x 90 GB/s), 8960-chip pod, 4 chips per host",
         {"chip": "datasheet (TPU v5p)", "scale_up": "vendor: 6 links x 9e10 B/s",
          "scale_out": "assumption: 200 Gb/s per host",
-         "host_Bps": "assumption: PCIe Gen4 x16", "latency": _TPU_LATENCY},
+         "host_Bps": "assumption: PCIe Gen4 x16", "latency": TPU_LATENCY_SOURCE},
         "tpu-v5p",
     )
 
 
-def _tpu_v5e() -> Preset:
+def tpu_v5e() -> Preset:
     return Preset(
         # vendor (Google Cloud TPU v5e documentation): 197 TFLOP/s bf16, 393 TOPS int8,
         # 16 GB of HBM2 at 819 GB/s; ICI 400 GB/s bidirectional per chip over 4 ports
@@ -79,12 +79,12 @@ def _tpu_v5e() -> Preset:
         "TPU v5e: 2D torus ICI (4 links x 50 GB/s), 256-chip pod, 8 chips per host",
         {"chip": "Google Cloud TPU v5e documentation", "scale_up": "vendor: 400 GB/s "
          "bidirectional ICI per chip, 4 ports", "scale_out": "vendor: 2 x 100 Gb/s per "
-         "8-chip host", "host_Bps": "assumption: PCIe Gen4 x16", "latency": _TPU_LATENCY},
+         "8-chip host", "host_Bps": "assumption: PCIe Gen4 x16", "latency": TPU_LATENCY_SOURCE},
         "tpu-v5e",
     )
 
 
-def _tpu_v6e() -> Preset:
+def tpu_v6e() -> Preset:
     return Preset(
         # vendor (Google Cloud TPU v6e documentation): 918 TFLOP/s bf16, 1,836 TOPS
         # int8, 32 GB of HBM at 1,638 GB/s; ICI 800 GB/s bidirectional per chip over 4
@@ -96,6 +96,6 @@ def _tpu_v6e() -> Preset:
         "host",
         {"chip": "Google Cloud TPU v6e documentation", "scale_up": "vendor: 800 GB/s "
          "bidirectional ICI per chip, 4 ports", "scale_out": "assumption: 200 Gb/s per 4 "
-         "chips", "host_Bps": "vendor: PCIe Gen5", "latency": _TPU_LATENCY},
+         "chips", "host_Bps": "vendor: PCIe Gen5", "latency": TPU_LATENCY_SOURCE},
         "tpu-v6e",
     )

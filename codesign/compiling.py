@@ -32,7 +32,7 @@ from pathlib import Path
 
 import jax
 
-from .store import _load, _save
+from .store import load_record, save_record
 
 _OWN_LOOPS = {"xla_cpu_experimental_ynn_fusion_type": ""}  # no YNNPACK fusions
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False,
@@ -60,7 +60,7 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
     read back is run once on `args` to prove it whole unless `prove` is False
     (`run`, whose own first run is the proof); `load=False` compiles afresh and
     stores what it compiled. Only a record this user's store wrote for this very
-    key is used (`_load`); a store folder another user could write into is not
+    key is used (`load_record`); a store folder another user could write into is not
     used at all (a `StoreWarning`, and the program compiled in memory)."""
     key = _key(jitted, args, batch)
     if key in _COMPILED:
@@ -72,11 +72,11 @@ def compiled(jitted, *args, batch: bool = False, store: str | Path | None = None
     if exe is not None and read_back and (not load or (prove and not _runs(exe, args))):
         exe = None  # read back by `ahead` and broken (or not wanted): compiled afresh below
     elif started is None and path is not None and load:
-        exe = _load(path, args, prove)
+        exe = load_record(path, args, prove)
     if exe is None:
         exe = _compile(jitted, args, batch, xla_cache=path is None)
         if path is not None:
-            _save(path, exe)
+            save_record(path, exe)
     _COMPILED[key] = exe
     return exe, time.perf_counter() - t0
 
@@ -100,10 +100,10 @@ def ahead(jitted, *args, batch: bool = False, store: str | Path | None = None) -
 
     def work():
         if lowered is None:
-            return _load(path, args, False), True
+            return load_record(path, args, False), True
         exe = _compiled_lowered(lowered, batch, xla_cache=path is None)
         if path is not None:
-            _save(path, exe)
+            save_record(path, exe)
         return exe, False
 
     _AHEAD[key] = _pool().submit(work)

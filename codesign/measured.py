@@ -47,12 +47,13 @@ def calibrated_efficiency(target_busbw_Bps: float, bandwidth_Bps: float,
 # A tier's latency_s is the per-step latency of NCCL's Simple protocol (its
 # tuning model's hwLat, Ring: NVLink 3.4 us, network 14 us); `protocols.Nccl`
 # adds each protocol's base latency and scales the step for LL / LL128.
-_LATENCY = "NCCL tuning model (hwLat, Ring, Simple): 3.4 us per NVLink step, 14 us per network step"
+LATENCY_SOURCE = ("NCCL tuning model (hwLat, Ring, Simple): 3.4 us per NVLink step, 14 us per "
+                  "network step")
 SCALE_UP_LATENCY_S = 3.4 * us
 SCALE_OUT_LATENCY_S = 14.0 * us
 # A TPU's ICI and data-centre network, costed without protocols (`AlphaBeta`):
 # assumption, 0.5 us per ICI hop and 2 us per network hop.
-_TPU_LATENCY = "assumption: 0.5 us per ICI hop, 2 us per network hop"
+TPU_LATENCY_SOURCE = "assumption: 0.5 us per ICI hop, 2 us per network hop"
 ICI_LATENCY_S = 0.5 * us
 DCN_LATENCY_S = 2.0 * us
 NDR_NIC_BUSBW_Bps = 47 * GB  # nccl-tests: one 400 Gb/s NDR NIC achieves about 46-48 GB/s

@@ -13,7 +13,7 @@ from __future__ import annotations
 import matplotlib
 
 from . import files
-from .sweep._plots import _STYLES
+from .sweep._plots import LINE_STYLES
 from .sweep._plots import SWEEP_DPI as SWEEP_DPI
 from .sweep._plots import column_label as column_label
 from .sweep._plots import column_text as column_text
@@ -73,7 +73,7 @@ def collective_times(sizes_bytes, times_s: dict, crossovers: dict, *, auto_s=Non
         twin = next((other for other, u in seen.items()
                      if np.allclose(np.asarray(u, float), np.asarray(t, float), rtol=1e-6)), None)
         seen[name] = t
-        (line,) = ax.loglog(sizes_bytes, t, lw=1.5, ls=_STYLES[k % len(_STYLES)],
+        (line,) = ax.loglog(sizes_bytes, t, lw=1.5, ls=LINE_STYLES[k % len(LINE_STYLES)],
                             label=name + (f" (= {twin}, drawn over it)" if twin else ""))
         if name in crossovers:
             n_star, t_star = crossovers[name]

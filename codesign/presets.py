@@ -6,11 +6,10 @@ the TPU systems (tori of ICI links) are `_tpu_presets`'. `preset(name)` and
 from __future__ import annotations
 
 from . import checks
-from ._amd_presets import _mi300x_platform, _mi325x_platform, _mi355x_platform
-from ._tpu_presets import _tpu_v4, _tpu_v5e, _tpu_v5p, _tpu_v6e
+from ._amd_presets import mi300x_platform, mi325x_platform, mi355x_platform
+from ._tpu_presets import tpu_v4, tpu_v5e, tpu_v5p, tpu_v6e
 from .chip_specs import GRACE_C2C_PER_GPU_Bps, PCIE3_X16_Bps, PCIE4_X16_Bps, PCIE5_X16_Bps
 from .measured import (
-    _LATENCY,
     A100_MATMUL_EFFICIENCY,
     H100_500W_CLOCK_FRACTION,
     H100_BF16_FLOPS_PER_S,
@@ -18,6 +17,7 @@ from .measured import (
     H100_MATMUL_EFFICIENCY,
     H100_TF32_FLOPS_PER_S,
     HOPPER_ATTENTION_EFFICIENCY,
+    LATENCY_SOURCE,
     NIC_EFFICIENCY,
     SCALE_OUT_LATENCY_S,
     SCALE_UP_LATENCY_S,
@@ -27,14 +27,14 @@ from .measured import (
     H200_HBM_Bps,
     calibrated_efficiency,
 )
-from .model.hardware import Chip, Preset, System, Tier, _gpu_chip, _tier
+from .model.hardware import Chip, Preset, System, Tier, gpu_chip, preset_tier
 from .units import GB, Gbps
 
 
 def _dgx_v100() -> Preset:
     hbm_Bps = 0.9e12  # vendor: V100 SXM3 HBM2 0.9 TB/s
     chip_name = "V100-SXM3-32GB"
-    chip = _gpu_chip(chip_name,
+    chip = gpu_chip(chip_name,
                      125e12,  # vendor: V100 tensor-core peak 125 TFLOP/s
                      125e12,  # no 8-bit tensor-core path on V100: same as fp16
                      32 * GB, hbm_Bps, V100_MATMUL_EFFICIENCY, 15.7e12,  # vendor: 32 GB
@@ -43,14 +43,14 @@ def _dgx_v100() -> Preset:
     # No nccl-tests figure for DGX-2H: borrow DGX A100's calibrated factor.
     up_eff = calibrated_efficiency(230 * GB, 300 * GB, 2.0e12 / 2)
     return Preset(
-        System(chip, 512, 16, _tier(up_bw, SCALE_UP_LATENCY_S, up_eff, hbm_Bps),
+        System(chip, 512, 16, preset_tier(up_bw, SCALE_UP_LATENCY_S, up_eff, hbm_Bps),
                # vendor: 8x 100 Gb/s IB per 16-GPU node ("100 GB/s between servers")
-               _tier(8 * 100 * Gbps / 16, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
+               preset_tier(8 * 100 * Gbps / 16, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
                16),
         "DGX-2H: 16x V100 32 GB on NVSwitch, 8x 100 Gb/s IB per node (Megatron-LM 2019)",
         {"chip": "datasheet (V100)", "scale_up.efficiency": "borrowed from dgx-a100 (assumption)",
          "scale_out": "vendor: 8x100 Gb/s per 16 GPUs", "host_Bps": "PCIe Gen3 x16",
-         "latency": _LATENCY},
+         "latency": LATENCY_SOURCE},
         chip_name,
     )
 
@@ -58,28 +58,28 @@ def _dgx_v100() -> Preset:
 def _dgx_a100() -> Preset:
     hbm_Bps = 2.0e12  # vendor: A100 80 GB HBM2e 2.0 TB/s
     chip_name = "A100-SXM4-80GB"
-    chip = _gpu_chip(chip_name, 312e12,  # vendor: 312 TFLOP/s bf16 dense
+    chip = gpu_chip(chip_name, 312e12,  # vendor: 312 TFLOP/s bf16 dense
                      624e12,  # vendor datasheet: int8 dense 624 TOPS (no fp8)
                      80 * GB, hbm_Bps, A100_MATMUL_EFFICIENCY, 156e12,
                      host_Bps=PCIE4_X16_Bps)  # vendor: PCIe Gen4 x16
     up_bw = 600 * GB / 2  # vendor: NVLink3 600 GB/s bidir
     return Preset(
         System(chip, 1024, 8,
-               _tier(up_bw, SCALE_UP_LATENCY_S,
+               preset_tier(up_bw, SCALE_UP_LATENCY_S,
                      calibrated_efficiency(230 * GB, up_bw, hbm_Bps / 2), hbm_Bps),
                # vendor: 8x HDR 200 Gb/s per node, one per GPU
-               _tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
+               preset_tier(200 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),
                8),
         "DGX A100 80 GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s per node",
         {"chip": "datasheet (A100)", "scale_up.efficiency": "nccl-tests: 8x A100 busbw ~230 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s of 50 (same factor for HDR)",
-         "host_Bps": "PCIe Gen4 x16", "latency": _LATENCY},
+         "host_Bps": "PCIe Gen4 x16", "latency": LATENCY_SOURCE},
         chip_name,
     )
 
 
 def _h100_chip(name: str, hbm_bytes=80 * GB, hbm_Bps=H100_HBM_Bps, clock_fraction=1.0) -> Chip:
-    return _gpu_chip(name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, hbm_bytes, hbm_Bps,
+    return gpu_chip(name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, hbm_bytes, hbm_Bps,
                      H100_MATMUL_EFFICIENCY, H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY,
                      host_Bps=PCIE5_X16_Bps,  # vendor: PCIe Gen5 x16
                      clock_fraction=clock_fraction)
@@ -93,10 +93,10 @@ def _nvlink4_node(chip: Chip, hbm_Bps) -> System:
     up_bw = 900 * GB / 2  # vendor: NVLink4 900 GB/s bidir
     nvls_eff = 480 * GB / (2 * 7 / 8) / up_bw  # vendor: NVLS all-reduce busbw ~480 GB/s
     return System(chip, 1024, 8,
-                  _tier(up_bw, SCALE_UP_LATENCY_S,
+                  preset_tier(up_bw, SCALE_UP_LATENCY_S,
                         calibrated_efficiency(370 * GB, up_bw, H100_HBM_Bps / 2), hbm_Bps,
                         nvls_eff),
-                  _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # NDR
+                  preset_tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, hbm_Bps),  # NDR
                   8)
 
 
@@ -108,7 +108,7 @@ def _dgx_h100() -> Preset:
         {"chip": "datasheet (H100)", "scale_up.efficiency": "nccl-tests: ring busbw ~370 GB/s",
          "scale_up.in_network_efficiency": "nccl-tests: NVLS busbw ~480 GB/s",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "host_Bps": "PCIe Gen5 x16",
-         "latency": _LATENCY},
+         "latency": LATENCY_SOURCE},
         chip_name,
     )
 
@@ -129,7 +129,7 @@ def _grand_teton_h100() -> Preset:
          "clock_fraction": "FBGEMM's 500 W H100 GEMMs against our 700 W H200's",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "scale_out": "torchtitan: 400 Gb/s RDMA per GPU (NDR's factor)",
-         "host_Bps": "PCIe Gen5 x16", "latency": _LATENCY},
+         "host_Bps": "PCIe Gen5 x16", "latency": LATENCY_SOURCE},
         chip_name,
     )
 
@@ -141,7 +141,7 @@ def _dgx_h200() -> Preset:
     # DGX H200: 8x ConnectX-7 400 Gb/s NDR, one per GPU. No nccl-tests figure for
     # DGX H200 here: DGX H100's factors (same NVLink4 and NVSwitch)
     chip_name = "H200-SXM-141GB"
-    chip = _gpu_chip(chip_name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 141 * GB,
+    chip = gpu_chip(chip_name, H100_BF16_FLOPS_PER_S, H100_FP8_FLOPS_PER_S, 141 * GB,
                      H200_HBM_Bps,
                      H100_MATMUL_EFFICIENCY,  # H100-class (see above)
                      H100_TF32_FLOPS_PER_S, HOPPER_ATTENTION_EFFICIENCY,
@@ -153,7 +153,7 @@ def _dgx_h200() -> Preset:
          "matmul_efficiency": "H100's, fitted to llm-foundry's H100 runs (borrowed)",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "scale_out.efficiency": "nccl-tests: NDR NIC 46-48 GB/s", "host_Bps": "PCIe Gen5 x16",
-         "latency": _LATENCY},
+         "latency": LATENCY_SOURCE},
         chip_name,
     )
 
@@ -165,14 +165,14 @@ def _h800() -> Preset:
     return Preset(
         System(_h100_chip(chip_name), 2048, 8,
                # DeepSeek-V3: ~160 GB/s achieved over NVLink
-               _tier(up_bw, SCALE_UP_LATENCY_S, 160 * GB / up_bw, hbm_Bps),
+               preset_tier(up_bw, SCALE_UP_LATENCY_S, 160 * GB / up_bw, hbm_Bps),
                # DeepSeek-V3: IB 50 GB/s per GPU (taken as achieved: ratio 3.2x)
-               _tier(50 * GB, SCALE_OUT_LATENCY_S, 1.0, hbm_Bps),
+               preset_tier(50 * GB, SCALE_OUT_LATENCY_S, 1.0, hbm_Bps),
                8),
         "H800 nodes as DeepSeek-V3 describes them: NVLink ~160 GB/s, IB 50 GB/s per GPU",
         {"chip": "datasheet (H800)", "scale_up": "DeepSeek-V3: 160 GB/s achieved",
          "scale_out": "DeepSeek-V3: 50 GB/s", "host_Bps": "PCIe Gen5 x16 (H100's)",
-         "latency": _LATENCY},
+         "latency": LATENCY_SOURCE},
         chip_name,
     )
 
@@ -180,7 +180,7 @@ def _h800() -> Preset:
 def _b200_chip(name, bf16, fp8, hbm_bytes, host_Bps) -> Chip:
     """A Blackwell (B200, GB200) or Blackwell Ultra (B300, GB300) GPU: both
     8 TB/s HBM3e, TF32 half the 16-bit peak, H100's efficiencies."""
-    return _gpu_chip(name, bf16, fp8, hbm_bytes, 8e12,  # vendor: 8 TB/s
+    return gpu_chip(name, bf16, fp8, hbm_bytes, 8e12,  # vendor: 8 TB/s
                      H100_MATMUL_EFFICIENCY, bf16 / 2,  # borrowed from H100 (assumption)
                      HOPPER_ATTENTION_EFFICIENCY, host_Bps=host_Bps)
 
@@ -190,7 +190,7 @@ def _nvlink5_tier(hbm_Bps: float) -> Tier:
     # No nccl-tests figure for NVLink5: borrow DGX H100's ring factor.
     eff = calibrated_efficiency(370 * GB, 450 * GB, H100_HBM_Bps / 2)
     nvls = 480 * GB / (2 * 7 / 8) / (450 * GB)  # likewise from DGX H100 NVLS
-    return _tier(up_bw, SCALE_UP_LATENCY_S, eff, hbm_Bps, nvls)
+    return preset_tier(up_bw, SCALE_UP_LATENCY_S, eff, hbm_Bps, nvls)
 
 
 def _dgx_b200() -> Preset:
@@ -201,12 +201,13 @@ def _dgx_b200() -> Preset:
                       PCIE5_X16_Bps)  # vendor: Xeon 8570 hosts, PCIe Gen5 x16
     return Preset(
         System(chip, 1024, 8, _nvlink5_tier(8e12),
-               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # vendor
+               preset_tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),  # vendor
                8),
         "DGX B200: NVLink5, 8x 400 Gb/s per node",
         {"chip": "datasheet (B200)", "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "exp_per_s": "vendor (Blackwell Ultra blog's table, SFU EX2): 5 TeraExponentials/s",
-         "scale_out": "vendor: 8x 400 Gb/s", "host_Bps": "PCIe Gen5 x16", "latency": _LATENCY},
+         "scale_out": "vendor: 8x 400 Gb/s", "host_Bps": "PCIe Gen5 x16",
+         "latency": LATENCY_SOURCE},
         chip_name,
         {"fp4": 72e15 / 8},  # vendor (HGX B200): FP4 144 PF sparse per 8 GPUs, halved
     )
@@ -221,14 +222,14 @@ def _gb200_nvl72() -> Preset:
     return Preset(
         System(chip, 1152, 72, _nvlink5_tier(8e12),
                # vendor: 400-800 Gb/s per GPU; we take 400 Gb/s (ConnectX-7 class)
-               _tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
+               preset_tier(400 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
                4),  # 4 GPUs per compute tray
         "GB200 NVL72: 72-GPU NVLink5 scale-up domain, 400 Gb/s per GPU out",
         {"chip": "datasheet (GB200)", "scale_up_domain": "vendor: 72 GPUs",
          "exp_per_s": "vendor (Blackwell Ultra blog's table, SFU EX2): 5 TeraExponentials/s",
          "scale_up.efficiency": "borrowed from dgx-h100 (assumption)",
          "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
-         "latency": _LATENCY},
+         "latency": LATENCY_SOURCE},
         chip_name,
         {"fp4": 720e15 / 72},  # vendor: FP4 1,440 PF sparse per rack, halved
     )
@@ -275,7 +276,7 @@ def _dgx_b300() -> Preset:
     return Preset(
         System(chip, 1024, 8, _nvlink5_tier(8e12),
                # vendor: 8x ConnectX-8 800 Gb/s per node, one per GPU
-               _tier(800 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
+               preset_tier(800 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
                8),
         "DGX B300: 8x Blackwell Ultra 288 GB, NVLink5, 8x ConnectX-8 800 Gb/s per node",
         {"chip": "HGX B300 specifications (per 8 GPUs; sparse halved), Blackwell Ultra blog",
@@ -285,7 +286,7 @@ def _dgx_b300() -> Preset:
          "scale_out": "vendor: 8x ConnectX-8 800 Gb/s",
          "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
          "host_Bps": "PCIe Gen5 x16 (host CPUs' generation; assumption)",
-         "tdp_w": "1100 W, third-party figure (assumption)", "latency": _LATENCY,
+         "tdp_w": "1100 W, third-party figure (assumption)", "latency": LATENCY_SOURCE,
          "fp4": "vendor (HGX B300): FP4 108 PF dense per 8 GPUs (the nvfp4 recipe's peak)",
          "exp_per_s": "vendor (Blackwell Ultra blog's table, SFU EX2): 10.7 "
                       "TeraExponentials/s, twice Blackwell's 5; the attention "
@@ -304,7 +305,7 @@ def _gb300_nvl72() -> Preset:
     return Preset(
         System(chip, 1152, 72, _nvlink5_tier(8e12),
                # vendor: one ConnectX-8 800 Gb/s SuperNIC per GPU (72 per rack)
-               _tier(800 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
+               preset_tier(800 * Gbps, SCALE_OUT_LATENCY_S, NIC_EFFICIENCY, 8e12),
                4),  # 4 GPUs per compute tray, as gb200-nvl72
         "GB300 NVL72: 72 Blackwell Ultra 288 GB in one NVLink5 domain, 800 Gb/s per GPU out",
         {"chip": "GB300 NVL72 specifications (per rack; sparse halved), Blackwell Ultra blog",
@@ -315,7 +316,7 @@ def _gb300_nvl72() -> Preset:
          "scale_out": "vendor: one ConnectX-8 800 Gb/s per GPU",
          "scale_out.efficiency": "nccl-tests NDR factor (every NIC generation)",
          "host_Bps": "NVLink-C2C 900 GB/s bidir shared by 2 GPUs (split: assumption)",
-         "tdp_w": "1400 W, NVIDIA at Hot Chips 2025", "latency": _LATENCY,
+         "tdp_w": "1400 W, NVIDIA at Hot Chips 2025", "latency": LATENCY_SOURCE,
          "fp4": "vendor: FP4 1,080 PF dense per rack, 1.5x GB200's (the nvfp4 recipe's peak)",
          "exp_per_s": "vendor (Blackwell Ultra blog's table, SFU EX2): 10.7 "
                       "TeraExponentials/s, twice Blackwell's 5; the attention "
@@ -330,9 +331,9 @@ _PRESETS = {
     "dgx-v100": _dgx_v100, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100,
     "grand-teton-h100": _grand_teton_h100, "dgx-h200": _dgx_h200, "h800": _h800,
     "dgx-b200": _dgx_b200, "gb200-nvl72": _gb200_nvl72,
-    "dgx-b300": _dgx_b300, "gb300-nvl72": _gb300_nvl72, "mi300x-platform": _mi300x_platform,
-    "mi325x-platform": _mi325x_platform, "mi355x-platform": _mi355x_platform,
-    "tpu-v4": _tpu_v4, "tpu-v5p": _tpu_v5p, "tpu-v5e": _tpu_v5e, "tpu-v6e": _tpu_v6e,
+    "dgx-b300": _dgx_b300, "gb300-nvl72": _gb300_nvl72, "mi300x-platform": mi300x_platform,
+    "mi325x-platform": mi325x_platform, "mi355x-platform": mi355x_platform,
+    "tpu-v4": tpu_v4, "tpu-v5p": tpu_v5p, "tpu-v5e": tpu_v5e, "tpu-v6e": tpu_v6e,
 }
 PRESET_NAMES = tuple(_PRESETS)
 

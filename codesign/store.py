@@ -336,7 +336,7 @@ def _store(folder, create: bool) -> int | None:
     return None
 
 
-def _save(path: Path, exe) -> None:
+def save_record(path: Path, exe) -> None:
     """Best effort (a StoreWarning, not an error, when the folder is unsafe,
     read-only or full): the serialized executable, its output's structure (a
     pytree of zeros: JAX's tree definitions of equinox modules do not survive
@@ -402,7 +402,7 @@ def _prune(fd: int, secret: bytes) -> None:
             os.unlink(name, dir_fd=fd)
 
 
-def _load(path: Path, args, prove: bool = True):
+def load_record(path: Path, args, prove: bool = True):
     """The executable stored at `path` for `args`, run once on them (a few
     milliseconds) to prove it whole unless `prove` is False (`run` proves it by
     its own first run), or None (absent; not a private file of this user's in a

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 
-def _estimate(env, *sets) -> dict:
+def estimate_program(env, *sets) -> dict:
     argv = [sys.executable, "-m", "codesign", "estimate", "--json"]
     for s in sets:
         argv += ["--set", s]
@@ -29,10 +29,10 @@ def _entries(cache) -> dict:
 
 def test_second_run_reads_the_persistent_cache(tmp_path):
     env = {**os.environ, "CODESIGN_CACHE": str(tmp_path)}
-    first = _estimate(env)
+    first = estimate_program(env)
     written = _entries(tmp_path)
     assert written, "the first run wrote no compiled executable to CODESIGN_CACHE"
-    second = _estimate(env)
+    second = estimate_program(env)
     assert _entries(tmp_path) == written  # every executable read back: none added or rewritten
     assert second == first
 
@@ -45,10 +45,10 @@ def test_a_stored_executable_serves_its_own_structure_only(tmp_path):
 
     env = {**os.environ, "CODESIGN_CACHE": str(tmp_path)}
     store = tmp_path / "codesign-executables"
-    first = _estimate(env)
+    first = estimate_program(env)
     one = {p.name: p.stat().st_mtime_ns for p in store.glob("*.exe")}
     assert len(one) == 1
-    other = _estimate(env, "parallel.schedule=1f1b", "parallel.interleave=1")
+    other = estimate_program(env, "parallel.schedule=1f1b", "parallel.interleave=1")
     two = {p.name: p.stat().st_mtime_ns for p in store.glob("*.exe")}
     assert len(two) == 2 and all(two[k] == v for k, v in one.items())
     assert other["step_time_s"] != first["step_time_s"]
@@ -57,7 +57,7 @@ def test_a_stored_executable_serves_its_own_structure_only(tmp_path):
                                                  rel=1e-12)
     # a damaged file is compiled again, and rewritten
     (store / next(iter(one))).write_bytes(b"not an executable")
-    assert _estimate(env) == first
+    assert estimate_program(env) == first
     assert (store / next(iter(one))).read_bytes() != b"not an executable"
 
 
@@ -70,10 +70,10 @@ def test_a_stored_executable_compiled_over_a_warm_xla_cache_is_whole(tmp_path):
 
     env = {**os.environ, "CODESIGN_CACHE": str(tmp_path)}
     store = tmp_path / "codesign-executables"
-    first = _estimate(env)
+    first = estimate_program(env)
     shutil.rmtree(store)
-    assert _estimate(env) == first  # compiled afresh (not read from XLA's cache), stored
+    assert estimate_program(env) == first  # compiled afresh (not read from XLA's cache), stored
     stored = {p.name: p.stat().st_mtime_ns for p in store.glob("*.exe")}
-    assert _estimate(env) == first  # the stored executable read back and run
+    assert estimate_program(env) == first  # the stored executable read back and run
     # whole: not found wanting, compiled again and written over (`compiling._xla_cache_off`)
     assert {p.name: p.stat().st_mtime_ns for p in store.glob("*.exe")} == stored

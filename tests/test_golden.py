@@ -12,7 +12,7 @@ import jax
 import pytest
 
 from codesign.cli import executable_store
-from codesign.cli.estimate import _estimate
+from codesign.cli.estimate import estimate_program
 from codesign.compiling import compiled
 from codesign.model import relax, step
 
@@ -33,11 +33,11 @@ def _relaxed(scn):
 
 def _evaluate(scn, t):
     """(estimate, outputs) through the programs the rest of the suite compiles
-    too: the exact model through `codesign estimate`'s own (`_estimate`, its
+    too: the exact model through `codesign estimate`'s own (`estimate_program`, its
     executable kept in the run's store for every worker, and its outputs are
     what `--json` prints), the relaxed one through one jit for every case."""
     if t == relax.EXACT:
-        return compiled(_estimate, scn, store=executable_store())[0](scn)
+        return compiled(estimate_program, scn, store=executable_store())[0](scn)
     assert t == relax.Relaxed(record_golden.RELAXED_T), t
     return _relaxed(scn)
 

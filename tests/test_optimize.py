@@ -568,7 +568,7 @@ def test_gradient_method_compiles_once_per_problem(monkeypatch):
     wrap = lambda fn: chex.assert_max_traces(fn, n=1)  # noqa: E731
     monkeypatch.setattr(_gradient, "relaxed_loss", wrap(_gradient.relaxed_loss))
     monkeypatch.setattr(_model, "_exact_point", wrap(_model._exact_point))
-    monkeypatch.setattr(_gradient, "_structural_point", wrap(_gradient._structural_point))
+    monkeypatch.setattr(_gradient, "structural_point", wrap(_gradient.structural_point))
     # knobs no other test varies, so that nothing is compiled for them yet
     vary = {"parallel.tp": (1, 16), "parallel.pp": (1, 16),
             "system.scale_up_bandwidth_Bps": (100 * GB, 900 * GB)}
@@ -624,13 +624,13 @@ def test_the_gradient_method_runs_its_programs_through_the_store(small, monkeypa
     monkeypatch.setattr(_gradient, "_ahead", lambda jitted, *args, store=None: (
         started.append((jitted, store)) or ahead(jitted, *args, store=None)))
     optimize.optimize(small, starts=STARTS, steps=STEPS, store="/nowhere")
-    programs = {_gradient._multistart, _gradient._structural_batch, _gradient._exact_batch}
+    programs = {_gradient._multistart, _gradient._structural_batch, _gradient.exact_batch}
     assert {j for j, _ in seen} == programs
     assert {s for _, s in seen} == {"/nowhere"}
     # each started at once (`compiling.ahead`), on the structure it then runs on: none
     # compiled again when run
     assert [j for j, _ in started] == [_gradient._multistart, _gradient._structural_batch,
-                                       _gradient._exact_batch]
+                                       _gradient.exact_batch]
     assert {s for _, s in started} == {"/nowhere"}
 
 
@@ -649,7 +649,7 @@ def test_a_stored_program_that_fails_to_run_is_compiled_and_stored_again(tmp_pat
     def broken(*args):
         raise RuntimeError("Function not found")
 
-    monkeypatch.setattr(compiling, "_load",
+    monkeypatch.setattr(compiling, "load_record",
                         lambda path, args, prove=True: broken if path.exists() else None)
     mtime = stored.stat().st_mtime_ns
     out, compile_s = compiling.run(program, x, store=tmp_path)

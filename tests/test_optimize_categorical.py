@@ -145,12 +145,12 @@ def test_combinations_count_against_the_grid_cap():
 
 def test_top_merges_points_equal_to_the_printed_digits():
     # polished starts converge to one continuous optimum a few ulps apart: one design
-    from codesign.optimize._model import Exact  # internal: what `_top` ranks
-    from codesign.optimize._result import _top  # internal: the --top list
+    from codesign.optimize._model import Exact  # internal: what `top_points` ranks
+    from codesign.optimize._result import top_points  # internal: the --top list
 
     prob = optimize.problem(sc.load(None), ["system.scale_out_bandwidth_Bps"])
     x = np.asarray([[14.7123e9], [14.71231e9], [14.8e9], [14.7124e9]])
     loss = np.asarray([1.0, 1.0 + 1e-12, 1.1, 1.2])
     ex = Exact(loss, loss, loss, np.ones(4, bool), np.ones(4, bool), {"gpus": loss})
-    top = _top(prob, x, ex, 4)
+    top = top_points(prob, x, ex, 4)
     assert [t["knobs"]["system.scale_out_bandwidth_Bps"] for t in top] == [14.7123e9, 14.8e9]

@@ -27,7 +27,7 @@ def _small(layout: str = "", parallel=(), **model):
 
 # jitted: a small estimate compiles faster than it runs eagerly, and a jitted
 # layout is what `codesign estimate` costs (the plan's counts traced)
-_estimate = jax.jit(lambda scn: step.estimate(scn, check=False))
+estimate_program = jax.jit(lambda scn: step.estimate(scn, check=False))
 
 
 def _counts(text):
@@ -98,8 +98,8 @@ def test_default_is_the_even_split():
 def test_even_layout_reproduces_the_even_split():
     """With the head on the last of two even stages (untied embeddings), the
     layout's heaviest rank is the even split's stage: the same step and memory."""
-    even = _estimate(_small())
-    laid = _estimate(_small("Et*3|t*3L"))
+    even = estimate_program(_small())
+    laid = estimate_program(_small("Et*3|t*3L"))
     for a, b in ((even.step.step_time_s, laid.step.step_time_s),
                  (even.step.memory.total_bytes, laid.step.memory.total_bytes),
                  (even.step.exposed_s["dp"], laid.step.exposed_s["dp"])):
@@ -122,13 +122,13 @@ def test_short_last_stage_costed_by_its_heaviest_rank():
     fa = compute.timing(m, p, s, relax.EXACT, first).forward_s
     fb = compute.timing(m, p, s, relax.EXACT, last).forward_s
     a, b = fa / 4.0, fb - fa / 2.0
-    est = _estimate(scn)
+    est = estimate_program(scn)
     assert math.isclose(float(est.step.timing.forward_s), max(float(fa), float(fb)),
                         rel_tol=1e-12)
     mems = [float(memory.memory(m, p, s, relax.EXACT, r).total_bytes) for r in (first, last)]
     assert math.isclose(float(est.step.memory.total_bytes), max(mems), rel_tol=1e-12)
     other = _small("Et*3|t*3L")
-    forward = _estimate(other).step.timing.forward_s
+    forward = estimate_program(other).step.timing.forward_s
     assert math.isclose(float(forward), float(3.0 * a + b), rel_tol=1e-9)
 
 
@@ -137,10 +137,10 @@ def test_deepseek_v3_mtp_on_its_short_last_stage():
     config.json has it) and Megatron-Bridge's pp-16 layout fits; the MTP block
     and its head ride on the last stage's single layer."""
     layout = "Et*4|(t*4|)*14tmL"
-    mtp = _estimate(scenario.load("deepseek-v3", overrides=(
+    mtp = estimate_program(scenario.load("deepseek-v3", overrides=(
         "model.mtp_layers=1", f"parallel.pipeline_layout={layout}")))
     assert float(mtp.step.memory.total_bytes) <= float(mtp.step.memory.capacity_bytes)
-    builtin = _estimate(scenario.load("deepseek-v3"))
+    builtin = estimate_program(scenario.load("deepseek-v3"))
     ratio = float(mtp.step.step_time_s) / float(builtin.step.step_time_s)
     # the built-in even split puts the output head on a 4-layer stage; the
     # layout's heaviest rank is its last (1 layer, the MTP block, two head passes)

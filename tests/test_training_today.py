@@ -160,7 +160,7 @@ def test_utilisation_above_the_precisions_own_peak_is_the_models_fault(capsys, m
     monkeypatch.setattr(step, "outputs", lambda e: {**real(e), "mfu_gemm_peak": 1.5 + 0 * real(
         e)["mfu"]})
     from codesign.cli import estimate as cli_estimate
-    monkeypatch.setattr(cli_estimate, "_estimate", jax.jit(lambda scn: (
+    monkeypatch.setattr(cli_estimate, "estimate_program", jax.jit(lambda scn: (
         step.estimate(scn), step.outputs(step.estimate(scn)))))
     assert main(["estimate"]) == 1
     err = capsys.readouterr().err.strip()

@@ -32,7 +32,7 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "reserve")
 
 
 @jax.jit
-def _estimate(scn):
+def estimate_program(scn):
     """The estimate and its outputs of a loaded scenario: its values were
     checked on loading, so without the traced check (no host callback: the
     persistent compilation cache stores the program), compiled ahead of time
@@ -47,7 +47,7 @@ def evaluate(args):
     the peak of its GEMMs' precision a `output_checks.OutputOutOfRange` (the model's
     fault: exit 1 with one line), see `output_checks.check_outputs`."""
     scn = scenario.load(args.scenario, args.set, system=args.system)
-    est, out = compiled(_estimate, scn, store=executable_store())[0](scn)
+    est, out = compiled(estimate_program, scn, store=executable_store())[0](scn)
     out = step.asked(est, out)  # time to train only when tokens are set
     output_checks.check_outputs(out, args.set)
     return scn, scenario.labels(args.scenario, args.set, system=args.system), est
@@ -302,7 +302,7 @@ def run(args, name) -> int:
         _plot_estimate(scn, labels, out, args.plot)
         out["plot"] = args.plot
     if not out["fits_memory"]:  # what one change would make it fit, evaluated exactly
-        out["fit_options"] = fit_options(args, _estimate, executable_store())
+        out["fit_options"] = fit_options(args, estimate_program, executable_store())
     if args.json:
         print(json.dumps(out, indent=1))
     else:

@@ -520,13 +520,13 @@ def _side_by_side(load, designs: list, n: int = SIDE_BY_SIDE) -> str:
     only in float knobs share one executable): step time, its parts (compute,
     exposed communication per dimension, bubble, optimizer), memory per GPU
     against the capacity."""
-    from .estimate import _estimate
+    from .estimate import estimate_program
 
     columns, evaluated = {"what": ""}, []
     for i, d in enumerate(designs[:n]):
         knobs = {k: v for k, v in d.items() if k not in ("objective", FRONT_METRIC)}
         s = optimize.design_scenario(load, knobs)
-        est, out = compiled(_estimate, s, store=executable_store())[0](s)
+        est, out = compiled(estimate_program, s, store=executable_store())[0](s)
         evaluated.append((knobs, est, out))
         columns[f"d{i}"] = f"#{i + 1}"
     if not evaluated:

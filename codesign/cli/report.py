@@ -16,8 +16,8 @@ from . import _output, _system, executable_store
 from ._fit import fit_lines, fit_options
 from .estimate import (
     MEMORY_PARTS,
-    _estimate,
     estimate_json,
+    estimate_program,
     evaluate,
     interval_ratio,
     interval_source,
@@ -143,7 +143,7 @@ def run(args, name) -> int:
     plots = _output.plots()
     title = scenario_title(scn, labels)
     if not out["fits_memory"]:  # as `codesign estimate` says it
-        out["fit_options"] = fit_options(args, _estimate, executable_store())
+        out["fit_options"] = fit_options(args, estimate_program, executable_store())
     el, order = ranked_elasticities(scn, "step_time_s")
     shown = [k for k in order if el[k] != 0]  # as `codesign sensitivity` shows them
     sections = [

@@ -23,7 +23,7 @@ from . import _common as c
 from . import _kinds
 from ._bridge_recipes import ALIASES, RECIPES
 from .megatron import SOFTWARE_FLAGS, SWITCHES, Flags, noted, read
-from .nemo import LISTS, RENAMED, _Names
+from .nemo import LISTS, RENAMED, FlagNames
 
 DEFAULT = "Megatron-Bridge's default"
 SECTIONS = _kinds.BRIDGE_SECTIONS  # ConfigContainer's fields
@@ -240,7 +240,7 @@ class _Arguments:
     def __init__(self):
         self.words: list[str] = []
         # Bridge's attention kernel is model.attention_backend (None: Transformer Engine's)
-        self.names: dict = _Names({"--use-flash-attn": "model.attention_backend"})
+        self.names: dict = FlagNames({"--use-flash-attn": "model.attention_backend"})
         self.consumed: set = set()
 
     def give(self, flag: str, key: str, value) -> None:

@@ -27,7 +27,7 @@ GATED_ACTIVATIONS = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "f
 DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")
 
 
-class _Names(dict):
+class FlagNames(dict):
     """A Megatron flag as the recipe spells it: `--num-layers` is model.num_layers."""
 
     def __missing__(self, flag: str) -> str:
@@ -46,7 +46,7 @@ def nemo(text: str, where: str, *, gpus: int | None = None,
     if not isinstance(model, dict):
         raise ValueError(f"{where} has no model: mapping (a NeMo recipe's model settings)")
     words: list[str] = []
-    names = _Names({flag: f"model.{key}" for key, flag in RENAMED.items()})
+    names = FlagNames({flag: f"model.{key}" for key, flag in RENAMED.items()})
 
     def give(name: str, key: str, value) -> None:
         """The Megatron flag `name` from the recipe's `key` (a switch when True and

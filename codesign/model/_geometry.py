@@ -57,7 +57,7 @@ def fat_tree_levels(endpoints, radix, t=EXACT) -> jax.Array:
     return jnp.maximum(smooth_ceil(x - 1e-9, t), 1.0)
 
 
-def _fat_tree_ports(endpoints, radix):
+def fat_tree_ports(endpoints, radix):
     """(leaf ports, ports of the levels above the leaf) of a fat tree over `endpoints`.
 
     Every level below the top has E ports down and E up; the top has E down.

@@ -276,8 +276,12 @@ class System(eqx.Module):
 # Dense 32-bit matmul peaks (vendor datasheets): V100 15.7 TFLOP/s FP32 (no
 # TF32), A100 156 TF32, H100/H800 494.7 TF32, B200/GB200/B300/GB300 half their
 # 16-bit peak (TF32); TPUs have no 32-bit matrix unit: three bf16 passes (assumption).
-def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32,
+def gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32,
               attention_efficiency=None, *, host_Bps, clock_fraction=1.0):
+    """A preset GPU's `Chip` from its datasheet numbers (16-bit, 8-bit and 32-bit
+    dense peaks in FLOP/s, HBM bytes and B/s), its measured matmul and attention
+    efficiencies and host link; its power, compute units and exponential rates
+    from the tables above, by `name`."""
     return Chip(bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, tdp_w=TDP_W[name],
                 peak_fp32_flops_per_s=fp32, attention_efficiency=attention_efficiency,
                 host_Bps=host_Bps, compute_units=COMPUTE_UNITS_BY_CHIP[name],
@@ -285,7 +289,9 @@ def _gpu_chip(name, bf16, fp8, hbm_bytes, hbm_Bps, matmul_efficiency, fp32,
                 attention_exp_per_s=ATTENTION_EXP_PER_S.get(name, 0.0))
 
 
-def _tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
+def preset_tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps, in_network_efficiency=0.0):
+    """A preset's `Tier`: its reductions run at half the HBM bandwidth `hbm_Bps`
+    (read two operands, write one: an assumption, docs/sources.md)."""
     return Tier(bandwidth_Bps, latency_s, efficiency, hbm_Bps / 2, in_network_efficiency)
 
 

@@ -46,10 +46,10 @@ from ._ecmp import ecmp_slowdown
 from ._geometry import (  # noqa: F401  (re-exported: fabric and tests read them here)
     TORUS_DIMS,
     TORUS_OPTICAL_ENDS_PER_CHIP,
-    _fat_tree_ports,
     crosses_pod,
     crossing_fraction,
     fat_tree_levels,
+    fat_tree_ports,
     torus_dims_spanned,
     torus_shape,
 )
@@ -175,7 +175,7 @@ class TwoTier(Topology):
     name: ClassVar[str] = "two_tier"
 
     def switch_ports(self, gpus, scale_up_domain, radix, t=EXACT) -> tuple:
-        leaf, upper, levels = _fat_tree_ports(gpus, radix)
+        leaf, upper, levels = fat_tree_ports(gpus, radix)
         top = jnp.where(levels > 2, gpus, 0.0)  # a 3+-level tree's top level is its "core"
         return leaf, upper - top, top
 
@@ -218,7 +218,7 @@ class Clos(Topology):
         # single aggregation ("core") layer when the job spans more than one pod.
         pod = jnp.minimum(gpus, self.pod_size)
         pods = gpus / pod
-        leaf, upper, _ = _fat_tree_ports(pod, radix)
+        leaf, upper, _ = fat_tree_ports(pod, radix)
         cross = crosses_pod(gpus, self.pod_size, t)
         uplinks = cross * gpus / self.oversubscription
         return leaf * pods, upper * pods + uplinks, uplinks
@@ -232,7 +232,7 @@ class RailOnly(Topology):
     forwards_through_scale_up: ClassVar[bool] = True
 
     def switch_ports(self, gpus, scale_up_domain, radix, t=EXACT) -> tuple:
-        leaf, upper, _ = _fat_tree_ports(gpus / scale_up_domain, radix)
+        leaf, upper, _ = fat_tree_ports(gpus / scale_up_domain, radix)
         g = scale_up_domain
         return leaf * g, upper * g, jnp.zeros_like(gpus)
 

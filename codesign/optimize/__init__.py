@@ -75,7 +75,7 @@ are solved inside by either method as above, and the best over the
 combinations wins. Refused combinations (a plan the loader refuses) are skipped.
 
 Modules: `_problem` (knobs, bounds, admissible values, `Problem`), `_model`
-(metrics, constraints, relaxed loss, exact evaluation), `_result`,
+(metrics, constraints, relaxed loss, exact evaluation), `make_result`,
 `_gradient` (`optimize`), `_grid` (`grid_search`), `_method` (the two as
 types, `Gradient` and `Grid` of `Method`, named by `search_method`: what the
 categorical, robust and command-line searches call), `_pareto` and

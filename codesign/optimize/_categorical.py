@@ -32,7 +32,7 @@ from ._grid import GRID_POINTS, MAX_GRID_POINTS, grid_size
 from ._method import Method, search_method
 from ._model import evaluate
 from ._problem import OBJECTIVES, Problem, build
-from ._result import Result, _result, _top
+from ._result import Result, make_result, top_points
 
 # each combination is its own compiled program (about a second for the grid, 5-15 s
 # for the gradient method on 2 CPU cores): past this many, restrict the choices
@@ -152,8 +152,8 @@ def _point(prob: Problem, method: Method, start: float) -> Result:
     metrics = {k: float(v[0]) for k, v in ex.metrics.items()}
     feasible = bool(ex.feasible[0])
     grid = method.point_counts(feasible)
-    return _result(prob, method.name, prob.here, ex.objective[0], feasible, 1, start, [],
-                   metrics=metrics, top=_top(prob, prob.here[None], ex, 1), **grid)
+    return make_result(prob, method.name, prob.here, ex.objective[0], feasible, 1, start, [],
+                   metrics=metrics, top=top_points(prob, prob.here[None], ex, 1), **grid)
 
 
 def _merged_profile(profiles: list, grid_points: int) -> dict | None:

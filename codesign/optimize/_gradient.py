@@ -24,15 +24,15 @@ from ..model.relax import Relaxed
 from ._model import (
     MU_END,
     Exact,
-    _concat,
-    _exact_batch,
-    _structural_point,
     chunk_points,
     chunked,
+    concat_exact,
+    exact_batch,
     relaxed_loss,
+    structural_point,
 )
 from ._problem import Core, Problem, to_box, to_values
-from ._result import Result, _key, _knob_dict, _result, _top
+from ._result import Result, knob_dict, make_result, point_key, top_points
 
 # Optimiser settings (numerical choices, not physics).
 T_START, T_END = 0.3, 1e-3  # relaxation temperature, annealed geometrically
@@ -62,7 +62,7 @@ class _Clock:
         started = [_ahead(_multistart, prob.core, *descent, store=self.store),
                    _ahead(_structural_batch, prob.core,
                           jax.device_put(np.zeros((RULE_CHUNK, knobs))), store=self.store),
-                   _ahead(_exact_batch, prob.core,
+                   _ahead(exact_batch, prob.core,
                           jax.device_put(np.zeros((chunk_points(prob.core, EXACT_CHUNK), knobs))),
                           store=self.store)]
         if any(started):  # tracing and lowering, here
@@ -160,10 +160,10 @@ def _lattice_moves(prob: Problem, x: np.ndarray) -> np.ndarray:
 
 @jax.jit
 def _structural_batch(core: Core, x: jax.Array) -> jax.Array:
-    """The structural rules (`_structural_point`) at points x (n, K): (n,) bool."""
+    """The structural rules (`structural_point`) at points x (n, K): (n,) bool."""
     def one(xi):
         values = tuple(xi[i] for i in range(x.shape[1]))
-        return _structural_point(core, sc.set_knobs(core.scenario, dict(zip(
+        return structural_point(core, sc.set_knobs(core.scenario, dict(zip(
             core.coords, values, strict=True))), values)
     return jax.vmap(one)(x)
 
@@ -227,9 +227,9 @@ class _Pool(NamedTuple):
 
 
 def _exact(prob: Problem, clock: _Clock, x: np.ndarray) -> Exact:
-    """Exact evaluation of points x (n, K): the vmapped `_exact_batch` that
+    """Exact evaluation of points x (n, K): the vmapped `exact_batch` that
     `evaluate` and the grid use, compiled once for `EXACT_CHUNK` points."""
-    return chunked(lambda core, xs: clock.run(_exact_batch, "exact_s", core, xs), prob.core,
+    return chunked(lambda core, xs: clock.run(exact_batch, "exact_s", core, xs), prob.core,
                    x, EXACT_CHUNK)
 
 
@@ -238,7 +238,7 @@ def _add(pool: _Pool | None, prob: Problem, clock: _Clock, x: np.ndarray,
     ex = _exact(prob, clock, x)
     if pool is None:
         return _Pool(x, ex, origin)
-    return _Pool(np.concatenate([pool.x, x]), _concat(pool.ex, ex),
+    return _Pool(np.concatenate([pool.x, x]), concat_exact(pool.ex, ex),
                  np.concatenate([pool.origin, origin]))
 
 
@@ -264,23 +264,23 @@ def _refine(prob: Problem, clock: _Clock, pool: _Pool, beam: int, rounds: int):
     `beam` best points not yet expanded; it stops when the `beam` best have all
     been expanded, or after `rounds`."""
     log, evaluations = [], 0
-    seen = {_key(x) for x in pool.x}
+    seen = {point_key(x) for x in pool.x}
     expanded: set = set()
     for r in range(rounds):
-        todo = [i for i in _ranked(pool, beam) if _key(pool.x[i]) not in expanded]
+        todo = [i for i in _ranked(pool, beam) if point_key(pool.x[i]) not in expanded]
         if not todo:
             break
         tried, sources = [], []
         for i in todo:
-            expanded.add(_key(pool.x[i]))
+            expanded.add(point_key(pool.x[i]))
             m = _lattice_moves(prob, pool.x[i])
             tried.append(m)
             sources.append(np.full(len(m), pool.origin[i]))
         tried, at = _repaired(prob, clock, np.concatenate(tried))
         moves, origins = [], []
         for m, o in zip(tried, np.concatenate(sources)[at], strict=True):
-            if _key(m) not in seen:
-                seen.add(_key(m))
+            if point_key(m) not in seen:
+                seen.add(point_key(m))
                 moves.append(m)
                 origins.append(o)
         if moves:
@@ -387,14 +387,14 @@ def optimize(prob: Problem, *, starts: int = 16, steps: int = 150, seed: int = 0
     t, mu = np.asarray(t), np.asarray(mu)  # read on the host (not an indexing op each)
     path = [{"phase": "gradient", "start": win, "step": int(i), "t": float(t[i]),
              "mu": float(mu[i]), "relaxed_loss": float(losses[win, i]),
-             "knobs": _knob_dict(prob, xs[win, i])}
+             "knobs": knob_dict(prob, xs[win, i])}
             for i in [*range(0, steps, every), steps - 1]] if win >= 0 else []
-    path.append({"phase": "gradient_end", "start": win, "knobs": _knob_dict(prob, xf[win])}
+    path.append({"phase": "gradient_end", "start": win, "knobs": knob_dict(prob, xf[win])}
                 if win >= 0 else {"phase": "included", "points": len(np.atleast_2d(include))})
     path += log
-    path.append({"phase": "best", "knobs": _knob_dict(prob, pool.x[b]),
+    path.append({"phase": "best", "knobs": knob_dict(prob, pool.x[b]),
                  "objective": float(pool.ex.objective[b]), "feasible": feasible})
     metrics = {k: float(v[b]) for k, v in pool.ex.metrics.items()}
-    return _result(prob, "gradient", pool.x[b], pool.ex.objective[b], feasible, evaluations,
+    return make_result(prob, "gradient", pool.x[b], pool.ex.objective[b], feasible, evaluations,
                    start, path, metrics=metrics, profile=dict(clock.s),
-                   top=_top(prob, pool.x, pool.ex, top) if top > 0 else None)
+                   top=top_points(prob, pool.x, pool.ex, top) if top > 0 else None)

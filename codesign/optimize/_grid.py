@@ -3,7 +3,7 @@ every admissible value of every integer knob and `grid_points` values of each
 continuous knob, evaluated exactly. Large grids stream: one compiled kernel
 enumerates the points on the device from their index, evaluates fixed-size
 blocks and keeps the best few, so host memory is flat in the grid size; the
-block machinery (`_Layout`, `_grid_block`, `_stream`) also serves the grid's
+block machinery (`GridLayout`, `grid_block`, `stream_grid`) also serves the grid's
 Pareto front (`_pareto`). The streamed scan computes in float32 (`scan="float32"`,
 about twice the points a second of float64 on a CPU) and keeps `GRID_RERANK`
 candidates, which are evaluated again in float64 and ranked by that: the optimum
@@ -33,9 +33,9 @@ from ..compiling import options
 from ..model import strategies
 from ..model.relax import safe_log
 from ..progress import Progress
-from ._model import CHUNK, _grid_point, evaluate
+from ._model import CHUNK, evaluate, grid_point
 from ._problem import OBJECTIVES, Core, Problem
-from ._result import Result, _result, _top
+from ._result import Result, make_result, top_points
 
 # The streamed grid: blocks of GRID_BLOCK points (vmapped), GRID_CALL_POINTS
 # points per device call (a scan over blocks; one progress update), the
@@ -94,7 +94,7 @@ def grid_size(prob: Problem, grid_points: int = GRID_POINTS) -> int:
     return math.prod(_axis_sizes(prob, grid_points))
 
 
-def _capped_axes(prob: Problem, grid_points: int, max_points: int, block_points: int,
+def capped_axes(prob: Problem, grid_points: int, max_points: int, block_points: int,
                  call_points: int) -> tuple[list, int]:
     """The grid's axes and size; a ValueError, before any array is built, when it
     has more than `max_points` points, a continuous knob more than
@@ -115,7 +115,7 @@ def _capped_axes(prob: Problem, grid_points: int, max_points: int, block_points:
     return grid_axes(prob, grid_points), total
 
 
-class _Layout(NamedTuple):
+class GridLayout(NamedTuple):
     """How the streamed grid enumerates its points (static: one compilation per
     layout). Knob positions `outer` (held fixed within a block) and `inner`
     (vmapped), each enumerated in C order; `strides` are the strides of the
@@ -138,8 +138,8 @@ def _c_strides(sizes) -> tuple:
     return tuple(int(math.prod(sizes[i + 1:])) for i in range(len(sizes)))
 
 
-def _layout(prob: Problem, sizes: tuple, top: int, block_points: int = GRID_BLOCK,
-            call_points: int = GRID_CALL_POINTS) -> _Layout:
+def grid_layout(prob: Problem, sizes: tuple, top: int, block_points: int = GRID_BLOCK,
+            call_points: int = GRID_CALL_POINTS) -> GridLayout:
     """The enumeration of a grid of axes `sizes`; `block_points` and
     `call_points` count model evaluations: a robust problem's point costs
     `Core.samples` (vmapped inside it), so its blocks hold that many times
@@ -155,7 +155,7 @@ def _layout(prob: Problem, sizes: tuple, top: int, block_points: int = GRID_BLOC
     per_outer = -(-n_inner // block)
     blocks = per_outer * math.prod(sizes[i] for i in outer)
     scan = max(1, min(call_points // block, blocks))
-    return _Layout(tuple(outer), tuple(inner), tuple(sizes), _c_strides(sizes), block,
+    return GridLayout(tuple(outer), tuple(inner), tuple(sizes), _c_strides(sizes), block,
                    per_outer, blocks, scan, top, prob.objective, tuple(sorted(prob.limits)))
 
 
@@ -171,11 +171,11 @@ def _merge_top(score, index, top: int):
     return score[:top], index[:top]
 
 
-def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple,
+def grid_block(core: Core, table: jax.Array, lay: GridLayout, j, outputs: tuple,
                 near_tol: float = 0.0):
     """Block j of the grid, evaluated exactly: (the `outputs` metrics (block,)
     each, valid and feasible (block,), grid index (block,), valid and near a
-    measured bound (block,): `_grid_point`)."""
+    measured bound (block,): `grid_point`)."""
     o, start = j // lay.per_outer, (j % lay.per_outer) * lay.block
     local = start + jnp.arange(lay.block)
     valid = (j < lay.blocks) & (local < math.prod(lay.sizes[i] for i in lay.inner))
@@ -185,7 +185,7 @@ def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple,
 
     def one(inner_values):
         values = fixed | dict(zip(lay.inner, inner_values, strict=True))
-        return _grid_point(core, tuple(values[i] for i in range(len(lay.sizes))), outputs,
+        return grid_point(core, tuple(values[i] for i in range(len(lay.sizes))), outputs,
                            lay.limits, near_tol)
 
     out, feasible, near = jax.vmap(one)(tuple(table[i, digits[i]] for i in lay.inner))
@@ -193,7 +193,7 @@ def _grid_block(core: Core, table: jax.Array, lay: _Layout, j, outputs: tuple,
     return out, valid & feasible, index, valid & near
 
 
-def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
+def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: GridLayout,
                  near_tol: float = 0.0):
     """Evaluate blocks first .. first + layout.scan - 1 of the grid exactly and
     fold them into carry = (scores (top,), grid indices (top,), feasible count,
@@ -204,7 +204,7 @@ def _grid_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
 
     def body(c, j):
         best, where, count, nears = c
-        (value,), ok, index, near = _grid_block(core, table, lay, j, (key,), near_tol)
+        (value,), ok, index, near = grid_block(core, table, lay, j, (key,), near_tol)
         loss = goal * safe_log(value)
         ok = ok & jnp.isfinite(loss)
         score = jnp.where(ok, loss, jnp.inf)
@@ -227,7 +227,7 @@ class GridProfile(NamedTuple):
     points_per_s: float  # grid points per second of stream_s
 
 
-def _grid_table(axes: list) -> jax.Array:
+def grid_table(axes: list) -> jax.Array:
     """The grid's axes as one (knobs, longest axis) array (zero-padded)."""
     table = np.zeros((len(axes), max(len(a) for a in axes)))
     for i, a in enumerate(axes):
@@ -339,7 +339,7 @@ def stream_devices() -> list:
     return devices if devices[0].platform != "cpu" else devices[:1]
 
 
-def _stream(prob: Problem, lay: _Layout, table: jax.Array, kernel, carry, bar: Progress,
+def stream_grid(prob: Problem, lay: GridLayout, table: jax.Array, kernel, carry, bar: Progress,
             scan: Scan = FLOAT64, devices=None):
     """Run a block kernel, kernel(core, table, carry, first block), over the whole
     grid, compiled once (`compiling.options(batch=True)`): (each device's final
@@ -379,13 +379,13 @@ def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress, block_point
     blocks (ties to the smaller grid index). A float32 scan asks to be redone
     where its kept scores all lie within `FLOAT32_TOL` of the best (more ties
     than it kept) or a point lies within it of a measured bound."""
-    lay = _layout(prob, tuple(len(a) for a in axes), top, block_points, call_points)
+    lay = grid_layout(prob, tuple(len(a) for a in axes), top, block_points, call_points)
     near_tol = scan.tolerance
     carry = (np.full(top, np.inf), np.zeros(top, dtype=np.int64), np.zeros((), dtype=np.int64),
              np.zeros((), dtype=np.int64))
     kernel = lambda core, table, c, first: _grid_blocks(  # noqa: E731
         core, table, c, first, lay, near_tol)
-    carries, times = _stream(prob, lay, _grid_table(axes), kernel, carry, bar, scan, devices)
+    carries, times = stream_grid(prob, lay, grid_table(axes), kernel, carry, bar, scan, devices)
     score = np.concatenate([c[0] for c in carries]).astype(float)
     index = np.concatenate([c[1] for c in carries]).astype(np.int64)
     order = np.lexsort((index, score))[:top]
@@ -394,7 +394,7 @@ def _stream_grid(prob: Problem, axes: list, top: int, bar: Progress, block_point
     return score, index, sum(int(c[2]) for c in carries), times, redo
 
 
-def _profile(times: list, finish_s: float, total: int) -> GridProfile:
+def grid_profile(times: list, finish_s: float, total: int) -> GridProfile:
     """The first call compiles: its excess over a typical call counts as
     compilation (a grid done in one call counts whole as streaming)."""
     typical = float(np.median(times[1:])) if len(times) > 1 else times[0]
@@ -445,7 +445,7 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
     streams (`stream`: True or False decides instead): points are enumerated
     on the device from their index, evaluated in blocks of `block_points`
     evaluations by one compiled kernel, `call_points` per device call (both
-    `Core.samples` times fewer points on a robust problem, `_layout`), and
+    `Core.samples` times fewer points on a robust problem, `grid_layout`), and
     each block is reduced on the device to its `top` best feasible points;
     only those reach the host, so memory stays flat in the grid size.
     Smaller grids (or `keep`) go through `evaluate` in chunks. `progress`
@@ -464,7 +464,7 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
     streamed), in `Result.metrics["grid"]` (lists), with the knob values under
     "knobs"."""
     start = time.perf_counter()
-    axes, total = _capped_axes(prob, grid_points, max_points, block_points, call_points)
+    axes, total = capped_axes(prob, grid_points, max_points, block_points, call_points)
     if top < 1:
         raise ValueError(f"top={top} must be at least 1")
     scan = scan_precision(scan)
@@ -496,11 +496,11 @@ def grid_search(prob: Problem, grid_points: int = GRID_POINTS, *, progress: bool
         best_x, best_value = xs[0], float(ex.objective[0])
     else:
         best_x, best_value = prob.here, np.nan
-    r = _result(prob, "grid", best_x, best_value, feasible, total, start, [], grid_size=total,
+    r = make_result(prob, "grid", best_x, best_value, feasible, total, start, [], grid_size=total,
                 feasible_points=feasible_points)
-    profile = _profile(times, time.perf_counter() - finish, total)._asdict()
+    profile = grid_profile(times, time.perf_counter() - finish, total)._asdict()
     profile["float64_rescan"] = redo
-    best = _top(prob, xs, ex, min(top, len(xs))) if feasible else []
+    best = top_points(prob, xs, ex, min(top, len(xs))) if feasible else []
     if keep:
         r.metrics["grid"] = kept
     return r._replace(top=best, profile=profile)

@@ -217,7 +217,7 @@ class Exact(NamedTuple):
     metrics: dict  # name -> (n,) every quantity of `metrics`
 
 
-def _structural_point(core: Core, scn: Scenario, values: tuple) -> jax.Array:
+def structural_point(core: Core, scn: Scenario, values: tuple) -> jax.Array:
     """The structural rules and integral values of the varied integer knobs."""
     if not values:  # nothing varied (`_problem.build`): the scenario's own plan
         return structurally_feasible(scn)
@@ -232,12 +232,12 @@ def _exact_point(core: Core, values: tuple) -> Exact:
     m = problem_metrics(core, scn, parts=step.PARTS)  # every metric: the points reported
     g = constraints(core, scn, m)
     value, loss = _objective(core, m)
-    structural = _structural_point(core, scn, values)
+    structural = structural_point(core, scn, values)
     feasible = structural & jnp.all(g <= 1e-12)
     return Exact(value, loss, loss + _penalty(g, MU_END), feasible, structural, m)
 
 
-def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple,
+def grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple,
                 near_tol: float = 0.0):
     """(the metrics named in `outputs`, feasible, near) of one point as
     `_exact_point` computes them, with the outputs and the set limits static,
@@ -252,7 +252,7 @@ def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple,
     scn = sc.set_knobs(core.scenario, dict(zip(core.coords, values, strict=True)))
     m = problem_metrics(core, scn, parts=parts_of([*outputs, *(_LIMITED[n] for n in limits)]))
     g = jnp.stack(_constraint_terms(core, scn, m, limits))
-    structural = _structural_point(core, scn, values)
+    structural = structural_point(core, scn, values)
     feasible = structural & jnp.all(g <= 1e-12)
     n = _measured(scn, limits)
     measured = g[:n]
@@ -262,7 +262,7 @@ def _grid_point(core: Core, values: tuple, outputs: tuple, limits: tuple,
 
 
 @jax.jit
-def _exact_batch(core: Core, x: jax.Array) -> Exact:
+def exact_batch(core: Core, x: jax.Array) -> Exact:
     return jax.vmap(lambda xi: _exact_point(core, tuple(xi[i] for i in range(x.shape[1]))))(x)
 
 
@@ -272,7 +272,7 @@ def evaluate(prob: Problem, x, chunk: int = CHUNK) -> Exact:
     size, with `compiling.CPU_COMPILER_OPTIONS` on the CPU; what the varied
     knobs do not touch, e.g. the failure statistics of a fixed GPU count, is
     computed once per chunk)."""
-    return chunked(lambda core, xs: compiled(_exact_batch, core, xs)[0](core, xs), prob.core, x,
+    return chunked(lambda core, xs: compiled(exact_batch, core, xs)[0](core, xs), prob.core, x,
                    chunk)
 
 
@@ -283,7 +283,7 @@ def chunk_points(core: Core, chunk: int) -> int:
 
 
 def chunked(batch, core: Core, x, chunk: int) -> Exact:
-    """`batch` (`_exact_batch`, or an executable compiled from it for `chunk`
+    """`batch` (`exact_batch`, or an executable compiled from it for `chunk`
     points) over points x (n, K) in padded chunks of `chunk` points (fewer on
     a robust problem of many samples: `CHUNK_EVALUATIONS`), as numpy."""
     chunk = chunk_points(core, chunk)
@@ -297,7 +297,7 @@ def chunked(batch, core: Core, x, chunk: int) -> Exact:
     return jax.tree.map(lambda *a: np.concatenate(a), *parts)
 
 
-def _concat(a: Exact, b: Exact) -> Exact:
+def concat_exact(a: Exact, b: Exact) -> Exact:
     return jax.tree.map(lambda u, v: np.concatenate([u, v]), a, b)
 
 

@@ -16,17 +16,17 @@ from ._gradient import optimize
 from ._grid import (
     GRID_BLOCK,
     GRID_CALL_POINTS,
-    _capped_axes,
-    _grid_block,
-    _grid_table,
-    _Layout,
-    _layout,
-    _profile,
-    _stream,
+    GridLayout,
+    capped_axes,
+    grid_block,
+    grid_layout,
+    grid_profile,
+    grid_table,
+    stream_grid,
 )
 from ._model import metrics
 from ._problem import Core, Problem
-from ._result import Result, _knob_dict
+from ._result import Result, knob_dict
 
 
 def _front(a, b, index, capacity: int):
@@ -44,7 +44,7 @@ def _front(a, b, index, capacity: int):
     return (a[:capacity], b[:capacity], index[:capacity]), jnp.sum(keep)
 
 
-def _pareto_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
+def _pareto_blocks(core: Core, table: jax.Array, carry, first, layout: GridLayout,
                    axes: tuple):
     """As `_grid_blocks`, folding each block into a running non-dominated set
     of the metrics `axes` (both minimised): carry = ((a, b, index) of the
@@ -53,7 +53,7 @@ def _pareto_blocks(core: Core, table: jax.Array, carry, first, layout: _Layout,
 
     def body(c, j):
         (fa, fb, fi), count, largest = c
-        (a, b), ok, index, _ = _grid_block(core, table, lay, j, axes)
+        (a, b), ok, index, _ = grid_block(core, table, lay, j, axes)
         a, b = jnp.where(ok, a, jnp.inf), jnp.where(ok, b, jnp.inf)
         front, n = _front(jnp.concatenate([fa, a]), jnp.concatenate([fb, b]),
                           jnp.concatenate([fi, index]), fa.shape[0])
@@ -94,8 +94,8 @@ def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_us
                              f"{', '.join(names)}")
     if capacity < 1:
         raise ValueError(f"capacity={capacity} must be at least 1")
-    axes, total = _capped_axes(prob, grid_points, max_points, block_points, call_points)
-    lay = _layout(prob, tuple(len(x) for x in axes), 1, block_points, call_points)
+    axes, total = capped_axes(prob, grid_points, max_points, block_points, call_points)
+    lay = grid_layout(prob, tuple(len(x) for x in axes), 1, block_points, call_points)
     inf = jnp.full(capacity, jnp.inf, dtype=float)
     carry = ((inf, inf, jnp.zeros(capacity, dtype=jnp.int64)), jnp.zeros((), dtype=jnp.int64),
              jnp.zeros((), dtype=jnp.int64))
@@ -103,7 +103,7 @@ def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_us
         core, table, c, first, lay, (a, b))
     bar = Progress("pareto", 0, total, enabled=progress)
     # one device: the running fronts of several devices would need merging
-    [((fa, fb, fi), count, largest)], times = _stream(prob, lay, _grid_table(axes), kernel,
+    [((fa, fb, fi), count, largest)], times = stream_grid(prob, lay, grid_table(axes), kernel,
                                                       carry, bar, devices=jax.devices()[:1])
     bar.close()
     if int(largest) > capacity:
@@ -112,10 +112,10 @@ def grid_pareto(prob: Problem, grid_points: int = 16, a: str = "cost_to_train_us
     keep = np.isfinite(fa)
     shape = tuple(len(x) for x in axes)
     digits = np.unravel_index(fi[keep], shape)
-    knobs = [_knob_dict(prob, [x[d[i]] for x, d in zip(axes, digits, strict=True)])
+    knobs = [knob_dict(prob, [x[d[i]] for x, d in zip(axes, digits, strict=True)])
              for i in range(int(keep.sum()))]
     return GridFront((a, b), knobs, fa[keep], fb[keep], total, int(count),
-                     _profile(times, 0.0, total)._asdict())
+                     grid_profile(times, 0.0, total)._asdict())
 
 
 def non_dominated(a, b) -> np.ndarray:

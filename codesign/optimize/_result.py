@@ -56,7 +56,7 @@ class Result(NamedTuple):
         return out
 
 
-def _result(prob, method, x, value, feasible, evaluations, start, path, metrics=None,
+def make_result(prob, method, x, value, feasible, evaluations, start, path, metrics=None,
             **extra):
     """The `Result` of a search that found x after `evaluations` points (each
     costs `Core.samples` model evaluations, which it counts); `metrics` (every
@@ -64,13 +64,13 @@ def _result(prob, method, x, value, feasible, evaluations, start, path, metrics=
     `point_metrics`."""
     goal = "min" if OBJECTIVES[prob.objective][1] > 0 else "max"
     metrics = point_metrics(prob, x) if metrics is None else metrics
-    return Result(method, prob.objective, goal, float(value), _knob_dict(prob, x),
+    return Result(method, prob.objective, goal, float(value), knob_dict(prob, x),
                   bool(feasible), int(evaluations) * prob.core.samples,
                   time.perf_counter() - start,
                   metrics, path, **extra)
 
 
-def _top(prob: Problem, x: np.ndarray, ex: Exact, n: int) -> list:
+def top_points(prob: Problem, x: np.ndarray, ex: Exact, n: int) -> list:
     """The `n` best distinct feasible designs of x (exactly evaluated as `ex`),
     best first, ties in the order of x: [{knobs, objective, metrics}]. Points
     equal to `DESIGN_DIGITS` significant digits (several polished starts
@@ -85,16 +85,16 @@ def _top(prob: Problem, x: np.ndarray, ex: Exact, n: int) -> list:
         if key in seen:
             continue
         seen.add(key)
-        out.append({"knobs": _knob_dict(prob, x[i]), "objective": float(ex.objective[i]),
+        out.append({"knobs": knob_dict(prob, x[i]), "objective": float(ex.objective[i]),
                     "metrics": {k: float(v[i]) for k, v in ex.metrics.items()}})
     return out
 
 
-def _knob_dict(prob: Problem, x) -> dict:
+def knob_dict(prob: Problem, x) -> dict:
     return {n: float(v) for n, v in zip(prob.names, np.ravel(x), strict=True)}
 
 
-def _key(x: np.ndarray) -> tuple:
+def point_key(x: np.ndarray) -> tuple:
     return tuple(np.round(x, 9))
 
 

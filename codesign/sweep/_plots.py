@@ -148,7 +148,7 @@ def _same_curve(a, b) -> bool:
 
 
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
-_STYLES = ("-", "--", ":", "-.")
+LINE_STYLES = ("-", "--", ":", "-.")
 
 
 def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, logy=False,
@@ -180,7 +180,7 @@ def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, l
                     twins.append(twin)
                 color = f"C{(j if by_y else g) % 10}"
                 marker = _MARKERS[(j if by_y else g) % len(_MARKERS)]
-                style = _STYLES[(g if len(ys) == 1 else j) % len(_STYLES)]
+                style = LINE_STYLES[(g if len(ys) == 1 else j) % len(LINE_STYLES)]
                 label = _sweep_short(y, ys) if by_y else name
                 drawn.append((key, y, curve, label))
                 ax.plot(curve[0], curve[1], marker=marker, ms=4, lw=1.5, color=color,
@@ -189,13 +189,13 @@ def sweep_lines(table: dict, *, x: str, ys, series=(), facet=None, logx=False, l
             if not by_y:
                 shown = name + "".join(f" (= {t})" for t in twins)
                 handles.append(Line2D([], [], color=f"C{g % 10}", lw=1.5,
-                                      ls=_STYLES[g % len(_STYLES)] if len(ys) == 1 else "-",
+                                      ls=LINE_STYLES[g % len(LINE_STYLES)] if len(ys) == 1 else "-",
                                       marker=_MARKERS[g % len(_MARKERS)], ms=4,
                                       mfc="none" if g % 2 else f"C{g % 10}", label=shown))
         if by_y:
             handles = ax.get_legend_handles_labels()[0]
         elif len(ys) > 1:
-            handles += [Line2D([], [], color="k", lw=1.2, ls=_STYLES[j % len(_STYLES)],
+            handles += [Line2D([], [], color="k", lw=1.2, ls=LINE_STYLES[j % len(LINE_STYLES)],
                                label=_sweep_short(y, ys)) for j, y in enumerate(ys)]
         if len(handles) > 1 or series:
             legend_title = ", ".join(column_text(s) for s in series) if series and not by_y \
