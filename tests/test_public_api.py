@@ -98,3 +98,19 @@ def test_every_public_function_names_its_arguments_returns_and_units():
         named = {n.strip() for line in args.splitlines() if ":" in line
                  and not line.startswith(" " * 8) for n in line.split(":", 1)[0].split(",")}
         assert set(inspect.signature(f).parameters) <= named, (f.__name__, named)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A name with a leading underscore is its module's own: another module
+    (across packages or inside one) imports only public names, and a package's
+    private modules (`from . import _output`) only within that package."""
+    import ast
+
+    imported = []
+    for path in sorted((ROOT / "codesign").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level != 1 or node.module):
+                imported += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}"
+                             for a in node.names
+                             if a.name.startswith("_") and not a.name.startswith("__")]
+    assert imported == []
