@@ -45,7 +45,7 @@ from . import strategies
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .host import KERNELS_PER_LAYER, host_launches, layer_launches, rerun_launches, sync_penalty_s
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
-from .relax import EXACT, smoothing
+from .relax import EXACT, smoothing, where
 from .workload import LAYER_KINDS, Transformer
 
 # the output tile one SM computes at a time: 128 x 128, cuBLAS's and CUTLASS's
@@ -181,7 +181,7 @@ def _select(dtypes, value):
     kinds = list(dict.fromkeys(dtypes))
     out = value(kinds[0])
     for dtype in kinds[1:]:
-        out = jnp.where(np.asarray([d == dtype for d in dtypes]), value(dtype), out)
+        out = where(np.asarray([d == dtype for d in dtypes]), value(dtype), out)
     return out
 
 
@@ -529,7 +529,7 @@ def local_params(model: Transformer, plan: Plan, t=EXACT, stage=1, sh=None):
         dense, routed = stage_lib.layout_params(model, sh)
         return shard_params(plan, dense / plan.tp, routed / (plan.ep * plan.expert_tp), stage)
     share = sh.layers_on_stage / model.blocks  # of the blocks, on the fullest stage
-    embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
+    embedding = where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
     dense = (model.layer_params() * share + embedding) / plan.tp
     routed = model.routed_expert_params() * share / (plan.ep * plan.expert_tp)
     return shard_params(plan, dense, routed, stage)

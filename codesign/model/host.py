@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from . import stacks
 from . import stage as stage_lib
 from .plan import Plan
+from .relax import where
 from .workload import Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
@@ -151,7 +152,7 @@ def _launch_regions(model: Transformer, plan: Plan):
     router, preprocess = router_calls(plan)
     regions = {"attn": attention, "mlp": 2.0 * gemm, "moe_router": router,
                "moe_preprocess": preprocess,
-               "shared": jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)}
+               "shared": where(model.shared_experts > 0, 2.0 * gemm, 0.0)}
     return regions, routed, head, gemm, (1.0 + quantisation_calls(plan)) * _issued(model, plan)
 
 
@@ -159,7 +160,7 @@ def _issued(model: Transformer, plan: Plan):
     """Grouped GEMMs issued per routed GEMM: one per local expert (a multi-stream
     grouped GEMM), one for them all (a fused grouped kernel)."""
     local = jnp.maximum(model.experts / plan.ep, 1.0)
-    return jnp.where(plan.grouped_gemm_streams >= stacks.EVERY_EXPERT, 1.0, local)
+    return where(plan.grouped_gemm_streams >= stacks.EVERY_EXPERT, 1.0, local)
 
 
 def host_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):

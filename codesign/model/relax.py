@@ -41,8 +41,16 @@ def where(condition, a, b) -> jax.Array:
     one shape and dtype (no nested jit in the trace)."""
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (condition, a, b)))
     dtype = jnp.result_type(a, b)
-    a, b = (jnp.broadcast_to(jnp.asarray(x, dtype), shape) for x in (a, b))
-    return jax.lax.select(jnp.broadcast_to(condition, shape), a, b)
+    a, b = (_full(x, shape, dtype) for x in (a, b))
+    return jax.lax.select(_full(condition, shape), a, b)
+
+
+def _full(x, shape, dtype=None):
+    """`x` broadcast to `shape` (and cast to `dtype`): a constant of the trace
+    where `x` is a Python or NumPy value (no equation), else traced."""
+    if isinstance(x, (bool, int, float, np.ndarray, np.generic)):
+        return np.broadcast_to(np.asarray(x, dtype), shape)
+    return jnp.broadcast_to(x if dtype is None else jnp.asarray(x, dtype), shape)
 
 
 @jax.custom_jvp
@@ -102,6 +110,30 @@ def _soft_extreme_jvp(lower, mean_scale, primals, tangents):
     out = terms[0] if terms else jnp.zeros_like(y)
     for x in terms[1:]:
         out = out + x
+    return y, jnp.broadcast_to(out, jnp.shape(y)).astype(jnp.result_type(y))
+
+
+@functools.partial(jax.custom_jvp)
+def _clamp(x, lo, hi):
+    """min(max(x, lo), hi), its derivative `jnp.maximum`'s and `jnp.minimum`'s (half to
+    each operand where they tie) in fewer equations (`_clamp_jvp`)."""
+    return jnp.minimum(jnp.maximum(x, lo), hi)
+
+
+@functools.partial(_clamp.defjvp, symbolic_zeros=True)
+def _clamp_jvp(primals, tangents):
+    x, lo, hi = primals
+    dx, dlo, dhi = (None if isinstance(d, SymbolicZero) else d for d in tangents)
+    m = jnp.maximum(x, lo)
+    y = jnp.minimum(m, hi)
+    # the share of each operand: 1 where it wins, 1/2 where they tie, else 0
+    above = 0.5 + 0.5 * jnp.sign(x - lo)  # of max(x, lo) to x
+    below = 0.5 + 0.5 * jnp.sign(hi - m)  # of min(m, hi) to m
+    terms = [c() * d for c, d in ((lambda: above * below, dx), (lambda: (1.0 - above) * below, dlo),
+                                  (lambda: 1.0 - below, dhi)) if d is not None]
+    out = terms[0] if terms else jnp.zeros_like(y)
+    for t in terms[1:]:
+        out = out + t
     return y, jnp.broadcast_to(out, jnp.shape(y)).astype(jnp.result_type(y))
 
 
@@ -254,10 +286,10 @@ class Relaxed(Smoothing):
                              0.0 if scale is None else scale)
 
     def clip(self, x, lo, hi, scale=None) -> jax.Array:
-        return jnp.minimum(jnp.maximum(self.min(self.max(x, lo, scale), hi, scale), lo), hi)
+        return _clamp(self.min(self.max(x, lo, scale), hi, scale), lo, hi)
 
     def beyond_one(self, count) -> jax.Array:
-        return jnp.minimum(jnp.maximum(count - 1.0, 0.0), 1.0)
+        return _clamp(count - 1.0, 0.0, 1.0)
 
     def ceil(self, x) -> jax.Array:
         frac = x - jax.lax.stop_gradient(jnp.floor(x))

@@ -21,7 +21,7 @@ from ..output_checks import STEP_INPUTS
 from . import compute, economics, fabric, memory, overlap, reliability, stage, traffic
 from .hardware import System
 from .plan import Plan, data_parallel
-from .relax import EXACT, Smoothing, exact_or_relaxed, lattice_linear_tree, smoothing
+from .relax import EXACT, Smoothing, exact_or_relaxed, lattice_linear_tree, smoothing, where
 from .workload import Transformer
 
 
@@ -190,8 +190,8 @@ def heaviest(model: Transformer, plan: Plan, system: System, t=EXACT):
     ranks, valid = stage.shapes(model, plan)
     seconds = jax.vmap(lambda sh: compute.timing(model, plan, system, t, sh).micro_batch_s)(ranks)
     mems = jax.vmap(lambda sh: memory.memory(model, plan, system, t, sh))(ranks)
-    fullest = jnp.argmax(jnp.where(valid, mems.total_bytes, -jnp.inf))
-    slowest = jnp.argmax(jnp.where(valid, seconds, -jnp.inf))
+    fullest = jnp.argmax(where(valid, mems.total_bytes, -jnp.inf))
+    slowest = jnp.argmax(where(valid, seconds, -jnp.inf))
     return stage.pick(ranks, slowest), jax.tree.map(lambda x: x[fullest], mems)
 
 

@@ -52,6 +52,7 @@ from ..checks import float_field, static_field, strategy_field
 from ..domains import MAX_WIDTH, count
 from . import attention as attn
 from . import strategies
+from .relax import where
 
 RECOMPUTE = strategies.RECOMPUTES
 
@@ -217,7 +218,7 @@ class Transformer(eqx.Module):
     @_once
     def mtp_moe_layers(self) -> jax.Array:
         """The MTP blocks that are MoE blocks (all of them in an MoE model)."""
-        return jnp.where(self.moe_layers > 0, self.mtp_layers, 0.0)
+        return where(self.moe_layers > 0, self.mtp_layers, 0.0)
 
     @property
     @_once
@@ -241,7 +242,7 @@ class Transformer(eqx.Module):
     @_once
     def head_width(self) -> jax.Array:
         """MHA/GQA's per-head width: `head_dim`, or hidden / heads where it is 0."""
-        return jnp.where(self.head_dim > 0, self.head_dim, self.hidden / self.heads)
+        return where(self.head_dim > 0, self.head_dim, self.hidden / self.heads)
 
     @property
     @_once
@@ -461,7 +462,7 @@ class Transformer(eqx.Module):
         width = 1.0 if precision is None else precision.bytes("activations") / 2.0
         s, b, h = self.seq_len / cp, micro_batch, self.hidden
         sbw = s * b * width
-        f = jnp.where(moe, (self.top_k + self.shared_experts) * self.expert_ffn_hidden,
+        f = where(moe, (self.top_k + self.shared_experts) * self.expert_ffn_hidden,
                       self.ffn_hidden)
         linear = 0.5 if precision is not None and precision.gemm == "fp8" else 1.0
         norms = 4.0 * h * sbw
