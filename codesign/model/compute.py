@@ -111,7 +111,7 @@ def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0,
     return count * seconds / matmul_efficiency(system, dtype) + system.chip.kernel_overhead_s
 
 
-def grouped_occupancy(system: System, m, n, concurrent) -> jax.Array:
+def grouped_occupancy(system: System, m, n, concurrent, t=EXACT) -> jax.Array:
     """The share of the chip's compute units a grouped GEMM keeps busy when
     `concurrent` of its (m x k) @ (k x n) GEMMs run at once: each has
     (m / tile) (n / tile) output tiles (`GEMM_TILE`), at least one, each on one
@@ -119,8 +119,9 @@ def grouped_occupancy(system: System, m, n, concurrent) -> jax.Array:
     quantisation left out).
     Qwen3-30B-A3B's 128 experts at 512 tokens each (n 1,536) in one stream
     leave 48 tiles for the H100's 132 SMs: 36%."""
-    tiles = jnp.maximum((m / GEMM_TILE) * (n / GEMM_TILE), 1.0)
-    return jnp.minimum(concurrent * tiles / system.chip.compute_units, 1.0)
+    t = smoothing(t)
+    tiles = t.hard_max((m / GEMM_TILE) * (n / GEMM_TILE), 1.0)
+    return t.hard_min(concurrent * tiles / system.chip.compute_units, 1.0)
 
 
 def attention_time_s(model: Transformer, plan: Plan, system: System):
@@ -276,18 +277,19 @@ class _Priced:
         return self._sum(name, 1)
 
 
-def _moe_shape(model: Transformer, plan: Plan):
+def _moe_shape(model: Transformer, plan: Plan, t=EXACT):
     """(tokens of one micro-batch per GPU, the token copies one GPU's experts
     take, the experts' tensor-parallel size, an expert's width and the experts,
     these two at least 1: finite for dense models too): an expert gathers from the
     ep x etp ranks, each holding tokens / tp (sequence parallel) of its own."""
+    t = smoothing(t)
     tokens = plan.micro_batch * model.seq_len / plan.cp
     etp = plan.expert_tp
     return (tokens, tokens * etp / plan.tp * model.top_k, etp,
-            jnp.maximum(model.expert_ffn_hidden, 1.0), jnp.maximum(model.experts, 1.0))
+            t.hard_max(model.expert_ffn_hidden, 1.0), t.hard_max(model.experts, 1.0))
 
 
-def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight):
+def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight, t=EXACT):
     """The routed experts' two GEMM rows (`_gemms_s`' rows), `weight` MoE layers,
     of the MoE layer `shape` (`_moe_shape`).
 
@@ -296,6 +298,7 @@ def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight)
     expert `training.moe_capacity_factor` x the mean. Small experts' GEMMs,
     `grouped_gemm_streams` at a time, may leave units idle: the local experts'
     GEMMs take 1 / occupancy as long."""
+    t = smoothing(t)
     d, cast = plan.precision.gemm, plan.precision.quantisation(plan.fp8_recipe)
     _, received, etp, f_e, experts = shape
     h = model.hidden
@@ -303,9 +306,11 @@ def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight)
     load = plan.moe_capacity_factor if plan.moe_pad_experts else plan.moe_imbalance
     per_expert = received * plan.ep / experts * load
     local = experts / plan.ep
-    at_once = jnp.minimum(plan.grouped_gemm_streams, jnp.maximum(local, 1.0))
+    at_once = t.hard_min(plan.grouped_gemm_streams, t.hard_max(local, 1.0))
     wide = _over(f_e, etp, mats)  # the first GEMM's width
-    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (wide, h)]
+    # both GEMMs' occupancies as one vector
+    busy = jax.lax.unstack(grouped_occupancy(
+        system, per_expert, jnp.stack(jnp.broadcast_arrays(wide, h)), at_once, t))
     return [(per_expert, h, wide, local / busy[0], d, weight, cast, cast),
             (per_expert, f_e / etp, h, local / busy[1], d, weight, cast, cast)]
 
@@ -335,7 +340,7 @@ def _over(x, divisor, factor=1.0):
 
 
 def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-                up_projections: bool = False, moe_shape=None) -> dict:
+                up_projections: bool = False, moe_shape=None, t=EXACT) -> dict:
     """The stage's GEMM rows (`_gemms_s`' rows, each weighted by its layers on
     the stage), by the layer part they compute (`strategies.RERUN_PARTS`):
     attention's projections, the dense FFN, the routed and shared experts and
@@ -367,7 +372,7 @@ def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Sh
                           (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
     shared = model.shared_experts * f_e
     with_shared = moe_layers * (model.shared_experts > 0)
-    parts["routed_experts"] = _routed_gemms(model, plan, system, moe_shape, moe_layers)
+    parts["routed_experts"] = _routed_gemms(model, plan, system, moe_shape, moe_layers, t)
     parts["shared_experts"] = [(tokens, h, _over(shared, tp, mats), 1.0, d, with_shared,
                                 cast, cast),
                                (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast)]
@@ -502,7 +507,7 @@ def _synced_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
 
 
 def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape,
-                                 terms=None):
+                                 terms=None, t=EXACT):
     """(bytes the stage's layers keep for backward per micro-batch, of them the
     bytes `plan.offload_layers` of its layers send to host memory): the
     offloaded layers hold the stage's mean layer's bytes (dense and MoE layers
@@ -512,7 +517,8 @@ def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.S
                                              plan.recompute, LAYER_KINDS, plan.cp,
                                              plan.precision, terms)  # (dense, MoE) layer
     stored = sh.dense_layers_on_stage * kinds[0] + sh.moe_layers_on_stage * kinds[1]
-    offloaded = jnp.minimum(plan.offload_layers, sh.layers_on_stage) / sh.layers_on_stage
+    offloaded = (smoothing(t).hard_min(plan.offload_layers, sh.layers_on_stage)
+                 / sh.layers_on_stage)
     return stored, stored * offloaded
 
 
@@ -578,11 +584,11 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     moe_parts = strategies.MoeBlock.reruns if plan.ep_overlap else ()
     # every GEMM of the step as one table (`_grouped_s`): the layers' parts,
     # MLA's up projections again where recomputed, and the output head
-    moe_shape = _moe_shape(model, plan)
-    groups = _gemm_parts(model, plan, system, sh, moe_shape=moe_shape)
+    moe_shape = _moe_shape(model, plan, t)
+    groups = _gemm_parts(model, plan, system, sh, moe_shape=moe_shape, t=t)
     layer_parts = tuple(groups)
     if "up_projections" in (*reruns, *moe_parts):
-        groups |= _gemm_parts(model, plan, system, sh, True, moe_shape)
+        groups |= _gemm_parts(model, plan, system, sh, True, moe_shape, t)
     tokens = moe_shape[0]
     # the output layer stays 16-bit; each MTP depth projects [hidden; next
     # embedding] and runs the output head again
@@ -616,12 +622,12 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     launches = host_launches(model, plan, sh)
     if reruns:  # the recomputed modules' launches in backward
         launches = (launches[0], launches[1] + rerun_launches(model, plan, sh))
-    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh, terms)
+    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh, terms, t)
     offload_s = offloaded / system.chip.host_Bps
     waits = plan.host_syncs and plan.moe_dispatcher.host_syncs > 0
     synced = _synced_s(model, plan, system, sh, forward) if waits else None
-    forward = jnp.maximum(forward, jnp.maximum(launches[0] * plan.host_launch_s, offload_s))
-    backward = jnp.maximum(backward, jnp.maximum(launches[1] * plan.host_launch_s, offload_s))
+    forward = t.hard_max(forward, t.hard_max(launches[0] * plan.host_launch_s, offload_s))
+    backward = t.hard_max(backward, t.hard_max(launches[1] * plan.host_launch_s, offload_s))
     if waits:
         # each forward pass waits at the dispatcher's syncs (backward reuses the
         # forward's layout; a recomputed forward waits again)

@@ -88,9 +88,9 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
         plan.micro_batch, plan.tp, plan.sequence_parallel, recompute, moe, plan.cp, pr)
     # offloaded layers' activations live in host memory; one offloaded layer's
     # stay on the GPU while they stream out or back (a staging buffer: assumption)
-    per_mb, offloaded = stored_bytes_per_micro_batch(model, plan, sh) if stored is None \
+    per_mb, offloaded = stored_bytes_per_micro_batch(model, plan, sh, t=t) if stored is None \
         else stored
-    staging = offloaded / jnp.maximum(jnp.minimum(plan.offload_layers, sh.layers_on_stage), 1.0)
+    staging = offloaded / t.hard_max(t.hard_min(plan.offload_layers, sh.layers_on_stage), 1.0)
     activations = (per_mb - offloaded) * in_flight_micro_batches(plan, t) + staging
     if plan.graphs.activation_factor != 1.0:  # a whole iteration's graph pool
         activations = plan.graphs.activation_factor * activations
