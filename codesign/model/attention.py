@@ -13,10 +13,9 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 
 from .. import checks
-from .relax import where
+from .relax import EXACT, smoothing, where
 from .strategies import Strategy, parse
 
 # ------------------------------------------------------------------- attention kernels
@@ -37,12 +36,14 @@ class AttentionKernel(Strategy):
         for `s` queries of a micro-batch of `b` at activation `width` (x 16 bits)."""
 
     @abc.abstractmethod
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
+    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s,
+               t=EXACT) -> tuple:
         """(forward, backward) seconds of one layer's core, one micro-batch, per
         GPU, for `queries` queries per sequence: `peak_flops_per_s` the chip's
         peak in the attention width, `gemm_s(rows)` the seconds of batched
         GEMMs in that width, rows (m, k, n, count), priced as one table
-        (`compute.attention_time_s` passes both)."""
+        (`compute.attention_time_s` passes both); `t` the model (`relax.Smoothing`:
+        its bounds exact in both)."""
 
 
 def _per(rate) -> jax.Array:
@@ -88,17 +89,18 @@ class FlashAttention(AttentionKernel):
     def stored_bytes(self, model, s, b, width) -> jax.Array:
         return 4.0 * model.heads * s * b
 
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
+    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s,
+               t=EXACT) -> tuple:
         flops = (micro_batch * queries * model.attention_score_flops_per_token() / tp
                  * self.executed_score_fraction)
         fwd = flops / (peak_flops_per_s * chip.attention_efficiency)
         bwd = FLASH_BACKWARD_OVER_FORWARD * fwd
         # one exponential per executed score: Q K^T and A V take 2 (qk + v) FLOPs each
         exposed, floor = exponential_s(chip, flops / (2.0 * (model.qk_width + model.v_width)))
-        stated = chip.exp_per_s > 0
-        fwd = where(stated, jnp.maximum(fwd + exposed, jnp.maximum(
+        stated, t = chip.exp_per_s > 0, smoothing(t)
+        fwd = where(stated, t.hard_max(fwd + exposed, t.hard_max(
             flops / peak_flops_per_s, floor)), fwd)
-        bwd = where(stated, jnp.maximum(bwd + exposed, jnp.maximum(
+        bwd = where(stated, t.hard_max(bwd + exposed, t.hard_max(
             FLASH_BACKWARD_OVER_FORWARD * flops / peak_flops_per_s, floor)), bwd)
         overhead = chip.kernel_overhead_s
         return fwd + overhead, bwd + overhead
@@ -118,7 +120,8 @@ class NaiveAttention(AttentionKernel):
         per = 5.0 if model.dropout else 2.0
         return per * model.heads * s * model.seq_len * b * width
 
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
+    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s,
+               t=EXACT) -> tuple:
         heads = model.heads / tp * micro_batch
         fwd = gemm_s([(queries, model.qk_width, model.seq_len, heads),
                       (queries, model.seq_len, model.v_width, heads)])

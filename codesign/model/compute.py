@@ -124,7 +124,7 @@ def grouped_occupancy(system: System, m, n, concurrent, t=EXACT) -> jax.Array:
     return t.hard_min(concurrent * tiles / system.chip.compute_units, 1.0)
 
 
-def attention_time_s(model: Transformer, plan: Plan, system: System):
+def attention_time_s(model: Transformer, plan: Plan, system: System, t=EXACT):
     """(forward, backward) seconds of one layer's attention scores (Q K^T, softmax,
     A V), one micro-batch, per GPU: the model's kernel's (`attention.AttentionKernel`)
     in the attention width."""
@@ -132,7 +132,8 @@ def attention_time_s(model: Transformer, plan: Plan, system: System):
     return model.attention_kernel.time_s(
         model, plan.micro_batch, model.seq_len / plan.cp, plan.tp, system.chip,
         peak_flops_per_s(system, d),
-        lambda rows: _gemms_s(system, [(m, k, n, c, d, 1.0, 0.0, 0.0) for m, k, n, c in rows])[0])
+        lambda rows: _gemms_s(system, [(m, k, n, c, d, 1.0, 0.0, 0.0) for m, k, n, c in rows])[0],
+        t)
 
 
 class Timing(eqx.Module):
@@ -602,7 +603,7 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     passes = _layer_passes_s(model, plan, system, sh, full, moe_shape)
     matrix = priced.forward("layers") + passes
     matrix_backward = priced.backward("layers") + 2.0 * passes
-    layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
+    layer_af, layer_ab = attention_time_s(model, plan, system, t)  # the same in every layer
     att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab
     # the loss: fp32 logits written, then read by softmax / cross-entropy; in
     # backward their gradient written and read again (memory-bound)

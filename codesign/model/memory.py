@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 
 from . import stage
 from .compute import held_params, stored_bytes_per_micro_batch

@@ -347,7 +347,7 @@ class Relaxed(Smoothing):
 
     def lattice_cubic(self, f, counts: tuple) -> jax.Array:
         d = len(counts)
-        k = [jax.lax.stop_gradient(jnp.floor(jnp.maximum(x, 1.0))) for x in counts]
+        k = [jnp.floor(jnp.maximum(jax.lax.stop_gradient(x), 1.0)) for x in counts]
         offsets = np.array(np.meshgrid(*[[-1.0, 0.0, 1.0, 2.0]] * d, indexing="ij")).reshape(
             d, -1).T
         # the 4^d lattice points as one vmap of f (the trace holds f once)
@@ -355,8 +355,7 @@ class Relaxed(Smoothing):
             jnp.asarray(offsets))
         values = values.reshape((4,) * d + values.shape[1:])
         for j in reversed(range(d)):  # the last count first, as f's innermost argument
-            values = _monotone_cubic([values[(slice(None),) * j + (i,)] for i in range(4)],
-                                     k[j], counts[j] - k[j])
+            values = _monotone_cubic(jax.lax.unstack(values, axis=j), k[j], counts[j] - k[j])
         return values
 
     def lattice_linear_tree(self, f, counts: tuple, lowest: float = 1.0):
