@@ -67,10 +67,41 @@ def _softplus_jvp(primals, tangents):
     return y, t * jnp.exp(x - y)
 
 
+def _number(x) -> bool:
+    """Whether `x` is a Python number (a constant of the formula: no equation)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _closed(custom, flags: tuple, args: tuple):
+    """`custom(*flags, fixed, *traced)`: the Python numbers among `args` passed as
+    static constants (`fixed`: each number, None for a traced argument), so that
+    they stay literals in its formula and get no tangent."""
+    fixed = tuple(x if _number(x) else None for x in args)
+    return custom(*flags, fixed, *(x for x in args if not _number(x)))
+
+
+def _opened(fixed: tuple, traced) -> list:
+    """`_closed`'s `args` again from the static numbers and the traced rest."""
+    rest = iter(traced)
+    return [next(rest) if f is None else f for f in fixed]
+
+
+def _tangents(fixed: tuple, tangents) -> list:
+    """The tangents of `_closed`'s `args` in their places: None for a number's
+    and for a symbolic zero."""
+    rest = iter(tangents)
+    return [None if f is not None or isinstance(d := next(rest), SymbolicZero) else d
+            for f in fixed]
+
+
+def _abs(x):
+    return abs(x) if _number(x) else jnp.abs(x)
+
+
 def _soft_extreme_parts(lower, mean_scale, a, b, temperature, scale):
     """(value, z, softplus(z), the width's scale, the width before its floor) of
     `_soft_extreme`."""
-    scale = 0.5 * (jnp.abs(a) + jnp.abs(b)) if mean_scale else scale
+    scale = 0.5 * (_abs(a) + _abs(b)) if mean_scale else scale
     raw = temperature * scale
     # the width floored at 1e-150 (w^-2 finite): where both operands are below it
     # (or 0) the max to within 1e-150
@@ -80,7 +111,6 @@ def _soft_extreme_parts(lower, mean_scale, a, b, temperature, scale):
     return (b - w * sp if lower else b + w * sp), z, sp, scale, raw
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _soft_extreme(lower, mean_scale, a, b, temperature, scale):
     """`Relaxed.max` (`lower` False: b + w softplus((a - b) / w)) or `Relaxed.min`
     (`lower`: b - w softplus((b - a) / w), the same numbers as -max(-a, -b)), w =
@@ -88,13 +118,18 @@ def _soft_extreme(lower, mean_scale, a, b, temperature, scale):
     `mean_scale`, else `scale`. Its derivative (`_soft_extreme_jvp`) is the
     formula's, in fewer equations than differentiating it: sigmoid(z) da + (1 -
     sigmoid(z)) db +- (softplus(z) - z sigmoid(z)) dw."""
-    return _soft_extreme_parts(lower, mean_scale, a, b, temperature, scale)[0]
+    return _closed(_soft_extreme_traced, (lower, mean_scale), (a, b, temperature, scale))
 
 
-@functools.partial(_soft_extreme.defjvp, symbolic_zeros=True)
-def _soft_extreme_jvp(lower, mean_scale, primals, tangents):
-    a, b, temperature, scale = primals
-    da, db, dt, ds = (None if isinstance(x, SymbolicZero) else x for x in tangents)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _soft_extreme_traced(lower, mean_scale, fixed, *traced):
+    return _soft_extreme_parts(lower, mean_scale, *_opened(fixed, traced))[0]
+
+
+@functools.partial(_soft_extreme_traced.defjvp, symbolic_zeros=True)
+def _soft_extreme_jvp(lower, mean_scale, fixed, primals, tangents):
+    a, b, temperature, scale = _opened(fixed, primals)
+    da, db, dt, ds = _tangents(fixed, tangents)
     y, z, sp, scale, raw = _soft_extreme_parts(lower, mean_scale, a, b, temperature, scale)
     s = jnp.exp(z - sp)  # sigmoid(z), as `_softplus`'s derivative
     # d y / d w, 0 where the width is floored
@@ -103,63 +138,72 @@ def _soft_extreme_jvp(lower, mean_scale, primals, tangents):
                     "s": lambda: g * temperature}
     if mean_scale:  # dw = temperature (sign(a) da + sign(b) db) / 2, as abs' derivative
         ds, half = None, (0.5 * temperature) * g
-        coefficients["a"] = lambda: where(a >= 0, s + half, s - half)
-        coefficients["b"] = lambda: where(b >= 0, (1.0 - s) + half, (1.0 - s) - half)
-    terms = [coefficients[k]() * d for k, d in (("a", da), ("b", db), ("t", dt), ("s", ds))
-             if d is not None]
-    out = terms[0] if terms else jnp.zeros_like(y)
-    for x in terms[1:]:
-        out = out + x
-    return y, jnp.broadcast_to(out, jnp.shape(y)).astype(jnp.result_type(y))
+
+        def signed(c, x):  # c + half sign(x), sign(0) = 1
+            return where(x >= 0, c + half, c - half)
+
+        coefficients["a"] = lambda: signed(s, a)
+        coefficients["b"] = lambda: signed(1.0 - s, b)
+    return y, _sum_terms(y, [(coefficients[k], d) for k, d in
+                             (("a", da), ("b", db), ("t", dt), ("s", ds))])
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _sum_terms(y, terms) -> jax.Array:
+    """The tangent sum_i coefficient_i() x d_i over the `terms` whose d_i is not None
+    (the coefficients evaluated only for those), in `y`'s shape and dtype."""
+    out = None
+    for coefficient, d in terms:
+        if d is not None:
+            out = coefficient() * d if out is None else out + coefficient() * d
+    out = jnp.zeros_like(y) if out is None else out
+    return jnp.broadcast_to(out, jnp.shape(y)).astype(jnp.result_type(y))
+
+
 def _hard_extreme(lower, a, b):
     """min(a, b) (`lower`) or max(a, b), its derivative `jnp.minimum`'s or
     `jnp.maximum`'s (half to each operand where they tie) in fewer equations, without
     the constants a gradient of a batched `jnp.maximum` broadcasts (`_hard_extreme_jvp`)."""
+    return _closed(_hard_extreme_traced, (lower,), (a, b))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _hard_extreme_traced(lower, fixed, *traced):
+    a, b = _opened(fixed, traced)
     return jnp.minimum(a, b) if lower else jnp.maximum(a, b)
 
 
-@functools.partial(_hard_extreme.defjvp, symbolic_zeros=True)
-def _hard_extreme_jvp(lower, primals, tangents):
-    a, b = primals
-    da, db = (None if isinstance(d, SymbolicZero) else d for d in tangents)
-    y = _hard_extreme(lower, a, b)
+@functools.partial(_hard_extreme_traced.defjvp, symbolic_zeros=True)
+def _hard_extreme_jvp(lower, fixed, primals, tangents):
+    a, b = _opened(fixed, primals)
+    da, db = _tangents(fixed, tangents)
+    y = jnp.minimum(a, b) if lower else jnp.maximum(a, b)
     share = 0.5 + 0.5 * jnp.sign((b - a) if lower else (a - b))  # a's: 1 wins, 1/2 ties
-    if da is None and db is None:
-        out = jnp.zeros_like(y)
-    elif db is None:
-        out = share * da
-    elif da is None:
-        out = (1.0 - share) * db
-    else:
-        out = share * da + (1.0 - share) * db
-    return y, jnp.broadcast_to(out, jnp.shape(y)).astype(jnp.result_type(y))
+    return y, _sum_terms(y, [(lambda: share, da), (lambda: 1.0 - share, db)])
 
 
-@functools.partial(jax.custom_jvp)
 def _clamp(x, lo, hi):
     """min(max(x, lo), hi), its derivative `jnp.maximum`'s and `jnp.minimum`'s (half to
     each operand where they tie) in fewer equations (`_clamp_jvp`)."""
+    return _closed(_clamp_traced, (), (x, lo, hi))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _clamp_traced(fixed, *traced):
+    x, lo, hi = _opened(fixed, traced)
     return jnp.minimum(jnp.maximum(x, lo), hi)
 
 
-@functools.partial(_clamp.defjvp, symbolic_zeros=True)
-def _clamp_jvp(primals, tangents):
-    x, lo, hi = primals
-    dx, dlo, dhi = (None if isinstance(d, SymbolicZero) else d for d in tangents)
+@functools.partial(_clamp_traced.defjvp, symbolic_zeros=True)
+def _clamp_jvp(fixed, primals, tangents):
+    x, lo, hi = _opened(fixed, primals)
+    dx, dlo, dhi = _tangents(fixed, tangents)
     m = jnp.maximum(x, lo)
     y = jnp.minimum(m, hi)
     # the share of each operand: 1 where it wins, 1/2 where they tie, else 0
     above = 0.5 + 0.5 * jnp.sign(x - lo)  # of max(x, lo) to x
     below = 0.5 + 0.5 * jnp.sign(hi - m)  # of min(m, hi) to m
-    terms = [c() * d for c, d in ((lambda: above * below, dx), (lambda: (1.0 - above) * below, dlo),
-                                  (lambda: 1.0 - below, dhi)) if d is not None]
-    out = terms[0] if terms else jnp.zeros_like(y)
-    for t in terms[1:]:
-        out = out + t
-    return y, jnp.broadcast_to(out, jnp.shape(y)).astype(jnp.result_type(y))
+    return y, _sum_terms(y, [(lambda: above * below, dx), (lambda: (1.0 - above) * below, dlo),
+                             (lambda: 1.0 - below, dhi)])
 
 
 def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
