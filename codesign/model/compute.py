@@ -46,7 +46,7 @@ from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .host import KERNELS_PER_LAYER, host_launches, layer_launches, rerun_launches, sync_penalty_s
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
 from .relax import EXACT, smoothing, where
-from .workload import LAYER_KINDS, Transformer
+from .workload import LAYER_KINDS, Transformer, _once
 
 # the output tile one SM computes at a time: 128 x 128, cuBLAS's and CUTLASS's
 # common Hopper tile for 16- and 8-bit GEMMs (assumption; DeepGEMM's BLOCK_M is
@@ -59,11 +59,16 @@ def peak_flops_per_s(system: System, dtype: str, recipe: Fp8Recipe = TENSORWISE)
     """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16; fp8
     the one `recipe` runs at: FP8, or FP4 for NVFP4) at the clocks its power
     limit sustains (`chip.clock_fraction` of the datasheet's)."""
-    chip = system.chip
-    narrow = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}
-    return chip.clock_fraction * {"fp8": narrow[recipe.peak],
-                                  "fp32": chip.peak_fp32_flops_per_s}.get(dtype,
-                                                                          chip.peak_flops_per_s)
+    width = {"fp8": recipe.peak, "fp32": "fp32"}.get(dtype, "")
+    return _sustained_flops_per_s(system.chip, width)
+
+
+@_once
+def _sustained_flops_per_s(chip, width: str) -> jax.Array:
+    """`peak_flops_per_s` of the chip's peak in `width` ("" the 16-bit one), once a chip."""
+    peaks = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s,
+             "fp32": chip.peak_fp32_flops_per_s, "": chip.peak_flops_per_s}
+    return chip.clock_fraction * peaks[width]
 
 
 def check_fp4(plan: Plan, system: System) -> None:
@@ -90,7 +95,13 @@ def matmul_efficiency(system: System, dtype: str) -> jax.Array:
 
 def streaming_time_s(system: System, n_bytes) -> jax.Array:
     """Seconds a memory-bound kernel takes to move `n_bytes` (read + written)."""
-    return n_bytes / (system.chip.hbm_Bps * system.chip.hbm_efficiency)
+    return n_bytes / _achieved_hbm_Bps(system.chip)
+
+
+@_once
+def _achieved_hbm_Bps(chip) -> jax.Array:
+    """The chip's HBM bandwidth at its efficiency (`streaming_time_s`), once a chip."""
+    return chip.hbm_Bps * chip.hbm_efficiency
 
 
 def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0,

@@ -396,11 +396,19 @@ class Transformer(eqx.Module):
     def forward_flops_per_token(self, causal: bool = False) -> jax.Array:
         """One forward per token; `causal` counts only the unmasked half of the
         attention scores (a convention some MFU reports use)."""
+        blocks, scores, logits = self._forward_terms()
+        return blocks + (0.5 if causal else 1.0) * scores + logits
+
+    @_once
+    def _forward_terms(self) -> tuple:
+        """(the blocks' and MTP's forward FLOPs per token, the attention scores',
+        the output head's): `forward_flops_per_token`'s terms, the same for both
+        counts of the scores."""
         layers = (self.dense_blocks * self.layer_forward_flops_per_token(False)
                   + self.moe_blocks * self.layer_forward_flops_per_token(True))
         mtp = self.mtp_layers * (2.0 * self.mtp_projection_params() + self.logits_flops_per_token())
-        scores = self.blocks * self.attention_score_flops_per_token()
-        return layers + mtp + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()
+        return (layers + mtp, self.blocks * self.attention_score_flops_per_token(),
+                self.logits_flops_per_token())
 
     @_once
     def model_flops_per_token(self, causal: bool = False) -> jax.Array:
