@@ -408,9 +408,23 @@ class Relaxed(Smoothing):
         w = x - k
         corners = np.array(np.meshgrid(*[[0.0, 1.0]] * len(counts), indexing="ij")).reshape(
             len(counts), -1).T  # (2^d, d)
-        values = jax.vmap(lambda c: f(*(k + c)))(jnp.asarray(corners))
+        # the 2^d corners as one vmap of f (the trace holds f once); a leaf that
+        # does not depend on the counts is the same at every corner: it is taken
+        # as it is, not broadcast over the corners and weighted (the weights sum to 1)
+        same = {}
+
+        def at(c):
+            leaves, same["tree"] = jax.tree.flatten(f(*(k + c)))
+            trace = c._trace if isinstance(c, jax.core.Tracer) else None
+            same["leaves"] = [None if getattr(v, "_trace", None) is trace else v
+                              for v in leaves]
+            return [v for v, u in zip(leaves, same["leaves"], strict=True) if u is None]
+
+        varying = iter(jax.vmap(at)(jnp.asarray(corners)))
         weight = jnp.prod(where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
-        return jax.tree.map(lambda v: jnp.tensordot(weight, v, axes=1), values)
+        return jax.tree.unflatten(same["tree"], [
+            jnp.tensordot(weight, next(varying), axes=1) if u is None else u
+            for u in same["leaves"]])
 
     def pick(self, stacked, times: jax.Array) -> tuple:
         soft_min_s, weights = _log_soft_min(times, self.temperature)  # weights equal at p = 1
