@@ -106,9 +106,10 @@ def _soft_extreme_parts(lower, mean_scale, a, b, temperature, scale):
     # the width floored at 1e-150 (w^-2 finite): where both operands are below it
     # (or 0) the max to within 1e-150
     w = jnp.maximum(raw, 1e-150)
-    z = ((b - a) if lower else (a - b)) / w
+    zero = not lower and _number(b) and b == 0  # max(a, 0): a - 0 and 0 + w sp are a, w sp
+    z = (a if zero else (b - a) if lower else (a - b)) / w
     sp = jnp.maximum(z, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(z)))  # `_softplus`
-    return (b - w * sp if lower else b + w * sp), z, sp, scale, raw
+    return (w * sp if zero else b - w * sp if lower else b + w * sp), z, sp, scale, raw
 
 
 def _soft_extreme(lower, mean_scale, a, b, temperature, scale):
