@@ -45,8 +45,8 @@ from . import strategies
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .host import KERNELS_PER_LAYER, host_launches, layer_launches, rerun_launches, sync_penalty_s
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
-from .relax import EXACT, smoothing, where
-from .workload import LAYER_KINDS, Transformer, _once
+from .relax import EXACT, once, smoothing, where
+from .workload import LAYER_KINDS, Transformer
 
 # the output tile one SM computes at a time: 128 x 128, cuBLAS's and CUTLASS's
 # common Hopper tile for 16- and 8-bit GEMMs (assumption; DeepGEMM's BLOCK_M is
@@ -63,7 +63,7 @@ def peak_flops_per_s(system: System, dtype: str, recipe: Fp8Recipe = TENSORWISE)
     return _sustained_flops_per_s(system.chip, width)
 
 
-@_once
+@once
 def _sustained_flops_per_s(chip, width: str) -> jax.Array:
     """`peak_flops_per_s` of the chip's peak in `width` ("" the 16-bit one), once a chip."""
     peaks = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s,
@@ -98,7 +98,7 @@ def streaming_time_s(system: System, n_bytes) -> jax.Array:
     return n_bytes / _achieved_hbm_Bps(system.chip)
 
 
-@_once
+@once
 def _achieved_hbm_Bps(chip) -> jax.Array:
     """The chip's HBM bandwidth at its efficiency (`streaming_time_s`), once a chip."""
     return chip.hbm_Bps * chip.hbm_efficiency

@@ -12,9 +12,9 @@ from . import stage
 from .compute import held_params, stored_bytes_per_micro_batch
 from .hardware import System
 from .plan import Plan
-from .relax import EXACT, smoothing
+from .relax import EXACT, once, smoothing
 from .strategies import NoRecompute
-from .workload import Transformer, _once
+from .workload import Transformer
 
 
 def in_flight_micro_batches(plan: Plan, t=EXACT, micro_batches=None) -> jax.Array:
@@ -39,7 +39,7 @@ class Memory(eqx.Module):
     def total_bytes(self) -> jax.Array:
         return self._total_bytes()
 
-    @_once
+    @once
     def _total_bytes(self) -> jax.Array:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
                 + self.activations_bytes + self.reserve_bytes)

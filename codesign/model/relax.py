@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import inspect
 import math
 from collections.abc import Callable
 
@@ -235,6 +236,41 @@ def log2_ranks(p: jax.Array) -> jax.Array:
     return jnp.log(jnp.maximum(p, 1.0)) / math.log(2.0)  # (max: no log of p < 1)
 
 
+def _traces(tree) -> set:
+    return {id(x._trace) for x in jax.tree.leaves(tree) if isinstance(x, jax.core.Tracer)}
+
+
+def once(method):
+    """`method` computed once per instance and (hashable) argument: a derived size of
+    the model (parameters, FLOPs per token; the step model asks for the same sizes
+    from compute, traffic, memory and the step: ~270 equations of a full estimate
+    were repeats of these), a chip's sustained peak, a weakly typed temperature cast
+    once. The value is kept on the instance only where it
+    lives in the traces of the instance's own leaves (or is concrete beside
+    concrete leaves), so it is valid exactly where the instance is: one
+    computed inside a nested trace (a `lax.cond` branch, an inner `jit`) is
+    recomputed, never leaked. A pytree operation (`tree_at`, `vmap`) builds a
+    new instance, with nothing kept."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def once(self, *args, **kwargs):
+        memo = self.__dict__.get("_once")
+        if memo is None:
+            memo = self.__dict__["_once"] = {}
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        key = (method.__name__, *list(bound.arguments.values())[1:])
+        if key in memo:
+            return memo[key]
+        value = method(self, *args, **kwargs)
+        if _traces(value) <= _traces(self):
+            memo[key] = value
+        return value
+
+    return once
+
+
 # ---------------------------------------------------------------- the two models
 
 
@@ -362,12 +398,28 @@ class Relaxed(Smoothing):
                              "positive finite number (the exact model is relax.EXACT)")
 
     def max(self, a, b, scale=None) -> jax.Array:
-        return _soft_extreme(False, scale is None, a, b, self.temperature,
+        return _soft_extreme(False, scale is None, a, b, self._temperature_for(a, b, scale),
                              0.0 if scale is None else scale)
 
     def min(self, a, b, scale=None) -> jax.Array:
-        return _soft_extreme(True, scale is None, a, b, self.temperature,
+        return _soft_extreme(True, scale is None, a, b, self._temperature_for(a, b, scale),
                              0.0 if scale is None else scale)
+
+    def _temperature_for(self, *operands):
+        """The temperature as the formula with `operands` computes it: a weakly typed
+        one (`jnp.asarray(0.05)`) meeting strongly typed operands takes their dtype,
+        cast once per instance and dtype (`_temperature_as`) rather than in every
+        formula; otherwise the temperature itself."""
+        t = self.temperature
+        if _number(t) or not jax.typeof(t).weak_type:
+            return t
+        strong = [x for x in operands if x is not None and not _number(x)
+                  and not jax.typeof(x).weak_type]
+        return self._temperature_as(jnp.result_type(*strong).name) if strong else t
+
+    @once
+    def _temperature_as(self, dtype: str) -> jax.Array:
+        return jax.lax.convert_element_type(self.temperature, dtype)
 
     def clip(self, x, lo, hi, scale=None) -> jax.Array:
         return _clamp(self.min(self.max(x, lo, scale), hi, scale), lo, hi)

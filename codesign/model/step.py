@@ -21,8 +21,8 @@ from ..output_checks import STEP_INPUTS
 from . import compute, economics, fabric, memory, overlap, reliability, stage, traffic
 from .hardware import System
 from .plan import Plan, data_parallel
-from .relax import EXACT, Smoothing, exact_or_relaxed, lattice_linear_tree, smoothing, where
-from .workload import Transformer, _once
+from .relax import EXACT, Smoothing, exact_or_relaxed, lattice_linear_tree, once, smoothing, where
+from .workload import Transformer
 
 
 def bubble_s(plan: Plan, micro_batch_s, t=EXACT) -> jax.Array:
@@ -52,7 +52,7 @@ class Step(eqx.Module):
     traffic: tuple  # of traffic.Row
     timing: compute.Timing
 
-    @_once
+    @once
     def _gpu_seconds(self, peak: str = "") -> jax.Array:
         """step_time_s x gpus, times the peak named (`peak_flops_per_s`,
         `peak_gemm_flops_per_s`) where one is: the denominators of the
@@ -64,7 +64,7 @@ class Step(eqx.Module):
     def mfu(self):
         return self._mfu()
 
-    @_once
+    @once
     def _mfu(self):
         return self.model_flops_per_step / self._gpu_seconds("peak_flops_per_s")
 

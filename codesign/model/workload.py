@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import operator
 from typing import NamedTuple
 
@@ -52,6 +51,7 @@ from ..checks import float_field, static_field, strategy_field
 from ..domains import MAX_WIDTH, count
 from . import attention as attn
 from . import strategies
+from .relax import once as _once
 from .relax import where
 
 RECOMPUTE = strategies.RECOMPUTES
@@ -59,40 +59,6 @@ RECOMPUTE = strategies.RECOMPUTES
 
 # (dense, MoE): `Transformer.activation_bytes_per_layer` of both kinds of layer at once
 LAYER_KINDS = np.array([False, True])
-
-
-def _traces(tree) -> set:
-    return {id(x._trace) for x in jax.tree.leaves(tree) if isinstance(x, jax.core.Tracer)}
-
-
-def _once(method):
-    """A derived size of the model (parameters, FLOPs per token), computed once per
-    model instance and argument: the step model asks for the same sizes from
-    compute, traffic, memory and the step (~270 equations of a full estimate
-    were repeats of these). The value is kept on the instance only where it
-    lives in the traces of the instance's own leaves (or is concrete beside
-    concrete leaves), so it is valid exactly where the instance is: one
-    computed inside a nested trace (a `lax.cond` branch, an inner `jit`) is
-    recomputed, never leaked. A pytree operation (`tree_at`, `vmap`) builds a
-    new instance, with nothing kept."""
-    signature = inspect.signature(method)
-
-    @functools.wraps(method)
-    def once(self, *args, **kwargs):
-        memo = self.__dict__.get("_once")
-        if memo is None:
-            memo = self.__dict__["_once"] = {}
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        key = (method.__name__, *list(bound.arguments.values())[1:])
-        if key in memo:
-            return memo[key]
-        value = method(self, *args, **kwargs)
-        if _traces(value) <= _traces(self):
-            memo[key] = value
-        return value
-
-    return once
 
 
 class Transformer(eqx.Module):
