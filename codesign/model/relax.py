@@ -621,8 +621,10 @@ def _monotone_cubic(c: list, k, w):
         ab = a * b  # 2ab / (a + b) where ab > 0, else 2ab / inf = 0 (its gradients 0)
         return 2.0 * ab / where(ab > 0, a + b, jnp.inf)
 
-    m0, m1 = slope(step[0], step[1]), slope(step[1], step[2])
-    w2, w3 = w * w, w * w * w
+    # both slopes at once: the steps before and after each of the two middle points
+    m0, m1 = jax.lax.unstack(slope(jnp.stack(step[:2]), jnp.stack(step[1:])))
+    w2 = w * w
+    w3 = w2 * w  # (w w) w, as w * w * w
     return ((2 * w3 - 3 * w2 + 1) * c[1] + (w3 - 2 * w2 + w) * m0
             + (3 * w2 - 2 * w3) * c[2] + (w3 - w2) * m1)
 
