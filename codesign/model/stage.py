@@ -23,7 +23,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .relax import EXACT, lattice_cubic, smooth_ceil, where
+from .relax import EXACT, lattice_cubic, once, smooth_ceil, where
 from .workload import Transformer
 
 if TYPE_CHECKING:  # plan reads this module's layout parser
@@ -49,6 +49,10 @@ class Shape(eqx.Module):
 
     @property
     def dense_layers_on_stage(self) -> jax.Array:
+        return self._dense_layers_on_stage()
+
+    @once
+    def _dense_layers_on_stage(self) -> jax.Array:
         return self.layers_on_stage - self.moe_layers_on_stage
 
 
