@@ -207,13 +207,14 @@ def _rows_s(system: System, gemms, recipe: Fp8Recipe = TENSORWISE):
     inputs = _column([recipe.element_bytes if d == "fp8" else DTYPE_BYTES[d] for d in dtypes])
     outputs = _column([DTYPE_BYTES[d] for d in dtypes])
     flops = 2.0 * m * k * n
-    moved = inputs * (m * k + k * n) + outputs * m * n
+    mk, mn = m * k, m * n  # the input's and the output's elements
+    moved = inputs * (mk + k * n) + outputs * mn
     peak = _select(dtypes, lambda d: peak_flops_per_s(system, d, recipe))
     efficiency = _select(dtypes, lambda d: matmul_efficiency(system, d))
     seconds = count * (flops / peak + streaming_time_s(system, moved)) / efficiency \
         + system.chip.kernel_overhead_s
     forward, backward = seconds, 2.0 * seconds
-    for col, elements, phase in ((6, m * k, "forward"), (7, m * n, "backward")):
+    for col, elements, phase in ((6, mk, "forward"), (7, mn, "backward")):
         casts = [g[col] if isinstance(g[col], tuple) else (g[col], float(g[col] > 0))
                  for g in gemms]
         per_element = [b for b, _ in casts]

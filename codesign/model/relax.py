@@ -471,13 +471,18 @@ class Relaxed(Smoothing):
             trace = c._trace if isinstance(c, jax.core.Tracer) else None
             same["leaves"] = [None if getattr(v, "_trace", None) is trace else v
                               for v in leaves]
-            return [v for v, u in zip(leaves, same["leaves"], strict=True) if u is None]
+            # a value that is several leaves (the step time in two places) weighted once
+            first = {}
+            same["at"] = [first.setdefault(id(v), len(first)) if u is None else None
+                          for v, u in zip(leaves, same["leaves"], strict=True)]
+            return list({id(v): v for v, u in zip(leaves, same["leaves"], strict=True)
+                         if u is None}.values())
 
-        varying = iter(jax.vmap(at)(jnp.asarray(corners)))
+        varying = jax.vmap(at)(jnp.asarray(corners))
         weight = jnp.prod(where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
-        return jax.tree.unflatten(same["tree"], [
-            jnp.tensordot(weight, next(varying), axes=1) if u is None else u
-            for u in same["leaves"]])
+        weighted = [jnp.tensordot(weight, v, axes=1) for v in varying]
+        return jax.tree.unflatten(same["tree"], [weighted[i] if u is None else u for u, i in
+                                                 zip(same["leaves"], same["at"], strict=True)])
 
     def pick(self, stacked, times: jax.Array) -> tuple:
         soft_min_s, weights = _log_soft_min(times, self.temperature)  # weights equal at p = 1
