@@ -162,7 +162,7 @@ def _step(model: Transformer, plan: Plan, system: System, t) -> Step:
                             tm.full_layer_bytes, tm.params)
     rows = overlap.exposed(rows, tm, t)
     exposed = traffic.exposed_by_dimension(rows)
-    m = sh.micro_batches
+    m = plan.micro_batches
     own = plan.moe_dispatcher.holds_sms  # the EP rows hold the dispatcher's SMs
     # the hidden seconds of the rows on the SMs (not on copy engines), as one array
     hidden_s = traffic.column(rows, "time_s") - traffic.column(rows, "exposed_s")
