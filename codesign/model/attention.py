@@ -13,9 +13,9 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 
 from .. import checks
+from .relax import EXACT, smoothing, where
 from .strategies import Strategy, parse
 
 # ------------------------------------------------------------------- attention kernels
@@ -36,18 +36,20 @@ class AttentionKernel(Strategy):
         for `s` queries of a micro-batch of `b` at activation `width` (x 16 bits)."""
 
     @abc.abstractmethod
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
+    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s,
+               t=EXACT) -> tuple:
         """(forward, backward) seconds of one layer's core, one micro-batch, per
         GPU, for `queries` queries per sequence: `peak_flops_per_s` the chip's
         peak in the attention width, `gemm_s(rows)` the seconds of batched
         GEMMs in that width, rows (m, k, n, count), priced as one table
-        (`compute.attention_time_s` passes both)."""
+        (`compute.attention_time_s` passes both); `t` the model (`relax.Smoothing`:
+        its bounds exact in both)."""
 
 
 def _per(rate) -> jax.Array:
     """1 / rate, and 0 where rate is 0 (a rate not stated: no term)."""
     stated = rate > 0
-    return jnp.where(stated, 1.0 / jnp.where(stated, rate, 1.0), 0.0)
+    return where(stated, 1.0 / where(stated, rate, 1.0), 0.0)
 
 
 def exponential_s(chip, exponentials) -> tuple:
@@ -60,7 +62,7 @@ def exponential_s(chip, exponentials) -> tuple:
     both 0 on a chip with no stated rate. Rates at `chip.clock_fraction` of the
     datasheet's, as the tensor peak."""
     rate = chip.exp_per_s * chip.clock_fraction
-    lent = jnp.where(chip.attention_exp_per_s > 0, chip.attention_exp_per_s,
+    lent = where(chip.attention_exp_per_s > 0, chip.attention_exp_per_s,
                      chip.exp_per_s) * chip.clock_fraction
     per = _per(rate)
     return exponentials * (per - _per(lent)), exponentials * per
@@ -87,17 +89,18 @@ class FlashAttention(AttentionKernel):
     def stored_bytes(self, model, s, b, width) -> jax.Array:
         return 4.0 * model.heads * s * b
 
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
+    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s,
+               t=EXACT) -> tuple:
         flops = (micro_batch * queries * model.attention_score_flops_per_token() / tp
                  * self.executed_score_fraction)
         fwd = flops / (peak_flops_per_s * chip.attention_efficiency)
         bwd = FLASH_BACKWARD_OVER_FORWARD * fwd
         # one exponential per executed score: Q K^T and A V take 2 (qk + v) FLOPs each
         exposed, floor = exponential_s(chip, flops / (2.0 * (model.qk_width + model.v_width)))
-        stated = chip.exp_per_s > 0
-        fwd = jnp.where(stated, jnp.maximum(fwd + exposed, jnp.maximum(
+        stated, t = chip.exp_per_s > 0, smoothing(t)
+        fwd = where(stated, t.hard_max(fwd + exposed, t.hard_max(
             flops / peak_flops_per_s, floor)), fwd)
-        bwd = jnp.where(stated, jnp.maximum(bwd + exposed, jnp.maximum(
+        bwd = where(stated, t.hard_max(bwd + exposed, t.hard_max(
             FLASH_BACKWARD_OVER_FORWARD * flops / peak_flops_per_s, floor)), bwd)
         overhead = chip.kernel_overhead_s
         return fwd + overhead, bwd + overhead
@@ -117,7 +120,8 @@ class NaiveAttention(AttentionKernel):
         per = 5.0 if model.dropout else 2.0
         return per * model.heads * s * model.seq_len * b * width
 
-    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s) -> tuple:
+    def time_s(self, model, micro_batch, queries, tp, chip, peak_flops_per_s, gemm_s,
+               t=EXACT) -> tuple:
         heads = model.heads / tp * micro_batch
         fwd = gemm_s([(queries, model.qk_width, model.seq_len, heads),
                       (queries, model.seq_len, model.v_width, heads)])
@@ -228,7 +232,7 @@ class Mla(Attention):
         rope, q_rank = model.qk_rope_head_dim, model.q_lora_rank
         # the query's low-rank pair, or (q_lora_rank 0) its full-rank projection:
         # both rows, counted 1 or 0, so traced and concrete ranks cost the same
-        low = jnp.where(q_rank > 0, 1.0, 0.0)
+        low = where(q_rank > 0, 1.0, 0.0)
         q_up, kv_up = self.up_projections(model)
         return ((h, q_rank, "", low), q_up,
                 (h, heads * qk, "n", 1.0 - low), (h, model.kv_lora_rank + rope, "", 1.0),
@@ -237,7 +241,7 @@ class Mla(Attention):
     def up_projections(self, model) -> tuple:
         """The query's up projection (counted 0 at full rank) and the shared
         K/V latent's up projection to the per-head no-RoPE keys and values."""
-        low = jnp.where(model.q_lora_rank > 0, 1.0, 0.0)
+        low = where(model.q_lora_rank > 0, 1.0, 0.0)
         return ((model.q_lora_rank, model.heads * model.qk_width, "n", low),
                 (model.kv_lora_rank, model.heads * (model.qk_head_dim + model.v_width), "n",
                  1.0))

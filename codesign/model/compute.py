@@ -45,7 +45,7 @@ from . import strategies
 from .hardware import FP8_RELATIVE_EFFICIENCY, System
 from .host import KERNELS_PER_LAYER, host_launches, layer_launches, rerun_launches, sync_penalty_s
 from .plan import DTYPE_BYTES, Fp8Recipe, Plan, Tensorwise
-from .relax import EXACT, smoothing
+from .relax import EXACT, once, smoothing, where
 from .workload import LAYER_KINDS, Transformer
 
 # the output tile one SM computes at a time: 128 x 128, cuBLAS's and CUTLASS's
@@ -59,11 +59,16 @@ def peak_flops_per_s(system: System, dtype: str, recipe: Fp8Recipe = TENSORWISE)
     """The chip's dense peak for GEMMs in `dtype` (16-bit for bf16 and fp16; fp8
     the one `recipe` runs at: FP8, or FP4 for NVFP4) at the clocks its power
     limit sustains (`chip.clock_fraction` of the datasheet's)."""
-    chip = system.chip
-    narrow = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}
-    return chip.clock_fraction * {"fp8": narrow[recipe.peak],
-                                  "fp32": chip.peak_fp32_flops_per_s}.get(dtype,
-                                                                          chip.peak_flops_per_s)
+    width = {"fp8": recipe.peak, "fp32": "fp32"}.get(dtype, "")
+    return _sustained_flops_per_s(system.chip, width)
+
+
+@once
+def _sustained_flops_per_s(chip, width: str) -> jax.Array:
+    """`peak_flops_per_s` of the chip's peak in `width` ("" the 16-bit one), once a chip."""
+    peaks = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s,
+             "fp32": chip.peak_fp32_flops_per_s, "": chip.peak_flops_per_s}
+    return chip.clock_fraction * peaks[width]
 
 
 def check_fp4(plan: Plan, system: System) -> None:
@@ -90,7 +95,13 @@ def matmul_efficiency(system: System, dtype: str) -> jax.Array:
 
 def streaming_time_s(system: System, n_bytes) -> jax.Array:
     """Seconds a memory-bound kernel takes to move `n_bytes` (read + written)."""
-    return n_bytes / (system.chip.hbm_Bps * system.chip.hbm_efficiency)
+    return n_bytes / _achieved_hbm_Bps(system.chip)
+
+
+@once
+def _achieved_hbm_Bps(chip) -> jax.Array:
+    """The chip's HBM bandwidth at its efficiency (`streaming_time_s`), once a chip."""
+    return chip.hbm_Bps * chip.hbm_efficiency
 
 
 def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0,
@@ -111,7 +122,7 @@ def gemm_time_s(system: System, m, k, n, dtype: str, count=1.0,
     return count * seconds / matmul_efficiency(system, dtype) + system.chip.kernel_overhead_s
 
 
-def grouped_occupancy(system: System, m, n, concurrent) -> jax.Array:
+def grouped_occupancy(system: System, m, n, concurrent, t=EXACT) -> jax.Array:
     """The share of the chip's compute units a grouped GEMM keeps busy when
     `concurrent` of its (m x k) @ (k x n) GEMMs run at once: each has
     (m / tile) (n / tile) output tiles (`GEMM_TILE`), at least one, each on one
@@ -119,11 +130,12 @@ def grouped_occupancy(system: System, m, n, concurrent) -> jax.Array:
     quantisation left out).
     Qwen3-30B-A3B's 128 experts at 512 tokens each (n 1,536) in one stream
     leave 48 tiles for the H100's 132 SMs: 36%."""
-    tiles = jnp.maximum((m / GEMM_TILE) * (n / GEMM_TILE), 1.0)
-    return jnp.minimum(concurrent * tiles / system.chip.compute_units, 1.0)
+    t = smoothing(t)
+    tiles = t.hard_max((m / GEMM_TILE) * (n / GEMM_TILE), 1.0)
+    return t.hard_min(concurrent * tiles / system.chip.compute_units, 1.0)
 
 
-def attention_time_s(model: Transformer, plan: Plan, system: System):
+def attention_time_s(model: Transformer, plan: Plan, system: System, t=EXACT):
     """(forward, backward) seconds of one layer's attention scores (Q K^T, softmax,
     A V), one micro-batch, per GPU: the model's kernel's (`attention.AttentionKernel`)
     in the attention width."""
@@ -131,7 +143,8 @@ def attention_time_s(model: Transformer, plan: Plan, system: System):
     return model.attention_kernel.time_s(
         model, plan.micro_batch, model.seq_len / plan.cp, plan.tp, system.chip,
         peak_flops_per_s(system, d),
-        lambda rows: _gemms_s(system, [(m, k, n, c, d, 1.0, 0.0, 0.0) for m, k, n, c in rows])[0])
+        lambda rows: _gemms_s(system, [(m, k, n, c, d, 1.0, 0.0, 0.0) for m, k, n, c in rows])[0],
+        t)
 
 
 class Timing(eqx.Module):
@@ -181,7 +194,7 @@ def _select(dtypes, value):
     kinds = list(dict.fromkeys(dtypes))
     out = value(kinds[0])
     for dtype in kinds[1:]:
-        out = jnp.where(np.asarray([d == dtype for d in dtypes]), value(dtype), out)
+        out = where(np.asarray([d == dtype for d in dtypes]), value(dtype), out)
     return out
 
 
@@ -194,13 +207,14 @@ def _rows_s(system: System, gemms, recipe: Fp8Recipe = TENSORWISE):
     inputs = _column([recipe.element_bytes if d == "fp8" else DTYPE_BYTES[d] for d in dtypes])
     outputs = _column([DTYPE_BYTES[d] for d in dtypes])
     flops = 2.0 * m * k * n
-    moved = inputs * (m * k + k * n) + outputs * m * n
+    mk, mn = m * k, m * n  # the input's and the output's elements
+    moved = inputs * (mk + k * n) + outputs * mn
     peak = _select(dtypes, lambda d: peak_flops_per_s(system, d, recipe))
     efficiency = _select(dtypes, lambda d: matmul_efficiency(system, d))
     seconds = count * (flops / peak + streaming_time_s(system, moved)) / efficiency \
         + system.chip.kernel_overhead_s
     forward, backward = seconds, 2.0 * seconds
-    for col, elements, phase in ((6, m * k, "forward"), (7, m * n, "backward")):
+    for col, elements, phase in ((6, mk, "forward"), (7, mn, "backward")):
         casts = [g[col] if isinstance(g[col], tuple) else (g[col], float(g[col] > 0))
                  for g in gemms]
         per_element = [b for b, _ in casts]
@@ -276,18 +290,19 @@ class _Priced:
         return self._sum(name, 1)
 
 
-def _moe_shape(model: Transformer, plan: Plan):
+def _moe_shape(model: Transformer, plan: Plan, t=EXACT):
     """(tokens of one micro-batch per GPU, the token copies one GPU's experts
     take, the experts' tensor-parallel size, an expert's width and the experts,
     these two at least 1: finite for dense models too): an expert gathers from the
     ep x etp ranks, each holding tokens / tp (sequence parallel) of its own."""
+    t = smoothing(t)
     tokens = plan.micro_batch * model.seq_len / plan.cp
     etp = plan.expert_tp
     return (tokens, tokens * etp / plan.tp * model.top_k, etp,
-            jnp.maximum(model.expert_ffn_hidden, 1.0), jnp.maximum(model.experts, 1.0))
+            t.hard_max(model.expert_ffn_hidden, 1.0), t.hard_max(model.experts, 1.0))
 
 
-def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight):
+def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight, t=EXACT):
     """The routed experts' two GEMM rows (`_gemms_s`' rows), `weight` MoE layers,
     of the MoE layer `shape` (`_moe_shape`).
 
@@ -296,6 +311,7 @@ def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight)
     expert `training.moe_capacity_factor` x the mean. Small experts' GEMMs,
     `grouped_gemm_streams` at a time, may leave units idle: the local experts'
     GEMMs take 1 / occupancy as long."""
+    t = smoothing(t)
     d, cast = plan.precision.gemm, plan.precision.quantisation(plan.fp8_recipe)
     _, received, etp, f_e, experts = shape
     h = model.hidden
@@ -303,9 +319,11 @@ def _routed_gemms(model: Transformer, plan: Plan, system: System, shape, weight)
     load = plan.moe_capacity_factor if plan.moe_pad_experts else plan.moe_imbalance
     per_expert = received * plan.ep / experts * load
     local = experts / plan.ep
-    at_once = jnp.minimum(plan.grouped_gemm_streams, jnp.maximum(local, 1.0))
+    at_once = t.hard_min(plan.grouped_gemm_streams, t.hard_max(local, 1.0))
     wide = _over(f_e, etp, mats)  # the first GEMM's width
-    busy = [grouped_occupancy(system, per_expert, n, at_once) for n in (wide, h)]
+    # both GEMMs' occupancies as one vector
+    busy = jax.lax.unstack(grouped_occupancy(
+        system, per_expert, jnp.stack(jnp.broadcast_arrays(wide, h)), at_once, t))
     return [(per_expert, h, wide, local / busy[0], d, weight, cast, cast),
             (per_expert, f_e / etp, h, local / busy[1], d, weight, cast, cast)]
 
@@ -335,7 +353,7 @@ def _over(x, divisor, factor=1.0):
 
 
 def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shape,
-                up_projections: bool = False, moe_shape=None) -> dict:
+                up_projections: bool = False, moe_shape=None, t=EXACT) -> dict:
     """The stage's GEMM rows (`_gemms_s`' rows, each weighted by its layers on
     the stage), by the layer part they compute (`strategies.RERUN_PARTS`):
     attention's projections, the dense FFN, the routed and shared experts and
@@ -367,7 +385,7 @@ def _gemm_parts(model: Transformer, plan: Plan, system: System, sh: stage_lib.Sh
                           (tokens, f / tp, h, 1.0, d, dense_layers, fused, cast)]
     shared = model.shared_experts * f_e
     with_shared = moe_layers * (model.shared_experts > 0)
-    parts["routed_experts"] = _routed_gemms(model, plan, system, moe_shape, moe_layers)
+    parts["routed_experts"] = _routed_gemms(model, plan, system, moe_shape, moe_layers, t)
     parts["shared_experts"] = [(tokens, h, _over(shared, tp, mats), 1.0, d, with_shared,
                                 cast, cast),
                                (tokens, shared / tp, h, 1.0, d, with_shared, cast, cast)]
@@ -502,7 +520,7 @@ def _synced_s(model: Transformer, plan: Plan, system: System, sh: stage_lib.Shap
 
 
 def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.Shape,
-                                 terms=None):
+                                 terms=None, t=EXACT):
     """(bytes the stage's layers keep for backward per micro-batch, of them the
     bytes `plan.offload_layers` of its layers send to host memory): the
     offloaded layers hold the stage's mean layer's bytes (dense and MoE layers
@@ -512,7 +530,8 @@ def stored_bytes_per_micro_batch(model: Transformer, plan: Plan, sh: stage_lib.S
                                              plan.recompute, LAYER_KINDS, plan.cp,
                                              plan.precision, terms)  # (dense, MoE) layer
     stored = sh.dense_layers_on_stage * kinds[0] + sh.moe_layers_on_stage * kinds[1]
-    offloaded = jnp.minimum(plan.offload_layers, sh.layers_on_stage) / sh.layers_on_stage
+    offloaded = (smoothing(t).hard_min(plan.offload_layers, sh.layers_on_stage)
+                 / sh.layers_on_stage)
     return stored, stored * offloaded
 
 
@@ -530,7 +549,7 @@ def local_params(model: Transformer, plan: Plan, t=EXACT, sharded=False, sh=None
         dense, routed = dense / plan.tp, routed / (plan.ep * plan.expert_tp)
         return shard_params(plan, dense, routed) if sharded else (dense, routed)
     share = sh.layers_on_stage / model.blocks  # of the blocks, on the fullest stage
-    embedding = jnp.where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
+    embedding = where(plan.pp > 1, model.vocab * model.hidden, model.embedding_params())
     dense = (model.layer_params() * share + embedding) / plan.tp
     routed = model.routed_expert_params() * share / (plan.ep * plan.expert_tp)
     return shard_params(plan, dense, routed) if sharded else (dense, routed)
@@ -577,11 +596,11 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     moe_parts = strategies.MoeBlock.reruns if plan.ep_overlap else ()
     # every GEMM of the step as one table (`_grouped_s`): the layers' parts,
     # MLA's up projections again where recomputed, and the output head
-    moe_shape = _moe_shape(model, plan)
-    groups = _gemm_parts(model, plan, system, sh, moe_shape=moe_shape)
+    moe_shape = _moe_shape(model, plan, t)
+    groups = _gemm_parts(model, plan, system, sh, moe_shape=moe_shape, t=t)
     layer_parts = tuple(groups)
     if "up_projections" in (*reruns, *moe_parts):
-        groups |= _gemm_parts(model, plan, system, sh, True, moe_shape)
+        groups |= _gemm_parts(model, plan, system, sh, True, moe_shape, t)
     tokens = moe_shape[0]
     # the output layer stays 16-bit; each MTP depth projects [hidden; next
     # embedding] and runs the output head again
@@ -595,7 +614,7 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     passes = _layer_passes_s(model, plan, system, sh, full, moe_shape)
     matrix = priced.forward("layers") + passes
     matrix_backward = priced.backward("layers") + 2.0 * passes
-    layer_af, layer_ab = attention_time_s(model, plan, system)  # the same in every layer
+    layer_af, layer_ab = attention_time_s(model, plan, system, t)  # the same in every layer
     att_fwd, att_bwd = sh.layers_on_stage * layer_af, sh.layers_on_stage * layer_ab
     # the loss: fp32 logits written, then read by softmax / cross-entropy; in
     # backward their gradient written and read again (memory-bound)
@@ -615,12 +634,12 @@ def timing(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> 
     launches = host_launches(model, plan, sh)
     if reruns:  # the recomputed modules' launches in backward
         launches = (launches[0], launches[1] + rerun_launches(model, plan, sh))
-    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh, terms)
+    stored, offloaded = stored_bytes_per_micro_batch(model, plan, sh, terms, t)
     offload_s = offloaded / system.chip.host_Bps
     waits = plan.host_syncs and plan.moe_dispatcher.host_syncs > 0
     synced = _synced_s(model, plan, system, sh, forward) if waits else None
-    forward = jnp.maximum(forward, jnp.maximum(launches[0] * plan.host_launch_s, offload_s))
-    backward = jnp.maximum(backward, jnp.maximum(launches[1] * plan.host_launch_s, offload_s))
+    forward = t.hard_max(forward, t.hard_max(launches[0] * plan.host_launch_s, offload_s))
+    backward = t.hard_max(backward, t.hard_max(launches[1] * plan.host_launch_s, offload_s))
     if waits:
         # each forward pass waits at the dispatcher's syncs (backward reuses the
         # forward's layout; a recomputed forward waits again)

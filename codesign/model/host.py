@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from . import stacks
 from . import stage as stage_lib
 from .plan import Plan
+from .relax import where
 from .workload import Transformer
 
 KERNELS_PER_LAYER = 6.0  # memory-bound kernels of one layer's forward: 2 norms, 2
@@ -100,7 +101,7 @@ def gemm_calls(plan: Plan) -> float:
     return plan.stack.module_calls + quantisation_calls(plan)
 
 
-def routed_calls(model: Transformer, plan: Plan):
+def routed_calls(model: Transformer, plan: Plan, issued=None):
     """Host calls of one MoE layer's routed part, forward: per local expert (a
     multi-stream grouped GEMM issues each expert's GEMMs apart; a fused grouped
     kernel, `training.grouped_gemm_streams` at `stacks.EVERY_EXPERT`, one for
@@ -109,8 +110,9 @@ def routed_calls(model: Transformer, plan: Plan):
     - 1) and its split and output (`GROUPED_GEMM_CALLS`); the dispatcher's kernels
     (`dispatchers.Dispatcher.launches`: the permute and unpermute fused, the
     exchanges); an unfused permute and unpermute (`training.moe_permute_fusion`
-    off, a dispatcher that does not fuse them) `PERMUTE_UNFUSED_CALLS` each."""
-    issued = _issued(model, plan)
+    off, a dispatcher that does not fuse them) `PERMUTE_UNFUSED_CALLS` each.
+    `issued`: `_issued` if known."""
+    issued = _issued(model, plan) if issued is None else issued
     unfused = not (plan.moe_permute_fusion or plan.moe_dispatcher.fuses_permute)
     module = plan.stack.module_calls - 1.0 + GROUPED_GEMM_CALLS  # beyond its launches
     return (2.0 * ((1.0 + quantisation_calls(plan)) * issued + module)
@@ -145,21 +147,22 @@ def _launch_regions(model: Transformer, plan: Plan):
     a GEMM module's, one routed GEMM's launches and quantisations over the local
     experts as they are issued) as `layer_launches` counts them."""
     gemm = gemm_calls(plan)
-    routed = routed_calls(model, plan)
+    issued = _issued(model, plan)
+    routed = routed_calls(model, plan, issued)
     head = (1.0 + model.mtp_layers) * 3.0  # logits GEMM, loss forward and its reduction
     attention = sum(c for *_, c in model.attention_gemms()) * gemm + 1.0 + KERNELS_PER_LAYER
     router, preprocess = router_calls(plan)
     regions = {"attn": attention, "mlp": 2.0 * gemm, "moe_router": router,
                "moe_preprocess": preprocess,
-               "shared": jnp.where(model.shared_experts > 0, 2.0 * gemm, 0.0)}
-    return regions, routed, head, gemm, (1.0 + quantisation_calls(plan)) * _issued(model, plan)
+               "shared": where(model.shared_experts > 0, 2.0 * gemm, 0.0)}
+    return regions, routed, head, gemm, (1.0 + quantisation_calls(plan)) * issued
 
 
 def _issued(model: Transformer, plan: Plan):
     """Grouped GEMMs issued per routed GEMM: one per local expert (a multi-stream
     grouped GEMM), one for them all (a fused grouped kernel)."""
     local = jnp.maximum(model.experts / plan.ep, 1.0)
-    return jnp.where(plan.grouped_gemm_streams >= stacks.EVERY_EXPERT, 1.0, local)
+    return where(plan.grouped_gemm_streams >= stacks.EVERY_EXPERT, 1.0, local)
 
 
 def host_launches(model: Transformer, plan: Plan, sh: stage_lib.Shape):

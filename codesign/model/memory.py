@@ -7,22 +7,22 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 
 from . import stage
 from .compute import held_params, stored_bytes_per_micro_batch
 from .hardware import System
 from .plan import Plan
-from .relax import EXACT, smoothing
+from .relax import EXACT, once, smoothing
 from .strategies import NoRecompute
 from .workload import Transformer
 
 
-def in_flight_micro_batches(plan: Plan, t=EXACT) -> jax.Array:
+def in_flight_micro_batches(plan: Plan, t=EXACT, micro_batches=None) -> jax.Array:
     """Micro-batches whose activations the first stage holds at once
-    (`strategies.Schedule.in_flight_micro_batches`)."""
-    return plan.schedule.in_flight_micro_batches(plan.micro_batches, plan.pp, plan.interleave,
-                                                 smoothing(t))
+    (`strategies.Schedule.in_flight_micro_batches`; `micro_batches`: the plan's
+    if known)."""
+    m = plan.micro_batches if micro_batches is None else micro_batches
+    return plan.schedule.in_flight_micro_batches(m, plan.pp, plan.interleave, smoothing(t))
 
 
 class Memory(eqx.Module):
@@ -37,6 +37,10 @@ class Memory(eqx.Module):
 
     @property
     def total_bytes(self) -> jax.Array:
+        return self._total_bytes()
+
+    @once
+    def _total_bytes(self) -> jax.Array:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
                 + self.activations_bytes + self.reserve_bytes)
 
@@ -88,10 +92,11 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
         plan.micro_batch, plan.tp, plan.sequence_parallel, recompute, moe, plan.cp, pr)
     # offloaded layers' activations live in host memory; one offloaded layer's
     # stay on the GPU while they stream out or back (a staging buffer: assumption)
-    per_mb, offloaded = stored_bytes_per_micro_batch(model, plan, sh) if stored is None \
+    per_mb, offloaded = stored_bytes_per_micro_batch(model, plan, sh, t=t) if stored is None \
         else stored
-    staging = offloaded / jnp.maximum(jnp.minimum(plan.offload_layers, sh.layers_on_stage), 1.0)
-    activations = (per_mb - offloaded) * in_flight_micro_batches(plan, t) + staging
+    staging = offloaded / t.hard_max(t.hard_min(plan.offload_layers, sh.layers_on_stage), 1.0)
+    activations = ((per_mb - offloaded) * in_flight_micro_batches(plan, t, sh.micro_batches)
+                   + staging)
     if plan.graphs.activation_factor != 1.0:  # a whole iteration's graph pool
         activations = plan.graphs.activation_factor * activations
     if not plan.recompute.keeps_layer_activations:  # the layer being recomputed

@@ -25,6 +25,8 @@ against the exact model (docs/codesign.md). All are NaN-free everywhere
 from __future__ import annotations
 
 import abc
+import functools
+import inspect
 import math
 from collections.abc import Callable
 
@@ -32,6 +34,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 
 def where(condition, a, b) -> jax.Array:
@@ -39,8 +42,16 @@ def where(condition, a, b) -> jax.Array:
     one shape and dtype (no nested jit in the trace)."""
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (condition, a, b)))
     dtype = jnp.result_type(a, b)
-    a, b = (jnp.broadcast_to(jnp.asarray(x, dtype), shape) for x in (a, b))
-    return jax.lax.select(jnp.broadcast_to(condition, shape), a, b)
+    a, b = (_full(x, shape, dtype) for x in (a, b))
+    return jax.lax.select(_full(condition, shape), a, b)
+
+
+def _full(x, shape, dtype=None):
+    """`x` broadcast to `shape` (and cast to `dtype`): a constant of the trace
+    where `x` is a Python or NumPy value (no equation), else traced."""
+    if isinstance(x, (bool, int, float, np.ndarray, np.generic)):
+        return np.broadcast_to(np.asarray(x, dtype), shape)
+    return jnp.broadcast_to(x if dtype is None else jnp.asarray(x, dtype), shape)
 
 
 @jax.custom_jvp
@@ -55,6 +66,146 @@ def _softplus_jvp(primals, tangents):
     (x,), (t,) = primals, tangents
     y = _softplus(x)
     return y, t * jnp.exp(x - y)
+
+
+def _number(x) -> bool:
+    """Whether `x` is a Python number (a constant of the formula: no equation)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _closed(custom, flags: tuple, args: tuple):
+    """`custom(*flags, fixed, *traced)`: the Python numbers among `args` passed as
+    static constants (`fixed`: each number, None for a traced argument), so that
+    they stay literals in its formula and get no tangent."""
+    fixed = tuple(x if _number(x) else None for x in args)
+    return custom(*flags, fixed, *(x for x in args if not _number(x)))
+
+
+def _opened(fixed: tuple, traced) -> list:
+    """`_closed`'s `args` again from the static numbers and the traced rest."""
+    rest = iter(traced)
+    return [next(rest) if f is None else f for f in fixed]
+
+
+def _tangents(fixed: tuple, tangents) -> list:
+    """The tangents of `_closed`'s `args` in their places: None for a number's
+    and for a symbolic zero."""
+    rest = iter(tangents)
+    return [None if f is not None or isinstance(d := next(rest), SymbolicZero) else d
+            for f in fixed]
+
+
+def _abs(x):
+    return abs(x) if _number(x) else jnp.abs(x)
+
+
+def _soft_extreme_parts(lower, mean_scale, a, b, temperature, scale):
+    """(value, z, softplus(z), the width's scale, the width before its floor) of
+    `_soft_extreme`."""
+    scale = 0.5 * (_abs(a) + _abs(b)) if mean_scale else scale
+    raw = temperature * scale
+    # the width floored at 1e-150 (w^-2 finite): where both operands are below it
+    # (or 0) the max to within 1e-150
+    w = jnp.maximum(raw, 1e-150)
+    zero = not lower and _number(b) and b == 0  # max(a, 0): a - 0 and 0 + w sp are a, w sp
+    z = (a if zero else (b - a) if lower else (a - b)) / w
+    sp = jnp.maximum(z, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(z)))  # `_softplus`
+    return (w * sp if zero else b - w * sp if lower else b + w * sp), z, sp, scale, raw
+
+
+def _soft_extreme(lower, mean_scale, a, b, temperature, scale):
+    """`Relaxed.max` (`lower` False: b + w softplus((a - b) / w)) or `Relaxed.min`
+    (`lower`: b - w softplus((b - a) / w), the same numbers as -max(-a, -b)), w =
+    temperature x scale floored at 1e-150, the scale (|a| + |b|) / 2 where
+    `mean_scale`, else `scale`. Its derivative (`_soft_extreme_jvp`) is the
+    formula's, in fewer equations than differentiating it: sigmoid(z) da + (1 -
+    sigmoid(z)) db +- (softplus(z) - z sigmoid(z)) dw."""
+    return _closed(_soft_extreme_traced, (lower, mean_scale), (a, b, temperature, scale))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _soft_extreme_traced(lower, mean_scale, fixed, *traced):
+    return _soft_extreme_parts(lower, mean_scale, *_opened(fixed, traced))[0]
+
+
+@functools.partial(_soft_extreme_traced.defjvp, symbolic_zeros=True)
+def _soft_extreme_jvp(lower, mean_scale, fixed, primals, tangents):
+    a, b, temperature, scale = _opened(fixed, primals)
+    da, db, dt, ds = _tangents(fixed, tangents)
+    y, z, sp, scale, raw = _soft_extreme_parts(lower, mean_scale, a, b, temperature, scale)
+    s = jnp.exp(z - sp)  # sigmoid(z), as `_softplus`'s derivative
+    # d y / d w, 0 where the width is floored
+    g = where(raw > 1e-150, (z * s - sp) if lower else (sp - z * s), 0.0)
+    coefficients = {"a": lambda: s, "b": lambda: 1.0 - s, "t": lambda: g * scale,
+                    "s": lambda: g * temperature}
+    if mean_scale:  # dw = temperature (sign(a) da + sign(b) db) / 2, as abs' derivative
+        ds, half = None, (0.5 * temperature) * g
+
+        def signed(c, x):  # c + half sign(x), sign(0) = 1
+            return where(x >= 0, c + half, c - half)
+
+        coefficients["a"] = lambda: signed(s, a)
+        coefficients["b"] = lambda: signed(1.0 - s, b)
+    return y, _sum_terms(y, [(coefficients[k], d) for k, d in
+                             (("a", da), ("b", db), ("t", dt), ("s", ds))])
+
+
+def _sum_terms(y, terms) -> jax.Array:
+    """The tangent sum_i coefficient_i() x d_i over the `terms` whose d_i is not None
+    (the coefficients evaluated only for those), in `y`'s shape and dtype."""
+    out = None
+    for coefficient, d in terms:
+        if d is not None:
+            out = coefficient() * d if out is None else out + coefficient() * d
+    out = jnp.zeros_like(y) if out is None else out
+    return jnp.broadcast_to(out, jnp.shape(y)).astype(jnp.result_type(y))
+
+
+def _hard_extreme(lower, a, b):
+    """min(a, b) (`lower`) or max(a, b), its derivative `jnp.minimum`'s or
+    `jnp.maximum`'s (half to each operand where they tie) in fewer equations, without
+    the constants a gradient of a batched `jnp.maximum` broadcasts (`_hard_extreme_jvp`)."""
+    return _closed(_hard_extreme_traced, (lower,), (a, b))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _hard_extreme_traced(lower, fixed, *traced):
+    a, b = _opened(fixed, traced)
+    return jnp.minimum(a, b) if lower else jnp.maximum(a, b)
+
+
+@functools.partial(_hard_extreme_traced.defjvp, symbolic_zeros=True)
+def _hard_extreme_jvp(lower, fixed, primals, tangents):
+    a, b = _opened(fixed, primals)
+    da, db = _tangents(fixed, tangents)
+    y = jnp.minimum(a, b) if lower else jnp.maximum(a, b)
+    share = 0.5 + 0.5 * jnp.sign((b - a) if lower else (a - b))  # a's: 1 wins, 1/2 ties
+    return y, _sum_terms(y, [(lambda: share, da), (lambda: 1.0 - share, db)])
+
+
+def _clamp(x, lo, hi):
+    """min(max(x, lo), hi), its derivative `jnp.maximum`'s and `jnp.minimum`'s (half to
+    each operand where they tie) in fewer equations (`_clamp_jvp`)."""
+    return _closed(_clamp_traced, (), (x, lo, hi))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _clamp_traced(fixed, *traced):
+    x, lo, hi = _opened(fixed, traced)
+    return jnp.minimum(jnp.maximum(x, lo), hi)
+
+
+@functools.partial(_clamp_traced.defjvp, symbolic_zeros=True)
+def _clamp_jvp(fixed, primals, tangents):
+    x, lo, hi = _opened(fixed, primals)
+    dx, dlo, dhi = _tangents(fixed, tangents)
+    m = jnp.maximum(x, lo)
+    y = jnp.minimum(m, hi)
+    # the share of each operand: 1 where it wins, 1/2 where they tie, else 0
+    above = 0.5 + 0.5 * jnp.sign(x - lo)  # of max(x, lo) to x
+    below = 0.5 + 0.5 * jnp.sign(hi - m)  # of min(m, hi) to m
+    return y, _sum_terms(y, [(lambda: above * below, dx), (lambda: (1.0 - above) * below, dlo),
+                             (lambda: 1.0 - below, dhi)])
 
 
 def safe_log(x: jax.Array, tiny: float = 1e-300) -> jax.Array:
@@ -85,6 +236,41 @@ def log2_ranks(p: jax.Array) -> jax.Array:
     return jnp.log(jnp.maximum(p, 1.0)) / math.log(2.0)  # (max: no log of p < 1)
 
 
+def _traces(tree) -> set:
+    return {id(x._trace) for x in jax.tree.leaves(tree) if isinstance(x, jax.core.Tracer)}
+
+
+def once(method):
+    """`method` computed once per instance and (hashable) argument: a derived size of
+    the model (parameters, FLOPs per token; the step model asks for the same sizes
+    from compute, traffic, memory and the step: ~270 equations of a full estimate
+    were repeats of these), a chip's sustained peak, a weakly typed temperature cast
+    once. The value is kept on the instance only where it
+    lives in the traces of the instance's own leaves (or is concrete beside
+    concrete leaves), so it is valid exactly where the instance is: one
+    computed inside a nested trace (a `lax.cond` branch, an inner `jit`) is
+    recomputed, never leaked. A pytree operation (`tree_at`, `vmap`) builds a
+    new instance, with nothing kept."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def once(self, *args, **kwargs):
+        memo = self.__dict__.get("_once")
+        if memo is None:
+            memo = self.__dict__["_once"] = {}
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        key = (method.__name__, *list(bound.arguments.values())[1:])
+        if key in memo:
+            return memo[key]
+        value = method(self, *args, **kwargs)
+        if _traces(value) <= _traces(self):
+            memo[key] = value
+        return value
+
+    return once
+
+
 # ---------------------------------------------------------------- the two models
 
 
@@ -105,6 +291,14 @@ class Smoothing(eqx.Module):
     @abc.abstractmethod
     def clip(self, x, lo, hi, scale=None) -> jax.Array:
         """clip(x, lo, hi), lo <= hi, inside [lo, hi] (`smooth_clip`)."""
+
+    @abc.abstractmethod
+    def hard_max(self, a, b) -> jax.Array:
+        """max(a, b) exactly in both models, `jnp.maximum`'s derivative (`hard_max`)."""
+
+    @abc.abstractmethod
+    def hard_min(self, a, b) -> jax.Array:
+        """min(a, b) exactly in both models (`hard_min`)."""
 
     @abc.abstractmethod
     def beyond_one(self, count) -> jax.Array:
@@ -154,6 +348,12 @@ class Exact(Smoothing):
     def clip(self, x, lo, hi, scale=None) -> jax.Array:
         return jnp.minimum(jnp.maximum(x, lo), hi)
 
+    def hard_max(self, a, b) -> jax.Array:
+        return jnp.maximum(a, b)
+
+    def hard_min(self, a, b) -> jax.Array:
+        return jnp.minimum(a, b)
+
     def beyond_one(self, count) -> jax.Array:
         return count > 1.0
 
@@ -198,20 +398,40 @@ class Relaxed(Smoothing):
                              "positive finite number (the exact model is relax.EXACT)")
 
     def max(self, a, b, scale=None) -> jax.Array:
-        w = self.temperature * (0.5 * (jnp.abs(a) + jnp.abs(b)) if scale is None else scale)
-        # the width floored at 1e-150 (w^-2 finite): where both operands are below it
-        # (or 0) the max to within 1e-150
-        w = where(w > 1e-150, w, 1e-150)
-        return b + w * _softplus((a - b) / w)
+        return _soft_extreme(False, scale is None, a, b, self._temperature_for(a, b, scale),
+                             0.0 if scale is None else scale)
 
     def min(self, a, b, scale=None) -> jax.Array:
-        return -self.max(-a, -b, scale)
+        return _soft_extreme(True, scale is None, a, b, self._temperature_for(a, b, scale),
+                             0.0 if scale is None else scale)
+
+    def _temperature_for(self, *operands):
+        """The temperature as the formula with `operands` computes it: a weakly typed
+        one (`jnp.asarray(0.05)`) meeting strongly typed operands takes their dtype,
+        cast once per instance and dtype (`_temperature_as`) rather than in every
+        formula; otherwise the temperature itself."""
+        t = self.temperature
+        if _number(t) or not jax.typeof(t).weak_type:
+            return t
+        strong = [x for x in operands if x is not None and not _number(x)
+                  and not jax.typeof(x).weak_type]
+        return self._temperature_as(jnp.result_type(*strong).name) if strong else t
+
+    @once
+    def _temperature_as(self, dtype: str) -> jax.Array:
+        return jax.lax.convert_element_type(self.temperature, dtype)
 
     def clip(self, x, lo, hi, scale=None) -> jax.Array:
-        return jnp.minimum(jnp.maximum(self.min(self.max(x, lo, scale), hi, scale), lo), hi)
+        return _clamp(self.min(self.max(x, lo, scale), hi, scale), lo, hi)
+
+    def hard_max(self, a, b) -> jax.Array:
+        return _hard_extreme(False, a, b)
+
+    def hard_min(self, a, b) -> jax.Array:
+        return _hard_extreme(True, a, b)
 
     def beyond_one(self, count) -> jax.Array:
-        return jnp.minimum(jnp.maximum(count - 1.0, 0.0), 1.0)
+        return _clamp(count - 1.0, 0.0, 1.0)
 
     def ceil(self, x) -> jax.Array:
         frac = x - jax.lax.stop_gradient(jnp.floor(x))
@@ -224,7 +444,7 @@ class Relaxed(Smoothing):
 
     def lattice_cubic(self, f, counts: tuple) -> jax.Array:
         d = len(counts)
-        k = [jax.lax.stop_gradient(jnp.floor(jnp.maximum(x, 1.0))) for x in counts]
+        k = [jnp.floor(jnp.maximum(jax.lax.stop_gradient(x), 1.0)) for x in counts]
         offsets = np.array(np.meshgrid(*[[-1.0, 0.0, 1.0, 2.0]] * d, indexing="ij")).reshape(
             d, -1).T
         # the 4^d lattice points as one vmap of f (the trace holds f once)
@@ -232,8 +452,7 @@ class Relaxed(Smoothing):
             jnp.asarray(offsets))
         values = values.reshape((4,) * d + values.shape[1:])
         for j in reversed(range(d)):  # the last count first, as f's innermost argument
-            values = _monotone_cubic([values[(slice(None),) * j + (i,)] for i in range(4)],
-                                     k[j], counts[j] - k[j])
+            values = _monotone_cubic(jax.lax.unstack(values, axis=j), k[j], counts[j] - k[j])
         return values
 
     def lattice_linear_tree(self, f, counts: tuple, lowest: float = 1.0):
@@ -242,9 +461,28 @@ class Relaxed(Smoothing):
         w = x - k
         corners = np.array(np.meshgrid(*[[0.0, 1.0]] * len(counts), indexing="ij")).reshape(
             len(counts), -1).T  # (2^d, d)
-        values = jax.vmap(lambda c: f(*(k + c)))(jnp.asarray(corners))
+        # the 2^d corners as one vmap of f (the trace holds f once); a leaf that
+        # does not depend on the counts is the same at every corner: it is taken
+        # as it is, not broadcast over the corners and weighted (the weights sum to 1)
+        same = {}
+
+        def at(c):
+            leaves, same["tree"] = jax.tree.flatten(f(*(k + c)))
+            trace = c._trace if isinstance(c, jax.core.Tracer) else None
+            same["leaves"] = [None if getattr(v, "_trace", None) is trace else v
+                              for v in leaves]
+            # a value that is several leaves (the step time in two places) weighted once
+            first = {}
+            same["at"] = [first.setdefault(id(v), len(first)) if u is None else None
+                          for v, u in zip(leaves, same["leaves"], strict=True)]
+            return list({id(v): v for v, u in zip(leaves, same["leaves"], strict=True)
+                         if u is None}.values())
+
+        varying = jax.vmap(at)(jnp.asarray(corners))
         weight = jnp.prod(where(corners == 1.0, w, 1.0 - w), axis=1)  # (2^d,)
-        return jax.tree.map(lambda v: jnp.tensordot(weight, v, axes=1), values)
+        weighted = [jnp.tensordot(weight, v, axes=1) for v in varying]
+        return jax.tree.unflatten(same["tree"], [weighted[i] if u is None else u for u, i in
+                                                 zip(same["leaves"], same["at"], strict=True)])
 
     def pick(self, stacked, times: jax.Array) -> tuple:
         soft_min_s, weights = _log_soft_min(times, self.temperature)  # weights equal at p = 1
@@ -308,6 +546,18 @@ def smooth_clip(x: jax.Array, lo, hi, t: Smoothing = EXACT, scale=None) -> jax.A
     kept inside [lo, hi] (the smooth form dips below lo where hi is near it:
     a group of one rank would hold fewer than one)."""
     return smoothing(t).clip(x, lo, hi, scale)
+
+
+def hard_max(a: jax.Array, b: jax.Array, t: Smoothing = EXACT) -> jax.Array:
+    """max(a, b) in both models (a bound the relaxation leaves exact), with
+    `jnp.maximum`'s derivative: `jnp.maximum` itself exactly; relaxed, one custom_jvp
+    whose derivative takes fewer equations (the relaxed gradient's size)."""
+    return smoothing(t).hard_max(a, b)
+
+
+def hard_min(a: jax.Array, b: jax.Array, t: Smoothing = EXACT) -> jax.Array:
+    """min(a, b) in both models (`hard_max`)."""
+    return smoothing(t).hard_min(a, b)
 
 
 def beyond_one(count: jax.Array, t: Smoothing = EXACT) -> jax.Array:
@@ -376,8 +626,10 @@ def _monotone_cubic(c: list, k, w):
         ab = a * b  # 2ab / (a + b) where ab > 0, else 2ab / inf = 0 (its gradients 0)
         return 2.0 * ab / where(ab > 0, a + b, jnp.inf)
 
-    m0, m1 = slope(step[0], step[1]), slope(step[1], step[2])
-    w2, w3 = w * w, w * w * w
+    # both slopes at once: the steps before and after each of the two middle points
+    m0, m1 = jax.lax.unstack(slope(jnp.stack(step[:2]), jnp.stack(step[1:])))
+    w2 = w * w
+    w3 = w2 * w  # (w w) w, as w * w * w
     return ((2 * w3 - 3 * w2 + 1) * c[1] + (w3 - 2 * w2 + w) * m0
             + (3 * w2 - 2 * w3) * c[2] + (w3 - w2) * m1)
 

@@ -210,9 +210,8 @@ def _standard(u, mix):
 def _log_cdf(u, mix, z=None):
     """log F(e^u): the per-participant step-time CDF (units of the base time), log
     space (`z`: u's `_standard` scores, if computed already)."""
-    log_w = mix[0]
     z = _log_ndtr(_standard(u, mix) if z is None else z)
-    return _logaddexp(log_w[0] + z[0], log_w[1] + z[1])  # healthy, slow
+    return _logaddexp(*jax.lax.unstack(_weighted(mix[0], z)))  # healthy, slow
 
 
 def _log_pdf_u(u, mix, z=None):
@@ -220,14 +219,20 @@ def _log_pdf_u(u, mix, z=None):
     log_w, _, sigma = mix
     z = _standard(u, mix) if z is None else z
     log_phi = -0.5 * z * z - _LOG_SQRT_2PI
-    return _logaddexp(log_w[0] + log_phi[0], log_w[1] + log_phi[1]) - jnp.log(sigma)
+    return _logaddexp(*jax.lax.unstack(_weighted(log_w, log_phi))) - jnp.log(sigma)
+
+
+def _weighted(log_w, terms):
+    """log w_k + terms[k] of both modes (healthy, slow) at once: `terms` stacked
+    along the first axis, the log weights a column beside them."""
+    return jnp.reshape(log_w, (2,) + (1,) * (jnp.ndim(terms) - 1)) + terms
 
 
 def _params(rel: Reliability):
     """(log weights (healthy, slow), log slowdown, sigma) of the per-participant mixture."""
     q = rel.straggler_q
     sigma = jnp.maximum(rel.straggler_sigma, _MIN_SIGMA)
-    return (safe_log(1.0 - q), safe_log(q)), safe_log(rel.straggler_slowdown), sigma
+    return jnp.stack([safe_log(1.0 - q), safe_log(q)]), safe_log(rel.straggler_slowdown), sigma
 
 
 def _grid(log_s, sigma):
@@ -250,7 +255,8 @@ def _interp(x, xp, fp):
     comparing every x with every xp at once (no search loop), its ends gathered
     in one indexing (x0, x1, f0, f1 of each x)."""
     i = jnp.minimum(jnp.maximum(jnp.sum(xp <= x[..., None], axis=-1), 1), len(xp) - 1)
-    x0, x1, f0, f1 = jnp.moveaxis(jnp.stack([xp[:-1], xp[1:], fp[:-1], fp[1:]], -1)[i - 1], -1, 0)
+    x0, x1, f0, f1 = jax.lax.unstack(jnp.stack([xp[:-1], xp[1:], fp[:-1], fp[1:]], -1)[i - 1],
+                                     axis=-1)
     dx = x1 - x0
     flat = jnp.abs(dx) <= np.spacing(np.finfo(dx.dtype).eps)
     f = where(flat, f0, f0 + ((x - x0) / where(flat, 1.0, dx)) * (f1 - f0))

@@ -23,7 +23,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .relax import EXACT, lattice_cubic, smooth_ceil
+from .relax import EXACT, lattice_cubic, once, smooth_ceil, where
 from .workload import Transformer
 
 if TYPE_CHECKING:  # plan reads this module's layout parser
@@ -49,6 +49,10 @@ class Shape(eqx.Module):
 
     @property
     def dense_layers_on_stage(self) -> jax.Array:
+        return self._dense_layers_on_stage()
+
+    @once
+    def _dense_layers_on_stage(self) -> jax.Array:
         return self.layers_on_stage - self.moe_layers_on_stage
 
 
@@ -59,7 +63,7 @@ def shape(model: Transformer, plan: Plan, t=EXACT) -> Shape:
     if plan.pipeline_layout:
         batched, valid = shapes(model, plan)
         most = batched.layers_on_stage + 1e-3 * batched.head_passes
-        return pick(batched, jnp.argmax(jnp.where(valid, most, -jnp.inf)))
+        return pick(batched, jnp.argmax(where(valid, most, -jnp.inf)))
     # relaxed: the stage's share of the layers over an even split (>= 1, 1 where
     # pp v divides L), times the even split L / pp; m x layers, m ~ pp, stays flat
     # between stage counts where relaxing the count itself overshot it by ~12%
@@ -220,7 +224,7 @@ def shapes(model: Transformer, plan: Plan):
     mats = emb + loss - tied * emb * loss
     k = len(groups)
     ones = jnp.ones(k)
-    sh = Shape(t + mtp, t - dense + jnp.where(model.moe_layers > 0, mtp, 0.0),
+    sh = Shape(t + mtp, t - dense + where(model.moe_layers > 0, mtp, 0.0),
                plan.micro_batches * ones, plan.micro_batch * model.seq_len / plan.cp * ones,
                mtp, loss * (1.0 + model.mtp_layers), mats * model.vocab * model.hidden)
     valid = jnp.asarray([float(pp) for pp, _, _ in groups]) == plan.pp

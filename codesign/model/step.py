@@ -21,7 +21,7 @@ from ..output_checks import STEP_INPUTS
 from . import compute, economics, fabric, memory, overlap, reliability, stage, traffic
 from .hardware import System
 from .plan import Plan, data_parallel
-from .relax import EXACT, Smoothing, exact_or_relaxed, lattice_linear_tree, smoothing
+from .relax import EXACT, Smoothing, exact_or_relaxed, lattice_linear_tree, once, smoothing, where
 from .workload import Transformer
 
 
@@ -52,9 +52,21 @@ class Step(eqx.Module):
     traffic: tuple  # of traffic.Row
     timing: compute.Timing
 
+    @once
+    def _gpu_seconds(self, peak: str = "") -> jax.Array:
+        """step_time_s x gpus, times the peak named (`peak_flops_per_s`,
+        `peak_gemm_flops_per_s`) where one is: the denominators of the
+        utilisations, each computed once."""
+        seconds = self.step_time_s * self.gpus
+        return seconds if not peak else self._gpu_seconds() * getattr(self, peak)
+
     @property
     def mfu(self):
-        return self.model_flops_per_step / (self.step_time_s * self.gpus * self.peak_flops_per_s)
+        return self._mfu()
+
+    @once
+    def _mfu(self):
+        return self.model_flops_per_step / self._gpu_seconds("peak_flops_per_s")
 
     @property
     def mfu_causal(self):
@@ -65,28 +77,25 @@ class Step(eqx.Module):
     def mfu_gemm_peak(self):
         """MFU against the peak of the precision the GEMMs run in (the fp8 peak
         for an fp8 recipe), beside the conventional 16-bit one; at most 1."""
-        return self.model_flops_per_step / (
-            self.step_time_s * self.gpus * self.peak_gemm_flops_per_s)
+        return self.model_flops_per_step / self._gpu_seconds("peak_gemm_flops_per_s")
 
     @property
     def hfu_gemm_peak(self):
         """HFU against the peak of the precision the GEMMs run in; at most 1
         (an fp8 recipe's 16-bit HFU may exceed 1, this may not)."""
-        return self.hardware_flops_per_step / (
-            self.step_time_s * self.gpus * self.peak_gemm_flops_per_s)
+        return self.hardware_flops_per_step / self._gpu_seconds("peak_gemm_flops_per_s")
 
     @property
     def hfu(self):
-        return self.hardware_flops_per_step / (
-            self.step_time_s * self.gpus * self.peak_flops_per_s)
+        return self.hardware_flops_per_step / self._gpu_seconds("peak_flops_per_s")
 
     @property
     def model_flops_per_s_per_gpu(self):
-        return self.model_flops_per_step / (self.step_time_s * self.gpus)
+        return self.model_flops_per_step / self._gpu_seconds()
 
     @property
     def hardware_flops_per_s_per_gpu(self):
-        return self.hardware_flops_per_step / (self.step_time_s * self.gpus)
+        return self.hardware_flops_per_step / self._gpu_seconds()
 
     def breakdown_s(self) -> dict:
         return {"compute": self.compute_s, "tp": self.exposed_s["tp"],
@@ -189,8 +198,8 @@ def heaviest(model: Transformer, plan: Plan, system: System, t=EXACT):
     ranks, valid = stage.shapes(model, plan)
     seconds = jax.vmap(lambda sh: compute.timing(model, plan, system, t, sh).micro_batch_s)(ranks)
     mems = jax.vmap(lambda sh: memory.memory(model, plan, system, t, sh))(ranks)
-    fullest = jnp.argmax(jnp.where(valid, mems.total_bytes, -jnp.inf))
-    slowest = jnp.argmax(jnp.where(valid, seconds, -jnp.inf))
+    fullest = jnp.argmax(where(valid, mems.total_bytes, -jnp.inf))
+    slowest = jnp.argmax(where(valid, seconds, -jnp.inf))
     return stage.pick(ranks, slowest), jax.tree.map(lambda x: x[fullest], mems)
 
 
@@ -303,16 +312,17 @@ def outputs(est: Estimate) -> dict:
         lacks (`PARTS`) left out. `output_checks.check_outputs` checks them.
     """
     s, r = est.step, est.reliability
+    total = s.memory.total_bytes
     out = {
         "step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s,
         "mfu": s.mfu, "mfu_causal": s.mfu_causal, "hfu": s.hfu,
         "mfu_gemm_peak": s.mfu_gemm_peak, "hfu_gemm_peak": s.hfu_gemm_peak,
         "model_tflops_per_gpu": s.model_flops_per_s_per_gpu / 1e12,
         "hardware_tflops_per_gpu": s.hardware_flops_per_s_per_gpu / 1e12,
-        "memory_bytes_per_gpu": s.memory.total_bytes,
+        "memory_bytes_per_gpu": total,
         "memory_capacity_bytes": s.memory.capacity_bytes,
         **{f"memory_{k}_bytes": v for k, v in s.memory.breakdown_bytes().items()},
-        "fits_memory": (s.memory.total_bytes <= s.memory.capacity_bytes).astype(float),
+        "fits_memory": (total <= s.memory.capacity_bytes).astype(float),
         **{f"breakdown_{k}_s": v for k, v in s.breakdown_s().items()},
     }
     if r is not None:
@@ -326,8 +336,8 @@ def outputs(est: Estimate) -> dict:
     if est.fabric is not None:
         out |= {"fabric_cost_usd": est.fabric_capex_usd, "fabric_power_w": est.fabric_power_w}
     if r is not None:
-        out["time_to_train_s"] = est.time_to_train_s
-        out["gpu_hours"] = est.time_to_train_s * s.gpus / 3600.0
+        out["time_to_train_s"] = time_to_train = est.time_to_train_s
+        out["gpu_hours"] = time_to_train * s.gpus / 3600.0
     return out
 
 

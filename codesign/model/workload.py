@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import operator
 from typing import NamedTuple
 
@@ -52,46 +51,14 @@ from ..checks import float_field, static_field, strategy_field
 from ..domains import MAX_WIDTH, count
 from . import attention as attn
 from . import strategies
+from .relax import once as _once
+from .relax import where
 
 RECOMPUTE = strategies.RECOMPUTES
 
 
 # (dense, MoE): `Transformer.activation_bytes_per_layer` of both kinds of layer at once
 LAYER_KINDS = np.array([False, True])
-
-
-def _traces(tree) -> set:
-    return {id(x._trace) for x in jax.tree.leaves(tree) if isinstance(x, jax.core.Tracer)}
-
-
-def _once(method):
-    """A derived size of the model (parameters, FLOPs per token), computed once per
-    model instance and argument: the step model asks for the same sizes from
-    compute, traffic, memory and the step (~270 equations of a full estimate
-    were repeats of these). The value is kept on the instance only where it
-    lives in the traces of the instance's own leaves (or is concrete beside
-    concrete leaves), so it is valid exactly where the instance is: one
-    computed inside a nested trace (a `lax.cond` branch, an inner `jit`) is
-    recomputed, never leaked. A pytree operation (`tree_at`, `vmap`) builds a
-    new instance, with nothing kept."""
-    signature = inspect.signature(method)
-
-    @functools.wraps(method)
-    def once(self, *args, **kwargs):
-        memo = self.__dict__.get("_once")
-        if memo is None:
-            memo = self.__dict__["_once"] = {}
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        key = (method.__name__, *list(bound.arguments.values())[1:])
-        if key in memo:
-            return memo[key]
-        value = method(self, *args, **kwargs)
-        if _traces(value) <= _traces(self):
-            memo[key] = value
-        return value
-
-    return once
 
 
 class Transformer(eqx.Module):
@@ -217,7 +184,7 @@ class Transformer(eqx.Module):
     @_once
     def mtp_moe_layers(self) -> jax.Array:
         """The MTP blocks that are MoE blocks (all of them in an MoE model)."""
-        return jnp.where(self.moe_layers > 0, self.mtp_layers, 0.0)
+        return where(self.moe_layers > 0, self.mtp_layers, 0.0)
 
     @property
     @_once
@@ -241,7 +208,7 @@ class Transformer(eqx.Module):
     @_once
     def head_width(self) -> jax.Array:
         """MHA/GQA's per-head width: `head_dim`, or hidden / heads where it is 0."""
-        return jnp.where(self.head_dim > 0, self.head_dim, self.hidden / self.heads)
+        return where(self.head_dim > 0, self.head_dim, self.hidden / self.heads)
 
     @property
     @_once
@@ -395,11 +362,19 @@ class Transformer(eqx.Module):
     def forward_flops_per_token(self, causal: bool = False) -> jax.Array:
         """One forward per token; `causal` counts only the unmasked half of the
         attention scores (a convention some MFU reports use)."""
+        blocks, scores, logits = self._forward_terms()
+        return blocks + (0.5 if causal else 1.0) * scores + logits
+
+    @_once
+    def _forward_terms(self) -> tuple:
+        """(the blocks' and MTP's forward FLOPs per token, the attention scores',
+        the output head's): `forward_flops_per_token`'s terms, the same for both
+        counts of the scores."""
         layers = (self.dense_blocks * self.layer_forward_flops_per_token(False)
                   + self.moe_blocks * self.layer_forward_flops_per_token(True))
         mtp = self.mtp_layers * (2.0 * self.mtp_projection_params() + self.logits_flops_per_token())
-        scores = self.blocks * self.attention_score_flops_per_token()
-        return layers + mtp + (0.5 if causal else 1.0) * scores + self.logits_flops_per_token()
+        return (layers + mtp, self.blocks * self.attention_score_flops_per_token(),
+                self.logits_flops_per_token())
 
     @_once
     def model_flops_per_token(self, causal: bool = False) -> jax.Array:
@@ -461,7 +436,7 @@ class Transformer(eqx.Module):
         width = 1.0 if precision is None else precision.bytes("activations") / 2.0
         s, b, h = self.seq_len / cp, micro_batch, self.hidden
         sbw = s * b * width
-        f = jnp.where(moe, (self.top_k + self.shared_experts) * self.expert_ffn_hidden,
+        f = where(moe, (self.top_k + self.shared_experts) * self.expert_ffn_hidden,
                       self.ffn_hidden)
         linear = 0.5 if precision is not None and precision.gemm == "fp8" else 1.0
         norms = 4.0 * h * sbw
