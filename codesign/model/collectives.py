@@ -205,8 +205,9 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     # where each row runs on `tier`: a two-tier row always, a flat one while its
     # group stays in the domain (`_flat_tier`); True: every row (no select at all)
     on_tier = True
+    inside = functools.cache(lambda: _inside(ranks, local_ranks))  # (computed once)
     if outer is not None and not two_tier.all():
-        on_tier = _inside(ranks, local_ranks)
+        on_tier = inside()
         if two_tier.any():
             on_tier = per_row(table.two_tier) | on_tier
 
@@ -253,7 +254,7 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     # its domain (their steps take the network's protocol ratios)
     on_outer = spans = False
     if outer is not None:
-        spans = ~_inside(ranks, local_ranks)  # the group spans domains (nodes)
+        spans = ~inside()  # the group spans domains (nodes)
         if not two_tier.all():
             on_outer = per_row(~table.two_tier) & spans
     return _by_protocol(protocols, table, feature("one(p)"), on_outer, spans, *terms)
@@ -303,7 +304,8 @@ def _by_protocol(protocols: Protocols, table: _rows.Table, one, on_outer, spans,
         base_s = np.where(ok, base[..., q], 0.0).astype(float).reshape(ok.shape + extra)
         every_ok &= bool(ok.all())
         ok = ok.reshape(ok.shape + extra)
-        time_s = where(ok, base_s * one + step * lat + out * lat_out + bw / share + red,
+        time_s = where(ok, base_s * one + step * lat + out * lat_out
+                       + (bw if share == 1.0 else bw / share) + red,
                        _UNSUPPORTED_S)
         candidate = (time_s, base_s, step, out, 1.0 / share, ok)
         if chosen is None:
@@ -405,16 +407,32 @@ def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, l
     checks.non_negative("bytes", n_bytes)
     checks.at_least_one("ranks", ranks)
     local_ranks = _check_tiers(outer, local_ranks)
-    table = _rows.table(tuple(
+    pairs = _rows.pairs(tuple(
         (op, candidates(op, protocols, hierarchical=True) if names is None else tuple(names))
         for op, names in zip(ops, algorithms, strict=True)))
     n_bytes, ranks = checks.as_float(n_bytes), checks.as_float(ranks)
+    each = functools.partial(_take, pairs.request)  # a request's leaf, for each of its pairs
+    n_pair, tier, outer = jax.tree.map(each, (n_bytes, tier, outer))
 
     def auto_s(g, ramp):
-        times = _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols).time_s
-        return minimum(times, t)  # 0 where every candidate is, as `choose`
+        times = _costs(pairs.table, n_pair, each(ranks), tier, outer, each(g), ramp,
+                       protocols).time_s[0]
+        grid = _take(pairs.grid, times)  # (A, R): each request's candidates
+        if not pairs.valid.all():
+            grid = where(pairs.valid, grid, _UNSUPPORTED_S)
+        return minimum(grid, t)  # 0 where every candidate is, as `choose`
 
     return _spill_mixed(auto_s, ranks, local_ranks, t)
+
+
+def _take(index: np.ndarray, x):
+    """x[index] along x's leading axis (one equation; a scalar as it is)."""
+    if jnp.ndim(x) == 0:
+        return x
+    dims = jax.lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
+                                          start_index_map=(0,))
+    return jax.lax.gather(x, index[..., None], dims, slice_sizes=(1,),
+                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
 def _soft_min_cost(stacked: Cost, t) -> tuple[Cost, jax.Array]:
