@@ -286,32 +286,3 @@ def table(requests: tuple[tuple[str, tuple[str, ...]], ...]) -> Table:
     valid = squeeze(np.array([[a < len(names) for _, names in requests] for a in range(width)]))
     return Table(features, matrices, *flags, valid)
 
-
-class Pairs(NamedTuple):
-    """R requests' (request, candidate) pairs, K of them, flattened: `table` is
-    the `Table` of K one-row requests (one per pair, request by request, each's
-    candidates in order), `request` (K,) the request each pair is of, and
-    `grid` (A, R) the pair of each request's candidate a (A: the most
-    candidates of any request; a request with fewer repeats its last pair,
-    masked out by `valid`), so the K times gathered by `grid` take a minimum
-    over the leading axis. Only the pairs that exist are costed: 27 of 48 for
-    the step model's 8 requests (3 all-reduces of 6 candidates, 2 of 3, 3 of
-    one)."""
-
-    table: Table
-    request: np.ndarray
-    grid: np.ndarray
-    valid: np.ndarray
-
-
-@functools.cache
-def pairs(requests: tuple[tuple[str, tuple[str, ...]], ...]) -> Pairs:
-    """The `Pairs` of `requests`: (op, algorithm names) each."""
-    flat = tuple((op, (name,)) for op, names in requests for name in names)
-    request = np.repeat(np.arange(len(requests)), [len(names) for _, names in requests])
-    first = np.cumsum([0] + [len(names) for _, names in requests[:-1]])
-    width = max(len(names) for _, names in requests)
-    count = np.array([len(names) for _, names in requests])
-    a = np.arange(width)[:, None]
-    grid = first + np.minimum(a, count - 1)
-    return Pairs(table(flat), request.astype(np.int32), grid.astype(np.int32), a < count)

@@ -407,32 +407,16 @@ def choose_many(ops: tuple[str, ...], n_bytes, ranks, tier: Tier, outer: Tier, l
     checks.non_negative("bytes", n_bytes)
     checks.at_least_one("ranks", ranks)
     local_ranks = _check_tiers(outer, local_ranks)
-    pairs = _rows.pairs(tuple(
+    table = _rows.table(tuple(
         (op, candidates(op, protocols, hierarchical=True) if names is None else tuple(names))
         for op, names in zip(ops, algorithms, strict=True)))
     n_bytes, ranks = checks.as_float(n_bytes), checks.as_float(ranks)
-    each = functools.partial(_take, pairs.request)  # a request's leaf, for each of its pairs
-    n_pair, tier, outer = jax.tree.map(each, (n_bytes, tier, outer))
 
     def auto_s(g, ramp):
-        times = _costs(pairs.table, n_pair, each(ranks), tier, outer, each(g), ramp,
-                       protocols).time_s[0]
-        grid = _take(pairs.grid, times)  # (A, R): each request's candidates
-        if not pairs.valid.all():
-            grid = where(pairs.valid, grid, _UNSUPPORTED_S)
-        return minimum(grid, t)  # 0 where every candidate is, as `choose`
+        times = _costs(table, n_bytes, ranks, tier, outer, g, ramp, protocols).time_s
+        return minimum(times, t)  # 0 where every candidate is, as `choose`
 
     return _spill_mixed(auto_s, ranks, local_ranks, t)
-
-
-def _take(index: np.ndarray, x):
-    """x[index] along x's leading axis (one equation; a scalar as it is)."""
-    if jnp.ndim(x) == 0:
-        return x
-    dims = jax.lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
-                                          start_index_map=(0,))
-    return jax.lax.gather(x, index[..., None], dims, slice_sizes=(1,),
-                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
 def _soft_min_cost(stacked: Cost, t) -> tuple[Cost, jax.Array]:
