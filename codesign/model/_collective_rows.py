@@ -21,7 +21,7 @@ def _f(p):
     return (p - 1.0) / p
 
 
-def crossings(p, g, ramp=True):
+def crossings(p, g, ramp=True, domains=None):
     """Domain boundaries one ring over p ranks, g per domain, crosses: N = p / g
     over whole domains, at least 2 once a rank spills (a ring over 6 + 2 ranks
     crosses two), 0 for p = g: max(N, 2) min(p - g, 1) for p > g, which runs
@@ -29,9 +29,10 @@ def crossings(p, g, ramp=True):
     no jump); without the `ramp`, max(N, 2): the relaxed way from one domain
     to spilling over is `collectives._spill_mixed`'s, in time. (N min(log2 N, 1), which
     it replaces, counted 0.55 crossings at N = 8 / 6, so a 6-GPU domain beat
-    an 8-GPU one for tp = 8 on Llama 3 405B.)"""
+    an 8-GPU one for tp = 8 on Llama 3 405B.) `domains`: N where the caller has it."""
     spill = jnp.minimum(p - g, 1.0) if ramp else 1.0
-    return where(p > g, jnp.maximum(p / g, 2.0) * spill, 0.0)
+    n = p / g if domains is None else domains
+    return where(p > g, jnp.maximum(n, 2.0) * spill, 0.0)
 
 
 def _rail_ring(passes: float):
@@ -40,11 +41,14 @@ def _rail_ring(passes: float):
     times around (2 for an all-reduce: reduce-scatter then all-gather). Of the
     p hops of a ring, c = `crossings` cross domains (N = p / g for whole
     domains); each GPU sends `passes` x (p-1)/p x n in all, c/p of it through
-    its own NIC and the rest over the scale-up tier."""
-    def terms(p, g, ramp):
-        cross = crossings(p, g, ramp) / p
-        hops, share = passes * (p - 1.0), passes * _f(p)
-        return (hops * (1.0 - cross), hops * cross, share * (1.0 - cross), share * cross)
+    its own NIC and the rest over the scale-up tier. The terms of (p - 1, (p -
+    1) / p, c / p), the features "p-1", "f(p)" and "cross/p" (computed once for
+    both ring rows)."""
+    def terms(p_minus_1, f_p, cross):
+        hops, share = ((p_minus_1, f_p) if passes == 1.0
+                       else (passes * p_minus_1, passes * f_p))
+        inside = 1.0 - cross
+        return (hops * inside, hops * cross, share * inside, share * cross)
     return terms
 
 
@@ -207,9 +211,10 @@ def _features() -> dict[str, Callable]:
                   f"lg({x})": lambda v, x=x: log2_ranks(v(x)),
                   f"one({x})": lambda v, x=x: jnp.minimum(v(f"lg({x})"), 1.0)}
     out["one(N)/g"] = lambda v: v("one(N)") / v("g")
+    out["cross/p"] = lambda v: crossings(v("p"), v("g"), v("ramp"), v("N")) / v("p")
     for passes in (1, 2):
         out[f"rail_ring({passes})"] = lambda v, passes=passes: _rail_ring(float(passes))(
-            v("p"), v("g"), v("ramp"))
+            v("p-1"), v("f(p)"), v("cross/p"))
         out |= {f"rail_ring({passes}).{i}": lambda v, passes=passes, i=i:
                   v(f"rail_ring({passes})")[i] for i in range(4)}
     return out
@@ -280,3 +285,4 @@ def table(requests: tuple[tuple[str, tuple[str, ...]], ...]) -> Table:
              for f in Table._fields[2:7])  # _Row's
     valid = squeeze(np.array([[a < len(names) for _, names in requests] for a in range(width)]))
     return Table(features, matrices, *flags, valid)
+

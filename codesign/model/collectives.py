@@ -205,8 +205,9 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     # where each row runs on `tier`: a two-tier row always, a flat one while its
     # group stays in the domain (`_flat_tier`); True: every row (no select at all)
     on_tier = True
+    inside = functools.cache(lambda: _inside(ranks, local_ranks))  # (computed once)
     if outer is not None and not two_tier.all():
-        on_tier = _inside(ranks, local_ranks)
+        on_tier = inside()
         if two_tier.any():
             on_tier = per_row(table.two_tier) | on_tier
 
@@ -253,7 +254,7 @@ def _costs(table: _rows.Table, n_bytes, ranks, tier: Tier, outer: Tier | None, l
     # its domain (their steps take the network's protocol ratios)
     on_outer = spans = False
     if outer is not None:
-        spans = ~_inside(ranks, local_ranks)  # the group spans domains (nodes)
+        spans = ~inside()  # the group spans domains (nodes)
         if not two_tier.all():
             on_outer = per_row(~table.two_tier) & spans
     return _by_protocol(protocols, table, feature("one(p)"), on_outer, spans, *terms)
@@ -303,7 +304,8 @@ def _by_protocol(protocols: Protocols, table: _rows.Table, one, on_outer, spans,
         base_s = np.where(ok, base[..., q], 0.0).astype(float).reshape(ok.shape + extra)
         every_ok &= bool(ok.all())
         ok = ok.reshape(ok.shape + extra)
-        time_s = where(ok, base_s * one + step * lat + out * lat_out + bw / share + red,
+        time_s = where(ok, base_s * one + step * lat + out * lat_out
+                       + (bw if share == 1.0 else bw / share) + red,
                        _UNSUPPORTED_S)
         candidate = (time_s, base_s, step, out, 1.0 / share, ok)
         if chosen is None:
