@@ -37,7 +37,7 @@ also be refused (exit 2 or 3), and some cases check what the message says
 blamed, not the survivor).
 
 CLI cases run `codesign.cli.main` in a child forked from this process (which
-has imported codesign but not started JAX), two at a time, in their own
+has imported codesign and every command's module but not started JAX), two at a time, in their own
 folders; cases that start several processes run them as subprocesses on
 127.0.0.1 with bounded timeouts, and every child is killed. Prints one JSON
 object: per category {tried, clean, failed}, the failed cases (name, command,
@@ -70,7 +70,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if sys.path[:1] != [str(ROOT)]:  # first: before benchmarks/ (its codesign.py), PYTHONPATH or not
     sys.path.insert(0, str(ROOT))
 
-from codesign import cli, procfs  # noqa: E402 - after the path; imports no JAX
+import importlib  # noqa: E402
+
+from codesign import cli, procfs  # noqa: E402 - after the path
+
+# every command's module (and so JAX and the model) imported once here, before any
+# case forks: `codesign.cli` imports a command's module when it runs, which each
+# forked child would otherwise do again (~1 s a case); importing starts no JAX backend
+for _name, _ in cli.COMMANDS.values():
+    importlib.import_module(f"codesign.cli.{_name}")
 
 CATEGORIES = ("scenario", "cli", "data", "sweep", "multiprocess", "library", "load", "import",
               "program", "store", "outputs", "bounds")
