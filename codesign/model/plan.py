@@ -512,8 +512,8 @@ class Plan(eqx.Module):
 
     @property
     def expert_tp(self) -> jax.Array:
-        """The routed experts' tensor-parallel size: `etp`, or tp where it is 0."""
-        return jnp.where(self.etp > 0, self.etp, self.tp)
+        """The routed experts' tensor-parallel size (`expert_tp_size`)."""
+        return expert_tp_size(self.etp, self.tp)
 
     @property
     def expert_dp(self) -> jax.Array:
@@ -569,6 +569,12 @@ def _xp(x):
     return jnp if isinstance(x, jax.Array) else np
 
 
+def expert_tp_size(etp, tp):
+    """The routed experts' tensor-parallel size: `etp`, or attention's `tp` where
+    `etp` is 0 (Megatron-Core's default; JAX or NumPy values, as `_xp`)."""
+    return _xp(etp).where(etp > 0, etp, tp)
+
+
 def _divides(a, b) -> jax.Array:
     return integral(b / a)
 
@@ -620,10 +626,9 @@ RULES = (
     _divides_rule("parallel.cp", "model.seq_len"),
     Rule("ep etp | tp cp dp", ("parallel.ep", "parallel.etp", "parallel.dp", "parallel.tp",
                                "parallel.cp"),
-         lambda m, p, s: _divides(p.ep * _xp(p.etp).where(p.etp > 0, p.etp, p.tp),
-                                  p.tp * p.cp * p.dp),
+         lambda m, p, s: _divides(p.ep * expert_tp_size(p.etp, p.tp), p.tp * p.cp * p.dp),
          lambda m, p, s: f"parallel.ep={_g(p.ep)} x parallel.etp="
-         f"{_g(_xp(p.etp).where(p.etp > 0, p.etp, p.tp))} must divide tp*cp*dp="
+         f"{_g(expert_tp_size(p.etp, p.tp))} must divide tp*cp*dp="
          f"{_g(p.tp * p.cp * p.dp)} (the experts' mesh folds over attention's)"),
     Rule("zero_shard_size | dp cp", ("parallel.zero_shard_size", "parallel.dp", "parallel.cp"),
          lambda m, p, s: (p.zero_shard_size <= 0) | _divides(p.zero_shard_size, p.dp * p.cp),
