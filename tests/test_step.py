@@ -19,6 +19,7 @@ from codesign.model import (
     host,
     memory,
     overlap,
+    params,
     plan,
     stacks,
     stage,
@@ -358,8 +359,8 @@ def test_the_experts_mesh_folds_over_attentions():
 
     folded, legacy = scn(32, 1), scn(16, 0)
     assert float(folded.plan.expert_dp) == 1.0 and float(legacy.plan.expert_dp) == 1.0
-    params = [compute.local_params(s.model, s.plan)[1] for s in (folded, legacy)]
-    assert float(params[0]) == pytest.approx(float(params[1]))  # 128 x 1/(32 x 1) = 1/(16 x 2)
+    routed = [params.local_params(s.model, s.plan)[1] for s in (folded, legacy)]
+    assert float(routed[0]) == pytest.approx(float(routed[1]))  # 128 x 1/(32 x 1) = 1/(16 x 2)
     rows = {s: {(r.dimension, r.algorithm, r.collective): r
                 for r in step.step(x.model, x.plan, x.system).traffic}
             for s, x in (("folded", folded), ("legacy", legacy))}

@@ -12,7 +12,7 @@ import pytest
 from codesign import output_checks, presets, validate
 from codesign import scenario as sc
 from codesign.cli import main
-from codesign.model import compute, hardware, memory, plan, stacks, stage, step, workload
+from codesign.model import compute, hardware, memory, params, plan, stacks, stage, step, workload
 
 
 def _out(scn):
@@ -198,7 +198,7 @@ def test_fp8_dispatches_forward_and_backward_both_combines_bf16():
 
 def test_optimizer_step_streams_the_local_shard():
     scn = sc.load("llama3-405b")
-    dense, routed = compute.local_params(scn.model, scn.plan, sharded=True)  # ZeRO-1
+    dense, routed = params.local_params(scn.model, scn.plan, sharded=True)  # ZeRO-1
     chip = scn.system.chip
     expected = float(dense + routed) * 30.0 / float(chip.hbm_Bps * chip.hbm_efficiency)
     got = float(compute.optimizer_time_s(scn.model, scn.plan, scn.system))

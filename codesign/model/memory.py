@@ -9,8 +9,9 @@ import equinox as eqx
 import jax
 
 from . import stage
-from .compute import held_params, stored_bytes_per_micro_batch
+from .compute import stored_bytes_per_micro_batch
 from .hardware import System
+from .params import held_params
 from .plan import Plan
 from .relax import EXACT, once, smoothing
 from .strategies import NoRecompute
@@ -55,7 +56,7 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
            stored=None, full_layer_bytes=None, params=None) -> Memory:
     """Weights, gradients and optimizer state by precision recipe, each sharded
     where the plan's ZeRO stage shards it (`sharding.ZeroStage`) over the group
-    the framework shards over (`compute.shard_params`: dp x cp, or HSDP's
+    the framework shards over (`params.shard_params`: dp x cp, or HSDP's
     `parallel.zero_shard_size` groups), ZeRO-3's gathered layers on top;
     activations by recompute mode, attention kernel, sequence parallelism and
     the micro-batches in flight, less those of the layers offloaded to host
@@ -65,7 +66,7 @@ def memory(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None,
     micro-batch if known (`compute.Timing.stored_bytes`, `.offloaded_bytes`);
     `full_layer_bytes`: a (dense, MoE) layer's without recomputation if known
     (`compute.Timing.full_layer_bytes`); `params`: the (unsharded, sharded)
-    parameters if known (`compute.held_params`, `compute.Timing.params`)."""
+    parameters if known (`params.held_params`, `compute.Timing.params`)."""
     t = smoothing(t)
     sh = stage.shape(model, plan, t) if sh is None else sh
     pr = plan.precision

@@ -1,6 +1,6 @@
 """The ZeRO stage as a strategy type (`parallel.zero`, built on
 `strategies.Strategy`): what data parallelism shards over the group the
-framework shards over (`compute.shard_params`: dp x cp, or HSDP's
+framework shards over (`params.shard_params`: dp x cp, or HSDP's
 `parallel.zero_shard_size` groups) instead of replicating it (Rajbhandari et
 al. 2020, ZeRO). A stage owns which of a GPU's parameter-sized terms it shards
 (`shards_optimizer`, `shards_gradients`, `shards_weights`: `memory.memory`
@@ -47,7 +47,7 @@ class ZeroStage(Strategy):
 
     @property
     def shards_anything(self) -> bool:
-        """Whether any term is sharded (`compute.held_params` shards once)."""
+        """Whether any term is sharded (`params.held_params` shards once)."""
         return self.shards_optimizer or self.shards_gradients or self.shards_weights
 
     @property

@@ -44,7 +44,7 @@ class Shape(eqx.Module):
     mtp_layers_on_stage: jax.Array  # MTP blocks (their [h; emb] projections)
     head_passes: jax.Array  # output head + loss passes: the head's and each MTP depth's
     # embedding matrices' parameters held (input and output); None: the even
-    # split's rule (`compute.local_params`)
+    # split's rule (`params.local_params`)
     embedding_params: jax.Array | None = None
 
     @property
