@@ -26,7 +26,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .relax import EXACT, safe_div, smooth_max, smooth_min
+from .relax import EXACT, safe_div, smooth_max, smooth_min, stacked
 
 PHASES = ("forward", "backward")  # a micro-batch's compute phase a rule hides under
 
@@ -292,14 +292,9 @@ def exposed(traffic, timing, t=EXACT) -> tuple:
         rules = [traffic.rules[rows[i].rule] for i in members]
         times = [rows[i].time_s for i in members]
         if len(members) > 1:  # the kind's rows as one array
-            rules = [jax.tree.map(_stacked, *rules)]
-            times = [_stacked(*times)]
+            rules = [jax.tree.map(stacked, *rules)]
+            times = [stacked(*times)]
         out = rules[0].exposed_s(times[0], rules[0].hiding_s(timing, t), t)
         for i, e in zip(members, jnp.unstack(out) if len(members) > 1 else (out,), strict=True):
             rows[i] = dataclasses.replace(rows[i], exposed_s=e, rule=-1)
     return tuple(rows)
-
-
-def _stacked(*values) -> jax.Array:
-    """Scalars (traced or not) as one array, in order."""
-    return jnp.stack(jnp.broadcast_arrays(*values))

@@ -46,6 +46,11 @@ def where(condition, a, b) -> jax.Array:
     return jax.lax.select(_full(condition, shape), a, b)
 
 
+def stacked(*values) -> jax.Array:
+    """Scalars (traced or not) as one array, in order (broadcast to one shape)."""
+    return jnp.stack(jnp.broadcast_arrays(*values))
+
+
 def _full(x, shape, dtype=None):
     """`x` broadcast to `shape` (and cast to `dtype`): a constant of the trace
     where `x` is a Python or NumPy value (no equation), else traced."""

@@ -76,6 +76,7 @@ from .relax import (
     smooth_clip,
     smooth_max,
     smooth_min,
+    stacked,
     where,
 )
 from .workload import Transformer
@@ -146,9 +147,8 @@ class Placement(eqx.Module):
 
 def placement(plan: Plan, system: System, t=EXACT) -> Placement:
     sizes, strides = _meshes(plan)
-    stack = lambda values: jnp.stack(jnp.broadcast_arrays(*values))  # noqa: E731
-    inside = smooth_clip(system.scale_up_domain / stack(list(strides.values())), 1.0,
-                         stack([sizes[d] for d in strides]), t)
+    inside = smooth_clip(system.scale_up_domain / stacked(*strides.values()), 1.0,
+                         stacked(*(sizes[d] for d in strides)), t)
     return Placement(sizes, strides, dict(zip(strides, inside, strict=True)))
 
 
@@ -312,13 +312,13 @@ def _rows(lines) -> list[Row]:
     array: seconds = count x one's, the slow tier's bytes by `slow_tier_bytes`
     unless a line gives its own), all of a row exposed until the overlap rule
     its part gives it is applied (`overlap.exposed`)."""
-    n, count, one, ranks, inside = (_stacked(*c) for c in zip(
+    n, count, one, ranks, inside = (stacked(*c) for c in zip(
         *((x.n_bytes, x.count, x.one_s, x.ranks, x.inside) for x in lines), strict=True))
     time = count * one
     slow = count * slow_tier_bytes(tuple(x.op for x in lines), n, ranks, inside)
     given = np.array([x.slow_bytes is not None for x in lines])
     if given.any():
-        slow = where(given, _stacked(*(0.0 if x.slow_bytes is None else x.slow_bytes
+        slow = where(given, stacked(*(0.0 if x.slow_bytes is None else x.slow_bytes
                                        for x in lines)), slow)
     return [Row(message_bytes=x.n_bytes, count_per_step=x.count, ranks=x.ranks,
                 ranks_inside=x.inside, time_s=time_s, exposed_s=time_s, slow_tier_bytes=slow_s,
@@ -326,11 +326,6 @@ def _rows(lines) -> list[Row]:
                 critical_path=x.critical)
             for x, time_s, slow_s in zip(lines, jnp.unstack(time), jnp.unstack(slow),
                                          strict=True)]
-
-
-def _stacked(*values) -> jax.Array:
-    """Scalars (traced or not) as one array, in order."""
-    return jnp.stack(jnp.broadcast_arrays(*values))
 
 
 # ---------------------------------------------------------------- dimensions
@@ -692,7 +687,7 @@ def table(model: Transformer, plan: Plan, system: System, t=EXACT, sh=None) -> T
 
 def column(rows, field: str) -> jax.Array:
     """One numeric field of `rows` (`Row`s) as one array, in their order."""
-    return _stacked(*(getattr(r, field) for r in rows))
+    return stacked(*(getattr(r, field) for r in rows))
 
 
 def exposed_by_dimension(rows, hidden: dict) -> tuple[dict, dict]:
