@@ -59,13 +59,13 @@ def branched_error_if(x, pred, index, messages):
     if fired is None or which is None:
         return eqx.branched_error_if(x, pred, index, messages)
     if np.any(fired):
-        raise eqx.EquinoxRuntimeError(f"{TRACED_PREFIX}{messages[int(which)]}")
+        raise eqx.EquinoxRuntimeError(f"{_TRACED_PREFIX}{messages[int(which)]}")
     return x
 
 
-# what the message of a traced check's error holds before the check's own line,
-# under jit (equinox's) and eagerly (`branched_error_if`'s): `cli` reads the line after it
-TRACED_PREFIX = "equinox.EquinoxRuntimeError: "
+# what equinox's message holds before a traced check's own line under jit, written
+# the same eagerly (`branched_error_if`), so that `cli._TRACED` reads both alike
+_TRACED_PREFIX = "equinox.EquinoxRuntimeError: "
 
 
 def concrete(value) -> np.ndarray | None:
